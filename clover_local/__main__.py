@@ -1,0 +1,3 @@
+from clover_local.cli import main
+
+main()

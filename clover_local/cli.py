@@ -1,0 +1,39 @@
+"""The `clover-local` command line.
+
+Each subcommand lives in the module that owns its job; this file only registers them and turns
+`CloverError` into one line on stderr with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from clover_local.errors import CloverError
+
+app = typer.Typer(
+    name="clover-local",
+    help="Quantize, run and share Clover-35B-A3B-Preview (a block-diffusion MoE) on one 16 GB GPU.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    """Import command modules; each adds its commands to `app`."""
+    from clover_local.commands import generate as _generate  # noqa: F401
+    from clover_local.commands import score as _score  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register()
+    try:
+        app(args=argv, standalone_mode=True)
+    except CloverError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
