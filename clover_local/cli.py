@@ -22,9 +22,18 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    """Import command modules; each adds its commands to `app`."""
-    from clover_local.commands import generate as _generate  # noqa: F401
-    from clover_local.commands import score as _score  # noqa: F401
+    """Import every module in `clover_local.commands`; each registers its commands on `app`.
+
+    A module is added to that package only when its commands work, so what `--help` lists is what exists.
+    """
+    import importlib
+    import pkgutil
+
+    import clover_local.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"clover_local.commands.{info.name}")
 
 
 def main(argv: list[str] | None = None) -> None:
