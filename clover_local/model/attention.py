@@ -1,0 +1,73 @@
+"""Gated full attention with partial RoPE and GQA.
+
+The q projection holds, per head, `head_dim` query rows then `head_dim` gate rows; the output is
+`o * sigmoid(gate)` before `o_proj`. A causal pass appends its keys/values to the cache and masks causally; a
+preview pass attends to the cached prefix and to every row of its block (no mask) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clover_local.config import CloverConfig
+from clover_local.model.cache import AttentionCache
+from clover_local.model.norm import ZeroCenteredRMSNorm
+from clover_local.model.rope import apply_rotary
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: CloverConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        h = cfg.hidden_size
+        self.q_proj = nn.Linear(h, self.n_heads * self.head_dim * 2, bias=False)
+        self.k_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
+        self.q_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def project(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B,H,T,D], k/v [B,Hkv,T,D] (normed, rotated), gate [B,T,H*D]."""
+        b, t, _ = x.shape
+        qg = self.q_proj(x).view(b, t, self.n_heads, 2 * self.head_dim)
+        q, gate = qg[..., : self.head_dim], qg[..., self.head_dim :]
+        q = self.q_norm(q).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v, gate.reshape(b, t, -1)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Softmax attention of q over k/v (bool mask: True = may attend), then the output gate and o_proj."""
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=self.n_heads != self.n_kv
+        )
+        b, _, t, _ = q.shape
+        out = out.transpose(1, 2).reshape(b, t, -1)
+        return self.o_proj(out * torch.sigmoid(gate))
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: AttentionCache | None, preview: bool
+    ) -> torch.Tensor:
+        q, k, v, gate = self.project(x, cos, sin)
+        past = cache.keys_values() if cache is not None else None
+        n_past = 0 if past is None else past[0].shape[2]
+        if past is not None:
+            k_all, v_all = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        else:
+            k_all, v_all = k, v
+        mask = None
+        t = x.shape[1]
+        if not preview:
+            if cache is not None:
+                cache.append(k, v)
+            if t > 1:
+                rows = torch.arange(t, device=x.device)[:, None] + n_past
+                mask = torch.arange(n_past + t, device=x.device)[None, :] <= rows
+        return self.attend(q, k_all, v_all, gate, mask)

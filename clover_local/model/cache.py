@@ -1,0 +1,67 @@
+"""The prefix cache a causal pass advances and a preview pass only reads.
+
+Per attention layer: keys and values of every committed token. Per GDN layer: the last `kernel-1` pre-conv
+rows (the conv ring) and the recurrent state S [B, Hv, Dk, Dv] in fp32. `length` counts committed tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class AttentionCache:
+    k: torch.Tensor | None = None  # [B, Hkv, capacity, D]
+    v: torch.Tensor | None = None
+    length: int = 0
+
+    def keys_values(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.k is None or self.length == 0:
+            return None
+        return self.k[:, :, : self.length], self.v[:, :, : self.length]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write new keys/values; capacity grows geometrically so appends stay amortised O(1)."""
+        n = k.shape[2]
+        need = self.length + n
+        if self.k is None or need > self.k.shape[2]:
+            cap = max(need, 2 * (self.k.shape[2] if self.k is not None else 0), 64)
+            new_k = k.new_zeros(k.shape[0], k.shape[1], cap, k.shape[3])
+            new_v = v.new_zeros(v.shape[0], v.shape[1], cap, v.shape[3])
+            if self.k is not None and self.length:
+                new_k[:, :, : self.length] = self.k[:, :, : self.length]
+                new_v[:, :, : self.length] = self.v[:, :, : self.length]
+            self.k, self.v = new_k, new_v
+        self.k[:, :, self.length : need] = k
+        self.v[:, :, self.length : need] = v
+        self.length = need
+
+
+@dataclass
+class GDNCache:
+    ring: torch.Tensor | None = None  # [B, kernel-1, conv_dim] last pre-conv rows, oldest first
+    state: torch.Tensor | None = None  # [B, Hv, Dk, Dv] fp32
+
+
+@dataclass
+class PrefixCache:
+    layers: list[AttentionCache | GDNCache] = field(default_factory=list)
+    length: int = 0
+
+    @classmethod
+    def empty(cls, layer_types: list[str]) -> "PrefixCache":
+        return cls([AttentionCache() if t == "full_attention" else GDNCache() for t in layer_types])
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every live cache tensor (for tests that check a preview left them untouched)."""
+        out = []
+        for c in self.layers:
+            if isinstance(c, AttentionCache):
+                kv = c.keys_values()
+                if kv is not None:
+                    out.extend(kv)
+            else:
+                out.extend(t for t in (c.ring, c.state) if t is not None)
+        return out

@@ -1,0 +1,135 @@
+"""The whole model: decoder layers (GDN or attention mixer + MoE), and the two passes over a block of rows.
+
+- causal pass (`preview=False`): prompt prefill and block commit; appends to the prefix cache.
+- preview pass (`preview=True`): a denoising step over the block being generated; reads the cache, writes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from clover_local.checkpoint.names import PREVIEW_EXTRAS
+from clover_local.checkpoint.reader import CheckpointReader
+from clover_local.config import CloverConfig
+from clover_local.model.attention import Attention
+from clover_local.model.cache import PrefixCache
+from clover_local.model.gdn import GatedDeltaNet
+from clover_local.model.moe import SparseMoe
+from clover_local.model.norm import ZeroCenteredRMSNorm
+from clover_local.model.rope import Rotary
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: CloverConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.is_attention = cfg.is_attention(index)
+        self.input_layernorm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if self.is_attention:
+            self.self_attn = Attention(cfg)
+        else:
+            self.linear_attn = GatedDeltaNet(cfg)
+        self.mlp = SparseMoe(cfg)
+
+    def mix(self, x, cos, sin, cache, preview: bool, n_prefix: int) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        if self.is_attention:
+            return self.self_attn(h, cos, sin, cache, preview)
+        return self.linear_attn(h, cache, preview, n_prefix)
+
+    def forward(self, x, cos, sin, cache, preview: bool, n_prefix: int) -> torch.Tensor:
+        x = x + self.mix(x, cos, sin, cache, preview, n_prefix)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class CloverModel(nn.Module):
+    def __init__(self, cfg: CloverConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rotary = Rotary(cfg.rotary_dim, cfg.rope_theta)
+        self.has_preview_params = True
+
+    # ------------------------------------------------------------------ passes
+    def new_cache(self) -> PrefixCache:
+        return PrefixCache.empty(self.config.layer_types)
+
+    def hidden(self, ids: torch.Tensor, cache: PrefixCache | None = None, preview: bool = False) -> torch.Tensor:
+        """Final-norm hidden states [B,T,H] for token ids [B,T] placed right after the cached prefix."""
+        start = cache.length if cache is not None else 0
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        x = self.embed_tokens(ids)
+        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, start)
+        if cache is not None and not preview:
+            cache.length = start + ids.shape[1]
+        return self.norm(x)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        cache: PrefixCache | None = None,
+        preview: bool = False,
+        rows: slice | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits [B,T',V] in fp32; `rows` picks which rows get the LM head (the vocabulary is 248K wide)."""
+        h = self.hidden(ids, cache, preview)
+        if rows is not None:
+            h = h[:, rows]
+        return self.lm_head(h).float()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_reader(
+        cls, reader: CheckpointReader, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16
+    ) -> "CloverModel":
+        """Build on the meta device, then fill one layer at a time so peak host memory is one layer's tensors."""
+        cfg = reader.config
+        with torch.device("meta"):
+            model = cls(cfg)
+        model._assign(reader.global_state(), "", device, dtype)
+        if cfg.tie_word_embeddings:
+            model.lm_head.weight = model.embed_tokens.weight
+        model.has_preview_params = reader.has_preview_params
+        for i in range(cfg.num_hidden_layers):
+            model._assign(reader.layer_state(i), f"layers.{i}.", device, dtype)
+        model.rotary.inv_freq = model.rotary.inv_freq.to(device)
+        return model.eval()
+
+    def _assign(self, state: dict[str, torch.Tensor], prefix: str, device, dtype: torch.dtype) -> None:
+        for name, tensor in state.items():
+            self._set_param(prefix + name, tensor.to(device=device, dtype=dtype))
+        if prefix.startswith("layers."):
+            layer = self.layers[int(prefix.split(".")[1])]
+            if not layer.is_attention:
+                gdn = layer.linear_attn
+                defaults = {  # neutral values for a backbone without the diffusion extras
+                    "conv_right_weight": torch.zeros(gdn.conv1d.weight.shape[0], gdn.kernel - 1),
+                    "bd_softmax_logit_scale": torch.ones(gdn.hv),
+                    "bd_softmax_history_bias": torch.zeros(gdn.hv),
+                    "bd_softmax_history_c": torch.zeros(gdn.hv),
+                }
+                for extra in PREVIEW_EXTRAS:
+                    if f"linear_attn.{extra}" not in state:
+                        self._set_param(f"{prefix}linear_attn.{extra}", defaults[extra].to(device=device, dtype=dtype))
+
+    def _set_param(self, name: str, value: torch.Tensor) -> None:
+        module_name, _, attr = name.rpartition(".")
+        module = self.get_submodule(module_name) if module_name else self
+        setattr(module, attr, nn.Parameter(value, requires_grad=False))
+
+
+def load_model(
+    folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16
+) -> CloverModel:
+    return CloverModel.from_reader(CheckpointReader(folder), device, dtype)

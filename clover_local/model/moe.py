@@ -1,0 +1,80 @@
+"""Sparse MoE with a shared expert: softmax router (fp32) → top-k → renormalise; experts
+`down(silu(gate(x)) * up(x))`; plus `sigmoid(shared_expert_gate(x)) * shared_expert(x)`.
+
+`Experts` is the piece the runtime swaps (INT4 kernels, offloaded experts); it takes flattened rows and
+the routing decision, so every implementation sees the same call.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clover_local.config import CloverConfig
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Experts(nn.Module):
+    """All routed experts of a layer in fused storage: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I]."""
+
+    def __init__(self, n: int, hidden: int, inter: int) -> None:
+        super().__init__()
+        self.inter = inter
+        self.gate_up_proj = nn.Parameter(torch.empty(n, 2 * inter, hidden))
+        self.down_proj = nn.Parameter(torch.empty(n, hidden, inter))
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """x [N,H], idx/weights [N,k] → Σ_k weights·expert_k(x). Groups rows by expert: one matmul per expert hit."""
+        out = torch.zeros_like(x)
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=self.gate_up_proj.shape[0]).tolist()
+        rows = order // idx.shape[1]
+        w = weights.reshape(-1)[order]
+        start = 0
+        for e, c in enumerate(counts):
+            if c == 0:
+                continue
+            r = rows[start : start + c]
+            h = F.linear(x[r], self.gate_up_proj[e])
+            h = F.silu(h[:, : self.inter]) * h[:, self.inter :]
+            y = F.linear(h, self.down_proj[e]) * w[start : start + c, None].to(x.dtype)
+            out.index_add_(0, r, y)
+            start += c
+        return out
+
+
+class SparseMoe(nn.Module):
+    def __init__(self, cfg: CloverConfig) -> None:
+        super().__init__()
+        self.top_k = cfg.num_experts_per_tok
+        self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
+        self.experts = Experts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size)
+        self.shared_expert = MLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
+        self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(top-k expert ids [N,k], renormalised weights [N,k], full router probabilities [N,E] fp32)."""
+        probs = torch.softmax(self.gate(x).float(), -1)
+        top_w, top_i = torch.topk(probs, self.top_k, -1)
+        top_w = top_w / top_w.sum(-1, keepdim=True)
+        return top_i, top_w.to(x.dtype), probs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        idx, w, _ = self.route(flat)
+        out = self.experts(flat, idx, w)
+        out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
+        return out.reshape(shape)

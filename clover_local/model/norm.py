@@ -1,0 +1,37 @@
+"""The two RMSNorms of the model, both computed in fp32."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class ZeroCenteredRMSNorm(nn.Module):
+    """`x / rms(x) * (1 + w)`: the weight is stored as an offset from 1, so a zero tensor is the identity scale."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (rms_normalize(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """GDN output norm: plain weight, `w * rmsnorm(o) * silu(z)` (norm before gate)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        normed = self.weight * rms_normalize(x, self.eps).to(dtype)
+        return (normed * torch.nn.functional.silu(gate.float())).to(dtype)
