@@ -1,0 +1,1 @@
+"""The tiny trained Clover model's data side: synthetic corpus, tokenizer builder and chat template."""

@@ -1,0 +1,75 @@
+"""Shared fixtures: tiny random Clover checkpoints (with a real tokenizer) made on the fly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from clover_local.checkpoint.synthetic import TinySpec, write_checkpoint
+
+torch.set_num_threads(2)
+
+_TOKENIZER_TEXTS = [
+    "Hello world, this is a tiny tokenizer for tests.",
+    "add 123+45 reverse abcd sort dbca count a in banana lookup b in a=3 b=7 c=1",
+    "你好，世界。今天天气很好。",
+    "The quick brown fox jumps over the lazy dog. 0123456789",
+]
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    from clover_local.tiny.tokenizer_build import build_tokenizer, write_tokenizer_assets
+
+    out = tmp_path_factory.mktemp("tokenizer")
+    tok = build_tokenizer(_TOKENIZER_TEXTS * 4, vocab_size=320)
+    write_tokenizer_assets(tok, out)
+    return out
+
+
+def tokenizer_spec(tokenizer_dir: Path, **overrides) -> TinySpec:
+    """A TinySpec whose vocabulary, mask and eos ids match the test tokenizer."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    spec = TinySpec(
+        vocab_size=tok.get_vocab_size(),
+        mask_token_id=tok.token_to_id("<|mask|>"),
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+    )
+    for k, v in overrides.items():
+        setattr(spec, k, v)
+    return spec
+
+
+@pytest.fixture
+def make_checkpoint(tmp_path, tokenizer_dir):
+    """make_checkpoint(name, spec=None, **write_checkpoint kwargs) -> folder with weights and tokenizer files."""
+
+    def make(name: str = "ckpt", spec: TinySpec | None = None, **kwargs) -> Path:
+        folder = write_checkpoint(tmp_path / name, spec or tokenizer_spec(tokenizer_dir), **kwargs)
+        for f in tokenizer_dir.iterdir():
+            if f.name != "generation_config.json":
+                shutil.copy(f, folder / f.name)
+        return folder
+
+    return make
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def run_cli(args: list[str]) -> int:
+    """Run `clover-local ARGS` in-process; returns the exit code (the CLI always exits through SystemExit)."""
+    from clover_local.cli import main
+
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

@@ -1,0 +1,122 @@
+"""The tiny model's synthetic corpus: deterministic, train/held-out disjoint, answers right and checkable."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from clover_local.tiny import corpus as C
+from clover_local.tiny.corpus import Example, check_answer, make_heldout, make_train
+
+
+def _expected(ex: Example) -> str:
+    """Recompute the answer from the prompt alone, independently of the generator."""
+    p = ex.prompt
+    if ex.task == "add":
+        a, b = re.fullmatch(r"add (\d+)\+(\d+)", p).groups()
+        return str(int(a) + int(b))
+    if ex.task == "reverse":
+        return " ".join(reversed(p.split()[1:]))
+    if ex.task == "sort_letters":
+        return " ".join(sorted(p.split()[1:]))
+    if ex.task == "sort_numbers":
+        return " ".join(str(n) for n in sorted(int(x) for x in p.split()[1:]))
+    if ex.task == "lookup":
+        key, pairs = re.fullmatch(r"lookup (\w) in (.*)", p).groups()
+        return dict(kv.split("=") for kv in pairs.split())[key]
+    if ex.task == "count_letter":
+        letter, letters = re.fullmatch(r"count (\w) in (.*)", p).groups()
+        return str(letters.split().count(letter))
+    if ex.task == "count_items":
+        return str(len(p.split()) - 2)
+    raise AssertionError(ex.task)
+
+
+def test_train_is_deterministic_in_seed() -> None:
+    assert make_train(300, 1) == make_train(300, 1)
+    assert make_train(300, 1) != make_train(300, 2)
+    assert make_train(50, 1) == make_train(300, 1)[:50]  # a prefix: n does not change the stream
+
+
+def test_heldout_is_deterministic_in_seed() -> None:
+    assert make_heldout(70, 3) == make_heldout(70, 3)
+    assert make_heldout(70, 3) != make_heldout(70, 4)
+
+
+def test_heldout_never_in_train() -> None:
+    train = [e for seed in (0, 1) for e in make_train(3000, seed)]
+    train_prompts = {e.prompt for e in train}
+    for seed in (0, 1, 7):
+        held = make_heldout(300, seed)
+        assert len({e.prompt for e in held}) == len(held)  # distinct
+        assert not train_prompts & {e.prompt for e in held}
+        assert all(C.is_heldout_prompt(e.prompt) for e in held)
+    assert not any(C.is_heldout_prompt(e.prompt) for e in train if e.task in C.CHECKED_TASKS)
+
+
+def test_heldout_holds_checked_tasks_in_turn() -> None:
+    held = make_heldout(70, 0)
+    assert {e.task for e in held} == set(C.CHECKED_TASKS)
+    counts = {t: sum(e.task == t for e in held) for t in C.CHECKED_TASKS}
+    assert set(counts.values()) == {10}
+    with pytest.raises(ValueError):
+        make_heldout(5, 0, tasks=["chat_en"])
+
+
+def test_train_mix_covers_every_task_and_some_thinking() -> None:
+    train = make_train(2000, 0)
+    assert {e.task for e in train} == set(C.TASKS)
+    for task in C.TASKS:
+        of_task = [e for e in train if e.task == task]
+        assert any(e.thinking for e in of_task), task
+        assert any(not e.thinking for e in of_task), task
+    zh = [e for e in train if e.task == "chat_zh"]
+    assert all(not e.prompt.isascii() for e in zh)
+
+
+@pytest.mark.parametrize("task", C.CHECKED_TASKS)
+def test_answers_are_right_and_checked(task: str) -> None:
+    rng = random.Random(task)
+    for _ in range(200):
+        ex = C.make_example(task, rng)
+        assert ex.task == task
+        assert ex.answer == _expected(ex), ex
+        assert check_answer(ex, ex.answer)
+        assert check_answer(ex, f"  {ex.answer}\n")
+        assert check_answer(ex, f"{ex.answer}<|im_end|>")
+        assert check_answer(ex, f"<think>\n{ex.thinking}\n</think>\n\n{ex.answer}")
+        assert check_answer(ex, f"<think>\n\n</think>\n\n{ex.answer}")
+        assert check_answer(ex, C.assistant_content(ex))
+        # wrong answers are rejected
+        assert not check_answer(ex, ex.answer + "1")
+        assert not check_answer(ex, "")
+        assert not check_answer(ex, f"<think>\n{ex.answer}")  # thinking never ended
+        assert not check_answer(ex, f"<think>\n{ex.answer}\n</think>\n\nno")  # answer only after </think>
+
+
+@pytest.mark.parametrize("task", C.CHAT_TASKS)
+def test_chats_render_and_check_like_tasks(task: str) -> None:
+    rng = random.Random(task)
+    for _ in range(50):
+        ex = C.make_example(task, rng)
+        assert ex.prompt and ex.answer and "{" not in ex.prompt + ex.answer + ex.thinking
+        assert check_answer(ex, C.assistant_content(ex))
+        assert not check_answer(ex, ex.answer + "x")
+
+
+def test_rendering_of_a_simple_example() -> None:
+    ex = Example("add", "add 123+45", "", "168")
+    assert check_answer(ex, "168") and not check_answer(ex, "167")
+    assert C.render_prompt(ex, enable_thinking=False).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert C.render_conversation(ex) == (
+        "<|im_start|>user\nadd 123+45<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n168<|im_end|>\n"
+    )
+
+
+def test_unknown_task_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        C.make_example("divide", random.Random(0))
+    with pytest.raises(ValueError):
+        make_train(3, 0, tasks=["divide"])
