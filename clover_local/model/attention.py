@@ -71,3 +71,22 @@ class Attention(nn.Module):
                 rows = torch.arange(t, device=x.device)[:, None] + n_past
                 mask = torch.arange(n_past + t, device=x.device)[None, :] <= rows
         return self.attend(q, k_all, v_all, gate, mask)
+
+    def forward_all_blocks(
+        self, clean: torch.Tensor, noisy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, block_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training form: the causal pass over `clean` and, at once, a preview of every block of `noisy`, each
+        block seeing the clean prefix before it plus its own rows (what decoding does one block at a time)."""
+        q_c, k_c, v_c, g_c = self.project(clean, cos, sin)
+        q_n, k_n, v_n, g_n = self.project(noisy, cos, sin)
+        t = clean.shape[1]
+        pos = torch.arange(t, device=clean.device)
+        blk = pos // block_size
+        causal = pos[None, :] <= pos[:, None]
+        sees_clean = pos[None, :] < (blk * block_size)[:, None]
+        sees_noisy = blk[None, :] == blk[:, None]
+        out_c = self.attend(q_c, k_c, v_c, g_c, causal)
+        out_n = self.attend(
+            q_n, torch.cat([k_c, k_n], 2), torch.cat([v_c, v_n], 2), g_n, torch.cat([sees_clean, sees_noisy], 1)
+        )
+        return out_c, out_n

@@ -45,6 +45,17 @@ class DecoderLayer(nn.Module):
         x = x + self.mix(x, cos, sin, cache, preview, n_prefix)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_all_blocks(self, clean, noisy, cos, sin, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        hc, hn = self.input_layernorm(clean), self.input_layernorm(noisy)
+        if self.is_attention:
+            mc, mn = self.self_attn.forward_all_blocks(hc, hn, cos, sin, block_size)
+        else:
+            mc, mn = self.linear_attn.forward_all_blocks(hc, hn, block_size)
+        clean, noisy = clean + mc, noisy + mn
+        both = torch.cat([clean, noisy], 0)
+        both = both + self.mlp(self.post_attention_layernorm(both))
+        return both[: clean.shape[0]], both[clean.shape[0] :]
+
 
 class CloverModel(nn.Module):
     def __init__(self, cfg: CloverConfig) -> None:
@@ -87,6 +98,20 @@ class CloverModel(nn.Module):
         if rows is not None:
             h = h[:, rows]
         return self.lm_head(h).float()
+
+    def forward_all_blocks(self, clean_ids: torch.Tensor, noisy_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training: hidden states of the causal pass over `clean_ids` and of a preview of every block of
+        `noisy_ids` ([B, T], T a multiple of block_size, blocks aligned at 0), each block conditioned on the
+        clean prefix before it. Equals running decoding's passes block by block (a test pins this)."""
+        bs = self.config.diffusion.block_size
+        if clean_ids.shape[1] % bs:
+            raise ValueError(f"sequence length {clean_ids.shape[1]} is not a multiple of block size {bs}")
+        positions = torch.arange(clean_ids.shape[1], device=clean_ids.device)
+        clean, noisy = self.embed_tokens(clean_ids), self.embed_tokens(noisy_ids)
+        cos, sin = self.rotary.cos_sin(positions, clean.dtype)
+        for layer in self.layers:
+            clean, noisy = layer.forward_all_blocks(clean, noisy, cos, sin, bs)
+        return self.norm(clean), self.norm(noisy)
 
     # ------------------------------------------------------------------ loading
     @classmethod
