@@ -1,0 +1,218 @@
+"""Train the tiny Clover model shipped with the package (the embedded default and quality yardstick).
+
+    python -m clover_local.tiny.train --out clover_local/assets/tiny
+
+From a fixed seed: generate the synthetic corpus, train the byte-level BPE tokenizer, then train a model of the
+full Clover architecture (GDN and attention layers 3:1, MoE with shared expert, the preview extras) with the
+block-diffusion objective: every block of a conversation is masked at its own random ratio and denoised by a
+preview pass that sees the clean blocks before it through the causal pass (`CloverModel.forward_all_blocks`,
+which equals decoding's block-by-block passes); the loss is cross-entropy on the masked positions. Prompt
+tokens are never masked (decoding knows them); positions after the answer's end are trained to be padding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+from clover_local.config import parse_config
+from clover_local.model.clover import CloverModel
+from clover_local.tiny import corpus
+from clover_local.tiny.tokenizer_build import build_tokenizer, write_tokenizer_assets
+
+
+@dataclass
+class TrainSettings:
+    seed: int = 0
+    n_train: int = 60_000
+    vocab_size: int = 512
+    steps: int = 3000
+    batch_size: int = 48
+    lr: float = 3e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    threads: int = 2
+    block_size: int = 16
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_experts: int = 16
+    num_experts_per_tok: int = 4
+    moe_intermediate_size: int = 64
+    shared_expert_intermediate_size: int = 128
+    threshold: float = 0.9
+
+
+def model_spec(s: TrainSettings, tok) -> TinySpec:
+    return TinySpec(
+        hidden_size=s.hidden_size,
+        num_hidden_layers=s.num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+        linear_conv_kernel_dim=4,
+        num_experts=s.num_experts,
+        num_experts_per_tok=s.num_experts_per_tok,
+        moe_intermediate_size=s.moe_intermediate_size,
+        shared_expert_intermediate_size=s.shared_expert_intermediate_size,
+        vocab_size=tok.get_vocab_size(),
+        full_attention_interval=4,
+        partial_rotary_factor=0.25,
+        rope_theta=10_000.0,
+        block_size=s.block_size,
+        mask_token_id=tok.token_to_id("<|mask|>"),
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+    )
+
+
+def init_weights(model: CloverModel, seed: int) -> None:
+    """Small normal linears, identity norms, the backbone's decay init, neutral preview extras."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        with torch.no_grad():
+            if "layernorm" in name or name.endswith(("q_norm.weight", "k_norm.weight")) or name == "norm.weight":
+                p.zero_()
+            elif name.endswith("linear_attn.norm.weight"):
+                p.fill_(1.0)
+            elif leaf == "A_log":
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=gen).log())
+            elif leaf == "dt_bias":
+                p.fill_(1.0)
+            elif leaf == "conv_right_weight":
+                p.normal_(0.0, 0.1, generator=gen)
+            elif leaf == "bd_softmax_logit_scale":
+                p.fill_(4.0)
+            elif leaf in ("bd_softmax_history_bias", "bd_softmax_history_c"):
+                p.zero_()
+            elif "conv1d" in name:
+                p.normal_(0.0, 0.3, generator=gen)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+
+
+class Batches:
+    """Tokenised conversations with a per-position 'may be masked' flag (False on the prompt)."""
+
+    def __init__(self, examples: list[corpus.Example], tok, block_size: int, seed: int) -> None:
+        self.rows: list[tuple[list[int], int]] = []
+        for ex in examples:
+            full = tok.encode(corpus.render_conversation(ex)).ids
+            # the prompt ends at "<|im_start|>assistant\n": everything after it may be masked
+            head = tok.encode(corpus.render_prompt(ex, enable_thinking=True)).ids
+            self.rows.append((full, len(head)))
+        self.block_size = block_size
+        self.pad = tok.token_to_id("<|endoftext|>")
+        self.mask = tok.token_to_id("<|mask|>")
+        self.rng = random.Random(seed)
+
+    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        picks = [self.rows[self.rng.randrange(len(self.rows))] for _ in range(n)]
+        bs = self.block_size
+        length = max(math.ceil(len(ids) / bs) * bs for ids, _ in picks)
+        clean = torch.full((n, length), self.pad, dtype=torch.long)
+        maskable = torch.zeros(n, length, dtype=torch.bool)
+        for i, (ids, prompt_len) in enumerate(picks):
+            clean[i, : len(ids)] = torch.tensor(ids)
+            maskable[i, prompt_len:] = True
+        # one masking ratio per block, uniform in (0, 1]
+        ratio = torch.rand(n, length // bs, generator=gen).clamp(min=0.05).repeat_interleave(bs, 1)
+        masked = (torch.rand(n, length, generator=gen) < ratio) & maskable
+        noisy = clean.masked_fill(masked, self.mask)
+        return clean, noisy, masked
+
+
+def train(out: Path, s: TrainSettings, log_every: int = 50) -> dict:
+    torch.manual_seed(s.seed)
+    torch.set_num_threads(s.threads)
+    t0 = time.time()
+    examples = corpus.make_train(s.n_train, s.seed)
+    texts = [corpus.render_conversation(e) for e in examples]
+    tok = build_tokenizer(texts[:20_000], s.vocab_size)
+    spec = model_spec(s, tok)
+    raw = tiny_config_dict(spec)
+    raw["threshold"] = s.threshold
+    cfg = parse_config(raw)
+    model = CloverModel(cfg)
+    init_weights(model, s.seed)
+    model.train()
+    data = Batches(examples, tok, s.block_size, s.seed)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=s.lr, betas=(0.9, 0.98),
+    )
+    gen = torch.Generator().manual_seed(s.seed + 1)
+    curve: list[tuple[int, float]] = []
+    running = None
+    for step in range(1, s.steps + 1):
+        lr = s.lr * min(1.0, step / s.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / s.steps)))
+        for group in opt.param_groups:
+            group["lr"] = max(lr, s.lr * 0.02)
+        clean, noisy, masked = data.sample(s.batch_size, gen)
+        _, hidden = model.forward_all_blocks(clean, noisy)
+        logits = model.lm_head(hidden[masked]).float()
+        loss = F.cross_entropy(logits, clean[masked])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
+        if step % log_every == 0 or step == 1:
+            curve.append((step, running))
+            print(f"step {step:5d}  loss {running:.4f}  lr {lr:.2e}  {time.time() - t0:6.0f}s", flush=True)
+    save(out, model, tok, raw, spec, s, curve, time.time() - t0)
+    return {"seconds": time.time() - t0, "final_loss": running}
+
+
+def save(out: Path, model: CloverModel, tok, raw: dict, spec: TinySpec, s: TrainSettings, curve, seconds) -> None:
+    """Write a checkpoint folder in the real Clover layout (`model.` prefix, fused experts), BF16 weights."""
+    out.mkdir(parents=True, exist_ok=True)
+    state = {
+        ("lm_head.weight" if name == "lm_head.weight" else f"model.{name}"): p.detach().to(torch.bfloat16).contiguous()
+        for name, p in model.state_dict().items()
+    }
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+    generation = {
+        "eos_token_id": [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")],
+        "pad_token_id": tok.token_to_id("<|endoftext|>"),
+        "mask_token_id": spec.mask_token_id,
+        "block_size": spec.block_size,
+        "threshold": s.threshold,
+        "temperature": 0.0,
+        "max_new_tokens": 64,
+    }
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    write_tokenizer_assets(tok, out)
+    (out / "training.json").write_text(
+        json.dumps({"settings": asdict(s), "seconds": round(seconds, 1), "curve": curve}, indent=2) + "\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    for field, value in asdict(TrainSettings()).items():
+        parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
+    args = parser.parse_args()
+    settings = TrainSettings(**{k: getattr(args, k) for k in asdict(TrainSettings())})
+    print(json.dumps(train(args.out, settings)))
+
+
+if __name__ == "__main__":
+    main()
