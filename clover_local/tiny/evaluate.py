@@ -1,0 +1,124 @@
+"""The yardstick: exact-match accuracy on held-out tasks, tokens revealed per pass, and a chat sample.
+
+    python -m clover_local.tiny.evaluate tiny --n 140 --threshold 0.9 --json
+
+Used by the tests (the shipped model must still answer) and by quantization (a pack must keep its accuracy).
+Held-out prompts come from `corpus.make_heldout`, which never overlaps training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+from clover_local.generate.events import Finished, PassDone
+from clover_local.tiny import corpus
+
+HELDOUT_SEED = 20261130
+CHAT_PROMPTS = ("hi", "你好")
+
+
+@dataclass
+class EvalReport:
+    accuracy: float
+    per_task: dict[str, float]
+    n: int
+    tokens_per_pass: float  # output tokens / preview passes
+    revealed_per_pass: float  # positions revealed / preview passes (includes the stop token and padding)
+    threshold: float
+    seconds: float
+    chat: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_prompt(decoder: BlockDiffusionDecoder, tok, prompt: str, settings: DecodeSettings) -> tuple[list[int], int, int]:
+    """(output ids, preview passes, revealed positions) for one rendered prompt."""
+    passes = revealed = 0
+    out: list[int] = []
+    for event in decoder.generate(tok.encode(prompt), settings):
+        if isinstance(event, PassDone):
+            passes += 1
+            revealed += len(event.revealed)
+        elif isinstance(event, Finished):
+            out = event.token_ids
+    return out, passes, revealed
+
+
+def evaluate(
+    model, tok, mask_id: int, n: int = 140, threshold: float = 0.9, max_new_tokens: int = 48,
+    enable_thinking: bool = False, seed: int = HELDOUT_SEED,
+) -> EvalReport:
+    t0 = time.perf_counter()
+    decoder = BlockDiffusionDecoder(model, mask_id)
+    stops = list(dict.fromkeys(tok.eos_token_ids))
+    settings = DecodeSettings(max_new_tokens=max_new_tokens, threshold=threshold, stop_token_ids=stops)
+    right: dict[str, list[bool]] = defaultdict(list)
+    total_tokens = total_passes = total_revealed = 0
+    failures = []
+    for ex in corpus.make_heldout(n, seed):
+        ids, passes, revealed = run_prompt(decoder, tok, corpus.render_prompt(ex, enable_thinking), settings)
+        text = tok.decode(ids)
+        ok = corpus.check_answer(ex, text)
+        right[ex.task].append(ok)
+        if not ok and len(failures) < 20:
+            failures.append({"prompt": ex.prompt, "expected": ex.answer, "got": text})
+        total_tokens += len(ids)
+        total_passes += passes
+        total_revealed += revealed
+    chat = []
+    for prompt in CHAT_PROMPTS:
+        rendered = tok.apply_chat_template([{"role": "user", "content": prompt}], enable_thinking=True)
+        ids, _, _ = run_prompt(decoder, tok, rendered, settings)
+        chat.append({"user": prompt, "assistant": tok.decode(ids)})
+    flat = [ok for oks in right.values() for ok in oks]
+    return EvalReport(
+        accuracy=sum(flat) / max(len(flat), 1),
+        per_task={task: sum(oks) / len(oks) for task, oks in sorted(right.items())},
+        n=len(flat),
+        tokens_per_pass=total_tokens / max(total_passes, 1),
+        revealed_per_pass=total_revealed / max(total_passes, 1),
+        threshold=threshold,
+        seconds=time.perf_counter() - t0,
+        chat=chat,
+        failures=failures,
+    )
+
+
+def main() -> None:
+    from clover_local.loader import load
+
+    parser = argparse.ArgumentParser(description="Evaluate a tiny Clover model on held-out tasks.")
+    parser.add_argument("model", nargs="?", default="tiny")
+    parser.add_argument("--n", type=int, default=140)
+    parser.add_argument("--threshold", type=float, default=0.9)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--think", action="store_true", help="evaluate with thinking enabled")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    loaded = load(args.model, "cpu", args.dtype)
+    report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
+                      enable_thinking=args.think)
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        print(f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts, "
+              f"{report.tokens_per_pass:.2f} tokens/pass ({report.revealed_per_pass:.2f} revealed/pass), "
+              f"{report.seconds:.1f}s")
+        for task, acc in report.per_task.items():
+            print(f"  {task:14s} {acc:.3f}")
+        for c in report.chat:
+            print(f"  chat {c['user']!r} -> {c['assistant']!r}")
+
+
+if __name__ == "__main__":
+    main()
