@@ -21,7 +21,8 @@ def choose(
     probs = torch.softmax(logits / temperature, -1)
     if top_p < 1.0:
         sorted_p, order = probs.sort(-1, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the top token
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p
+        keep[..., 0] = True  # always keep the top token (top_p = 0 would otherwise keep nothing: 0/0 = NaN)
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
         probs = probs / probs.sum(-1, keepdim=True)

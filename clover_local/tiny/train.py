@@ -36,18 +36,18 @@ class TrainSettings:
     seed: int = 0
     n_train: int = 60_000
     vocab_size: int = 512
-    steps: int = 3000
-    batch_size: int = 48
+    steps: int = 2400
+    batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    threads: int = 2
+    threads: int = 1
     block_size: int = 16
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_experts: int = 16
-    num_experts_per_tok: int = 4
-    moe_intermediate_size: int = 64
+    num_experts_per_tok: int = 2
+    moe_intermediate_size: int = 128
     shared_expert_intermediate_size: int = 128
     threshold: float = 0.9
 
@@ -115,12 +115,19 @@ class Batches:
             head = tok.encode(corpus.render_prompt(ex, enable_thinking=True)).ids
             self.rows.append((full, len(head)))
         self.block_size = block_size
+        # length buckets (in blocks) so a batch is not padded to the longest conversation of the corpus
+        self.buckets: dict[int, list[int]] = {}
+        for i, (ids, _) in enumerate(self.rows):
+            self.buckets.setdefault(math.ceil(len(ids) / block_size), []).append(i)
+        self.bucket_keys = sorted(self.buckets)
+        self.bucket_weights = [len(self.buckets[k]) for k in self.bucket_keys]
         self.pad = tok.token_to_id("<|endoftext|>")
         self.mask = tok.token_to_id("<|mask|>")
         self.rng = random.Random(seed)
 
     def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        picks = [self.rows[self.rng.randrange(len(self.rows))] for _ in range(n)]
+        bucket = self.buckets[self.rng.choices(self.bucket_keys, self.bucket_weights)[0]]
+        picks = [self.rows[self.rng.choice(bucket)] for _ in range(n)]
         bs = self.block_size
         length = max(math.ceil(len(ids) / bs) * bs for ids, _ in picks)
         clean = torch.full((n, length), self.pad, dtype=torch.long)
@@ -135,7 +142,7 @@ class Batches:
         return clean, noisy, masked
 
 
-def train(out: Path, s: TrainSettings, log_every: int = 50) -> dict:
+def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 500) -> dict:
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
     t0 = time.time()
@@ -175,6 +182,8 @@ def train(out: Path, s: TrainSettings, log_every: int = 50) -> dict:
         if step % log_every == 0 or step == 1:
             curve.append((step, running))
             print(f"step {step:5d}  loss {running:.4f}  lr {lr:.2e}  {time.time() - t0:6.0f}s", flush=True)
+        if step % save_every == 0 and step < s.steps:
+            save(out, model, tok, raw, spec, s, curve, time.time() - t0)
     save(out, model, tok, raw, spec, s, curve, time.time() - t0)
     return {"seconds": time.time() - t0, "final_loss": running}
 
