@@ -116,42 +116,56 @@ class CloverModel(nn.Module):
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_reader(
-        cls, reader: CheckpointReader, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16
+        cls, reader, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16
     ) -> "CloverModel":
-        """Build on the meta device, then fill one layer at a time so peak host memory is one layer's tensors."""
+        """Build on the meta device, then fill one layer at a time so peak host memory is one layer's tensors.
+        `reader` is a CheckpointReader or anything with the same `config`/`global_state`/`layer_state`."""
         cfg = reader.config
         with torch.device("meta"):
             model = cls(cfg)
-        model._assign(reader.global_state(), "", device, dtype)
+        for name, tensor in reader.global_state().items():
+            _set_param(model, name, tensor.to(device=device, dtype=dtype))
         if cfg.tie_word_embeddings:
             model.lm_head.weight = model.embed_tokens.weight
         model.has_preview_params = reader.has_preview_params
         for i in range(cfg.num_hidden_layers):
-            model._assign(reader.layer_state(i), f"layers.{i}.", device, dtype)
+            fill_layer(model.layers[i], reader.layer_state(i), device, dtype)
         model.rotary.inv_freq = model.rotary.inv_freq.to(device)
         return model.eval()
 
-    def _assign(self, state: dict[str, torch.Tensor], prefix: str, device, dtype: torch.dtype) -> None:
-        for name, tensor in state.items():
-            self._set_param(prefix + name, tensor.to(device=device, dtype=dtype))
-        if prefix.startswith("layers."):
-            layer = self.layers[int(prefix.split(".")[1])]
-            if not layer.is_attention:
-                gdn = layer.linear_attn
-                defaults = {  # neutral values for a backbone without the diffusion extras
-                    "conv_right_weight": torch.zeros(gdn.conv1d.weight.shape[0], gdn.kernel - 1),
-                    "bd_softmax_logit_scale": torch.ones(gdn.hv),
-                    "bd_softmax_history_bias": torch.zeros(gdn.hv),
-                    "bd_softmax_history_c": torch.zeros(gdn.hv),
-                }
-                for extra in PREVIEW_EXTRAS:
-                    if f"linear_attn.{extra}" not in state:
-                        self._set_param(f"{prefix}linear_attn.{extra}", defaults[extra].to(device=device, dtype=dtype))
 
-    def _set_param(self, name: str, value: torch.Tensor) -> None:
-        module_name, _, attr = name.rpartition(".")
-        module = self.get_submodule(module_name) if module_name else self
-        setattr(module, attr, nn.Parameter(value, requires_grad=False))
+def _set_param(module: nn.Module, name: str, value: torch.Tensor) -> None:
+    owner_name, _, attr = name.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    setattr(owner, attr, nn.Parameter(value, requires_grad=False))
+
+
+def fill_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], device, dtype: torch.dtype) -> DecoderLayer:
+    """Put a layer's tensors (names relative to `layers.i.`) into it; a backbone without the block-diffusion
+    extras gets neutral ones (no right taps, unit logit scale, no history preference)."""
+    for name, tensor in state.items():
+        _set_param(layer, name, tensor.to(device=device, dtype=dtype))
+    if not layer.is_attention:
+        gdn = layer.linear_attn
+        defaults = {
+            "conv_right_weight": torch.zeros(gdn.conv1d.weight.shape[0], gdn.kernel - 1),
+            "bd_softmax_logit_scale": torch.ones(gdn.hv),
+            "bd_softmax_history_bias": torch.zeros(gdn.hv),
+            "bd_softmax_history_c": torch.zeros(gdn.hv),
+        }
+        for extra in PREVIEW_EXTRAS:
+            if f"linear_attn.{extra}" not in state:
+                _set_param(layer, f"linear_attn.{extra}", defaults[extra].to(device=device, dtype=dtype))
+    return layer
+
+
+def build_layer(
+    cfg: CloverConfig, index: int, state: dict[str, torch.Tensor], device, dtype: torch.dtype
+) -> DecoderLayer:
+    """One decoder layer with its weights, without building the rest of the model (layer streaming)."""
+    with torch.device("meta"):
+        layer = DecoderLayer(cfg, index)
+    return fill_layer(layer, state, device, dtype).eval()
 
 
 def load_model(
