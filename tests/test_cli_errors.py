@@ -1,0 +1,211 @@
+"""Bad input gets one clear line on stderr and a non-zero exit, never a traceback; and the happy path of
+`generate` prints what it promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import run_cli
+
+GEN = ["--device", "cpu", "--dtype", "float32"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread is far faster than two on a busy 2-core machine (thread sync dominates)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def expect_error(capsys, args, *needles: str) -> str:
+    """Run the CLI in-process; it must fail with exactly one `error: …` line on stderr naming every needle."""
+    code = run_cli(args)
+    out, err = capsys.readouterr()
+    assert code != 0, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def generate_args(folder, *extra):
+    return ["generate", folder, "-p", "Hello world", "--raw", "--max-new-tokens", "6", *GEN, *extra]
+
+
+# ---------------------------------------------------------------------------------------------- the model folder
+
+
+def test_missing_folder(tmp_path, capsys):
+    missing = tmp_path / "no-such-model"
+    expect_error(capsys, generate_args(missing), str(missing))
+    expect_error(capsys, ["score", missing, "--text", "hi there"], str(missing))
+
+
+def test_sharded_checkpoint_missing_shard(make_checkpoint, capsys):
+    folder = make_checkpoint(shards=3)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shard = sorted(set(index["weight_map"].values()))[1]
+    (folder / shard).unlink()
+    expect_error(capsys, generate_args(folder), shard)
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_truncated_shard(make_checkpoint, capsys):
+    folder = make_checkpoint()
+    _truncate(folder / "model.safetensors")
+    expect_error(capsys, generate_args(folder), "model.safetensors")
+
+
+def test_truncated_shard_in_a_sharded_checkpoint(make_checkpoint, capsys):
+    folder = make_checkpoint(shards=2)
+    shard = "model-00002-of-00002.safetensors"
+    _truncate(folder / shard)
+    expect_error(capsys, ["score", folder, "--text", "Hello world", *GEN], shard)
+
+
+def test_wrong_tensor_shape_names_the_tensor(make_checkpoint, capsys):
+    name = "model.layers.1.linear_attn.in_proj_z.weight"
+    folder = make_checkpoint(extra_tensors={name: torch.randn(7, 64)})
+    line = expect_error(capsys, generate_args(folder), name, "[7, 64]")
+    assert "[64, 64]" in line  # and the expected shape
+
+
+def test_unknown_model_type(make_checkpoint, capsys):
+    folder = make_checkpoint()
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["model_type"] = "llama"
+    (folder / "config.json").write_text(json.dumps(cfg))
+    expect_error(capsys, generate_args(folder), "model_type", "llama")
+
+
+def test_invalid_json_config(make_checkpoint, capsys):
+    folder = make_checkpoint()
+    text = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(text[: len(text) // 2])
+    expect_error(capsys, generate_args(folder), "config.json", "JSON")
+
+
+def test_prompt_over_context_limit(make_checkpoint, capsys):
+    from clover_local.tokenizer import ChatTokenizer
+
+    folder = make_checkpoint()
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["max_position_embeddings"] = 24
+    (folder / "config.json").write_text(json.dumps(cfg))
+    prompt = "Hello world, the quick brown fox"
+    n = len(ChatTokenizer.from_folder(folder).encode(prompt))
+    assert n < 24
+    expect_error(
+        capsys, ["generate", folder, "-p", prompt, "--raw", "--max-new-tokens", "30", *GEN], str(n), "30", "24"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- flags
+
+
+def test_score_needs_exactly_one_of_text_and_file(make_checkpoint, tmp_path, capsys):
+    folder = make_checkpoint()
+    f = tmp_path / "t.txt"
+    f.write_text("Hello world", encoding="utf-8")
+    expect_error(capsys, ["score", folder, *GEN], "--text", "--file")
+    expect_error(capsys, ["score", folder, "--text", "Hello", "--file", f, *GEN], "--text", "--file")
+    expect_error(capsys, ["score", folder, "--file", tmp_path / "missing.txt", *GEN], "missing.txt")
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [("--threshold", "2"), ("--threshold", "-0.5"), ("--temperature", "-1"), ("--top-p", "1.5")],
+)
+def test_out_of_range_flags(make_checkpoint, capsys, flag, value):
+    folder = make_checkpoint()
+    expect_error(capsys, generate_args(folder, flag, value), flag, value)
+
+
+def test_max_new_tokens_zero(make_checkpoint, capsys):
+    folder = make_checkpoint()
+    expect_error(capsys, ["generate", folder, "-p", "hi", "--raw", "--max-new-tokens", "0", *GEN], "--max-new-tokens")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_gpu(make_checkpoint, capsys):
+    folder = make_checkpoint()
+    args = ["generate", folder, "-p", "hi", "--raw", "--device", "cuda", "--dtype", "float32"]
+    expect_error(capsys, args, "cuda")
+
+
+def test_bad_dtype_and_device(make_checkpoint, capsys):
+    folder = make_checkpoint()
+    expect_error(capsys, ["generate", folder, "-p", "hi", "--raw", "--device", "cpu", "--dtype", "int3"], "int3")
+    expect_error(capsys, ["generate", folder, "-p", "hi", "--raw", "--device", "tpu9", "--dtype", "float32"], "tpu9")
+
+
+# ---------------------------------------------------------------------------------------------- a real terminal
+
+
+def test_real_process_prints_one_line_no_traceback(make_checkpoint):
+    folder = make_checkpoint()
+    _truncate(folder / "model.safetensors")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "clover_local", "generate", str(folder), "-p", "hi", "--raw", *GEN],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "model.safetensors" in lines[0], proc.stderr
+    assert proc.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------- happy path
+
+
+def test_generate_json_and_text(make_checkpoint, capsys):
+    folder = make_checkpoint(seed=4)
+    assert run_cli(generate_args(folder, "--max-new-tokens", "11", "--json")) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1
+    obj = json.loads(lines[0])
+    assert set(obj) == {"text", "token_ids", "stats"}
+    assert set(obj["stats"]) == {"tokens", "passes", "tokens_per_pass", "seconds", "tokens_per_second"}
+    assert len(obj["token_ids"]) <= 11 and obj["stats"]["tokens"] == len(obj["token_ids"])
+    assert obj["stats"]["passes"] >= 1
+    assert obj["stats"]["tokens_per_pass"] == pytest.approx(obj["stats"]["tokens"] / obj["stats"]["passes"], abs=1e-4)
+    assert isinstance(obj["text"], str)
+
+    from clover_local.tokenizer import ChatTokenizer
+
+    assert obj["text"] == ChatTokenizer.from_folder(folder).decode(obj["token_ids"])
+
+    # without --json: the same (greedy) text streamed on stdout, the stats line on stderr
+    assert run_cli(generate_args(folder, "--max-new-tokens", "11")) == 0
+    out2, err2 = capsys.readouterr()
+    assert out2 == obj["text"] + "\n"
+    assert "tokens" in err2 and "passes" in err2 and "Traceback" not in err2
+
+
+def test_generate_with_chat_template_and_sampling(make_checkpoint, capsys):
+    folder = make_checkpoint(seed=6)
+    args = ["generate", folder, "-p", "add 12+30", "--no-think", "--max-new-tokens", "9", "--temperature", "1",
+            "--top-p", "0", "--seed", "3", "--json", *GEN]
+    assert run_cli(args) == 0  # top-p 0 is in the accepted range: it keeps the top token (greedy on tokens)
+    obj = json.loads(capsys.readouterr().out)
+    assert 1 <= len(obj["token_ids"]) <= 9

@@ -1,0 +1,311 @@
+"""Block-diffusion decoding (`BlockDiffusionDecoder`) on tiny random checkpoints: reveal rules, stops, limits,
+sampling, shifted logits and the event stream. fp32 on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from clover_local.errors import CloverError
+from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+from clover_local.generate.events import BlockCommitted, Finished, PassDone
+from clover_local.generate.sampling import choose, pick_reveals
+from clover_local.loader import load, resolve_mask_token
+from clover_local.model.clover import load_model
+
+BS = 8  # TinySpec's block size
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread is far faster than two on a busy 2-core machine (thread sync dominates)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def loaded(make_checkpoint):
+    return load(str(make_checkpoint(seed=21)), device="cpu", dtype="float32")
+
+
+def run(loaded, prompt, **settings):
+    """(events, Finished) of one decode."""
+    settings.setdefault("stop_token_ids", [])
+    decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    events = list(decoder.generate(prompt, DecodeSettings(**settings)))
+    assert isinstance(events[-1], Finished)
+    assert not any(isinstance(e, Finished) for e in events[:-1])
+    return events, events[-1]
+
+
+def prompt_ids(loaded, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    vocab = loaded.config.vocab_size
+    ids = torch.randint(0, vocab, (n,), generator=g).tolist()
+    return [i if i != loaded.mask_token_id else 0 for i in ids]
+
+
+def passes(events):
+    return [e for e in events if isinstance(e, PassDone)]
+
+
+def commits(events):
+    return [e for e in events if isinstance(e, BlockCommitted)]
+
+
+def check_event_invariants(events, fin):
+    committed = [t for e in commits(events) for t in e.token_ids]
+    assert committed == fin.token_ids
+    assert fin.stats.tokens == len(fin.token_ids)
+    assert fin.stats.passes == len(passes(events))
+    assert [e.block for e in commits(events)] == list(range(len(commits(events))))
+    for e in commits(events):
+        assert e.passes == sum(1 for p in passes(events) if p.block == e.block)
+
+
+# ---------------------------------------------------------------------------------------------- basics
+
+
+def test_mask_token_resolution(loaded):
+    assert loaded.mask_token_id == resolve_mask_token(loaded.config, loaded.tokenizer)
+    assert loaded.mask_token_id == loaded.tokenizer.token_to_id("<|mask|>")
+
+
+def test_greedy_is_deterministic_and_events_consistent(loaded):
+    prompt = prompt_ids(loaded, 16)
+    ev1, fin1 = run(loaded, prompt, max_new_tokens=20)
+    ev2, fin2 = run(loaded, prompt, max_new_tokens=20)
+    assert fin1.token_ids == fin2.token_ids
+    assert len(fin1.token_ids) == 20
+    assert [e for e in ev1 if not isinstance(e, Finished)] == [e for e in ev2 if not isinstance(e, Finished)]
+    check_event_invariants(ev1, fin1)
+    assert fin1.stats.stop_reason == "length"
+    assert fin1.stats.blocks == 3 and fin1.stats.commits == 2  # the last block is not committed
+    # every masked position is revealed exactly once, and a revealed token never changes
+    for block in range(3):
+        seen: dict[int, int] = {}
+        for p in (p for p in passes(ev1) if p.block == block):
+            for r in p.revealed:
+                assert r.position not in seen
+                seen[r.position] = r.token_id
+                assert 0.0 < r.confidence <= 1.0
+            for pos, tok in seen.items():
+                assert p.tokens[pos] == tok
+            assert sum(t is not None for t in p.tokens) == len(seen)
+        assert [seen[k] for k in sorted(seen)] == commits(ev1)[block].token_ids
+
+
+def test_threshold_zero_reveals_whole_block_in_one_pass(loaded):
+    ev, fin = run(loaded, prompt_ids(loaded, 16, 1), max_new_tokens=3 * BS, threshold=0.0)
+    ps = passes(ev)
+    assert len(ps) == 3 and [p.block for p in ps] == [0, 1, 2]
+    for p in ps:
+        assert [r.position for r in p.revealed] == list(range(BS))
+        assert None not in p.tokens
+    assert fin.stats.passes == 3 and fin.stats.tokens == 3 * BS
+    assert fin.stats.tokens_per_pass == BS
+    check_event_invariants(ev, fin)
+
+
+def test_threshold_one_reveals_one_per_pass(loaded):
+    ev, fin = run(loaded, prompt_ids(loaded, 16, 2), max_new_tokens=2 * BS, threshold=1.0)
+    ps = passes(ev)
+    assert all(len(p.revealed) == 1 for p in ps)
+    assert len(ps) == fin.stats.passes == fin.stats.tokens == 2 * BS
+    check_event_invariants(ev, fin)
+
+
+def test_first_pass_reveals_the_most_confident_position(loaded):
+    prompt = prompt_ids(loaded, 16, 3)
+    ev, _ = run(loaded, prompt, max_new_tokens=BS, threshold=1.0)
+    model, mask = loaded.model, loaded.mask_token_id
+    with torch.no_grad():
+        cache = model.new_cache()
+        model(torch.tensor([prompt]), cache)
+        logits = model(torch.tensor([[mask] * BS]), cache, preview=True)[0]
+    logits[:, mask] = float("-inf")
+    probs = torch.softmax(logits, -1)
+    conf, ids = probs.max(-1)
+    best = int(conf.argmax())
+    first = passes(ev)[0].revealed[0]
+    assert (first.position, first.token_id) == (best, int(ids[best]))
+    assert first.confidence == pytest.approx(float(conf[best]), rel=1e-5)
+
+
+def test_stop_token_ends_output(loaded):
+    prompt = prompt_ids(loaded, 16, 4)
+    _, fin = run(loaded, prompt, max_new_tokens=3 * BS)
+    toks = fin.token_ids
+    # a position inside a later block whose token does not occur before it
+    k = next(i for i in range(BS + 3, len(toks)) if toks[i] not in toks[:i])
+    ev2, fin2 = run(loaded, prompt, max_new_tokens=3 * BS, stop_token_ids=[toks[k]])
+    assert fin2.token_ids == toks[:k]
+    assert fin2.stats.stop_reason == "stop"
+    assert fin2.stats.tokens == k
+    check_event_invariants(ev2, fin2)
+    assert commits(ev2)[-1].block == k // BS  # nothing decoded past the stop's block
+    assert all(p.block <= k // BS for p in passes(ev2))
+    # a stop token as the very first generated token: empty output
+    ev3, fin3 = run(loaded, prompt, max_new_tokens=3 * BS, stop_token_ids=[toks[0]])
+    assert fin3.token_ids == [] and fin3.stats.stop_reason == "stop"
+    check_event_invariants(ev3, fin3)
+
+
+@pytest.mark.parametrize("prompt_len", [16, 11, 5])
+def test_max_new_tokens_exact_and_prompt_tail_opens_first_block(loaded, prompt_len):
+    prompt = prompt_ids(loaded, prompt_len, 5)
+    tail = prompt[(prompt_len // BS) * BS :]
+    ev, fin = run(loaded, prompt, max_new_tokens=13)
+    assert len(fin.token_ids) == fin.stats.tokens == 13
+    check_event_invariants(ev, fin)
+    for p in passes(ev):
+        if p.block == 0:
+            assert p.fixed == len(tail)
+            assert p.tokens[: len(tail)] == tail  # the prompt tail is never changed
+            assert all(r.position >= len(tail) for r in p.revealed)
+        else:
+            assert p.fixed == 0
+    sizes = [len(c.token_ids) for c in commits(ev)]
+    first = BS - len(tail)
+    assert sizes[0] == first
+    assert sizes == [first] + [BS] * ((13 - first) // BS) + ([(13 - first) % BS] if (13 - first) % BS else [])
+    # the last block reveals only the positions it needs: no pass touches a position past the budget
+    last = commits(ev)[-1].block
+    budget_end = (len(tail) if last == 0 else 0) + sizes[-1]
+    for p in passes(ev):
+        if p.block == last:
+            assert all(r.position < budget_end for r in p.revealed)
+            assert all(t is None for t in p.tokens[budget_end:])
+    assert fin.stats.prompt_tokens == prompt_len
+
+
+def test_max_new_tokens_smaller_than_the_tail_block(loaded):
+    prompt = prompt_ids(loaded, 13, 6)  # tail of 5: room for 3 in the first block
+    ev, fin = run(loaded, prompt, max_new_tokens=2)
+    assert len(fin.token_ids) == 2
+    assert [len(c.token_ids) for c in commits(ev)] == [2]
+    check_event_invariants(ev, fin)
+
+
+class _FavourMask(nn.Module):
+    """An LM head that makes the mask token overwhelmingly likely everywhere."""
+
+    def __init__(self, head: nn.Module, mask_id: int) -> None:
+        super().__init__()
+        self.head, self.mask_id = head, mask_id
+
+    def forward(self, h):
+        out = self.head(h).clone()
+        out[..., self.mask_id] += 100.0
+        return out
+
+
+def test_mask_token_never_produced(loaded, monkeypatch):
+    monkeypatch.setattr(loaded.model, "lm_head", _FavourMask(loaded.model.lm_head, loaded.mask_token_id))
+    prompt = prompt_ids(loaded, 16, 7)
+    with torch.no_grad():  # the head really does favour the mask
+        assert int(loaded.model(torch.tensor([prompt]))[0, -1].argmax()) == loaded.mask_token_id
+    for kw in (dict(), dict(temperature=1.0, seed=3), dict(threshold=0.0), dict(temperature=2.0, top_p=0.9, seed=1)):
+        ev, fin = run(loaded, prompt, max_new_tokens=20, **kw)
+        assert len(fin.token_ids) == 20
+        assert loaded.mask_token_id not in fin.token_ids
+        assert all(r.token_id != loaded.mask_token_id for p in passes(ev) for r in p.revealed)
+
+
+def test_sampling_seeded_reproducible_and_seed_dependent(loaded):
+    prompt = prompt_ids(loaded, 16, 8)
+    kw = dict(max_new_tokens=16, temperature=1.0, threshold=0.5)
+    _, a = run(loaded, prompt, seed=1, **kw)
+    _, b = run(loaded, prompt, seed=1, **kw)
+    assert a.token_ids == b.token_ids
+    outs = {tuple(run(loaded, prompt, seed=s, **kw)[1].token_ids) for s in (2, 3, 4)}
+    outs.add(tuple(a.token_ids))
+    assert len(outs) > 1
+    _, greedy = run(loaded, prompt, max_new_tokens=16, threshold=0.5)
+    assert any(o != tuple(greedy.token_ids) for o in outs)
+
+
+def test_tiny_top_p_is_greedy_on_tokens(loaded):
+    g = torch.Generator().manual_seed(9)
+    logits = torch.randn(50, 40, generator=g) * 3
+    greedy_ids, _ = choose(logits, 0.0, 1.0, None)
+    for top_p in (1e-6, 0.0):  # 0.0 is accepted by the CLI's --top-p range and must keep the top token
+        ids, conf = choose(logits, 1.5, top_p, torch.Generator().manual_seed(0))
+        assert torch.equal(ids, greedy_ids)
+        assert torch.allclose(conf, torch.ones_like(conf))
+    # whole decode: with threshold 0 every block is revealed in one pass, so the reveal order cannot differ
+    prompt = prompt_ids(loaded, 16, 10)
+    _, greedy = run(loaded, prompt, max_new_tokens=20, threshold=0.0)
+    _, nucleus = run(loaded, prompt, max_new_tokens=20, threshold=0.0, temperature=1.0, top_p=1e-6, seed=5)
+    _, plain = run(loaded, prompt, max_new_tokens=20, threshold=0.0, temperature=1.0, seed=5)
+    assert nucleus.token_ids == greedy.token_ids
+    assert plain.token_ids != greedy.token_ids  # sampling from the full distribution does differ
+
+
+def test_pick_reveals_rules():
+    conf = torch.tensor([0.2, 0.9, 0.5, 0.95, 0.1])
+    assert pick_reveals(conf, 0.5) == [1, 2, 3]
+    assert pick_reveals(conf, 0.99) == [3]  # at least the most confident
+    assert pick_reveals(conf, 1.0) == [3]
+    assert pick_reveals(conf, 0.0) == [0, 1, 2, 3, 4]
+
+
+def test_logits_shifted_decodes_and_differs(loaded, monkeypatch):
+    prompt = prompt_ids(loaded, 16, 11)
+    _, plain = run(loaded, prompt, max_new_tokens=20, threshold=0.0)
+    monkeypatch.setattr(loaded.model.config.diffusion, "logits_shifted", True)
+    ev, shifted = run(loaded, prompt, max_new_tokens=20, threshold=0.0)
+    assert len(shifted.token_ids) == 20
+    assert loaded.mask_token_id not in shifted.token_ids
+    assert shifted.token_ids != plain.token_ids
+    check_event_invariants(ev, shifted)
+    # shifted: a block's first token is predicted by the last committed row, i.e. the causal next-token argmax
+    mask = loaded.mask_token_id
+    with torch.no_grad():
+        nxt = loaded.model(torch.tensor([prompt]))[0, -1]
+        nxt[mask] = float("-inf")
+        assert shifted.token_ids[0] == int(nxt.argmax())
+        # and position i of the block by preview row i-1
+        cache = loaded.model.new_cache()
+        loaded.model(torch.tensor([prompt]), cache)
+        pre = loaded.model(torch.tensor([[mask] * BS]), cache, preview=True)[0]
+    pre[:, mask] = float("-inf")
+    assert shifted.token_ids[1:BS] == pre[:-1].argmax(-1).tolist()
+    # with a prompt tail the first masked position is predicted by the last tail row: decoding still works
+    ev2, fin2 = run(loaded, prompt_ids(loaded, 11, 12), max_new_tokens=13, threshold=0.5)
+    assert len(fin2.token_ids) == 13
+    check_event_invariants(ev2, fin2)
+
+
+def test_context_limit_checked_up_front(make_checkpoint):
+    folder = make_checkpoint(seed=22)
+    cfg_path = folder / "config.json"
+    raw = json.loads(cfg_path.read_text())
+    raw["max_position_embeddings"] = 40
+    cfg_path.write_text(json.dumps(raw))
+    model = load_model(folder, dtype=torch.float32)
+    assert model.config.max_context == 40
+    mask = model.config.diffusion.mask_token_id
+    decoder = BlockDiffusionDecoder(model, mask)
+    prompt = [5] * 30
+    with pytest.raises(CloverError) as info:
+        next(decoder.generate(prompt, DecodeSettings(max_new_tokens=11)))
+    msg = str(info.value)
+    assert "30" in msg and "11" in msg and "40" in msg
+    # exactly at the limit is fine
+    events = list(decoder.generate(prompt, DecodeSettings(max_new_tokens=10, threshold=0.0)))
+    assert len(events[-1].token_ids) == 10
+
+
+def test_bad_settings_raise_clover_errors(loaded):
+    decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    with pytest.raises(CloverError):
+        next(decoder.generate([], DecodeSettings()))
+    with pytest.raises(CloverError):
+        next(decoder.generate([1, 2], DecodeSettings(max_new_tokens=0)))
