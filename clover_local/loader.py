@@ -88,12 +88,15 @@ def resolve_mask_token(config: CloverConfig, tokenizer: ChatTokenizer) -> int:
 
 
 def load(arg: str, device: str | None = None, dtype: str | None = None) -> Loaded:
-    """Load config, tokenizer and weights (BF16 checkpoint folder) for the commands."""
-    from clover_local.model.clover import load_model
+    """Load config, tokenizer and weights (BF16 checkpoint or GPTQ pack, dequantized) for the commands."""
+    from clover_local.checkpoint.reader import CheckpointReader
+    from clover_local.model.clover import CloverModel
+    from clover_local.pack.reader import PackReader, is_pack
 
     path = resolve_model_path(arg)
     config = load_config(path)
     tokenizer = ChatTokenizer.from_folder(path)
     dev = pick_device(device)
-    model = load_model(path, dev, pick_dtype(dtype, dev))
+    reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
+    model = CloverModel.from_reader(reader, dev, pick_dtype(dtype, dev))
     return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer))

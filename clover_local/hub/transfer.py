@@ -1,0 +1,535 @@
+"""Moving checkpoints and packs to and from the Hugging Face Hub, with `huggingface_hub` doing the HTTP.
+
+- `download(repo_id)`: `snapshot_download` limited to the files a Clover checkpoint or pack needs, into the
+  standard Hub cache (or `dir`). Completed files are reused; an interrupted file is resumed with a Range request
+  while the call runs (huggingface_hub retries dropped connections), and a run that failed outright is resumed
+  by running it again: finished files are not fetched twice. Offline (`HF_HUB_OFFLINE=1`, or the Hub cannot be
+  reached) the cached snapshot is used. A pack is checked against its manifest's sha256 sums after the transfer
+  (only the files that were just written are re-hashed).
+- `resolve_model(arg)`: what every command calls on its MODEL/SRC argument: a local folder as is, a repo id
+  through `download`.
+- `upload(pack, repo_id)`: refuses a pack whose manifest does not match its files, writes the model card if
+  the pack has none, creates the repo (and branch), then sends the files with huggingface_hub's resumable path:
+  `HfApi.upload_large_folder` where the installed huggingface_hub has it; huggingface_hub 2.x has no such method
+  and its `HfApi.upload_folder` is itself the streamed, resumable, multi-commit pipeline (with hf_xet installed).
+  `dry_run=True` returns exactly the files and sizes it would send and the card, touching no network.
+
+Every error a person can cause or meet (unknown repo, gated repo, bad revision, no token, offline with an
+empty cache, a dropped connection) becomes a one-sentence `CloverError`. The token is never printed: messages
+are built here, and any text taken from a server answer is scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from clover_local import __version__
+from clover_local.errors import CloverError
+from clover_local.pack.manifest import CARD_NAME, MANIFEST_NAME, Manifest, verify_pack
+
+# What a Clover checkpoint or pack needs. Never code (*.py) or pickles (*.bin, *.pt): nothing is executed.
+ALLOW_PATTERNS = [
+    "*.safetensors",
+    "*.json",  # config, generation_config, tokenizer, safetensors index, clover_manifest.json
+    "*.jinja",  # chat template
+    "tokenizer*",
+    "*.txt",  # merges.txt / vocab.txt
+    "README.md",
+    MANIFEST_NAME,
+]
+
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}$")
+_LOGIN_HINT = "run `hf auth login` or set HF_TOKEN"
+
+ProgressFn = Callable[[int], None]
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------------
+def is_repo_id(text: str) -> bool:
+    """`owner/name` as the Hub spells repo ids (no leading dot, no `..`, no `--`)."""
+    return bool(_REPO_ID_RE.match(text)) and ".." not in text and "--" not in text and not text.endswith(".git")
+
+
+def _check_repo_id(repo_id: str) -> None:
+    if not isinstance(repo_id, str) or not is_repo_id(repo_id):
+        raise CloverError(f"{repo_id!r} is not a Hub repo id: expected owner/name, e.g. {_example_id()}.")
+
+
+def _example_id() -> str:
+    return "Diffuspace/Clover-35B-A3B-Preview"
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def offline_mode() -> bool:
+    """Offline as huggingface_hub sees it, or as the environment says now."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or _truthy(os.environ.get("HF_HUB_OFFLINE"))
+
+
+def endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT.rstrip("/")
+
+
+def _quiet_tqdm():
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    class QuietTqdm(hf_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return QuietTqdm
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+_CONNECTION_CLASS_NAMES = {
+    "TransportError",  # httpx / httpx2: connect, read, write, protocol errors, timeouts
+    "TimeoutException",
+    "NetworkError",
+    "RemoteProtocolError",
+    "ConnectionError",  # requests (huggingface_hub < 1.0) and builtins
+    "ChunkedEncodingError",
+    "Timeout",
+}
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """A dropped, refused or timed-out connection anywhere in the exception chain (not offline mode)."""
+    from huggingface_hub import errors as E
+
+    offline_error = getattr(E, "OfflineModeIsEnabled", ())
+    for e in _chain(exc):
+        if isinstance(e, offline_error):
+            return False
+        if any(cls.__name__ in _CONNECTION_CLASS_NAMES for cls in type(e).__mro__):
+            return True
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            return True
+        if isinstance(e, OSError) and "Consistency check failed" in str(e):
+            return True  # huggingface_hub: the file arrived with the wrong size
+    return False
+
+
+def _scrub(text: str) -> str:
+    """Remove the token (whatever its source) from text that came from elsewhere."""
+    try:
+        from huggingface_hub import get_token
+
+        token = _offline_token() or (None if os.environ.get("HF_OIDC_RESOURCE") else get_token())
+    except Exception:
+        token = None
+    if token:
+        text = text.replace(token, "***")
+    return re.sub(r"hf_[A-Za-z0-9]{20,}", "hf_***", text)
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+    text = _scrub(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _server_message(exc: BaseException) -> str:
+    msg = getattr(exc, "server_message", None) or ""
+    msg = " ".join(str(msg).split())
+    return _scrub(msg)[:200]
+
+
+def hub_error(
+    exc: BaseException, *, repo_id: str, revision: str | None = None, action: str = "downloading"
+) -> CloverError | None:
+    """Translate an exception from huggingface_hub into one clear sentence, or None if it is not a Hub error."""
+    from huggingface_hub import errors as E
+
+    uploading = action.startswith("upload")
+    rev = f" (revision {revision!r})" if revision else ""
+    resume = (
+        "run the same command again to resume: files already uploaded are skipped"
+        if uploading
+        else "run the same command again to resume: finished files are kept in the cache"
+    )
+    # Class names moved between huggingface_hub versions: look them up defensively.
+    gated = getattr(E, "GatedRepoError", ())
+    disabled = getattr(E, "DisabledRepoError", ())
+    not_found = getattr(E, "RepositoryNotFoundError", ())
+    bad_revision = getattr(E, "RevisionNotFoundError", ())
+    local_missing = tuple(
+        c for c in (getattr(E, "LocalEntryNotFoundError", None), getattr(E, "OfflineModeIsEnabled", None)) if c
+    )
+    remote_missing = getattr(E, "RemoteEntryNotFoundError", None) or getattr(E, "EntryNotFoundError", ())
+    for e in _chain(exc):
+        if isinstance(e, CloverError):
+            return e
+        if isinstance(e, gated):
+            return CloverError(
+                f"{repo_id} is gated: open https://huggingface.co/{repo_id} with the account of your token and "
+                f"accept its terms, then retry ({_LOGIN_HINT} if you are not logged in)."
+            )
+        if isinstance(e, disabled):
+            return CloverError(f"{repo_id} has been disabled on the Hub.")
+        if isinstance(e, not_found):
+            return CloverError(
+                f"Repository {repo_id} was not found on the Hub: check the id, or if it is private, "
+                f"{_LOGIN_HINT} with an account that can see it."
+            )
+        if isinstance(e, bad_revision):
+            return CloverError(f"Revision {revision or 'main'!r} does not exist in {repo_id}.")
+        if local_missing and isinstance(e, local_missing):
+            if offline_mode():
+                return CloverError(
+                    f"{repo_id}{rev} is not (fully) in the local Hub cache and offline mode is on (HF_HUB_OFFLINE=1): "
+                    f"unset it and run `clover-local download {repo_id}` once with a connection."
+                )
+            return CloverError(
+                f"Cannot reach the Hub at {endpoint()} and {repo_id}{rev} is not (fully) in the local cache: "
+                f"check your connection, then run `clover-local download {repo_id}` again."
+            )
+        if isinstance(e, remote_missing):
+            return CloverError(f"A file of {repo_id}{rev} is listed but missing on the Hub: {_short(e)}.")
+        if isinstance(e, E.HfHubHTTPError):
+            response = getattr(e, "response", None)
+            status = getattr(response, "status_code", None)
+            server = _server_message(e)
+            detail = f": {server}" if server else ""
+            if status == 401:
+                return CloverError(
+                    f"The Hub rejected your token (401 Unauthorized) while {action} {repo_id}: {_LOGIN_HINT} again."
+                )
+            if status == 403:
+                need = "write" if uploading else "read"
+                return CloverError(
+                    f"The Hub refused access to {repo_id} (403 Forbidden){detail}; your token needs {need} access "
+                    f"to it ({_LOGIN_HINT} with a token that has it)."
+                )
+            if status in (408, 429) or (isinstance(status, int) and status >= 500):
+                return CloverError(f"The Hub answered {status} while {action} {repo_id}{detail}; {resume}.")
+            if status == 400 and uploading and "metadata" in str(e).lower():
+                return CloverError(f"The Hub refused the model card of the pack{detail}.")
+            return CloverError(f"The Hub answered {status} while {action} {repo_id}{rev}{detail}.")
+        if isinstance(e, ValueError) and "Invalid metadata in README.md" in str(e):
+            problems = "; ".join(line.strip("- ").strip() for line in str(e).splitlines()[1:] if line.strip())
+            return CloverError(f"The Hub refused the pack's README.md metadata: {_scrub(problems) or 'invalid'}.")
+    if is_connection_error(exc):
+        return CloverError(f"The connection to the Hub failed while {action} {repo_id} ({_short(exc)}); {resume}.")
+    return None
+
+
+def _raise_hub(exc: BaseException, **kw) -> None:
+    err = hub_error(exc, **kw)
+    if err is None:
+        raise exc
+    raise err from None
+
+
+def _fresh_files(folder: Path, since: float) -> list[str]:
+    """Names (relative, posix) of files under `folder` whose data was written at or after `since`."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            full = Path(dirpath) / name
+            try:
+                if full.stat().st_mtime >= since:  # follows the cache's symlink to the blob
+                    out.append(full.relative_to(folder).as_posix())
+            except OSError:
+                continue
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# download
+# ----------------------------------------------------------------------------------------------------
+def download(
+    repo_id: str,
+    dir: str | os.PathLike | None = None,
+    revision: str | None = None,
+    progress: bool = True,
+    *,
+    verify: bool = True,
+    force: bool = False,
+    on_verify_bytes: ProgressFn | None = None,
+) -> Path:
+    """Download a Clover checkpoint or pack; return the local folder (Hub cache snapshot, or `dir`).
+
+    Resumable and cache-reusing (see the module docstring). Offline, or when the Hub cannot be reached, the
+    cached snapshot is returned if it is complete. With `verify`, a pack's newly written files are checked
+    against the sha256 sums in its manifest.
+    """
+    from huggingface_hub import snapshot_download
+
+    _check_repo_id(repo_id)
+    offline = offline_mode()
+    kwargs: dict[str, Any] = dict(
+        repo_id=repo_id,
+        repo_type="model",
+        revision=revision,
+        allow_patterns=ALLOW_PATTERNS,
+        library_name="clover-local",
+        library_version=__version__,
+        force_download=force,
+    )
+    if dir is not None:
+        Path(dir).mkdir(parents=True, exist_ok=True)
+        kwargs["local_dir"] = str(dir)
+    if not progress:
+        kwargs["tqdm_class"] = _quiet_tqdm()
+    started = time.time() - 1.0
+    try:
+        path = snapshot_download(**kwargs, local_files_only=offline)
+    except Exception as exc:
+        if offline or not is_connection_error(exc):
+            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading")
+        # The connection dropped during the transfer: if the cache holds everything, carry on offline.
+        try:
+            path = snapshot_download(**{**kwargs, "force_download": False}, local_files_only=True)
+        except Exception:
+            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading")
+    folder = Path(path)
+    if verify and (folder / MANIFEST_NAME).is_file():
+        fresh = _fresh_files(folder, started)
+        if fresh:
+            try:
+                verify_pack(folder, only=fresh, on_bytes=on_verify_bytes)
+            except CloverError as exc:
+                raise CloverError(
+                    f"{exc} Fetch it again with `clover-local download {repo_id} --force`."
+                ) from None
+    return folder
+
+
+def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any") -> Path:
+    """Turn a MODEL/SRC argument into a local folder.
+
+    A local folder is used as is; `owner/name` that is not a local path is downloaded into the Hub cache
+    (through `download`, like `clover-local download`). `kind` is "any", "pack" (must have a manifest) or
+    "checkpoint" (must have config.json and safetensors).
+    """
+    if kind not in ("any", "pack", "checkpoint"):
+        raise ValueError(f"kind must be 'any', 'pack' or 'checkpoint', not {kind!r}")
+    text = str(arg)
+    local = Path(text).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise CloverError(f"{text} is a file; expected a model folder or a Hub repo id (owner/name).")
+        if revision:
+            raise CloverError(f"--revision applies to Hub repo ids, but {text} is a local folder.")
+        folder = local
+    elif is_repo_id(text) and not text.startswith(("./", "../", "~")):
+        try:
+            folder = download(text, revision=revision)
+        except CloverError as exc:
+            if str(exc).startswith("Repository "):
+                raise CloverError(f"{str(exc).rstrip('.')}; there is no local folder {text} either.") from None
+            raise
+    else:
+        raise CloverError(f"{text} is neither an existing folder nor a Hub repo id (owner/name).")
+    if kind == "pack" and not (folder / MANIFEST_NAME).is_file():
+        raise CloverError(
+            f"{text} is not a clover-local pack (no {MANIFEST_NAME}); "
+            f"make one with `clover-local quantize {text} --out DIR`."
+        )
+    if kind == "checkpoint" and not ((folder / "config.json").is_file() and any(folder.glob("*.safetensors"))):
+        raise CloverError(f"{text} is not a checkpoint folder (it needs config.json and *.safetensors files).")
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------------
+# upload
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class UploadResult:
+    """What `upload` sent (or, for a dry run, would send)."""
+
+    repo_id: str
+    revision: str | None
+    private: bool
+    dry_run: bool
+    files: list[dict[str, Any]] = field(default_factory=list)  # [{"name", "bytes"}], in upload order
+    card: str = ""
+    card_generated: bool = False  # the card was generated by clover-local in this call (written unless dry run)
+    token_found: bool = False
+    notes: list[str] = field(default_factory=list)  # things worth telling the person (e.g. visibility kept)
+    url: str | None = None
+    commit: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f["bytes"] for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["total_bytes"] = self.total_bytes
+        return out
+
+
+def _offline_token() -> str | None:
+    """The token from HF_TOKEN or the login file, found without any network call."""
+    from huggingface_hub import constants
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        value = (os.environ.get(var) or "").strip()
+        if value:
+            return value
+    try:
+        value = Path(constants.HF_TOKEN_PATH).read_text().strip()
+    except OSError:
+        return None
+    return value or None
+
+
+def _token() -> str:
+    from huggingface_hub import get_token
+
+    try:
+        token = get_token()
+    except Exception as exc:  # e.g. an OIDC exchange that failed
+        raise CloverError(f"Could not obtain a Hub token ({_short(exc)}); {_LOGIN_HINT}.") from None
+    if not token:
+        raise CloverError(f"You are not logged in to the Hugging Face Hub: {_LOGIN_HINT}, then run upload again.")
+    return token
+
+
+def _pattern(name: str) -> str:
+    """An fnmatch pattern that matches exactly `name`."""
+    return re.sub(r"([\[\]*?])", r"[\1]", name)
+
+
+def _card_for_upload(folder: Path, manifest: Manifest, repo_id: str) -> tuple[str, bool]:
+    """(card text, generated now). A card clover-local wrote earlier is regenerated; a hand-written one is kept."""
+    from clover_local.pack.card import card_for_pack, card_problems, is_generated_card
+
+    path = folder / CARD_NAME
+    if path.is_file():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CloverError(f"{path} cannot be read ({exc.__class__.__name__}).") from None
+        if not is_generated_card(text) or CARD_NAME in manifest.files:  # hand-written, or hashed: keep it
+            problems = [p for p in card_problems(text) if "cannot be parsed" in p]
+            if problems:
+                raise CloverError(f"{path} has a broken metadata block: {problems[0]}; fix it or delete the file.")
+            return text, False
+    card = card_for_pack(folder, repo_id=repo_id, manifest=manifest)
+    return str(card), True
+
+
+def upload(
+    pack: str | os.PathLike,
+    repo_id: str,
+    private: bool = False,
+    revision: str | None = None,
+    dry_run: bool = False,
+    *,
+    progress: bool = True,
+    on_verify_bytes: ProgressFn | None = None,
+    commit_message: str | None = None,
+) -> UploadResult:
+    """Verify a pack and upload it to `repo_id` (created if needed; `revision` is a branch, created if needed).
+
+    The pack's README.md is written from the manifest if the pack has none (it is not part of the manifest's
+    hashed file list, see `clover_local.pack.manifest`). With `dry_run`, nothing is written or sent: the result
+    lists the files and sizes that would be sent and the card.
+    """
+    _check_repo_id(repo_id)
+    if revision is not None and not revision.strip():
+        revision = None
+    folder = Path(pack).expanduser()
+    if not folder.is_dir():
+        raise CloverError(f"{pack} is not a folder; upload takes a pack folder made by `clover-local quantize`.")
+
+    manifest = verify_pack(folder, on_bytes=on_verify_bytes)
+    card, generated = _card_for_upload(folder, manifest, repo_id)
+
+    listed = [n for n in sorted(manifest.files) if n not in (MANIFEST_NAME, CARD_NAME)]
+    names = listed + [MANIFEST_NAME, CARD_NAME]
+    files = [{"name": n, "bytes": manifest.files[n]["bytes"]} for n in listed]
+    files.append({"name": MANIFEST_NAME, "bytes": (folder / MANIFEST_NAME).stat().st_size})
+    files.append({"name": CARD_NAME, "bytes": len(card.encode("utf-8"))})
+    result = UploadResult(
+        repo_id=repo_id,
+        revision=revision,
+        private=private,
+        dry_run=dry_run,
+        files=files,
+        card=card,
+        card_generated=generated,
+        token_found=_offline_token() is not None or bool(os.environ.get("HF_OIDC_RESOURCE")),
+    )
+    if dry_run:
+        return result
+
+    token = _token()
+    result.token_found = True
+    if generated:
+        tmp = folder / f".{CARD_NAME}.tmp"
+        tmp.write_text(card, encoding="utf-8")
+        tmp.replace(folder / CARD_NAME)
+
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    api = HfApi(token=token, library_name="clover-local", library_version=__version__)
+    restore_bars = False
+    if not progress and not are_progress_bars_disabled():
+        disable_progress_bars()
+        restore_bars = True
+    try:
+        api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+        if private and getattr(api.repo_info(repo_id=repo_id, repo_type="model"), "private", True) is False:
+            result.notes.append(
+                f"{repo_id} already existed and is public; --private only applies when creating a repo."
+            )
+        if revision and revision != "main":
+            api.create_branch(repo_id=repo_id, branch=revision, repo_type="model", exist_ok=True)
+        patterns = [_pattern(n) for n in names]
+        message = commit_message or f"Upload clover-local pack ({len(names)} files)"
+        if hasattr(api, "upload_large_folder"):
+            # huggingface_hub versions that have it (added in 0.25): the resumable, multi-commit uploader.
+            api.upload_large_folder(
+                repo_id=repo_id,
+                folder_path=str(folder),
+                repo_type="model",
+                revision=revision,
+                private=private,
+                allow_patterns=patterns,
+            )
+        else:
+            # huggingface_hub 2.x has no upload_large_folder: its upload_folder is the streamed, resumable,
+            # multi-commit pipeline when hf_xet is installed (a single LFS commit without it).
+            info = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=str(folder),
+                repo_type="model",
+                revision=revision,
+                allow_patterns=patterns,
+                commit_message=message,
+            )
+            result.commit = getattr(info, "oid", None)
+    except Exception as exc:
+        _raise_hub(exc, repo_id=repo_id, revision=revision, action="uploading to")
+    finally:
+        if restore_bars:
+            enable_progress_bars()
+    url = f"{endpoint()}/{repo_id}"
+    result.url = url if not revision or revision == "main" else f"{url}/tree/{revision}"
+    return result

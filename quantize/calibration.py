@@ -1,0 +1,103 @@
+"""Calibration data: the project's set (calib_data/clover_calib.jsonl), a user's JSONL or text, or a set a
+checkpoint ships (`calibration.jsonl` next to its weights, as the tiny model does).
+
+Samples are rendered through the model's chat template, tokenised, joined and cut into `samples` sequences
+of `seq_len` tokens (a multiple of the block size). Diffusion-aware calibration also builds a noisy copy of
+each sequence with every block masked at its own random ratio: the preview pass sees that at generation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from clover_local.errors import CloverError
+
+HOLDOUT_EVERY = 10  # sample i with i % 10 == 9 is held out for evaluation, never calibrated on
+
+
+def default_calib_path() -> Path:
+    return Path(str(resources.files("calib_data").joinpath("clover_calib.jsonl")))
+
+
+def resolve_calib_path(calib: str | None, source: Path) -> Path:
+    if calib:
+        path = Path(calib).expanduser()
+        if not path.is_file():
+            raise CloverError(f"calibration file {calib} does not exist")
+        return path
+    shipped = source / "calibration.jsonl"
+    return shipped if shipped.is_file() else default_calib_path()
+
+
+def read_samples(path: Path, tokenizer) -> list[str]:
+    """Texts of a JSONL (`messages` rendered by the chat template, or `text`) or a .txt split on blank lines."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CloverError(f"cannot read calibration file {path}: {exc}") from None
+    texts: list[str] = []
+    if path.suffix in (".jsonl", ".json"):
+        for n, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                raise CloverError(f"{path} line {n} is not valid JSON") from None
+            if isinstance(item, dict) and isinstance(item.get("messages"), list):
+                texts.append(tokenizer.apply_chat_template(item["messages"], add_generation_prompt=False))
+            elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                texts.append(item["text"])
+            else:
+                raise CloverError(f"{path} line {n} has neither 'messages' nor 'text'")
+    else:
+        texts = [t.strip() for t in raw.split("\n\n") if t.strip()]
+    if not texts:
+        raise CloverError(f"calibration file {path} holds no samples")
+    return texts
+
+
+@dataclass
+class CalibrationSet:
+    clean: torch.Tensor  # [S, L] token ids
+    noisy: torch.Tensor  # [S, L] with masked positions
+    path: str
+    n_texts: int
+    tokens: int
+
+
+def build_calibration(
+    path: Path, tokenizer, samples: int, seq_len: int, block_size: int, mask_id: int, seed: int,
+    holdout: bool = False,
+) -> CalibrationSet:
+    """Token sequences for calibration (or, with `holdout`, for evaluation) from one calibration file."""
+    if seq_len < block_size or seq_len % block_size:
+        raise CloverError(f"--seq-len must be a positive multiple of the block size ({block_size}), got {seq_len}")
+    if samples < 1:
+        raise CloverError("--samples must be at least 1")
+    texts = read_samples(path, tokenizer)
+    if len(texts) >= HOLDOUT_EVERY:
+        texts = [t for i, t in enumerate(texts) if (i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1) == holdout]
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(texts), generator=gen).tolist()
+    stream: list[int] = []
+    for i in order:
+        stream.extend(tokenizer.encode(texts[i]))
+        if len(stream) >= samples * seq_len:
+            break
+    n = min(samples, len(stream) // seq_len)
+    if n == 0:
+        # short data: one sequence, padded by repetition (still real text in every row)
+        reps = -(-seq_len // max(len(stream), 1))
+        stream = (stream * reps)[:seq_len]
+        n = 1
+    clean = torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
+    ratio = torch.rand(n, seq_len // block_size, generator=gen).clamp(min=0.05).repeat_interleave(block_size, 1)
+    masked = torch.rand(n, seq_len, generator=gen) < ratio
+    noisy = clean.masked_fill(masked, mask_id)
+    return CalibrationSet(clean, noisy, str(path), len(texts), n * seq_len)

@@ -1,0 +1,318 @@
+"""`clover-local quantize`: stream a BF16 checkpoint one decoder layer at a time into a GPTQ-format pack.
+
+Memory is bounded by one layer's weights plus the calibration activations (two streams of [samples, seq_len,
+hidden]), whatever the layer count. After each layer its shard is written (atomically) and the progress and
+the next layer's inputs are saved in `OUT/.clover-progress/`; the same command with `--resume` continues
+there, and the finished pack is byte-identical to an uninterrupted run. The pack is marked complete only
+after every file is written and hashed into the manifest.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from clover_local.checkpoint.reader import CheckpointReader
+from clover_local.config import load_config
+from clover_local.errors import CloverError
+from clover_local.loader import resolve_mask_token
+from clover_local.model.clover import build_layer
+from clover_local.model.norm import ZeroCenteredRMSNorm
+from clover_local.pack.manifest import MANIFEST_NAME, Manifest
+from clover_local.tokenizer import ChatTokenizer
+from quantize.calibration import build_calibration, resolve_calib_path
+from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
+from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
+
+PROGRESS = ".clover-progress"
+COPY_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+              "vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json", "LICENSE")
+
+
+@dataclass
+class QuantizeSettings:
+    bits: int = 4
+    group_size: int = 128
+    method: str = "gptq"
+    profile: str = "balanced"
+    sym: bool = True
+    damp: float = 0.01
+    samples: int = 128
+    seq_len: int = 2048
+    calib: str | None = None
+    calib_mode: str = "diffusion"
+    expert_stats: str = "routed"
+    min_expert_rows: int = 16
+    seed: int = 0
+    batch: int = 4
+
+    def options(self) -> QuantOptions:
+        return QuantOptions(self.bits, self.group_size, self.method, self.sym, self.damp, self.calib_mode,
+                            self.expert_stats, self.min_expert_rows, self.batch)
+
+    def validate(self) -> None:
+        if self.bits not in (4, 8):
+            raise CloverError(f"--bits must be 4 or 8, got {self.bits}")
+        if self.group_size != -1 and (self.group_size < 8 or self.group_size % 8):
+            raise CloverError(f"--group-size must be a multiple of 8 (or -1 for per-channel), got {self.group_size}")
+        if self.method not in ("gptq", "rtn"):
+            raise CloverError(f"--method must be gptq or rtn, got {self.method}")
+        if self.calib_mode not in ("diffusion", "causal"):
+            raise CloverError(f"--calib-mode must be diffusion or causal, got {self.calib_mode}")
+        if self.expert_stats not in ("routed", "all"):
+            raise CloverError(f"--expert-stats must be routed or all, got {self.expert_stats}")
+        get_profile(self.profile)
+
+
+@dataclass
+class QuantizeResult:
+    out: Path
+    layers: list[LayerReport] = field(default_factory=list)
+    seconds: float = 0.0
+    source_bytes: int = 0
+    pack_bytes: int = 0
+    resumed_from: int = 0
+
+
+def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise CloverError(
+                f"the disk is full while writing {path.name}; free some space and rerun with --resume "
+                "(finished layers are kept)"
+            ) from None
+        raise CloverError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise CloverError(f"the disk is full while writing {path.name}; free some space and rerun with --resume") from None
+        raise CloverError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _file_sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def shard_name(k: int, n: int) -> str:
+    return f"model-{k:05d}-of-{n:05d}.safetensors"
+
+
+def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
+    """Check the output folder; returns True when there is progress to resume."""
+    progress = out / PROGRESS / "state.json"
+    if out.exists() and not out.is_dir():
+        raise CloverError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if progress.exists():
+            if overwrite:
+                shutil.rmtree(out)
+            elif not resume:
+                raise CloverError(f"{out} holds an unfinished quantization; add --resume to continue it "
+                                  "or --overwrite to start over")
+            else:
+                return True
+        elif (out / MANIFEST_NAME).exists() and Manifest.load(out).complete and not overwrite:
+            raise CloverError(f"{out} already holds a finished pack; choose another --out or add --overwrite")
+        elif overwrite or (out / MANIFEST_NAME).exists():
+            shutil.rmtree(out)
+        else:
+            raise CloverError(f"{out} is not empty and is not a clover-local pack; choose an empty folder for --out")
+    elif resume:
+        raise CloverError(f"nothing to resume in {out}: start without --resume")
+    return False
+
+
+def quantize_checkpoint(
+    src: Path,
+    out: Path,
+    settings: QuantizeSettings,
+    device: torch.device,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    source_label: dict | None = None,
+    on_layer: Callable[[int, int, str], None] = lambda i, n, msg: None,
+    stop_after_layer: int | None = None,
+) -> QuantizeResult:
+    """Quantize SRC into OUT. `on_layer(i, n_layers, step)` reports progress; `stop_after_layer` (tests)
+    raises KeyboardInterrupt after that layer's progress is saved, as a Ctrl-C there would."""
+    settings.validate()
+    t0 = time.perf_counter()
+    reader = CheckpointReader(src)
+    cfg = reader.config
+    if not reader.has_preview_params:
+        raise CloverError(f"{src} is not a Clover checkpoint: its GDN layers lack the block-diffusion parameters")
+    tokenizer = ChatTokenizer.from_folder(src)
+    mask_id = resolve_mask_token(cfg, tokenizer)
+    profile = get_profile(settings.profile)
+    calib_path = resolve_calib_path(settings.calib, src)
+    has_progress = prepare_output(out, resume, overwrite)
+    prog_dir = out / PROGRESS
+    prog_dir.mkdir(parents=True, exist_ok=True)
+    n_layers = cfg.num_hidden_layers
+    n_shards = n_layers + 1
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    fingerprint = {"settings": asdict(settings), "calib_sha256": _file_sha(calib_path),
+                   "source": str(src.resolve()), "config_sha256": _file_sha(src / "config.json")}
+    reports: list[LayerReport] = []
+    if has_progress:
+        state = json.loads((prog_dir / "state.json").read_text())
+        if state["fingerprint"] != fingerprint:
+            raise CloverError(f"{out} holds a run with other settings or inputs; use the same command to resume, "
+                              "or --overwrite to start over")
+        start = state["next_layer"]
+        hidden = load_file(str(prog_dir / "hidden.safetensors"))
+        clean, noisy = hidden["clean"], hidden.get("noisy")
+        calib_info = state["calibration"]
+        reports = [LayerReport(**r) for r in state["reports"]]
+        created = state["created"]
+    else:
+        calib = build_calibration(calib_path, tokenizer, settings.samples, settings.seq_len,
+                                  cfg.diffusion.block_size, mask_id, settings.seed)
+        embed = reader.tensor("embed_tokens.weight").float()
+        clean = embed[calib.clean]
+        noisy = embed[calib.noisy] if settings.calib_mode == "diffusion" else None
+        del embed
+        calib_info = {"file": Path(calib.path).name, "sequences": int(calib.clean.shape[0]),
+                      "seq_len": settings.seq_len, "tokens": calib.tokens, "mode": settings.calib_mode,
+                      "expert_stats": settings.expert_stats, "samples_in_file": calib.n_texts}
+        created = _created()
+        start = 0
+    quantizer = LayerQuantizer(cfg, profile, settings.options(), device, dtype)
+    for i in range(start, n_layers):
+        lt = time.perf_counter()
+        on_layer(i, n_layers, "reading")
+        state_i = reader.layer_state(i)
+        layer = build_layer(cfg, i, state_i, device, dtype)
+        tensors, clean, noisy, report = quantizer.quantize(
+            layer, clean, noisy, on_step=lambda msg, i=i: on_layer(i, n_layers, msg)
+        )
+        kind = "full_attention" if cfg.is_attention(i) else "linear_attention"
+        quantized = {n for n in MIXER_LINEARS[kind] if profile.mixer} | (
+            set(SHARED_LINEARS) if profile.shared else set())
+        tensors.update(bf16_tensors(f"model.layers.{i}", state_i, quantized))
+        _atomic_save(tensors, out / shard_name(i + 1, n_shards))
+        report.seconds = round(time.perf_counter() - lt, 3)
+        reports.append(report)
+        del layer, tensors, state_i
+        hidden = {"clean": clean.contiguous()}
+        if noisy is not None:
+            hidden["noisy"] = noisy.contiguous()
+        _atomic_save(hidden, prog_dir / "hidden.safetensors")
+        _write_json(prog_dir / "state.json", {
+            "fingerprint": fingerprint, "next_layer": i + 1, "calibration": calib_info, "created": created,
+            "reports": [asdict(r) for r in reports],
+        })
+        on_layer(i + 1, n_layers, "done")
+        if stop_after_layer is not None and i == stop_after_layer:
+            raise KeyboardInterrupt
+    on_layer(n_layers, n_layers, "LM head")
+    _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile, settings, device)
+    result = QuantizeResult(out, reports, resumed_from=start)
+    _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards)
+    result.seconds = time.perf_counter() - t0
+    result.source_bytes = sum(f.stat().st_size for f in src.glob("*.safetensors"))
+    result.pack_bytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    return result
+
+
+def _created() -> str:
+    """Creation time; SOURCE_DATE_EPOCH (reproducible builds) pins it."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    ts = time.gmtime(int(epoch)) if epoch else time.gmtime()
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", ts)
+
+
+@torch.no_grad()
+def _write_globals(reader, path: Path, clean, noisy, profile, settings: QuantizeSettings, device) -> None:
+    cfg = reader.config
+    g = reader.global_state()
+    tensors = {"model.embed_tokens.weight": g["embed_tokens.weight"].to(torch.bfloat16).contiguous(),
+               "model.norm.weight": g["norm.weight"].to(torch.bfloat16).contiguous()}
+    head = g.get("lm_head.weight")
+    if head is not None:
+        bits = profile.lm_head
+        if bits is None:
+            tensors["lm_head.weight"] = head.to(torch.bfloat16).contiguous()
+        else:
+            hessian = None
+            if settings.method == "gptq":
+                norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+                norm.weight.copy_(g["norm.weight"].float())
+                rows = [clean.reshape(-1, clean.shape[-1])]
+                if noisy is not None:
+                    rows.append(noisy.reshape(-1, noisy.shape[-1]))
+                x = norm(torch.cat(rows)).to(device)
+                hessian = (2.0 / x.shape[0]) * (x.T @ x)
+            res = quantize_weight(head.to(device), hessian, bits, settings.options())
+            tensors.update(packed("lm_head", res, bits))
+    _atomic_save(tensors, path)
+
+
+def _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards) -> None:
+    weight_map = {}
+    total = expert_bytes = 0
+    for k in range(1, n_shards + 1):
+        name = shard_name(k, n_shards)
+        with open(out / name, "rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len))
+        total += (out / name).stat().st_size
+        for t, info in header.items():
+            if t == "__metadata__":
+                continue
+            weight_map[t] = name
+            if ".mlp.experts." in t:
+                expert_bytes += info["data_offsets"][1] - info["data_offsets"][0]
+    _write_json(out / "model.safetensors.index.json",
+                {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
+    raw = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    raw["quantization_config"] = {
+        "quant_method": "gptq", "bits": settings.bits, "group_size": settings.group_size,
+        "desc_act": False, "sym": settings.sym, "checkpoint_format": "gptq", "damp_percent": settings.damp,
+        "dynamic": dynamic_rules(profile, settings.bits), "clover_profile": profile.name,
+    }
+    _write_json(out / "config.json", raw)
+    for name in COPY_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
+    manifest = Manifest(
+        source=source_label or {"path": src.name},
+        settings={"bits": settings.bits, "group_size": settings.group_size, "method": settings.method,
+                  "profile": profile.name, "sym": settings.sym, "desc_act": False, "damp": settings.damp,
+                  "min_expert_rows": settings.min_expert_rows},
+        calibration=calib_info,
+        memory={"total_bytes": total, "expert_bytes": expert_bytes, "non_expert_bytes": total - expert_bytes},
+        created=created,
+    )
+    from clover_local.pack.card import write_card
+
+    shutil.rmtree(out / PROGRESS, ignore_errors=True)
+    manifest.finalize(out)
+    write_card(out, manifest=manifest)

@@ -1,0 +1,647 @@
+"""Hub transfer against a local stand-in (tests/hub_standin.py): the real huggingface_hub client, no network.
+
+Covered: a download cut mid-file and resumed with a Range request; a download that failed outright and is
+resumed by running it again (finished files not fetched twice); offline use of the cache; unknown repo,
+revision and gated repo messages; resolve_model; an upload of a tiny pack (files arrive intact, card
+generated and validated, branch created, unchanged objects not re-sent); a dry run that sends nothing; a
+corrupt pack refused naming the file; a missing token; the token never printed; the CLI's one-line errors;
+the generated card against huggingface_hub's card parsing/validation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from hub_standin import HubStandin, check_card_yaml
+
+from clover_local.errors import CloverError
+from clover_local.hub import transfer
+from clover_local.pack import MANIFEST_NAME, Manifest
+from clover_local.pack.card import (
+    DEFAULT_BASE_MODEL,
+    PLACEHOLDER_REPO_ID,
+    build_card,
+    card_problems,
+    card_text,
+    check_card,
+    write_card,
+)
+
+TOKEN = "hf_standinSECRETtoken0123456789abcdefXYZ"
+
+# huggingface_hub's LFS upload passes a file object as `data=`, which httpx2 deprecates; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------------------------------
+# fixtures
+# ----------------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch):
+    """Any attempt to reach a host other than 127.0.0.1 fails the test loudly."""
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"test tried to reach {address!r}")
+        return real_connect(self, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host not in ("127.0.0.1", "::1", "localhost", None):
+            raise AssertionError(f"test tried to resolve {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def _point_client_at(monkeypatch, url: str, home: Path) -> None:
+    """Point huggingface_hub at the stand-in and an isolated HF_HOME (constants are read at import time)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import close_session
+
+    close_session()
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_XET_CACHE", str(home / "xet"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(home / "agent_harnesses.json"), raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    # The stand-in speaks plain HTTP + LFS, not the Xet protocol.
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    # huggingface_hub keeps streamed bytes in 10 MiB pieces; smaller pieces let a ~1 MB file show a mid-file resume.
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    standin = HubStandin(token=TOKEN, max_requests=400, max_seconds=90).start()
+    _point_client_at(monkeypatch, standin.url, tmp_path / "hf_home")
+    yield standin
+    standin.stop()
+    from huggingface_hub.utils import close_session
+
+    close_session()
+
+
+@pytest.fixture
+def with_token(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+
+
+def make_pack(folder: Path, *, shard_bytes: int = 4096, source_repo: str | None = None, quality=None) -> Manifest:
+    """A tiny pack: two safetensors shards, config.json, tokenizer and template, a finalized manifest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    m = Manifest(
+        source={"repo_id": source_repo or DEFAULT_BASE_MODEL, "revision": "0123456789abcdef"},
+        settings={"bits": 4, "group_size": 128, "method": "gptq", "profile": "balanced", "sym": True, "desc_act": False},
+        calibration={"source": "calib_data/mix.txt", "samples": 8, "seq_len": 64},
+        quality=quality if quality is not None else {"kl_causal_mean": 0.0123, "top1_causal": 0.965},
+        memory={"total_bytes": 123456789, "expert_bytes": 100000000, "non_expert_bytes": 23456789},
+    )
+    m.write(folder)
+    rng = np.random.default_rng(1)
+    n = max(8, shard_bytes // 4 // 8)
+    save_file(
+        {
+            "model.layers.0.mlp.experts.0.gate_proj.qweight": rng.integers(-(2**31), 2**31 - 1, size=(n, 8), dtype=np.int32),
+            "model.layers.0.mlp.experts.0.gate_proj.scales": rng.standard_normal((2, 8)).astype(np.float16),
+        },
+        str(folder / "model-00001-of-00002.safetensors"),
+    )
+    save_file(
+        {"model.embed_tokens.weight": rng.standard_normal((16, 8)).astype(np.float32)},
+        str(folder / "model-00002-of-00002.safetensors"),
+    )
+    config = {
+        "model_type": "clover_moe",
+        "num_hidden_layers": 2,
+        "hidden_size": 8,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "quantization_config": {
+            "quant_method": "gptq",
+            "bits": 4,
+            "group_size": 128,
+            "desc_act": False,
+            "sym": True,
+            "checkpoint_format": "gptq",
+            "dynamic": {"-:.*router.*": {}},
+        },
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "generation_config.json").write_text('{"eos_token_id": 2}')
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"}}')
+    (folder / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    m.finalize(folder)
+    return m
+
+
+def pack_repo_files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------------
+# download
+# ----------------------------------------------------------------------------------------------------
+def test_download_resumes_a_dropped_connection_mid_file(hub, tmp_path):
+    pack = tmp_path / "src"
+    make_pack(pack, shard_bytes=1_200_000)
+    files = pack_repo_files(pack)
+    files["modeling_clover.py"] = b"import os  # remote code is never downloaded"
+    files["pytorch_model.bin"] = b"pickle bytes are never downloaded"
+    hub.add_repo("someone/tiny-pack", files)
+    shard = "model-00001-of-00002.safetensors"
+    size = len(files[shard])
+    hub.faults[shard] = [("drop", 700_000)]  # the first GET of the big shard is cut after 700 kB
+
+    path = transfer.download("someone/tiny-pack", progress=False)
+
+    assert (path / shard).read_bytes() == files[shard]
+    gets = hub.log("GET", shard)
+    assert len(gets) == 2, gets
+    assert gets[0]["range"] is None
+    resumed_from = int(gets[1]["range"].removeprefix("bytes=").rstrip("-"))
+    # the second request continued from the bytes already written (in 64 KiB steps), it did not start over
+    assert 0 < resumed_from <= 700_000 < size
+    # only what a checkpoint or pack needs
+    assert not (path / "modeling_clover.py").exists() and not (path / "pytorch_model.bin").exists()
+    assert not hub.log(contains="modeling_clover.py") and not hub.log(contains="pytorch_model.bin")
+    assert sorted(p.name for p in path.iterdir()) == sorted(n for n in pack_repo_files(pack))
+    Manifest.load(path)  # and it is the pack
+
+
+def test_failed_download_is_resumed_by_running_it_again(hub, tmp_path):
+    pack = tmp_path / "src"
+    make_pack(pack, shard_bytes=600_000)
+    files = pack_repo_files(pack)
+    hub.add_repo("someone/tiny-pack", files)
+    shard = "model-00001-of-00002.safetensors"
+    # the connection drops mid-file, then the Hub has a bad moment: this run fails
+    hub.faults[shard] = [("drop", 200_000), ("status", 503)]
+
+    with pytest.raises(CloverError) as err:
+        transfer.download("someone/tiny-pack", progress=False)
+    msg = str(err.value)
+    assert "run the same command again to resume" in msg and "\n" not in msg
+
+    n_before = len(hub.requests)
+    path = transfer.download("someone/tiny-pack", progress=False)
+    second_run = hub.requests[n_before:]
+    fetched = [r["path"].rsplit("/", 1)[-1] for r in second_run if r["method"] == "GET" and "/resolve/" in r["path"]]
+    assert fetched == [shard]  # finished files were kept; only the interrupted one is fetched
+    for name, data in files.items():
+        assert (path / name).read_bytes() == data
+
+
+def test_download_verifies_a_pack_against_its_manifest(hub, tmp_path):
+    pack = tmp_path / "src"
+    make_pack(pack)
+    files = pack_repo_files(pack)
+    files["config.json"] = files["config.json"].replace(b'"bits": 4', b'"bits": 8')  # same size, other bytes
+    hub.add_repo("someone/tampered", files)
+    with pytest.raises(CloverError, match=r"config\.json .*sha256.*--force"):
+        transfer.download("someone/tampered", progress=False)
+
+
+def test_download_into_a_folder_and_reuse(hub, tmp_path):
+    pack = tmp_path / "src"
+    make_pack(pack)
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    target = tmp_path / "packs" / "int4"
+    path = transfer.download("someone/tiny-pack", dir=target, progress=False)
+    assert path.resolve() == target.resolve()
+    assert (target / MANIFEST_NAME).is_file() and (target / "model-00002-of-00002.safetensors").is_file()
+    n_gets = len(hub.log("GET", "/resolve/"))
+    transfer.download("someone/tiny-pack", dir=target, progress=False)
+    assert len(hub.log("GET", "/resolve/")) == n_gets  # nothing fetched twice
+
+
+def test_download_works_offline_from_the_cache(hub, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    pack = tmp_path / "src"
+    make_pack(pack)
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    online = transfer.download("someone/tiny-pack", progress=False)
+
+    n = len(hub.requests)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert transfer.download("someone/tiny-pack", progress=False) == online
+    assert len(hub.requests) == n  # HF_HUB_OFFLINE: no request at all
+
+    with pytest.raises(CloverError, match=r"not \(fully\) in the local Hub cache and offline mode is on"):
+        transfer.download("someone/never-downloaded", progress=False)
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    hub.stop()  # the Hub is unreachable: connection refused
+    assert transfer.download("someone/tiny-pack", progress=False) == online
+    with pytest.raises(CloverError, match="Cannot reach the Hub"):
+        transfer.download("someone/never-downloaded", progress=False)
+
+
+def test_unknown_repo_revision_and_gated_repo_messages(hub):
+    hub.add_repo("someone/exists", {"config.json": b"{}"})
+    hub.add_repo("org/gated", {"config.json": b"{}"}, gated=True)
+    with pytest.raises(CloverError) as err:
+        transfer.download("nobody/does-not-exist", progress=False)
+    assert str(err.value).startswith("Repository nobody/does-not-exist was not found on the Hub")
+    assert "hf auth login" in str(err.value)
+    with pytest.raises(CloverError, match="Revision 'nope' does not exist in someone/exists"):
+        transfer.download("someone/exists", revision="nope", progress=False)
+    with pytest.raises(CloverError, match="org/gated is gated"):
+        transfer.download("org/gated", progress=False)
+    with pytest.raises(CloverError, match="is not a Hub repo id"):
+        transfer.download("not a repo", progress=False)
+
+
+def test_resolve_model(hub, tmp_path, monkeypatch):
+    pack = tmp_path / "local-pack"
+    make_pack(pack)
+    assert transfer.resolve_model(str(pack), kind="pack") == pack  # a local folder is used as is
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    monkeypatch.chdir(tmp_path)
+    got = transfer.resolve_model("someone/tiny-pack", kind="pack")
+    assert got == transfer.download("someone/tiny-pack", progress=False)
+    assert "snapshots" in got.parts
+    (tmp_path / "someone").mkdir()
+    (tmp_path / "someone" / "tiny-pack").mkdir()  # a local folder wins over a repo id of the same shape
+    assert transfer.resolve_model("someone/tiny-pack") == Path("someone/tiny-pack")
+    with pytest.raises(CloverError, match="neither an existing folder nor a Hub repo id"):
+        transfer.resolve_model("./missing/folder/here")
+    with pytest.raises(CloverError, match="not a clover-local pack"):
+        transfer.resolve_model(str(tmp_path / "someone"), kind="pack")
+    with pytest.raises(CloverError, match="--revision applies to Hub repo ids"):
+        transfer.resolve_model(str(pack), revision="main")
+    with pytest.raises(CloverError, match="was not found on the Hub.*no local folder nobody/nothing either"):
+        transfer.resolve_model("nobody/nothing")
+
+
+# ----------------------------------------------------------------------------------------------------
+# upload
+# ----------------------------------------------------------------------------------------------------
+def test_upload_a_tiny_pack(hub, tmp_path, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    assert not (pack / "README.md").exists()
+
+    result = transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+
+    assert result.url == f"{hub.url}/me/clover-tiny-int4" and result.commit
+    assert (pack / "README.md").is_file()  # the card was generated into the pack
+    remote = hub.files_at("me/clover-tiny-int4")
+    local = pack_repo_files(pack)
+    assert remote == local  # every file arrived intact, nothing else was sent
+    assert sorted(f["name"] for f in result.files) == sorted(local)
+    assert "base_model_relation: quantized" in remote["README.md"].decode()
+    assert hub.validated_cards and hub.validated_cards[-1] == remote["README.md"].decode()
+    puts = hub.log("PUT", "/lfs-upload/")
+    assert len(puts) == 2  # the two safetensors shards went through LFS
+    writes = [r for r in hub.requests if r["method"] in ("POST", "PUT") and "validate-yaml" not in r["path"]]
+    assert all(r["auth"] for r in writes if "lfs-upload" not in r["path"])
+
+    # again, to a branch: the branch is created and unchanged objects are not sent twice
+    result = transfer.upload(pack, "me/clover-tiny-int4", revision="g64", progress=False)
+    assert result.url.endswith("/me/clover-tiny-int4/tree/g64")
+    assert hub.files_at("me/clover-tiny-int4", "g64") == local
+    assert len(hub.log("PUT", "/lfs-upload/")) == 2
+    assert hub.log("POST", "/branch/g64")
+
+
+def test_upload_private_repo_is_created_private(hub, tmp_path, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    transfer.upload(pack, "me/secret-pack", private=True, progress=False)
+    assert hub.repos["me/secret-pack"].private is True
+
+
+def test_upload_dry_run_sends_nothing_and_lists_files(hub, tmp_path, monkeypatch):
+    pack = tmp_path / "pack"
+    manifest = make_pack(pack)
+    before = {p: p.stat().st_mtime_ns for p in pack.rglob("*")}
+
+    result = transfer.upload(pack, "me/clover-tiny-int4", dry_run=True)
+
+    assert hub.requests == []  # no request reached the server
+    assert {p: p.stat().st_mtime_ns for p in pack.rglob("*")} == before  # the pack is untouched
+    assert not (pack / "README.md").exists()
+    expected = {n: e["bytes"] for n, e in manifest.files.items()}
+    expected[MANIFEST_NAME] = (pack / MANIFEST_NAME).stat().st_size
+    expected["README.md"] = len(result.card.encode())
+    assert {f["name"]: f["bytes"] for f in result.files} == expected
+    assert result.card_generated and "clover-local chat me/clover-tiny-int4" in result.card
+    assert result.token_found is False
+
+
+def test_upload_refuses_a_corrupt_pack(hub, tmp_path, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    shard = pack / "model-00001-of-00002.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte changed, same size
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CloverError) as err:
+        transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+    assert "model-00001-of-00002.safetensors" in str(err.value) and "sha256" in str(err.value)
+    assert hub.requests == []
+
+
+def test_upload_refuses_an_incomplete_pack(hub, tmp_path, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    m = Manifest.load(pack)
+    m.complete = False
+    m.write(pack)
+    with pytest.raises(CloverError, match="not complete"):
+        transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+    assert hub.requests == []
+
+
+def test_upload_without_a_token_says_how_to_log_in(hub, tmp_path):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    with pytest.raises(CloverError) as err:
+        transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+    assert "not logged in" in str(err.value)
+    assert "hf auth login" in str(err.value) and "HF_TOKEN" in str(err.value)
+    assert hub.requests == []
+
+
+def test_upload_with_a_rejected_token(hub, tmp_path, monkeypatch):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    wrong = "hf_wrongWRONGwrong0123456789abcdefghij"
+    monkeypatch.setenv("HF_TOKEN", wrong)
+    with pytest.raises(CloverError) as err:
+        transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+    assert "rejected your token" in str(err.value) and wrong not in str(err.value)
+
+
+def test_upload_regenerates_a_generated_card_and_keeps_a_handwritten_one(hub, tmp_path, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    write_card(pack)  # e.g. by quantize, before the repo id is known and before eval added numbers
+    assert PLACEHOLDER_REPO_ID in (pack / "README.md").read_text()
+    m = Manifest.load(pack)
+    m.quality["kl_preview_mean"] = 0.0456  # eval updates the manifest (not hashed, so the pack stays valid)
+    m.write(pack)
+    transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+    text = hub.files_at("me/clover-tiny-int4")["README.md"].decode()
+    assert PLACEHOLDER_REPO_ID not in text and "clover-local download me/clover-tiny-int4" in text
+    assert "0.0456" in text
+    assert text == (pack / "README.md").read_text()
+
+    mine = "---\nlicense: apache-2.0\nbase_model: Diffuspace/Clover-35B-A3B-Preview\n---\n# My own words\n"
+    (pack / "README.md").write_text(mine)
+    result = transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+    assert not result.card_generated
+    assert hub.files_at("me/clover-tiny-int4")["README.md"].decode() == mine
+
+
+def test_upload_with_a_card_the_hub_refuses(hub, tmp_path, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    (pack / "README.md").write_text("---\nlicense: not-a-license\n---\n# mine\n")
+    with pytest.raises(CloverError, match="refused the pack's README.md metadata: .*license"):
+        transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+    assert not hub.log("PUT", "/lfs-upload/")  # refused before any weight was sent
+    (pack / "README.md").write_text("---\nlicense: [unclosed\n---\n# mine\n")
+    with pytest.raises(CloverError, match="broken metadata block"):
+        transfer.upload(pack, "me/clover-tiny-int4", progress=False)
+
+
+def test_upload_private_to_an_existing_public_repo_says_so(hub, tmp_path, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    hub.add_repo("me/already-public", {})
+    result = transfer.upload(pack, "me/already-public", private=True, progress=False)
+    assert result.notes and "already existed and is public" in result.notes[0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------
+def run_cli(argv, monkeypatch, capsys):
+    """Run `clover-local ARGV` in-process through `cli.main` (only this module's commands registered)."""
+    import importlib
+
+    from clover_local import cli
+
+    monkeypatch.setattr(cli, "_register", lambda: importlib.import_module("clover_local.commands.hub"))
+    code = 0
+    try:
+        cli.main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_download_prints_the_folder(hub, tmp_path, monkeypatch, capsys):
+    pack = tmp_path / "src"
+    make_pack(pack)
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    code, out, err = run_cli(["download", "someone/tiny-pack", "--json"], monkeypatch, capsys)
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["repo_id"] == "someone/tiny-pack" and (Path(info["path"]) / MANIFEST_NAME).is_file()
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["download", "nobody/nothing"], "was not found on the Hub"),
+        (["download", "someone/exists", "--revision", "nope"], "does not exist"),
+        (["upload", "PACK", "--repo-id", "me/x"], "not logged in"),
+        (["upload", "PACK", "--repo-id", "not/a/repo"], "not a Hub repo id"),
+        (["upload", "MISSING", "--repo-id", "me/x"], "is not a folder"),
+    ],
+)
+def test_cli_errors_are_one_line(hub, tmp_path, monkeypatch, capsys, argv, needle):
+    hub.add_repo("someone/exists", {"config.json": b"{}"})
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    argv = [str(pack) if a == "PACK" else str(tmp_path / "missing") if a == "MISSING" else a for a in argv]
+    code, out, err = run_cli(argv, monkeypatch, capsys)
+    assert code != 0
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+    assert "Traceback" not in err + out
+
+
+def test_cli_corrupt_pack_names_the_file(hub, tmp_path, monkeypatch, capsys, with_token):
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    cfg = pack / "tokenizer.json"
+    cfg.write_bytes(cfg.read_bytes().replace(b"BPE", b"BPF"))
+    code, out, err = run_cli(["upload", str(pack), "--repo-id", "me/x"], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1 and "tokenizer.json" in err and "Traceback" not in err
+    assert hub.requests == []
+
+
+def test_cli_dry_run_lists_files_sizes_and_card(hub, tmp_path, monkeypatch, capsys):
+    pack = tmp_path / "pack"
+    manifest = make_pack(pack)
+    code, out, err = run_cli(["upload", str(pack), "--repo-id", "me/clover-tiny-int4", "--dry-run"], monkeypatch, capsys)
+    assert code == 0, err
+    for name, entry in manifest.files.items():
+        line = next(line for line in out.splitlines() if name in line)
+        assert str(entry["bytes"]) in line
+    assert MANIFEST_NAME in out and "README.md" in out
+    assert "base_model: Diffuspace/Clover-35B-A3B-Preview" in out and "## Measured quality" in out
+    assert "nothing was sent" in err
+    assert hub.requests == []
+
+    code, out, err = run_cli(
+        ["upload", str(pack), "--repo-id", "me/clover-tiny-int4", "--dry-run", "--json"], monkeypatch, capsys
+    )
+    info = json.loads(out)
+    assert info["dry_run"] is True and info["total_bytes"] == sum(f["bytes"] for f in info["files"])
+    assert hub.requests == []
+
+
+def test_token_is_never_printed_or_logged(hub, tmp_path, monkeypatch, capsys, with_token, caplog):
+    from huggingface_hub.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_debug()
+    caplog.set_level(logging.DEBUG)
+    try:
+        pack = tmp_path / "pack"
+        make_pack(pack)
+        code, out, err = run_cli(["upload", str(pack), "--repo-id", "me/clover-tiny-int4", "--json"], monkeypatch, capsys)
+        assert code == 0, err
+        assert json.loads(out)["url"].endswith("/me/clover-tiny-int4")
+        code2, out2, err2 = run_cli(["upload", str(pack), "--repo-id", "me/x", "--dry-run"], monkeypatch, capsys)
+        assert code2 == 0
+        hub.token = "hf_otherTokenTheServerWants000000000000"  # now the server rejects ours
+        code3, out3, err3 = run_cli(["upload", str(pack), "--repo-id", "me/y"], monkeypatch, capsys)
+        assert code3 != 0 and "rejected your token" in err3
+    finally:
+        hf_logging.set_verbosity_warning()
+    everything = out + err + out2 + err2 + out3 + err3 + caplog.text
+    assert caplog.records  # debug logging really was captured
+    assert TOKEN not in everything
+    assert TOKEN not in (pack / "README.md").read_text() + (pack / MANIFEST_NAME).read_text()
+
+
+def test_cli_subprocess_one_line_error_no_traceback(hub, tmp_path):
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "hf_sub"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+        "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        env.pop(var, None)
+    # The child process refuses any connection that is not to the stand-in, like the in-process tests.
+    guard = (
+        "import socket, runpy\n"
+        "_connect = socket.socket.connect\n"
+        "def connect(self, address):\n"
+        "    if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ('127.0.0.1', '::1'):\n"
+        "        raise SystemExit(f'tried to reach {address!r}')\n"
+        "    return _connect(self, address)\n"
+        "socket.socket.connect = connect\n"
+        "runpy.run_module('clover_local', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", guard, "download", "nobody/nothing"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and lines[0].startswith("error: Repository nobody/nothing was not found"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert hub.log("GET", "/api/models/nobody/nothing")  # it really asked the stand-in
+
+
+# ----------------------------------------------------------------------------------------------------
+# model card
+# ----------------------------------------------------------------------------------------------------
+def test_card_passes_huggingface_hub_metadata_validation(hub, tmp_path):
+    from huggingface_hub import ModelCard, ModelCardData, metadata_load
+
+    pack = tmp_path / "pack"
+    manifest = make_pack(pack)
+    card = build_card(manifest, json.loads((pack / "config.json").read_text()), repo_id="me/clover-tiny-int4")
+
+    # huggingface_hub's own parsing: front matter found, a dict, loadable as ModelCardData, stable round trip
+    reparsed = ModelCard(str(card))
+    meta = reparsed.data.to_dict()
+    assert ModelCardData(**meta).to_dict() == meta
+    path = tmp_path / "README.md"
+    card.save(path)
+    assert metadata_load(path) == meta
+    assert ModelCard.load(path).data.to_dict() == meta
+    assert meta["base_model"] == DEFAULT_BASE_MODEL
+    assert meta["base_model_relation"] == "quantized"
+    assert meta["license"] == "apache-2.0" and meta["library_name"] == "clover-local"
+    assert {"gptq", "4-bit", "clover_moe", "block-diffusion", "moe"} <= set(meta["tags"])
+    assert card_problems(card) == []
+    # ModelCard.validate() is the real client call to /api/validate-yaml (answered by the stand-in)
+    card.validate()
+    assert hub.validated_cards[-1] == str(card)
+
+    broken = str(card).replace("license: apache-2.0", "license: not-a-license")
+    assert card_problems(broken) and check_card_yaml(broken)
+    with pytest.raises(CloverError, match="license"):
+        check_card(broken)
+    with pytest.raises(ValueError):
+        ModelCard(broken).validate()
+
+
+def test_card_content_follows_the_manifest(tmp_path):
+    pack = tmp_path / "pack"
+    manifest = make_pack(pack, quality={"kl_causal_mean": 0.0123, "top1_causal": 0.965})
+    text = card_text(manifest, json.loads((pack / "config.json").read_text()), "me/p")
+    assert "clover-local download me/p" in text and "clover-local chat me/p" in text
+    assert "| Group size | 128 |" in text and "| Bits | 4 |" in text
+    assert "0.0123" in text and "96.50 %" in text
+    assert text.count("not measured") == 3  # preview KL, preview top-1, task accuracy
+    assert "`samples` | 8" in text and "`seq_len` | 64" in text
+    assert "117.7 MiB" in text  # memory total_bytes
+    assert "model-00001-of-00002.safetensors" in text
+
+    other = make_pack(tmp_path / "p2", source_repo="someone/Clover-finetune", quality={})
+    other.settings["bits"] = 8
+    meta_text = card_text(other)
+    assert "base_model: someone/Clover-finetune" in meta_text and "- 8-bit" in meta_text
+    assert meta_text.count("not measured") == 5
+    assert PLACEHOLDER_REPO_ID in meta_text
+
+    local = Manifest(source={"path": "/data/clover-bf16"}, settings={"bits": 4, "method": "rtn"})
+    rtn = card_text(local)
+    assert f"base_model: {DEFAULT_BASE_MODEL}" in rtn and "round-to-nearest" in rtn
+    check_card(rtn)
