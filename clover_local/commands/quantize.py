@@ -1,0 +1,175 @@
+"""`clover-local quantize` and `clover-local eval`: make a GPTQ INT4 pack and measure what it cost."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from clover_local.cli import app
+from clover_local.errors import CloverError
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[step]}"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+    )
+
+
+@app.command()
+def quantize(
+    src: str = typer.Argument(..., help="BF16 checkpoint folder, Hub repo id, or 'tiny'."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the pack (created; must be empty or ours)."),
+    bits: int = typer.Option(4, "--bits", help="Bits of the routed experts (4 or 8)."),
+    group_size: int = typer.Option(128, "--group-size", help="Input columns per scale (-1: per channel)."),
+    method: str = typer.Option("gptq", "--method", help="gptq (calibrated) or rtn (round-to-nearest)."),
+    profile: str = typer.Option("balanced", "--profile",
+                                help="balanced (8-bit attention/GDN/shared/head), compact, experts-only."),
+    calib: Optional[str] = typer.Option(None, "--calib", help="Calibration JSONL (messages or text) or .txt."),
+    samples: int = typer.Option(128, "--samples", help="Calibration sequences."),
+    seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per calibration sequence."),
+    calib_mode: str = typer.Option("diffusion", "--calib-mode",
+                                   help="diffusion (causal + masked-block previews) or causal only."),
+    expert_stats: str = typer.Option("routed", "--expert-stats",
+                                     help="routed (rows routed to each expert) or all (every row, every expert)."),
+    min_expert_rows: int = typer.Option(16, "--min-expert-rows", help="Fewer routed rows than this: round-to-nearest."),
+    device: str = typer.Option("auto", "--device", help="Where layers are computed: cuda, cpu … (auto: GPU if any)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace what --out holds."),
+    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure KL against the source when done."),
+    seed: int = typer.Option(0, "--seed", help="Seed for calibration sampling and masking."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of tables."),
+) -> None:
+    """Quantize a BF16 Clover checkpoint into a GPTQ-format pack, one decoder layer at a time.
+
+    Memory stays bounded by one layer plus the calibration activations. Interrupted? Run the same command
+    with --resume: finished layers are kept and the result is identical.
+
+    Examples:
+
+      clover-local quantize tiny --out tiny-int4 --samples 32 --seq-len 256
+
+      clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --device cuda
+    """
+    from clover_local.loader import pick_device, resolve_model_path
+    from quantize.pipeline import QuantizeSettings, quantize_checkpoint
+
+    settings = QuantizeSettings(bits=bits, group_size=group_size, method=method, profile=profile, samples=samples,
+                                seq_len=seq_len, calib=calib, calib_mode=calib_mode, expert_stats=expert_stats,
+                                min_expert_rows=min_expert_rows, seed=seed)
+    settings.validate()
+    dev = pick_device(device)
+    src_path = resolve_model_path(src)
+    label = {"repo_id": src} if not Path(src).exists() and "/" in src else {"path": src_path.name}
+    console = Console(stderr=True, quiet=as_json)
+    with _progress(console) as bar:
+        task = bar.add_task("quantizing", total=None, step="")
+
+        def on_layer(i: int, n: int, step: str) -> None:
+            bar.update(task, total=n, completed=i, step=f"layer {min(i, n - 1)}: {step}" if i < n else step)
+
+        try:
+            result = quantize_checkpoint(src_path, out, settings, dev, resume=resume, overwrite=overwrite,
+                                         source_label=label, on_layer=on_layer)
+        except KeyboardInterrupt:
+            raise CloverError(f"interrupted; finished layers are saved in {out}: rerun with --resume") from None
+    quality = None
+    if evaluate:
+        quality = _measure(out, src_path, console, samples=4, seq_len=min(seq_len, 512), device=dev, calib=calib)
+        _record_quality(out, quality)
+    summary = {
+        "out": str(out), "seconds": round(result.seconds, 2), "source_bytes": result.source_bytes,
+        "pack_bytes": result.pack_bytes, "resumed_from_layer": result.resumed_from,
+        "layers": [{"layer": r.index, "kind": r.kind, "rel_error": round(r.rel_error, 6),
+                    "experts": r.expert_paths, "seconds": r.seconds} for r in result.layers],
+        "quality": quality,
+    }
+    if as_json:
+        print(json.dumps(summary))
+        return
+    table = Table(title=f"quantized {src} → {out}")
+    for col in ("layer", "kind", "rel. output error", "experts (path: count)", "seconds"):
+        table.add_column(col)
+    for r in result.layers:
+        table.add_row(str(r.index), r.kind, f"{r.rel_error:.4f}",
+                      ", ".join(f"{k}: {v}" for k, v in r.expert_paths.items()), f"{r.seconds:.1f}")
+    out_console = Console()
+    out_console.print(table)
+    out_console.print(f"source {result.source_bytes / 1e6:.1f} MB → pack {result.pack_bytes / 1e6:.1f} MB "
+                      f"in {result.seconds:.1f}s")
+    if quality:
+        out_console.print(f"KL causal {quality['kl_causal_mean']:.5f} (p99 {quality['kl_causal_p99']:.5f}), "
+                          f"preview {quality['kl_preview_mean']:.5f}; top-1 agreement causal "
+                          f"{quality['top1_causal']:.3f}, preview {quality['top1_preview']:.3f}")
+    out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
+
+
+def _measure(pack: Path, ref: Path, console: Console, **kwargs) -> dict:
+    from quantize.quality import compare
+
+    with _progress(console) as bar:
+        task = bar.add_task("measuring KL", total=None, step="")
+        n = {"layers": 0}
+
+        def on_layer(which: str, i: int) -> None:
+            n["layers"] += 1
+            bar.update(task, completed=n["layers"], step=f"{which} layer {i}")
+
+        return compare(pack, ref, on_layer=on_layer, **kwargs).to_dict()
+
+
+def _record_quality(pack: Path, quality: dict) -> None:
+    """Store measured quality in the manifest (the card is regenerated from it; neither changes a weight)."""
+    from clover_local.pack.card import write_card
+    from clover_local.pack.manifest import Manifest
+
+    manifest = Manifest.load(pack)
+    manifest.quality.update(quality)
+    manifest.write(pack)
+    write_card(pack, manifest=manifest)
+
+
+@app.command("eval")
+def eval_command(
+    pack: str = typer.Argument(..., help="A pack folder (or Hub repo id)."),
+    reference: str = typer.Option(..., "--reference", help="The BF16 checkpoint the pack was made from."),
+    samples: int = typer.Option(8, "--samples", help="Held-out sequences."),
+    seq_len: int = typer.Option(512, "--seq-len", help="Tokens per sequence."),
+    calib: Optional[str] = typer.Option(None, "--calib", help="Text source (its held-out split is used)."),
+    device: str = typer.Option("auto", "--device", help="cuda, cpu … (auto: GPU if any)."),
+    save: bool = typer.Option(False, "--save", help="Record the result in the pack's manifest and card."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """Quality of a pack against its BF16 source: KL divergence (mean, p99) and top-1 agreement, for the
+    causal pass and for preview passes over masked blocks. Both models are streamed layer by layer.
+
+    Example: clover-local eval tiny-int4 --reference tiny --json
+    """
+    from clover_local.loader import pick_device, resolve_model_path
+
+    t0 = time.perf_counter()
+    pack_path, ref_path = resolve_model_path(pack), resolve_model_path(reference)
+    console = Console(stderr=True, quiet=as_json)
+    quality = _measure(pack_path, ref_path, console, samples=samples, seq_len=seq_len, device=pick_device(device),
+                       calib=calib)
+    if save:
+        _record_quality(pack_path, quality)
+    if as_json:
+        print(json.dumps(quality))
+        return
+    table = Table(title=f"{pack} vs {reference}")
+    table.add_column("pass")
+    for col in ("KL mean", "KL p99", "top-1 agreement", "tokens"):
+        table.add_column(col, justify="right")
+    for name, key in (("causal", "causal"), ("preview", "preview")):
+        table.add_row(name, f"{quality[f'kl_{key}_mean']:.5f}", f"{quality[f'kl_{key}_p99']:.5f}",
+                      f"{quality[f'top1_{key}']:.3f}", str(quality[f"tokens_{key}"]))
+    Console().print(table)
+    Console().print(f"[dim]{quality['eval_text']}, {time.perf_counter() - t0:.1f}s[/dim]")

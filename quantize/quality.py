@@ -1,0 +1,112 @@
+"""How much a pack changed the model: KL divergence and top-1 agreement against its BF16 source.
+
+Both models are streamed one decoder layer at a time over held-out text (the calibration file's held-out
+split), so a 35B reference never has to fit in memory. Two views: the causal pass (every position predicts
+the next token) and the preview pass (every block masked at a random ratio; the masked positions are scored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from clover_local.checkpoint.reader import CheckpointReader
+from clover_local.errors import CloverError
+from clover_local.loader import resolve_mask_token
+from clover_local.model.clover import build_layer
+from clover_local.model.norm import ZeroCenteredRMSNorm
+from clover_local.model.rope import Rotary
+from clover_local.pack.reader import PackReader, is_pack
+from clover_local.tokenizer import ChatTokenizer
+from quantize.calibration import build_calibration, resolve_calib_path
+
+
+@dataclass
+class Quality:
+    kl_causal_mean: float
+    kl_causal_p99: float
+    top1_causal: float
+    kl_preview_mean: float
+    kl_preview_p99: float
+    top1_preview: float
+    tokens_causal: int
+    tokens_preview: int
+    eval_text: str
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer) -> tuple[torch.Tensor, torch.Tensor]:
+    cfg = reader.config
+    emb = reader.global_state()
+    table = emb["embed_tokens.weight"].float()
+    clean, noisy = table[clean_ids], table[noisy_ids]
+    rotary = Rotary(cfg.rotary_dim, cfg.rope_theta)
+    cos, sin = rotary.cos_sin(torch.arange(clean.shape[1], device=device), dtype)
+    bs = cfg.diffusion.block_size
+    for i in range(cfg.num_hidden_layers):
+        on_layer(i)
+        layer = build_layer(cfg, i, reader.layer_state(i), device, dtype)
+        outs_c, outs_n = [], []
+        with torch.no_grad():
+            for s in range(0, clean.shape[0], batch):
+                c, n = layer.forward_all_blocks(clean[s:s + batch].to(device, dtype), noisy[s:s + batch].to(device, dtype),
+                                                cos, sin, bs)
+                outs_c.append(c.float().cpu())
+                outs_n.append(n.float().cpu())
+        clean, noisy = torch.cat(outs_c), torch.cat(outs_n)
+        del layer
+    norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+    with torch.no_grad():
+        norm.weight.copy_(emb["norm.weight"].float())
+        clean, noisy = norm(clean), norm(noisy)
+    head = emb.get("lm_head.weight", emb["embed_tokens.weight"]).float()
+    return clean, noisy, head
+
+
+def _kl_top1(ref_h: torch.Tensor, ref_head: torch.Tensor, q_h: torch.Tensor, q_head: torch.Tensor, rows: int = 256):
+    """Per-row KL(ref ‖ q) and top-1 agreement, logits made a few hundred rows at a time (248K-wide vocab)."""
+    kls, tops = [], []
+    for s in range(0, ref_h.shape[0], rows):
+        a, b = ref_h[s:s + rows] @ ref_head.T, q_h[s:s + rows] @ q_head.T
+        lp, lq = a.log_softmax(-1), b.log_softmax(-1)
+        kls.append((lp.exp() * (lp - lq)).sum(-1).clamp(min=0))
+        tops.append((a.argmax(-1) == b.argmax(-1)).float())
+    return torch.cat(kls), torch.cat(tops)
+
+
+def compare(
+    pack: Path, reference: Path, *, samples: int = 8, seq_len: int = 512, calib: str | None = None,
+    device: torch.device = torch.device("cpu"), seed: int = 1, batch: int = 4,
+    on_layer: Callable[[str, int], None] = lambda which, i: None,
+) -> Quality:
+    """KL(reference ‖ pack) per token (mean and 99th percentile) and top-1 agreement, causal and preview."""
+    if not is_pack(pack):
+        raise CloverError(f"{pack} is not a GPTQ pack (its config.json has no quantization_config)")
+    ref_reader = CheckpointReader(reference)
+    pack_reader = PackReader(pack)
+    if ref_reader.config.to_dict() != pack_reader.config.to_dict():
+        raise CloverError(f"{pack} was not made from {reference}: their configs differ")
+    cfg = ref_reader.config
+    tokenizer = ChatTokenizer.from_folder(reference)
+    mask_id = resolve_mask_token(cfg, tokenizer)
+    path = resolve_calib_path(calib, reference)
+    data = build_calibration(path, tokenizer, samples, seq_len, cfg.diffusion.block_size, mask_id, seed,
+                             holdout=True)
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    ref_c, ref_n, ref_head = _stream(ref_reader, data.clean, data.noisy, device, dtype, batch,
+                                     lambda i: on_layer("reference", i))
+    q_c, q_n, q_head = _stream(pack_reader, data.clean, data.noisy, device, dtype, batch, lambda i: on_layer("pack", i))
+    h = ref_c.shape[-1]
+    kl_c, top_c = _kl_top1(ref_c[:, :-1].reshape(-1, h), ref_head, q_c[:, :-1].reshape(-1, h), q_head)
+    masked = data.noisy == mask_id
+    kl_p, top_p = _kl_top1(ref_n[masked], ref_head, q_n[masked], q_head)
+    return Quality(
+        kl_causal_mean=kl_c.mean().item(), kl_causal_p99=kl_c.quantile(0.99).item(), top1_causal=top_c.mean().item(),
+        kl_preview_mean=kl_p.mean().item(), kl_preview_p99=kl_p.quantile(0.99).item(), top1_preview=top_p.mean().item(),
+        tokens_causal=kl_c.numel(), tokens_preview=kl_p.numel(), eval_text=f"{Path(path).name} (held-out split)",
+    )
