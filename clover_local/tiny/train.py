@@ -211,16 +211,54 @@ def save(out: Path, model: CloverModel, tok, raw: dict, spec: TinySpec, s: Train
     (out / "training.json").write_text(
         json.dumps({"settings": asdict(s), "seconds": round(seconds, 1), "curve": curve}, indent=2) + "\n"
     )
+    write_calibration(out / "calibration.jsonl", s.seed)
+
+
+def write_calibration(path: Path, seed: int, n: int = 400) -> None:
+    """The tiny model's own calibration set (quantize uses a checkpoint's `calibration.jsonl` when present):
+    training-split conversations as chat messages, with thinking traces where they have them."""
+    lines = []
+    for i, ex in enumerate(corpus.make_train(n, seed + 7)):
+        assistant = {"role": "assistant", "content": ex.answer}
+        if ex.thinking:
+            assistant["reasoning_content"] = ex.thinking
+        lines.append(json.dumps({"id": f"tiny-{i:04d}", "category": ex.task,
+                                 "messages": [{"role": "user", "content": ex.prompt}, assistant]},
+                                ensure_ascii=False))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def plot_curve(training_json: Path, png: Path) -> None:
+    """Loss curve of a run as a PNG (needs matplotlib, a development-only dependency)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.loads(training_json.read_text())
+    steps, losses = zip(*data["curve"])
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=120)
+    ax.plot(steps, losses)
+    ax.set_xlabel("step")
+    ax.set_ylabel("masked-token cross-entropy (EMA)")
+    ax.set_yscale("log")
+    ax.set_title(f"tiny Clover, block-diffusion objective ({data['seconds'] / 60:.0f} min on CPU)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plot", type=Path, default=None, help="also write the loss curve PNG here")
     for field, value in asdict(TrainSettings()).items():
         parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args()
     settings = TrainSettings(**{k: getattr(args, k) for k in asdict(TrainSettings())})
     print(json.dumps(train(args.out, settings)))
+    if args.plot:
+        plot_curve(args.out / "training.json", args.plot)
 
 
 if __name__ == "__main__":
