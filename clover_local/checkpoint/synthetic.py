@@ -186,3 +186,55 @@ def write_checkpoint(
         json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
     )
     return folder
+
+
+REAL_SPEC = TinySpec(
+    hidden_size=2048, num_hidden_layers=40, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+    linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
+    linear_conv_kernel_dim=4, num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+    shared_expert_intermediate_size=512, vocab_size=248320, full_attention_interval=4, partial_rotary_factor=0.25,
+    rope_theta=10_000_000.0, block_size=32, mask_token_id=248319, eos_token_id=248044,
+)
+
+
+def write_streaming_checkpoint(
+    folder: str | Path, spec: TinySpec, layer_types: list[str] | None = None, seed: int = 0
+) -> Path:
+    """A random BF16 checkpoint written one layer (one shard) at a time, so real-size layers never need
+    more than one layer in memory. Random normal weights (std 0.02), realistic norms/decays/extras."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = tiny_config_dict(spec)
+    if layer_types is not None:
+        raw["layer_types"] = layer_types
+        raw["num_hidden_layers"] = len(layer_types)
+    (folder / "config.json").write_text(json.dumps(raw, indent=2))
+    gen_cfg = {"eos_token_id": [spec.eos_token_id], "mask_token_id": spec.mask_token_id, "block_size": spec.block_size}
+    (folder / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2))
+    cfg = parse_config(raw, gen_cfg)
+    gen = torch.Generator().manual_seed(seed)
+    n = cfg.num_hidden_layers + 1
+    weight_map: dict[str, str] = {}
+
+    def make(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
+        if leaf == "A_log":
+            return torch.empty(shape).uniform_(1.0, 16.0, generator=gen).log().to(torch.bfloat16)
+        if leaf in ("dt_bias", "bd_softmax_logit_scale"):
+            return (torch.randn(shape, generator=gen) * 0.2 + (4.0 if "scale" in leaf else 1.0)).to(torch.bfloat16)
+        std = 0.1 if ("norm" in name or leaf.startswith(("conv", "bd_"))) else 0.02
+        return (torch.randn(shape, generator=gen, dtype=torch.float32) * std).to(torch.bfloat16)
+
+    for i in range(cfg.num_hidden_layers):
+        fname = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        part = {f"model.layers.{i}.{rel}": make(rel, shape) for rel, shape in layer_shapes(cfg, i).items()}
+        save_file(part, str(folder / fname), metadata={"format": "pt"})
+        weight_map.update({k: fname for k in part})
+        del part
+    fname = f"model-{n:05d}-of-{n:05d}.safetensors"
+    part = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): make(k, shape)
+            for k, shape in global_shapes(cfg).items()}
+    save_file(part, str(folder / fname), metadata={"format": "pt"})
+    weight_map.update({k: fname for k in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+    return folder
