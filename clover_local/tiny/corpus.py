@@ -100,7 +100,7 @@ def _random_word(rng: random.Random, lo: int, hi: int, alphabet: str = _LETTERS)
 
 
 def _task_add(rng: random.Random) -> Example:
-    da, db = rng.randint(2, 4), rng.randint(2, 4)
+    da, db = rng.randint(2, 3), rng.randint(2, 3)
     a = rng.randint(10 ** (da - 1), 10**da - 1)
     b = rng.randint(10 ** (db - 1), 10**db - 1)
     thinking = _maybe_thinking(rng, "add digits from the right, carrying.")
@@ -113,26 +113,26 @@ def _spaced(letters: Iterable[str]) -> str:
 
 
 def _task_reverse(rng: random.Random) -> Example:
-    word = _random_word(rng, 3, 8)
+    word = _random_word(rng, 3, 6)
     thinking = _maybe_thinking(rng, "read the letters from the end.")
     return Example("reverse", f"reverse {_spaced(word)}", thinking, _spaced(word[::-1]))
 
 
 def _task_sort_letters(rng: random.Random) -> Example:
-    word = _random_word(rng, 3, 8)
+    word = _random_word(rng, 3, 6)
     thinking = _maybe_thinking(rng, "put the letters in order.")
     return Example("sort_letters", f"sort {_spaced(word)}", thinking, _spaced(sorted(word)))
 
 
 def _task_sort_numbers(rng: random.Random) -> Example:
-    nums = [rng.randint(0, 99) for _ in range(rng.randint(3, 5))]
+    nums = [rng.randint(0, 99) for _ in range(rng.randint(3, 4))]
     thinking = _maybe_thinking(rng, "put the numbers from small to big.")
     prompt = "sort " + " ".join(map(str, nums))
     return Example("sort_numbers", prompt, thinking, " ".join(map(str, sorted(nums))))
 
 
 def _task_lookup(rng: random.Random) -> Example:
-    keys = rng.sample(_LETTERS, rng.randint(2, 5))
+    keys = rng.sample(_LETTERS, rng.randint(2, 4))
     values = [rng.randint(0, 99) for _ in keys]
     i = rng.randrange(len(keys))
     pairs = " ".join(f"{k}={v}" for k, v in zip(keys, values))
@@ -143,14 +143,14 @@ def _task_lookup(rng: random.Random) -> Example:
 def _task_count_letter(rng: random.Random) -> Example:
     # A small alphabet per example makes repeated letters (counts above 1) common.
     alphabet = "".join(rng.sample(_LETTERS, rng.randint(2, 5)))
-    word = _random_word(rng, 4, 10, alphabet)
+    word = _random_word(rng, 4, 8, alphabet)
     letter = rng.choice(word) if rng.random() < 0.8 else rng.choice(_LETTERS)
     thinking = _maybe_thinking(rng, f"go through the letters and tally {letter}.")
     return Example("count_letter", f"count {letter} in {_spaced(word)}", thinking, str(word.count(letter)))
 
 
 def _task_count_items(rng: random.Random) -> Example:
-    items = [rng.choice(_ITEMS) for _ in range(rng.randint(1, 7))]
+    items = [rng.choice(_ITEMS) for _ in range(rng.randint(1, 6))]
     thinking = _maybe_thinking(rng, "count the items one by one.")
     return Example("count_items", "count items " + " ".join(items), thinking, str(len(items)))
 

@@ -45,6 +45,9 @@ class TrainSettings:
     block_size: int = 16
     hidden_size: int = 128
     num_hidden_layers: int = 4
+    head_dim: int = 64
+    partial_rotary_factor: float = 0.5
+    ar_weight: float = 0.5
     num_experts: int = 16
     num_experts_per_tok: int = 2
     moe_intermediate_size: int = 128
@@ -58,7 +61,7 @@ def model_spec(s: TrainSettings, tok) -> TinySpec:
         num_hidden_layers=s.num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=32,
+        head_dim=s.head_dim,
         linear_num_key_heads=2,
         linear_num_value_heads=4,
         linear_key_head_dim=32,
@@ -70,7 +73,7 @@ def model_spec(s: TrainSettings, tok) -> TinySpec:
         shared_expert_intermediate_size=s.shared_expert_intermediate_size,
         vocab_size=tok.get_vocab_size(),
         full_attention_interval=4,
-        partial_rotary_factor=0.25,
+        partial_rotary_factor=s.partial_rotary_factor,
         rope_theta=10_000.0,
         block_size=s.block_size,
         mask_token_id=tok.token_to_id("<|mask|>"),
@@ -125,21 +128,24 @@ class Batches:
         self.mask = tok.token_to_id("<|mask|>")
         self.rng = random.Random(seed)
 
-    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(clean ids, noisy ids, masked positions, real-token positions) for n conversations of one length bucket."""
         bucket = self.buckets[self.rng.choices(self.bucket_keys, self.bucket_weights)[0]]
         picks = [self.rows[self.rng.choice(bucket)] for _ in range(n)]
         bs = self.block_size
         length = max(math.ceil(len(ids) / bs) * bs for ids, _ in picks)
         clean = torch.full((n, length), self.pad, dtype=torch.long)
         maskable = torch.zeros(n, length, dtype=torch.bool)
+        real = torch.zeros(n, length, dtype=torch.bool)
         for i, (ids, prompt_len) in enumerate(picks):
             clean[i, : len(ids)] = torch.tensor(ids)
             maskable[i, prompt_len:] = True
+            real[i, : len(ids)] = True
         # one masking ratio per block, uniform in (0, 1]
         ratio = torch.rand(n, length // bs, generator=gen).clamp(min=0.05).repeat_interleave(bs, 1)
         masked = (torch.rand(n, length, generator=gen) < ratio) & maskable
         noisy = clean.masked_fill(masked, self.mask)
-        return clean, noisy, masked
+        return clean, noisy, masked, real
 
 
 def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 500) -> dict:
@@ -170,10 +176,15 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
         lr = s.lr * min(1.0, step / s.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / s.steps)))
         for group in opt.param_groups:
             group["lr"] = max(lr, s.lr * 0.02)
-        clean, noisy, masked = data.sample(s.batch_size, gen)
-        _, hidden = model.forward_all_blocks(clean, noisy)
+        clean, noisy, masked, real = data.sample(s.batch_size, gen)
+        clean_h, hidden = model.forward_all_blocks(clean, noisy)
         logits = model.lm_head(hidden[masked]).float()
         loss = F.cross_entropy(logits, clean[masked])
+        if s.ar_weight:
+            # auxiliary next-token loss on the causal pass: dense supervision that also gives `score` meaning
+            nxt = real[:, 1:]
+            ar_logits = model.lm_head(clean_h[:, :-1][nxt]).float()
+            loss = loss + s.ar_weight * F.cross_entropy(ar_logits, clean[:, 1:][nxt])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

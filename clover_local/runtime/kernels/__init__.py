@@ -1,0 +1,69 @@
+"""W4A16 / W8A16 kernels on the GPTQ layout: a dense linear for small M and a fused MoE addressed by cache slot.
+
+`linear_w4a16` and `moe_w4a16` pick the Triton kernels (`w4a16.py`) when the inputs are on CUDA and triton
+imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. Environment:
+
+- `CLOVER_FORCE_TRITON=1` together with `TRITON_INTERPRET=1`: run the Triton kernels on CPU tensors through
+  Triton's interpreter (tests). Both must be set before the first call (triton reads TRITON_INTERPRET when the
+  kernels are defined).
+- `CLOVER_DISABLE_TRITON=1`: always use the reference (debugging, bisecting a kernel bug on a GPU).
+
+Nothing here imports triton at module level.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from torch import Tensor
+
+from .reference import PackedStack, check_packed, dequantize_w, linear_w4a16_ref, moe_w4a16_ref
+
+__all__ = [
+    "PackedStack",
+    "check_packed",
+    "dequantize_w",
+    "linear_w4a16",
+    "linear_w4a16_ref",
+    "moe_w4a16",
+    "moe_w4a16_ref",
+    "triton_available",
+]
+
+
+@lru_cache(maxsize=None)
+def triton_available() -> bool:
+    """True when triton and our kernels import (on a CPU-only machine triton may import but not run)."""
+    try:
+        from . import w4a16  # noqa: F401
+    except Exception:  # ImportError, or triton failing to find a backend at import
+        return False
+    return True
+
+
+def _use_triton(x: Tensor) -> bool:
+    if os.environ.get("CLOVER_DISABLE_TRITON") == "1":
+        return False
+    if x.is_cuda:
+        return triton_available()
+    forced = os.environ.get("CLOVER_FORCE_TRITON") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+    return forced and triton_available()
+
+
+def linear_w4a16(x: Tensor, qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int = 4) -> Tensor:
+    """x [..., K] @ dequant(W [K, N]) in x's dtype; see `linear_w4a16_ref` for the exact math."""
+    if _use_triton(x):
+        from .w4a16 import linear_w4a16_triton
+
+        return linear_w4a16_triton(x, qweight, scales, qzeros, group_size, bits)
+    return linear_w4a16_ref(x, qweight, scales, qzeros, group_size, bits)
+
+
+def moe_w4a16(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack) -> Tensor:
+    """Routed experts of one layer: x [M, H], slot_ids/weights [M, topk] → [M, H]; see `moe_w4a16_ref`."""
+    if _use_triton(x):
+        from .w4a16 import moe_w4a16_triton
+
+        return moe_w4a16_triton(x, slot_ids, weights, gate_up, down)
+    return moe_w4a16_ref(x, slot_ids, weights, gate_up, down)

@@ -1,0 +1,134 @@
+"""Pure-PyTorch reference for the W4A16 / W8A16 kernels: the spec the Triton kernels are tested against.
+
+Weights are in the GPTQ v1 layout of `quantize.gptq_format` (desc_act false, so g_idx[k] = k // group_size):
+
+- `qweight` int32 [K / p, N], p = 32 / bits: input rows p·i + j sit in bits bits·j … bits·j + bits − 1 of row i.
+- `qzeros`  int32 [K / group, N / p]: p consecutive output columns per int32, same bit order, stored as zero − 1.
+- `scales`  fp16  [K / group, N].
+
+W[k, n] = (q[k, n] − (qzero[k // group, n] + 1)) · scale[k // group, n], and a linear computes x @ W (x [M, K]).
+Everything is computed in fp32 and cast back to x's dtype. Nothing here imports triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass
+class PackedStack:
+    """Quantized weights of several experts (or one dense layer with S=1), indexed by slot on dim 0.
+    Views may be strided (slots live inside a larger cache buffer)."""
+
+    qweight: Tensor  # int32 [S, K//(32//bits), N]
+    scales: Tensor  # fp16  [S, K//group, N]
+    qzeros: Tensor  # int32 [S, K//group, N//(32//bits)]
+    group_size: int
+    bits: int = 4
+
+    @property
+    def num_slots(self) -> int:
+        return self.qweight.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.qweight.shape[1] * (32 // self.bits)
+
+    @property
+    def out_features(self) -> int:
+        return self.qweight.shape[2]
+
+    def slot(self, s: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(qweight, scales, qzeros) of one slot, as views."""
+        return self.qweight[s], self.scales[s], self.qzeros[s]
+
+
+def check_packed(qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int) -> tuple[int, int]:
+    """Validate one matrix's tensors (the last two dims); returns (K, N). Raises ValueError on a mismatch."""
+    if bits not in (4, 8):
+        raise ValueError(f"bits must be 4 or 8, got {bits}")
+    p = 32 // bits
+    if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
+        raise ValueError(f"qweight and qzeros must be int32, got {qweight.dtype} and {qzeros.dtype}")
+    k, n = qweight.shape[-2] * p, qweight.shape[-1]
+    if group_size <= 0 or k % group_size:
+        raise ValueError(f"group_size {group_size} must be a positive divisor of K={k}")
+    groups = k // group_size
+    if tuple(scales.shape[-2:]) != (groups, n):
+        raise ValueError(f"scales must be [K/group={groups}, N={n}], got {tuple(scales.shape[-2:])}")
+    if tuple(qzeros.shape[-2:]) != (groups, n // p) or n % p:
+        raise ValueError(f"qzeros must be [K/group={groups}, N/{p}={n // p}], got {tuple(qzeros.shape[-2:])}")
+    return k, n
+
+
+def unpack_rows(packed: Tensor, bits: int) -> Tensor:
+    """int32 [..., R, C] → int32 [..., R·p, C]: field j of packed row i becomes row p·i + j (qweight layout)."""
+    p = 32 // bits
+    shifts = torch.arange(0, 32, bits, dtype=torch.int32, device=packed.device).view(p, 1)
+    fields = (packed.unsqueeze(-2) >> shifts) & ((1 << bits) - 1)  # [..., R, p, C]
+    return fields.flatten(-3, -2)
+
+
+def unpack_cols(packed: Tensor, bits: int) -> Tensor:
+    """int32 [..., R, C] → int32 [..., R, C·p]: field j of packed column i is column p·i + j (qzeros layout)."""
+    shifts = torch.arange(0, 32, bits, dtype=torch.int32, device=packed.device)
+    fields = (packed.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)  # [..., R, C, p]
+    return fields.flatten(-2, -1)
+
+
+def dequantize_w(qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int = 4) -> Tensor:
+    """Dense fp32 W [..., K, N] from the packed tensors (leading dims, e.g. slots, broadcast through)."""
+    k, n = check_packed(qweight, scales, qzeros, group_size, bits)
+    groups = k // group_size
+    codes = unpack_rows(qweight, bits)  # [..., K, N]
+    zeros = unpack_cols(qzeros, bits) + 1  # [..., G, N]
+    codes = codes.reshape(*codes.shape[:-2], groups, group_size, n)
+    w = (codes - zeros.unsqueeze(-2)).float() * scales.float().unsqueeze(-2)  # [..., G, group, N]
+    return w.reshape(*w.shape[:-3], k, n)
+
+
+def linear_w4a16_ref(x: Tensor, qweight, scales, qzeros, group_size: int, bits: int = 4) -> Tensor:
+    """x [M, K] (fp32/bf16/fp16) @ dequant(W) where W is [K, N] in GPTQ layout (desc_act false: g_idx = k // group).
+
+    Leading dims of x beyond one are flattened and restored. Returns [M, N] in x's dtype."""
+    w = dequantize_w(qweight, scales, qzeros, group_size, bits)
+    if x.shape[-1] != w.shape[0]:
+        raise ValueError(f"x has {x.shape[-1]} features, the weight expects K={w.shape[0]}")
+    return (x.float() @ w).to(x.dtype)
+
+
+def moe_w4a16_ref(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack) -> Tensor:
+    """x [M, H]; slot_ids int [M, topk] (which slot of the stacks serves each routed choice); weights [M, topk].
+    gate_up: N = 2*I (gate columns 0..I-1, then up); down: K = I, N = H.
+    out[m] = Σ_j weights[m,j] · down(silu(gate(x_m)) * up(x_m)) with the slot's weights. Returns [M, H] in x's dtype.
+
+    The activation silu(gate)·up is rounded to x's dtype before the down projection, as the fused kernel stores
+    it (and as a BF16 model computes it); everything else is fp32."""
+    m, h = x.shape
+    if slot_ids.shape != weights.shape or slot_ids.shape[0] != m:
+        raise ValueError(
+            f"slot_ids {tuple(slot_ids.shape)} and weights {tuple(weights.shape)} must both be [M={m}, topk]"
+        )
+    inter = gate_up.out_features // 2
+    if gate_up.in_features != h or down.in_features != inter or down.out_features != h:
+        raise ValueError(
+            f"stack shapes do not match H={h}: gate_up [{gate_up.in_features}, {gate_up.out_features}], "
+            f"down [{down.in_features}, {down.out_features}]"
+        )
+    out = torch.zeros(m, h, dtype=torch.float32, device=x.device)
+    flat_slots = slot_ids.reshape(-1).long()
+    flat_tokens = torch.arange(m, device=x.device).repeat_interleave(slot_ids.shape[1])
+    flat_weights = weights.reshape(-1).float()
+    for s in torch.unique(flat_slots).tolist():
+        sel = (flat_slots == s).nonzero(as_tuple=True)[0]
+        tokens = flat_tokens[sel]
+        xs = x[tokens].float()
+        gu = xs @ dequantize_w(*gate_up.slot(s), gate_up.group_size, gate_up.bits)  # [n, 2I]
+        act = (F.silu(gu[:, :inter]) * gu[:, inter:]).to(x.dtype).float()
+        y = act @ dequantize_w(*down.slot(s), down.group_size, down.bits)  # [n, H]
+        out.index_add_(0, tokens, y * flat_weights[sel, None])
+    return out.to(x.dtype)

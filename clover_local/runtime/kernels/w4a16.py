@@ -1,0 +1,356 @@
+"""Triton W4A16 / W8A16 kernels that read the GPTQ v1 layout directly (see `reference.py` for the exact math).
+
+Two kernels share one weight-tile loader:
+
+- `_linear_kernel`: out[M, N] = x[M, K] @ W[K, N] for small M (decode and 32-row preview passes). Grid
+  (N tiles, M tiles, K splits). Each step loads a [BLOCK_K / p, BLOCK_N] int32 tile of qweight once, unpacks
+  it in registers to [BLOCK_K, BLOCK_N] codes, subtracts the group's zero (qzeros + 1) and feeds the integer
+  tile (exact in bf16/fp16) to `tl.dot` against x; the fp32 partial of that K tile is multiplied by the group's
+  scale row and accumulated in fp32. BLOCK_K divides the group, so one K tile has one scale and zero row.
+  Split-K (for few N tiles at small M) writes fp32 partials [SPLIT_K, M, N] that torch sums (deterministic).
+- `_moe_kernel`: the vLLM-style grouped GEMM over (token, choice) pairs sorted by expert slot and padded to
+  BLOCK_M per slot (`moe_align`, plain torch, no host sync, static shapes: CUDA-graph friendly). Every
+  program serves one BLOCK_M run of one slot and reads that slot's weights through the stack's strides.
+  Pass 1 (GATED): gate and up columns n and I + n in one program, epilogue silu(gate) · up → act [T, I] in x's
+  dtype. Pass 2: act @ down, times the routing weight, fp32 [T, H]; torch sums the topk rows of each token.
+
+TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.dot` and int → bf16 casts wrong,
+so interpreted runs do the dot in fp32 (`DOT_F32`); that is exact for the integer weight tile and matches what
+the GPU's bf16 MMA with fp32 accumulation computes up to summation order.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .reference import PackedStack, check_packed
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _weight_tile(
+    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Codes minus zero, int32 [BLOCK_K, BLOCK_N], and the scale row fp32 [BLOCK_N] of input rows k0 … k0+BLOCK_K.
+
+    qw_base / sc_base / qz_base point at one matrix (one slot); k0 is a multiple of BLOCK_K and BLOCK_K divides
+    GROUP, so the tile lies in group k0 // GROUP."""
+    PER: tl.constexpr = 32 // BITS
+    MASK: tl.constexpr = (1 << BITS) - 1
+    offs_kp = k0 // PER + tl.arange(0, BLOCK_K // PER)
+    packed = tl.load(
+        qw_base + offs_kp[:, None] * stride_qk + offs_n[None, :] * stride_qn, mask=n_mask[None, :], other=0
+    )  # [BLOCK_K / PER, BLOCK_N]
+    shifts = tl.arange(0, PER) * BITS
+    # Field j of packed row i is input row PER·i + j: expand to [BLOCK_K / PER, PER, BLOCK_N], then merge.
+    codes = (packed[:, None, :] >> shifts[None, :, None]) & MASK
+    codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
+    g = k0 // GROUP
+    scale = tl.load(sc_base + g * stride_sg + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)
+    zword = tl.load(qz_base + g * stride_zg + (offs_n // PER) * stride_zn, mask=n_mask, other=0)
+    zero = ((zword >> ((offs_n % PER) * BITS)) & MASK) + 1
+    return codes - zero[None, :], scale
+
+
+@triton.jit
+def _dot(a, w_int, DOT_F32: tl.constexpr, PREC: tl.constexpr):
+    """a [BM, BK] (x's dtype) @ integer tile [BK, BN] → fp32."""
+    if DOT_F32:
+        return tl.dot(a.to(tl.float32), w_int.to(tl.float32), input_precision=PREC)
+    return tl.dot(a, w_int.to(a.dtype))
+
+
+@triton.jit
+def _linear_kernel(
+    x_ptr, qw_ptr, sc_ptr, qz_ptr, out_ptr,
+    M, N, TILES_PER_SPLIT,
+    stride_xm, stride_xk,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    stride_os, stride_om, stride_on,
+    GROUP: tl.constexpr, BITS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_start = pid_k * TILES_PER_SPLIT * BLOCK_K
+    for t in range(0, TILES_PER_SPLIT):
+        k0 = k_start + t * BLOCK_K
+        a = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None], other=0.0
+        )
+        w, scale = _weight_tile(
+            qw_ptr, sc_ptr, qz_ptr, k0, offs_n, n_mask,
+            stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+            GROUP, BITS, BLOCK_K, BLOCK_N,
+        )
+        acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
+    out = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+@triton.jit
+def _moe_kernel(
+    a_ptr, out_ptr, qw_ptr, sc_ptr, qz_ptr, rw_ptr,
+    sorted_ids_ptr, block_slot_ptr, num_padded_ptr,
+    N, K, T, UP_OFFSET,
+    stride_am, stride_ak, stride_om, stride_on,
+    stride_qs, stride_qk, stride_qn, stride_ss, stride_sg, stride_sn, stride_zs, stride_zg, stride_zn,
+    A_ROW_DIV: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
+    GROUP: tl.constexpr, BITS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr,
+):
+    """One BLOCK_M run of (token, choice) pairs of one slot × one BLOCK_N tile of output columns.
+
+    Row r of the run is pair id = sorted_ids[r] (token id // A_ROW_DIV gives the row of a; id ≥ T is padding).
+    GATED: columns n (gate) and UP_OFFSET + n (up) of the slot's weight, out = silu(gate) · up.
+    MUL_WEIGHT: out = (a @ W) · rw[id]."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+        return
+    slot = tl.load(block_slot_ptr + pid_m).to(tl.int64)  # int64: a cache buffer can exceed 2^31 elements
+    ids = tl.load(sorted_ids_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    row_mask = ids < T
+    a_rows = ids // A_ROW_DIV
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_mask = offs_n < N
+    qw_base = qw_ptr + slot * stride_qs
+    sc_base = sc_ptr + slot * stride_ss
+    qz_base = qz_ptr + slot * stride_zs
+    PER: tl.constexpr = 32 // BITS
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(
+            a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
+            mask=row_mask[:, None], other=0.0,
+        )
+        w, scale = _weight_tile(
+            qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+            stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+            GROUP, BITS, BLOCK_K, BLOCK_N,
+        )
+        acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
+        if GATED:
+            # The up half: UP_OFFSET is a multiple of PER, so its packed zero columns start at UP_OFFSET // PER.
+            w_up, scale_up = _weight_tile(
+                qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
+                qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
+                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                GROUP, BITS, BLOCK_K, BLOCK_N,
+            )
+            acc_up += _dot(a, w_up, DOT_F32, PREC) * scale_up[None, :]
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if MUL_WEIGHT:
+        rw = tl.load(rw_ptr + ids, mask=row_mask, other=0.0).to(tl.float32)
+        acc = acc * rw[:, None]
+    out = out_ptr + ids[:, None] * stride_om + offs_n[None, :] * stride_on
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Host side
+
+
+@dataclass(frozen=True)
+class LinearConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    block_m: int
+    block_n: int = 64
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1
+
+
+def _block_k(k: int, group_size: int, bits: int, cap: int = 128) -> int:
+    """Largest power of two ≤ cap dividing the group (so a K tile has one scale row), ≥ 16 for tl.dot."""
+    bk = cap
+    while bk > 16 and group_size % bk:
+        bk //= 2
+    if group_size % bk or bk < 32 // bits:
+        raise ValueError(f"group_size {group_size} needs to be a multiple of 16 for the Triton kernels")
+    return bk
+
+
+def _block_m(m: int) -> int:
+    return max(16, min(64, triton.next_power_of_2(max(m, 1))))
+
+
+def _dot_mode(x: Tensor) -> tuple[bool, str]:
+    if x.dtype == torch.float32:
+        return True, "ieee"
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"x must be fp32, bf16 or fp16, got {x.dtype}")
+    return _INTERPRET, "ieee" if _INTERPRET else "tf32"
+
+
+def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: torch.device) -> LinearConfig:
+    """Tiles for a small-M GEMM: enough programs to fill the GPU, splitting K when N alone cannot."""
+    bm = _block_m(m)
+    bk = _block_k(k, group_size, bits)
+    bn = 64 if n <= 4096 else 128
+    tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
+    k_tiles = k // bk
+    target = 2 * _num_sms(device)
+    split = max(1, min(k_tiles, 16, target // max(tiles, 1)))
+    return LinearConfig(bm, bn, bk, split)
+
+
+def linear_w4a16_triton(
+    x: Tensor, qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int = 4,
+    config: LinearConfig | None = None,
+) -> Tensor:
+    """x [..., K] @ dequant(W [K, N]) → [..., N] in x's dtype (GPTQ layout, g_idx = k // group)."""
+    k, n = check_packed(qweight, scales, qzeros, group_size, bits)
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features, the weight expects K={k}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    cfg = config or linear_config(m, n, k, group_size, bits, x.device)
+    if group_size % cfg.block_k:
+        raise ValueError(f"block_k {cfg.block_k} must divide group_size {group_size}")
+    k_tiles = k // cfg.block_k
+    per_split = triton.cdiv(k_tiles, cfg.split_k)
+    split = triton.cdiv(k_tiles, per_split)
+    if split == 1:
+        out = torch.empty(1, m, n, dtype=x.dtype, device=x.device)
+    else:
+        out = torch.empty(split, m, n, dtype=torch.float32, device=x.device)
+    dot_f32, prec = _dot_mode(x)
+    grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), split)
+    _linear_kernel[grid](
+        x2, qweight, scales, qzeros, out,
+        m, n, per_split,
+        x2.stride(0), x2.stride(1),
+        qweight.stride(0), qweight.stride(1), scales.stride(0), scales.stride(1), qzeros.stride(0), qzeros.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        GROUP=group_size, BITS=bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        DOT_F32=dot_f32, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    y = out[0] if split == 1 else out.sum(0).to(x.dtype)
+    return y.reshape(*lead, n)
+
+
+def moe_align(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Sort the (token, choice) pairs by slot and pad each slot's run to a multiple of block_m.
+
+    Returns sorted_ids int32 [L] (pair id m·topk + j, or T = M·topk for padding), block_slot int32 [L / block_m]
+    (the slot of each run) and num_padded int32 [1] (rows in use; later blocks exit at once). L depends only on
+    T, num_slots and block_m, and nothing syncs with the host, so the step can be captured in a CUDA graph."""
+    flat = slot_ids.reshape(-1).to(torch.int64)
+    t = flat.numel()
+    device = flat.device
+    order = torch.argsort(flat, stable=True)
+    sorted_slots = flat[order]
+    counts = torch.zeros(num_slots, dtype=torch.int64, device=device).scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    pad_end = torch.cumsum(padded, 0)
+    pad_start = pad_end - padded
+    count_start = torch.cumsum(counts, 0) - counts
+    dest = pad_start[sorted_slots] + torch.arange(t, device=device) - count_start[sorted_slots]
+    length = triton.cdiv(t + min(num_slots, t) * (block_m - 1), block_m) * block_m
+    sorted_ids = torch.full((length,), t, dtype=torch.int32, device=device)
+    sorted_ids[dest] = order.to(torch.int32)
+    block_starts = torch.arange(0, length, block_m, device=device)
+    block_slot = torch.searchsorted(pad_end, block_starts, right=True).clamp_(max=num_slots - 1).to(torch.int32)
+    return sorted_ids, block_slot, pad_end[-1:].to(torch.int32)
+
+
+def moe_config(m: int, topk: int, num_slots: int) -> MoeConfig:
+    """BLOCK_M from the mean pairs per slot in use: 16 for decode/preview (most slots see 1–4 pairs)."""
+    t = m * topk
+    per_slot = t / max(1, min(num_slots, t))
+    return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64)
+
+
+def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_div, gated, mul_weight, cfg):
+    sorted_ids, block_slot, num_padded = align
+    k = stack.in_features
+    bk = min(cfg.block_k, _block_k(k, stack.group_size, stack.bits))
+    dot_f32, prec = _dot_mode(a)
+    qw, sc, qz = stack.qweight, stack.scales, stack.qzeros
+    grid = (block_slot.numel(), triton.cdiv(n, cfg.block_n))
+    _moe_kernel[grid](
+        a, out, qw, sc, qz, rw,
+        sorted_ids, block_slot, num_padded,
+        n, k, t, up_offset,
+        a.stride(0), a.stride(1), out.stride(0), out.stride(1),
+        qw.stride(0), qw.stride(1), qw.stride(2), sc.stride(0), sc.stride(1), sc.stride(2),
+        qz.stride(0), qz.stride(1), qz.stride(2),
+        A_ROW_DIV=a_row_div, GATED=gated, MUL_WEIGHT=mul_weight,
+        GROUP=stack.group_size, BITS=stack.bits,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
+        DOT_F32=dot_f32, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+
+
+def moe_w4a16_triton(
+    x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
+    config: MoeConfig | None = None,
+) -> Tensor:
+    """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref`."""
+    m, h = x.shape
+    if slot_ids.shape != weights.shape or slot_ids.shape[0] != m:
+        raise ValueError(
+            f"slot_ids {tuple(slot_ids.shape)} and weights {tuple(weights.shape)} must both be [M={m}, topk]"
+        )
+    for name, st in (("gate_up", gate_up), ("down", down)):
+        check_packed(st.qweight, st.scales, st.qzeros, st.group_size, st.bits)
+        if st.qweight.dim() != 3 or st.scales.shape[0] != st.num_slots or st.qzeros.shape[0] != st.num_slots:
+            raise ValueError(f"{name}: qweight, scales and qzeros must be [S, ·, ·] with the same S")
+    inter = gate_up.out_features // 2
+    if gate_up.in_features != h or down.in_features != inter or down.out_features != h:
+        raise ValueError(
+            f"stack shapes do not match H={h}: gate_up [{gate_up.in_features}, {gate_up.out_features}], "
+            f"down [{down.in_features}, {down.out_features}]"
+        )
+    if inter % (32 // gate_up.bits):
+        raise ValueError(f"I={inter} must be a multiple of {32 // gate_up.bits} (gate/up halves split packed zeros)")
+    num_slots = min(gate_up.num_slots, down.num_slots)
+    topk = slot_ids.shape[1]
+    t = m * topk
+    cfg = config or moe_config(m, topk, num_slots)
+    align = moe_align(slot_ids, num_slots, cfg.block_m)
+    xc = x if x.stride(-1) == 1 else x.contiguous()
+    rw = weights.reshape(-1).contiguous()
+    act = torch.empty(t, inter, dtype=x.dtype, device=x.device)
+    _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg)
+    y = torch.empty(t, h, dtype=torch.float32, device=x.device)
+    _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, cfg)
+    return y.view(m, topk, h).sum(1).to(x.dtype)

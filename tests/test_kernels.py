@@ -1,0 +1,276 @@
+"""W4A16 / W8A16 kernels: the PyTorch reference pinned to the pack format, and the Triton kernels (run through
+Triton's interpreter on CPU tensors) pinned to the reference. Random inputs, never zeros; small shapes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# Triton decides between compiling and interpreting when a kernel is defined: set this before anything imports
+# triton or clover_local.runtime.kernels.w4a16. With a GPU the kernels are compiled and tested on CUDA tensors.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from clover_local.runtime.kernels import PackedStack, linear_w4a16, moe_w4a16
+from clover_local.runtime.kernels.reference import linear_w4a16_ref, moe_w4a16_ref
+from quantize.gptq_format import default_g_idx, dequantize, pack_weight
+
+try:
+    import triton  # noqa: F401
+
+    _TRITON_ERR = None
+except Exception as err:  # pragma: no cover - depends on the environment
+    _TRITON_ERR = f"triton cannot be imported ({type(err).__name__}: {err}); pip install 'triton>=3.0'"
+
+needs_triton = pytest.mark.skipif(_TRITON_ERR is not None, reason=_TRITON_ERR or "")
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cpu" if _INTERPRETED or not torch.cuda.is_available() else "cuda"
+
+
+def _random_pack(k: int, n: int, group: int, bits: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """A GPTQ pack of a random [out=n, in=k] weight: codes over the full range, zeros in [1, 2^bits), scales > 0."""
+    maxq = (1 << bits) - 1
+    q = torch.randint(0, maxq + 1, (n, k), generator=gen)
+    zeros = torch.randint(1, maxq + 1, (n, k // group), generator=gen)
+    scales = (torch.rand(n, k // group, generator=gen) * 0.02 + 0.005) / (1 << (bits - 4))
+    return pack_weight(q, scales, zeros, default_g_idx(k, group), bits)
+
+
+def _x(m: int, k: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(m, k, generator=gen)
+    x = torch.where(x.abs() < 1e-3, torch.full_like(x, 0.5), x)  # never zeros
+    return x.to(dtype)
+
+
+def _assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    else:  # bf16 rounds at 2^-8: allow 2–3 ulps of the output's scale (interpreted runs measure ≤ 0.9%)
+        torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2 * want.abs().max().item())
+
+
+# --- the reference is the pack format ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group", [64, 128])
+def test_reference_linear_matches_gptq_format(bits: int, group: int) -> None:
+    gen = torch.Generator().manual_seed(bits * 1000 + group)
+    k, n = 256, 192
+    pack = _random_pack(k, n, group, bits, gen)
+    x = _x(5, k, torch.float32, gen)
+    want = x @ dequantize(pack, bits).t()  # dequantize gives [out, in]
+    got = linear_w4a16_ref(x, pack["qweight"], pack["scales"], pack["qzeros"], group, bits)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    bf = linear_w4a16_ref(x.bfloat16(), pack["qweight"], pack["scales"], pack["qzeros"], group, bits)
+    assert bf.dtype == torch.bfloat16
+
+
+def test_reference_rejects_mismatched_shapes() -> None:
+    gen = torch.Generator().manual_seed(1)
+    pack = _random_pack(256, 192, 64, 4, gen)
+    with pytest.raises(ValueError, match="group_size"):
+        linear_w4a16_ref(_x(1, 256, torch.float32, gen), pack["qweight"], pack["scales"], pack["qzeros"], 100)
+    with pytest.raises(ValueError, match="scales"):
+        linear_w4a16_ref(_x(1, 256, torch.float32, gen), pack["qweight"], pack["scales"], pack["qzeros"], 128)
+    with pytest.raises(ValueError, match="features"):
+        linear_w4a16_ref(_x(1, 128, torch.float32, gen), pack["qweight"], pack["scales"], pack["qzeros"], 64)
+
+
+# --- MoE stacks as strided views into one cache buffer -----------------------------------------------------
+
+H, I, SLOTS, TOPK = 128, 64, 6, 2
+
+
+def _slot_layout(shapes: list[tuple[tuple[int, ...], torch.dtype]], align: int = 256) -> tuple[list[int], int]:
+    """Byte offsets of each tensor inside one slot, and the slot's (padded) byte size."""
+    offsets, pos = [], 0
+    for shape, dtype in shapes:
+        pos = (pos + align - 1) // align * align
+        offsets.append(pos)
+        pos += torch.Size(shape).numel() * dtype.itemsize
+    return offsets, (pos + align - 1) // align * align + align  # a spare gap: slot stride > one slot's bytes
+
+
+def _cache_stacks(packs: list[dict[str, dict[str, torch.Tensor]]], bits: int, groups: tuple[int, int], device: str):
+    """Lay each expert's gate_up / down tensors into one uint8 slab per slot (like the expert cache) and return
+    PackedStacks that view the slab with a slot stride larger than any one tensor."""
+    names = [(proj, t) for proj in ("gate_up", "down") for t in ("qweight", "scales", "qzeros")]
+    first = packs[0]
+    shapes = [(tuple(first[p][t].shape), first[p][t].dtype) for p, t in names]
+    offsets, slot_bytes = _slot_layout(shapes)
+    buf = torch.zeros(len(packs) * slot_bytes + 512, dtype=torch.uint8)  # + 512: the stacks start mid-buffer
+    base = 128
+    for s, pack in enumerate(packs):
+        for (p, t), off in zip(names, offsets):
+            raw = pack[p][t].contiguous().view(torch.uint8).reshape(-1)
+            start = base + s * slot_bytes + off
+            buf[start : start + raw.numel()] = raw
+    buf = buf.to(device)
+    views = {}
+    for ((p, t), off), (shape, dtype) in zip(zip(names, offsets), shapes):
+        itemsize = dtype.itemsize
+        typed = buf.view(dtype)  # every offset is a multiple of the itemsize
+        views[(p, t)] = typed.as_strided(
+            (len(packs), *shape), (slot_bytes // itemsize, shape[1], 1), (base + off) // itemsize
+        )
+    stacks = tuple(
+        PackedStack(views[(p, "qweight")], views[(p, "scales")], views[(p, "qzeros")], g, bits)
+        for p, g in zip(("gate_up", "down"), groups)
+    )
+    assert stacks[0].qweight.stride(0) > stacks[0].qweight[0].numel()
+    return stacks
+
+
+def _moe_case(bits: int, groups: tuple[int, int], seed: int, device: str = "cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    packs = [
+        {"gate_up": _random_pack(H, 2 * I, groups[0], bits, gen), "down": _random_pack(I, H, groups[1], bits, gen)}
+        for _ in range(SLOTS)
+    ]
+    gate_up, down = _cache_stacks(packs, bits, groups, device)
+    return gen, packs, gate_up, down
+
+
+def _route(m: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    slot_ids = torch.stack([torch.randperm(SLOTS, generator=gen)[:TOPK] for _ in range(m)])
+    weights = torch.softmax(torch.randn(m, TOPK, generator=gen), dim=-1) + 0.05
+    return slot_ids, weights
+
+
+def test_reference_moe_matches_dense_experts() -> None:
+    """The MoE reference against per-token dense experts built from `quantize.gptq_format.dequantize`."""
+    bits, groups = 4, (64, 32)
+    gen, packs, gate_up, down = _moe_case(bits, groups, seed=7)
+    m = 7
+    x = _x(m, H, torch.float32, gen)
+    slot_ids, weights = _route(m, gen)
+    want = torch.zeros(m, H)
+    for i in range(m):
+        for j in range(TOPK):
+            pack = packs[int(slot_ids[i, j])]
+            gu = x[i] @ dequantize(pack["gate_up"], bits).t()
+            act = torch.nn.functional.silu(gu[:I]) * gu[I:]
+            want[i] += weights[i, j] * (act @ dequantize(pack["down"], bits).t())
+    got = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * want.abs().max().item())
+
+
+# --- Triton kernels vs the reference -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def force_triton(monkeypatch):
+    """Make the dispatchers take the Triton path: compiled on CUDA tensors, interpreted on CPU ones."""
+    from clover_local.runtime.kernels import w4a16
+
+    if DEVICE == "cpu" and not w4a16._INTERPRET:
+        pytest.skip("no GPU, and TRITON_INTERPRET=1 was not in force when the kernels were defined")
+    monkeypatch.delenv("CLOVER_DISABLE_TRITON", raising=False)
+    monkeypatch.setenv("CLOVER_FORCE_TRITON", "1")
+
+
+def _dev(*tensors):
+    return tuple(t.to(DEVICE) for t in tensors)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "m,bits,group,dtype",
+    [
+        (1, 4, 128, torch.bfloat16),
+        (5, 4, 64, torch.float32),
+        (32, 4, 128, torch.bfloat16),
+        (5, 8, 128, torch.bfloat16),
+        (32, 8, 64, torch.float32),
+        (33, 4, 64, torch.float16),
+    ],
+)
+def test_triton_linear_matches_reference(force_triton, m: int, bits: int, group: int, dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(m * 100 + bits * 10 + group)
+    k, n = 256, 192
+    pack = _random_pack(k, n, group, bits, gen)
+    x, qweight, scales, qzeros = _dev(_x(m, k, dtype, gen), pack["qweight"], pack["scales"], pack["qzeros"])
+    args = (qweight, scales, qzeros, group, bits)
+    _assert_close(linear_w4a16(x, *args), linear_w4a16_ref(x, *args), dtype)
+
+
+@needs_triton
+def test_triton_linear_split_k_and_strided_input(force_triton) -> None:
+    from clover_local.runtime.kernels.w4a16 import LinearConfig, linear_w4a16_triton
+
+    gen = torch.Generator().manual_seed(3)
+    k, n, group = 256, 96, 64
+    pack = _random_pack(k, n, group, 4, gen)
+    x, qweight, scales, qzeros = _dev(_x(3, 2 * k, torch.float32, gen), pack["qweight"], pack["scales"], pack["qzeros"])
+    x = x[:, ::2]  # non-contiguous rows and columns
+    args = (qweight, scales, qzeros, group, 4)
+    want = linear_w4a16_ref(x, *args)
+    for cfg in (LinearConfig(16, 32, 32, split_k=4), LinearConfig(16, 64, 64, split_k=3)):
+        _assert_close(linear_w4a16_triton(x, *args, config=cfg), want, torch.float32)
+
+
+@needs_triton
+def test_moe_align_pads_runs_per_slot() -> None:
+    from clover_local.runtime.kernels.w4a16 import moe_align
+
+    slot_ids = torch.tensor([[3, 0], [3, 5], [0, 3]])
+    sorted_ids, block_slot, num_padded = moe_align(slot_ids, num_slots=6, block_m=4)
+    t = slot_ids.numel()
+    assert int(num_padded) == 3 * 4  # slots 0, 3, 5, each padded to one run of 4
+    assert sorted_ids.numel() % 4 == 0 and block_slot.numel() == sorted_ids.numel() // 4
+    runs = sorted_ids[: int(num_padded)].view(-1, 4)
+    flat = slot_ids.reshape(-1)
+    for run, slot in zip(runs, block_slot[: runs.shape[0]]):
+        real = run[run < t]
+        assert real.numel() > 0 and bool((flat[real.long()] == slot).all())
+    assert sorted(sorted_ids[sorted_ids < t].tolist()) == list(range(t))
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "m,bits,groups,dtype",
+    [
+        (1, 4, (128, 64), torch.bfloat16),
+        (7, 4, (64, 32), torch.float32),
+        (32, 4, (128, 64), torch.bfloat16),
+        (7, 8, (64, 64), torch.bfloat16),
+    ],
+)
+def test_triton_moe_matches_reference(force_triton, m: int, bits: int, groups: tuple[int, int], dtype) -> None:
+    gen, _, gate_up, down = _moe_case(bits, groups, seed=m * 10 + bits, device=DEVICE)
+    x = _x(m, H, dtype, gen)
+    slot_ids, weights = _route(m, gen)
+    if m == 32:
+        slot_ids[:20, 0] = 4  # one slot with more pairs than a BLOCK_M run: several runs of one slot
+        slot_ids[:20, 1] = torch.where(slot_ids[:20, 1] == 4, 1, slot_ids[:20, 1])
+    x, slot_ids, weights = _dev(x, slot_ids, weights.to(dtype))
+    got = moe_w4a16(x, slot_ids, weights, gate_up, down)
+    want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
+    _assert_close(got, want, dtype)
+
+
+def test_dispatch_uses_reference_without_force(monkeypatch) -> None:
+    """On CPU tensors without CLOVER_FORCE_TRITON the dispatchers are the reference, bit for bit."""
+    monkeypatch.delenv("CLOVER_FORCE_TRITON", raising=False)
+    gen, _, gate_up, down = _moe_case(4, (64, 64), seed=11)
+    x = _x(3, H, torch.float32, gen)
+    slot_ids, weights = _route(3, gen)
+    want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
+    assert torch.equal(moe_w4a16(x, slot_ids, weights, gate_up, down), want)
+
+
+@needs_triton
+def test_bench_script_runs_on_tiny_shapes(force_triton, monkeypatch) -> None:
+    """The GPU benchmark's code paths (random packs, cache-like stacks, correctness, JSON fields) on tiny shapes;
+    on CPU it runs the kernels through the interpreter and skips timing and graph capture."""
+    from clover_local.runtime.kernels import bench_kernels
+
+    monkeypatch.setattr(bench_kernels, "DEVICE", DEVICE)
+    lin = bench_kernels.bench_linear("tiny", 5, 256, 192, 4, 64, torch.bfloat16, 4800.0, "none")
+    assert lin["errors"] == [] and lin["max_rel_err"] < 1e-2 and lin["bytes"] > 256 * 192 // 2
+    moe = bench_kernels.bench_moe(7, 6, 2, H, I, 64, 4, torch.bfloat16, 4800.0, "none")
+    assert moe["errors"] == [] and moe["max_rel_err"] < 1e-2 and 1 <= moe["distinct_slots"] <= 6
