@@ -1,0 +1,1 @@
+"""Hand-written content pools and generators for the Clover calibration set (see ../README.md)."""
