@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clover_local.config import CloverConfig
+from clover_local.errors import CloverError
 from clover_local.model.clover import DecoderLayer
 from clover_local.model.rope import Rotary
 from quantize.gptq import HessianAccumulator, HessianError, QuantResult, gptq_quantize, rtn_quantize
@@ -52,10 +53,12 @@ class LayerReport:
 def quantize_weight(weight: torch.Tensor, hessian: torch.Tensor | None, bits: int, opts: QuantOptions) -> QuantResult:
     """GPTQ with the given Hessian, or round-to-nearest when there is none (or method rtn)."""
     w = weight.float()
-    if w.shape[1] % opts.group_size:
-        group = -1  # per-channel when the group does not divide the input width
-    else:
-        group = opts.group_size
+    group = opts.group_size
+    if group != -1 and w.shape[1] % group:
+        # the pack's config promises one group size for every module; a silent per-channel fallback would
+        # make other GPTQ loaders misread this one
+        raise CloverError(f"--group-size {group} does not divide an input width of {w.shape[1]}; "
+                          "choose a group size that divides it (or -1 for per-channel)")
     if opts.method == "rtn" or hessian is None:
         return rtn_quantize(w, bits, group, opts.sym)
     try:

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +31,7 @@ from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, resolve_calib_path
+from quantize.gptq import HessianAccumulator
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
 
@@ -128,6 +129,12 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
     progress = out / PROGRESS / "state.json"
     if out.exists() and not out.is_dir():
         raise CloverError(f"--out {out} is a file, not a folder")
+    if (out / PROGRESS).is_dir() and not progress.exists():
+        # a run of ours that stopped before its first layer was saved (bad calibration file, unreadable shard,
+        # Ctrl-C in layer 0): nothing finished to keep, so clear what it left and treat the folder as fresh
+        shutil.rmtree(out / PROGRESS)
+        for stale in out.glob("model-*-of-*.safetensors*"):
+            stale.unlink()
     if out.is_dir() and any(out.iterdir()):
         if progress.exists():
             if overwrite:
@@ -139,9 +146,10 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
                 return True
         elif (out / MANIFEST_NAME).exists() and Manifest.load(out).complete and not overwrite:
             raise CloverError(f"{out} already holds a finished pack; choose another --out or add --overwrite")
-        elif overwrite or (out / MANIFEST_NAME).exists():
-            shutil.rmtree(out)
+        elif (out / MANIFEST_NAME).exists():
+            shutil.rmtree(out)  # a pack of ours (complete with --overwrite, or one that never finished)
         else:
+            # never delete a folder we did not make, even with --overwrite
             raise CloverError(f"{out} is not empty and is not a clover-local pack; choose an empty folder for --out")
     elif resume:
         raise CloverError(f"nothing to resume in {out}: start without --resume")
@@ -170,15 +178,20 @@ def quantize_checkpoint(
         raise CloverError(f"{src} is not a Clover checkpoint: its GDN layers lack the block-diffusion parameters")
     tokenizer = ChatTokenizer.from_folder(src)
     mask_id = resolve_mask_token(cfg, tokenizer)
-    profile = get_profile(settings.profile)
+    # routed experts take --bits (the pack's default bits in quantization_config); the profile sets the rest
+    profile = replace(get_profile(settings.profile), experts=settings.bits)
     calib_path = resolve_calib_path(settings.calib, src)
+    try:  # before the output folder is touched: an unreadable file (permissions) is one clear line
+        calib_sha = _file_sha(calib_path)
+    except OSError as exc:
+        raise CloverError(f"cannot read calibration file {calib_path}: {exc.strerror or exc}") from None
     has_progress = prepare_output(out, resume, overwrite)
     prog_dir = out / PROGRESS
     prog_dir.mkdir(parents=True, exist_ok=True)
     n_layers = cfg.num_hidden_layers
     n_shards = n_layers + 1
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    fingerprint = {"settings": asdict(settings), "calib_sha256": _file_sha(calib_path),
+    fingerprint = {"settings": asdict(settings), "calib_sha256": calib_sha,
                    "source": str(src.resolve()), "config_sha256": _file_sha(src / "config.json")}
     reports: list[LayerReport] = []
     if has_progress:
@@ -187,7 +200,7 @@ def quantize_checkpoint(
             raise CloverError(f"{out} holds a run with other settings or inputs; use the same command to resume, "
                               "or --overwrite to start over")
         start = state["next_layer"]
-        hidden = load_file(str(prog_dir / "hidden.safetensors"))
+        hidden = load_file(str(prog_dir / state.get("hidden", "hidden.safetensors")))
         clean, noisy = hidden["clean"], hidden.get("noisy")
         calib_info = state["calibration"]
         reports = [LayerReport(**r) for r in state["reports"]]
@@ -224,18 +237,30 @@ def quantize_checkpoint(
         hidden = {"clean": clean.contiguous()}
         if noisy is not None:
             hidden["noisy"] = noisy.contiguous()
-        _atomic_save(hidden, prog_dir / "hidden.safetensors")
+        # the next layer's inputs go to a file named after that layer, recorded in state.json: a kill between
+        # the two writes leaves the previous state pointing at the previous (still present) inputs
+        hidden_name = f"hidden-{i + 1:05d}.safetensors"
+        _atomic_save(hidden, prog_dir / hidden_name)
         _write_json(prog_dir / "state.json", {
-            "fingerprint": fingerprint, "next_layer": i + 1, "calibration": calib_info, "created": created,
-            "reports": [asdict(r) for r in reports],
+            "fingerprint": fingerprint, "next_layer": i + 1, "hidden": hidden_name, "calibration": calib_info,
+            "created": created, "reports": [asdict(r) for r in reports],
         })
+        for old in prog_dir.glob("hidden-*.safetensors"):
+            if old.name != hidden_name:
+                old.unlink()
         on_layer(i + 1, n_layers, "done")
         if stop_after_layer is not None and i == stop_after_layer:
             raise KeyboardInterrupt
     on_layer(n_layers, n_layers, "LM head")
     _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile, settings, device)
     result = QuantizeResult(out, reports, resumed_from=start)
-    _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards)
+    try:
+        _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise CloverError(f"the disk is full while finishing the pack in {out}; free some space and rerun "
+                              "with --resume (finished layers are kept)") from None
+        raise CloverError(f"cannot finish the pack in {out}: {exc.strerror or exc}; rerun with --resume") from None
     result.seconds = time.perf_counter() - t0
     result.source_bytes = sum(f.stat().st_size for f in src.glob("*.safetensors"))
     result.pack_bytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
@@ -265,11 +290,14 @@ def _write_globals(reader, path: Path, clean, noisy, profile, settings: Quantize
             if settings.method == "gptq":
                 norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
                 norm.weight.copy_(g["norm.weight"].float())
-                rows = [clean.reshape(-1, clean.shape[-1])]
-                if noisy is not None:
-                    rows.append(noisy.reshape(-1, noisy.shape[-1]))
-                x = norm(torch.cat(rows)).to(device)
-                hessian = (2.0 / x.shape[0]) * (x.T @ x)
+                acc = HessianAccumulator(cfg.hidden_size, device=device)
+                for stream in (clean, noisy):
+                    if stream is None:
+                        continue
+                    flat = stream.reshape(-1, stream.shape[-1])
+                    for s in range(0, flat.shape[0], 16384):  # bounded device memory for the final rows
+                        acc.add_batch(norm(flat[s:s + 16384]).to(device))
+                hessian = acc.H
             res = quantize_weight(head.to(device), hessian, bits, settings.options())
             tensors.update(packed("lm_head", res, bits))
     _atomic_save(tensors, path)
@@ -313,6 +341,7 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
     )
     from clover_local.pack.card import write_card
 
-    shutil.rmtree(out / PROGRESS, ignore_errors=True)
+    # the progress goes last: a run killed before this point is still resumable (the manifest skips hidden folders)
     manifest.finalize(out)
     write_card(out, manifest=manifest)
+    shutil.rmtree(out / PROGRESS, ignore_errors=True)

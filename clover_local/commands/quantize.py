@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -16,11 +17,21 @@ from clover_local.cli import app
 from clover_local.errors import CloverError
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(
+@contextmanager
+def _progress(console: Console):
+    bar = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[step]}"),
         TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
     )
+    with bar:
+        try:
+            yield bar
+        except BaseException:
+            # on failure leave only the one-line error: no half-drawn bar, no blank line after it
+            bar.live.transient = True
+            bar.live.stop()
+            bar.disable = True
+            raise
 
 
 @app.command()

@@ -1,0 +1,755 @@
+"""`clover-local quantize` and `clover-local eval` on tiny random checkpoints.
+
+What a pack must be (design.md, "The pack format"), checked with a reader written here from that text alone;
+every profile and RTN load and run; interrupted runs (after a layer, inside a layer, a killed process, a full
+disk) resume into byte-identical packs; bad input ends in one `error:` line; eval and `--json` report what they
+promise. Dims are 128 wide so group size 128 divides every quantized input width.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from clover_local.checkpoint.names import PREVIEW_EXTRAS, layer_shapes
+from clover_local.checkpoint.reader import CheckpointReader
+from clover_local.checkpoint.synthetic import random_state, write_checkpoint
+from clover_local.config import load_config
+from clover_local.errors import CloverError
+from clover_local.pack.manifest import MANIFEST_NAME, Manifest, verify_pack
+from clover_local.pack.reader import PackReader
+from quantize import pipeline
+from quantize.pipeline import PROGRESS, QuantizeSettings, quantize_checkpoint, shard_name
+from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, PROFILES
+from tests.conftest import run_cli, tokenizer_spec
+
+REPO = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+EPOCH = "1700000000"  # SOURCE_DATE_EPOCH: fixes the pack's creation time, so two runs can be byte-identical
+SPEC = dict(hidden_size=128, moe_intermediate_size=128, shared_expert_intermediate_size=128, num_attention_heads=4,
+            head_dim=32, linear_key_head_dim=32, linear_value_head_dim=32)
+N_LAYERS = 4  # layers 0-2 GDN, layer 3 attention
+N_SHARDS = N_LAYERS + 1
+UNQUANTIZED_LEAVES = ("mlp.gate.weight", "mlp.shared_expert_gate.weight", "input_layernorm.weight",
+                      "post_attention_layernorm.weight")
+GDN_PLAIN = ("linear_attn.in_proj_a.weight", "linear_attn.in_proj_b.weight", "linear_attn.conv1d.weight",
+             "linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.norm.weight",
+             *(f"linear_attn.{x}" for x in PREVIEW_EXTRAS))
+ATTN_PLAIN = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+
+_CALIB = [
+    "The quick brown fox jumps over the lazy dog. 0123456789",
+    "add 123+45 gives 168; reverse abcd gives dcba; sort dbca gives abcd",
+    "你好，世界。今天天气很好。",
+    "count a in banana: 3. lookup b in a=3 b=7 c=1: 7",
+    "Hello world, this is a tiny tokenizer for tests.",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread_fixed_time():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SOURCE_DATE_EPOCH", EPOCH)
+        yield
+    torch.set_num_threads(before)
+
+
+def write_src(folder: Path, tokenizer_dir: Path, *, state=None, **kwargs) -> Path:
+    """A tiny BF16 Clover checkpoint with the test tokenizer; kwargs override the spec (or go to write_checkpoint)."""
+    ckpt_kw = {k: kwargs.pop(k) for k in ("shards", "seed") if k in kwargs}
+    spec = tokenizer_spec(tokenizer_dir, **{**SPEC, **kwargs})
+    write_checkpoint(folder, spec, dtype=torch.bfloat16, state=state, **ckpt_kw)
+    for f in tokenizer_dir.iterdir():
+        if f.name != "generation_config.json":
+            shutil.copy(f, folder / f.name)
+    return folder
+
+
+class Env:
+    """Module-wide inputs: a source checkpoint, a calibration file and the balanced GPTQ pack made from them."""
+
+    def __init__(self, root: Path, tokenizer_dir: Path) -> None:
+        self.root, self.tokenizer_dir = root, tokenizer_dir
+        self.src = write_src(root / "src", tokenizer_dir)
+        self.calib = root / "calib.jsonl"
+        with open(self.calib, "w", encoding="utf-8") as f:
+            for i in range(24):
+                text = f"{i}: {_CALIB[i % len(_CALIB)]} {_CALIB[(i * 3 + 1) % len(_CALIB)]}"
+                if i % 3 == 0:
+                    item = {"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": text[::-1]}]}
+                else:
+                    item = {"text": text}
+                f.write(json.dumps(item, ensure_ascii=False) + "\n")
+        self.pack = root / "pack-balanced"
+        self.result = self.quantize(self.pack)
+        self._packs = {("balanced", "gptq"): (self.pack, self.result)}
+        self.logits: dict[Path, torch.Tensor] = {}
+
+    def pack_for(self, profile: str, method: str):
+        """(folder, QuantizeResult) of a pack made with this profile and method, made once per module."""
+        if (profile, method) not in self._packs:
+            out = self.root / f"pack-{profile}-{method}"
+            self._packs[profile, method] = (out, self.quantize(out, profile=profile, method=method))
+        return self._packs[profile, method]
+
+    def settings(self, **kw) -> QuantizeSettings:
+        return QuantizeSettings(samples=4, seq_len=64, calib=str(self.calib), **kw)
+
+    def quantize(self, out: Path, src: Path | None = None, **kw):
+        run_kw = {k: kw.pop(k) for k in ("resume", "overwrite", "on_layer", "stop_after_layer") if k in kw}
+        return quantize_checkpoint(src or self.src, out, self.settings(**kw), CPU, **run_kw)
+
+    def cli_args(self, out: Path, *extra, src: Path | None = None) -> list:
+        return ["quantize", src or self.src, "--out", out, "--calib", str(self.calib), "--samples", "4",
+                "--seq-len", "64", "--device", "cpu", "--no-eval", *extra]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, tokenizer_dir, _one_thread_fixed_time) -> Env:
+    return Env(tmp_path_factory.mktemp("quant"), tokenizer_dir)
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder` (hidden ones included: a leftover progress folder is a difference)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def pack_tensors(pack: Path) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for shard in sorted(pack.glob("model-*.safetensors")):
+        out.update(load_file(str(shard)))
+    return out
+
+
+def state_of(out: Path) -> dict:
+    return json.loads((out / PROGRESS / "state.json").read_text())
+
+
+def expect_error(capsys, args, *needles: str) -> str:
+    """The CLI fails with exactly one `error: …` line on stderr naming every needle, and no traceback."""
+    code = run_cli(args)
+    out, err = capsys.readouterr()
+    assert code != 0, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    for needle in needles:
+        assert needle.lower() in lines[0].lower(), (needle, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------------ an independent reader of the GPTQ layout
+
+
+def unpack_gptq(t: dict[str, torch.Tensor], bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense weight [out, in] and the step (scale) of each entry, from design.md's description only:
+    qweight int32 [in/p, out] (row p·i+j in bits bits·j…), qzeros int32 [G, out/p] (column p·k+j, stored
+    as zero−1), scales fp16 [G, out], g_idx int32 [in]; w = (q − zero) · scale."""
+    p, mask = 32 // bits, (1 << bits) - 1
+    qweight = t["qweight"].numpy().view(np.uint32)
+    qzeros = t["qzeros"].numpy().view(np.uint32)
+    scales = t["scales"].numpy().astype(np.float32)
+    g_idx = t["g_idx"].numpy().astype(np.int64)
+    n_in, n_out = qweight.shape[0] * p, qweight.shape[1]
+    q = np.zeros((n_in, n_out), np.int64)
+    for j in range(p):
+        q[j::p] = (qweight >> np.uint32(bits * j)) & mask
+    zeros = np.zeros((qzeros.shape[0], n_out), np.int64)
+    for j in range(p):
+        zeros[:, j::p] = ((qzeros >> np.uint32(bits * j)) & mask) + 1
+    step = scales[g_idx]  # [in, out]
+    w = (q - zeros[g_idx]).astype(np.float32) * step
+    return w.T, step.T
+
+
+def module_tensors(tensors: dict[str, torch.Tensor], module: str) -> dict[str, torch.Tensor]:
+    return {k: tensors[f"{module}.{k}"] for k in ("qweight", "qzeros", "scales", "g_idx")}
+
+
+def expected_modules(cfg, profile) -> dict[str, tuple[int, int, int]]:
+    """Pack module name → (bits, out, in) of every module the profile quantizes."""
+    h, im = cfg.hidden_size, cfg.moe_intermediate_size
+    mods: dict[str, tuple[int, int, int]] = {}
+    for i in range(cfg.num_hidden_layers):
+        shapes = layer_shapes(cfg, i)
+        names = []
+        if profile.mixer:
+            names += [(n, profile.mixer) for n in MIXER_LINEARS[cfg.layer_types[i]]]
+        if profile.shared:
+            names += [(n, profile.shared) for n in SHARED_LINEARS]
+        for name, bits in names:
+            mods[f"model.layers.{i}.{name}"] = (bits, *shapes[f"{name}.weight"])
+        for e in range(cfg.num_experts):
+            for part, (o, n_in) in (("gate_proj", (im, h)), ("up_proj", (im, h)), ("down_proj", (h, im))):
+                mods[f"model.layers.{i}.mlp.experts.{e}.{part}"] = (profile.experts, o, n_in)
+    if profile.lm_head:
+        mods["lm_head"] = (profile.lm_head, cfg.vocab_size, h)
+    return mods
+
+
+def bits_by_dynamic(qc: dict, module: str) -> int | None:
+    """What a GPTQ loader reading `quantization_config` makes of a module: None = not quantized."""
+    bits = qc["bits"]
+    for rule, override in qc.get("dynamic", {}).items():
+        negative = rule.startswith("-:")
+        pattern = rule[2:] if rule[:2] in ("-:", "+:") else rule
+        if re.match(pattern, module):
+            if negative:
+                return None
+            bits = override.get("bits", bits)
+    return bits
+
+
+# ---------------------------------------------------------------------------------------------- 1. format
+
+
+def test_pack_layout_matches_the_gptq_format(env):
+    pack, cfg = env.pack, load_config(env.src)
+    profile = PROFILES["balanced"]
+    tensors = pack_tensors(pack)
+    want = expected_modules(cfg, profile)
+    have = {k[: -len(".qweight")] for k in tensors if k.endswith(".qweight")}
+    assert have == set(want)
+    for module, (bits, n_out, n_in) in want.items():
+        p, g = 32 // bits, 128
+        t = module_tensors(tensors, module)
+        assert t["qweight"].dtype == torch.int32 and tuple(t["qweight"].shape) == (n_in // p, n_out), module
+        assert t["qzeros"].dtype == torch.int32 and tuple(t["qzeros"].shape) == (n_in // g, n_out // p), module
+        assert t["scales"].dtype == torch.float16 and tuple(t["scales"].shape) == (n_in // g, n_out), module
+        assert t["g_idx"].dtype == torch.int32 and torch.equal(t["g_idx"], torch.arange(n_in, dtype=torch.int32) // g)
+        assert f"{module}.weight" not in tensors
+    # routed experts per expert, never fused; everything else present and unquantized, equal to the source
+    assert not [k for k in tensors if "gate_up_proj" in k or k.endswith("experts.down_proj")]
+    src = CheckpointReader(env.src)
+    for i in range(N_LAYERS):
+        plain = UNQUANTIZED_LEAVES + (ATTN_PLAIN if cfg.is_attention(i) else GDN_PLAIN)
+        ref = src.layer_state(i)
+        for rel in plain:
+            t = tensors[f"model.layers.{i}.{rel}"]
+            assert t.dtype == (torch.float32 if rel.endswith(("A_log", "dt_bias")) else torch.bfloat16), rel
+            assert torch.equal(t.float(), ref[rel].float()), rel
+    for name in ("model.embed_tokens.weight", "model.norm.weight"):
+        assert tensors[name].dtype == torch.bfloat16
+        assert torch.equal(tensors[name].float(), src.tensor(name[len("model."):]).float())
+    n_plain = N_LAYERS * len(UNQUANTIZED_LEAVES) + 3 * len(GDN_PLAIN) + len(ATTN_PLAIN) + 2
+    assert len(tensors) == 4 * len(want) + n_plain  # nothing else slipped in
+
+    # quantization_config and its per-module exceptions agree with the profile and with the stored shapes
+    qc = json.loads((pack / "config.json").read_text())["quantization_config"]
+    assert {k: qc[k] for k in ("quant_method", "bits", "group_size", "desc_act", "sym", "checkpoint_format")} == {
+        "quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True,
+        "checkpoint_format": "gptq"}
+    for module, (bits, _, _) in want.items():
+        assert bits_by_dynamic(qc, module) == bits, module
+    assert bits_by_dynamic(qc, "model.layers.0.linear_attn.in_proj_qkv") == 8
+    assert bits_by_dynamic(qc, "model.layers.3.self_attn.q_proj") == 8
+    assert bits_by_dynamic(qc, "model.layers.0.mlp.experts.5.down_proj") == 4
+    for router in ("model.layers.0.mlp.gate", "model.layers.0.mlp.shared_expert_gate",
+                   "model.layers.0.linear_attn.in_proj_a", "model.layers.0.linear_attn.in_proj_b"):
+        assert bits_by_dynamic(qc, router) is None, router
+
+    # the index lists every tensor, in the shard that holds it
+    index = json.loads((pack / "model.safetensors.index.json").read_text())
+    listed: dict[str, str] = {}
+    for k in range(1, N_SHARDS + 1):
+        with safe_open(str(pack / shard_name(k, N_SHARDS)), "pt") as f:
+            listed.update({name: shard_name(k, N_SHARDS) for name in f.keys()})
+    assert index["weight_map"] == listed
+    assert index["metadata"]["total_size"] == sum((pack / s).stat().st_size for s in set(listed.values()))
+
+    # the manifest is complete and checks out; it records settings, calibration and memory
+    manifest = verify_pack(pack)
+    assert manifest.complete and manifest.created == "2023-11-14T22:13:20Z"
+    assert set(manifest.files) == {p.name for p in pack.iterdir() if p.name not in (MANIFEST_NAME, "README.md")}
+    assert {"config.json", "model.safetensors.index.json", "tokenizer.json", "generation_config.json",
+            shard_name(1, N_SHARDS)} <= set(manifest.files)
+    assert manifest.settings["bits"] == 4 and manifest.settings["profile"] == "balanced"
+    assert manifest.settings["method"] == "gptq" and manifest.settings["group_size"] == 128
+    assert manifest.calibration["sequences"] == 4 and manifest.calibration["seq_len"] == 64
+    assert manifest.calibration["mode"] == "diffusion" and manifest.calibration["file"] == "calib.jsonl"
+    assert (pack / "README.md").is_file() and not (pack / PROGRESS).exists()
+
+    # routed experts shrink to <= 0.3 of their BF16 bytes
+    expert_bytes = sum(t.numel() * t.element_size() for k, t in tensors.items() if ".mlp.experts." in k)
+    bf16_bytes = N_LAYERS * cfg.num_experts * 3 * cfg.moe_intermediate_size * cfg.hidden_size * 2
+    assert expert_bytes <= 0.3 * bf16_bytes
+    assert manifest.memory["expert_bytes"] == expert_bytes
+
+
+@pytest.mark.parametrize("method", ["rtn", "gptq"])
+def test_dequantized_weights_within_one_step_of_the_source(env, method):
+    """Our reader (PackReader) and the independent one above agree exactly, and recover the BF16 source to within
+    the quantization step — 4-bit experts and 8-bit mixer/shared/head alike. Round-to-nearest is within half a
+    step everywhere. GPTQ deliberately moves weights further (it pushes each column's rounding error onto the
+    columns after it, to keep the layer's *output* close), so there the bulk is within one step, not every entry."""
+    pack = env.pack_for("balanced", method)[0]
+    tensors = pack_tensors(pack)
+    src, reader = CheckpointReader(env.src), PackReader(pack)
+    im = load_config(env.src).moe_intermediate_size
+    cases = []  # (pack module, bits, source weight, PackReader weight)
+    for i in (0, 3):
+        ref, got = src.layer_state(i), reader.layer_state(i)
+        mixer = "linear_attn.in_proj_qkv" if i == 0 else "self_attn.o_proj"
+        cases.append((f"model.layers.{i}.{mixer}", 8, ref[f"{mixer}.weight"], got[f"{mixer}.weight"]))
+        sd = "mlp.shared_expert.down_proj"
+        cases.append((f"model.layers.{i}.{sd}", 8, ref[f"{sd}.weight"], got[f"{sd}.weight"]))
+        for e in (0, 7):
+            gu, gu_q = ref["mlp.experts.gate_up_proj"][e], got["mlp.experts.gate_up_proj"][e]
+            pre = f"model.layers.{i}.mlp.experts.{e}"
+            cases.append((f"{pre}.gate_proj", 4, gu[:im], gu_q[:im]))
+            cases.append((f"{pre}.up_proj", 4, gu[im:], gu_q[im:]))
+            cases.append((f"{pre}.down_proj", 4, ref["mlp.experts.down_proj"][e], got["mlp.experts.down_proj"][e]))
+    cases.append(("lm_head", 8, src.tensor("lm_head.weight"), reader.global_state()["lm_head.weight"]))
+    for module, bits, w, w_reader in cases:
+        w_hat, step = unpack_gptq(module_tensors(tensors, module), bits)
+        np.testing.assert_array_equal(w_hat, w_reader.numpy(), err_msg=module)
+        ratio = np.abs(w.float().numpy() - w_hat) / step
+        assert ratio.max() > 0, module  # it really was quantized
+        # the step is that of a `bits`-bit symmetric grid over the weights: about max|w| / (2^(bits-1) - 1)
+        assert float(np.median(step)) < float(w.float().abs().max()) / (2 ** (bits - 1) - 1) * 1.5, module
+        if method == "rtn":
+            assert ratio.max() <= 0.5 + 1e-3, (module, float(ratio.max()))
+        else:
+            assert (ratio <= 1 + 1e-3).mean() >= 0.85, (module, float((ratio <= 1).mean()))
+            assert ratio.mean() <= 0.6 and ratio.max() <= 8, (module, float(ratio.mean()), float(ratio.max()))
+
+
+def test_bits_8_makes_8_bit_experts(env):
+    """--bits sets the routed experts' width, and quantization_config.bits says so."""
+    out = env.root / "pack-bits8"
+    env.quantize(out, bits=8)
+    cfg = load_config(env.src)
+    with safe_open(str(out / shard_name(1, N_SHARDS)), "pt") as f:
+        qweight = f.get_tensor("model.layers.0.mlp.experts.3.down_proj.qweight")
+        qzeros = f.get_tensor("model.layers.0.mlp.experts.3.down_proj.qzeros")
+    assert tuple(qweight.shape) == (cfg.moe_intermediate_size // 4, cfg.hidden_size)
+    assert tuple(qzeros.shape) == (1, cfg.hidden_size // 4)
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["bits"] == 8 and bits_by_dynamic(qc, "model.layers.0.mlp.experts.3.down_proj") == 8
+    verify_pack(out)
+
+
+# ---------------------------------------------------------------------------------------------- 2. profiles
+
+
+def _logits(env: Env, folder: Path) -> torch.Tensor:
+    """Causal logits of a model (pack or BF16 folder) on 64 tokens of the calibration text, cached per folder.
+    (Random token ids would be a poor yardstick: GPTQ fits the inputs it was calibrated on, and a random model
+    is chaotic enough that off-distribution inputs say little.)"""
+    from clover_local.loader import load
+    from clover_local.tokenizer import ChatTokenizer
+
+    if folder not in env.logits:
+        text = " ".join(json.loads(line).get("text", "") for line in env.calib.read_text().splitlines())
+        ids = torch.tensor(ChatTokenizer.from_folder(env.src).encode(text)[:64])[None]
+        with torch.no_grad():
+            env.logits[folder] = load(str(folder), device="cpu", dtype="float32").model(ids)
+    return env.logits[folder]
+
+
+@pytest.mark.parametrize("profile,method", [("balanced", "gptq"), ("compact", "gptq"), ("experts-only", "gptq"),
+                                            ("balanced", "rtn")])
+def test_every_profile_and_rtn_load_and_run(env, profile, method):
+    out, result = env.pack_for(profile, method)
+    paths = {path for r in result.layers for path in r.expert_paths}
+    if method == "rtn":
+        assert paths == {"rtn"}
+    else:
+        assert "gptq-routed" in paths and paths <= {"gptq-routed", "rtn-few-rows"}
+    assert all(sum(r.expert_paths.values()) == load_config(env.src).num_experts for r in result.layers)
+    manifest = verify_pack(out)
+    assert manifest.settings["profile"] == profile and manifest.settings["method"] == method
+    logits, ref = _logits(env, out), _logits(env, env.src)
+    assert logits.shape == ref.shape == (1, 64, load_config(env.src).vocab_size)
+    assert torch.isfinite(logits).all()
+    # changed by quantization, but still recognisably the same model; a 4-bit mixer (compact) costs the most
+    # (on this random model the GDN output norm makes the mixer dominate the residual stream)
+    rel = float((logits - ref).norm() / ref.norm())
+    bound = {"balanced-gptq": 0.45, "experts-only-gptq": 0.45, "balanced-rtn": 0.65, "compact-gptq": 0.9}
+    assert 0 < rel < bound[f"{profile}-{method}"], rel
+    if profile == "compact":
+        assert rel > float((_logits(env, env.pack) - ref).norm() / ref.norm())
+
+    tensors = pack_tensors(out)
+    prof = PROFILES[profile]
+    assert {k[: -len(".qweight")] for k in tensors if k.endswith(".qweight")} == set(
+        expected_modules(load_config(env.src), prof))
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    if profile == "experts-only":  # attention, GDN, shared expert and head stay BF16, bit-exact
+        src = CheckpointReader(env.src)
+        for name in ("model.layers.3.self_attn.q_proj.weight", "model.layers.0.linear_attn.in_proj_qkv.weight",
+                     "model.layers.1.mlp.shared_expert.up_proj.weight", "lm_head.weight"):
+            assert tensors[name].dtype == torch.bfloat16
+            ours = name[len("model."):] if name.startswith("model.") else name
+            assert torch.equal(tensors[name].float(), src.tensor(ours).float()), name
+        assert bits_by_dynamic(qc, "model.layers.3.self_attn.q_proj") is None
+        assert bits_by_dynamic(qc, "lm_head") is None
+    if profile == "compact":
+        assert tuple(tensors["model.layers.3.self_attn.q_proj.qweight"].shape)[0] == 128 // 8  # 4-bit
+        assert bits_by_dynamic(qc, "model.layers.3.self_attn.q_proj") == 4
+        assert bits_by_dynamic(qc, "lm_head") == 8
+
+
+def test_gptq_beats_rtn(env):
+    """On the text it is calibrated for, GPTQ's layers and logits stay closer to BF16 than round-to-nearest's."""
+    rtn_pack, rtn = env.pack_for("balanced", "rtn")
+    rtn_err = [r.rel_error for r in rtn.layers]
+    gptq_err = [r.rel_error for r in env.result.layers]
+    assert all(0 < e < 0.5 for e in gptq_err + rtn_err)
+    assert all(g < r for g, r in zip(gptq_err, rtn_err)), (gptq_err, rtn_err)
+    ref = _logits(env, env.src)
+    kl = {}
+    for name, folder in (("gptq", env.pack), ("rtn", rtn_pack)):
+        lp, lq = ref.log_softmax(-1), _logits(env, folder).log_softmax(-1)
+        kl[name] = float((lp.exp() * (lp - lq)).sum(-1).mean())
+    assert 0 < kl["gptq"] < kl["rtn"], kl
+
+
+# ---------------------------------------------------------------------------------------------- 3. resume
+
+
+def test_resume_after_a_layer_is_byte_identical(env):
+    out = env.root / "resume-after"
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, stop_after_layer=1)
+    state = state_of(out)
+    assert state["next_layer"] == 2 and len(state["reports"]) == 2
+    assert (out / shard_name(2, N_SHARDS)).is_file() and not (out / shard_name(3, N_SHARDS)).exists()
+    assert not (out / MANIFEST_NAME).exists()
+    with pytest.raises(CloverError, match="unfinished"):  # the same call without resume is refused
+        env.quantize(out)
+    result = env.quantize(out, resume=True)
+    assert result.resumed_from == 2
+    assert [r.index for r in result.layers] == list(range(N_LAYERS))
+    assert digest(out) == digest(env.pack)
+
+
+def test_resume_after_an_interrupt_inside_a_layer_is_byte_identical(env):
+    out = env.root / "resume-inside"
+    steps = []
+
+    def on_layer(i, n, step):
+        steps.append((i, step))
+        if i == 2 and step == "experts":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, on_layer=on_layer)
+    assert (2, "mixer") in steps and state_of(out)["next_layer"] == 2
+    assert not (out / shard_name(3, N_SHARDS)).exists()
+    env.quantize(out, resume=True)
+    assert digest(out) == digest(env.pack)
+
+
+def test_kill_between_saving_inputs_and_state_resumes_byte_identical(env, monkeypatch):
+    """A layer's shard and the next layer's inputs are saved, but the process dies before state.json says so:
+    the resume must redo that layer from *its* inputs, not from the ones already written for the next."""
+    out = env.root / "resume-window"
+    real = pipeline._write_json
+
+    def dies_before_state(path, data):
+        if path.name == "state.json" and data["next_layer"] == 2:
+            raise KeyboardInterrupt
+        return real(path, data)
+
+    monkeypatch.setattr(pipeline, "_write_json", dies_before_state)
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out)
+    monkeypatch.setattr(pipeline, "_write_json", real)
+    assert state_of(out)["next_layer"] == 1 and (out / shard_name(2, N_SHARDS)).is_file()
+    env.quantize(out, resume=True)
+    assert digest(out) == digest(env.pack)
+
+
+def test_interrupted_while_finishing_resumes(env, capsys, monkeypatch):
+    """Every layer is done and the pack is being finished (index, config, tokenizer, manifest, card) when the
+    run stops — Ctrl-C while the manifest hashes the files, Ctrl-C after it is complete but before the card,
+    a full disk while the tokenizer is copied: each time the progress is kept and --resume takes it from there,
+    ending in the same pack."""
+    import clover_local.pack.card as card
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def full_disk(src, dst, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    out = env.root / "finish-interrupted"
+    args = env.cli_args(out)
+    for obj, name, fake, needle in ((Manifest, "finalize", ctrl_c, "interrupted"),
+                                    (card, "write_card", ctrl_c, "interrupted"),
+                                    (pipeline.shutil, "copyfile", full_disk, "disk is full")):
+        monkeypatch.setattr(obj, name, fake)
+        expect_error(capsys, args, needle, "--resume")
+        monkeypatch.undo()
+        assert state_of(out)["next_layer"] == N_LAYERS
+        args = env.cli_args(out, "--resume")
+    assert run_cli(args) == 0, capsys.readouterr().err
+    assert digest(out) == digest(env.pack)
+
+
+def test_killed_process_resumes_byte_identical(env, capsys):
+    """A real `python -m clover_local quantize` SIGKILLed after its first layer, then `--resume`."""
+    src = write_src(env.root / "src-6", env.tokenizer_dir, num_hidden_layers=6)
+    ref = env.root / "killed-ref"
+    env.quantize(ref, src=src)
+    out = env.root / "killed"
+    child_env = {**os.environ, "SOURCE_DATE_EPOCH": EPOCH, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                 "PYTHONPATH": str(REPO)}
+    log = open(env.root / "killed.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "clover_local", *map(str, env.cli_args(out, src=src))],
+                            cwd=REPO, env=child_env, stdout=subprocess.DEVNULL, stderr=log)
+    state_file = out / PROGRESS / "state.json"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if state_file.exists() and json.loads(state_file.read_text())["next_layer"] >= 1:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail(f"the run ended (rc {proc.poll()}) or stalled before it could be killed: "
+                        f"{(env.root / 'killed.log').read_text(errors='replace')[-2000:]}")
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert proc.returncode == -signal.SIGKILL
+    done = state_of(out)["next_layer"]
+    assert 1 <= done < 6 and not (out / MANIFEST_NAME).exists()
+    # the same command without --resume is refused and says what to add
+    expect_error(capsys, env.cli_args(out, src=src), "--resume")
+    assert state_of(out)["next_layer"] == done
+    assert run_cli(env.cli_args(out, "--resume", src=src)) == 0, capsys.readouterr().err
+    assert digest(out) == digest(ref)
+
+
+def test_resume_refusals(env, capsys):
+    out = env.root / "resume-refusals"
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, stop_after_layer=0)
+    before = digest(out)
+    expect_error(capsys, env.cli_args(out, "--resume", "--samples", "3"), "other settings")
+    expect_error(capsys, env.cli_args(out, "--resume", "--method", "rtn"), "other settings")
+    expect_error(capsys, env.cli_args(out), "unfinished", "add --resume")
+    assert digest(out) == before  # refusing touched nothing
+    expect_error(capsys, env.cli_args(env.root / "never-started", "--resume"), "nothing to resume")
+    assert not (env.root / "never-started").exists()
+    empty = env.root / "empty-out"
+    empty.mkdir()
+    expect_error(capsys, env.cli_args(empty, "--resume"), "nothing to resume")
+    assert list(empty.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------- 4. bad input
+
+
+def test_not_a_clover_checkpoint(env, tokenizer_dir, capsys):
+    other = env.root / "llama"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 128,
+                                                   "num_hidden_layers": 2}))
+    save_file({"model.embed_tokens.weight": torch.zeros(8, 128)}, str(other / "model.safetensors"))
+    out = env.root / "out-llama"
+    expect_error(capsys, env.cli_args(out, src=other), "llama", "not a clover model")
+    assert not out.exists()
+
+    # a plain Qwen3.5 backbone: the Clover layout without the block-diffusion extras
+    cfg = load_config(env.src)
+    state = {k: v for k, v in random_state(cfg).items() if k.rsplit(".", 1)[-1] not in PREVIEW_EXTRAS}
+    plain = write_src(env.root / "backbone", tokenizer_dir, state=state)
+    out = env.root / "out-backbone"
+    expect_error(capsys, env.cli_args(out, src=plain), "not a Clover checkpoint", "block-diffusion")
+    assert not out.exists()
+
+
+def test_corrupt_shard(env, capsys):
+    bad = env.root / "truncated"
+    shutil.copytree(env.src, bad)
+    data = (bad / "model.safetensors").read_bytes()
+    (bad / "model.safetensors").write_bytes(data[: len(data) // 2])
+    out = env.root / "out-truncated"
+    expect_error(capsys, env.cli_args(out, src=bad), "model.safetensors", "corrupt or truncated")
+    assert not out.exists()
+
+
+def test_corrupt_shard_midway_keeps_finished_layers(env, capsys):
+    """A shard only needed by a later layer fails there: the layers before it stay done, and once the shard is
+    fixed --resume finishes the pack."""
+    src = write_src(env.root / "sharded", env.tokenizer_dir, shards=3)
+    index = json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]
+    shard = index["model.layers.3.mlp.experts.down_proj"]
+    assert shard != index["model.embed_tokens.weight"] and shard != index["model.layers.0.mlp.gate.weight"]
+    good = (src / shard).read_bytes()
+    (src / shard).write_bytes(good[: len(good) // 2])
+    out = env.root / "out-sharded"
+    expect_error(capsys, env.cli_args(out, src=src), shard, "corrupt or truncated")
+    done = state_of(out)["next_layer"]
+    assert done >= 1 and all((out / shard_name(k, N_SHARDS)).is_file() for k in range(1, done + 1))
+    (src / shard).write_bytes(good)
+    assert run_cli(env.cli_args(out, "--resume", src=src)) == 0, capsys.readouterr().err
+    verify_pack(out)
+
+
+def test_bad_calibration_files(env, capsys):
+    out = env.root / "out-calib"
+    cases = {
+        "empty.jsonl": (b"", "holds no samples"),
+        "blank.txt": (b"\n\n   \n", "holds no samples"),
+        "binary.jsonl": (b"\xff\xfe\x00garbage\x81\n", "cannot read calibration file"),
+        "broken.jsonl": (b'{"text": "fine"}\n{"text": oops\n', "line 2 is not valid JSON"),
+        "fields.jsonl": (b'{"prompt": "no text field"}\n', "neither 'messages' nor 'text'"),
+    }
+    for name, (content, needle) in cases.items():
+        path = env.root / name
+        path.write_bytes(content)
+        args = [a if a != str(env.calib) else str(path) for a in env.cli_args(out)]
+        expect_error(capsys, args, needle)
+    missing = [a if a != str(env.calib) else str(env.root / "missing.jsonl") for a in env.cli_args(out)]
+    expect_error(capsys, missing, "missing.jsonl", "does not exist")
+    # a file we may not read (tests run as root, where chmod 000 does not stop a read: simulate the OS refusing)
+    real_open, real_read_text = open, Path.read_text
+
+    def refuse(file):
+        if str(file) == str(env.calib):
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+
+    def no_permission_open(file, *args, **kwargs):
+        refuse(file)
+        return real_open(file, *args, **kwargs)
+
+    def no_permission_read_text(self, *args, **kwargs):
+        refuse(self)
+        return real_read_text(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("builtins.open", no_permission_open)
+        mp.setattr(Path, "read_text", no_permission_read_text)
+        expect_error(capsys, env.cli_args(out), "cannot read calibration file", "Permission denied")
+    # nothing half-made blocks the corrected command
+    assert run_cli(env.cli_args(out)) == 0, capsys.readouterr().err
+    assert digest(out) == digest(env.pack)
+
+
+def test_output_folder_holding_something_else(env, capsys):
+    out = env.root / "out-stray"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    expect_error(capsys, env.cli_args(out), "not empty")
+    expect_error(capsys, env.cli_args(out, "--resume"), str(out))
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    a_file = env.root / "out-is-a-file"
+    a_file.write_text("x")
+    expect_error(capsys, env.cli_args(a_file), "is a file")
+    assert a_file.read_text() == "x"
+
+
+def test_existing_complete_pack_needs_overwrite(env, capsys):
+    out = env.root / "out-complete"
+    shutil.copytree(env.pack, out)
+    before = digest(out)
+    expect_error(capsys, env.cli_args(out), "finished pack", "--overwrite")
+    expect_error(capsys, env.cli_args(out, "--resume"), "finished pack")
+    assert digest(out) == before
+
+
+def test_full_disk_keeps_finished_layers_and_resumes(env, capsys, monkeypatch):
+    out = env.root / "out-full-disk"
+    real = pipeline.save_file
+    blocked = shard_name(3, N_SHARDS)  # layer 2's shard
+
+    def full_disk(tensors, filename, metadata=None):
+        if Path(filename).name.startswith(blocked):
+            Path(filename).write_bytes(b"half a shard")  # what a full disk leaves behind
+            raise OSError(errno.ENOSPC, "No space left on device", filename)
+        return real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(pipeline, "save_file", full_disk)
+    expect_error(capsys, env.cli_args(out), "disk is full", "--resume")
+    assert state_of(out)["next_layer"] == 2
+    assert (out / shard_name(1, N_SHARDS)).is_file() and (out / shard_name(2, N_SHARDS)).is_file()
+    assert not list(out.glob(f"{blocked}*")) and not list(out.rglob("*.tmp"))
+    saved = digest(out)
+    monkeypatch.setattr(pipeline, "save_file", real)
+    assert run_cli(env.cli_args(out, "--resume")) == 0, capsys.readouterr().err
+    assert digest(out) == digest(env.pack)
+    assert saved[shard_name(1, N_SHARDS)] == digest(env.pack)[shard_name(1, N_SHARDS)]
+
+
+# ---------------------------------------------------------------------------------------------- 5. eval, --json
+
+
+def test_eval_json(env, capsys):
+    code = run_cli(["eval", env.pack, "--reference", env.src, "--json", "--samples", "2", "--seq-len", "64",
+                    "--calib", env.calib, "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1
+    q = json.loads(lines[0])
+    for key in ("kl_causal_mean", "kl_causal_p99", "kl_preview_mean", "kl_preview_p99"):
+        assert math.isfinite(q[key]) and q[key] >= 0, (key, q)
+    for key in ("top1_causal", "top1_preview"):
+        assert 0 <= q[key] <= 1, (key, q)
+    assert q["kl_causal_mean"] > 0 and q["kl_causal_p99"] >= q["kl_causal_mean"]
+    assert q["kl_preview_p99"] >= q["kl_preview_mean"]
+    assert q["top1_causal"] > 0.4 and q["tokens_causal"] > 0 and q["tokens_preview"] > 0
+    # the same measurement ranks round-to-nearest below GPTQ
+    code = run_cli(["eval", env.pack_for("balanced", "rtn")[0], "--reference", env.src, "--json", "--samples", "2",
+                    "--seq-len", "64", "--calib", env.calib, "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["kl_causal_mean"] > q["kl_causal_mean"]
+
+
+def test_eval_refuses_an_unrelated_reference(env, tokenizer_dir, capsys):
+    other = write_src(env.root / "other-config", tokenizer_dir, num_experts=4)
+    expect_error(capsys, ["eval", env.pack, "--reference", other, "--json", "--samples", "2", "--seq-len", "64",
+                          "--calib", env.calib, "--device", "cpu"], "configs differ")
+    expect_error(capsys, ["eval", env.src, "--reference", env.src, "--calib", env.calib, "--device", "cpu"],
+                 "not a GPTQ pack")
+
+
+@pytest.mark.parametrize("flags,path", [(["--min-expert-rows", "1000000"], "rtn-few-rows"),
+                                        (["--expert-stats", "all", "--eval"], "gptq-all")])
+def test_quantize_json_summary(env, capsys, flags, path):
+    out = env.root / f"json-{path}"
+    code = run_cli([*env.cli_args(out), "--json", *flags])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 1
+    summary = json.loads(lines[0])
+    assert [layer["layer"] for layer in summary["layers"]] == list(range(N_LAYERS))
+    n_experts = load_config(env.src).num_experts
+    for layer in summary["layers"]:
+        assert layer["experts"] == {path: n_experts}, layer
+        assert 0 < layer["rel_error"] < 0.5 and layer["kind"] in ("linear_attention", "full_attention")
+    assert summary["pack_bytes"] < summary["source_bytes"]
+    if "--eval" in flags:  # measured quality is in the summary and the manifest, and the pack still verifies
+        assert summary["quality"]["kl_causal_mean"] >= 0
+        assert verify_pack(out).quality["top1_preview"] == summary["quality"]["top1_preview"]
+    else:
+        assert summary["quality"] is None
