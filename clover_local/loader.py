@@ -87,8 +87,11 @@ def resolve_mask_token(config: CloverConfig, tokenizer: ChatTokenizer) -> int:
     return int(mask)
 
 
-def load(arg: str, device: str | None = None, dtype: str | None = None) -> Loaded:
-    """Load config, tokenizer and weights (BF16 checkpoint or GPTQ pack, dequantized) for the commands."""
+def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | None" = None) -> Loaded:
+    """Load config, tokenizer and weights (BF16 checkpoint or GPTQ pack, dequantized) for the commands.
+
+    With `runtime` (a `clover_local.runtime.load.RuntimeOptions`), a GPTQ pack is loaded in packed form with
+    its experts offloaded to host memory behind a device expert cache (`model.runtime_stats()` reports it)."""
     from clover_local.checkpoint.reader import CheckpointReader
     from clover_local.model.clover import CloverModel
     from clover_local.pack.reader import PackReader, is_pack
@@ -97,6 +100,15 @@ def load(arg: str, device: str | None = None, dtype: str | None = None) -> Loade
     config = load_config(path)
     tokenizer = ChatTokenizer.from_folder(path)
     dev = pick_device(device)
-    reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
-    model = CloverModel.from_reader(reader, dev, pick_dtype(dtype, dev))
+    if runtime is not None:
+        from clover_local.runtime.load import load_packed_model
+
+        if not is_pack(path):
+            raise CloverError(f"{arg} is not a quantized pack: the offloading runtime runs GPTQ packs; make one "
+                              f"with clover-local quantize {arg} --out PACK")
+        model = load_packed_model(path, dev, pick_dtype(dtype, dev), runtime)
+        config = model.config
+    else:
+        reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
+        model = CloverModel.from_reader(reader, dev, pick_dtype(dtype, dev))
     return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer))

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -69,22 +70,34 @@ class CloverModel(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = Rotary(cfg.rotary_dim, cfg.rope_theta)
         self.has_preview_params = True
+        # Set by clover_local.runtime (offloaded INT4 packs): brackets every pass with `pass_scope` (the expert
+        # cache learns block boundaries from it), supplies preallocated caches, chunks long prefills.
+        self.runtime = None
 
     # ------------------------------------------------------------------ passes
     def new_cache(self) -> PrefixCache:
+        if self.runtime is not None:
+            return self.runtime.new_cache()
         return PrefixCache.empty(self.config.layer_types)
+
+    def runtime_stats(self) -> dict | None:
+        """Expert-cache counters (hit rate, misses, PCIe bytes, pass times) when loaded with the runtime."""
+        return self.runtime.stats() if self.runtime is not None else None
 
     def hidden(self, ids: torch.Tensor, cache: PrefixCache | None = None, preview: bool = False) -> torch.Tensor:
         """Final-norm hidden states [B,T,H] for token ids [B,T] placed right after the cached prefix."""
         start = cache.length if cache is not None else 0
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
-        x = self.embed_tokens(ids)
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, start)
-        if cache is not None and not preview:
-            cache.length = start + ids.shape[1]
-        return self.norm(x)
+        scope = (self.runtime.pass_scope(preview, start, ids.shape[1], cache) if self.runtime is not None
+                 else nullcontext())
+        with scope:
+            x = self.embed_tokens(ids)
+            cos, sin = self.rotary.cos_sin(positions, x.dtype)
+            for i, layer in enumerate(self.layers):
+                x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, start)
+            if cache is not None and not preview:
+                cache.length = start + ids.shape[1]
+            return self.norm(x)
 
     def forward(
         self,
@@ -94,7 +107,11 @@ class CloverModel(nn.Module):
         rows: slice | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [B,T',V] in fp32; `rows` picks which rows get the LM head (the vocabulary is 248K wide)."""
-        h = self.hidden(ids, cache, preview)
+        chunk = self.runtime.prefill_chunk if self.runtime is not None and cache is not None and not preview else 0
+        if chunk and ids.shape[1] > chunk:  # bounded activation memory; the cache carries state across chunks
+            h = torch.cat([self.hidden(ids[:, s : s + chunk], cache) for s in range(0, ids.shape[1], chunk)], 1)
+        else:
+            h = self.hidden(ids, cache, preview)
         if rows is not None:
             h = h[:, rows]
         return self.lm_head(h).float()

@@ -1,0 +1,103 @@
+"""`clover-local bench`: pass latency, tokens/s, cache hit rate and bytes moved against the roofline."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from clover_local.cli import app
+from clover_local.errors import CloverError
+
+
+@app.command()
+def bench(
+    model: Optional[str] = typer.Argument(None, help="Pack folder or Hub repo id (or use --synthetic)."),
+    synthetic: Optional[str] = typer.Option(None, "--synthetic", help="full: a random INT4 pack with the real "
+                                            "shapes (≈20 GB, written once to ~/.cache/clover-local); small: CI-sized."),
+    vram_budget: Optional[str] = typer.Option(None, "--vram-budget", help="Device memory the runtime may use, e.g. "
+                                              "16GB (binary units). Default: free memory minus a margin."),
+    prefix: int = typer.Option(4096, "--prefix", help="Tokens of context before the block."),
+    passes: int = typer.Option(8, "--passes", help="Preview passes over the block (the first one loads its experts)."),
+    cpu_experts: str = typer.Option("off", "--cpu-experts", help="off | auto | misses: run missed experts on the CPU."),
+    prefetch: bool = typer.Option(True, "--prefetch/--no-prefetch", help="Prefetch the next layer's experts."),
+    device: str = typer.Option("auto", "--device", help="cpu or cuda (auto: GPU if present)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Run preview passes over one 32-row block after a prefix, at a device budget, and report ms per pass,
+    tokens/s, hit rate, PCIe GB/s, bytes read per pass vs the roofline floor, per-component times, and the
+    projected RTX 5070 Ti figure.
+
+    Examples:
+
+      clover-local bench --synthetic small --prefix 256 --json
+
+      clover-local bench --synthetic full --vram-budget 16GB --prefix 4096
+
+      clover-local bench ./clover-int4 --vram-budget 14GB
+    """
+    from pathlib import Path
+
+    from clover_local.loader import pick_device, pick_dtype, resolve_model_path
+    from clover_local.pack.reader import is_pack
+    from clover_local.runtime.bench import run_bench
+    from clover_local.runtime.sizes import parse_size
+    from clover_local.runtime.synthetic_pack import ensure_synthetic, spec_of
+
+    if (model is None) == (synthetic is None):
+        raise CloverError("give a pack (MODEL) or --synthetic full|small, not both")
+    dev = pick_device(device)
+    dtype = pick_dtype(None, dev)
+    budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
+    progress = (lambda msg: None) if as_json else (lambda msg: print(f"… {msg}", file=sys.stderr, flush=True))
+    if synthetic is not None:
+        spec_of(synthetic)
+        progress(f"synthetic {synthetic} pack")
+        folder = ensure_synthetic(synthetic, on_shard=lambda i, n: progress(f"writing synthetic shard {i + 1}/{n}"))
+        label = f"synthetic:{synthetic}"
+    else:
+        folder = Path(resolve_model_path(model))
+        if not is_pack(folder):
+            raise CloverError(f"{model} is not a quantized pack: bench runs GPTQ packs (or --synthetic)")
+        label = model
+    result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
+                       passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
+                       on_step=progress)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+
+
+def _print(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from clover_local.runtime.sizes import fmt_bytes
+
+    c = Console(highlight=False)
+    c.print(f"[b]{r['model']}[/b] on {r['device']} ({r['device_name']}), {r['dtype']}, budget "
+            f"{fmt_bytes(r['vram_budget'] or 0)}: {r['slots']} of {r['experts_total']} expert slots; "
+            f"prefix {r['prefix']}, {r['rows']}-row block, {r['passes']} passes ({r['date']})")
+    c.print(f"ms per pass: {r['ms_per_pass']:.2f} steady, {r['ms_per_pass_first']:.2f} first; "
+            f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass ({r['tokens_per_pass_source']})")
+    c.print(f"hit rate {r['hit_rate']} (first pass {r['hit_rate_first_pass']}, {r['misses_first_pass']} misses); "
+            f"PCIe {fmt_bytes(r['pcie_bytes'])} at {r['pcie_gbps']} GB/s")
+    c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "
+            f"{r['device_bandwidth_gbps']} GB/s ({r['bandwidth_source']}); measured/floor = {r['roofline_ratio']}")
+    t = Table(title="profiled pass, by component", title_justify="left")
+    for col in ("component", "calls", "ms", "bytes", "floor ms", "5070 Ti floor", "5070 Ti projected"):
+        t.add_column(col, justify="left" if col == "component" else "right")
+    for row in r["components"]:
+        t.add_row(row["component"], str(row["calls"]), f"{row['ms']:.3f}", fmt_bytes(row["bytes"]),
+                  f"{row['floor_ms']:.3f}", f"{row['floor_ms_5070ti']:.3f}", f"{row['projected_ms_5070ti']:.3f}")
+    c.print(t)
+    pr = r["projection_5070ti"]
+    c.print(f"RTX 5070 Ti projection: {pr['ms_per_pass']:.2f} ms per pass, {pr['tokens_per_s']:.1f} tok/s "
+            f"({pr['rule']})")
+    m = r["memory"]
+    c.print(f"memory: placed {fmt_bytes(m['placed']['total'])} vs plan {fmt_bytes(m['plan_predicted'])} "
+            f"({100 * m['plan_error']:+.2f}%)" + (f"; peak allocated {fmt_bytes(m['peak_allocated'])} vs plan peak "
+                                                  f"{fmt_bytes(m['plan_peak'])}" if m["peak_allocated"] else ""))

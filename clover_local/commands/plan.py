@@ -1,0 +1,109 @@
+"""`clover-local plan`: where a pack's parts would go on a machine, before loading anything."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from clover_local.cli import app
+from clover_local.errors import CloverError
+
+
+def _pack_index(model: str):
+    from clover_local.runtime.pack_index import read_pack_index
+
+    if model.startswith("synthetic:"):
+        from clover_local.runtime.synthetic_pack import synthetic_index
+
+        return synthetic_index(model.split(":", 1)[1])
+    from clover_local.loader import resolve_model_path
+    from clover_local.pack.reader import is_pack
+
+    path = resolve_model_path(model)
+    if not is_pack(path):
+        raise CloverError(f"{model} is not a quantized pack (no quantization_config in config.json): plan reads GPTQ "
+                          f"packs; make one with clover-local quantize {model} --out PACK")
+    return read_pack_index(path)
+
+
+@app.command()
+def plan(
+    model: str = typer.Argument(..., help="Pack folder, Hub repo id, or synthetic:full / synthetic:small."),
+    vram: Optional[str] = typer.Option(None, "--vram", help="Device memory the runtime may use, e.g. 16GB "
+                                       "(sizes are binary: 16GB = 16 GiB). Default: this GPU's free memory."),
+    ram: Optional[str] = typer.Option(None, "--ram", help="Host RAM to plan for, e.g. 32GB. Default: what this "
+                                      "machine has available."),
+    context: int = typer.Option(32768, "--context", help="Tokens of context the KV cache is sized for."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
+) -> None:
+    """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the
+    expected PCIe traffic per 32-row pass — from the pack's config and headers alone, no weights loaded.
+
+    Refuses, with the setting to change, when the budget cannot hold the non-expert weights or the host
+    cannot hold the experts.
+
+    Examples:
+
+      clover-local plan ./clover-int4 --vram 16GB --ram 32GB
+
+      clover-local plan synthetic:full --vram 12GB --context 8192 --json
+    """
+    import torch
+
+    from clover_local.runtime.placement import PCIE_BPS, TARGET_BPS, make_plan
+    from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes, parse_size
+
+    pack = _pack_index(model)
+    if vram is not None:
+        vram_bytes = parse_size(vram, "--vram")
+    elif torch.cuda.is_available():
+        vram_bytes = default_budget(torch.device("cuda"))
+    else:
+        raise CloverError("no GPU here: give --vram, the memory of the card to plan for (e.g. --vram 16GB)")
+    ram_bytes = parse_size(ram, "--ram") if ram is not None else host_available_bytes()
+    p = make_plan(pack, vram_bytes, ram_bytes, context)
+    if as_json:
+        print(json.dumps({"model": model, **p.to_dict()}, indent=2))
+    else:
+        _print_plan(model, p, pack, fmt_bytes, PCIE_BPS, TARGET_BPS)
+    if p.refusal:
+        raise CloverError(p.refusal)
+
+
+def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cfg = pack.config
+    console = Console(highlight=False)
+    table = Table(title=f"{model}: --vram {fmt_bytes(p.vram_budget)}, --context {p.context}, {p.dtype} activations",
+                  title_justify="left")
+    table.add_column("part")
+    table.add_column("where")
+    table.add_column("size", justify="right")
+    table.add_column("note")
+    for line in p.lines:
+        table.add_row(line.what, line.where, fmt_bytes(line.bytes), line.note)
+    dev_total = p.device_peak
+    table.add_row("[b]device total[/b]", "device", f"[b]{fmt_bytes(dev_total)}[/b]",
+                  f"of {fmt_bytes(p.vram_budget)}")
+    table.add_row("[b]host total[/b]", "host", f"[b]{fmt_bytes(p.host_bytes)}[/b]",
+                  f"of {fmt_bytes(p.ram_budget)}" if p.ram_budget else "")
+    console.print(table)
+    rows, e, k = cfg.diffusion.block_size, cfg.num_experts, cfg.num_experts_per_tok
+    console.print(
+        f"Per {rows}-row pass: ≈{p.distinct_per_layer:.1f} of {e} experts per layer (uniform routing, top {k}), "
+        f"≈{p.block_set:.0f} per pass; {fmt_bytes(p.device_read_per_pass)} read from device memory "
+        f"(floor {1e3 * p.device_read_per_pass / target_bps:.1f} ms at 896 GB/s, RTX 5070 Ti).")
+    console.print(
+        f"PCIe: first pass of a block ≈{fmt_bytes(p.pcie_first_pass)} "
+        f"({1e3 * p.pcie_first_pass / pcie_bps:.1f} ms at 50 GB/s); later passes of the block "
+        f"≈{fmt_bytes(p.pcie_later_pass)} ({1e3 * p.pcie_later_pass / pcie_bps:.1f} ms) — the block's experts stay "
+        "pinned until it commits.")
+    for w in p.warnings:
+        console.print(f"[yellow]note:[/yellow] {w}")
+    if p.fits:
+        console.print(f"[green]fits[/green]: {p.slots} expert slots ({100 * p.resident_fraction:.0f}% of experts "
+                      "resident).")

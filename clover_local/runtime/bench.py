@@ -1,0 +1,339 @@
+"""`clover-local bench`: preview passes over one 32-row block after a prefix, at a device budget.
+
+Measures: ms per pass (the block's first pass, and the steady state of the later ones), tokens/s at the
+tokens per pass (assumed 3 for synthetic weights, measured by a short decode on a real pack), expert-cache hit
+rate, PCIe bytes and GB/s, bytes read from device memory per pass against the roofline floor at the device's
+bandwidth, and one profiled pass split into components (each with its byte floor), from which the RTX 5070 Ti
+projection follows: Σ over calls of max(measured, bytes / 896 GB/s) + PCIe bytes / 50 GB/s.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from clover_local.errors import CloverError
+from clover_local.runtime.load import RuntimeOptions, load_packed_model
+from clover_local.runtime.offload import OffloadedExperts
+from clover_local.runtime.packed_linear import PackedLinear
+from clover_local.runtime.placement import ASSUMED_TOKENS_PER_PASS, PCIE_BPS, TARGET_BPS
+from clover_local.runtime.sizes import cpu_count
+
+# memory bandwidth by device name (vendor specs), for the roofline; anything else is measured with a copy
+KNOWN_BANDWIDTH = {
+    "H200": 4.8e12, "H100 NVL": 3.9e12, "H100 SXM": 3.35e12, "H100 PCIe": 2.0e12, "H100": 3.35e12,
+    "A100-SXM4-80GB": 2.039e12, "A100": 1.555e12, "L40S": 0.864e12, "RTX 5090": 1.792e12, "RTX 5080": 0.96e12,
+    "RTX 5070 Ti": 0.896e12, "RTX 4090": 1.008e12, "RTX 4080": 0.717e12, "RTX 3090": 0.936e12,
+}
+
+
+def device_bandwidth(device: torch.device) -> tuple[float, str]:
+    """(bytes/s, where the figure comes from)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, bw in KNOWN_BANDWIDTH.items():
+            if key in name:
+                return bw, f"spec ({name})"
+    n = (256 << 20) if device.type == "cuda" else (64 << 20)
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(5):
+        _sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n / best, "measured copy (read + write)"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _Timer:
+    """Start/end marks: CUDA events on a GPU, perf_counter on the CPU; durations read after a sync."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+
+@dataclass
+class _Frame:
+    category: str
+    parent: int | None
+    start: object
+    end: object = None
+    bytes: int = 0
+    child_seconds: float = 0.0
+
+
+class ComponentProfiler:
+    """Forward hooks that time the pass's parts (self time: a module's time minus its hooked children)."""
+
+    def __init__(self, model: nn.Module, runtime, device: torch.device, kv_tokens: int) -> None:
+        self.timer = _Timer(device)
+        self.frames: list[_Frame] = []
+        self.stack: list[int] = []
+        self.handles = []
+        cfg = model.config
+        a = torch.empty((), dtype=runtime.dtype).element_size()
+        kv_bytes = 2 * cfg.num_key_value_heads * cfg.head_dim * kv_tokens * a
+        gdn_bytes = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+        rest_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == device.type)
+        expert_bytes = runtime.cache.layout.weight_bytes
+        for name, mod in model.named_modules():
+            if isinstance(mod, PackedLinear):
+                if name == "lm_head":
+                    cat = "lm_head"
+                elif ".self_attn." in name:
+                    cat = "attention projections"
+                elif ".linear_attn." in name:
+                    cat = "GDN projections"
+                else:
+                    cat = "shared expert"
+                self._hook(mod, cat, lambda m=mod: m.nbytes)
+            elif isinstance(mod, OffloadedExperts):
+                counters = runtime.cache.counters[mod.layer]
+                self._hook(mod, "routed experts", None, counters=counters, per_expert=expert_bytes)
+            elif type(mod).__name__ == "Attention":
+                self._hook(mod, "attention core", lambda: kv_bytes)
+            elif type(mod).__name__ == "GatedDeltaNet":
+                self._hook(mod, "GDN core", lambda: gdn_bytes)
+        self._hook(model, "rest (norms, routers, glue)", lambda: rest_bytes)
+
+    def _hook(self, mod, category, nbytes, counters=None, per_expert=0):
+        def pre(_m, _args):
+            if counters is not None:
+                self._uses0 = counters.uses
+            self.frames.append(_Frame(category, self.stack[-1] if self.stack else None, self.timer.mark()))
+            self.stack.append(len(self.frames) - 1)
+
+        def post(_m, _args, _out):
+            f = self.frames[self.stack.pop()]
+            f.end = self.timer.mark()
+            f.bytes = (counters.uses - self._uses0) * per_expert if counters is not None else nbytes()
+
+        self.handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def components(self, device_bw: float) -> tuple[list[dict], float]:
+        """Per-category rows and the projected ms on the target card (without PCIe)."""
+        durs = [self.timer.seconds(f.start, f.end) for f in self.frames]
+        for i, f in enumerate(self.frames):
+            if f.parent is not None:
+                self.frames[f.parent].child_seconds += durs[i]
+        rows: dict[str, dict] = {}
+        projected = 0.0
+        for i, f in enumerate(self.frames):
+            own = max(0.0, durs[i] - f.child_seconds)
+            r = rows.setdefault(f.category, {"component": f.category, "calls": 0, "ms": 0.0, "bytes": 0,
+                                             "floor_ms": 0.0, "floor_ms_5070ti": 0.0, "projected_ms_5070ti": 0.0})
+            r["calls"] += 1
+            r["ms"] += 1e3 * own
+            r["bytes"] += f.bytes
+            r["floor_ms"] += 1e3 * f.bytes / device_bw
+            r["floor_ms_5070ti"] += 1e3 * f.bytes / TARGET_BPS
+            p = 1e3 * max(own, f.bytes / TARGET_BPS)
+            r["projected_ms_5070ti"] += p
+            projected += p
+        out = sorted(rows.values(), key=lambda r: -r["ms"])
+        for r in out:
+            for k in ("ms", "floor_ms", "floor_ms_5070ti", "projected_ms_5070ti"):
+                r[k] = round(r[k], 4)
+        return out, projected
+
+
+def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | None, prefix: int, passes: int,
+              device: torch.device, dtype: torch.dtype, cpu_experts: str = "off", prefetch: bool = True,
+              measure_tokens: bool = True, on_step=lambda msg: None) -> dict:
+    if passes < 2:
+        raise CloverError("--passes must be at least 2 (the first pass of a block loads its experts)")
+    if prefix < 0:
+        raise CloverError(f"--prefix must be 0 or more, got {prefix}")
+    t0 = time.perf_counter()
+    on_step("loading")
+    from clover_local.config import load_config
+
+    bs = load_config(folder).diffusion.block_size
+    context = prefix + 2 * bs + (256 if (measure_tokens and not synthetic) else 0)
+    options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    model = load_packed_model(folder, device, dtype, options)
+    rt = model.runtime
+    cfg = model.config
+    load_s = time.perf_counter() - t0
+    gen = torch.Generator().manual_seed(0)
+    vocab = cfg.vocab_size
+    mask = cfg.diffusion.mask_token_id if cfg.diffusion.mask_token_id is not None else vocab - 1
+
+    def rand_ids(n: int) -> torch.Tensor:
+        ids = torch.randint(0, vocab, (1, n), generator=gen)
+        ids[ids == mask] = 0
+        return ids.to(device)
+
+    with torch.inference_mode():
+        cache = model.new_cache()
+        prefill_ms = 0.0
+        if prefix:
+            on_step(f"prefill of {prefix} tokens")
+            _sync(device)
+            t = time.perf_counter()
+            model(rand_ids(prefix), cache, rows=slice(-1, None))
+            _sync(device)
+            prefill_ms = 1e3 * (time.perf_counter() - t)
+        block = torch.full((1, bs), mask, dtype=torch.long, device=device)
+        rt.reset_stats()
+        revealed = 0
+        for p in range(passes):
+            on_step(f"pass {p + 1}/{passes}")
+            model(block, cache, preview=True)
+            # reveal ≈3 positions per pass, as decoding would: the routing drifts a little between passes
+            if revealed < bs - 3:
+                block[0, revealed : revealed + 3] = rand_ids(3)[0]
+                revealed += 3
+        recs = [r for r in rt.records if r.kind == "preview"]
+        first, steady = recs[0], recs[1:]
+        stats = rt.stats()
+        on_step("profiled pass")
+        prof = ComponentProfiler(model, rt, device, prefix)
+        bw, bw_source = device_bandwidth(device)
+        try:
+            model(block, cache, preview=True)
+            _sync(device)
+        finally:
+            prof.close()
+        components, projected_compute = prof.components(bw)
+        profiled = rt.records[-1]
+        on_step("commit pass")
+        model(block, cache)
+        commit_ms = rt.records[-1].ms
+        placed = rt.placed_bytes(model, cache)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+    steady_ms = sum(r.ms for r in steady) / len(steady)
+    steady_uses = sum(r.uses for r in steady)
+    steady_hits = sum(r.hits for r in steady)
+    pass_bytes = sum(r.bytes for r in recs)
+    pass_seconds = sum(r.ms for r in recs) / 1e3
+    distinct = sum(r.uses for r in steady) / len(steady)
+    a = torch.empty((), dtype=dtype).element_size()
+    kv_read = sum(2 * cfg.num_key_value_heads * cfg.head_dim * prefix * a for t in cfg.layer_types
+                  if t == "full_attention")
+    gdn_read = sum(cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+                   for t in cfg.layer_types if t != "full_attention")
+    weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())
+                  if t.device.type == device.type)
+    device_bytes = int(weights + distinct * rt.cache.layout.weight_bytes + kv_read + gdn_read)
+    roofline_ms = 1e3 * device_bytes / bw
+    steady_pcie = sum(r.bytes for r in steady) / len(steady)
+    projected_ms = projected_compute + 1e3 * steady_pcie / PCIE_BPS
+    tpp, tpp_source = ASSUMED_TOKENS_PER_PASS, "assumed (synthetic weights)"
+    if not synthetic and measure_tokens:
+        measured = _measure_tokens_per_pass(folder, model)
+        if measured is not None:
+            tpp, tpp_source = measured, "measured (a 64-token decode)"
+        else:
+            tpp_source = "assumed (the pack has no tokenizer)"
+    plan = rt.plan
+    return {
+        "model": label,
+        "synthetic": synthetic,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": device.type,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine()),
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "cpu_cores": cpu_count(),
+        "torch": torch.__version__,
+        "dtype": str(dtype).replace("torch.", ""),
+        "vram_budget": plan.vram_budget,
+        "slots": plan.slots,
+        "experts_total": plan.experts_total,
+        "resident_fraction": round(plan.resident_fraction, 4),
+        "prefix": prefix,
+        "rows": bs,
+        "passes": passes,
+        "load_s": round(load_s, 3),
+        "prefill_ms": round(prefill_ms, 3),
+        "ms_per_pass": round(steady_ms, 3),
+        "ms_per_pass_first": round(first.ms, 3),
+        "ms_per_pass_each": [round(r.ms, 3) for r in recs],
+        "commit_ms": round(commit_ms, 3),
+        "tokens_per_pass": tpp,
+        "tokens_per_pass_source": tpp_source,
+        "tokens_per_s": round(tpp * 1e3 / steady_ms, 3),
+        "hit_rate": round(steady_hits / steady_uses, 4) if steady_uses else None,
+        "hit_rate_first_pass": round(first.hits / first.uses, 4) if first.uses else None,
+        "misses_first_pass": first.misses,
+        "misses_per_steady_pass": round(sum(r.misses for r in steady) / len(steady), 3),
+        "distinct_experts_per_pass": round(distinct, 2),
+        "pcie_bytes": pass_bytes,
+        "pcie_gbps": round(pass_bytes / pass_seconds / 1e9, 3) if pass_seconds else 0.0,
+        "device_bytes_per_pass": device_bytes,
+        "device_bandwidth_gbps": round(bw / 1e9, 1),
+        "bandwidth_source": bw_source,
+        "roofline_ms": round(roofline_ms, 4),
+        "roofline_ratio": round(steady_ms / roofline_ms, 2),
+        "profiled_pass_ms": round(profiled.ms, 3),
+        "components": components,
+        "projection_5070ti": {
+            "ms_per_pass": round(projected_ms, 3),
+            "tokens_per_s": round(tpp * 1e3 / projected_ms, 2),
+            "rule": "sum over the profiled pass's calls of max(measured, bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s",
+        },
+        "memory": {
+            "placed": placed,
+            "plan_predicted": plan.device_predicted,
+            "plan_error": round(placed["total"] / plan.device_predicted - 1, 4),
+            "plan_peak": plan.device_peak,
+            "peak_allocated": peak,
+            "host_experts": rt.cache.host.nbytes if rt.cache.host is not None else 0,
+            "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
+        },
+        "cache": {k: stats[k] for k in ("hits", "misses", "copied", "cpu_runs", "prefetched", "prefetch_used",
+                                        "prefetch_wasted", "pinned_evictions", "bytes_h2d")},
+    }
+
+
+def _measure_tokens_per_pass(folder: Path, model) -> float | None:
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.events import Finished
+    from clover_local.loader import resolve_mask_token
+    from clover_local.tokenizer import ChatTokenizer
+
+    try:
+        tok = ChatTokenizer.from_folder(folder)
+        mask = resolve_mask_token(model.config, tok)
+    except CloverError:
+        return None
+    text = tok.apply_chat_template([{"role": "user", "content": "Explain in a few sentences why the sky is blue."}],
+                                   add_generation_prompt=True, enable_thinking=False)
+    decoder = BlockDiffusionDecoder(model, mask)
+    stats = None
+    for ev in decoder.generate(tok.encode(text), DecodeSettings(max_new_tokens=64, threshold=model.config.diffusion.threshold,
+                                                               stop_token_ids=[])):
+        if isinstance(ev, Finished):
+            stats = ev.stats
+    return round(stats.tokens_per_pass, 3) if stats and stats.passes else None

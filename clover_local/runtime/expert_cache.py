@@ -1,0 +1,256 @@
+"""The device expert cache: N slots in one buffer [N, slab], a slot table, and a policy made for block diffusion.
+
+Policy (targets.md, "why offloading a diffusion model is different"):
+- A block's expert set is loaded once and reused by all its passes: every slot used during the current block is
+  *pinned* (its `pin_gen` equals the block generation) until the block commits (`end_block`).
+- Eviction takes free slots first, then the least recently used unpinned ones, and only then pinned ones (when
+  one block's set does not fit), most recently used first: passes sweep the layers in order, so that keeps a
+  stable part of the set resident instead of cycling through all of it. Slots the current layer call uses are
+  *locked* and never evicted.
+- `prefetch` fetches a layer's likely experts (what it used in the previous pass) before it runs, on a copy stream
+  (CUDA) while the layer before computes; it only takes free or unpinned slots.
+- Optionally (`cpu_experts`) a missed expert runs on the CPU from its host slab instead of being copied: "auto"
+  does so when it has few rows and a copy would have to evict a pinned expert of the current block.
+
+Bookkeeping is vectorised numpy over slots (≈10K entries), so a steady-state layer call costs tens of µs.
+On CPU the "device" is a CPU tensor and copies are synchronous; the code path is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from clover_local.runtime.expert_store import HostExpertStore
+from clover_local.runtime.slab import SlabLayout
+
+_PINNED_KEY = np.int64(1) << 40
+CPU_POLICIES = ("off", "auto", "misses")
+
+
+class SlotCopier:
+    """Host→device slab copies: synchronous on CPU; on CUDA, a side stream with one event per batch."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda" and torch.cuda.is_available()
+        self.stream = torch.cuda.Stream(device=device) if self.cuda else None
+
+    def copy(self, pairs: list[tuple[Tensor, Tensor]]):
+        """Copy each (dst, src); returns an event the compute stream must wait on (None on CPU)."""
+        if not self.cuda:
+            for dst, src in pairs:
+                dst.copy_(src)
+            return None
+        main = torch.cuda.current_stream(self.stream.device)
+        # a victim slot may still be read by a kernel queued earlier on the compute stream
+        self.stream.wait_stream(main)
+        with torch.cuda.stream(self.stream):
+            for dst, src in pairs:
+                dst.copy_(src, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return event
+
+    def wait(self, events) -> None:
+        if not self.cuda:
+            return
+        main = torch.cuda.current_stream(self.stream.device)
+        for ev in {id(e): e for e in events if e is not None}.values():
+            main.wait_event(ev)
+
+
+@dataclass
+class LayerCounters:
+    uses: int = 0  # distinct experts needed, summed over calls
+    hits: int = 0
+    misses: int = 0  # = copied + cpu_runs
+    copied: int = 0  # demand copies
+    cpu_runs: int = 0
+    prefetched: int = 0  # prefetch copies
+    prefetch_used: int = 0
+    prefetch_wasted: int = 0  # evicted before any use
+    pinned_evictions: int = 0
+    bytes: int = 0  # host→device bytes (demand + prefetch)
+    seconds: float = 0.0  # time in this layer's expert calls
+
+    def add(self, other: "LayerCounters") -> None:
+        for k in self.__dataclass_fields__:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+@dataclass
+class Acquired:
+    experts: np.ndarray  # sorted expert ids of this call (or group)
+    slots: np.ndarray  # slot per expert, -1 = runs on the CPU
+    events: list = field(default_factory=list)
+
+
+class ExpertCache:
+    def __init__(self, layout: SlabLayout, n_slots: int, layers: list[int], n_experts: int, device: torch.device,
+                 host: HostExpertStore | None, cpu_experts: str = "off", cpu_max_rows: int = 2) -> None:
+        if cpu_experts not in CPU_POLICIES:
+            raise ValueError(f"cpu_experts must be one of {CPU_POLICIES}")
+        self.layout, self.n_slots, self.n_experts, self.device = layout, n_slots, n_experts, device
+        self.host = host
+        self.cpu_experts = cpu_experts if host is not None else "off"
+        self.cpu_max_rows = cpu_max_rows
+        self.buf = torch.empty(n_slots, layout.nbytes, dtype=torch.uint8, device=device)
+        self.gate_up, self.down = layout.stacks(self.buf)
+        n_layers = max(layers) + 1
+        self.slot_of = np.full((n_layers, n_experts), -1, dtype=np.int64)
+        self.owner = np.full(n_slots, -1, dtype=np.int64)  # layer * E + expert
+        self.last_use = np.full(n_slots, -1, dtype=np.int64)
+        self.pin_gen = np.full(n_slots, -1, dtype=np.int64)
+        self.locked = np.zeros(n_slots, dtype=bool)
+        self.prefetched = np.zeros(n_slots, dtype=bool)
+        self.ready: dict[int, object] = {}  # slot -> CUDA event of its pending copy
+        self.pending = np.zeros(n_slots, dtype=bool)  # slots with an entry in `ready`
+        self.copier = SlotCopier(device)
+        self.gen = 0  # block generation: slots with pin_gen == gen are pinned
+        self.tick = 0
+        self.counters = {i: LayerCounters() for i in layers}
+
+    # ------------------------------------------------------------------ state
+    @property
+    def nbytes(self) -> int:
+        return self.buf.numel()
+
+    def resident(self) -> int:
+        return int((self.owner >= 0).sum())
+
+    def end_block(self) -> None:
+        """The current block committed (or was abandoned): its experts stop being pinned."""
+        self.gen += 1
+
+    def release(self) -> None:
+        self.locked[:] = False
+
+    def reset(self) -> None:
+        """Forget pins and locks (after a failed pass); resident experts stay valid."""
+        self.release()
+        self.end_block()
+
+    # ------------------------------------------------------------------ slots
+    def _victims(self, m: int, allow_pinned: bool) -> np.ndarray:
+        """Up to m slots to (re)fill: free first, then LRU unpinned, then (if allowed) LRU pinned; never locked."""
+        cand = ~self.locked
+        if not allow_pinned:
+            cand &= self.pin_gen != self.gen
+        idx = np.flatnonzero(cand)
+        if m <= 0 or idx.size == 0:
+            return idx[:0]
+        # unpinned: least recently used first; pinned (the block's set does not fit): most recently used first,
+        # since passes sweep the layers in order, the expert used last is the one needed furthest ahead
+        last = self.last_use[idx]
+        key = np.where(self.pin_gen[idx] == self.gen, 2 * _PINNED_KEY - last, last)
+        if m < idx.size:
+            part = np.argpartition(key, m - 1)[:m]
+        else:
+            part = np.arange(idx.size)
+        return idx[part[np.argsort(key[part], kind="stable")]]
+
+    def _evict(self, slots: np.ndarray, layer: int) -> None:
+        owners = self.owner[slots]
+        live = owners >= 0
+        if live.any():
+            o = owners[live]
+            self.slot_of[o // self.n_experts, o % self.n_experts] = -1
+            c = self.counters[layer]
+            c.prefetch_wasted += int(self.prefetched[slots[live]].sum())
+            c.pinned_evictions += int((self.pin_gen[slots[live]] == self.gen).sum())
+        self.owner[slots] = -1
+        self.prefetched[slots] = False
+
+    def _load(self, layer: int, experts: np.ndarray, slots: np.ndarray):
+        """Copy experts' host slabs into slots and register them; returns the copy event."""
+        self._evict(slots, layer)
+        pairs = [(self.buf[int(s)], self.host.slab(layer, int(e))) for s, e in zip(slots, experts)]
+        event = self.copier.copy(pairs)
+        self.slot_of[layer, experts] = slots
+        self.owner[slots] = layer * self.n_experts + experts
+        self.last_use[slots] = self.tick
+        if event is not None:
+            for s in slots.tolist():
+                self.ready[s] = event
+            self.pending[slots] = True
+        self.counters[layer].bytes += len(slots) * self.layout.nbytes
+        return event
+
+    def install(self, layer: int, experts: np.ndarray, slots: np.ndarray, staging: Tensor) -> None:
+        """Load-time fill (all-resident runs): staging [len(experts), slab] rows → slots; not counted as misses."""
+        self._evict(slots, layer)
+        s0 = int(slots[0])
+        if np.array_equal(slots, np.arange(s0, s0 + slots.size)):
+            self.buf[s0 : s0 + slots.size].copy_(staging)
+        else:
+            for row, s in enumerate(slots.tolist()):
+                self.buf[s].copy_(staging[row])
+        self.slot_of[layer, experts] = slots
+        self.owner[slots] = layer * self.n_experts + experts
+
+    def acquire(self, layer: int, experts: np.ndarray, rows: np.ndarray) -> Acquired:
+        """Make `experts` (sorted, unique, at most n_slots of them) usable by this layer call: hits are touched,
+        misses copied (or left to the CPU, slot -1); all their slots are locked and pinned to the block."""
+        self.tick += 1
+        c = self.counters[layer]
+        slots = self.slot_of[layer, experts].copy()
+        hit = slots >= 0
+        hit_slots = slots[hit]
+        c.uses += int(experts.size)
+        c.hits += int(hit.sum())
+        c.prefetch_used += int(self.prefetched[hit_slots].sum())
+        self.prefetched[hit_slots] = False
+        self.locked[hit_slots] = True
+        self.last_use[hit_slots] = self.tick
+        self.pin_gen[hit_slots] = self.gen
+        waiting = hit_slots[self.pending[hit_slots]]
+        events = [self.ready.pop(s) for s in waiting.tolist()]
+        self.pending[waiting] = False
+        miss = np.flatnonzero(~hit)
+        if miss.size:
+            c.misses += int(miss.size)
+            order = miss[np.argsort(-rows[miss], kind="stable")]  # most rows first get device slots
+            on_cpu = np.zeros(order.size, dtype=bool)
+            if self.cpu_experts == "misses":
+                on_cpu[:] = True
+            elif self.cpu_experts == "auto":
+                cheap = int(((~self.locked) & (self.pin_gen != self.gen)).sum())
+                on_cpu[cheap:] = rows[order[cheap:]] <= self.cpu_max_rows
+            to_copy = order[~on_cpu]
+            c.cpu_runs += int(on_cpu.sum())
+            if to_copy.size:
+                victims = self._victims(to_copy.size, allow_pinned=True)
+                if victims.size < to_copy.size:
+                    raise RuntimeError("expert cache: more experts in one call than free slots")  # callers split
+                events.append(self._load(layer, experts[to_copy], victims))
+                for s in victims[self.pending[victims]].tolist():
+                    self.ready.pop(s, None)  # waited on through `events`
+                self.pending[victims] = False
+                c.copied += int(to_copy.size)
+                slots[to_copy] = victims
+                self.locked[victims] = True
+                self.pin_gen[victims] = self.gen
+        return Acquired(experts, slots, events)
+
+    def prefetch(self, layer: int, experts: np.ndarray) -> int:
+        """Start copying `experts` (most likely first) of `layer` into free or unpinned, unlocked slots."""
+        if self.host is None or layer not in self.counters or experts.size == 0:
+            return 0
+        absent = experts[self.slot_of[layer, experts] < 0]
+        if absent.size == 0:
+            return 0
+        self.tick += 1
+        victims = self._victims(absent.size, allow_pinned=False)
+        if victims.size == 0:
+            return 0
+        absent = absent[: victims.size]
+        self._load(layer, absent, victims)
+        self.prefetched[victims] = True
+        self.counters[layer].prefetched += int(absent.size)
+        return int(absent.size)
+
+    def wait(self, acquired: Acquired) -> None:
+        self.copier.wait(acquired.events)

@@ -1,0 +1,218 @@
+"""The runtime's GPU check, one script for a CUDA session (< 10 minutes on an H200):
+
+    python -m clover_local.runtime.gpu_check --out "$OUT"
+
+1. kernels at real shapes through the runtime's own data structures: experts copied host(pinned) → device cache
+   slots on the copy stream (one at the last slot of a real-size cache, past 2^31 int32 elements), the fused MoE
+   on the slot views vs the dequantize-then-matmul reference; PackedLinear 4/8-bit at Clover's dense shapes and
+   the 8-bit LM head; timings with their GB/s;
+2. the synthetic full pack (written once to ~/.cache/clover-local/synthetic): an offloaded runtime at a 16 GiB
+   budget against an all-resident one: logits of a prefill, previews and a commit agree (bf16 tolerance), the
+   offloaded one misses, the later passes of a block do not, counters add up, peak memory within the budget;
+3. `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8` (its JSON is saved).
+Each stage prints one JSON line; everything lands in OUT/gpu_check.json. Exit code 1 if a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+
+def _ev():
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30))
+
+
+def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -> dict:
+    from clover_local.runtime.expert_cache import SlotCopier
+    from clover_local.runtime.kernels import linear_w4a16, linear_w4a16_ref, moe_w4a16, moe_w4a16_ref, triton_available
+    from clover_local.runtime.slab import SlabLayout
+
+    out: dict = {"triton": triton_available()}
+    g = torch.Generator(device="cpu").manual_seed(0)
+    h, inter, e_num = 2048, 512, 64
+    lay = SlabLayout(h, inter, 4, h // 128, inter // 128)
+    host = torch.randint(0, 256, (e_num, lay.nbytes), dtype=torch.uint8, generator=g).pin_memory()
+    hv = lay.views(host)  # sane scales and zeros: random bytes would give inf/NaN scales
+    hv["gu_scales"].copy_((0.002 + 0.004 * torch.rand(hv["gu_scales"].shape, generator=g)).half())
+    hv["d_scales"].copy_((0.002 + 0.004 * torch.rand(hv["d_scales"].shape, generator=g)).half())
+    hv["gu_qzeros"].fill_(0x77777777)
+    hv["d_qzeros"].fill_(0x77777777)
+    # n_slots 8515: what a 16 GiB budget gives the real model: 13 GiB, offsets past 2^31 int32 elements
+    cache = torch.empty(n_slots, lay.nbytes, dtype=torch.uint8, device=dev)
+    slots = torch.randperm(n_slots - 1, generator=g)[: e_num - 1].tolist() + [n_slots - 1]
+    copier = SlotCopier(dev)
+    t0 = time.perf_counter()
+    ev = copier.copy([(cache[s], host[i]) for i, s in enumerate(slots)])
+    copier.wait([ev])
+    torch.cuda.synchronize(dev)
+    dt = time.perf_counter() - t0
+    out["h2d_gbps_64_experts"] = round(e_num * lay.nbytes / dt / 1e9, 2)
+    out["slabs_equal"] = all(torch.equal(cache[s].cpu(), host[i]) for i, s in list(enumerate(slots))[-4:])
+    gu, dn = lay.stacks(cache)
+    x = (torch.randn(32, h, generator=g) * 0.5).to(dev, torch.bfloat16)
+    idx = torch.stack([torch.randperm(e_num, generator=g)[:8] for _ in range(32)])
+    slot_ids = torch.tensor(slots)[idx].to(dev)
+    w = torch.softmax(torch.randn(32, 8, generator=g), -1).to(dev, torch.bfloat16)
+    ref = moe_w4a16_ref(x, slot_ids, w, gu, dn)
+    got = moe_w4a16(x, slot_ids, w, gu, dn)
+    torch.cuda.synchronize(dev)
+    out["moe_rel_err"] = round(_rel(got, ref), 5)
+    a = _ev()
+    for _ in range(20):
+        moe_w4a16(x, slot_ids, w, gu, dn)
+    b = _ev()
+    torch.cuda.synchronize(dev)
+    ms = a.elapsed_time(b) / 20
+    distinct = int(idx.unique().numel())
+    out["moe_ms_32rows"] = round(ms, 4)
+    out["moe_gbps"] = round(distinct * lay.weight_bytes / ms / 1e6, 1)
+    lin = {}
+    for name, k, n, bits in (("in_proj_qkv", 2048, 8192, 8), ("out_proj", 4096, 2048, 8), ("q_proj 4-bit", 2048, 8192, 4),
+                             ("lm_head", 2048, vocab, 8)):
+        p = 32 // bits
+        qw = torch.randint(-(1 << 31), (1 << 31) - 1, (k // p, n), dtype=torch.int32, generator=g).to(dev)
+        sc = (0.0003 + 0.0002 * torch.rand(k // 128, n, generator=g)).half().to(dev)
+        qz = torch.full((k // 128, n // p), 0x7F7F7F7F if bits == 8 else 0x77777777, dtype=torch.int32, device=dev)
+        xx = torch.randn(32, k, generator=g).to(dev, torch.bfloat16)
+        r = linear_w4a16_ref(xx, qw, sc, qz, 128, bits)
+        y = linear_w4a16(xx, qw, sc, qz, 128, bits)
+        a = _ev()
+        for _ in range(20):
+            linear_w4a16(xx, qw, sc, qz, 128, bits)
+        b = _ev()
+        torch.cuda.synchronize(dev)
+        ms = a.elapsed_time(b) / 20
+        nbytes = qw.numel() * 4 + sc.numel() * 2 + qz.numel() * 4
+        lin[name] = {"rel_err": round(_rel(y, r), 5), "ms": round(ms, 4), "gbps": round(nbytes / ms / 1e6, 1)}
+        del qw, sc, qz
+    out["linear"] = lin
+    del cache
+    torch.cuda.empty_cache()
+    out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and all(v["rel_err"] < 2e-2 for v in lin.values()))
+    return out
+
+
+def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, vocab: int = 248000) -> dict:
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.sizes import GIB
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    t0 = time.perf_counter()
+    folder = ensure_synthetic(kind, on_shard=lambda i, n: None)
+    out: dict = {"pack_ready_s": round(time.perf_counter() - t0, 1)}
+    g = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, vocab, (1, 544), generator=g).to(dev)
+    block = torch.randint(0, vocab, (1, 32), generator=g).to(dev)
+    results = {}
+    for name, opts in (("offloaded", RuntimeOptions(vram_budget=int(budget_gib * GIB), context=1024)),
+                       ("resident", RuntimeOptions(vram_budget=40 * GIB, context=1024, slots=1 << 20))):
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        t0 = time.perf_counter()
+        model = load_packed_model(folder, dev, torch.bfloat16, opts)
+        load_s = time.perf_counter() - t0
+        rt = model.runtime
+        logits = []
+        with torch.inference_mode():
+            cache = model.new_cache()
+            logits.append(model(prefix, cache, rows=slice(-1, None))[0, -1])
+            for _ in range(3):
+                logits.append(model(block, cache, preview=True)[0])
+            logits.append(model(block, cache)[0, -1])
+        torch.cuda.synchronize(dev)
+        s = model.runtime_stats()
+        recs = [r for r in rt.records if r.kind == "preview"]
+        results[name] = [t.float().cpu() for t in logits]
+        out[name] = {
+            "load_s": round(load_s, 1), "slots": rt.cache.n_slots,
+            "peak_allocated": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0,
+            "budget": rt.plan.vram_budget, "plan_peak": rt.plan.device_peak,
+            "placed": rt.placed_bytes(model, cache)["total"], "plan_predicted": rt.plan.device_predicted,
+            "misses": s["misses"], "later_pass_misses": sum(r.misses for r in recs[1:]),
+            "counters_add_up": s["hits"] + s["misses"] == s["expert_uses"]
+            and s["bytes_h2d"] == (s["copied"] + s["prefetched"]) * rt.cache.layout.nbytes,
+            "preview_ms": [round(r.ms, 2) for r in recs], "finite": all(bool(torch.isfinite(t).all()) for t in logits),
+            "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
+        }
+        del model, rt, cache
+        import gc
+
+        gc.collect()  # frees the pinned host slabs before the next load
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    errs = [_rel(a, b) for a, b in zip(results["offloaded"], results["resident"])]
+    top1 = [float((a.argmax(-1) == b.argmax(-1)).float().mean()) for a, b in zip(results["offloaded"], results["resident"])]
+    out["logit_rel_err"] = [round(e, 5) for e in errs]
+    out["top1_agreement"] = [round(t, 3) for t in top1]
+    off = out["offloaded"]
+    out["ok"] = bool(max(errs) < 3e-2 and off["misses"] > 0 and off["later_pass_misses"] == 0 and off["counters_add_up"]
+                     and off["finite"] and off["peak_allocated"] <= off["budget"]
+                     and abs(off["placed"] / off["plan_predicted"] - 1) < 0.05)
+    return out
+
+
+def stage_bench(out_dir: Path) -> dict:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "clover_local", "bench", "--synthetic", "full", "--vram-budget", "16GB",
+           "--prefix", "4096", "--passes", "8", "--json"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    (out_dir / "bench_full_16GiB.json").write_text(res.stdout)
+    if res.returncode != 0:
+        return {"ok": False, "stderr": res.stderr[-3000:]}
+    r = json.loads(res.stdout)
+    keep = ("ms_per_pass", "ms_per_pass_first", "tokens_per_s", "hit_rate", "misses_first_pass", "pcie_gbps",
+            "device_bytes_per_pass", "roofline_ms", "roofline_ratio", "projection_5070ti", "prefill_ms", "load_s",
+            "slots", "memory")
+    out = {k: r[k] for k in keep}
+    out["components"] = [{k: c[k] for k in ("component", "calls", "ms", "floor_ms", "projected_ms_5070ti")}
+                         for c in r["components"]]
+    m = r["memory"]
+    out["ok"] = bool(m["peak_allocated"] is None or m["peak_allocated"] <= r["vram_budget"])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--stages", default="kernels,model,bench")
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: this check is for a GPU session")
+    dev = torch.device("cuda")
+    report: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
+    print(json.dumps(report), flush=True)
+    ok = True
+    for stage in args.stages.split(","):
+        t0 = time.perf_counter()
+        try:
+            res = {"kernels": lambda: stage_kernels(dev), "model": lambda: stage_model(dev),
+                   "bench": lambda: stage_bench(out_dir)}[stage]()
+        except Exception:  # report and go on: a later stage may still say something useful
+            res = {"ok": False, "error": traceback.format_exc()[-3000:]}
+        res["seconds"] = round(time.perf_counter() - t0, 1)
+        report[stage] = res
+        ok &= bool(res.get("ok"))
+        print(json.dumps({stage: res}, default=str), flush=True)
+        (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Load a GPTQ pack in packed form: the runtime's model.
+
+- quantized non-expert modules → `PackedLinear` (qweight/scales/qzeros on the device, the W4A16/W8A16 kernel);
+- BF16/FP32 tensors → ordinary parameters in the compute dtype; the embedding table → host RAM (`HostEmbedding`);
+- routed experts → one slab per expert in (pinned) host memory, served through the device `ExpertCache` whose
+  slot count comes from the placement plan (`--vram-budget`, default: free memory minus a margin); when every
+  expert fits, they are all installed on the device at load and no host copy is kept.
+Packs with act-order (non-sequential g_idx) are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+
+from clover_local.checkpoint.names import global_shapes, layer_shapes, optional
+from clover_local.errors import CloverError
+from clover_local.model.clover import CloverModel, _set_param, fill_layer
+from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
+from clover_local.runtime.expert_store import HostExpertStore
+from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
+from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
+from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear
+from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, Plan, make_plan
+from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes
+from clover_local.runtime.slab import SlabLayout
+
+
+@dataclass
+class RuntimeOptions:
+    vram_budget: int | None = None  # bytes the runtime may place on the device; None: free memory − margin
+    ram: int | None = None  # host RAM to plan for; None: what the OS reports available
+    context: int = DEFAULT_CONTEXT  # tokens the KV cache is preallocated for
+    slots: int | None = None  # force the expert slot count (tests, all-resident runs)
+    prefetch: bool = True
+    cpu_experts: str = "off"  # off | auto | misses: run missed experts on the CPU instead of copying
+    cpu_max_rows: int = 2  # "auto": only experts with at most this many rows in the call
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK
+    embed_on_host: bool = True
+    pin: bool = True  # pinned host slabs (CUDA only)
+    time_layers: bool = True  # per-layer expert time (CUDA events on a GPU)
+
+    def validate(self) -> None:
+        if self.cpu_experts not in CPU_POLICIES:
+            raise CloverError(f"--cpu-experts must be one of {', '.join(CPU_POLICIES)}, got {self.cpu_experts!r}")
+        if self.context < 1:
+            raise CloverError(f"--context must be at least 1, got {self.context}")
+        if self.prefill_chunk < 1:
+            raise CloverError(f"--prefill-chunk must be at least 1, got {self.prefill_chunk}")
+        if self.slots is not None and self.slots < 1:
+            raise CloverError(f"slots must be at least 1, got {self.slots}")
+
+
+class _Shards:
+    """Tensor reads by checkpoint name, one handle per shard, errors as one line."""
+
+    def __init__(self, pack: PackIndex) -> None:
+        self.pack = pack
+        self.handles: dict[str, object] = {}
+
+    def get(self, name: str) -> torch.Tensor:
+        info = self.pack.tensors.get(name)
+        if info is None:
+            raise CloverError(f"pack has no tensor {name}: the pack is incomplete; re-download or re-quantize it")
+        try:
+            h = self.handles.get(info.shard)
+            if h is None:
+                h = self.handles[info.shard] = safe_open(str(self.pack.folder / info.shard), framework="pt",
+                                                         device="cpu")
+            return h.get_tensor(name)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise CloverError(f"pack shard {info.shard} is corrupt or truncated ({exc})") from None
+
+
+_SEQ_CACHE: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _check_sequential(name: str, g_idx: torch.Tensor, mod: QuantModule) -> None:
+    key = (mod.in_features, mod.group_size)
+    expected = _SEQ_CACHE.get(key)
+    if expected is None:
+        expected = _SEQ_CACHE[key] = torch.arange(mod.in_features, dtype=torch.int32) // mod.group_size
+    if g_idx.dtype != torch.int32 or not torch.equal(g_idx, expected):
+        if not torch.equal(g_idx.to(torch.int64), expected.to(torch.int64)):
+            raise CloverError(f"{name}.g_idx is not sequential (act-order): the runtime needs packs quantized with "
+                              "desc_act false; re-quantize with clover-local quantize")
+
+
+def _quant_tensors(shards: _Shards, mod: QuantModule) -> dict[str, torch.Tensor]:
+    _check_sequential(mod.name, shards.get(f"{mod.name}.g_idx"), mod)
+    return {"qweight": shards.get(f"{mod.name}.qweight"), "qzeros": shards.get(f"{mod.name}.qzeros"),
+            "scales": shards.get(f"{mod.name}.scales").to(torch.float16)}
+
+
+def _packed_linear(shards: _Shards, mod: QuantModule, device: torch.device) -> PackedLinear:
+    t = _quant_tensors(shards, mod)
+    return PackedLinear(t["qweight"].to(device).contiguous(), t["scales"].to(device).contiguous(),
+                        t["qzeros"].to(device).contiguous(), mod.group_size, mod.bits)
+
+
+def _set_module(root: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    owner_name, _, attr = name.rpartition(".")
+    owner = root.get_submodule(owner_name) if owner_name else root
+    setattr(owner, attr, module)
+
+
+def plan_for(pack: PackIndex, device: torch.device, dtype: torch.dtype, options: RuntimeOptions) -> Plan:
+    budget = options.vram_budget if options.vram_budget is not None else default_budget(device)
+    ram = options.ram if options.ram is not None else host_available_bytes()
+    return make_plan(pack, budget, ram, options.context, dtype, embed_on_host=options.embed_on_host,
+                     prefill_chunk=options.prefill_chunk, slots=options.slots, vram_flag="--vram-budget")
+
+
+def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dtype,
+                      options: RuntimeOptions | None = None, on_layer=lambda i, n: None) -> CloverModel:
+    """The model of a pack with the offloading runtime attached (`model.runtime`, `model.runtime_stats()`)."""
+    options = options or RuntimeOptions()
+    options.validate()
+    pack = read_pack_index(folder)
+    plan = plan_for(pack, device, dtype, options).check()
+    try:
+        return _build(pack, plan, device, dtype, options, on_layer)
+    except _OOM:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise CloverError(f"the GPU ran out of memory while loading the pack (--vram-budget "
+                          f"{fmt_bytes(plan.vram_budget)}): other programs may be using it; lower --vram-budget") from None
+
+
+def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype, options: RuntimeOptions,
+           on_layer) -> CloverModel:
+    cfg = pack.config
+    shards = _Shards(pack)
+    with torch.device("meta"):
+        model = CloverModel(cfg)
+
+    n_exp = cfg.num_experts
+    layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits,
+                        pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
+    all_resident = plan.slots >= plan.experts_total
+    host = None if all_resident else HostExpertStore(layout, pack.expert_layers, n_exp, options.pin)
+    cache = ExpertCache(layout, plan.slots, pack.expert_layers, n_exp, device, host, options.cpu_experts,
+                        options.cpu_max_rows)
+    runtime = Runtime(cfg, cache, plan, device, dtype, context=options.context, prefetch=options.prefetch,
+                      prefill_chunk=options.prefill_chunk, time_layers=options.time_layers)
+
+    _load_globals(model, pack, shards, device, dtype, options)
+    staging = None if host is not None else torch.empty(n_exp, layout.nbytes, dtype=torch.uint8)
+    staging_views = layout.views(staging) if staging is not None else None
+    for i in range(cfg.num_hidden_layers):
+        on_layer(i, cfg.num_hidden_layers)
+        layer = model.layers[i]
+        _load_layer_dense(layer, i, pack, shards, device, dtype)
+        for e in range(n_exp):
+            parts = [_quant_tensors(shards, QuantModule(f"model.layers.{i}.mlp.experts.{e}.{p}", pack.expert[p].bits,
+                                                        pack.expert[p].in_features, pack.expert[p].out_features,
+                                                        pack.expert[p].groups)) for p in EXPERT_PROJS]
+            if host is not None:
+                host.fill(i, e, *parts)
+            else:
+                layout.fill(staging_views, e, *parts)
+        if host is None:
+            experts = np.arange(n_exp, dtype=np.int64)
+            cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
+        layer.mlp.experts = OffloadedExperts(runtime, i)
+    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
+    model.has_preview_params = all(
+        f"model.layers.{i}.linear_attn.conv_right_weight" in pack.tensors
+        for i in range(cfg.num_hidden_layers) if not cfg.is_attention(i))
+    leftover = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+    if leftover:
+        raise CloverError(f"pack has no tensor for {leftover[0]}")
+    cfg.max_position_embeddings = min(cfg.max_position_embeddings, options.context)
+    model.runtime = runtime
+    return model.eval()
+
+
+def _load_globals(model: CloverModel, pack: PackIndex, shards: _Shards, device, dtype, options) -> None:
+    cfg = pack.config
+    for name, shape in global_shapes(cfg).items():
+        key = name if name.startswith("lm_head") else f"model.{name}"
+        module = key[: -len(".weight")]
+        if module in pack.modules:
+            mod = pack.modules[module]
+            if (mod.out_features, mod.in_features) != tuple(shape):
+                raise CloverError(f"pack tensor {module} is [{mod.out_features}, {mod.in_features}], expected "
+                                  f"{list(shape)}")
+            _set_module(model, name[: -len(".weight")], _packed_linear(shards, mod, device))
+            continue
+        t = shards.get(key)
+        if tuple(t.shape) != tuple(shape):
+            raise CloverError(f"pack tensor {key} has shape {list(t.shape)}, expected {list(shape)}")
+        if name == "embed_tokens.weight" and options.embed_on_host and not cfg.tie_word_embeddings:
+            model.embed_tokens = HostEmbedding(t.to(dtype).contiguous(), device)
+        else:
+            _set_param(model, name, t.to(device=device, dtype=dtype))
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+
+
+def _load_layer_dense(layer, i: int, pack: PackIndex, shards: _Shards, device, dtype) -> None:
+    prefix = f"model.layers.{i}."
+    state: dict[str, torch.Tensor] = {}
+    for rel, shape in layer_shapes(pack.config, i).items():
+        if rel.startswith("mlp.experts."):
+            continue
+        module = prefix + rel[: -len(".weight")] if rel.endswith(".weight") else None
+        if module is not None and module in pack.modules:
+            mod = pack.modules[module]
+            if (mod.out_features, mod.in_features) != tuple(shape):
+                raise CloverError(f"pack tensor {module} is [{mod.out_features}, {mod.in_features}], expected "
+                                  f"{list(shape)}")
+            _set_module(layer, rel[: -len(".weight")], _packed_linear(shards, mod, device))
+            continue
+        if prefix + rel not in pack.tensors:
+            if optional(rel):
+                continue
+            raise CloverError(f"pack has no tensor for {prefix}{rel}")
+        t = shards.get(prefix + rel)
+        if tuple(t.shape) != tuple(shape):
+            raise CloverError(f"pack tensor {prefix}{rel} has shape {list(t.shape)}, expected {list(shape)}")
+        state[rel] = t
+    fill_layer(layer, state, device, dtype)

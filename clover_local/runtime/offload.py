@@ -1,0 +1,305 @@
+"""The offloaded MoE: `OffloadedExperts` (the model's `Experts` slot) and the `Runtime` that drives the cache.
+
+The model calls `Runtime.pass_scope` around every pass (`CloverModel.runtime` hook), which is how the cache knows
+blocks: preview passes at the same (cache, start) are one block; the causal pass that follows at that start is
+its commit, after which the block's experts are unpinned; any other causal pass is a prefill.
+
+Per layer call (`run_experts`): the routing decision comes to the host (one small sync), the distinct experts
+are acquired (hits touched, misses copied, or run on the CPU), the next layer's likely experts are prefetched
+(what it used in the previous pass), then the fused MoE kernel runs on the slots. If one call needs more experts
+than there are slots, they are served in groups of at most N (slow, but correct with any cache size).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from clover_local.errors import CloverError
+from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
+from clover_local.runtime.expert_cache import ExpertCache, LayerCounters
+from clover_local.runtime.kernels import moe_w4a16
+from clover_local.runtime.sizes import fmt_bytes
+
+_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+class ArenaAttentionCache(AttentionCache):
+    """KV cache over preallocated [1, Hkv, context, D] buffers: appends never allocate."""
+
+    def append(self, k: Tensor, v: Tensor) -> None:
+        if self.length + k.shape[2] > self.k.shape[2]:
+            raise CloverError(
+                f"the sequence reached the {self.k.shape[2]}-token context the runtime was loaded for; "
+                "load it again with a larger --context")
+        super().append(k, v)
+
+
+class OffloadedExperts(nn.Module):
+    """Drop-in for `model.moe.Experts`: forward(x [N,H], idx [N,k], weights [N,k]) → [N,H]."""
+
+    def __init__(self, runtime: "Runtime", layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.__dict__["runtime"] = runtime  # plain reference, not a submodule
+
+    def forward(self, x: Tensor, idx: Tensor, weights: Tensor) -> Tensor:
+        return self.runtime.run_experts(self.layer, x, idx, weights)
+
+    def extra_repr(self) -> str:
+        return f"layer={self.layer}, slots={self.runtime.cache.n_slots}"
+
+
+@dataclass
+class PassRecord:
+    kind: str  # preview | commit | prefill
+    pass_in_block: int
+    rows: int
+    ms: float
+    uses: int
+    hits: int
+    misses: int
+    bytes: int
+
+
+class Runtime:
+    def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
+                 context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True) -> None:
+        self.config, self.cache, self.plan = config, cache, plan
+        self.device, self.dtype = device, dtype
+        self.context = context
+        self.prefetch = prefetch
+        self.prefill_chunk = prefill_chunk
+        self.time_layers = time_layers
+        self.block_size = config.diffusion.block_size
+        self.cuda = device.type == "cuda"
+        self.layers = sorted(cache.counters)
+        self.history: dict[int, np.ndarray] = {}
+        self.block_key: tuple | None = None
+        self.pass_in_block = 0
+        self.records: deque[PassRecord] = deque(maxlen=4096)
+        self._layer_events: list = []
+        self.kv: dict[int, tuple[Tensor, Tensor]] = {}
+        for i, kind in enumerate(config.layer_types):
+            if kind == "full_attention":
+                shape = (1, config.num_key_value_heads, context, config.head_dim)
+                self.kv[i] = (torch.zeros(shape, dtype=dtype, device=device),
+                              torch.zeros(shape, dtype=dtype, device=device))
+
+    # ------------------------------------------------------------------ model hooks
+    def new_cache(self) -> PrefixCache:
+        """A prefix cache over the preallocated KV arena (one live sequence at a time: batch 1)."""
+        layers: list = []
+        for i, kind in enumerate(self.config.layer_types):
+            if kind == "full_attention":
+                k, v = self.kv[i]
+                layers.append(ArenaAttentionCache(k=k, v=v, length=0))
+            else:
+                layers.append(GDNCache())
+        return PrefixCache(layers)
+
+    @contextmanager
+    def pass_scope(self, preview: bool, start: int, rows: int, cache=None):
+        key = (id(cache), start) if cache is not None else None
+        if preview:
+            if key is None or key != self.block_key:
+                self.cache.end_block()
+                self.block_key, self.pass_in_block = key, 0
+            kind = "preview"
+        elif key is not None and key == self.block_key:
+            kind = "commit"
+        else:
+            self.cache.end_block()
+            self.block_key, self.pass_in_block = None, 0
+            kind = "prefill"
+        before = self._totals()
+        self._layer_events = []
+        t0 = time.perf_counter()
+        try:
+            yield
+        except _OOM:
+            self._abandon()
+            if self.cuda:
+                torch.cuda.empty_cache()
+            raise CloverError(
+                f"the GPU ran out of memory during a {rows}-row {kind} pass (budget "
+                f"{fmt_bytes(self.plan.vram_budget)}): other programs may be using the card; lower --vram-budget "
+                "or --context and retry") from None
+        except BaseException:
+            self._abandon()
+            raise
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        ms = 1e3 * (time.perf_counter() - t0)
+        self._resolve_layer_events()
+        after = self._totals()
+        self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
+                                       after.hits - before.hits, after.misses - before.misses,
+                                       after.bytes - before.bytes))
+        if preview:
+            self.pass_in_block += 1
+        else:
+            self.cache.end_block()
+            self.block_key, self.pass_in_block = None, 0
+
+    def _abandon(self) -> None:
+        self.cache.reset()
+        self.block_key, self.pass_in_block = None, 0
+        self._layer_events = []
+
+    # ------------------------------------------------------------------ the MoE
+    def run_experts(self, layer: int, x: Tensor, idx: Tensor, weights: Tensor) -> Tensor:
+        t0 = time.perf_counter()
+        start_ev = None
+        if self.cuda and self.time_layers:
+            start_ev = torch.cuda.Event(enable_timing=True)
+            start_ev.record()
+        idx_host = idx.detach().to("cpu").numpy().astype(np.int64, copy=False)
+        counts = np.bincount(idx_host.reshape(-1), minlength=self.cache.n_experts)
+        experts = np.flatnonzero(counts)
+        counts = counts[experts]
+        n = self.cache.n_slots
+        if experts.size <= n:
+            out = self._run_group(layer, x, idx_host, weights, experts, counts, whole=True)
+        else:  # one call needs more experts than there are slots: serve them in groups
+            out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+            order = np.argsort(self.cache.slot_of[layer, experts] < 0, kind="stable")  # resident ones first
+            for g in range(0, experts.size, n):
+                sel = np.sort(order[g : g + n])
+                out += self._run_group(layer, x, idx_host, weights, experts[sel], counts[sel], whole=False)
+        out = out.to(x.dtype)
+        self.history[layer] = experts[np.argsort(-counts, kind="stable")]
+        c = self.cache.counters[layer]
+        if start_ev is not None:
+            end_ev = torch.cuda.Event(enable_timing=True)
+            end_ev.record()
+            self._layer_events.append((c, start_ev, end_ev))
+        else:
+            c.seconds += time.perf_counter() - t0
+        return out
+
+    def _run_group(self, layer: int, x: Tensor, idx_host: np.ndarray, weights: Tensor, experts: np.ndarray,
+                   counts: np.ndarray, whole: bool) -> Tensor:
+        cache = self.cache
+        acq = cache.acquire(layer, experts, counts)
+        try:
+            if whole and self.prefetch:
+                self._prefetch_after(layer)
+            cache.wait(acq)
+            table = np.full(cache.n_experts, -1, dtype=np.int64)
+            table[experts] = acq.slots
+            pair_slots = table[idx_host]
+            on_device = pair_slots >= 0
+            if whole and on_device.all():
+                slot_ids = torch.from_numpy(pair_slots).to(x.device)
+                return moe_w4a16(x, slot_ids, weights, cache.gate_up, cache.down)
+            in_group = np.isin(idx_host, experts)
+            out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+            cpu_job = None
+            r, j = np.nonzero(~on_device & in_group)
+            if r.size:  # the CPU path's inputs come over first, so the device kernel below overlaps its compute
+                rows, cols = torch.from_numpy(r).to(x.device), torch.from_numpy(j).to(x.device)
+                cpu_job = (rows, x[rows].to("cpu", torch.float32), torch.from_numpy(idx_host[r, j][:, None]),
+                           weights[rows, cols][:, None].to("cpu", torch.float32))
+            r, j = np.nonzero(on_device & in_group)
+            if r.size:
+                rows, cols = torch.from_numpy(r).to(x.device), torch.from_numpy(j).to(x.device)
+                slot_ids = torch.from_numpy(pair_slots[r, j][:, None]).to(x.device)
+                y = moe_w4a16(x[rows], slot_ids, weights[rows, cols][:, None], cache.gate_up, cache.down)
+                out.index_add_(0, rows, y.float())
+            if cpu_job is not None:  # the reference kernel on the host slabs, indexed by expert id
+                rows, xc, ec, wc = cpu_job
+                gu, dn = cache.host.stacks(layer)
+                y = moe_w4a16(xc, ec, wc, gu, dn)
+                out.index_add_(0, rows, y.to(x.device))
+            return out
+        finally:
+            cache.release()
+
+    def _prefetch_after(self, layer: int) -> None:
+        pos = self.layers.index(layer)
+        if pos + 1 < len(self.layers):
+            nxt = self.layers[pos + 1]
+            predicted = self.history.get(nxt)
+            if predicted is not None:
+                self.cache.prefetch(nxt, predicted)
+
+    def _resolve_layer_events(self) -> None:
+        for counters, a, b in self._layer_events:
+            counters.seconds += a.elapsed_time(b) / 1e3
+        self._layer_events = []
+
+    # ------------------------------------------------------------------ numbers
+    def _totals(self) -> LayerCounters:
+        tot = LayerCounters()
+        for c in self.cache.counters.values():
+            tot.add(c)
+        return tot
+
+    def reset_stats(self) -> None:
+        for i in self.cache.counters:
+            self.cache.counters[i] = LayerCounters()
+        self.records.clear()
+
+    def placed_bytes(self, model: nn.Module, cache: PrefixCache | None = None) -> dict[str, int]:
+        """Bytes this runtime holds on the compute device, by what they are (the plan's prediction's twin)."""
+        weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())
+                      if t.device.type == self.device.type)
+        kv = sum(t.numel() * t.element_size() for pair in self.kv.values() for t in pair)
+        gdn = 0
+        if cache is not None:
+            for c in cache.layers:
+                if isinstance(c, GDNCache):
+                    gdn += sum(t.numel() * t.element_size() for t in (c.ring, c.state) if t is not None)
+        return {"weights": weights, "kv_cache": kv, "gdn_states": gdn, "expert_slots": self.cache.nbytes,
+                "total": weights + kv + gdn + self.cache.nbytes}
+
+    def stats(self) -> dict:
+        """Counters for front ends and `bench`: hit rate, misses, PCIe bytes, pass times, per layer."""
+        tot = self._totals()
+        recs = list(self.records)
+
+        def rate(h: int, u: int) -> float | None:
+            return round(h / u, 4) if u else None
+
+        later = [r for r in recs if r.kind == "preview" and r.pass_in_block > 0]
+        first = [r for r in recs if r.kind == "preview" and r.pass_in_block == 0]
+        by_kind = {}
+        for kind in ("preview", "commit", "prefill"):
+            rs = [r for r in recs if r.kind == kind]
+            if rs:
+                by_kind[kind] = {"count": len(rs), "mean_ms": round(sum(r.ms for r in rs) / len(rs), 3)}
+        return {
+            "device": str(self.device),
+            "slots": self.cache.n_slots,
+            "resident": self.cache.resident(),
+            "experts_total": self.plan.experts_total,
+            "slab_bytes": self.cache.layout.nbytes,
+            "expert_uses": tot.uses,
+            "hits": tot.hits,
+            "misses": tot.misses,
+            "copied": tot.copied,
+            "cpu_runs": tot.cpu_runs,
+            "prefetched": tot.prefetched,
+            "prefetch_used": tot.prefetch_used,
+            "prefetch_wasted": tot.prefetch_wasted,
+            "pinned_evictions": tot.pinned_evictions,
+            "bytes_h2d": tot.bytes,
+            "hit_rate": rate(tot.hits, tot.uses),
+            "first_pass_hit_rate": rate(sum(r.hits for r in first), sum(r.uses for r in first)),
+            "later_pass_hit_rate": rate(sum(r.hits for r in later), sum(r.uses for r in later)),
+            "passes": by_kind,
+            "last_pass": asdict(recs[-1]) if recs else None,
+            "layers": [self._layer_dict(i) for i in self.layers],
+        }
+
+    def _layer_dict(self, i: int) -> dict:
+        d = asdict(self.cache.counters[i])
+        d["ms"] = round(d.pop("seconds") * 1e3, 3)
+        return {"layer": i, **d}

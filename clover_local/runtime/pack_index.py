@@ -1,0 +1,244 @@
+"""What a GPTQ pack holds, from its config, index and safetensors headers alone (no weights are read).
+
+Both `clover-local plan` and the runtime's loader start here, so the plan's byte counts are the loader's.
+A pack (see quantize/pipeline.py) has per-expert `model.layers.N.mlp.experts.E.{gate,up,down}_proj.{qweight,
+qzeros,scales,g_idx}`, other quantized modules (`X.qweight`…, 4- or 8-bit, bits from the shapes), and BF16/FP32
+tensors for the rest. Only packs written with `desc_act: false` (sequential g_idx) are accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clover_local.config import CloverConfig, load_config
+from clover_local.errors import CloverError
+
+INDEX_NAME = "model.safetensors.index.json"
+QUANT_PARTS = ("qweight", "qzeros", "scales", "g_idx")
+EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.(\w+)$")
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shard: str
+    dtype: str  # safetensors dtype string (F16, BF16, F32, I32, …)
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES.get(self.dtype, 4)
+
+
+@dataclass(frozen=True)
+class QuantModule:
+    """One GPTQ-quantized linear: W [K, N] stored as qweight [K/p, N], scales [G, N], qzeros [G, N/p]."""
+
+    name: str  # e.g. model.layers.3.self_attn.q_proj, lm_head
+    bits: int
+    in_features: int
+    out_features: int
+    groups: int
+
+    @property
+    def group_size(self) -> int:
+        return self.in_features // self.groups
+
+    @property
+    def packed_bytes(self) -> int:
+        """qweight + scales + qzeros (g_idx is not kept: sequential by construction)."""
+        p = 32 // self.bits
+        return 4 * (self.in_features // p) * self.out_features + 2 * self.groups * self.out_features + \
+            4 * self.groups * (self.out_features // p)
+
+
+def read_header(path: Path) -> dict:
+    """The JSON header of a safetensors file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise ValueError("file shorter than its header length")
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100_000_000:
+                raise ValueError(f"header length {n} is implausible")
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise CloverError(f"pack shard {path.name} is corrupt or truncated ({exc})") from None
+    if not isinstance(header, dict):
+        raise CloverError(f"pack shard {path.name} has no valid safetensors header")
+    return header
+
+
+def kind_of(name: str) -> str:
+    """Placement category of a tensor or module name (what `plan` prints per row)."""
+    if name.startswith("lm_head"):
+        return "lm_head"
+    if "embed_tokens" in name:
+        return "embeddings"
+    if ".mlp.experts." in name:
+        return "routed experts"
+    if ".self_attn." in name:
+        return "attention"
+    if ".linear_attn." in name:
+        return "GDN"
+    if ".mlp.shared_expert" in name:
+        return "shared experts"
+    if name.endswith("mlp.gate.weight"):
+        return "routers"
+    return "norms"
+
+
+@dataclass
+class PackIndex:
+    folder: Path
+    config: CloverConfig
+    quant: dict
+    tensors: dict[str, TensorInfo]
+    modules: dict[str, QuantModule] = field(default_factory=dict)  # non-expert quantized modules
+    plain: dict[str, TensorInfo] = field(default_factory=dict)  # everything unquantized
+    expert: dict[str, QuantModule] = field(default_factory=dict)  # gate_proj/up_proj/down_proj of expert 0
+    expert_layers: list[int] = field(default_factory=list)
+
+    @property
+    def expert_bits(self) -> int:
+        return self.expert["gate_proj"].bits
+
+    @property
+    def n_experts_total(self) -> int:
+        return len(self.expert_layers) * self.config.num_experts
+
+
+def _quant_module(name: str, parts: dict[str, TensorInfo]) -> QuantModule:
+    missing = [p for p in QUANT_PARTS if p not in parts]
+    if missing:
+        raise CloverError(f"pack is missing {name}.{missing[0]}: the pack is incomplete; re-download or "
+                          "re-quantize it")
+    qw, qz, sc, gi = (parts[p] for p in QUANT_PARTS)
+    if len(qw.shape) != 2 or len(sc.shape) != 2 or len(qz.shape) != 2 or len(gi.shape) != 1:
+        raise CloverError(f"pack tensor {name} has GPTQ tensors of the wrong rank")
+    k = gi.shape[0]
+    if qw.dtype != "I32" or qz.dtype != "I32" or sc.dtype not in ("F16", "BF16", "F32"):
+        raise CloverError(f"pack tensor {name} is not in the GPTQ layout (qweight/qzeros int32, scales fp16)")
+    if (32 * qw.shape[0]) % k:
+        raise CloverError(f"pack tensor {name}.qweight {list(qw.shape)} does not match g_idx of {k} rows")
+    bits = 32 * qw.shape[0] // k
+    if bits not in (4, 8):
+        raise CloverError(f"pack tensor {name} is {bits}-bit; the runtime reads 4- and 8-bit GPTQ")
+    n, groups = qw.shape[1], sc.shape[0]
+    p = 32 // bits
+    if sc.shape[1] != n or qz.shape != (groups, n // p) or groups < 1 or k % groups:
+        raise CloverError(f"pack tensor {name} has inconsistent GPTQ shapes: qweight {list(qw.shape)}, "
+                          f"scales {list(sc.shape)}, qzeros {list(qz.shape)}")
+    return QuantModule(name, bits, k, n, groups)
+
+
+def read_pack_index(folder: str | Path) -> PackIndex:
+    """Read config + index + every shard's header; check the quantization settings and that every expert is
+    complete. Raises CloverError (one line) on anything a user must fix."""
+    folder = Path(folder)
+    config = load_config(folder)
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    quant = raw.get("quantization_config")
+    if not isinstance(quant, dict):
+        raise CloverError(f"{folder} is not a quantized pack (config.json has no quantization_config); quantize "
+                          "it first with clover-local quantize")
+    method = str(quant.get("quant_method", "")).lower()
+    if method != "gptq":
+        raise CloverError(f"the pack's quant_method is {method!r}; the runtime reads GPTQ packs only")
+    if quant.get("checkpoint_format", "gptq") not in ("gptq",):
+        raise CloverError(f"the pack's checkpoint_format is {quant.get('checkpoint_format')!r}; the runtime reads "
+                          "the GPTQ v1 layout (checkpoint_format 'gptq')")
+    if quant.get("desc_act"):
+        raise CloverError("the pack was quantized with desc_act (act-order): the runtime needs desc_act false "
+                          "(sequential groups); re-quantize with clover-local quantize")
+    index = folder / INDEX_NAME
+    try:
+        weight_map: dict[str, str] = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except FileNotFoundError:
+        raise CloverError(f"{folder} has no {INDEX_NAME}: not a complete pack") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise CloverError(f"{index} is not a valid safetensors index ({exc})") from None
+    tensors: dict[str, TensorInfo] = {}
+    for shard in sorted(set(weight_map.values())):
+        path = folder / shard
+        if not path.is_file():
+            raise CloverError(f"pack shard {shard} is missing from {folder}")
+        for name, info in read_header(path).items():
+            if name == "__metadata__" or weight_map.get(name) != shard:
+                continue
+            tensors[name] = TensorInfo(name, shard, info["dtype"], tuple(info["shape"]))
+    absent = sorted(n for n in weight_map if n not in tensors)
+    if absent:
+        raise CloverError(f"pack tensor {absent[0]} is listed in {INDEX_NAME} but not in its shard "
+                          f"{weight_map[absent[0]]}: the shard is corrupt or from another pack")
+    pack = PackIndex(folder, config, quant, tensors)
+    _classify(pack)
+    return pack
+
+
+def _classify(pack: PackIndex) -> None:
+    cfg = pack.config
+    quant_parts: dict[str, dict[str, TensorInfo]] = defaultdict(dict)
+    expert_parts: dict[tuple[int, int, str], dict[str, TensorInfo]] = defaultdict(dict)
+    for name, info in pack.tensors.items():
+        m = _EXPERT.match(name)
+        if m:
+            expert_parts[(int(m.group(1)), int(m.group(2)), m.group(3))][m.group(4)] = info
+            continue
+        module, _, leaf = name.rpartition(".")
+        if leaf in QUANT_PARTS:
+            quant_parts[module][leaf] = info
+        else:
+            pack.plain[name] = info
+    for module, parts in quant_parts.items():
+        pack.modules[module] = _quant_module(module, parts)
+    layers = sorted({key[0] for key in expert_parts})
+    if not layers:
+        raise CloverError(f"{pack.folder} has no per-expert quantized tensors (model.layers.N.mlp.experts.E.…): "
+                          "not a clover-local pack")
+    missing_layers = [i for i in range(cfg.num_hidden_layers) if i not in layers]
+    if missing_layers:
+        raise CloverError(f"pack is missing model.layers.{missing_layers[0]}.mlp.experts.0.gate_proj.qweight: the "
+                          "pack is incomplete; re-download or re-quantize it")
+    ref: dict[str, QuantModule] = {}
+    for i in layers:
+        for e in range(cfg.num_experts):
+            for proj in EXPERT_PROJS:
+                base = f"model.layers.{i}.mlp.experts.{e}.{proj}"
+                parts = expert_parts.get((i, e, proj), {})
+                mod = _quant_module(base, parts)
+                if proj not in ref:
+                    ref[proj] = mod
+                elif (mod.bits, mod.in_features, mod.out_features, mod.groups) != (
+                        ref[proj].bits, ref[proj].in_features, ref[proj].out_features, ref[proj].groups):
+                    raise CloverError(f"pack expert {base} has another shape or bit width than the other experts; "
+                                      "the runtime needs uniform experts")
+    h, inter = cfg.hidden_size, cfg.moe_intermediate_size
+    g, u, d = ref["gate_proj"], ref["up_proj"], ref["down_proj"]
+    if (g.in_features, g.out_features, d.in_features, d.out_features) != (h, inter, inter, h) or \
+            (u.in_features, u.out_features, u.groups, u.bits) != (h, inter, g.groups, g.bits) or d.bits != g.bits:
+        raise CloverError("pack experts do not match config.json (hidden_size / moe_intermediate_size)")
+    pack.expert = ref
+    pack.expert_layers = layers
+
+
+def layer_of(name: str) -> int | None:
+    m = _LAYER.match(name)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,253 @@
+"""The placement plan: what sits where, how many expert slots the device gets, and whether it fits at all.
+
+Computed from a pack's config and safetensors headers (`pack_index`), never its weights; the loader sizes
+the runtime from the same plan, so `clover-local plan` predicts what `load` allocates.
+
+Device: non-expert weights (quantized modules packed as in the pack, minus g_idx; the rest in the compute
+dtype), LM head, KV cache for `context` tokens (preallocated), GDN states (fp32) and conv rings, an activation
+workspace, and N expert slots (`SlabLayout.nbytes` each) from what is left. Host: every routed expert as a
+pinned slab (none when all of them fit on the device), the embedding table, and the runtime itself.
+
+PCIe traffic: one 32-row pass routes rows × top_k choices per layer; with uniform routing the expected number
+of distinct experts per layer is E·(1 − (1 − k/E)^rows) (≈163 of 256 for 32 rows, top 8). A block's passes
+reuse one set, so misses concentrate in its first pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from clover_local.errors import CloverError
+from clover_local.runtime.pack_index import PackIndex, kind_of
+from clover_local.runtime.sizes import GIB, MIB, fmt_bytes
+from clover_local.runtime.slab import SlabLayout
+
+PCIE_BPS = 50e9  # measured pinned host→device bandwidth for expert-sized copies (targets.md)
+TARGET_BPS = 896e9  # RTX 5070 Ti memory bandwidth
+HOST_RUNTIME_BYTES = 1 * GIB  # Python, torch, CUDA runtime on the host
+WORKSPACE_SLACK = 256 * MIB  # allocator fragmentation and small temporaries
+DEFAULT_CONTEXT = 32768
+DEFAULT_PREFILL_CHUNK = 512
+ASSUMED_TOKENS_PER_PASS = 3.0
+
+
+def expected_distinct(n_experts: int, top_k: int, rows: int) -> float:
+    """Expected distinct experts one layer touches when `rows` rows each pick top_k of n uniformly."""
+    if n_experts <= 0:
+        return 0.0
+    return n_experts * (1.0 - (1.0 - top_k / n_experts) ** rows)
+
+
+def dtype_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def workspace_bytes(cfg, rows: int, lm_rows: int, dtype: torch.dtype) -> int:
+    """Rough peak activation memory of one pass over `rows` rows whose LM head sees `lm_rows` rows."""
+    a = dtype_bytes(dtype)
+    h, conv, val = cfg.hidden_size, cfg.gdn_conv_dim, cfg.gdn_value_dim
+    q = 2 * cfg.num_attention_heads * cfg.head_dim
+    k, inter, e = cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.num_experts
+    per_row = a * (10 * h + 6 * conv + 4 * val + 2 * q + k * (2 * h + 3 * inter)) + 4 * (
+        4 * conv + 2 * cfg.linear_num_value_heads * cfg.linear_key_head_dim + 2 * h + 3 * e)
+    return rows * per_row + lm_rows * cfg.vocab_size * (a + 4)
+
+
+@dataclass
+class PlanLine:
+    what: str
+    where: str  # "device" or "host"
+    bytes: int
+    note: str = ""
+
+
+@dataclass
+class Plan:
+    vram_budget: int
+    ram_budget: int | None
+    context: int
+    dtype: str
+    lines: list[PlanLine] = field(default_factory=list)
+    device_fixed: int = 0  # everything on the device except expert slots and workspace
+    workspace: int = 0
+    slab_bytes: int = 0
+    expert_weight_bytes: int = 0  # per expert, without padding
+    experts_total: int = 0
+    slots: int = 0
+    min_slots: int = 0
+    host_bytes: int = 0
+    host_expert_bytes: int = 0
+    rows: int = 32
+    distinct_per_layer: float = 0.0
+    block_set: float = 0.0
+    device_read_per_pass: int = 0
+    pcie_first_pass: float = 0.0
+    pcie_later_pass: float = 0.0
+    fits: bool = True
+    refusal: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def device_predicted(self) -> int:
+        """Bytes the runtime places on the device (weights, caches, slots), workspace excluded."""
+        return self.device_fixed + self.slots * self.slab_bytes
+
+    @property
+    def device_peak(self) -> int:
+        return self.device_predicted + self.workspace
+
+    @property
+    def resident_fraction(self) -> float:
+        return self.slots / self.experts_total if self.experts_total else 1.0
+
+    def check(self) -> "Plan":
+        if self.refusal:
+            raise CloverError(self.refusal)
+        return self
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(device_predicted=self.device_predicted, device_peak=self.device_peak,
+                 resident_fraction=round(self.resident_fraction, 4),
+                 roofline_ms_5070ti=round(1e3 * self.device_read_per_pass / TARGET_BPS, 3),
+                 pcie_ms_first_pass=round(1e3 * self.pcie_first_pass / PCIE_BPS, 3),
+                 pcie_ms_later_pass=round(1e3 * self.pcie_later_pass / PCIE_BPS, 3))
+        return d
+
+
+def make_plan(
+    pack: PackIndex,
+    vram: int,
+    ram: int | None = None,
+    context: int = DEFAULT_CONTEXT,
+    dtype: torch.dtype = torch.bfloat16,
+    *,
+    embed_on_host: bool = True,
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    slots: int | None = None,
+    vram_flag: str = "--vram",
+    ram_flag: str = "--ram",
+) -> Plan:
+    """The placement for a device budget of `vram` bytes and `ram` bytes of host memory (None: unchecked).
+    `slots` forces the expert slot count (tests, all-resident runs); the refusal is then about that count."""
+    cfg = pack.config
+    a = dtype_bytes(dtype)
+    plan = Plan(vram, ram, context, str(dtype).replace("torch.", ""), rows=cfg.diffusion.block_size)
+    if context < 1:
+        raise CloverError(f"--context must be at least 1, got {context}")
+    tied = cfg.tie_word_embeddings
+    host_embed = embed_on_host and not tied
+
+    by_kind: dict[str, int] = {}
+    host_kind: dict[str, int] = {}
+    for mod in pack.modules.values():
+        kind = kind_of(mod.name)
+        by_kind[kind] = by_kind.get(kind, 0) + mod.packed_bytes
+    for info in pack.plain.values():
+        kind = kind_of(info.name)
+        size = info.numel * a
+        if kind == "embeddings" and host_embed:
+            host_kind[kind] = host_kind.get(kind, 0) + size
+        else:
+            by_kind[kind] = by_kind.get(kind, 0) + size
+    order = ["attention", "GDN", "shared experts", "routers", "norms", "lm_head", "embeddings"]
+    notes = {
+        "attention": "q/k/v/o projections",
+        "GDN": "in_proj_qkv/z, out_proj, gates, conv, decays",
+        "shared experts": "one per layer, with its gate",
+        "lm_head": "packed" if "lm_head" in pack.modules else "BF16",
+        "embeddings": "one row per token, copied on lookup" if host_embed else "",
+    }
+    for kind in order:
+        if kind in by_kind:
+            plan.lines.append(PlanLine(kind, "device", by_kind[kind], notes.get(kind, "")))
+    weights = sum(by_kind.values())
+
+    n_attn = sum(1 for i in range(cfg.num_hidden_layers) if cfg.is_attention(i))
+    n_gdn = cfg.num_hidden_layers - n_attn
+    kv = n_attn * 2 * cfg.num_key_value_heads * cfg.head_dim * context * a
+    gdn = n_gdn * (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+                   + (cfg.linear_conv_kernel_dim - 1) * cfg.gdn_conv_dim * a)
+    plan.lines.append(PlanLine("KV cache", "device", kv, f"{n_attn} attention layers × {context} tokens"))
+    plan.lines.append(PlanLine("GDN states", "device", gdn, f"{n_gdn} layers, fp32 state + conv ring"))
+    rows = cfg.diffusion.block_size
+    act = max(workspace_bytes(cfg, min(prefill_chunk, context), 1, dtype), workspace_bytes(cfg, rows, rows, dtype))
+    # allocator fragmentation and small temporaries: a tenth of what the pass touches, at most WORKSPACE_SLACK
+    plan.workspace = act + min(WORKSPACE_SLACK, (weights + act) // 10)
+    plan.lines.append(PlanLine("workspace", "device", plan.workspace,
+                               f"activations of a {min(prefill_chunk, context)}-row prefill chunk or a preview"))
+    plan.device_fixed = weights + kv + gdn
+
+    layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits,
+                        pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
+    plan.slab_bytes, plan.expert_weight_bytes = layout.nbytes, layout.weight_bytes
+    plan.experts_total = pack.n_experts_total
+    e, k = cfg.num_experts, cfg.num_experts_per_tok
+    plan.min_slots = min(e, rows * k)
+    left = vram - plan.device_fixed - plan.workspace
+    fit_slots = max(0, left // plan.slab_bytes)
+    plan.slots = min(plan.experts_total, fit_slots if slots is None else slots)
+    all_resident = plan.slots >= plan.experts_total
+    plan.lines.append(PlanLine(
+        "expert slots", "device", plan.slots * plan.slab_bytes,
+        f"{plan.slots} of {plan.experts_total} experts ({100 * plan.resident_fraction:.0f}%), "
+        f"{fmt_bytes(plan.slab_bytes)} each"))
+
+    plan.host_expert_bytes = 0 if all_resident else plan.experts_total * plan.slab_bytes
+    plan.lines.append(PlanLine("routed experts", "host", plan.host_expert_bytes,
+                               "all on the device: no host copy" if all_resident else
+                               "pinned, one contiguous slab per expert"))
+    for kind, size in host_kind.items():
+        plan.lines.append(PlanLine(kind, "host", size, notes.get(kind, "")))
+    plan.lines.append(PlanLine("runtime", "host", HOST_RUNTIME_BYTES, "Python, torch, CUDA (estimate)"))
+    plan.host_bytes = plan.host_expert_bytes + sum(host_kind.values()) + HOST_RUNTIME_BYTES
+
+    # traffic per 32-row pass
+    plan.distinct_per_layer = expected_distinct(e, k, rows)
+    n_layers = len(pack.expert_layers)
+    plan.block_set = plan.distinct_per_layer * n_layers
+    non_expert_read = weights - (0 if host_embed else by_kind.get("embeddings", 0)) + gdn + kv
+    plan.device_read_per_pass = int(non_expert_read + plan.block_set * plan.expert_weight_bytes)
+    if all_resident:
+        plan.pcie_first_pass = plan.pcie_later_pass = 0.0
+    else:
+        plan.pcie_first_pass = plan.block_set * (1 - plan.resident_fraction) * plan.slab_bytes
+        plan.pcie_later_pass = max(0.0, plan.block_set - plan.slots) * plan.slab_bytes
+        if plan.slots < plan.block_set:
+            plan.warnings.append(
+                f"the {plan.slots} slots cannot hold a block's ≈{plan.block_set:.0f} experts: every pass will "
+                f"reload ≈{plan.block_set - plan.slots:.0f} of them; give {vram_flag} "
+                f"{fmt_bytes((plan.block_set - plan.slots) * plan.slab_bytes)} more or lower --context")
+
+    # refusals, most basic first; each one line with the setting to change (notes are moot then)
+    need_fixed = plan.device_fixed + plan.workspace
+    if need_fixed > vram:
+        plan.fits = False
+        plan.refusal = (
+            f"{vram_flag} {fmt_bytes(vram)} is too small: the non-expert weights ({fmt_bytes(weights)}), KV cache at "
+            f"--context {context} ({fmt_bytes(kv)}), GDN states ({fmt_bytes(gdn)}) and workspace "
+            f"({fmt_bytes(plan.workspace)}) alone need {fmt_bytes(need_fixed)}; raise {vram_flag} to at least "
+            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)} or lower --context")
+    elif slots is not None and need_fixed + plan.slots * plan.slab_bytes > vram:
+        plan.fits = False
+        plan.refusal = (f"{slots} expert slots need {fmt_bytes(need_fixed + slots * plan.slab_bytes)} with the rest, "
+                        f"over {vram_flag} {fmt_bytes(vram)}; ask for fewer slots or raise {vram_flag}")
+    elif slots is None and plan.slots < plan.min_slots:
+        plan.fits = False
+        plan.refusal = (
+            f"{vram_flag} {fmt_bytes(vram)} leaves room for {plan.slots} expert slots after "
+            f"{fmt_bytes(need_fixed)} of weights, caches and workspace; a pass needs at least {plan.min_slots} "
+            f"(one layer's experts): raise {vram_flag} to at least "
+            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)} or lower --context")
+    elif ram is not None and plan.host_bytes > ram:
+        plan.fits = False
+        plan.refusal = (
+            f"not enough host RAM: the routed experts need {fmt_bytes(plan.host_expert_bytes)} pinned, plus "
+            f"{fmt_bytes(sum(host_kind.values()))} of embeddings and {fmt_bytes(HOST_RUNTIME_BYTES)} for the "
+            f"runtime ({fmt_bytes(plan.host_bytes)} in all), but {ram_flag} is {fmt_bytes(ram)}; free memory, "
+            f"use a machine with more RAM, or raise {vram_flag} so more experts live on the device")
+    if not plan.fits:
+        plan.warnings = []
+    return plan

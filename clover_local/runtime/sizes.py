@@ -1,0 +1,80 @@
+"""Memory sizes: parsing `--vram 16GB`-style flags, printing bytes, and asking the machine what it has.
+
+Sizes are binary (a 16 GB card holds 16 GiB): `16GB`, `16G` and `16GiB` all mean 16 × 2^30 bytes; `MB`/`MiB`
+are 2^20, `KB`/`KiB` 2^10; a bare number is GiB.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+
+from clover_local.errors import CloverError
+
+GIB = 1 << 30
+MIB = 1 << 20
+_UNITS = {"": GIB, "t": 1 << 40, "g": GIB, "m": MIB, "k": 1 << 10, "b": 1}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([tgmkb]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int | float, flag: str = "size") -> int:
+    """`16GB` → 17179869184. Raises CloverError naming the flag on anything else."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = _SIZE.match(str(text))
+    if not m:
+        raise CloverError(f"{flag} {text!r} is not a size (examples: 16GB, 14.5GiB, 900MB)")
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value <= 0:
+        raise CloverError(f"{flag} must be positive, got {text!r}")
+    return int(value)
+
+
+def fmt_bytes(n: float) -> str:
+    """Human size in binary units, 3 significant digits (`1.62 MiB`, `12.4 GiB`)."""
+    n = float(n)
+    for unit, size in (("TiB", 1 << 40), ("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+    return f"{int(n)} B"
+
+
+def host_available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else psutil if installed, else None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:  # pragma: no cover - non-Linux
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # pragma: no cover
+        return None
+
+
+def device_free_bytes(device: torch.device) -> int | None:
+    """Free memory of a CUDA device (what other processes and the CUDA context leave); None on CPU."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    return None
+
+
+def default_budget(device: torch.device, margin: int = 512 * MIB) -> int:
+    """--vram-budget default: free device memory minus a safety margin (CUDA), or available RAM / 2 (CPU)."""
+    free = device_free_bytes(device)
+    if free is not None:
+        return max(0, free - max(margin, free // 32))
+    avail = host_available_bytes() or 8 * GIB
+    return avail // 2
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

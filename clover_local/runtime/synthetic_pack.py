@@ -1,0 +1,250 @@
+"""Synthetic GPTQ packs written directly in packed form: random INT4 experts (random codes, scales near 0.02/σ),
+8-bit attention/GDN/shared experts/LM head (the `balanced` profile), BF16 rest — no BF16 model is ever built.
+
+- `full`: the real Clover shapes (40 layers, 256 experts, hidden 2048, vocab 248,320): ≈ 19.6 GB on disk, written
+  once and cached under ~/.cache/clover-local/synthetic/ (CLOVER_LOCAL_CACHE overrides the root);
+- `small`: the CI-sized version (4 layers, 16 experts, hidden 256, vocab 1024), a few MB.
+
+`synthetic_index(kind)` describes the same pack without writing anything (what `plan synthetic:full` reads).
+Weights are random, so routing is near uniform and tokens per pass mean nothing: `bench` assumes 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from clover_local.checkpoint.names import global_shapes, layer_shapes
+from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+from clover_local.config import parse_config
+from clover_local.errors import CloverError
+from clover_local.runtime.pack_index import PackIndex, TensorInfo, _classify
+from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
+
+VERSION = 1
+KINDS = ("full", "small")
+GROUP = 128
+_ST = {torch.int32: "I32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32"}
+
+
+def spec_of(kind: str) -> TinySpec:
+    if kind == "full":
+        return TinySpec(hidden_size=2048, num_hidden_layers=40, num_attention_heads=16, num_key_value_heads=2,
+                        head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                        linear_value_head_dim=128, linear_conv_kernel_dim=4, num_experts=256, num_experts_per_tok=8,
+                        moe_intermediate_size=512, shared_expert_intermediate_size=512, vocab_size=248320,
+                        full_attention_interval=4, rope_theta=1e7, block_size=32, mask_token_id=248319,
+                        eos_token_id=248044)
+    if kind == "small":
+        return TinySpec(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
+                        linear_value_head_dim=64, linear_conv_kernel_dim=4, num_experts=16, num_experts_per_tok=4,
+                        moe_intermediate_size=128, shared_expert_intermediate_size=128, vocab_size=1024,
+                        full_attention_interval=4, rope_theta=1e7, block_size=32, mask_token_id=1023,
+                        eos_token_id=1022)
+    raise CloverError(f"--synthetic must be one of {', '.join(KINDS)}, got {kind!r}")
+
+
+def cache_root() -> Path:
+    root = os.environ.get("CLOVER_LOCAL_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "clover-local"
+
+
+def synthetic_dir(kind: str) -> Path:
+    return cache_root() / "synthetic" / f"{kind}-v{VERSION}"
+
+
+def _config(kind: str) -> dict:
+    raw = tiny_config_dict(spec_of(kind))
+    raw["quantization_config"] = {
+        "quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False, "sym": True,
+        "checkpoint_format": "gptq", "dynamic": dynamic_rules(get_profile("balanced"), 4),
+        "clover_profile": "balanced", "synthetic": True,
+    }
+    return raw
+
+
+_POOL: list[torch.Tensor] = []
+
+
+def _pool(g: torch.Generator, size: int) -> torch.Tensor:
+    if not _POOL or _POOL[0].numel() < size:
+        n = max(1 << 24, size)
+        _POOL[:] = [torch.randint(-(1 << 31), (1 << 31) - 1, (n,), dtype=torch.int32, generator=g)]
+    return _POOL[0]
+
+
+@dataclass
+class _T:
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    make: Callable[[torch.Generator], torch.Tensor]
+
+
+def _quant(name: str, k: int, n: int, bits: int, pool: dict | None = None) -> list[_T]:
+    """GPTQ tensors of a [K→N] linear with random codes, zero at mid-range, scales for weights of std ≈ 0.02."""
+    p = 32 // bits
+    groups = k // GROUP
+    mid = 1 << (bits - 1)
+    zword = 0
+    for j in range(p):
+        zword |= (mid - 1) << (bits * j)
+    zword = zword - (1 << 32) if zword >= 1 << 31 else zword
+    base = 0.02 / (((1 << bits) ** 2 - 1) / 12) ** 0.5
+
+    def qweight(g):
+        # a slice of a shared random pool at a random offset: random codes at disk speed (content is irrelevant
+        # to speed; 16.6 GB of fresh random numbers would take minutes)
+        size = (k // p) * n
+        pool = _pool(g, size)
+        start = int(torch.randint(0, pool.numel() - size + 1, (1,), generator=g))
+        return pool[start : start + size].view(k // p, n)
+
+    def scales(g):
+        return (base * (0.75 + 0.5 * torch.rand(groups, n, generator=g))).to(torch.float16)
+
+    return [
+        _T(f"{name}.qweight", torch.int32, (k // p, n), qweight),
+        _T(f"{name}.qzeros", torch.int32, (groups, n // p), lambda g: torch.full((groups, n // p), zword, dtype=torch.int32)),
+        _T(f"{name}.scales", torch.float16, (groups, n), scales),
+        _T(f"{name}.g_idx", torch.int32, (k,), lambda g: torch.arange(k, dtype=torch.int32) // GROUP),
+    ]
+
+
+def _plain(name: str, shape: tuple[int, ...]) -> _T:
+    leaf = name.rsplit(".", 1)[-1] if not name.endswith(".weight") else name.rsplit(".", 2)[-2]
+    fp32 = leaf in ("A_log", "dt_bias")
+
+    def make(g):
+        if leaf == "A_log":
+            return torch.empty(shape).uniform_(1.0, 16.0, generator=g).log()
+        if leaf == "dt_bias":
+            return 1.0 + 0.2 * torch.randn(shape, generator=g)
+        if name.endswith("linear_attn.norm.weight"):
+            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
+        elif "norm" in name:
+            t = 0.1 * torch.randn(shape, generator=g)
+        elif leaf == "conv1d":
+            t = 0.3 * torch.randn(shape, generator=g)
+        elif leaf == "conv_right_weight":
+            t = 0.2 * torch.randn(shape, generator=g)
+        elif leaf == "bd_softmax_logit_scale":
+            t = 4.0 + 0.5 * torch.randn(shape, generator=g)
+        elif leaf.startswith("bd_softmax"):
+            t = 0.5 * torch.randn(shape, generator=g)
+        elif name.endswith("mlp.gate.weight"):
+            t = 0.2 * torch.randn(shape, generator=g)
+        else:
+            t = 0.05 * torch.randn(shape, generator=g) if "embed" not in name else 0.02 * torch.randn(shape, generator=g)
+        return t.to(torch.bfloat16)
+
+    return _T(name, torch.float32 if fp32 else torch.bfloat16, tuple(shape), make)
+
+
+def _shards(kind: str) -> Iterator[tuple[str, list[_T]]]:
+    """(shard file name, its tensors) in write order: one shard per layer, then the globals."""
+    cfg = parse_config(_config(kind))
+    n = cfg.num_hidden_layers + 1
+    profile = get_profile("balanced")
+    for i in range(cfg.num_hidden_layers):
+        kind_i = "full_attention" if cfg.is_attention(i) else "linear_attention"
+        quantized = {m: profile.mixer for m in MIXER_LINEARS[kind_i]} | {m: profile.shared for m in SHARED_LINEARS}
+        tensors: list[_T] = []
+        for rel, shape in layer_shapes(cfg, i).items():
+            name = f"model.layers.{i}.{rel}"
+            module = rel[: -len(".weight")]
+            if rel == "mlp.experts.gate_up_proj":
+                for e in range(cfg.num_experts):
+                    for proj in ("gate_proj", "up_proj"):
+                        tensors += _quant(f"model.layers.{i}.mlp.experts.{e}.{proj}", cfg.hidden_size,
+                                          cfg.moe_intermediate_size, 4)
+            elif rel == "mlp.experts.down_proj":
+                for e in range(cfg.num_experts):
+                    tensors += _quant(f"model.layers.{i}.mlp.experts.{e}.down_proj", cfg.moe_intermediate_size,
+                                      cfg.hidden_size, 4)
+            elif module in quantized:
+                tensors += _quant(f"model.layers.{i}.{module}", shape[1], shape[0], quantized[module])
+            else:
+                tensors.append(_plain(name, shape))
+        yield f"model-{i + 1:05d}-of-{n:05d}.safetensors", tensors
+    glob: list[_T] = []
+    for name, shape in global_shapes(cfg).items():
+        if name == "lm_head.weight":
+            glob += _quant("lm_head", shape[1], shape[0], profile.lm_head)
+        else:
+            glob.append(_plain(f"model.{name}", shape))
+    yield f"model-{n:05d}-of-{n:05d}.safetensors", glob
+
+
+def synthetic_index(kind: str) -> PackIndex:
+    """The PackIndex of a synthetic pack, computed without writing it."""
+    raw = _config(kind)
+    cfg = parse_config(raw, {"mask_token_id": spec_of(kind).mask_token_id})
+    tensors = {t.name: TensorInfo(t.name, shard, _ST[t.dtype], t.shape) for shard, ts in _shards(kind) for t in ts}
+    pack = PackIndex(Path(f"synthetic:{kind}"), cfg, raw["quantization_config"], tensors)
+    _classify(pack)
+    return pack
+
+
+def _write_shard(path: Path, tensors: list[_T], gen: torch.Generator) -> None:
+    header: dict = {}
+    off = 0
+    for t in tensors:
+        nbytes = int(np.prod(t.shape)) * torch.empty((), dtype=t.dtype).element_size()
+        header[t.name] = {"dtype": _ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+    header["__metadata__"] = {"format": "pt", "synthetic": "clover-local"}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for t in tensors:
+            value = t.make(gen).to(t.dtype).contiguous()
+            assert tuple(value.shape) == t.shape, t.name
+            f.write(value.view(torch.uint8).numpy().data)
+    os.replace(tmp, path)
+
+
+def ensure_synthetic(kind: str, on_shard=lambda i, n: None) -> Path:
+    """The folder of the synthetic pack `kind`, writing it first if it is not complete yet."""
+    spec_of(kind)
+    folder = synthetic_dir(kind)
+    done = folder / ".complete"
+    if done.is_file():
+        return folder
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    raw = _config(kind)
+    spec = spec_of(kind)
+    need = sum(TensorInfo(t.name, s, _ST[t.dtype], t.shape).nbytes for s, ts in _shards(kind) for t in ts)
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise CloverError(f"the synthetic {kind} pack needs {need / 1e9:.1f} GB of disk under {cache_root()}, "
+                          f"only {free / 1e9:.1f} GB free; free space or set CLOVER_LOCAL_CACHE to another disk")
+    (folder / "config.json").write_text(json.dumps(raw, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps(
+        {"eos_token_id": [spec.eos_token_id], "mask_token_id": spec.mask_token_id, "block_size": spec.block_size}))
+    gen = torch.Generator().manual_seed(1234)
+    weight_map = {}
+    shards = list(_shards(kind))
+    for i, (shard, tensors) in enumerate(shards):
+        on_shard(i, len(shards))
+        _write_shard(folder / shard, tensors, gen)
+        weight_map.update({t.name: shard for t in tensors})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": need, "synthetic": True}, "weight_map": weight_map}, indent=1))
+    done.write_text(f"clover-local synthetic pack v{VERSION}\n")
+    return folder

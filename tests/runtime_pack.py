@@ -1,0 +1,46 @@
+"""A tiny GPTQ pack made by the quantize pipeline from a tiny random checkpoint, built once per test session and
+shared by test_runtime.py and test_plan_bench.py (every input width 128, so group 128 divides)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+N_EXPERTS, TOP_K, N_LAYERS = 8, 2, 4
+_BUILT: dict[str, Path] = {}
+
+
+def tiny_pack(tmp_path_factory, tokenizer_dir: Path) -> Path:
+    key = str(tokenizer_dir)
+    if key not in _BUILT:
+        _BUILT[key] = make_pack(tmp_path_factory.mktemp("runtime-pack"), tokenizer_dir)
+    return _BUILT[key]
+
+
+def make_pack(root: Path, tokenizer_dir: Path) -> Path:
+    from conftest import _TOKENIZER_TEXTS, tokenizer_spec
+
+    from clover_local.checkpoint.synthetic import write_checkpoint
+    from quantize.pipeline import QuantizeSettings, quantize_checkpoint
+
+    spec = tokenizer_spec(tokenizer_dir, hidden_size=128, moe_intermediate_size=128,
+                          shared_expert_intermediate_size=128, num_experts=N_EXPERTS, num_experts_per_tok=TOP_K,
+                          num_hidden_layers=N_LAYERS, head_dim=32, linear_key_head_dim=32,
+                          linear_value_head_dim=32)  # every input width a multiple of 128
+    src = write_checkpoint(root / "src", spec, fused=False, seed=5)
+    for f in tokenizer_dir.iterdir():
+        if f.name != "generation_config.json":
+            shutil.copy(f, src / f.name)
+    calib = root / "calib.jsonl"
+    calib.write_text("\n".join(json.dumps({"text": t * 3}) for t in _TOKENIZER_TEXTS * 2), encoding="utf-8")
+    out = root / "pack"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        quantize_checkpoint(src, out, QuantizeSettings(samples=4, seq_len=64, calib=str(calib)), torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    return out

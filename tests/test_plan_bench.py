@@ -1,0 +1,151 @@
+"""`clover-local plan` (placement from headers alone, refusals) and `clover-local bench --synthetic small`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from clover_local.errors import CloverError
+from clover_local.runtime.placement import expected_distinct, make_plan
+from clover_local.runtime.sizes import GIB, MIB, parse_size
+from conftest import read_json, run_cli
+from runtime_pack import N_EXPERTS, N_LAYERS, TOP_K, tiny_pack
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, tokenizer_dir):
+    return tiny_pack(tmp_path_factory, tokenizer_dir)
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_sizes_and_expected_distinct():
+    assert parse_size("16GB") == parse_size("16GiB") == parse_size("16") == 16 * GIB
+    assert parse_size("900MB") == 900 * MIB and parse_size("1.5G") == int(1.5 * GIB) and parse_size("512B") == 512
+    with pytest.raises(CloverError, match="--vram"):
+        parse_size("lots", "--vram")
+    # 32 rows × top 8 of 256, uniform: ≈163 distinct experts per layer
+    assert expected_distinct(256, 8, 32) == pytest.approx(256 * (1 - (248 / 256) ** 32)) == pytest.approx(163.3, abs=0.1)
+    g = torch.Generator().manual_seed(0)
+    draws = [len(set(torch.rand(32, 256, generator=g).topk(8).indices.flatten().tolist())) for _ in range(200)]
+    assert sum(draws) / len(draws) == pytest.approx(expected_distinct(256, 8, 32), rel=0.02)
+
+
+def test_plan_json_from_headers(pack, capsys):
+    assert run_cli(["plan", pack, "--vram", "1GB", "--ram", "8GB", "--context", "4096", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["fits"] and p["refusal"] is None
+    assert p["experts_total"] == N_EXPERTS * N_LAYERS == p["slots"]  # 1 GiB holds every tiny expert
+    assert p["host_expert_bytes"] == 0  # all resident: no host copy
+    assert p["distinct_per_layer"] == pytest.approx(expected_distinct(N_EXPERTS, TOP_K, 8))
+    kinds = {line["what"] for line in p["lines"]}
+    assert {"attention", "GDN", "shared experts", "routers", "lm_head", "KV cache", "GDN states", "expert slots",
+            "routed experts", "embeddings"} <= kinds
+    emb = [line for line in p["lines"] if line["what"] == "embeddings"][0]
+    assert emb["where"] == "host"
+    kv = [line for line in p["lines"] if line["what"] == "KV cache"][0]
+    cfg = read_json(pack / "config.json")
+    assert kv["bytes"] == 1 * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 4096 * 2  # 1 attention layer, bf16
+    assert run_cli(["plan", pack, "--vram", "1GB", "--ram", "8GB"]) == 0
+    assert "expert slots" in capsys.readouterr().out
+
+
+def test_plan_refusals(pack, tmp_path, capsys):
+    assert run_cli(["plan", pack, "--vram", "256KB", "--ram", "8GB"]) == 2
+    line = one_line_error(capsys)
+    assert "--vram" in line and "too small" in line and "raise --vram to at least" in line
+    # experts partly on the host, and a --ram too small for them
+    from clover_local.runtime.pack_index import read_pack_index
+
+    info = read_pack_index(pack)
+    base = make_plan(info, 1 * GIB, None, 4096)
+    vram = base.device_fixed + base.workspace + 12 * base.slab_bytes
+    assert run_cli(["plan", pack, "--vram", f"{vram}B", "--ram", "300MB", "--context", "4096"]) == 2
+    line = one_line_error(capsys)
+    assert "not enough host RAM" in line and "--ram" in line
+    # a pack missing one expert tensor
+    bad = tmp_path / "bad"
+    shutil.copytree(pack, bad)
+    index = read_json(bad / "model.safetensors.index.json")
+    gone = "model.layers.2.mlp.experts.5.down_proj.scales"
+    from safetensors.torch import load_file, save_file
+
+    shard = bad / index["weight_map"].pop(gone)
+    tensors = load_file(str(shard))
+    del tensors[gone]
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    (bad / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert run_cli(["plan", bad, "--vram", "1GB"]) == 2
+    line = one_line_error(capsys)
+    assert "missing model.layers.2.mlp.experts.5.down_proj.scales" in line
+
+
+def test_plan_synthetic_real_shapes(capsys):
+    """The real Clover shapes, from the synthetic pack's description (nothing written)."""
+    from clover_local.runtime.synthetic_pack import synthetic_index
+
+    info = synthetic_index("full")
+    p = make_plan(info, 16 * GIB, 32 * GIB, 32768)
+    assert p.fits and p.slab_bytes == 1_634_304 and p.experts_total == 10_240
+    assert 0.6 < p.resident_fraction < 0.95
+    assert p.block_set == pytest.approx(40 * 163.3, rel=1e-3)
+    assert p.host_expert_bytes == 10_240 * 1_634_304
+    small = make_plan(info, 2 * GIB, 32 * GIB, 32768)
+    assert not small.fits and "--vram" in small.refusal
+    assert run_cli(["plan", "synthetic:small", "--vram", "1GB", "--ram", "8GB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["experts_total"] == 64
+
+
+def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    args = ["bench", "--synthetic", "small", "--prefix", "64", "--passes", "3", "--device", "cpu", "--json"]
+    assert run_cli(args) == 0
+    r = json.loads(capsys.readouterr().out)
+    for key in ("ms_per_pass", "ms_per_pass_first", "tokens_per_s", "tokens_per_pass", "hit_rate", "pcie_gbps",
+                "pcie_bytes", "device_bytes_per_pass", "roofline_ms", "roofline_ratio", "projection_5070ti",
+                "components", "memory", "device_name", "date"):
+        assert key in r, key
+    assert r["tokens_per_pass"] == 3.0 and r["tokens_per_pass_source"].startswith("assumed")
+    assert r["tokens_per_s"] == pytest.approx(3.0 * 1e3 / r["ms_per_pass"], rel=1e-2)
+    assert r["slots"] == r["experts_total"] == 64 and r["hit_rate"] == 1.0
+    assert abs(r["memory"]["plan_error"]) < 0.05
+    comps = {c["component"] for c in r["components"]}
+    assert {"routed experts", "GDN core", "attention core", "lm_head"} <= comps
+    assert r["projection_5070ti"]["ms_per_pass"] > 0
+    assert (tmp_path / "cache" / "synthetic" / "small-v1" / ".complete").is_file()
+
+    # a budget that holds 24 of the 64 experts: offloaded, and the block's later passes still hit
+    from clover_local.runtime.synthetic_pack import synthetic_index
+
+    info = synthetic_index("small")
+    base = make_plan(info, GIB, None, 64 + 64, torch.float32)
+    budget = base.device_fixed + base.workspace + 24 * base.slab_bytes
+    assert run_cli(args[:-1] + ["--vram-budget", f"{budget}B", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["slots"] == 24 and r["memory"]["host_experts"] == 64 * base.slab_bytes
+    assert r["misses_first_pass"] > 0 and r["pcie_bytes"] > 0
+    assert abs(r["memory"]["plan_error"]) < 0.05
+
+
+def test_bench_bad_input(capsys):
+    assert run_cli(["bench"]) == 2
+    assert "--synthetic" in one_line_error(capsys)
+    assert run_cli(["bench", "--synthetic", "huge"]) == 2
+    assert "full, small" in one_line_error(capsys)
