@@ -36,7 +36,7 @@ class TrainSettings:
     seed: int = 0
     n_train: int = 60_000
     vocab_size: int = 512
-    steps: int = 2400
+    steps: int = 2200
     batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 100
@@ -94,7 +94,10 @@ def init_weights(model: CloverModel, seed: int) -> None:
             elif leaf == "A_log":
                 p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=gen).log())
             elif leaf == "dt_bias":
-                p.fill_(1.0)
+                # Mamba-style: softplus(dt_bias) = dt, log-uniform in [1e-3, 1e-1], so the per-token decay
+                # exp(-A·dt) starts between 0.2 and 0.999 (dt_bias = 1 would forget almost everything each token)
+                dt = torch.empty(p.shape).uniform_(math.log(1e-3), math.log(1e-1), generator=gen).exp()
+                p.copy_(dt + torch.log(-torch.expm1(-dt)))
             elif leaf == "conv_right_weight":
                 p.normal_(0.0, 0.1, generator=gen)
             elif leaf == "bd_softmax_logit_scale":
