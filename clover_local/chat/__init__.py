@@ -1,0 +1,1 @@
+"""Chat front ends: the conversation and one assistant turn (shared with serve), the live terminal display."""

@@ -1,0 +1,439 @@
+"""The chat loop: read a message or a slash command, answer it with the live display (or plain streamed text
+without a terminal), keep the conversation.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from clover_local.chat.conversation import SETTABLE, ChatSettings, Conversation, set_value
+from clover_local.chat.display import TurnView, think_lines
+from clover_local.chat.stats import format_gib, format_hit_rate, gpu_memory, runtime_stats, scalar_stats
+from clover_local.chat.turn import TurnStats, TurnText, decode_events
+from clover_local.errors import CloverError
+from clover_local.generate.events import BlockCommitted, Finished, PassDone
+
+HELP = (
+    "[bold]Type a message[/] and press Enter. Multi-line: end a line with [bold]\\\\[/] to continue on the next, "
+    "or start with [bold]\"\"\"[/] and end with [bold]\"\"\"[/]. Up/Down recall earlier input. [bold]Ctrl-C[/] "
+    "stops an answer (the conversation is kept); [bold]Ctrl-D[/] or [bold]/exit[/] quits.\n\n"
+    "  /help              this help\n"
+    "  /think on|off      let the model think first (the chat template's enable_thinking)\n"
+    "  /think show|hide   thinking shown dimmed, or one summary line (show: expands the last)\n"
+    "  /set NAME VALUE    threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1\n"
+    "  /set               show the settings\n"
+    "  /reset             forget the conversation (settings stay)\n"
+    "  /save FILE         save the conversation as JSON\n"
+    "  /load FILE         continue a conversation saved with /save (or {\"messages\": [...]})\n"
+    "  /stats             speed, tokens per pass, expert cache and memory figures\n"
+    "  /exit              quit (also /quit, Ctrl-D)\n\n"
+    "The block being denoised is drawn as cells: ░ still masked, coloured once revealed from red (unsure) to "
+    "green (confident), underlined if the last pass revealed it. Each pass reveals every position at least "
+    "`threshold`-confident, so a lower threshold gives more tokens per pass (and more mistakes)."
+)
+
+PROMPT = "\001\x1b[1;36m\002you ›\001\x1b[0m\002 "
+CONTINUE = "\001\x1b[2m\002  … \001\x1b[0m\002"
+PLAIN_PROMPT = "you › "
+
+
+def cache_root() -> Path:
+    """Where clover-local keeps what it makes for itself (demo pack, chat history): $CLOVER_LOCAL_CACHE, else
+    $XDG_CACHE_HOME/clover-local, else ~/.cache/clover-local."""
+    if os.environ.get("CLOVER_LOCAL_CACHE"):
+        return Path(os.environ["CLOVER_LOCAL_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "clover-local"
+
+
+class ChatApp:
+    def __init__(self, loaded: Any, label: str, settings: ChatSettings, *, interactive: bool,
+                 system: str | None = None, console: Console | None = None, out: TextIO | None = None) -> None:
+        from clover_local.generate.block_diffusion import BlockDiffusionDecoder
+
+        self.loaded = loaded
+        self.label = label
+        self.tok = loaded.tokenizer
+        self.settings = settings
+        self.interactive = interactive
+        self.decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+        self.conv = Conversation(system)
+        self.console = console or Console(highlight=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.out = out or sys.stdout
+        self.last: TurnStats | None = None
+        self._rt: tuple[float, dict] = (0.0, {})
+        self.pace = 0.0  # seconds to linger on each pass so the display can be watched (demo); not in the stats
+        self.last_reasoning = ""
+        self.totals = {"turns": 0, "tokens": 0, "passes": 0, "seconds": 0.0, "stopped": 0}
+
+    # ------------------------------------------------------------------ messages to the user
+    def note(self, message: str, style: str = "grey62") -> None:
+        if self.interactive:
+            self.console.print(Text(message, style=style))
+        else:
+            self.err.print(Text(message))
+
+    def error(self, message: str) -> None:
+        if self.interactive:
+            self.console.print(Text(f"error: {message}", style="bold red"))
+        else:
+            print(f"error: {message}", file=sys.stderr, flush=True)
+
+    def banner(self) -> None:
+        cfg = self.loaded.config
+        think = "on" if self.settings.think else "off"
+        line = (f"[bold]clover-local chat[/] · {escape(self.label)} · blocks of {cfg.diffusion.block_size} · "
+                f"threshold {self.settings.threshold:g} · thinking {think} · [bold]/help[/] for commands")
+        if self.interactive:
+            self.console.print(line)
+        else:
+            self.err.print(line)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> int:
+        self.banner()
+        if self.interactive:
+            self._setup_history()
+            while True:
+                try:
+                    line = self._read_message()
+                except KeyboardInterrupt:
+                    self.console.print()  # ^C at the prompt: drop what was typed
+                    continue
+                except EOFError:
+                    self.console.print()
+                    self.note("bye")
+                    return 0
+                try:
+                    going = self.handle(line)
+                except KeyboardInterrupt:  # a Ctrl-C that landed between the answer and the prompt
+                    self.console.print(Text("⏹ stopped", style="yellow"))
+                    continue
+                if not going:
+                    self.note("bye")
+                    return 0
+        for raw in sys.stdin:
+            line = raw.rstrip("\n")
+            if not line.strip():
+                continue
+            if not self.handle(line):
+                break
+        return 0
+
+    def handle(self, line: str) -> bool:
+        """One input; False when the chat should end."""
+        text = line.strip()
+        if not text:
+            return True
+        if text.startswith("/") and "\n" not in text:
+            try:
+                return self.command(text)
+            except CloverError as exc:
+                self.error(str(exc))
+                return True
+        self.ask(line)
+        return True
+
+    def _read_message(self) -> str:
+        line = input(PROMPT)
+        if line.strip().startswith('"""'):
+            lines = [line.strip()[3:]]
+            closed = lines[0].endswith('"""') and len(line.strip()) >= 6
+            while not closed:
+                nxt = input(CONTINUE)
+                closed = nxt.rstrip().endswith('"""')
+                lines.append(nxt.rstrip()[:-3] if closed else nxt)
+            if lines[0].endswith('"""'):
+                lines[0] = lines[0][:-3]
+            return "\n".join(lines).strip("\n")
+        lines = [line]
+        while lines[-1].endswith("\\"):
+            lines[-1] = lines[-1][:-1]
+            lines.append(input(CONTINUE))
+        return "\n".join(lines)
+
+    def _setup_history(self) -> None:
+        try:
+            import atexit
+            import readline
+        except ImportError:  # Windows without pyreadline: plain input()
+            return
+        path = cache_root() / "chat_history"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                readline.read_history_file(str(path))
+        except OSError:
+            return
+        readline.set_history_length(1000)
+
+        def save() -> None:
+            try:
+                readline.write_history_file(str(path))
+            except OSError:
+                pass
+
+        atexit.register(save)
+
+    # ------------------------------------------------------------------ slash commands
+    def command(self, text: str) -> bool:
+        name, _, rest = text.partition(" ")
+        name, rest = name.lower(), rest.strip()
+        if name in ("/exit", "/quit", "/q"):
+            return False
+        if name in ("/help", "/?"):
+            if self.interactive:
+                self.console.print(HELP)
+            else:
+                self.err.print(HELP)
+        elif name == "/think":
+            self._think(rest)
+        elif name == "/set":
+            self._set(rest)
+        elif name == "/reset":
+            self.conv.reset()
+            self.last_reasoning = ""
+            self.note("conversation cleared")
+        elif name == "/save":
+            if not rest:
+                raise CloverError("/save needs a file name, e.g. /save chat.json")
+            self.conv.save(Path(rest), self.settings, self.label)
+            self.note(f"saved {len(self.conv.messages)} messages to {rest}")
+        elif name == "/load":
+            if not rest:
+                raise CloverError("/load needs a file name, e.g. /load chat.json")
+            n = self.conv.load(Path(rest))
+            self.note(f"loaded {n} messages from {rest}; the next message continues that conversation")
+        elif name == "/stats":
+            self._stats()
+        else:
+            raise CloverError(f"unknown command {name}; /help lists the commands")
+        return True
+
+    def _think(self, arg: str) -> None:
+        arg = arg.lower()
+        if arg in ("on", "off"):
+            self.settings.think = arg == "on"
+            self.note(f"thinking {arg}")
+        elif arg in ("show", "hide"):
+            self.settings.show_thinking = arg == "show"
+            self.note(f"thinking will be {'shown' if arg == 'show' else 'collapsed to one line'}")
+            if arg == "show" and self.last_reasoning and self.interactive:
+                self.console.print(Text("thinking (last answer)", style="grey50 bold"))
+                self.console.print(think_lines(self.last_reasoning))
+        elif not arg:
+            self.note(f"thinking {'on' if self.settings.think else 'off'}, "
+                      f"{'shown' if self.settings.show_thinking else 'hidden'}; /think on|off|show|hide")
+        else:
+            raise CloverError(f"/think takes on, off, show or hide; not {arg!r}")
+
+    def _set(self, rest: str) -> None:
+        parts = rest.split()
+        if not parts:
+            s = self.settings
+            self.note(f"threshold {s.threshold:g} · temperature {s.temperature:g} · top_p {s.top_p:g} · "
+                      f"max_tokens {s.max_tokens} · thinking {'on' if s.think else 'off'}")
+            return
+        if len(parts) != 2:
+            raise CloverError(f"/set takes a name and a value, e.g. /set threshold 0.8 (names: {', '.join(SETTABLE)})")
+        value = set_value(self.settings, parts[0], parts[1])
+        ctx = self.loaded.config.max_context
+        if parts[0].replace("-", "_").lower() == "max_tokens" and value > ctx:
+            self.settings.max_tokens = ctx
+            self.note(f"max_tokens = {ctx} (the model's context)")
+            return
+        self.note(f"{parts[0].replace('-', '_').lower()} = {value:g}" if isinstance(value, float)
+                  else f"{parts[0].replace('-', '_').lower()} = {value}")
+
+    def _stats(self) -> None:
+        t = self.totals
+        rows: list[tuple[str, str]] = [
+            ("turns", str(t["turns"])),
+            ("tokens", str(t["tokens"])),
+            ("passes", str(t["passes"])),
+            ("tokens/pass", f"{t['tokens'] / t['passes']:.2f}" if t["passes"] else "—"),
+            ("tokens/s", f"{t['tokens'] / t['seconds']:.1f}" if t["seconds"] else "—"),
+            ("answers stopped", str(t["stopped"])),
+        ]
+        if self.last is not None:
+            ls = self.last
+            rows += [("last answer", f"{ls.tokens} tokens, {ls.passes} passes, {ls.tokens_per_pass:.2f} tokens/pass, "
+                                     f"{ls.tokens_per_second:.1f} tokens/s, {ls.stop_reason}"),
+                     ("context used", f"{ls.prompt_tokens + ls.tokens} of {self.loaded.config.max_context}")]
+        rt = runtime_stats(self.loaded.model)
+        rows.append(("expert cache hit rate", format_hit_rate(rt)))
+        for k, v in scalar_stats(rt).items():
+            rows.append((f"  {k}", "—" if v is None else str(v)))
+        mem = gpu_memory(self.loaded.model)
+        rows.append(("GPU memory", f"{format_gib(mem[0])} / {format_gib(mem[1])} GiB" if mem else "— (not on CUDA)"))
+        if self.interactive:
+            table = Table(show_header=False, box=None, pad_edge=False)
+            table.add_column(style="grey62")
+            table.add_column()
+            for k, v in rows:
+                table.add_row(k, v)
+            self.console.print(table)
+        else:
+            for k, v in rows:
+                print(f"{k}: {v}", file=sys.stderr)
+
+    # ------------------------------------------------------------------ one answer
+    def ask(self, text: str) -> TurnStats | None:
+        from clover_local.generate.block_diffusion import DecodeSettings
+
+        self.conv.add_user(text)
+        try:
+            prompt = self.tok.apply_chat_template(self.conv.template_messages(), add_generation_prompt=True,
+                                                  enable_thinking=self.settings.think)
+        except CloverError as exc:
+            self.conv.messages.pop()
+            self.error(str(exc))
+            return None
+        ids = self.tok.encode(prompt)
+        ctx = self.loaded.config.max_context
+        max_new = self.settings.max_tokens
+        if len(ids) >= ctx:
+            self.conv.messages.pop()
+            self.error(f"the conversation ({len(ids)} tokens) fills the model's context of {ctx} tokens; "
+                       "/reset to start over")
+            return None
+        if len(ids) + max_new > ctx:
+            max_new = ctx - len(ids)
+            self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")
+        settings = DecodeSettings(max_new_tokens=max_new, threshold=self.settings.threshold,
+                                  temperature=self.settings.temperature, top_p=self.settings.top_p,
+                                  seed=self.settings.seed, stop_token_ids=self.loaded.stop_token_ids)
+        turn = TurnText(self.tok, prompt)
+        stats = TurnStats(prompt_tokens=len(ids))
+        stopped = False
+        try:
+            if self.interactive:
+                stopped = self._answer_live(ids, settings, turn, stats)
+            else:
+                stopped = self._answer_plain(ids, settings, turn, stats)
+        except CloverError as exc:
+            self.conv.messages.pop()
+            self.error(str(exc))
+            return None
+        self.conv.add_assistant(turn.content, turn.reasoning, interrupted=stopped)
+        self.last_reasoning = turn.reasoning
+        self.last = stats
+        self.totals["turns"] += 1
+        self.totals["tokens"] += stats.tokens
+        self.totals["passes"] += stats.passes
+        self.totals["seconds"] += stats.seconds
+        self.totals["stopped"] += int(stopped)
+        return stats
+
+    def _status(self, stats: TurnStats, view: TurnView | None = None) -> Text:
+        live_tokens = stats.tokens + (view.cells.revealed if view is not None else 0)
+        secs = stats.seconds
+        t = Text()
+        if view is not None:
+            t.append("● ", style="green")
+        t.append(f"{live_tokens / secs if secs > 0 else 0:.1f} tok/s", style="bold")
+        t.append(" · ", style="grey50")
+        t.append(f"{live_tokens / stats.passes if stats.passes else 0:.2f} tok/pass", style="bold")
+        t.append(" · ", style="grey50")
+        t.append(f"{live_tokens} tokens, {stats.passes} passes", style="grey70")
+        t.append(" · ", style="grey50")
+        t.append(f"expert cache {format_hit_rate(self._runtime_stats())}", style="grey70")
+        mem = gpu_memory(self.loaded.model)
+        if mem is not None:
+            t.append(" · ", style="grey50")
+            t.append(f"GPU {format_gib(mem[0])}/{format_gib(mem[1])} GiB", style="grey70")
+        if view is not None:
+            t.append("   Ctrl-C stops", style="grey42")
+        return t
+
+    def _runtime_stats(self) -> dict:
+        """The runtime's counters, read at most twice a second (the status line redraws far more often)."""
+        now = time.perf_counter()
+        if now - self._rt[0] > 0.5:
+            self._rt = (now, runtime_stats(self.loaded.model))
+        return self._rt[1]
+
+    def _answer_live(self, ids: list[int], settings, turn: TurnText, stats: TurnStats) -> bool:
+        view = TurnView(lambda i: self.tok.decode([i]), self.decoder.block_size, self.settings.show_thinking,
+                        status=lambda: self._status(stats, view), width=self.console.width)
+        stopped = False
+        self.console.print(Text("clover", style="bold magenta"))
+        live = Live(view, console=self.console, auto_refresh=False, transient=True)
+        last_draw = 0.0
+        events = decode_events(self.decoder, ids, settings)
+        with live, closing(events):
+            try:
+                for ev in events:
+                    stats.on_event(ev)
+                    if isinstance(ev, PassDone):
+                        view.on_pass(ev)
+                        if self.pace:
+                            live.refresh()
+                            time.sleep(self.pace)
+                            stats.paused += self.pace
+                    elif isinstance(ev, BlockCommitted):
+                        dr, dc = turn.add(ev.token_ids)
+                        view.on_commit(ev.block)
+                        for r in view.on_text(dr, dc, turn.thinking, turn.reasoning_tokens):
+                            live.console.print(r)
+                    now = time.perf_counter()
+                    if isinstance(ev, BlockCommitted) or now - last_draw > 1 / 30:
+                        live.refresh()
+                        last_draw = now
+                    if isinstance(ev, Finished):
+                        break
+            except KeyboardInterrupt:
+                stopped = True
+        if stopped:
+            stats.end("cancelled")
+        dr, dc = turn.finish()
+        for r in view.on_text(dr, dc, False, turn.reasoning_tokens) + view.finish():
+            self.console.print(r)
+        if stopped:
+            self.console.print(Text(f"⏹ stopped (Ctrl-C); kept {stats.tokens} tokens of this answer",
+                                    style="yellow"))
+        self.console.print(self._summary(stats))
+        return stopped
+
+    def _summary(self, stats: TurnStats) -> Text:
+        t = Text(style="grey50")
+        t.append(f"{stats.tokens} tokens · {stats.passes} passes · {stats.tokens_per_pass:.2f} tok/pass · "
+                 f"{stats.tokens_per_second:.1f} tok/s · {stats.seconds:.1f} s · "
+                 f"expert cache {format_hit_rate(runtime_stats(self.loaded.model))}")
+        if stats.stop_reason == "length":
+            t.append(" · reached max_tokens")
+        return t
+
+    def _answer_plain(self, ids: list[int], settings, turn: TurnText, stats: TurnStats) -> bool:
+        stopped = False
+        events = decode_events(self.decoder, ids, settings)
+        try:
+            for ev in events:
+                stats.on_event(ev)
+                if isinstance(ev, BlockCommitted):
+                    _, dc = turn.add(ev.token_ids)
+                    if dc:
+                        self.out.write(dc)
+                        self.out.flush()
+        except KeyboardInterrupt:
+            stopped = True
+            stats.end("cancelled")
+        finally:
+            events.close()
+        _, dc = turn.finish()
+        self.out.write(dc + "\n")
+        self.out.flush()
+        return stopped
+

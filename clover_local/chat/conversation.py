@@ -1,0 +1,142 @@
+"""A chat's state: its settings and messages, rendered with the model's chat template for every turn, saved to
+and loaded from JSON.
+
+The whole conversation is re-rendered and re-prefilled each turn (simple and always right; a prefix cache
+kept across turns would save the prefill).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from clover_local.errors import CloverError
+
+SAVE_FORMAT = "clover-local-chat"
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass
+class ChatSettings:
+    threshold: float = 0.9
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    think: bool = True  # enable_thinking in the chat template
+    show_thinking: bool = True  # display: thinking expanded, or one summary line
+    seed: int | None = None
+
+
+# name -> (parse, check, description of what is allowed)
+def _float(v: str) -> float:
+    return float(v)
+
+
+def _int(v: str) -> int:
+    return int(v)
+
+
+SETTABLE: dict[str, tuple[Any, Any, str]] = {
+    "threshold": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]; 1 reveals one token per pass"),
+    "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
+    "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
+    "max_tokens": (_int, lambda x: x >= 1, "a whole number of at least 1"),
+}
+
+
+def set_value(settings: ChatSettings, name: str, raw: str) -> Any:
+    """Parse and set one of SETTABLE; a bad name or value raises CloverError with what is allowed."""
+    key = name.replace("-", "_").lower()
+    if key not in SETTABLE:
+        raise CloverError(f"/set knows {', '.join(SETTABLE)}; not {name!r}")
+    parse, ok, allowed = SETTABLE[key]
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise CloverError(f"/set {key} needs {allowed}; got {raw!r}") from None
+    if not ok(value):
+        raise CloverError(f"/set {key} needs {allowed}; got {raw}")
+    setattr(settings, key, value)
+    return value
+
+
+def check_messages(messages: Any, where: str) -> list[dict[str, Any]]:
+    """Validate a list of {"role", "content"[, "reasoning_content"]} messages."""
+    if not isinstance(messages, list):
+        raise CloverError(f"{where}: 'messages' must be a list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise CloverError(f"{where}: message {i} is not an object")
+        role, content = m.get("role"), m.get("content")
+        if role not in ROLES:
+            raise CloverError(f"{where}: message {i} has role {role!r}; expected one of {', '.join(ROLES)}")
+        if not isinstance(content, str):
+            raise CloverError(f"{where}: message {i} has no text 'content'")
+        if role == "system" and i != 0:
+            raise CloverError(f"{where}: a system message may only come first (message {i})")
+        msg: dict[str, Any] = {"role": role, "content": content}
+        if isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
+            msg["reasoning_content"] = m["reasoning_content"]
+        if m.get("interrupted") is True:
+            msg["interrupted"] = True
+        out.append(msg)
+    return out
+
+
+class Conversation:
+    def __init__(self, system: str | None = None) -> None:
+        self.messages: list[dict[str, Any]] = []
+        if system:
+            self.messages.append({"role": "system", "content": system})
+
+    def reset(self) -> None:
+        self.messages = [m for m in self.messages[:1] if m["role"] == "system"]
+
+    def add_user(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def add_assistant(self, content: str, reasoning: str = "", interrupted: bool = False) -> None:
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        if interrupted:
+            msg["interrupted"] = True
+        self.messages.append(msg)
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        """Messages as the chat template takes them (our own bookkeeping keys dropped)."""
+        return [{k: v for k, v in m.items() if k != "interrupted"} for m in self.messages]
+
+    @property
+    def turns(self) -> int:
+        return sum(m["role"] == "user" for m in self.messages)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: Path, settings: ChatSettings, model: str) -> None:
+        data = {"format": SAVE_FORMAT, "version": 1, "model": model, "settings": asdict(settings),
+                "messages": self.messages}
+        try:
+            path = path.expanduser()
+            if path.parent and not path.parent.exists():
+                raise CloverError(f"cannot save to {path}: folder {path.parent} does not exist")
+            path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise CloverError(f"cannot save to {path}: {exc.strerror or exc}") from None
+
+    def load(self, path: Path) -> int:
+        """Replace the messages with a saved conversation (ours, {"messages": [...]}, or a bare list)."""
+        path = path.expanduser()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise CloverError(f"cannot load {path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CloverError(f"cannot load {path}: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise CloverError(f"cannot load {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        messages = data.get("messages") if isinstance(data, dict) else data
+        self.messages = check_messages(messages, str(path))
+        return len(self.messages)

@@ -1,0 +1,205 @@
+"""One assistant turn, shared by chat, demo and serve: the decoder's events, stoppable between passes, turned
+into text that is split into thinking (between `<think>` and `</think>`) and the answer.
+
+Front ends only consume the decoder's events (PassDone / BlockCommitted / Finished). Stopping a turn is
+stopping the iteration: the decoder is a generator, so once the consumer stops asking for events no further
+pass runs. `decode_events` does that between passes when `should_stop()` turns true (Ctrl-C in chat, a client
+that went away in serve).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from clover_local.generate.events import BlockCommitted, Event, Finished, PassDone
+from clover_local.tokenizer import THINK_END, THINK_START
+
+# Seconds to sleep after every preview pass. For tests and screen recordings of the live display (a tiny
+# model decodes hundreds of passes a second); unset in normal use.
+PASS_DELAY_ENV = "CLOVER_LOCAL_PASS_DELAY"
+
+
+def pass_delay() -> float:
+    try:
+        return max(0.0, float(os.environ.get(PASS_DELAY_ENV, "0") or 0))
+    except ValueError:
+        return 0.0
+
+
+def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callable[[], bool] | None = None
+                  ) -> Iterator[Event]:
+    """The decoder's events for one answer. When `should_stop()` is true after a pass or a commit, the decoder
+    generator is closed (no further pass runs) and the iteration ends without a Finished event."""
+    delay = pass_delay()
+    gen = decoder.generate(prompt_ids, settings)
+    try:
+        for event in gen:
+            yield event
+            if isinstance(event, Finished):
+                return
+            if delay and isinstance(event, PassDone):
+                time.sleep(delay)
+            if should_stop is not None and should_stop():
+                return
+    finally:
+        gen.close()
+
+
+def prompt_opens_thinking(prompt_text: str) -> bool:
+    """True when the rendered prompt leaves a `<think>` open (templates that start the thinking themselves):
+    the output then begins inside the thinking."""
+    start, end = prompt_text.rfind(THINK_START), prompt_text.rfind(THINK_END)
+    return start >= 0 and start > end
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag` (a tag still being written)."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
+
+
+class ReasoningSplitter:
+    """Splits an answer's text, as it grows, into reasoning and content, emitting only what is settled.
+
+    The output is thinking when the prompt left `<think>` open or the output starts with `<think>`; the
+    thinking ends at `</think>`, and what follows (leading newlines dropped) is the content. Without a
+    `<think>` everything is content. While the text grows, a partly written tag and trailing whitespace of the
+    reasoning are held back, so deltas never need to be taken back.
+    """
+
+    def __init__(self, starts_in_thinking: bool = False) -> None:
+        self.starts_in_thinking = starts_in_thinking
+        self.reasoning = ""  # emitted so far
+        self.content = ""
+        self.thinking = starts_in_thinking  # inside the thinking as of the last update
+        self.saw_thinking = starts_in_thinking
+
+    def _split(self, text: str, final: bool) -> tuple[str, str, bool, bool]:
+        """(reasoning, content, thinking_open, has_thinking) that can be shown for `text` now."""
+        body = text
+        if not self.starts_in_thinking:
+            head = text.lstrip()
+            if head.startswith(THINK_START):
+                body = head[len(THINK_START):]
+            elif not final and THINK_START.startswith(head):
+                return "", "", False, False  # nothing yet, or a `<think>` being written
+            else:
+                return "", text.lstrip("\n"), False, False
+        end = body.find(THINK_END)
+        if end < 0:
+            reasoning = body.lstrip("\n")
+            if not final:
+                reasoning = reasoning[: len(reasoning) - _partial_suffix(reasoning, THINK_END)].rstrip()
+            else:
+                reasoning = reasoning.strip("\n")
+            return reasoning, "", not final, True
+        reasoning = body[:end].strip("\n")
+        content = body[end + len(THINK_END):].lstrip("\n")
+        return reasoning, content, False, True
+
+    def update(self, text: str, final: bool = False) -> tuple[str, str]:
+        """Feed the whole text so far; returns (new reasoning, new content) since the last update."""
+        reasoning, content, self.thinking, has = self._split(text, final)
+        self.saw_thinking = self.saw_thinking or has
+        dr = reasoning[len(self.reasoning):] if reasoning.startswith(self.reasoning) else ""
+        dc = content[len(self.content):] if content.startswith(self.content) else ""
+        self.reasoning += dr
+        self.content += dc
+        return dr, dc
+
+
+class TurnText:
+    """The generated token ids of one answer as text: decoded as blocks commit, split into reasoning/content."""
+
+    def __init__(self, tokenizer, prompt_text: str = "") -> None:
+        self.tok = tokenizer
+        self.ids: list[int] = []
+        self.splitter = ReasoningSplitter(prompt_opens_thinking(prompt_text))
+        self._think_end_id = tokenizer.think_end_id if hasattr(tokenizer, "think_end_id") else None
+
+    def add(self, token_ids: list[int], final: bool = False) -> tuple[str, str]:
+        self.ids.extend(token_ids)
+        text = self.tok.decode(self.ids)
+        if not final:
+            text = text.rstrip("\ufffd")  # wait for the rest of a multi-byte character
+        return self.splitter.update(text, final)
+
+    def finish(self) -> tuple[str, str]:
+        return self.add([], final=True)
+
+    @property
+    def reasoning(self) -> str:
+        return self.splitter.reasoning
+
+    @property
+    def content(self) -> str:
+        return self.splitter.content
+
+    @property
+    def thinking(self) -> bool:
+        return self.splitter.thinking
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """Tokens spent thinking (up to and including `</think>`); 0 when the answer did not think."""
+        if not self.splitter.saw_thinking:
+            return 0
+        if self._think_end_id is not None and self._think_end_id in self.ids:
+            return self.ids.index(self._think_end_id) + 1
+        if not self.content:
+            return len(self.ids)  # still thinking (or cut off while thinking)
+        return len(self.tok.encode(self.reasoning))  # `</think>` is not one token here: an estimate
+
+
+@dataclass
+class TurnStats:
+    """What a front end measures of one answer from the events it saw (also when the answer was stopped)."""
+
+    prompt_tokens: int = 0
+    tokens: int = 0
+    passes: int = 0
+    blocks: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    ended: float | None = None
+    stop_reason: str = "running"  # stop | length | cancelled | running
+    paused: float = 0.0  # time a front end slowed the display down on purpose (demo pacing), not counted
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, PassDone):
+            self.passes += 1
+        elif isinstance(event, BlockCommitted):
+            self.tokens += len(event.token_ids)
+            self.blocks += 1
+        elif isinstance(event, Finished):
+            self.tokens = len(event.token_ids)
+            self.passes = event.stats.passes
+            self.stop_reason = event.stats.stop_reason
+            self.ended = time.perf_counter()
+
+    def end(self, reason: str) -> None:
+        if self.ended is None:
+            self.ended = time.perf_counter()
+            self.stop_reason = reason
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended if self.ended is not None else time.perf_counter()) - self.started - self.paused
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.passes if self.passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        s = self.seconds
+        return self.tokens / s if s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "passes": self.passes,
+                "tokens_per_pass": round(self.tokens_per_pass, 4), "seconds": round(self.seconds, 4),
+                "tokens_per_second": round(self.tokens_per_second, 3), "stop_reason": self.stop_reason}

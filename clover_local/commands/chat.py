@@ -1,0 +1,86 @@
+"""`clover-local chat`: talk to a model in the terminal and watch block diffusion fill each block."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from clover_local.cli import app
+from clover_local.errors import CloverError
+
+
+def check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+    if not (low < value if low_open else low <= value) or value > high:
+        raise CloverError(f"{name} must be between {low} and {high}, got {value}")
+
+
+def load_with_status(model: str, device: str, dtype: str, interactive: bool):
+    """`loader.load` behind a spinner on a terminal (a line on stderr otherwise)."""
+    from rich.console import Console
+
+    from clover_local.loader import load
+
+    console = Console(stderr=not interactive, highlight=False)
+    if interactive:
+        with console.status(f"loading {model} …", spinner="dots"):
+            return load(model, device, dtype)
+    return load(model, device, dtype)
+
+
+@app.command()
+def chat(
+    model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
+    think: bool = typer.Option(True, "--think/--no-think", help="Let the model think before answering."),
+    show_thinking: bool = typer.Option(True, "--show-thinking/--hide-thinking",
+                                       help="Show the thinking dimmed, or one summary line per answer."),
+    threshold: Optional[float] = typer.Option(
+        None, "--threshold", help="Reveal every position at least this confident per pass (default: model's)."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", help="Longest answer, in tokens."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for sampling."),
+    system: Optional[str] = typer.Option(None, "--system", help="A system message that starts the conversation."),
+    resume: Optional[Path] = typer.Option(None, "--load", help="Continue a conversation saved with /save."),
+    plain: bool = typer.Option(False, "--plain", help="Plain streamed text even on a terminal."),
+    pace: float = typer.Option(0.0, "--pace", help="Seconds to show each pass (to watch or record the display; "
+                                                   "not counted in tokens/s)."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
+    dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+) -> None:
+    """Chat in the terminal: answers stream as blocks commit, and the block being denoised is drawn live.
+
+    Type /help in the chat for its commands (/think, /set, /save, /load, /stats, …). Without a terminal
+    (piped input or output) it reads one message per line and prints the answers as plain text.
+
+    Examples:
+
+      clover-local chat tiny
+
+      echo "add 123+45" | clover-local chat tiny --no-think
+    """
+    from clover_local.chat.app import ChatApp
+    from clover_local.chat.conversation import ChatSettings
+
+    check_range("--temperature", temperature, 0.0, 10.0)
+    check_range("--top-p", top_p, 0.0, 1.0, low_open=True)
+    if threshold is not None:
+        check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
+    if max_tokens < 1:
+        raise CloverError("--max-tokens must be at least 1")
+    if not 0 <= pace <= 10:
+        raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
+    interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
+    loaded = load_with_status(model, device, dtype, interactive)
+    settings = ChatSettings(
+        threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
+        temperature=temperature, top_p=top_p, max_tokens=min(max_tokens, loaded.config.max_context),
+        think=think, show_thinking=show_thinking, seed=seed,
+    )
+    session = ChatApp(loaded, model, settings, interactive=interactive, system=system)
+    session.pace = pace
+    if resume is not None:
+        session.conv.load(resume)
+    raise typer.Exit(session.run())

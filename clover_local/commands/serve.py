@@ -1,0 +1,94 @@
+"""`clover-local serve`: an OpenAI-compatible chat-completions server on loopback."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from clover_local.cli import app
+from clover_local.errors import CloverError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def model_label(model: str) -> str:
+    """The id clients see in /v1/models: a short name or Hub repo id as given, a folder's name."""
+    path = Path(model).expanduser()
+    return path.resolve().name if path.is_dir() else model
+
+
+@app.command()
+def serve(
+    model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on (0: any free port, printed at start)."),
+    model_name: Optional[str] = typer.Option(None, "--model-name", help="The model id clients see (default: "
+                                                                        "the folder's name)."),
+    max_queue: int = typer.Option(32, "--max-queue", help="Requests that may wait while one generates; more "
+                                                          "get HTTP 429."),
+    max_tokens: int = typer.Option(4096, "--max-tokens", help="Most tokens one answer may ask for (also the default)."),
+    context: Optional[int] = typer.Option(None, "--context", help="Most tokens of prompt plus answer "
+                                                                  "(default: the model's context)."),
+    max_request_mb: float = typer.Option(4.0, "--max-request-mb", help="Largest request body, in MB."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="CLOVER_LOCAL_API_KEY",
+                                          help="Require 'Authorization: Bearer KEY' (advised off loopback)."),
+    quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
+    dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+) -> None:
+    """Serve a model over an OpenAI-compatible API: /v1/chat/completions (streaming and not), /v1/models, /health.
+
+    One request generates at a time; others wait in a queue. Thinking comes back as `reasoning_content`;
+    turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
+
+    Examples:
+
+      clover-local serve tiny --port 8000
+
+      curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+        -d '{"model": "tiny", "messages": [{"role": "user", "content": "add 12+30"}]}'
+    """
+    from clover_local.loader import load
+    from clover_local.serve.engine import Engine
+    from clover_local.serve.http import Limits, make_server
+
+    if not 0 <= port <= 65535:
+        raise CloverError(f"--port must be between 0 and 65535, got {port}")
+    if max_queue < 1:
+        raise CloverError("--max-queue must be at least 1")
+    if max_tokens < 1:
+        raise CloverError("--max-tokens must be at least 1")
+    if max_request_mb <= 0:
+        raise CloverError("--max-request-mb must be above 0")
+    print(f"loading {model} …", file=sys.stderr, flush=True)
+    loaded = load(model, device, dtype)
+    ctx = loaded.config.max_context
+    if context is not None:
+        if context < 2:
+            raise CloverError("--context must be at least 2")
+        ctx = min(ctx, context)
+    limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx)
+    engine = Engine(loaded, max_queue=max_queue)
+    name = model_name or model_label(model)
+    server = make_server(engine, host, port, name, limits, api_key=api_key, quiet=quiet)
+    bound_host, bound_port = server.server_address[:2]
+    shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+    print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
+    if host not in LOOPBACK:
+        note = "" if api_key else "; consider --api-key"
+        print(f"warning: listening on {host}: reachable from other machines{note}", file=sys.stderr, flush=True)
+    def _terminate(signum, frame):  # SIGTERM (service managers, `kill`): stop like Ctrl-C does
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr, flush=True)
+    finally:
+        engine.stop()
+        server.server_close()

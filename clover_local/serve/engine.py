@@ -1,0 +1,175 @@
+"""One request generates at a time; others wait in a bounded queue.
+
+HTTP handler threads (one per connection) parse, render and tokenize a request, then `submit` it; a single
+worker thread owns the model and runs the jobs in order, putting their output on each job's own queue:
+("delta", reasoning, content), then ("done", info) or ("error", ApiError). A handler whose client went away
+sets `job.cancel`; the worker checks it between passes and stops that generation (a job cancelled while still
+waiting is skipped).
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
+from clover_local.chat.turn import TurnStats, TurnText, decode_events
+from clover_local.errors import CloverError
+from clover_local.generate.events import BlockCommitted, Finished, PassDone
+from clover_local.serve.protocol import ApiError, StopText
+
+
+@dataclass
+class Job:
+    prompt_ids: list[int]
+    prompt_text: str
+    settings: Any  # DecodeSettings
+    stop: list[str] = field(default_factory=list)
+    out: queue.Queue = field(default_factory=queue.Queue)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)
+
+
+class Engine:
+    def __init__(self, loaded: Any, max_queue: int = 32) -> None:
+        from clover_local.generate.block_diffusion import BlockDiffusionDecoder
+
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+        self.max_queue = max_queue
+        self.waiting: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self.lock = threading.Lock()
+        self.running: Job | None = None
+        self.counts = {"completed": 0, "cancelled": 0, "failed": 0, "rejected": 0}
+        self.passes = 0
+        self.tokens = 0
+        self.started = time.time()
+        self.worker = threading.Thread(target=self._work, name="clover-generate", daemon=True)
+        self.worker.start()
+
+    # ------------------------------------------------------------------ front side (handler threads)
+    def submit(self, job: Job) -> None:
+        try:
+            self.waiting.put_nowait(job)
+        except queue.Full:
+            with self.lock:
+                self.counts["rejected"] += 1
+            raise ApiError(429, f"the server is busy: {self.max_queue} requests are already waiting; retry later",
+                           type="server_busy", code="queue_full", headers={"Retry-After": "1"}) from None
+
+    def health(self) -> dict:
+        runtime = self._runtime()
+        with self.lock:
+            return {
+                "status": "ok",
+                "queue": {"waiting": self.waiting.qsize(), "running": self.running is not None,
+                          "max_waiting": self.max_queue},
+                "requests": dict(self.counts),
+                "passes": self.passes,
+                "tokens": self.tokens,
+                "uptime_seconds": round(time.time() - self.started, 1),
+                "runtime": runtime,
+            }
+
+    def _runtime(self) -> dict:
+        rt = runtime_stats(self.loaded.model)
+        return {"expert_cache_hit_rate": hit_rate(rt), **scalar_stats(rt)}
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.running is not None:
+                self.running.cancel.set()
+        while True:
+            try:
+                job = self.waiting.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel.set()
+                job.out.put(("error", ApiError(503, "the server is shutting down", type="server_error")))
+        self.waiting.put(None)
+
+    # ------------------------------------------------------------------ worker side
+    def _work(self) -> None:
+        while True:
+            job = self.waiting.get()
+            if job is None:
+                return
+            if job.cancel.is_set():
+                with self.lock:
+                    self.counts["cancelled"] += 1
+                continue
+            with self.lock:
+                self.running = job
+            job.started.set()
+            try:
+                self._generate(job)
+            except CloverError as exc:
+                self._count("failed")
+                job.out.put(("error", ApiError(400, str(exc))))
+            except Exception as exc:  # a bug: answer 500, keep serving
+                self._count("failed")
+                traceback.print_exc(file=sys.stderr)
+                job.out.put(("error", ApiError(500, f"internal error: {type(exc).__name__}: {exc}",
+                                               type="server_error")))
+            finally:
+                with self.lock:
+                    self.running = None
+
+    def _count(self, what: str) -> None:
+        with self.lock:
+            self.counts[what] += 1
+
+    def _generate(self, job: Job) -> None:
+        turn = TurnText(self.tokenizer, job.prompt_text)
+        stats = TurnStats(prompt_tokens=len(job.prompt_ids))
+        stop = StopText(job.stop)
+        finish_reason = None
+        for ev in decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set):
+            stats.on_event(ev)
+            if isinstance(ev, PassDone):
+                with self.lock:
+                    self.passes += 1
+            elif isinstance(ev, BlockCommitted):
+                with self.lock:
+                    self.tokens += len(ev.token_ids)
+                dr, dc = turn.add(ev.token_ids)
+                dc = stop.feed(dc)
+                if dr or dc:
+                    job.out.put(("delta", dr, dc))
+                if stop.hit:
+                    finish_reason = "stop"
+                    break
+            elif isinstance(ev, Finished):
+                finish_reason = ev.stats.stop_reason
+        if job.cancel.is_set() and finish_reason is None:
+            stats.end("cancelled")
+            self._count("cancelled")
+            job.out.put(("cancelled", None))
+            return
+        stats.end(finish_reason or "stop")
+        dr, dc = turn.finish()
+        dc = stop.feed(dc, final=True)
+        if dr or dc:
+            job.out.put(("delta", dr, dc))
+        self._count("completed")
+        info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
+                "prompt_tokens": len(job.prompt_ids), "completion_tokens": stats.tokens,
+                "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop_content(turn, stop),
+                "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
+                          "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
+        job.out.put(("done", info))
+
+
+def stop_content(turn: TurnText, stop: StopText) -> str:
+    """The answer's content, cut at the first stop string."""
+    if not stop.stops:
+        return turn.content
+    cuts = [i for i in (turn.content.find(s) for s in stop.stops) if i >= 0]
+    return turn.content[: min(cuts)] if cuts else turn.content

@@ -1,0 +1,277 @@
+"""The HTTP side, on the standard library (`http.server`): no web framework needed for four routes.
+
+A thread per connection (ThreadingHTTPServer) reads and checks the request, renders the conversation with
+the chat template and tokenizes it, then hands a Job to the Engine and relays its output: one JSON body, or
+Server-Sent Events over chunked transfer encoding. While it waits it watches its socket; a client that hung
+up cancels its job (the worker stops between passes).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import select
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from clover_local.errors import CloverError
+from clover_local.serve.engine import Engine, Job
+from clover_local.serve.protocol import (ApiError, ChatRequest, chunk, completion, completion_id,
+                                         parse_chat_request, usage)
+
+
+@dataclass
+class Limits:
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_tokens: int = 4096  # the most one answer may ask for (and the default)
+    context: int = 131072  # prompt + answer
+    read_timeout: float = 30.0
+
+
+class ClientGone(Exception):
+    pass
+
+
+class CloverHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    allow_reuse_address = True
+
+    def __init__(self, address, engine: Engine, model_name: str, limits: Limits, api_key: str | None = None,
+                 quiet: bool = False) -> None:
+        super().__init__(address, Handler)
+        self.engine = engine
+        self.model_name = model_name
+        self.limits = limits
+        self.api_key = api_key
+        self.quiet = quiet
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "clover-local"
+    timeout = 120  # an idle keep-alive connection is closed after this many seconds
+    server: CloverHTTPServer
+
+    # ------------------------------------------------------------------ plumbing
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        if not self.server.quiet:
+            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None, close: bool = False) -> None:
+        data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _error(self, err: ApiError, close: bool = False) -> None:
+        self._send_json(err.status, err.body(), err.headers, close=close)
+
+    def _authorized(self) -> bool:
+        key = self.server.api_key
+        if not key:
+            return True
+        if self.headers.get("Authorization", "") == f"Bearer {key}":
+            return True
+        self._error(ApiError(401, "missing or wrong API key (Authorization: Bearer …)", type="authentication_error",
+                             code="invalid_api_key"))
+        return False
+
+    def _client_gone(self) -> bool:
+        """True once the peer closed its side (readable with nothing to read)."""
+        sock = self.connection
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
+                return False
+            return sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def _read_body(self) -> bytes | None:
+        limits = self.server.limits
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self._error(ApiError(411, "send the body with a Content-Length"), close=True)
+            return None
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._error(ApiError(411, "a Content-Length header is required"), close=True)
+            return None
+        if length < 0:
+            self._error(ApiError(400, "bad Content-Length"), close=True)
+            return None
+        if length > limits.max_body_bytes:
+            self._error(ApiError(413, f"the request body is {length} bytes; the limit is {limits.max_body_bytes}",
+                                 code="request_too_large"), close=True)
+            return None
+        self.connection.settimeout(limits.read_timeout)
+        try:
+            return self.rfile.read(length)
+        except (OSError, socket.timeout):
+            self.close_connection = True
+            return None
+
+    # ------------------------------------------------------------------ routes
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path in ("/health", "/v1/health"):
+            self._send_json(200, {**self.server.engine.health(), "model": self.server.model_name})
+            return
+        if not self._authorized():
+            return
+        name = self.server.model_name
+        model = {"id": name, "object": "model", "created": int(self.server.engine.started), "owned_by": "clover-local",
+                 "max_model_len": self.server.limits.context}
+        if path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [model]})
+        elif path == f"/v1/models/{name}":
+            self._send_json(200, model)
+        else:
+            self._error(ApiError(404, f"no route GET {path}", code="not_found"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path != "/v1/chat/completions":
+            self._error(ApiError(404, f"no route POST {path}; this server has /v1/chat/completions",
+                                 code="not_found"), close=True)
+            return
+        raw = self._read_body()
+        if raw is None or not self._authorized():
+            return
+        try:
+            req = parse_chat_request(raw)
+            job = self._job(req)
+            self.server.engine.submit(job)
+        except ApiError as err:
+            self._error(err)
+            return
+        try:
+            if req.stream:
+                self._stream(req, job)
+            else:
+                self._complete(req, job)
+        except (ClientGone, BrokenPipeError, ConnectionResetError, socket.timeout):
+            job.cancel.set()
+            self.close_connection = True
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._error(ApiError(405, "method not allowed"), close=True)
+
+    do_DELETE = do_PATCH = do_PUT
+
+    # ------------------------------------------------------------------ chat completions
+    def _job(self, req: ChatRequest) -> Job:
+        from clover_local.generate.block_diffusion import DecodeSettings
+
+        engine, limits = self.server.engine, self.server.limits
+        tok = engine.tokenizer
+        try:
+            text = tok.apply_chat_template(req.messages, add_generation_prompt=True,
+                                           enable_thinking=req.enable_thinking, **req.template_kwargs)
+        except CloverError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+        ids = tok.encode(text)
+        if req.max_tokens is not None and req.max_tokens > limits.max_tokens:
+            raise ApiError(400, f"max_tokens is {req.max_tokens}; this server allows at most {limits.max_tokens}",
+                           param="max_tokens", code="max_tokens_too_large")
+        max_new = req.max_tokens if req.max_tokens is not None else min(limits.max_tokens, limits.context - len(ids))
+        if len(ids) + max(max_new, 1) > limits.context:
+            raise ApiError(400, f"This model's maximum context length is {limits.context} tokens. However, you "
+                           f"requested {len(ids) + max_new} tokens ({len(ids)} in the messages, {max_new} in the "
+                           "completion). Please reduce the length of the messages or completion.",
+                           param="messages", code="context_length_exceeded")
+        threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
+        settings = DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
+                                  top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids)
+        return Job(ids, text, settings, stop=req.stop)
+
+    def _next(self, job: Job) -> tuple:
+        """The job's next output; watches the connection while waiting."""
+        while True:
+            try:
+                return job.out.get(timeout=0.05)
+            except queue.Empty:
+                if self._client_gone():
+                    raise ClientGone from None
+
+    def _complete(self, req: ChatRequest, job: Job) -> None:
+        name = self.server.model_name
+        while True:
+            item = self._next(job)
+            if item[0] == "error":
+                self._error(item[1])
+                return
+            if item[0] == "done":
+                info = item[1]
+                use = usage(info["prompt_tokens"], info["completion_tokens"], info["reasoning_tokens"], info["stats"])
+                self._send_json(200, completion(completion_id(), name, info["content"], info["reasoning"],
+                                                info["finish_reason"], use))
+                return
+            if item[0] == "cancelled":
+                raise ClientGone
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _event(self, obj: Any) -> None:
+        payload = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
+        self._write_chunk(f"data: {payload}\n\n".encode("utf-8"))
+
+    def _stream(self, req: ChatRequest, job: Job) -> None:
+        name, cid, created = self.server.model_name, completion_id(), int(time.time())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("X-Accel-Buffering", "no")
+        self.end_headers()
+        self._event(chunk(cid, name, created, {"role": "assistant", "content": ""}))
+        while True:
+            item = self._next(job)
+            kind = item[0]
+            if kind == "delta":
+                _, dr, dc = item
+                if dr:
+                    self._event(chunk(cid, name, created, {"reasoning_content": dr}))
+                if dc:
+                    self._event(chunk(cid, name, created, {"content": dc}))
+            elif kind == "done":
+                info = item[1]
+                self._event(chunk(cid, name, created, {}, info["finish_reason"]))
+                if req.include_usage:
+                    use = usage(info["prompt_tokens"], info["completion_tokens"], info["reasoning_tokens"],
+                                info["stats"])
+                    self._event(chunk(cid, name, created, None, use=use))
+                break
+            elif kind == "error":
+                self._event(item[1].body())
+                break
+            elif kind == "cancelled":
+                raise ClientGone
+        self._event("[DONE]")
+        self._write_chunk(b"")
+
+
+def make_server(engine: Engine, host: str, port: int, model_name: str, limits: Limits,
+                api_key: str | None = None, quiet: bool = False) -> CloverHTTPServer:
+    cls = CloverHTTPServer
+    if ":" in host:  # an IPv6 address such as ::1
+        cls = type("CloverHTTPServer6", (CloverHTTPServer,), {"address_family": socket.AF_INET6})
+    try:
+        return cls((host, port), engine, model_name, limits, api_key, quiet)
+    except OSError as exc:
+        raise CloverError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -1,0 +1,226 @@
+"""The OpenAI chat-completions wire format: parsing and checking a request, shaping responses and errors.
+
+Accepted (others are ignored, as OpenAI-compatible servers do): `messages` (system/developer, user, assistant;
+text content as a string or a list of text parts; an assistant's `reasoning_content`), `max_tokens` /
+`max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
+`stream_options.include_usage`, `enable_thinking` and `chat_template_kwargs` (vLLM style;
+`chat_template_kwargs.enable_thinking` wins), and our own `threshold`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error answered as OpenAI does: HTTP status and {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    enable_thinking: bool = True
+    threshold: float | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def _number(body: dict, name: str, low: float, high: float, default: float, low_open: bool = False) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(f"'{name}' must be a number", name)
+    if not (low < value if low_open else low <= value) or value > high:
+        lo = "(" if low_open else "["
+        raise _bad(f"'{name}' must be in {lo}{low:g}, {high:g}], got {value}", name)
+    return float(value)
+
+
+def _int(body: dict, name: str, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"'{name}' must be an integer", name)
+    if value < minimum:
+        raise _bad(f"'{name}' must be at least {minimum}, got {value}", name)
+    return value
+
+
+def _content(value: Any, i: int, role: str) -> str:
+    if value is None and role == "assistant":
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for part in value:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise _bad(f"messages[{i}].content: only text parts are supported, got {kind!r}",
+                           f"messages[{i}].content")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+
+
+def parse_messages(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise _bad("'messages' must be a non-empty list of {role, content} objects", "messages")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
+        role = m.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant"):
+            raise _bad(f"messages[{i}].role must be system, user or assistant, got {role!r}", f"messages[{i}].role")
+        msg: dict[str, Any] = {"role": role, "content": _content(m.get("content"), i, role)}
+        if role == "assistant" and isinstance(m.get("reasoning_content"), str):
+            msg["reasoning_content"] = m["reasoning_content"]
+        out.append(msg)
+    return out
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _bad(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object")
+    req = ChatRequest(messages=parse_messages(body.get("messages")))
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _bad("'model' must be a string", "model")
+    req.model = model
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool) and stream is not None:
+        raise _bad("'stream' must be true or false", "stream")
+    req.stream = bool(stream)
+    opts = body.get("stream_options")
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise _bad("'stream_options' must be an object", "stream_options")
+        req.include_usage = bool(opts.get("include_usage", False))
+    mt = _int(body, "max_completion_tokens", 1)
+    req.max_tokens = mt if mt is not None else _int(body, "max_tokens", 1)
+    req.temperature = _number(body, "temperature", 0.0, 2.0, 0.0)
+    req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
+    req.threshold = _number(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise _bad("'seed' must be an integer", "seed")
+    req.seed = seed
+    n = body.get("n")
+    if n not in (None, 1):
+        raise _bad("only n=1 is supported", "n")
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None:
+        if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
+            raise _bad("'stop' must be a string or a list of up to 4 non-empty strings", "stop")
+        req.stop = stop
+    think = body.get("enable_thinking")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None:
+        if not isinstance(kwargs, dict):
+            raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+        kwargs = dict(kwargs)
+        if "enable_thinking" in kwargs:
+            think = kwargs.pop("enable_thinking")
+        for reserved in ("messages", "add_generation_prompt"):
+            kwargs.pop(reserved, None)
+        req.template_kwargs = kwargs
+    if think is not None and not isinstance(think, bool):
+        raise _bad("'enable_thinking' must be true or false", "enable_thinking")
+    req.enable_thinking = True if think is None else think
+    return req
+
+
+# ---------------------------------------------------------------------------------------------- responses
+
+def completion_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex[:24]
+
+
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, stats: dict) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        # ours: how block diffusion did on this answer
+        "clover": stats,
+    }
+
+
+def completion(cid: str, model: str, content: str, reasoning: str | None, finish_reason: str, use: dict) -> dict:
+    return {
+        "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": None,
+                     "message": {"role": "assistant", "content": content, "reasoning_content": reasoning or None}}],
+        "usage": use,
+    }
+
+
+def chunk(cid: str, model: str, created: int, delta: dict | None, finish_reason: str | None = None,
+          use: dict | None = None) -> dict:
+    out: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": [] if delta is None else
+                           [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+    if use is not None:
+        out["usage"] = use
+    return out
+
+
+class StopText:
+    """Cuts the content at the first of the request's stop strings, holding back text that may start one."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.buffer = ""
+        self.hit = False
+
+    def feed(self, text: str, final: bool = False) -> str:
+        if not self.stops:
+            return text
+        if self.hit:
+            return ""
+        self.buffer += text
+        found = [i for i in (self.buffer.find(s) for s in self.stops) if i >= 0]
+        if found:
+            out, self.buffer, self.hit = self.buffer[: min(found)], "", True
+            return out
+        keep = 0 if final else self.hold
+        out = self.buffer[: len(self.buffer) - keep] if keep else self.buffer
+        self.buffer = self.buffer[len(out):]
+        return out

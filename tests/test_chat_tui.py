@@ -1,0 +1,265 @@
+"""`clover-local chat` in a real terminal: tmux runs it in a 120×40 pane, the test types into it (send-keys) and
+reads the screen (capture-pane). A question, `/think off`, a second question, Ctrl-C during a long answer,
+`/save`, bad input, `/exit`. The model is a tiny random checkpoint (gibberish answers, same machinery), slowed
+down between passes by CLOVER_LOCAL_PASS_DELAY so the live display can be caught mid-block.
+
+Also: the pieces the display is made of (thinking/answer split, Markdown settling), and the piped mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from clover_local.chat.display import MarkdownSettler
+from clover_local.chat.turn import ReasoningSplitter, prompt_opens_thinking
+
+REPO = Path(__file__).resolve().parents[1]
+SUMMARY = re.compile(r"\d+ tokens · \d+ passes · [\d.]+ tok/pass")
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLOVER_LOCAL_", "TMUX"))}
+    if "UTF-8" not in (env.get("LC_ALL") or env.get("LANG") or "").upper().replace("UTF8", "UTF-8"):
+        env["LANG"] = "C.UTF-8"  # tmux draws non-ASCII as _ otherwise
+        env.pop("LC_ALL", None)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HOME=str(tmp_path / "home"),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    env.update(extra)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return env
+
+
+class Pane:
+    """One tmux session on its own server socket, so nothing touches the user's tmux."""
+
+    def __init__(self, command: str, env: dict[str, str], width: int = 120, height: int = 40) -> None:
+        self.socket = f"clover-test-{uuid.uuid4().hex[:8]}"
+        self.path = ""
+        self.env = env
+        self._tmux("new-session", "-d", "-x", str(width), "-y", str(height), command)
+        self.path = self._tmux("display-message", "-p", "#{socket_path}").strip()
+
+    def _tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-u", "-L", self.socket, *args], env=self.env, check=True, capture_output=True,
+                              text=True, timeout=20).stdout
+
+    def send(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "0", *keys)
+
+    def type(self, text: str) -> None:
+        self._tmux("send-keys", "-t", "0", "-l", text)
+        self._tmux("send-keys", "-t", "0", "Enter")
+
+    def screen(self, history: bool = True) -> str:
+        args = ["capture-pane", "-p", "-J", "-t", "0"] + (["-S", "-3000"] if history else [])
+        return self._tmux(*args)
+
+    def wait(self, pred, what: str, timeout: float = 60.0, history: bool = True) -> str:
+        end = time.monotonic() + timeout
+        while True:
+            text = self.screen(history)
+            if pred(text):
+                return text
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out waiting for {what}; the screen shows:\n{text}")
+            time.sleep(0.1)
+
+    def wait_text(self, needle: str, timeout: float = 60.0, count: int = 1) -> str:
+        return self.wait(lambda s: s.count(needle) >= count, repr(needle), timeout)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=20)
+        if self.path:
+            Path(self.path).unlink(missing_ok=True)  # tmux leaves its socket file behind
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (CI: apt-get install -y tmux)")
+def test_chat_in_a_real_terminal(make_checkpoint, tmp_path):
+    ckpt = make_checkpoint(seed=5)
+    saved = tmp_path / "conversation.json"
+    env = _env(tmp_path, CLOVER_LOCAL_PASS_DELAY="0.03")
+    cmd = (f"{shlex.quote(sys.executable)} -m clover_local chat {shlex.quote(str(ckpt))} --device cpu "
+           f"--dtype float32 --max-tokens 20; echo CHAT-EXITED $?; sleep 600")
+    pane = Pane(cmd, env)
+    try:
+        screen = pane.wait_text("/help for commands", timeout=90)
+        assert "clover-local chat" in screen and "blocks of 8" in screen
+        pane.wait_text("you ›")
+
+        # 1. a question: answered with the live display, then a summary line
+        pane.type("hello there")
+        screen = pane.wait(lambda s: len(SUMMARY.findall(s)) >= 1, "the first answer's summary", 60)
+        assert "you › hello there" in screen
+        assert "clover" in screen
+
+        # 2. /think off, a second question
+        pane.type("/think off")
+        pane.wait_text("thinking off")
+        pane.type("second question")
+        screen = pane.wait(lambda s: len(SUMMARY.findall(s)) >= 2, "the second answer's summary", 60)
+        assert screen.index("thinking off") < screen.index("you › second question")
+
+        # 3. a long answer, stopped with Ctrl-C mid-block; the chat goes on
+        pane.type("/set max_tokens 4000")
+        pane.wait_text("max_tokens = 4000")
+        pane.type("tell me a very long story")
+        mid = pane.wait(lambda s: re.search(r"block [1-9]\d* · pass \d+ · \d+/8 revealed", s) is not None,
+                        "a block being denoised", 30, history=False)
+        assert "░" in mid  # masked cells still to fill
+        status = [line for line in mid.splitlines() if "Ctrl-C stops" in line]
+        assert status and "tok/s" in status[0] and "tok/pass" in status[0] and "expert cache —" in status[0]
+        pane.send("C-c")
+        screen = pane.wait_text("stopped (Ctrl-C)", 30)
+        screen = pane.wait(lambda s: len(SUMMARY.findall(s)) >= 3 and s.rstrip().endswith("you ›"),
+                           "the prompt after Ctrl-C", 30)
+        kept = int(re.search(r"kept (\d+) tokens", screen).group(1))
+        assert 0 < kept < 4000
+
+        # 4. bad input to a slash command: one line, the chat goes on
+        pane.type("/set temperature hot")
+        pane.wait_text("error: /set temperature needs a number")
+
+        # 5. /save, and the file holds the whole conversation
+        pane.type(f"/save {saved}")
+        pane.wait_text("saved 6 messages")
+        data = json.loads(saved.read_text(encoding="utf-8"))
+        assert data["format"] == "clover-local-chat"
+        roles = [m["role"] for m in data["messages"]]
+        assert roles == ["user", "assistant"] * 3
+        assert [m["content"] for m in data["messages"][0::2]] == [
+            "hello there", "second question", "tell me a very long story"]
+        assert data["messages"][5].get("interrupted") is True
+        assert "interrupted" not in data["messages"][1]
+        assert data["settings"]["think"] is False and data["settings"]["max_tokens"] == 4000
+
+        # 6. /exit ends the chat cleanly
+        pane.type("/exit")
+        screen = pane.wait_text("CHAT-EXITED 0", 30)
+        assert "Traceback" not in screen
+    finally:
+        pane.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (CI: apt-get install -y tmux)")
+def test_chat_ctrl_d_and_multiline(make_checkpoint, tmp_path):
+    ckpt = make_checkpoint(seed=6)
+    env = _env(tmp_path)
+    saved = tmp_path / "multi.json"
+    cmd = (f"{shlex.quote(sys.executable)} -m clover_local chat {shlex.quote(str(ckpt))} --device cpu "
+           f"--max-tokens 8 --no-think; echo CHAT-EXITED $?; sleep 600")
+    pane = Pane(cmd, env)
+    try:
+        pane.wait_text("/help for commands", timeout=90)
+        pane.type("first line \\")
+        pane.type("second line")
+        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 1, "an answer", 60)
+        pane.type('"""')
+        pane.type("inside a block")
+        pane.type('"""')
+        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 2, "a second answer", 60)
+        pane.type(f"/save {saved}")
+        pane.wait_text("saved 4 messages")
+        users = [m["content"] for m in json.loads(saved.read_text())["messages"] if m["role"] == "user"]
+        assert users == ["first line \nsecond line", "inside a block"]
+        pane.send("C-d")
+        screen = pane.wait_text("CHAT-EXITED 0", 30)
+        assert "bye" in screen and "Traceback" not in screen
+    finally:
+        pane.close()
+
+
+def test_chat_piped_is_plain_text(make_checkpoint, tmp_path):
+    ckpt = make_checkpoint(seed=7)
+    lines = "hello\n/think off\n/set max_tokens 3\nagain\n/set top_p 7\n/load nowhere.json\n/stats\n"
+    proc = subprocess.run([sys.executable, "-m", "clover_local", "chat", str(ckpt), "--device", "cpu",
+                           "--max-tokens", "6"], input=lines, capture_output=True, text=True, timeout=120,
+                          env=_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout  # no escape codes when not on a terminal
+    assert len(proc.stdout.splitlines()) == 2  # one line per answer (random tokens rarely hold newlines)
+    assert "error: /set top_p needs a number in (0, 1]" in proc.stderr
+    assert "error: cannot load nowhere.json: no such file" in proc.stderr
+    assert "tokens/pass" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- pieces
+
+def _feed(splitter: ReasoningSplitter, text: str, step: int = 1) -> tuple[str, str]:
+    r = c = ""
+    for n in range(1, len(text) + 1, step):
+        dr, dc = splitter.update(text[:n])
+        r, c = r + dr, c + dc
+    dr, dc = splitter.update(text, final=True)
+    return r + dr, c + dc
+
+
+@pytest.mark.parametrize("step", [1, 3, 7])
+def test_thinking_is_split_from_the_answer_at_any_growth(step):
+    text = "<think>\nI add 12 and 30.\n</think>\n\n42 is **the** answer"
+    assert _feed(ReasoningSplitter(), text, step) == ("I add 12 and 30.", "42 is **the** answer")
+    assert _feed(ReasoningSplitter(), "plain answer <think> kept", step) == ("", "plain answer <think> kept")
+    # a template that opens the thinking itself
+    assert _feed(ReasoningSplitter(True), "hmm\n</think>\n\nyes", step) == ("hmm", "yes")
+    # cut off while thinking: all of it is reasoning
+    assert _feed(ReasoningSplitter(), "<think>\nstill going", step) == ("still going", "")
+
+
+def test_prompt_opens_thinking():
+    assert prompt_opens_thinking("<|im_start|>assistant\n<think>\n")
+    assert not prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not prompt_opens_thinking("<|im_start|>assistant\n")
+
+
+def test_markdown_settles_by_paragraph_and_never_splits_a_fence():
+    s = MarkdownSettler(max_tail=40)
+    out = s.feed("Intro paragraph.\n\nSecond")
+    assert out == [("Intro paragraph.", True)] and s.pending == "Second"
+    out = s.feed(" one.\n\n```python\nx = 1\n\ny = 2\n")
+    assert out == [("Second one.", True)]  # the blank line inside the fence is not a boundary
+    out = s.feed("z = 3\n" * 8)  # a long code block: forced cut closes and reopens the fence
+    assert out and out[-1][0].startswith("```python") and out[-1][0].endswith("```")
+    assert s.pending.startswith("```python\n")
+    rest = s.feed("```\n") + s.flush()
+    assert rest[-1][0].startswith("```python") and rest[-1][0].endswith("```")
+
+
+def test_live_view_draws_the_block_as_cells():
+    """Mid-block: masked cells, revealed tokens coloured by confidence, thinking apart, status last."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from clover_local.chat.display import TurnView, confidence_color
+    from clover_local.generate.events import PassDone, Reveal
+
+    words = {1: "Hello", 2: " world", 3: "\n", 4: "<|im_end|>"}
+    view = TurnView(lambda i: words[i], block_size=8, show_thinking=True, status=lambda: Text("STATUS"), width=80)
+    out = view.on_text("I should greet.\nThen", "", True, 6)
+    assert [r.plain for r in out] == ["thinking", "┊ I should greet."]  # settled lines print for good
+    view.on_pass(PassDone(2, 0, [Reveal(1, 1, 0.97), Reveal(4, 4, 0.3)], [None, 1, None, None, 4, None, None, None], 0))
+    view.on_pass(PassDone(2, 1, [Reveal(2, 2, 0.6)], [None, 1, 2, None, 4, None, None, None], 0))
+    console = Console(width=80, record=True, color_system="truecolor", force_terminal=True)
+    console.print(view)
+    lines = console.export_text(clear=False).splitlines()
+    assert lines[0] == "┊ Then"  # the unsettled thinking, live
+    assert lines[1].startswith("block 2 · pass 2 · 3/8 revealed")
+    assert lines[2].split() == ["░░░░░░", "Hello", "world", "░░░░░░", "EOS", "░░░░░░", "░░░░░░", "░░░░░░"]
+    assert lines[3] == "STATUS"
+    html = console.export_html(inline_styles=True)
+    assert confidence_color(0.97) in html and confidence_color(0.3) in html
+    # the answer starts: the thinking is closed and printed, the content settles by paragraph
+    out = view.on_text("", "Hi **there**.\n\nMore", False, 6)
+    assert [getattr(r, "plain", None) for r in out][:1] == ["┊ Then"]
+    assert view.content.pending == "More"
+    view.on_commit(2)
+    assert view.cells.revealed == 0 and view.cells.block == 3
