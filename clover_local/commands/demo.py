@@ -98,17 +98,17 @@ def ensure_pack(src: Path, out: Path, err) -> tuple[Path, bool]:
     return out, False
 
 
+DEMO_SLOTS = 24  # of 64 experts in the tiny model (4 layers x 16)
+
+
 def load_for_demo(pack: Path):
-    """Load the demo's INT4 pack. ── PLUG-IN POINT for the offloading runtime ──
-
-    For now the pack is dequantized by `clover_local.loader.load`. When the runtime lands, load it here
-    through the runtime with a small VRAM budget (so the demo exercises expert offloading); return an object
-    with the same fields as `loader.Loaded` (config, tokenizer, model, mask_token_id, stop_token_ids). If the
-    model object has `runtime_stats()`, chat's status line shows its `expert_cache_hit_rate`.
-    """
+    """Load the demo's INT4 pack through the offloading runtime with a deliberately small expert cache:
+    about a third of the tiny model's experts fit, so the turn exercises misses, block-scoped pinning and
+    prefetch, and chat's status line shows the hit rate."""
     from clover_local.loader import load
+    from clover_local.runtime.load import RuntimeOptions
 
-    return load(str(pack))
+    return load(str(pack), runtime=RuntimeOptions(slots=DEMO_SLOTS, context=4096))
 
 
 @app.command()
