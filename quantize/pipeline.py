@@ -31,7 +31,7 @@ from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, resolve_calib_path
-from quantize.gptq import HessianAccumulator
+from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
 
@@ -222,6 +222,7 @@ def quantize_checkpoint(
         lt = time.perf_counter()
         on_layer(i, n_layers, "reading")
         state_i = reader.layer_state(i)
+        reader.close()  # unmap the shards: touched pages of a mapped shard would stay in RSS layer after layer
         layer = build_layer(cfg, i, state_i, device, dtype)
         tensors, clean, noisy, report = quantizer.quantize(
             layer, clean, noisy, on_step=lambda msg, i=i: on_layer(i, n_layers, msg)
@@ -298,7 +299,12 @@ def _write_globals(reader, path: Path, clean, noisy, profile, settings: Quantize
                     for s in range(0, flat.shape[0], 16384):  # bounded device memory for the final rows
                         acc.add_batch(norm(flat[s:s + 16384]).to(device))
                 hessian = acc.H
-            res = quantize_weight(head.to(device), hessian, bits, settings.options())
+            # rows are independent given H: quantize the 248K-row head in slices so GPTQ's fp32 working copies
+            # stay small (one slice, not the whole 2 GB matrix several times over)
+            parts = [quantize_weight(head[r:r + 16384].to(device), hessian, bits, settings.options())
+                     for r in range(0, head.shape[0], 16384)]
+            res = QuantResult(torch.cat([p.q for p in parts]), torch.cat([p.scales for p in parts]),
+                              torch.cat([p.zeros for p in parts]), parts[0].g_idx, sum(p.loss for p in parts))
             tensors.update(packed("lm_head", res, bits))
     _atomic_save(tensors, path)
 

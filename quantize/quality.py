@@ -51,6 +51,8 @@ def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer) -
     for i in range(cfg.num_hidden_layers):
         on_layer(i)
         layer = build_layer(cfg, i, reader.layer_state(i), device, dtype)
+        if hasattr(reader, "close"):
+            reader.close()  # bounded RSS: unmap the shards this layer came from
         outs_c, outs_n = [], []
         with torch.no_grad():
             for s in range(0, clean.shape[0], batch):

@@ -67,6 +67,10 @@ class PackReader:
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise CloverError(f"pack shard {shard} is corrupt or truncated ({exc})") from None
 
+    def close(self) -> None:
+        """Unmap the shards (they reopen on the next read)."""
+        self._handles.clear()
+
     @property
     def has_preview_params(self) -> bool:
         return all(f"model.layers.{i}.linear_attn.conv_right_weight" in self.weight_map
