@@ -23,7 +23,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from clover_local.checkpoint.reader import CheckpointReader
-from clover_local.config import load_config
 from clover_local.errors import CloverError
 from clover_local.loader import resolve_mask_token
 from clover_local.model.clover import build_layer

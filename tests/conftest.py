@@ -11,7 +11,14 @@ import torch
 
 from clover_local.checkpoint.synthetic import TinySpec, write_checkpoint
 
-torch.set_num_threads(1)  # tiny tensors: threads only add sync cost on 2 shared cores
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread is far faster than two on a busy 2-core machine (thread sync
+    dominates), and a test that changes the count must not slow the ones after it."""
+    torch.set_num_threads(1)
+    yield
 
 _TOKENIZER_TEXTS = [
     "Hello world, this is a tiny tokenizer for tests.",

@@ -17,15 +17,6 @@ from tests.conftest import run_cli
 GEN = ["--device", "cpu", "--dtype", "float32"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is far faster than two on a busy 2-core machine (thread sync dominates)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def expect_error(capsys, args, *needles: str) -> str:
     """Run the CLI in-process; it must fail with exactly one `error: …` line on stderr naming every needle."""
     code = run_cli(args)

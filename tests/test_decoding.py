@@ -20,15 +20,6 @@ from clover_local.model.clover import load_model
 BS = 8  # TinySpec's block size
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is far faster than two on a busy 2-core machine (thread sync dominates)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def loaded(make_checkpoint):
     return load(str(make_checkpoint(seed=21)), device="cpu", dtype="float32")

@@ -15,14 +15,6 @@ from conftest import read_json, run_cli
 from runtime_pack import N_EXPERTS, N_LAYERS, TOP_K, tiny_pack
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory, tokenizer_dir):
     return tiny_pack(tmp_path_factory, tokenizer_dir)

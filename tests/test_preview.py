@@ -23,15 +23,6 @@ from tests.conftest import tokenizer_spec
 PREFIX = 19
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is far faster than two on a busy 2-core machine (thread sync dominates)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory, tokenizer_dir):
     folder = write_checkpoint(tmp_path_factory.mktemp("preview_ckpt"), tokenizer_spec(tokenizer_dir), seed=11)

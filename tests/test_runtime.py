@@ -24,14 +24,6 @@ from runtime_pack import N_EXPERTS, N_LAYERS, tiny_pack
 TOTAL = N_EXPERTS * N_LAYERS
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory, tokenizer_dir) -> Path:
     return tiny_pack(tmp_path_factory, tokenizer_dir)
