@@ -46,9 +46,13 @@ def test_diffusion_aware_calibration_lowers_preview_kl(quality):
 
 
 def test_int4_pack_keeps_task_accuracy(packs):
-    loaded = load(str(packs["gptq"]), "cpu", "float32")
-    report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, n=70, threshold=0.9)
-    assert report.accuracy >= 0.85, report.per_task
+    """The INT4 pack keeps >= 85% of the BF16 model's held-out accuracy."""
+    bf16 = load("tiny", "cpu", "float32")
+    int4 = load(str(packs["gptq"]), "cpu", "float32")
+    ref = evaluate(bf16.model, bf16.tokenizer, bf16.mask_token_id, n=70, threshold=0.9)
+    got = evaluate(int4.model, int4.tokenizer, int4.mask_token_id, n=70, threshold=0.9)
+    assert ref.accuracy > 0.2
+    assert got.accuracy >= 0.85 * ref.accuracy, (got.per_task, ref.per_task)
 
 
 def test_expert_tensors_shrink(packs):

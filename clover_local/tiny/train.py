@@ -41,10 +41,10 @@ class TrainSettings:
     lr: float = 3e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    threads: int = 1
+    threads: int = 2
     block_size: int = 16
     hidden_size: int = 128
-    num_hidden_layers: int = 4
+    num_hidden_layers: int = 8
     head_dim: int = 64
     partial_rotary_factor: float = 0.5
     ar_weight: float = 0.5
