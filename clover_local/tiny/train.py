@@ -254,7 +254,7 @@ def plot_curve(training_json: Path, png: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=120)
     ax.plot(steps, losses)
     ax.set_xlabel("step")
-    ax.set_ylabel("masked-token cross-entropy (EMA)")
+    ax.set_ylabel("masked CE + 0.5 x next-token CE (EMA)")
     ax.set_yscale("log")
     ax.set_title(f"tiny Clover, block-diffusion objective ({data['seconds'] / 60:.0f} min on CPU)")
     ax.grid(alpha=0.3)
