@@ -50,6 +50,16 @@ class CloverHTTPServer(ThreadingHTTPServer):
         self.api_key = api_key
         self.quiet = quiet
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that hangs up mid-request is routine (it also cancels its generation); anything else gets
+        one line on stderr instead of socketserver's traceback."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        print(f"serve: error handling a request from {client_address[0]}: {exc!r}", file=sys.stderr)
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
