@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from clover_local.commands.demo import DEMO_PROMPT
+
 from clover_local.loader import SHORT_NAMES
 from tests.conftest import run_cli
 
@@ -37,7 +39,7 @@ def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, floa
 def _check_output(proc: subprocess.CompletedProcess, pack: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "you › add 123+45" in out
+    assert f"you › {DEMO_PROMPT}" in out
     assert "tokens/pass]" in out  # the turn's figures
     assert "Next, try:" in out
     assert f"clover-local chat {pack}" in out and f"clover-local serve {pack}" in out
@@ -52,6 +54,7 @@ def test_demo_end_to_end_under_two_minutes(tmp_path):
     assert seconds < 120, f"the demo took {seconds:.0f} s"
     again, _ = _demo(tmp_path)  # the pack is reused, not made again
     assert again.returncode == 0 and "reused from the cache" in again.stderr
+    assert "Good morning!" in proc.stdout  # the shipped model answers the demo's greeting
 
 
 def test_demo_pipeline_on_a_random_checkpoint(make_checkpoint, tmp_path):

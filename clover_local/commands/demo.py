@@ -19,7 +19,7 @@ import typer
 from clover_local.cli import app
 from clover_local.errors import CloverError
 
-DEMO_PROMPT = "add 123+45"
+DEMO_PROMPT = "good morning"  # a chat the tiny model knows: its answer shows several tokens settling per pass
 PACK_NAME = "tiny-int4"
 
 
