@@ -59,7 +59,7 @@ def chat(
 
       clover-local chat tiny
 
-      echo "add 123+45" | clover-local chat tiny --no-think
+      echo "reverse a b c d" | clover-local chat tiny --no-think
     """
     from clover_local.chat.app import ChatApp
     from clover_local.chat.conversation import ChatSettings

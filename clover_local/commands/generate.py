@@ -41,7 +41,7 @@ def generate(
 
     Examples:
 
-      clover-local generate tiny --prompt "add 123+45"
+      clover-local generate tiny --prompt "reverse a b c d"
 
       clover-local generate ./my-checkpoint -p "Hello" --no-think --json
     """
