@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from clover_local.errors import CloverError
+from clover_local.model.noising import mask_blocks
 
 HOLDOUT_EVERY = 10  # sample i with i % 10 == 9 is held out for evaluation, never calibrated on
 
@@ -97,7 +98,5 @@ def build_calibration(
         stream = (stream * reps)[:seq_len]
         n = 1
     clean = torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
-    ratio = torch.rand(n, seq_len // block_size, generator=gen).clamp(min=0.05).repeat_interleave(block_size, 1)
-    masked = torch.rand(n, seq_len, generator=gen) < ratio
-    noisy = clean.masked_fill(masked, mask_id)
+    noisy, _ = mask_blocks(clean, block_size, mask_id, gen)
     return CalibrationSet(clean, noisy, str(path), len(texts), n * seq_len)

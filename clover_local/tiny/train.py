@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
 from clover_local.config import parse_config
 from clover_local.model.clover import CloverModel
+from clover_local.model.noising import mask_blocks
 from clover_local.tiny import corpus
 from clover_local.tiny.tokenizer_build import build_tokenizer, write_tokenizer_assets
 
@@ -144,10 +145,7 @@ class Batches:
             clean[i, : len(ids)] = torch.tensor(ids)
             maskable[i, prompt_len:] = True
             real[i, : len(ids)] = True
-        # one masking ratio per block, uniform in (0, 1]
-        ratio = torch.rand(n, length // bs, generator=gen).clamp(min=0.05).repeat_interleave(bs, 1)
-        masked = (torch.rand(n, length, generator=gen) < ratio) & maskable
-        noisy = clean.masked_fill(masked, self.mask)
+        noisy, masked = mask_blocks(clean, bs, self.mask, gen, maskable)
         return clean, noisy, masked, real
 
 
