@@ -106,13 +106,7 @@ class LayerQuantizer:
         cos, sin = self.rotary.cos_sin(torch.arange(xc.shape[1], device=xc.device), xc.dtype)
         if xn is None:
             return xc + layer.mix(xc, cos, sin, None, False, 0), None
-        hc, hn = layer.input_layernorm(xc), layer.input_layernorm(xn)
-        bs = self.cfg.diffusion.block_size
-        if layer.is_attention:
-            mc, mn = layer.self_attn.forward_all_blocks(hc, hn, cos, sin, bs)
-        else:
-            mc, mn = layer.linear_attn.forward_all_blocks(hc, hn, bs)
-        return xc + mc, xn + mn
+        return layer.mix_all_blocks(xc, xn, cos, sin, self.cfg.diffusion.block_size)
 
     def _run(self, layer: DecoderLayer, clean: torch.Tensor, noisy: torch.Tensor | None, moe: bool):
         """Mixer (and MoE) over all sequences in chunks; returns outputs on the host."""

@@ -46,13 +46,17 @@ class DecoderLayer(nn.Module):
         x = x + self.mix(x, cos, sin, cache, preview, n_prefix)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_all_blocks(self, clean, noisy, cos, sin, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def mix_all_blocks(self, clean, noisy, cos, sin, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training form of the residual after the mixer: causal over `clean`, a preview of every block of `noisy`."""
         hc, hn = self.input_layernorm(clean), self.input_layernorm(noisy)
         if self.is_attention:
             mc, mn = self.self_attn.forward_all_blocks(hc, hn, cos, sin, block_size)
         else:
             mc, mn = self.linear_attn.forward_all_blocks(hc, hn, block_size)
-        clean, noisy = clean + mc, noisy + mn
+        return clean + mc, noisy + mn
+
+    def forward_all_blocks(self, clean, noisy, cos, sin, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        clean, noisy = self.mix_all_blocks(clean, noisy, cos, sin, block_size)
         both = torch.cat([clean, noisy], 0)
         both = both + self.mlp(self.post_attention_layernorm(both))
         return both[: clean.shape[0]], both[clean.shape[0] :]
