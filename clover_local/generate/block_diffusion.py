@@ -87,8 +87,9 @@ class BlockDiffusionDecoder:
             room = settings.max_new_tokens - len(out)
             targets = list(range(fixed, min(bs, fixed + room)))
             tokens: list[int | None] = (tail if block_no == 0 else []) + [None] * (bs - fixed)
-            passes, finished = 0, False
-            while any(tokens[p] is None for p in targets):
+            passes = 0
+            while (any(tokens[p] is None for p in targets)
+                   and self._settled_stop(tokens, targets, stops) is None):
                 block = [self.mask_id if t is None else t for t in tokens]
                 logits = self.model(self._ids(block), cache, preview=True)[0]
                 if self.shifted:
@@ -105,25 +106,21 @@ class BlockDiffusionDecoder:
                 stats.passes += 1
                 yield PassDone(block_no, passes, reveals, list(tokens), fixed)
                 passes += 1
-                stop_at = self._settled_stop(tokens, targets, stops)
-                if stop_at is not None:
-                    finished = True
-                    break
-            new = [t for t in tokens[fixed : targets[-1] + 1]] if targets else []
             stop_at = self._settled_stop(tokens, targets, stops)
-            if stop_at is not None:
-                new = tokens[fixed:stop_at]
-                finished = True
+            finished = stop_at is not None
+            if finished:
                 stats.stop_reason = "stop"
-            out.extend(int(t) for t in new)  # type: ignore[arg-type]
+            new = [int(t) for t in tokens[fixed : stop_at if finished else targets[-1] + 1]]  # type: ignore[arg-type]
+            out.extend(new)
             stats.blocks += 1
-            if finished or len(out) >= settings.max_new_tokens:
-                yield BlockCommitted(block_no, [int(t) for t in new], passes)  # type: ignore[arg-type]
+            done = finished or len(out) >= settings.max_new_tokens
+            if not done:  # commit the finished block: the next one previews against it
+                logits = self.model(self._ids([int(t) for t in tokens]), cache, rows=slice(-1, None))  # type: ignore[arg-type]
+                last_logits = logits[0, -1]
+                stats.commits += 1
+            yield BlockCommitted(block_no, new, passes)
+            if done:
                 break
-            logits = self.model(self._ids([int(t) for t in tokens]), cache, rows=slice(-1, None))  # type: ignore[arg-type]
-            last_logits = logits[0, -1]
-            stats.commits += 1
-            yield BlockCommitted(block_no, [int(t) for t in new], passes)  # type: ignore[arg-type]
             block_no += 1
         stats.tokens = len(out)
         stats.seconds = time.perf_counter() - t0
