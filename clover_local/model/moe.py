@@ -42,14 +42,17 @@ class Experts(nn.Module):
         counts = torch.bincount(flat, minlength=self.gate_up_proj.shape[0]).tolist()
         rows = order // idx.shape[1]
         w = weights.reshape(-1)[order]
+        # unbind once: indexing the fused parameter per expert would make autograd build (and sum) a full-size
+        # zero gradient for every expert hit
+        gate_up, down = self.gate_up_proj.unbind(0), self.down_proj.unbind(0)
         start = 0
         for e, c in enumerate(counts):
             if c == 0:
                 continue
             r = rows[start : start + c]
-            h = F.linear(x[r], self.gate_up_proj[e])
+            h = F.linear(x[r], gate_up[e])
             h = F.silu(h[:, : self.inter]) * h[:, self.inter :]
-            y = F.linear(h, self.down_proj[e]) * w[start : start + c, None].to(x.dtype)
+            y = F.linear(h, down[e]) * w[start : start + c, None].to(x.dtype)
             out.index_add_(0, r, y)
             start += c
         return out

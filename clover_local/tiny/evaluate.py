@@ -29,8 +29,9 @@ class EvalReport:
     accuracy: float
     per_task: dict[str, float]
     n: int
-    tokens_per_pass: float  # output tokens / preview passes
-    revealed_per_pass: float  # positions revealed / preview passes (includes the stop token and padding)
+    answer_tokens_per_pass: float  # decoded answer tokens incl. the stop token that ends it / preview passes
+    tokens_per_pass: float  # output tokens (stop token excluded) / preview passes
+    revealed_per_pass: float  # positions revealed / preview passes (includes padding after the stop token)
     threshold: float
     seconds: float
     chat: list[dict[str, str]] = field(default_factory=list)
@@ -40,17 +41,28 @@ class EvalReport:
         return asdict(self)
 
 
-def run_prompt(decoder: BlockDiffusionDecoder, tok, prompt: str, settings: DecodeSettings) -> tuple[list[int], int, int]:
-    """(output ids, preview passes, revealed positions) for one rendered prompt."""
-    passes = revealed = 0
-    out: list[int] = []
+@dataclass
+class PromptRun:
+    ids: list[int]  # output tokens, stop token excluded
+    passes: int
+    revealed: int  # positions revealed, padding after the stop token included
+    stopped: bool  # ended on a stop token (which was decoded like any other token)
+
+    @property
+    def decoded(self) -> int:
+        """Tokens of the answer the passes decoded: the output plus the stop token that ends it."""
+        return len(self.ids) + int(self.stopped)
+
+
+def run_prompt(decoder: BlockDiffusionDecoder, tok, prompt: str, settings: DecodeSettings) -> PromptRun:
+    run = PromptRun([], 0, 0, False)
     for event in decoder.generate(tok.encode(prompt), settings):
         if isinstance(event, PassDone):
-            passes += 1
-            revealed += len(event.revealed)
+            run.passes += 1
+            run.revealed += len(event.revealed)
         elif isinstance(event, Finished):
-            out = event.token_ids
-    return out, passes, revealed
+            run.ids, run.stopped = event.token_ids, event.stats.stop_reason == "stop"
+    return run
 
 
 def evaluate(
@@ -62,28 +74,30 @@ def evaluate(
     stops = list(dict.fromkeys(tok.eos_token_ids))
     settings = DecodeSettings(max_new_tokens=max_new_tokens, threshold=threshold, stop_token_ids=stops)
     right: dict[str, list[bool]] = defaultdict(list)
-    total_tokens = total_passes = total_revealed = 0
+    total_tokens = total_decoded = total_passes = total_revealed = 0
     failures = []
     for ex in corpus.make_heldout(n, seed):
-        ids, passes, revealed = run_prompt(decoder, tok, corpus.render_prompt(ex, enable_thinking), settings)
-        text = tok.decode(ids)
+        run = run_prompt(decoder, tok, corpus.render_prompt(ex, enable_thinking), settings)
+        text = tok.decode(run.ids)
         ok = corpus.check_answer(ex, text)
         right[ex.task].append(ok)
         if not ok and len(failures) < 20:
             failures.append({"prompt": ex.prompt, "expected": ex.answer, "got": text})
-        total_tokens += len(ids)
-        total_passes += passes
-        total_revealed += revealed
+        total_tokens += len(run.ids)
+        total_decoded += run.decoded
+        total_passes += run.passes
+        total_revealed += run.revealed
     chat = []
     for prompt in CHAT_PROMPTS:
         rendered = tok.apply_chat_template([{"role": "user", "content": prompt}], enable_thinking=True)
-        ids, _, _ = run_prompt(decoder, tok, rendered, settings)
-        chat.append({"user": prompt, "assistant": tok.decode(ids)})
+        run = run_prompt(decoder, tok, rendered, settings)
+        chat.append({"user": prompt, "assistant": tok.decode(run.ids)})
     flat = [ok for oks in right.values() for ok in oks]
     return EvalReport(
         accuracy=sum(flat) / max(len(flat), 1),
         per_task={task: sum(oks) / len(oks) for task, oks in sorted(right.items())},
         n=len(flat),
+        answer_tokens_per_pass=total_decoded / max(total_passes, 1),
         tokens_per_pass=total_tokens / max(total_passes, 1),
         revealed_per_pass=total_revealed / max(total_passes, 1),
         threshold=threshold,
@@ -112,7 +126,8 @@ def main() -> None:
         print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:
         print(f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts, "
-              f"{report.tokens_per_pass:.2f} tokens/pass ({report.revealed_per_pass:.2f} revealed/pass), "
+              f"{report.answer_tokens_per_pass:.2f} answer tokens/pass incl. the stop token "
+              f"({report.tokens_per_pass:.2f} without it, {report.revealed_per_pass:.2f} positions incl. padding), "
               f"{report.seconds:.1f}s")
         for task, acc in report.per_task.items():
             print(f"  {task:14s} {acc:.3f}")

@@ -49,6 +49,7 @@ class TrainSettings:
     head_dim: int = 64
     partial_rotary_factor: float = 0.5
     ar_weight: float = 0.5
+    ar_scope: str = "all"  # next-token loss on "all" real tokens or only the "assistant" part
     num_experts: int = 16
     num_experts_per_tok: int = 2
     moe_intermediate_size: int = 128
@@ -132,8 +133,9 @@ class Batches:
         self.mask = tok.token_to_id("<|mask|>")
         self.rng = random.Random(seed)
 
-    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(clean ids, noisy ids, masked positions, real-token positions) for n conversations of one length bucket."""
+    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """(clean ids, noisy ids, masked positions, real-token positions, maskable positions) for n conversations
+        of one length bucket."""
         bucket = self.buckets[self.rng.choices(self.bucket_keys, self.bucket_weights)[0]]
         picks = [self.rows[self.rng.choice(bucket)] for _ in range(n)]
         bs = self.block_size
@@ -146,7 +148,7 @@ class Batches:
             maskable[i, prompt_len:] = True
             real[i, : len(ids)] = True
         noisy, masked = mask_blocks(clean, bs, self.mask, gen, maskable)
-        return clean, noisy, masked, real
+        return clean, noisy, masked, real, maskable
 
 
 def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 500) -> dict:
@@ -168,7 +170,7 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=s.lr, betas=(0.9, 0.98),
+        lr=s.lr, betas=(0.9, 0.98), fused=True,
     )
     gen = torch.Generator().manual_seed(s.seed + 1)
     curve: list[tuple[int, float]] = []
@@ -177,13 +179,13 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
         lr = s.lr * min(1.0, step / s.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / s.steps)))
         for group in opt.param_groups:
             group["lr"] = max(lr, s.lr * 0.02)
-        clean, noisy, masked, real = data.sample(s.batch_size, gen)
+        clean, noisy, masked, real, maskable = data.sample(s.batch_size, gen)
         clean_h, hidden = model.forward_all_blocks(clean, noisy)
         logits = model.lm_head(hidden[masked]).float()
         loss = F.cross_entropy(logits, clean[masked])
         if s.ar_weight:
             # auxiliary next-token loss on the causal pass: dense supervision that also gives `score` meaning
-            nxt = real[:, 1:]
+            nxt = real[:, 1:] & (maskable[:, 1:] if s.ar_scope == "assistant" else True)
             ar_logits = model.lm_head(clean_h[:, :-1][nxt]).float()
             loss = loss + s.ar_weight * F.cross_entropy(ar_logits, clean[:, 1:][nxt])
         opt.zero_grad(set_to_none=True)
