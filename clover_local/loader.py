@@ -87,28 +87,64 @@ def resolve_mask_token(config: CloverConfig, tokenizer: ChatTokenizer) -> int:
     return int(mask)
 
 
-def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | None" = None) -> Loaded:
-    """Load config, tokenizer and weights (BF16 checkpoint or GPTQ pack, dequantized) for the commands.
+AUTO = "auto"  # `load(..., runtime=AUTO)`: packs through the offloading runtime, checkpoints plainly
 
-    With `runtime` (a `clover_local.runtime.load.RuntimeOptions`), a GPTQ pack is loaded in packed form with
-    its experts offloaded to host memory behind a device expert cache (`model.runtime_stats()` reports it)."""
-    from clover_local.checkpoint.reader import CheckpointReader
-    from clover_local.model.clover import CloverModel
-    from clover_local.pack.reader import PackReader, is_pack
+
+def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | str | None" = None, *,
+         vram_budget: int | None = None, context: int | None = None) -> Loaded:
+    """Load config, tokenizer and weights for the commands.
+
+    `runtime` picks how a GPTQ pack is loaded:
+    - None: dequantized into a full model in `dtype` (exact reference; needs the BF16 size in memory);
+    - a `clover_local.runtime.load.RuntimeOptions`: in packed form, experts offloaded to host memory behind a
+      device expert cache (`model.runtime_stats()` reports it), with exactly those options; a pack is required;
+    - "auto" (what chat, generate and serve use): the runtime for a pack, with `RuntimeOptions(vram_budget,
+      context)`; a BF16 checkpoint loads plainly, as only a pack can be offloaded.
+    `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path."""
+    from clover_local.pack.reader import is_pack
 
     path = resolve_model_path(arg)
     config = load_config(path)
     tokenizer = ChatTokenizer.from_folder(path)
     dev = pick_device(device)
+    if runtime == AUTO:
+        runtime = auto_runtime(config, vram_budget, context) if is_pack(path) else None
+    elif isinstance(runtime, str):
+        raise ValueError(f"runtime must be None, {AUTO!r} or RuntimeOptions, not {runtime!r}")
     if runtime is not None:
-        from clover_local.runtime.load import load_packed_model
-
-        if not is_pack(path):
-            raise CloverError(f"{arg} is not a quantized pack: the offloading runtime runs GPTQ packs; make one "
-                              f"with clover-local quantize {arg} --out PACK")
-        model = load_packed_model(path, dev, pick_dtype(dtype, dev), runtime)
+        model = _load_offloaded(arg, path, dev, pick_dtype(dtype, dev), runtime)
         config = model.config
     else:
-        reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
-        model = CloverModel.from_reader(reader, dev, pick_dtype(dtype, dev))
+        model = _load_plain(path, config, dev, pick_dtype(dtype, dev))
+        if context is not None:
+            config.max_position_embeddings = min(config.max_position_embeddings, context)
     return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer))
+
+
+def auto_runtime(config: CloverConfig, vram_budget: int | None, context: int | None):
+    """The runtime options of `runtime="auto"`: a KV cache no longer than the model can use."""
+    from clover_local.runtime.load import RuntimeOptions
+    from clover_local.runtime.placement import DEFAULT_CONTEXT
+
+    ctx = min(context if context is not None else DEFAULT_CONTEXT, config.max_context)
+    return RuntimeOptions(vram_budget=vram_budget, context=ctx)
+
+
+def _load_offloaded(arg: str, path: Path, dev: torch.device, dtype: torch.dtype, options):
+    from clover_local.pack.reader import is_pack
+    from clover_local.runtime.load import load_packed_model
+
+    if not is_pack(path):
+        raise CloverError(f"{arg} is not a quantized pack: the offloading runtime runs GPTQ packs; make one "
+                          f"with clover-local quantize {arg} --out PACK")
+    return load_packed_model(path, dev, dtype, options)
+
+
+def _load_plain(path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype):
+    """A BF16 checkpoint as is, or a pack dequantized into a full model."""
+    from clover_local.checkpoint.reader import CheckpointReader
+    from clover_local.model.clover import CloverModel
+    from clover_local.pack.reader import PackReader, is_pack
+
+    reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
+    return CloverModel.from_reader(reader, dev, dtype)

@@ -266,3 +266,37 @@ def test_queue_bound_answers_429(in_process):
         kinds.append(waiting.out.get(timeout=30)[0])
     assert kinds[-1] == "done"
     assert engine.health()["requests"]["rejected"] == 1
+
+
+def test_a_failed_generation_answers_503_and_serving_goes_on(in_process):
+    """Out of memory (or a runtime limit) mid-answer: an OpenAI-style error for that request, then business as
+    usual; streamed, the error arrives as an event before [DONE]."""
+    from clover_local.errors import CloverError
+    from clover_local.generate.events import PassDone
+
+    engine, url = in_process
+    real = engine.decoder.generate
+    failures = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                CloverError("the sequence reached the 64-token context the runtime was loaded for")]
+
+    def flaky(prompt_ids, settings):
+        for event in real(prompt_ids, settings):
+            yield event
+            if failures and isinstance(event, PassDone):
+                raise failures.pop(0)
+
+    engine.decoder.generate = flaky
+    before = engine.health()["requests"]["failed"]
+    status, body = post(url, json.dumps({"messages": MSG, "max_tokens": 8}).encode())
+    assert status == 503 and body["error"]["code"] == "out_of_memory"
+    assert "max_tokens" in body["error"]["message"] and body["error"]["type"] == "server_error"
+    req = urllib.request.Request(url + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"messages": MSG, "max_tokens": 8, "stream": True}).encode())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        events = [line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    err = json.loads(events[-2])["error"]
+    assert err["code"] == "generation_failed" and "64-token context" in err["message"]
+    status, body = post(url, json.dumps({"messages": MSG, "max_tokens": 4}).encode())
+    assert status == 200 and body["choices"][0]["message"] is not None
+    assert engine.health()["requests"]["failed"] - before == 2

@@ -20,7 +20,7 @@ from rich.text import Text
 from clover_local.chat.conversation import SETTABLE, ChatSettings, Conversation, set_value
 from clover_local.chat.display import TurnView, think_lines
 from clover_local.chat.stats import format_gib, format_hit_rate, gpu_memory, runtime_stats, scalar_stats
-from clover_local.chat.turn import TurnStats, TurnText, decode_events
+from clover_local.chat.turn import TURN_FAILURES, TurnStats, TurnText, decode_events, is_out_of_memory, release_memory
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 
@@ -318,14 +318,18 @@ class ChatApp:
         turn = TurnText(self.tok, prompt)
         stats = TurnStats(prompt_tokens=len(ids))
         stopped = False
+        failure = None
         try:
             if self.interactive:
                 stopped = self._answer_live(ids, settings, turn, stats)
             else:
                 stopped = self._answer_plain(ids, settings, turn, stats)
-        except CloverError as exc:
+        except TURN_FAILURES as exc:
+            failure = failed_turn_message(exc)
+        if failure is not None:  # outside the handler: the traceback's tensors are gone before memory is released
+            release_memory()
             self.conv.messages.pop()
-            self.error(str(exc))
+            self.error(failure)
             return None
         self.conv.add_assistant(turn.content, turn.reasoning, interrupted=stopped)
         self.last_reasoning = turn.reasoning
@@ -430,6 +434,11 @@ class ChatApp:
         except KeyboardInterrupt:
             stopped = True
             stats.end("cancelled")
+        except BaseException:
+            if turn.content:  # end the half-written answer's line before the error is shown
+                self.out.write("\n")
+                self.out.flush()
+            raise
         finally:
             events.close()
         _, dc = turn.finish()
@@ -437,3 +446,12 @@ class ChatApp:
         self.out.flush()
         return stopped
 
+
+def failed_turn_message(exc: BaseException) -> str:
+    """The one line a failed answer gets: what went wrong and what to change; the chat goes on without it."""
+    kept = "the conversation is as it was before this message"
+    if is_out_of_memory(exc):
+        where = "host RAM" if isinstance(exc, MemoryError) else "memory"
+        return (f"ran out of {where} during this answer; {kept}. Shorten the conversation (/reset) or the answer "
+                "(/set max_tokens N), or restart with a lower --vram-budget or --context")
+    return f"{exc} ({kept})"

@@ -14,6 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import torch
+
+from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Event, Finished, PassDone
 from clover_local.tokenizer import THINK_END, THINK_START
 
@@ -46,6 +49,25 @@ def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callabl
                 return
     finally:
         gen.close()
+
+
+# Out of memory mid-answer: torch's (device or host allocator; torch.cuda.OutOfMemoryError before torch 2.5)
+# and Python's own. Not a bug: the next, shorter request may well fit, so front ends recover from it.
+OUT_OF_MEMORY: tuple[type[BaseException], ...] = (
+    getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError), MemoryError)
+# What a turn may raise that a front end reports and survives (anything else is a bug and propagates).
+TURN_FAILURES: tuple[type[BaseException], ...] = (CloverError, *OUT_OF_MEMORY)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, OUT_OF_MEMORY)
+
+
+def release_memory() -> None:
+    """Give cached device blocks back after a failed turn, so the next one starts from a clean allocator.
+    Call it once the exception (and the frames holding its tensors) is gone."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def prompt_opens_thinking(prompt_text: str) -> bool:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
+from clover_local.commands._model_options import context_option, load_options, offload_option, vram_budget_option
 from clover_local.errors import CloverError
 
 
@@ -17,8 +18,8 @@ def check_range(name: str, value: float, low: float, high: float, low_open: bool
         raise CloverError(f"{name} must be between {low} and {high}, got {value}")
 
 
-def load_with_status(model: str, device: str, dtype: str, interactive: bool):
-    """`loader.load` behind a spinner on a terminal (a line on stderr otherwise)."""
+def load_with_status(model: str, device: str, dtype: str, interactive: bool, **options):
+    """`loader.load` behind a spinner on a terminal; `options` are `_model_options.load_options(...)`."""
     from rich.console import Console
 
     from clover_local.loader import load
@@ -26,8 +27,8 @@ def load_with_status(model: str, device: str, dtype: str, interactive: bool):
     console = Console(stderr=not interactive, highlight=False)
     if interactive:
         with console.status(f"loading {model} …", spinner="dots"):
-            return load(model, device, dtype)
-    return load(model, device, dtype)
+            return load(model, device, dtype, **options)
+    return load(model, device, dtype, **options)
 
 
 @app.command()
@@ -49,6 +50,9 @@ def chat(
                                                    "not counted in tokens/s)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+    offload: bool = offload_option(),
+    vram_budget: Optional[str] = vram_budget_option(),
+    context: Optional[int] = context_option(),
 ) -> None:
     """Chat in the terminal: answers stream as blocks commit, and the block being denoised is drawn live.
 
@@ -60,6 +64,8 @@ def chat(
       clover-local chat tiny
 
       echo "reverse a b c d" | clover-local chat tiny --no-think
+
+      clover-local chat ./clover-int4 --vram-budget 14GB --context 8192
     """
     from clover_local.chat.app import ChatApp
     from clover_local.chat.conversation import ChatSettings
@@ -72,8 +78,9 @@ def chat(
         raise CloverError("--max-tokens must be at least 1")
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
+    options = load_options(offload, vram_budget, context)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
-    loaded = load_with_status(model, device, dtype, interactive)
+    loaded = load_with_status(model, device, dtype, interactive, **options)
     settings = ChatSettings(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
         temperature=temperature, top_p=top_p, max_tokens=min(max_tokens, loaded.config.max_context),

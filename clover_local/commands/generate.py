@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
+from clover_local.commands._model_options import context_option, load_options, offload_option, vram_budget_option
 from clover_local.errors import CloverError
 
 
@@ -19,7 +20,7 @@ def _check_range(name: str, value: float, low: float, high: float) -> None:
 
 @app.command()
 def generate(
-    model: str = typer.Argument(..., help="Checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
+    model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
     prompt: str = typer.Option(..., "--prompt", "-p", help="The user message."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Stop after this many new tokens."),
     threshold: Optional[float] = typer.Option(
@@ -36,6 +37,9 @@ def generate(
     as_json: bool = typer.Option(
         False, "--json", help='Print one object {"text", "token_ids", "stats"} instead of streaming.'
     ),
+    offload: bool = offload_option(),
+    vram_budget: Optional[str] = vram_budget_option(),
+    context: Optional[int] = context_option(),
 ) -> None:
     """Generate one answer by block diffusion: each block of masks is denoised in a few parallel passes.
 
@@ -44,6 +48,8 @@ def generate(
       clover-local generate tiny --prompt "reverse a b c d"
 
       clover-local generate ./my-checkpoint -p "Hello" --no-think --json
+
+      clover-local generate ./clover-int4 -p "Hello" --vram-budget 14GB --context 4096
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import BlockCommitted, Finished
@@ -55,7 +61,7 @@ def generate(
         _check_range("--threshold", threshold, 0.0, 1.0)
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
-    loaded = load(model, device, dtype)
+    loaded = load(model, device, dtype, **load_options(offload, vram_budget, context))
     tok = loaded.tokenizer
     if raw:
         text = prompt

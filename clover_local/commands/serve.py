@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
+from clover_local.commands._model_options import context_option, load_options, offload_option, vram_budget_option
 from clover_local.errors import CloverError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -31,14 +32,15 @@ def serve(
     max_queue: int = typer.Option(32, "--max-queue", help="Requests that may wait while one generates; more "
                                                           "get HTTP 429."),
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Most tokens one answer may ask for (also the default)."),
-    context: Optional[int] = typer.Option(None, "--context", help="Most tokens of prompt plus answer "
-                                                                  "(default: the model's context)."),
     max_request_mb: float = typer.Option(4.0, "--max-request-mb", help="Largest request body, in MB."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="CLOVER_LOCAL_API_KEY",
                                           help="Require 'Authorization: Bearer KEY' (advised off loopback)."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+    offload: bool = offload_option(),
+    vram_budget: Optional[str] = vram_budget_option(),
+    context: Optional[int] = context_option(),
 ) -> None:
     """Serve a model over an OpenAI-compatible API: /v1/chat/completions (streaming and not), /v1/models, /health.
 
@@ -48,6 +50,8 @@ def serve(
     Examples:
 
       clover-local serve tiny --port 8000
+
+      clover-local serve ./clover-int4 --vram-budget 14GB --context 16384
 
       curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
         -d '{"model": "tiny", "messages": [{"role": "user", "content": "add 12+30"}]}'
@@ -64,13 +68,10 @@ def serve(
         raise CloverError("--max-tokens must be at least 1")
     if max_request_mb <= 0:
         raise CloverError("--max-request-mb must be above 0")
+    options = load_options(offload, vram_budget, context)
     print(f"loading {model} …", file=sys.stderr, flush=True)
-    loaded = load(model, device, dtype)
-    ctx = loaded.config.max_context
-    if context is not None:
-        if context < 2:
-            raise CloverError("--context must be at least 2")
-        ctx = min(ctx, context)
+    loaded = load(model, device, dtype, **options)
+    ctx = loaded.config.max_context  # --context already applied by the loader
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx)
     engine = Engine(loaded, max_queue=max_queue)
     name = model_name or model_label(model)

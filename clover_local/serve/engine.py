@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
-from clover_local.chat.turn import TurnStats, TurnText, decode_events
+from clover_local.chat.turn import OUT_OF_MEMORY, TurnStats, TurnText, decode_events, release_memory
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.serve.protocol import ApiError, StopText
@@ -108,19 +108,21 @@ class Engine:
             with self.lock:
                 self.running = job
             job.started.set()
+            error = None
             try:
                 self._generate(job)
-            except CloverError as exc:
-                self._count("failed")
-                job.out.put(("error", ApiError(400, str(exc))))
+            except (CloverError, *OUT_OF_MEMORY) as exc:
+                error = failed_request(exc)
             except Exception as exc:  # a bug: answer 500, keep serving
-                self._count("failed")
                 traceback.print_exc(file=sys.stderr)
-                job.out.put(("error", ApiError(500, f"internal error: {type(exc).__name__}: {exc}",
-                                               type="server_error")))
+                error = ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error")
             finally:
                 with self.lock:
                     self.running = None
+            if error is not None:  # outside the handler, so the failed pass's tensors are freed first
+                release_memory()
+                self._count("failed")
+                job.out.put(("error", error))
 
     def _count(self, what: str) -> None:
         with self.lock:
@@ -165,6 +167,19 @@ class Engine:
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
         job.out.put(("done", info))
+
+
+def failed_request(exc: BaseException) -> ApiError:
+    """A generation that failed for want of memory or on a runtime limit: 503 (the server is fine, this request
+    did not fit now), with what to change. Requests are checked before they are queued, so a CloverError here
+    comes from the model side (the runtime's device memory, its preallocated context), not from the client."""
+    if isinstance(exc, OUT_OF_MEMORY):
+        where = "host RAM" if isinstance(exc, MemoryError) else "memory"
+        return ApiError(503, f"the server ran out of {where} while generating this answer; retry with fewer "
+                        "messages or a lower max_tokens (or restart the server with a lower --vram-budget or "
+                        "--context)", type="server_error", code="out_of_memory")
+    return ApiError(503, f"the server could not finish this answer: {exc}", type="server_error",
+                    code="generation_failed")
 
 
 def stop_content(turn: TurnText, stop: StopText) -> str:

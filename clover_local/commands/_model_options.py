@@ -1,0 +1,58 @@
+"""The loading options chat, generate and serve share: `--offload/--no-offload`, `--vram-budget`, `--context`.
+
+One definition of the flags and their help, and one function turning the parsed values into `loader.load`
+arguments, so the three commands cannot drift apart. (The leading underscore keeps this module out of the
+command registry: it defines no command.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from clover_local.errors import CloverError
+from clover_local.runtime.placement import DEFAULT_CONTEXT
+
+PANEL = "Loading a pack"
+
+
+def offload_option() -> Any:
+    return typer.Option(
+        True, "--offload/--no-offload", rich_help_panel=PANEL,
+        help="A pack (the 4-bit GPTQ folder `clover-local quantize` writes) runs through the offloading runtime: "
+             "weights stay 4-bit, the routed experts live in host RAM and a device cache holds the ones in use, "
+             "so a 35B pack fits a 16 GB GPU. --no-offload dequantizes the whole pack to --dtype first (the exact "
+             "reference path; needs the full BF16 size in memory). BF16 checkpoints always load as they are.")
+
+
+def vram_budget_option() -> Any:
+    return typer.Option(
+        None, "--vram-budget", metavar="SIZE", rich_help_panel=PANEL,
+        help="Device memory the runtime may use for a pack, e.g. 14GB (binary units): the non-expert weights and "
+             "KV cache first, then as many expert-cache slots as fit; a bigger budget means fewer expert copies "
+             "per pass. Lower it when other programs need the GPU. Default: free device memory minus a margin "
+             "(on a CPU: half the available RAM). `clover-local plan` shows what a budget buys.")
+
+
+def context_option() -> Any:
+    return typer.Option(
+        None, "--context", metavar="N", rich_help_panel=PANEL,
+        help=f"Most tokens of prompt plus answer. A pack's KV cache is preallocated for this many (default "
+             f"{DEFAULT_CONTEXT}, or the model's context if smaller), so a smaller value leaves more of "
+             "--vram-budget to the expert cache. Default for a BF16 checkpoint: the model's context.")
+
+
+def load_options(offload: bool, vram_budget: Optional[str], context: Optional[int]) -> dict[str, Any]:
+    """Keyword arguments for `clover_local.loader.load` from the three flags, checked before anything loads:
+    packs through the runtime ("auto") unless --no-offload."""
+    from clover_local.loader import AUTO
+    from clover_local.runtime.sizes import parse_size
+
+    if context is not None and context < 2:
+        raise CloverError(f"--context must be at least 2 (a prompt token and an answer token), got {context}")
+    if not offload and vram_budget is not None:
+        raise CloverError("--vram-budget sizes the offloading runtime; it has no effect with --no-offload "
+                          "(drop one of them)")
+    budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
+    return {"runtime": AUTO if offload else None, "vram_budget": budget, "context": context}

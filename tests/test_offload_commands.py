@@ -1,0 +1,163 @@
+"""chat, generate and serve run a GPTQ pack through the offloading runtime by default: the same greedy tokens as
+the dequantizing path (`--no-offload`), budget and flag errors as one `error:` line, `/stats` reading the
+runtime's counters; and a turn that runs out of memory mid-answer leaves the chat going, its conversation as it
+was before that turn. (Serve's side of that is in test_serve.py.)"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+import torch
+
+from clover_local.generate.block_diffusion import BlockDiffusionDecoder
+from clover_local.generate.events import BlockCommitted
+from clover_local.loader import AUTO, load
+from runtime_pack import N_EXPERTS, N_LAYERS, tiny_pack
+from tests.conftest import run_cli
+
+GEN = ["--device", "cpu", "--dtype", "float32"]
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, tokenizer_dir):
+    return tiny_pack(tmp_path_factory, tokenizer_dir)
+
+
+@pytest.fixture
+def placed(monkeypatch) -> list:
+    """Every model `load_packed_model` builds (so a test can tell the runtime was used, and with what)."""
+    import clover_local.runtime.load as runtime_load
+
+    models: list = []
+    real = runtime_load.load_packed_model
+
+    def spy(*args, **kwargs):
+        models.append(real(*args, **kwargs))
+        return models[-1]
+
+    monkeypatch.setattr(runtime_load, "load_packed_model", spy)
+    return models
+
+
+def one_error_line(capsys, code: int) -> str:
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def generate_json(capsys, pack, *extra: str) -> dict:
+    args = ["generate", pack, "-p", "add 12+30", "--no-think", "--max-new-tokens", "12", "--json", *GEN, *extra]
+    assert run_cli(args) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def test_load_auto_picks_the_runtime_for_packs_only(pack, make_checkpoint):
+    rt = load(str(pack), "cpu", "float32", runtime=AUTO, context=64)
+    assert rt.model.runtime is not None and rt.config.max_context == 64
+    assert all(k.shape[2] == 64 for k, _ in rt.model.runtime.kv.values())  # the KV arena is sized by --context
+    assert load(str(pack), "cpu", "float32").model.runtime is None  # None: the dequantizing path, as before
+    plain = load(str(make_checkpoint()), "cpu", "float32", runtime=AUTO, context=100)
+    assert plain.model.runtime is None and plain.config.max_context == 100
+
+
+def budget_for(pack, slots: int, context: int) -> str:
+    """A --vram-budget that leaves room for `slots` expert slots (fewer than the pack's experts: offloading)."""
+    from clover_local.runtime.pack_index import read_pack_index
+    from clover_local.runtime.placement import make_plan
+
+    plan = make_plan(read_pack_index(pack), 1 << 30, 8 << 30, context, torch.float32)
+    return f"{plan.device_fixed + plan.workspace + slots * plan.slab_bytes + 1024}B"
+
+
+def test_generate_through_the_runtime_matches_no_offload(pack, placed, capsys):
+    offloaded = generate_json(capsys, pack, "--vram-budget", budget_for(pack, 12, 256), "--context", "256")
+    assert len(placed) == 1
+    runtime = placed[0].runtime
+    assert runtime.context == 256 and runtime.cache.n_slots < N_EXPERTS * N_LAYERS  # really offloaded
+    assert placed[0].runtime_stats()["misses"] > 0
+    dequantized = generate_json(capsys, pack, "--no-offload")
+    assert len(placed) == 1  # --no-offload never touched the runtime
+    assert offloaded["token_ids"] and offloaded["token_ids"] == dequantized["token_ids"]
+    assert offloaded["text"] == dequantized["text"]
+
+
+def test_load_errors_are_one_line(pack, capsys):
+    base = ["generate", pack, "-p", "hi", "--raw", "--max-new-tokens", "4", *GEN]
+    line = one_error_line(capsys, run_cli(base + ["--vram-budget", "64KB"]))
+    assert "--vram-budget" in line and "too small" in line
+    line = one_error_line(capsys, run_cli(base + ["--vram-budget", "lots"]))
+    assert "--vram-budget 'lots' is not a size" in line
+    line = one_error_line(capsys, run_cli(base + ["--no-offload", "--vram-budget", "8GB"]))
+    assert "--no-offload" in line
+    line = one_error_line(capsys, run_cli(base + ["--context", "1"]))
+    assert "--context must be at least 2" in line
+    for command in (["chat", pack], ["serve", pack, "--port", "0"]):
+        code = run_cli(command + [*GEN, "--vram-budget", "64KB"])
+        out, err = capsys.readouterr()
+        assert code == 2 and "Traceback" not in out + err
+        errors = [x for x in err.splitlines() if x.startswith("error: ")]
+        assert len(errors) == 1 and "too small" in errors[0], err
+
+
+def test_help_teaches_the_options(capsys):
+    for command in ("chat", "generate", "serve"):
+        assert run_cli([command, "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        for needle in ("--vram-budget", "--no-offload", "--context", "GPTQ", "expert"):
+            assert needle in text, (command, needle)
+
+
+# ---------------------------------------------------------------------------------------------- chat
+
+
+def chat(monkeypatch, capsys, model, lines: str, *extra: str) -> tuple[int, str, str]:
+    """`clover-local chat` in-process, in its piped (plain) mode."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    code = run_cli(["chat", model, *GEN, "--max-tokens", "6", "--no-think", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_chat_stats_read_the_runtime(pack, monkeypatch, capsys):
+    code, out, err = chat(monkeypatch, capsys, pack, "hello\n/stats\n", "--vram-budget", budget_for(pack, 12, 128),
+                          "--context", "128")
+    assert code == 0 and "Traceback" not in err
+    assert "context used:" in err and "of 128" in err
+    hit = [x for x in err.splitlines() if x.startswith("expert cache hit rate:")]
+    assert hit and hit[0].rstrip().endswith("%"), err  # a figure, not "—"
+    assert "  misses:" in err and "  slots:" in err
+
+
+def test_chat_survives_out_of_memory_mid_answer(make_checkpoint, tmp_path, monkeypatch, capsys):
+    real = BlockDiffusionDecoder.generate
+    prompts: list[list[int]] = []
+
+    def flaky(self, prompt_ids, settings):
+        """The first answer commits a block, then the allocator gives up."""
+        prompts.append(list(prompt_ids))
+        for event in real(self, prompt_ids, settings):
+            yield event
+            if len(prompts) == 1 and isinstance(event, BlockCommitted):
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(BlockDiffusionDecoder, "generate", flaky)
+    saved = tmp_path / "after.json"
+    code, out, err = chat(monkeypatch, capsys, str(make_checkpoint(seed=3)),
+                          f"first message\nsecond message\n/save {saved}\n")
+    assert code == 0 and "Traceback" not in err
+    errors = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and "ran out of memory" in errors[0] and "--vram-budget" in errors[0], err
+    assert "as it was before this message" in errors[0]
+    assert len(prompts) == 2  # the chat went on to the next message
+    messages = json.loads(saved.read_text())["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["content"] == "second message"  # the failed turn left no trace
