@@ -141,10 +141,10 @@ def test_chat_survives_out_of_memory_mid_answer(make_checkpoint, tmp_path, monke
     real = BlockDiffusionDecoder.generate
     prompts: list[list[int]] = []
 
-    def flaky(self, prompt_ids, settings):
+    def flaky(self, prompt_ids, settings, **options):  # options: the chat's prompt-cache reuse, passed on
         """The first answer commits a block, then the allocator gives up."""
         prompts.append(list(prompt_ids))
-        for event in real(self, prompt_ids, settings):
+        for event in real(self, prompt_ids, settings, **options):
             yield event
             if len(prompts) == 1 and isinstance(event, BlockCommitted):
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

@@ -279,8 +279,8 @@ def test_a_failed_generation_answers_503_and_serving_goes_on(in_process):
     failures = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
                 CloverError("the sequence reached the 64-token context the runtime was loaded for")]
 
-    def flaky(prompt_ids, settings):
-        for event in real(prompt_ids, settings):
+    def flaky(prompt_ids, settings, **options):  # options: the worker's prompt-cache reuse, passed on
+        for event in real(prompt_ids, settings, **options):
             yield event
             if failures and isinstance(event, PassDone):
                 raise failures.pop(0)

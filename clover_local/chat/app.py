@@ -20,7 +20,8 @@ from rich.text import Text
 from clover_local.chat.conversation import SETTABLE, ChatSettings, Conversation, set_value
 from clover_local.chat.display import TurnView, think_lines
 from clover_local.chat.stats import format_gib, format_hit_rate, gpu_memory, runtime_stats, scalar_stats
-from clover_local.chat.turn import TURN_FAILURES, TurnStats, TurnText, decode_events, is_out_of_memory, release_memory
+from clover_local.chat.turn import (TURN_FAILURES, TurnStats, TurnText, decode_events, history_tokens,
+                                    is_out_of_memory, release_memory)
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 
@@ -61,6 +62,7 @@ class ChatApp:
     def __init__(self, loaded: Any, label: str, settings: ChatSettings, *, interactive: bool,
                  system: str | None = None, console: Console | None = None, out: TextIO | None = None) -> None:
         from clover_local.generate.block_diffusion import BlockDiffusionDecoder
+        from clover_local.generate.prompt_cache import PromptCache
 
         self.loaded = loaded
         self.label = label
@@ -68,6 +70,7 @@ class ChatApp:
         self.settings = settings
         self.interactive = interactive
         self.decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+        self.prompt_cache = PromptCache()  # the last turn's prefill, resumed by the next (token ids compared)
         self.conv = Conversation(system)
         self.console = console or Console(highlight=False)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -271,7 +274,10 @@ class ChatApp:
             ls = self.last
             rows += [("last answer", f"{ls.tokens} tokens, {ls.passes} passes, {ls.tokens_per_pass:.2f} tokens/pass, "
                                      f"{ls.tokens_per_second:.1f} tokens/s, {ls.stop_reason}"),
+                     ("prompt reused", f"{ls.reused_tokens} of {ls.prompt_tokens} tokens (not prefilled again)"),
                      ("context used", f"{ls.prompt_tokens + ls.tokens} of {self.loaded.config.max_context}")]
+        pc = self.prompt_cache.stats
+        rows.append(("prompt cache", f"{pc.hits} of {pc.lookups} answers resumed, {pc.reused_tokens} tokens reused"))
         rt = runtime_stats(self.loaded.model)
         rows.append(("expert cache hit rate", format_hit_rate(rt)))
         for k, v in scalar_stats(rt).items():
@@ -317,16 +323,22 @@ class ChatApp:
                                   seed=self.settings.seed, stop_token_ids=self.loaded.stop_token_ids)
         turn = TurnText(self.tok, prompt)
         stats = TurnStats(prompt_tokens=len(ids))
+        history = history_tokens(self.tok, self.conv.template_messages(), enable_thinking=self.settings.think)
         stopped = False
         failure = None
         try:
             if self.interactive:
-                stopped = self._answer_live(ids, settings, turn, stats)
+                stopped = self._answer_live(ids, settings, turn, stats, history)
             else:
-                stopped = self._answer_plain(ids, settings, turn, stats)
+                stopped = self._answer_plain(ids, settings, turn, stats, history)
         except TURN_FAILURES as exc:
             failure = failed_turn_message(exc)
+        except BaseException:
+            self.prompt_cache.clear()  # a bug or an interrupt mid-turn: do not resume from this turn's cache
+            raise
+        stats.reused_tokens = self.prompt_cache.stats.last_reused
         if failure is not None:  # outside the handler: the traceback's tensors are gone before memory is released
+            self.prompt_cache.clear()  # nothing half-updated is resumed; and its memory goes back with the rest
             release_memory()
             self.conv.messages.pop()
             self.error(failure)
@@ -369,14 +381,17 @@ class ChatApp:
             self._rt = (now, runtime_stats(self.loaded.model))
         return self._rt[1]
 
-    def _answer_live(self, ids: list[int], settings, turn: TurnText, stats: TurnStats) -> bool:
+    def _events(self, ids: list[int], settings, history: int | None):
+        return decode_events(self.decoder, ids, settings, reuse=self.prompt_cache, snapshot_at=history)
+
+    def _answer_live(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
         view = TurnView(lambda i: self.tok.decode([i]), self.decoder.block_size, self.settings.show_thinking,
                         status=lambda: self._status(stats, view), width=self.console.width)
         stopped = False
         self.console.print(Text("clover", style="bold magenta"))
         live = Live(view, console=self.console, auto_refresh=False, transient=True)
         last_draw = 0.0
-        events = decode_events(self.decoder, ids, settings)
+        events = self._events(ids, settings, history)
         with live, closing(events):
             try:
                 for ev in events:
@@ -420,9 +435,9 @@ class ChatApp:
             t.append(" · reached max_tokens")
         return t
 
-    def _answer_plain(self, ids: list[int], settings, turn: TurnText, stats: TurnStats) -> bool:
+    def _answer_plain(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
         stopped = False
-        events = decode_events(self.decoder, ids, settings)
+        events = self._events(ids, settings, history)
         try:
             for ev in events:
                 stats.on_event(ev)

@@ -1,8 +1,8 @@
 """A chat's state: its settings and messages, rendered with the model's chat template for every turn, saved to
 and loaded from JSON.
 
-The whole conversation is re-rendered and re-prefilled each turn (simple and always right; a prefix cache
-kept across turns would save the prefill).
+The whole conversation is re-rendered each turn (simple and always right); the chat's PromptCache then resumes
+the prefill after the longest part of the new prompt's token ids that the last turn already prefilled.
 """
 
 from __future__ import annotations

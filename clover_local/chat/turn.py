@@ -32,12 +32,13 @@ def pass_delay() -> float:
         return 0.0
 
 
-def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callable[[], bool] | None = None
-                  ) -> Iterator[Event]:
+def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callable[[], bool] | None = None, *,
+                  reuse=None, snapshot_at: int | None = None) -> Iterator[Event]:
     """The decoder's events for one answer. When `should_stop()` is true after a pass or a commit, the decoder
-    generator is closed (no further pass runs) and the iteration ends without a Finished event."""
+    generator is closed (no further pass runs) and the iteration ends without a Finished event. `reuse` (a
+    PromptCache) and `snapshot_at` go to `decoder.generate`: the prefill resumes from the last answer's."""
     delay = pass_delay()
-    gen = decoder.generate(prompt_ids, settings)
+    gen = decoder.generate(prompt_ids, settings, reuse=reuse, snapshot_at=snapshot_at)
     try:
         for event in gen:
             yield event
@@ -49,6 +50,17 @@ def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callabl
                 return
     finally:
         gen.close()
+
+
+def history_tokens(tokenizer, messages: list[dict], **template_kwargs) -> int | None:
+    """Tokens of `messages` rendered without the generation prompt: the part of this prompt the next turn's
+    should repeat (the prompt cache saves there; a template may render the generation prompt differently from
+    the answer it becomes, e.g. an empty `<think></think>` that history drops). None if it will not render."""
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=False, **template_kwargs)
+    except CloverError:
+        return None
+    return len(tokenizer.encode(text))
 
 
 # Out of memory mid-answer: torch's (device or host allocator; torch.cuda.OutOfMemoryError before torch 2.5)
@@ -183,6 +195,7 @@ class TurnStats:
     """What a front end measures of one answer from the events it saw (also when the answer was stopped)."""
 
     prompt_tokens: int = 0
+    reused_tokens: int = 0  # of the prompt, resumed from the last answer's prefill (set by the front end)
     tokens: int = 0
     passes: int = 0
     blocks: int = 0

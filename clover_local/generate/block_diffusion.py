@@ -5,6 +5,9 @@ prefilled causally, its tail (if any) opens the first block with the rest masked
 preview pass, reveal every masked position whose confidence reaches the threshold (at least the most
 confident one); when none is masked, commit the block with a causal pass. Output stops at a stop token (what
 follows it is dropped) or at `max_new_tokens`. Cost unit: one pass over `block_size` rows.
+
+With a `PromptCache` (`reuse=`), the prefill resumes after the longest saved block-aligned prefix of the prompt
+and the cache is saved again at a block boundary of this prompt (generate/prompt_cache.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import torch
 
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, Reveal
+from clover_local.generate.prompt_cache import PromptCache
 from clover_local.generate.sampling import choose, pick_reveals
+from clover_local.model.cache import PrefixCache
 from clover_local.model.clover import CloverModel
 
 
@@ -62,22 +67,36 @@ class BlockDiffusionDecoder:
         return torch.tensor([tokens], dtype=torch.long, device=self.device)
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[int], settings: DecodeSettings) -> Iterator[Event]:
+    def generate(self, prompt_ids: list[int], settings: DecodeSettings, reuse: PromptCache | None = None,
+                 snapshot_at: int | None = None) -> Iterator[Event]:
+        """Decode one answer. `reuse`: resume from (and save again into) this prompt cache; `snapshot_at`: where
+        the next prompt is expected to stop repeating this one (a chat: the history without the generation
+        prompt), the save point being the last block boundary at or before it (default: the whole prefill).
+        A generation that raises clears `reuse` (stopping it early does not: its saved prefix stays valid)."""
         if not prompt_ids:
             raise CloverError("the prompt is empty")
         if settings.max_new_tokens < 1:
             raise CloverError("--max-new-tokens must be at least 1")
         check_context(len(prompt_ids), settings.max_new_tokens, self.cfg.max_context)
+        try:
+            yield from self._generate(prompt_ids, settings, reuse, snapshot_at)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            if reuse is not None:
+                reuse.clear()
+            raise
+
+    def _generate(self, prompt_ids: list[int], settings: DecodeSettings, reuse: PromptCache | None,
+                  snapshot_at: int | None) -> Iterator[Event]:
         bs, stops = self.block_size, set(settings.stop_token_ids)
         gen = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
-        cache = self.model.new_cache()
         prefill = (len(prompt_ids) // bs) * bs
-        last_logits = None  # logits of the last committed row: predicts the next block's first token when shifted
-        if prefill:
-            last_logits = self.model(self._ids(prompt_ids[:prefill]), cache, rows=slice(-1, None))[0, -1]
+        # last_logits: of the last committed row; predicts the next block's first token when shifted
+        cache, last_logits, stats.reused_tokens = self._prefill(prompt_ids[:prefill], reuse, snapshot_at)
         stats.prefill_seconds = time.perf_counter() - t0
         tail = prompt_ids[prefill:]
         out: list[int] = []
@@ -115,8 +134,7 @@ class BlockDiffusionDecoder:
             stats.blocks += 1
             done = finished or len(out) >= settings.max_new_tokens
             if not done:  # commit the finished block: the next one previews against it
-                logits = self.model(self._ids([int(t) for t in tokens]), cache, rows=slice(-1, None))  # type: ignore[arg-type]
-                last_logits = logits[0, -1]
+                last_logits = self._causal([int(t) for t in tokens], cache)  # type: ignore[misc]
                 stats.commits += 1
             yield BlockCommitted(block_no, new, passes)
             if done:
@@ -125,6 +143,31 @@ class BlockDiffusionDecoder:
         stats.tokens = len(out)
         stats.seconds = time.perf_counter() - t0
         yield Finished(out, stats)
+
+    def _causal(self, tokens: list[int], cache: PrefixCache) -> torch.Tensor:
+        """Append `tokens` to the cache; the logits of their last row."""
+        return self.model(self._ids(tokens), cache, rows=slice(-1, None))[0, -1]
+
+    def _prefill(self, prefix: list[int], reuse: PromptCache | None, snapshot_at: int | None
+                 ) -> tuple[PrefixCache, torch.Tensor | None, int]:
+        """(cache holding `prefix`, logits of its last row, tokens taken from `reuse`). With `reuse`, the prefill
+        runs in two parts around the save point, which is never before what was reused."""
+        resume = reuse.take(self.model, prefix) if reuse is not None else None
+        if resume is None:
+            cache, last, done = self.model.new_cache(), None, 0
+        else:
+            cache, last, done = resume.cache, resume.last_logits, resume.length
+        reused = done
+        if reuse is not None:
+            upto = len(prefix) if snapshot_at is None else min(max(snapshot_at, 0), len(prefix))
+            save_at = max(done, upto // self.block_size * self.block_size)
+            if save_at > done:
+                last, done = self._causal(prefix[done:save_at], cache), save_at
+            if save_at:
+                reuse.save(self.model, cache, prefix[:save_at], last)
+        if len(prefix) > done:
+            last = self._causal(prefix[done:], cache)
+        return cache, last, reused
 
     @staticmethod
     def _settled_stop(tokens: list[int | None], targets: list[int], stops: set[int]) -> int | None:

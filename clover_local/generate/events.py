@@ -39,6 +39,8 @@ class DecodeStats:
     commits: int = 0
     blocks: int = 0
     prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens resumed from a PromptCache instead of prefilled (not in to_dict:
+    # `generate --json` prints to_dict and never reuses)
     seconds: float = 0.0
     prefill_seconds: float = 0.0
     stop_reason: str = "length"

@@ -2,6 +2,10 @@
 
 Per attention layer: keys and values of every committed token. Per GDN layer: the last `kernel-1` pre-conv
 rows (the conv ring) and the recurrent state S [B, Hv, Dk, Dv] in fp32. `length` counts committed tokens.
+
+Rewinding: keys/values can be cut to any earlier length (`AttentionCache.truncate`), but a GDN state cannot be
+undone; the only earlier point a cache can go back to is one whose GDN rings and states were copied then
+(`PrefixCache.snapshot` / `restore`, used by generate/prompt_cache.py to reuse a prompt prefill).
 """
 
 from __future__ import annotations
@@ -38,11 +42,39 @@ class AttentionCache:
         self.v[:, :, self.length : need] = v
         self.length = need
 
+    def truncate(self, length: int) -> None:
+        """Forget every token from `length` on; the buffer keeps its capacity (and rows past `length` are
+        simply overwritten by the next append)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a {self.length}-token attention cache to {length}")
+        self.length = length
+
 
 @dataclass
 class GDNCache:
     ring: torch.Tensor | None = None  # [B, kernel-1, conv_dim] last pre-conv rows, oldest first
     state: torch.Tensor | None = None  # [B, Hv, Dk, Dv] fp32
+
+    def copy(self) -> "GDNCache":
+        return GDNCache(_clone(self.ring), _clone(self.state))
+
+
+def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.clone()
+
+
+@dataclass
+class CacheSnapshot:
+    """Copies of every GDN layer's ring and state at `length` committed tokens: the part of a cache that cannot
+    be rewound. Keys/values are not copied: the cache they live in is truncated back to `length` instead."""
+
+    length: int
+    gdn: dict[int, GDNCache]  # by layer index
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for c in self.gdn.values() for t in (c.ring, c.state)
+                   if t is not None)
 
 
 @dataclass
@@ -65,3 +97,21 @@ class PrefixCache:
             else:
                 out.extend(t for t in (c.ring, c.state) if t is not None)
         return out
+
+    def snapshot(self) -> CacheSnapshot:
+        """Copy the GDN rings and states as they are now (a copy, so later passes cannot reach it)."""
+        return CacheSnapshot(self.length, {i: c.copy() for i, c in enumerate(self.layers) if isinstance(c, GDNCache)})
+
+    def restore(self, snap: CacheSnapshot) -> None:
+        """Go back to `snap.length` tokens: keys/values cut there, GDN rings and states taken from the snapshot.
+        The snapshot's tensors are handed over, not copied (no second copy on the device): restore a snapshot
+        once. The keys/values up to `snap.length` must be the ones the snapshot was taken with."""
+        if snap.length > self.length or set(snap.gdn) != {i for i, c in enumerate(self.layers)
+                                                           if isinstance(c, GDNCache)}:
+            raise ValueError(f"this snapshot ({snap.length} tokens) was not taken from this {self.length}-token cache")
+        for i, c in enumerate(self.layers):
+            if isinstance(c, AttentionCache):
+                c.truncate(snap.length)
+            else:
+                c.ring, c.state = snap.gdn[i].ring, snap.gdn[i].state
+        self.length = snap.length

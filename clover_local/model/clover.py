@@ -84,6 +84,12 @@ class CloverModel(nn.Module):
             return self.runtime.new_cache()
         return PrefixCache.empty(self.config.layer_types)
 
+    def reclaim_cache(self, cache: PrefixCache) -> bool:
+        """Whether `cache`, made by `new_cache` earlier, still holds its keys/values and may take more passes.
+        A plain cache owns its buffers (always True); the runtime's caches share one preallocated KV arena, so
+        only the newest one is intact."""
+        return self.runtime is None or self.runtime.reclaim(cache)
+
     def runtime_stats(self) -> dict | None:
         """Expert-cache counters (hit rate, misses, PCIe bytes, pass times) when loaded with the runtime."""
         return self.runtime.stats() if self.runtime is not None else None

@@ -13,6 +13,7 @@ than there are slots, they are served in groups of at most N (slow, but correct 
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -91,6 +92,7 @@ class Runtime:
                 shape = (1, config.num_key_value_heads, context, config.head_dim)
                 self.kv[i] = (torch.zeros(shape, dtype=dtype, device=device),
                               torch.zeros(shape, dtype=dtype, device=device))
+        self._arena_user: weakref.ref | None = None  # the cache whose keys/values the arena holds
 
     # ------------------------------------------------------------------ model hooks
     def new_cache(self) -> PrefixCache:
@@ -102,7 +104,19 @@ class Runtime:
                 layers.append(ArenaAttentionCache(k=k, v=v, length=0))
             else:
                 layers.append(GDNCache())
-        return PrefixCache(layers)
+        cache = PrefixCache(layers)
+        self._arena_user = weakref.ref(cache)  # weak: a finished generation's GDN states are not kept alive
+        return cache
+
+    def reclaim(self, cache: PrefixCache) -> bool:
+        """Ready an earlier cache of ours for more passes (a reused prompt prefix). False when a newer cache has
+        been handed the arena since, overwriting its keys/values. Ends the runtime's notion of the current block,
+        so the first pass on the reclaimed cache is not taken for a continuation of its last (uncommitted) one."""
+        if self._arena_user is None or self._arena_user() is not cache:
+            return False
+        self.cache.end_block()
+        self.block_key, self.pass_in_block = None, 0
+        return True
 
     @contextmanager
     def pass_scope(self, preview: bool, start: int, rows: int, cache=None):

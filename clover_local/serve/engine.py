@@ -5,6 +5,10 @@ worker thread owns the model and runs the jobs in order, putting their output on
 ("delta", reasoning, content), then ("done", info) or ("error", ApiError). A handler whose client went away
 sets `job.cancel`; the worker checks it between passes and stops that generation (a job cancelled while still
 waiting is skipped).
+
+The worker keeps one PromptCache: consecutive requests of one conversation re-send its history, so a request
+whose prompt starts with the last one's saved prefix (token ids compared) prefills only the rest. Requests of
+other conversations in between simply miss (and take the saved slot over).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class Job:
     prompt_text: str
     settings: Any  # DecodeSettings
     stop: list[str] = field(default_factory=list)
+    history_tokens: int | None = None  # the messages rendered without the generation prompt (prompt cache)
     out: queue.Queue = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
@@ -38,10 +43,12 @@ class Job:
 class Engine:
     def __init__(self, loaded: Any, max_queue: int = 32) -> None:
         from clover_local.generate.block_diffusion import BlockDiffusionDecoder
+        from clover_local.generate.prompt_cache import PromptCache
 
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         self.decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+        self.prompt_cache = PromptCache()  # the worker's alone
         self.max_queue = max_queue
         self.waiting: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.lock = threading.Lock()
@@ -74,6 +81,7 @@ class Engine:
                 "passes": self.passes,
                 "tokens": self.tokens,
                 "uptime_seconds": round(time.time() - self.started, 1),
+                "prompt_cache": self.prompt_cache.stats.to_dict(),
                 "runtime": runtime,
             }
 
@@ -120,6 +128,7 @@ class Engine:
                 with self.lock:
                     self.running = None
             if error is not None:  # outside the handler, so the failed pass's tensors are freed first
+                self.prompt_cache.clear()  # never resume from a failed generation's cache
                 release_memory()
                 self._count("failed")
                 job.out.put(("error", error))
@@ -133,7 +142,9 @@ class Engine:
         stats = TurnStats(prompt_tokens=len(job.prompt_ids))
         stop = StopText(job.stop)
         finish_reason = None
-        for ev in decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set):
+        events = decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set,
+                               reuse=self.prompt_cache, snapshot_at=job.history_tokens)
+        for ev in events:
             stats.on_event(ev)
             if isinstance(ev, PassDone):
                 with self.lock:
@@ -162,7 +173,8 @@ class Engine:
             job.out.put(("delta", dr, dc))
         self._count("completed")
         info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
-                "prompt_tokens": len(job.prompt_ids), "completion_tokens": stats.tokens,
+                "prompt_tokens": len(job.prompt_ids), "cached_tokens": self.prompt_cache.stats.last_reused,
+                "completion_tokens": stats.tokens,
                 "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop_content(turn, stop),
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from clover_local.chat.turn import history_tokens
 from clover_local.errors import CloverError
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.protocol import (ApiError, ChatRequest, chunk, completion, completion_id,
@@ -194,6 +195,7 @@ class Handler(BaseHTTPRequestHandler):
         except CloverError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         ids = tok.encode(text)
+        history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
         if req.max_tokens is not None and req.max_tokens > limits.max_tokens:
             raise ApiError(400, f"max_tokens is {req.max_tokens}; this server allows at most {limits.max_tokens}",
                            param="max_tokens", code="max_tokens_too_large")
@@ -206,7 +208,7 @@ class Handler(BaseHTTPRequestHandler):
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         settings = DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                                   top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids)
-        return Job(ids, text, settings, stop=req.stop)
+        return Job(ids, text, settings, stop=req.stop, history_tokens=history)
 
     def _next(self, job: Job) -> tuple:
         """The job's next output; watches the connection while waiting."""
@@ -226,7 +228,8 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if item[0] == "done":
                 info = item[1]
-                use = usage(info["prompt_tokens"], info["completion_tokens"], info["reasoning_tokens"], info["stats"])
+                use = usage(info["prompt_tokens"], info["completion_tokens"], info["reasoning_tokens"], info["stats"],
+                            info["cached_tokens"])
                 self._send_json(200, completion(completion_id(), name, info["content"], info["reasoning"],
                                                 info["finish_reason"], use))
                 return
@@ -264,7 +267,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(chunk(cid, name, created, {}, info["finish_reason"]))
                 if req.include_usage:
                     use = usage(info["prompt_tokens"], info["completion_tokens"], info["reasoning_tokens"],
-                                info["stats"])
+                                info["stats"], info["cached_tokens"])
                     self._event(chunk(cid, name, created, None, use=use))
                 break
             elif kind == "error":

@@ -171,11 +171,14 @@ def completion_id() -> str:
     return "chatcmpl-" + uuid.uuid4().hex[:24]
 
 
-def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, stats: dict) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, stats: dict, cached_tokens: int = 0
+          ) -> dict:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        # OpenAI's name for prompt tokens served from a prefix cache: here, resumed from the last request's prefill
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
         # ours: how block diffusion did on this answer
         "clover": stats,

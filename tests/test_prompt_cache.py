@@ -1,0 +1,312 @@
+"""Reusing the last generation's prompt prefill (generate/prompt_cache.py): a resumed turn decodes exactly the
+tokens a fresh one does (greedy), on a tiny random checkpoint, the offloading runtime's preallocated caches and
+the shipped tiny model; the reused count is the saved block-aligned prefix or 0; a prompt that diverges inside
+it, another model, or a runtime arena taken over by a newer cache fall back to a fresh cache; a generation that
+raises leaves nothing saved, and chat and serve go on across a failed turn. fp32 on CPU."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+from clover_local.generate.events import BlockCommitted, Finished
+from clover_local.generate.prompt_cache import PromptCache
+from clover_local.loader import SHORT_NAMES, load
+from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
+from clover_local.runtime.load import RuntimeOptions
+from runtime_pack import tiny_pack
+
+BS = 8  # TinySpec's block size
+
+
+@pytest.fixture
+def loaded(make_checkpoint):
+    return load(str(make_checkpoint(seed=31)), "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def offloaded(tmp_path_factory, tokenizer_dir):
+    """The tiny GPTQ pack through the runtime: its KV arena preallocated, fewer expert slots than experts."""
+    pack = tiny_pack(tmp_path_factory, tokenizer_dir)
+    return load(str(pack), "cpu", "float32", runtime=RuntimeOptions(context=160, slots=12))
+
+
+def ids(loaded, n: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    out = torch.randint(0, loaded.config.vocab_size, (n,), generator=g).tolist()
+    return [i if i != loaded.mask_token_id else 0 for i in out]
+
+
+def decode(loaded, prompt: list[int], reuse: PromptCache | None = None, n: int = 12, **kw) -> Finished:
+    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    events = list(dec.generate(prompt, DecodeSettings(max_new_tokens=n, threshold=0.9, stop_token_ids=[]),
+                               reuse=reuse, **kw))
+    assert isinstance(events[-1], Finished)
+    return events[-1]
+
+
+def two_turns(loaded, first: list[int], then: list[int]) -> tuple[Finished, Finished, PromptCache]:
+    """Turn 1 on `first`; turn 2 on `first + its answer + then`, resumed from turn 1's prefill."""
+    pc = PromptCache()
+    one = decode(loaded, first, pc)
+    two = decode(loaded, first + one.token_ids + then, pc)
+    return one, two, pc
+
+
+# ---------------------------------------------------------------------------------------------- (a) + (b)
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_turn_two_resumed_equals_scratch(loaded, monkeypatch, shifted):
+    monkeypatch.setattr(loaded.model.config.diffusion, "logits_shifted", shifted)
+    first, then = ids(loaded, 21, 1), ids(loaded, 13, 2)
+    one, two, pc = two_turns(loaded, first, then)
+    assert one.stats.reused_tokens == 0
+    assert two.stats.reused_tokens == 16 == pc.stats.last_reused  # turn 1's block-aligned prefill: 21 // 8 * 8
+    prompt2 = first + one.token_ids + then
+    assert two.token_ids == decode(loaded, prompt2).token_ids
+    assert pc.saved_tokens == len(prompt2) // BS * BS  # saved again, at turn 2's prefill
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_the_same_prompt_again_reuses_the_whole_prefill(loaded, monkeypatch, shifted):
+    """Nothing left to prefill: the first block's prediction comes from the saved last-row logits."""
+    monkeypatch.setattr(loaded.model.config.diffusion, "logits_shifted", shifted)
+    prompt, pc = ids(loaded, 24, 3), PromptCache()
+    first = decode(loaded, prompt, pc)
+    again = decode(loaded, prompt, pc)
+    assert again.stats.reused_tokens == 24 and again.token_ids == first.token_ids
+    assert decode(loaded, prompt, pc).token_ids == first.token_ids  # and once more (the snapshot was re-taken)
+
+
+def test_offloaded_runtime_resumes_in_its_arena(offloaded):
+    first, then = ids(offloaded, 21, 4), ids(offloaded, 13, 5)
+    one, two, pc = two_turns(offloaded, first, then)
+    assert two.stats.reused_tokens == 16
+    prompt2 = first + one.token_ids + then
+    scratch = decode(offloaded, prompt2)  # a new cache: the arena's keys/values are overwritten
+    assert two.token_ids == scratch.token_ids
+    three = decode(offloaded, prompt2 + scratch.token_ids + then, pc)
+    assert three.stats.reused_tokens == 0  # the saved cache lost the arena: not resumed
+    assert three.token_ids == decode(offloaded, prompt2 + scratch.token_ids + then).token_ids
+    passes = offloaded.model.runtime.stats()["passes"]
+    assert set(passes) >= {"prefill", "preview", "commit"}
+
+
+def test_offloaded_runtime_resumes_from_the_same_prompt(offloaded):
+    prompt, pc = ids(offloaded, 32, 6), PromptCache()
+    first = decode(offloaded, prompt, pc, n=20)  # commits blocks past the save point, then is cut back
+    again = decode(offloaded, prompt, pc, n=20)
+    assert again.stats.reused_tokens == 32 and again.token_ids == first.token_ids
+
+
+def test_reused_count_is_zero_when_the_prompt_does_not_extend(loaded):
+    pc = PromptCache()
+    decode(loaded, ids(loaded, 21, 7), pc)
+    assert decode(loaded, ids(loaded, 30, 8), pc).stats.reused_tokens == 0
+    short = PromptCache()
+    decode(loaded, ids(loaded, 5, 9), short)  # shorter than a block: no prefill, nothing to save
+    assert short.saved_tokens == 0
+    assert decode(loaded, ids(loaded, 5, 9) + ids(loaded, 9, 10), short).stats.reused_tokens == 0
+
+
+def test_a_shorter_prompt_is_not_resumed(loaded):
+    """The saved point lies beyond the new prefill (a GDN state cannot be rewound): a fresh cache."""
+    pc, prompt = PromptCache(), ids(loaded, 33, 11)
+    decode(loaded, prompt, pc)
+    fin = decode(loaded, prompt[:20], pc)
+    assert fin.stats.reused_tokens == 0 and fin.token_ids == decode(loaded, prompt[:20]).token_ids
+
+
+def test_another_model_is_not_resumed(loaded, offloaded):
+    pc = PromptCache()
+    prompt = ids(loaded, 17, 12)
+    decode(loaded, prompt, pc)
+    assert decode(offloaded, prompt, pc).stats.reused_tokens == 0
+
+
+# ---------------------------------------------------------------------------------------------- (c)
+
+
+def test_divergence_inside_the_saved_prefix_falls_back(loaded):
+    first = ids(loaded, 21, 13)
+    pc = PromptCache()
+    one = decode(loaded, first, pc)
+    changed = list(first)
+    changed[5] = (changed[5] + 1) % loaded.mask_token_id
+    prompt2 = changed + one.token_ids + ids(loaded, 9, 14)
+    two = decode(loaded, prompt2, pc)
+    assert two.stats.reused_tokens == 0
+    assert two.token_ids == decode(loaded, prompt2).token_ids
+    prompt3 = prompt2 + two.token_ids  # the fallback saved its own prefix: the next turn resumes from it
+    three = decode(loaded, prompt3, pc)
+    assert three.stats.reused_tokens == len(prompt2) // BS * BS
+    assert three.token_ids == decode(loaded, prompt3).token_ids
+
+
+def test_snapshot_at_saves_at_the_block_boundary_before_it(loaded):
+    """A chat template's generation prompt may not come back next turn: save before it."""
+    prompt, pc = ids(loaded, 29, 15), PromptCache()
+    decode(loaded, prompt, pc, snapshot_at=19)
+    assert pc.saved_tokens == 16
+    prompt2 = prompt[:20] + ids(loaded, 14, 16)  # diverges after 20 tokens: inside the 24-token prefill
+    two = decode(loaded, prompt2, pc, snapshot_at=30)
+    assert two.stats.reused_tokens == 16 and two.token_ids == decode(loaded, prompt2).token_ids
+    assert pc.saved_tokens == 24  # min(30, 34 // 8 * 8) rounded down to a block
+
+
+# ---------------------------------------------------------------------------------------------- (d)
+
+
+def test_a_generation_that_raises_leaves_nothing_saved(loaded, monkeypatch):
+    pc, first = PromptCache(), ids(loaded, 21, 17)
+    one = decode(loaded, first, pc)
+    prompt2 = first + one.token_ids + ids(loaded, 11, 18)
+    real, calls = loaded.model.forward, []
+
+    def failing(ids_, cache=None, preview=False, rows=None):
+        calls.append(preview)
+        if not preview and len(calls) > 2:  # after the resumed prefill, at the first commit
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(ids_, cache, preview, rows)
+
+    monkeypatch.setattr(loaded.model, "forward", failing)
+    with pytest.raises(torch.OutOfMemoryError):
+        decode(loaded, prompt2, pc, n=20)
+    monkeypatch.undo()
+    assert pc.saved_tokens == 0
+    again = decode(loaded, prompt2, pc)
+    assert again.stats.reused_tokens == 0 and again.token_ids == decode(loaded, prompt2).token_ids
+
+
+def test_stopping_early_keeps_the_saved_prefix(loaded):
+    pc, prompt = PromptCache(), ids(loaded, 21, 19)
+    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    gen = dec.generate(prompt, DecodeSettings(max_new_tokens=30, stop_token_ids=[]), reuse=pc)
+    for event in gen:
+        if isinstance(event, BlockCommitted):
+            break
+    gen.close()
+    assert pc.saved_tokens == 16
+    fin = decode(loaded, prompt + ids(loaded, 6, 20), pc)
+    assert fin.stats.reused_tokens == 16
+
+
+# ---------------------------------------------------------------------------------------------- the cache
+
+
+def test_restore_cuts_keys_values_and_puts_states_back(loaded):
+    model = loaded.model
+    cache = model.new_cache()
+    with torch.inference_mode():
+        model(torch.tensor([ids(loaded, 16, 21)]), cache)
+        snap = cache.snapshot()
+        states = [c.state.clone() for c in cache.layers if isinstance(c, GDNCache)]
+        model(torch.tensor([ids(loaded, 8, 22)]), cache)
+    assert cache.length == 24 and snap.nbytes > 0
+    cache.restore(snap)
+    assert cache.length == 16
+    assert all(c.length == 16 for c in cache.layers if isinstance(c, AttentionCache))
+    assert all(torch.equal(a, c.state) for a, c in zip(states, [c for c in cache.layers if isinstance(c, GDNCache)]))
+    with pytest.raises(ValueError):
+        PrefixCache.empty(model.config.layer_types).restore(snap)  # 16 tokens were never in that one
+
+
+# ---------------------------------------------------------------------------------------------- front ends
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    if not SHORT_NAMES["tiny"].is_dir():
+        pytest.skip("tiny model assets are not built")
+    return load("tiny", "cpu", "float32")
+
+
+def chat_app(loaded):
+    from clover_local.chat.app import ChatApp
+    from clover_local.chat.conversation import ChatSettings
+
+    settings = ChatSettings(think=False, max_tokens=24)
+    return ChatApp(loaded, "test", settings, interactive=False, out=io.StringIO())
+
+
+def scratch_answer(app) -> list[int]:
+    """What the last turn's prompt decodes to without reuse."""
+    msgs = app.conv.template_messages()[:-1]
+    prompt = app.tok.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=app.settings.think)
+    s = app.settings
+    settings = DecodeSettings(max_new_tokens=s.max_tokens, threshold=s.threshold,
+                              stop_token_ids=app.loaded.stop_token_ids)
+    return list(app.decoder.generate(app.tok.encode(prompt), settings))[-1].token_ids
+
+
+def test_shipped_tiny_chat_resumes_each_turn(tiny, capsys):
+    app = chat_app(tiny)
+    app.ask("reverse a b c d e f g h i j k l m n o p")
+    assert app.last.reused_tokens == 0
+    app.ask("count a in a b a c a")
+    assert app.last.reused_tokens > 0 and app.last.reused_tokens % tiny.config.diffusion.block_size == 0
+    answer = app.conv.messages[-1]["content"]
+    assert tiny.tokenizer.decode(scratch_answer(app)).lstrip("\n") == answer
+    app.command("/stats")
+    err = capsys.readouterr().err
+    assert f"prompt reused: {app.last.reused_tokens} of {app.last.prompt_tokens} tokens" in err
+    assert "prompt cache: 1 of 2 answers resumed" in err
+
+
+def test_chat_goes_on_across_a_failed_turn(tiny, monkeypatch, capsys):
+    app = chat_app(tiny)
+    app.ask("reverse a b c d e f g h i j k l m n o p")
+    real, state = tiny.model.forward, {"fail": True}
+
+    def flaky(ids_, cache=None, preview=False, rows=None):
+        if preview and state["fail"]:  # the first preview, after this turn's prefix was saved
+            state["fail"] = False
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(ids_, cache, preview, rows)
+
+    monkeypatch.setattr(tiny.model, "forward", flaky)
+    assert app.ask("count b in a b b") is None  # failed: the conversation is as before it
+    assert "ran out of memory" in capsys.readouterr().err
+    assert len(app.conv.messages) == 2 and app.prompt_cache.saved_tokens == 0
+    stats = app.ask("reverse x y z")
+    assert stats is not None and stats.reused_tokens == 0  # nothing was left to resume
+    assert tiny.tokenizer.decode(scratch_answer(app)).lstrip("\n") == app.conv.messages[-1]["content"]
+    app.ask("count x in x y x")
+    assert app.last.reused_tokens > 0
+
+
+def test_serve_worker_resumes_consecutive_requests(tiny):
+    from clover_local.chat.turn import history_tokens
+    from clover_local.serve.engine import Engine, Job
+    from clover_local.serve.protocol import usage
+
+    engine = Engine(tiny, max_queue=4)
+    tok = tiny.tokenizer
+
+    def ask(messages: list[dict]) -> dict:
+        text = tok.apply_chat_template(messages, enable_thinking=False)
+        settings = DecodeSettings(max_new_tokens=24, threshold=0.9, stop_token_ids=tiny.stop_token_ids)
+        job = Job(tok.encode(text), text, settings, history_tokens=history_tokens(tok, messages, enable_thinking=False))
+        engine.submit(job)
+        while True:
+            kind, *rest = job.out.get(timeout=120)
+            if kind == "done":
+                return rest[0]
+            assert kind == "delta", rest
+
+    try:
+        msgs = [{"role": "user", "content": "reverse a b c d e f g h i j k l m n o p"}]
+        first = ask(msgs)
+        assert first["cached_tokens"] == 0
+        msgs += [{"role": "assistant", "content": first["content"]}, {"role": "user", "content": "count a in a b a"}]
+        second = ask(msgs)
+        assert second["cached_tokens"] > 0
+        assert engine.health()["prompt_cache"]["hits"] == 1
+        use = usage(second["prompt_tokens"], second["completion_tokens"], 0, {}, second["cached_tokens"])
+        assert use["prompt_tokens_details"] == {"cached_tokens": second["cached_tokens"]}
+    finally:
+        engine.stop()
