@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -74,8 +73,9 @@ class CloverModel(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = Rotary(cfg.rotary_dim, cfg.rope_theta)
         self.has_preview_params = True
-        # Set by clover_local.runtime (offloaded INT4 packs): brackets every pass with `pass_scope` (the expert
-        # cache learns block boundaries from it), supplies preallocated caches, chunks long prefills.
+        # Set by clover_local.runtime (offloaded INT4 packs): runs every pass through `run_pass` (the expert
+        # cache learns block boundaries from it; it may rerun a preview), supplies preallocated caches, chunks
+        # long prefills.
         self.runtime = None
 
     # ------------------------------------------------------------------ passes
@@ -98,9 +98,8 @@ class CloverModel(nn.Module):
         """Final-norm hidden states [B,T,H] for token ids [B,T] placed right after the cached prefix."""
         start = cache.length if cache is not None else 0
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
-        scope = (self.runtime.pass_scope(preview, start, ids.shape[1], cache) if self.runtime is not None
-                 else nullcontext())
-        with scope:
+
+        def run() -> torch.Tensor:
             x = self.embed_tokens(ids)
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
             for i, layer in enumerate(self.layers):
@@ -108,6 +107,12 @@ class CloverModel(nn.Module):
             if cache is not None and not preview:
                 cache.length = start + ids.shape[1]
             return self.norm(x)
+
+        if self.runtime is None:
+            return run()
+        # the runtime brackets the pass and may run it twice: an optimistic preview pass that needed a
+        # non-resident expert is discarded and rerun (a preview writes nothing to the cache, so that is safe)
+        return self.runtime.run_pass(preview, start, ids.shape[1], cache, run)
 
     def forward(
         self,

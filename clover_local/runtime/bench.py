@@ -5,6 +5,10 @@ tokens per pass (assumed 3 for synthetic weights, measured by a short decode on 
 rate, PCIe bytes and GB/s, bytes read from device memory per pass against the roofline floor at the device's
 bandwidth, and one profiled pass split into components (each with its byte floor), from which the RTX 5070 Ti
 projection follows: Σ over calls of max(measured, bytes / 896 GB/s) + PCIe bytes / 50 GB/s.
+
+`optimistic` (default on, as in the runtime) lets later passes of the block run without per-layer host syncs
+(`runtime/optimistic.py`); `run_bench(..., optimistic=False)` times the syncing path for comparison (no CLI flag
+yet; never run on a GPU). The profiled pass always takes the syncing path: it reads per-layer counters.
 """
 
 from __future__ import annotations
@@ -167,7 +171,7 @@ class ComponentProfiler:
 
 def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | None, prefix: int, passes: int,
               device: torch.device, dtype: torch.dtype, cpu_experts: str = "off", prefetch: bool = True,
-              measure_tokens: bool = True, on_step=lambda msg: None) -> dict:
+              measure_tokens: bool = True, optimistic: bool = True, on_step=lambda msg: None) -> dict:
     if passes < 2:
         raise CloverError("--passes must be at least 2 (the first pass of a block loads its experts)")
     if prefix < 0:
@@ -178,7 +182,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
 
     bs = load_config(folder).diffusion.block_size
     context = prefix + 2 * bs + (256 if (measure_tokens and not synthetic) else 0)
-    options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch)
+    options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch,
+                             optimistic=optimistic)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model = load_packed_model(folder, device, dtype, options)
@@ -220,11 +225,13 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         on_step("profiled pass")
         prof = ComponentProfiler(model, rt, device, prefix)
         bw, bw_source = device_bandwidth(device)
+        rt.optimistic = False  # the profiler's expert bytes come from per-layer counters: the syncing path
         try:
             model(block, cache, preview=True)
             _sync(device)
         finally:
             prof.close()
+            rt.optimistic = optimistic
         components, projected_compute = prof.components(bw)
         profiled = rt.records[-1]
         on_step("commit pass")
@@ -314,6 +321,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         },
         "cache": {k: stats[k] for k in ("hits", "misses", "copied", "cpu_runs", "prefetched", "prefetch_used",
                                         "prefetch_wasted", "pinned_evictions", "bytes_h2d")},
+        "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
+                       "retried": stats["retried_passes"]},
     }
 
 

@@ -14,6 +14,10 @@ Policy (targets.md, "why offloading a diffusion model is different"):
 
 Bookkeeping is vectorised numpy over slots (≈10K entries), so a steady-state layer call costs tens of µs.
 On CPU the "device" is a CPU tensor and copies are synchronous; the code path is the same.
+
+The host table `slot_of` has a device twin (`device_slot_table`, int32 [layers-with-experts × E], −1 = not
+resident) for optimistic passes (`runtime/optimistic.py`), which map routing to slots without the host. Every
+change to `slot_of` marks it stale; it is uploaded whole (40 KiB at 35B), once, before the next read.
 """
 
 from __future__ import annotations
@@ -112,6 +116,10 @@ class ExpertCache:
         self.gen = 0  # block generation: slots with pin_gen == gen are pinned
         self.tick = 0
         self.counters = {i: LayerCounters() for i in layers}
+        self.layer_ids = np.array(sorted(layers), dtype=np.int64)  # row r of the device table is layer_ids[r]
+        self._slot_table = torch.full((self.layer_ids.size * n_experts,), -1, dtype=torch.int32, device=device)
+        self._table_stale = False
+        self.table_uploads = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -132,6 +140,61 @@ class ExpertCache:
         """Forget pins and locks (after a failed pass); resident experts stay valid."""
         self.release()
         self.end_block()
+
+    # ------------------------------------------------------------------ the device twin of slot_of
+    def device_slot_table(self) -> Tensor:
+        """int32 [len(layer_ids) * E] on the device, equal to `slot_of` (−1 = not resident). Uploaded only when
+        `slot_of` changed since the last call: one small H2D per batch of changes, ordered on the current stream
+        before whatever reads it. The source is pageable, so the host may change `slot_of` right after."""
+        if self._table_stale:
+            host = self.slot_of[self.layer_ids].reshape(-1).astype(np.int32)
+            self._slot_table.copy_(torch.from_numpy(host))
+            self._table_stale = False
+            self.table_uploads += 1
+        return self._slot_table
+
+    def settle_copies(self) -> None:
+        """Make the compute stream wait for every pending slot copy (prefetches), so that a pass that reads
+        slots without `acquire` never reads a half-copied expert. GPU-side waits only; a no-op on CPU."""
+        if self.ready:
+            self.copier.wait(list(self.ready.values()))
+            self.ready.clear()
+        self.pending[:] = False
+
+    def missing(self, counts: np.ndarray) -> int:
+        """How many (layer, expert) pairs with counts [len(layer_ids), E] > 0 are not resident."""
+        return int(((counts > 0) & (self.slot_of[self.layer_ids] < 0)).sum())
+
+    def commit_uses(self, counts: np.ndarray) -> None:
+        """Book a pass that ran on resident experts only (counts [len(layer_ids), E] of routed rows per expert):
+        what `acquire` would have done for its hits, vectorised: counters, LRU ticks in layer order (as the
+        per-layer calls would have set them), pins to the current block, prefetches marked used."""
+        rows, experts = np.nonzero(counts)  # row-major: layers in sweep order
+        slots = self.slot_of[self.layer_ids[rows], experts]
+        if (slots < 0).any():
+            raise RuntimeError("expert cache: commit_uses on a pass that used non-resident experts")
+        n = self.layer_ids.size
+        uses = np.bincount(rows, minlength=n)
+        used_prefetch = np.bincount(rows, weights=self.prefetched[slots], minlength=n).astype(np.int64)
+        self.prefetched[slots] = False
+        self.last_use[slots] = self.tick + 1 + rows
+        self.tick += n
+        self.pin_gen[slots] = self.gen
+        for r, layer in enumerate(self.layer_ids.tolist()):
+            c = self.counters[layer]
+            c.uses += int(uses[r])
+            c.hits += int(uses[r])
+            c.prefetch_used += int(used_prefetch[r])
+
+    def evict(self, layer: int, experts: np.ndarray) -> None:
+        """Drop resident experts of a layer (tests force a miss with it); absent ones are ignored."""
+        slots = self.slot_of[layer, experts]
+        slots = slots[slots >= 0]
+        if slots.size:
+            for s in slots[self.pending[slots]].tolist():
+                self.ready.pop(s, None)
+            self.pending[slots] = False
+            self._evict(slots, layer)
 
     # ------------------------------------------------------------------ slots
     def _victims(self, m: int, allow_pinned: bool) -> np.ndarray:
@@ -158,6 +221,7 @@ class ExpertCache:
         if live.any():
             o = owners[live]
             self.slot_of[o // self.n_experts, o % self.n_experts] = -1
+            self._table_stale = True
             c = self.counters[layer]
             c.prefetch_wasted += int(self.prefetched[slots[live]].sum())
             c.pinned_evictions += int((self.pin_gen[slots[live]] == self.gen).sum())
@@ -170,6 +234,7 @@ class ExpertCache:
         pairs = [(self.buf[int(s)], self.host.slab(layer, int(e))) for s, e in zip(slots, experts)]
         event = self.copier.copy(pairs)
         self.slot_of[layer, experts] = slots
+        self._table_stale = True
         self.owner[slots] = layer * self.n_experts + experts
         self.last_use[slots] = self.tick
         if event is not None:
@@ -189,6 +254,7 @@ class ExpertCache:
             for row, s in enumerate(slots.tolist()):
                 self.buf[s].copy_(staging[row])
         self.slot_of[layer, experts] = slots
+        self._table_stale = True
         self.owner[slots] = layer * self.n_experts + experts
 
     def acquire(self, layer: int, experts: np.ndarray, rows: np.ndarray) -> Acquired:

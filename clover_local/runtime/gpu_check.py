@@ -9,6 +9,9 @@
 2. the synthetic full pack (written once to ~/.cache/clover-local/synthetic): an offloaded runtime at a 16 GiB
    budget against an all-resident one: logits of a prefill, previews and a commit agree (bf16 tolerance), the
    offloaded one misses, the later passes of a block do not, counters add up, peak memory within the budget;
+   then, on the offloaded one, the same block's preview passes through the syncing path and optimistically
+   (`runtime/optimistic.py`): ms per pass of each, logits agree, and the optimistic layer calls run under
+   `torch.cuda.set_sync_debug_mode("error")` (written without a GPU: never run yet);
 3. `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8` (its JSON is saved).
 Each stage prints one JSON line; everything lands in OUT/gpu_check.json. Exit code 1 if a check failed.
 """
@@ -147,6 +150,11 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
             "preview_ms": [round(r.ms, 2) for r in recs], "finite": all(bool(torch.isfinite(t).all()) for t in logits),
             "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
         }
+        if name == "offloaded":
+            try:
+                out["optimistic_vs_syncing"] = optimistic_vs_syncing(model, cache, block)
+            except Exception:  # report, keep the rest of the stage
+                out["optimistic_vs_syncing"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
         del model, rt, cache
         import gc
 
@@ -160,8 +168,59 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
     off = out["offloaded"]
     out["ok"] = bool(max(errs) < 3e-2 and off["misses"] > 0 and off["later_pass_misses"] == 0 and off["counters_add_up"]
                      and off["finite"] and off["peak_allocated"] <= off["budget"]
-                     and abs(off["placed"] / off["plan_predicted"] - 1) < 0.05)
+                     and abs(off["placed"] / off["plan_predicted"] - 1) < 0.05
+                     and out["optimistic_vs_syncing"]["ok"])
     return out
+
+
+def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) -> dict:
+    """One block's preview passes through the syncing path, then (a fresh block at the same place) through
+    optimistic passes. The rows do not change, so after the first pass every optimistic one should be accepted.
+    Reports ms per pass of both, how many were optimistic/retried, and whether the last logits agree; the
+    optimistic layer calls run with CUDA's sync debug mode at "error", so a host sync in them fails the check.
+    Written in a session without a GPU: never run."""
+    from clover_local.runtime import optimistic
+
+    rt = model.runtime
+    run = optimistic.OptimisticPass.run
+
+    def strict(self, *args):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return run(self, *args)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    res: dict = {}
+    last = {}
+    saved = rt.optimistic
+    try:
+        for mode in (False, True):
+            rt.optimistic = mode
+            optimistic.OptimisticPass.run = strict if mode else run
+            rt.reclaim(cache)  # a new block: its first pass loads the set through the syncing path
+            n0 = len(rt.records)
+            with torch.inference_mode():
+                for _ in range(passes):
+                    logits = model(block, cache, preview=True)
+            torch.cuda.synchronize()
+            recs = list(rt.records)[n0:]
+            last[mode] = logits[0].float().cpu()
+            res["optimistic" if mode else "syncing"] = {
+                "preview_ms": [round(r.ms, 2) for r in recs],
+                "steady_ms": round(sum(r.ms for r in recs[1:]) / max(1, len(recs) - 1), 3),
+                "optimistic": sum(r.optimistic for r in recs), "retried": sum(r.retried for r in recs),
+                "misses_after_first": sum(r.misses for r in recs[1:]),
+            }
+    finally:
+        optimistic.OptimisticPass.run = run
+        rt.optimistic = saved
+    res["logit_rel_err"] = round(_rel(last[True], last[False]), 6)
+    res["logits_equal"] = bool(torch.equal(last[True], last[False]))
+    o = res["optimistic"]
+    res["steady_speedup"] = round(res["syncing"]["steady_ms"] / o["steady_ms"], 3) if o["steady_ms"] else None
+    res["ok"] = bool(res["logit_rel_err"] < 1e-3 and o["retried"] == 0 and o["optimistic"] >= passes - 1)
+    return res
 
 
 def stage_bench(out_dir: Path) -> dict:

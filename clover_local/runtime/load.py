@@ -42,7 +42,8 @@ class RuntimeOptions:
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
     embed_on_host: bool = True
     pin: bool = True  # pinned host slabs (CUDA only)
-    time_layers: bool = True  # per-layer expert time (CUDA events on a GPU)
+    time_layers: bool = True  # per-layer expert time (CUDA events on a GPU); not taken in optimistic passes
+    optimistic: bool = True  # later passes of a block without per-layer host syncs (runtime/optimistic.py)
 
     def validate(self) -> None:
         if self.cpu_experts not in CPU_POLICIES:
@@ -146,7 +147,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     cache = ExpertCache(layout, plan.slots, pack.expert_layers, n_exp, device, host, options.cpu_experts,
                         options.cpu_max_rows)
     runtime = Runtime(cfg, cache, plan, device, dtype, context=options.context, prefetch=options.prefetch,
-                      prefill_chunk=options.prefill_chunk, time_layers=options.time_layers)
+                      prefill_chunk=options.prefill_chunk, time_layers=options.time_layers,
+                      optimistic=options.optimistic)
 
     _load_globals(model, pack, shards, device, dtype, options)
     staging = None if host is not None else torch.empty(n_exp, layout.nbytes, dtype=torch.uint8)

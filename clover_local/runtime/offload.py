@@ -1,13 +1,21 @@
 """The offloaded MoE: `OffloadedExperts` (the model's `Experts` slot) and the `Runtime` that drives the cache.
 
-The model calls `Runtime.pass_scope` around every pass (`CloverModel.runtime` hook), which is how the cache knows
-blocks: preview passes at the same (cache, start) are one block; the causal pass that follows at that start is
-its commit, after which the block's experts are unpinned; any other causal pass is a prefill.
+The model runs every pass through `Runtime.run_pass` (`CloverModel.runtime` hook), whose `pass_scope` is how the
+cache knows blocks: preview passes at the same (cache, start) are one block; the causal pass that follows at that
+start is its commit, after which the block's experts are unpinned; any other causal pass is a prefill.
 
 Per layer call (`run_experts`): the routing decision comes to the host (one small sync), the distinct experts
 are acquired (hits touched, misses copied, or run on the CPU), the next layer's likely experts are prefetched
 (what it used in the previous pass), then the fused MoE kernel runs on the slots. If one call needs more experts
 than there are slots, they are served in groups of at most N (slow, but correct with any cache size).
+
+Optimistic passes (`runtime/optimistic.py`, `RuntimeOptions.optimistic`): a later preview pass of a block runs
+every layer on resident slots without a host sync, and syncs once at the end, when the block's previous pass had
+no miss (its routing was stable), or was the block's first pass and its whole set stayed resident (no pinned
+eviction, no CPU run: a first pass always misses, it loads the set). If it needed an expert that was not resident,
+its result is discarded and `run_pass` reruns it through the syncing path. With every expert resident (no host
+slabs) nothing can miss, so every pass runs that way. Per-layer expert times (`time_layers`) are not taken in
+optimistic passes.
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -26,9 +36,11 @@ from clover_local.errors import CloverError
 from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
 from clover_local.runtime.expert_cache import ExpertCache, LayerCounters
 from clover_local.runtime.kernels import moe_w4a16
+from clover_local.runtime.optimistic import OptimisticPass
 from clover_local.runtime.sizes import fmt_bytes
 
 _OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+T = TypeVar("T")
 
 
 class ArenaAttentionCache(AttentionCache):
@@ -67,17 +79,30 @@ class PassRecord:
     hits: int
     misses: int
     bytes: int
+    optimistic: bool = False  # attempted without per-layer syncs
+    retried: bool = False  # ... and rerun through the syncing path after a miss (ms covers both runs)
+
+
+@dataclass
+class PassState:
+    """What `pass_scope` decided about the pass it brackets."""
+
+    kind: str
+    optimistic: bool = False
+    retried: bool = False
 
 
 class Runtime:
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
-                 context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True) -> None:
+                 context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True,
+                 optimistic: bool = True) -> None:
         self.config, self.cache, self.plan = config, cache, plan
         self.device, self.dtype = device, dtype
         self.context = context
         self.prefetch = prefetch
         self.prefill_chunk = prefill_chunk
         self.time_layers = time_layers
+        self.optimistic = optimistic
         self.block_size = config.diffusion.block_size
         self.cuda = device.type == "cuda"
         self.layers = sorted(cache.counters)
@@ -86,6 +111,11 @@ class Runtime:
         self.pass_in_block = 0
         self.records: deque[PassRecord] = deque(maxlen=4096)
         self._layer_events: list = []
+        self._opt = OptimisticPass(cache)
+        self._optimistic_now = False  # layer calls take the resident-only path
+        self._block_clean = False  # the block's previous pass makes an optimistic one worth trying
+        self.optimistic_passes = 0
+        self.retried_passes = 0
         self.kv: dict[int, tuple[Tensor, Tensor]] = {}
         for i, kind in enumerate(config.layer_types):
             if kind == "full_attention":
@@ -118,8 +148,44 @@ class Runtime:
         self.block_key, self.pass_in_block = None, 0
         return True
 
+    def run_pass(self, preview: bool, start: int, rows: int, cache, fn: Callable[[], T]) -> T:
+        """Run one pass `fn` (the model's layers, `CloverModel.hidden`) inside `pass_scope`. An optimistic attempt
+        that needed a non-resident expert is thrown away and `fn` runs again through the syncing path: only
+        preview passes are retried (they write nothing to the prefix cache)."""
+        with self.pass_scope(preview, start, rows, cache, allow_optimistic=True) as state:
+            if state.optimistic:
+                out = fn()
+                if self._settle_optimistic(state):
+                    return out
+                del out
+            return fn()
+
+    def _may_run_optimistically(self, kind: str) -> bool:
+        if not self.optimistic:
+            return False
+        if self.cache.host is None:  # every expert is resident: nothing can miss
+            return True
+        return kind == "preview" and self.pass_in_block > 0 and self._block_clean
+
+    def _settle_optimistic(self, state: PassState) -> bool:
+        """The optimistic pass's one host sync: book it (True), or flag it for a rerun (False)."""
+        self._optimistic_now = False
+        counts = self._opt.finish()
+        self.optimistic_passes += 1
+        if self.cache.missing(counts):
+            if state.kind != "preview":
+                raise RuntimeError(f"an optimistic {state.kind} pass used a non-resident expert")  # cannot rerun
+            state.retried = True
+            self.retried_passes += 1
+            return False
+        self.cache.commit_uses(counts)
+        self.history.update(self._opt.history(counts))
+        return True
+
     @contextmanager
-    def pass_scope(self, preview: bool, start: int, rows: int, cache=None):
+    def pass_scope(self, preview: bool, start: int, rows: int, cache=None, allow_optimistic: bool = False):
+        """Bracket one pass: block bookkeeping, timing, the pass record. `allow_optimistic`: the caller can rerun
+        the body (`run_pass`), so the pass may start optimistically (`PassState.optimistic`)."""
         key = (id(cache), start) if cache is not None else None
         if preview:
             if key is None or key != self.block_key:
@@ -134,9 +200,13 @@ class Runtime:
             kind = "prefill"
         before = self._totals()
         self._layer_events = []
+        state = PassState(kind, optimistic=allow_optimistic and self._may_run_optimistically(kind))
         t0 = time.perf_counter()
+        if state.optimistic:
+            self._opt.begin()
+            self._optimistic_now = True
         try:
-            yield
+            yield state
         except _OOM:
             self._abandon()
             if self.cuda:
@@ -155,8 +225,13 @@ class Runtime:
         after = self._totals()
         self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                        after.hits - before.hits, after.misses - before.misses,
-                                       after.bytes - before.bytes))
+                                       after.bytes - before.bytes, state.optimistic, state.retried))
         if preview:
+            # what this pass used was pinned as it went: unless a pinned expert was evicted (the block's set does
+            # not fit) or one ran on the CPU, all of it is resident now. A later pass must also have missed
+            # nothing (a sign of stable routing; after a retry that means one syncing pass before trying again).
+            kept = after.pinned_evictions == before.pinned_evictions and after.cpu_runs == before.cpu_runs
+            self._block_clean = kept and (self.pass_in_block == 0 or after.misses == before.misses)
             self.pass_in_block += 1
         else:
             self.cache.end_block()
@@ -166,9 +241,12 @@ class Runtime:
         self.cache.reset()
         self.block_key, self.pass_in_block = None, 0
         self._layer_events = []
+        self._optimistic_now = False
 
     # ------------------------------------------------------------------ the MoE
     def run_experts(self, layer: int, x: Tensor, idx: Tensor, weights: Tensor) -> Tensor:
+        if self._optimistic_now:
+            return self._opt.run(layer, x, idx, weights)
         t0 = time.perf_counter()
         start_ev = None
         if self.cuda and self.time_layers:
@@ -260,6 +338,7 @@ class Runtime:
         for i in self.cache.counters:
             self.cache.counters[i] = LayerCounters()
         self.records.clear()
+        self.optimistic_passes = self.retried_passes = 0
 
     def placed_bytes(self, model: nn.Module, cache: PrefixCache | None = None) -> dict[str, int]:
         """Bytes this runtime holds on the compute device, by what they are (the plan's prediction's twin)."""
@@ -308,6 +387,8 @@ class Runtime:
             "hit_rate": rate(tot.hits, tot.uses),
             "first_pass_hit_rate": rate(sum(r.hits for r in first), sum(r.uses for r in first)),
             "later_pass_hit_rate": rate(sum(r.hits for r in later), sum(r.uses for r in later)),
+            "optimistic_passes": self.optimistic_passes,  # attempted without per-layer syncs, retried ones included
+            "retried_passes": self.retried_passes,  # of those, rerun through the syncing path after a miss
             "passes": by_kind,
             "last_pass": asdict(recs[-1]) if recs else None,
             "layers": [self._layer_dict(i) for i in self.layers],

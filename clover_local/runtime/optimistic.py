@@ -1,0 +1,71 @@
+"""Optimistic (resident-only) passes: the routed experts of every layer run without a device→host sync.
+
+The syncing path (`Runtime.run_experts`) brings each layer's routing to the host to find misses: ~40 stalls per
+pass at 35B, and a pass that cannot be captured as a CUDA graph. After the first pass of a block, though, the
+block's experts are pinned and later passes almost never miss. So such a pass runs optimistically:
+
+- routing idx [N,k] → slots through the cache's device slot table (a gather on the device);
+- a choice routed to a non-resident expert gets slot 0 and weight 0 (the kernel never reads out of bounds; the
+  output is wrong, possibly NaN if slot 0 holds no expert, and the pass is thrown away);
+- per (layer, expert) row counts accumulate on the device (`counts`, int32 [layers × E]).
+
+At the end of the pass ONE host read of `counts` says what the pass used; the host table (unchanged during the
+pass: nothing is copied or evicted in it) says whether any of that was missing. Nothing missed: the counts are
+booked as hits (LRU, pins, counters) and the result stands. Something missed: the caller reruns the pass
+through the syncing path (a preview pass writes nothing, so a rerun is safe).
+
+Only the CPU path has ever run (tests); on CUDA the same code is plausible but unmeasured: it should make a later
+pass one stream of kernels with no host round trip (`gpu_check --stages optimistic` compares both paths).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from clover_local.runtime.expert_cache import ExpertCache
+from clover_local.runtime.kernels import moe_w4a16
+
+
+class OptimisticPass:
+    """The device state of optimistic passes over one cache: use counts and the slot table in force."""
+
+    def __init__(self, cache: ExpertCache) -> None:
+        self.cache = cache
+        self.n_experts = cache.n_experts
+        self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
+        self.counts = torch.zeros(len(self.row_of) * cache.n_experts, dtype=torch.int32, device=cache.device)
+        self.table: Tensor | None = None
+
+    def begin(self) -> None:
+        """Before the pass: the table reflects every install/evict so far, pending copies have landed (GPU-side
+        wait), counts start at zero. Host work only, no sync."""
+        self.table = self.cache.device_slot_table()
+        self.cache.settle_copies()
+        self.counts.zero_()
+
+    def run(self, layer: int, x: Tensor, idx: Tensor, weights: Tensor) -> Tensor:
+        """One layer's routed experts on resident slots: x [N,H], idx/weights [N,k] → [N,H]. No `.item()`,
+        `.tolist()`, `.cpu()` or branch on a tensor value here (a test enforces it); the kernel on CUDA (Triton)
+        is sync-free too, the CPU reference kernel is not (it loops over the slots it is given)."""
+        flat = idx.reshape(-1).to(torch.int64) + self.row_of[layer] * self.n_experts
+        self.counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+        slots = self.table.index_select(0, flat).view(idx.shape)
+        resident = slots >= 0
+        return moe_w4a16(x, slots.clamp(min=0), weights.masked_fill(~resident, 0), self.cache.gate_up,
+                         self.cache.down)
+
+    def finish(self) -> np.ndarray:
+        """The pass's one device→host read: counts [layers, E] (routed rows per expert)."""
+        host = self.counts.view(len(self.row_of), self.n_experts).cpu()
+        return host.numpy().copy()  # on CPU `.cpu()` is the counts tensor itself, zeroed by the next pass
+
+    def history(self, counts: np.ndarray) -> dict[int, np.ndarray]:
+        """Per layer, the experts it used, most rows first (ties: lower id): what the syncing path records for
+        the next pass's prefetch."""
+        out = {}
+        for layer, r in self.row_of.items():
+            row = counts[r]
+            out[layer] = np.argsort(-row, kind="stable")[: int(np.count_nonzero(row))].astype(np.int64)
+        return out
