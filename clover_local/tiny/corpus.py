@@ -43,19 +43,20 @@ CHECKED_TASKS: tuple[str, ...] = (
 CHAT_TASKS: tuple[str, ...] = ("chat_en", "chat_zh")
 TASKS: tuple[str, ...] = CHECKED_TASKS + CHAT_TASKS
 
-# Share of each task in the training mix (normalised by random.choices).
-TRAIN_WEIGHTS: dict[str, float] = {
-    # the copy-and-compare tasks (addition, sorting, lookup) take longest to learn, so they get most of the data
-    "add": 0.22,
-    "reverse": 0.05,
-    "sort_letters": 0.14,
-    "sort_numbers": 0.14,
-    "lookup": 0.18,
-    "count_letter": 0.10,
-    "count_items": 0.04,
-    "chat_en": 0.065,
-    "chat_zh": 0.065,
+# Share of each task in the training mix (normalised by random.choices), by name: "base" spreads the data over
+# every task; "hard" gives most of it to the copy-and-compare tasks (addition, sorting, lookup), which take
+# longest to learn (the second stage of the shipped model's training).
+MIXES: dict[str, dict[str, float]] = {
+    "base": {
+        "add": 0.20, "reverse": 0.12, "sort_letters": 0.10, "sort_numbers": 0.10, "lookup": 0.14,
+        "count_letter": 0.10, "count_items": 0.08, "chat_en": 0.08, "chat_zh": 0.08,
+    },
+    "hard": {
+        "add": 0.22, "reverse": 0.05, "sort_letters": 0.14, "sort_numbers": 0.14, "lookup": 0.18,
+        "count_letter": 0.10, "count_items": 0.04, "chat_en": 0.065, "chat_zh": 0.065,
+    },
 }
+TRAIN_WEIGHTS: dict[str, float] = MIXES["base"]
 
 # Fraction of checked-task examples that carry a short thinking trace, so thinking mode is learned on
 # checkable tasks too; chats carry one more often.
@@ -263,10 +264,13 @@ def _check_tasks(tasks: Iterable[str]) -> list[str]:
     return chosen
 
 
-def make_train(n: int, seed: int, tasks: Sequence[str] | None = None) -> list[Example]:
-    """`n` training examples, deterministic in `seed`; checked-task prompts all lie on the train side."""
+def make_train(n: int, seed: int, tasks: Sequence[str] | None = None, mix: str = "base") -> list[Example]:
+    """`n` training examples, deterministic in `seed` and `mix` (a name in MIXES); checked-task prompts all lie
+    on the train side."""
     chosen = _check_tasks(tasks if tasks is not None else TASKS)
-    weights = [TRAIN_WEIGHTS[t] for t in chosen]
+    if mix not in MIXES:
+        raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
+    weights = [MIXES[mix][t] for t in chosen]
     rng = random.Random(f"clover-tiny-train:{seed}")
     out: list[Example] = []
     while len(out) < n:

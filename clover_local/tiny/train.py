@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
+from tokenizers import Tokenizer
 
 from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
 from clover_local.config import parse_config
@@ -55,6 +56,8 @@ class TrainSettings:
     moe_intermediate_size: int = 128
     shared_expert_intermediate_size: int = 128
     threshold: float = 0.9
+    mix: str = "hard"  # task mix (corpus.MIXES)
+    init: str = ""  # continue from this tiny checkpoint folder (its weights and tokenizer) instead of from scratch
 
 
 def model_spec(s: TrainSettings, tok) -> TinySpec:
@@ -112,6 +115,15 @@ def init_weights(model: CloverModel, seed: int) -> None:
                 p.normal_(0.0, 0.02, generator=gen)
 
 
+def load_weights(model: CloverModel, folder: Path) -> None:
+    """Weights of an earlier stage (saved by `save`: `model.` prefix, BF16) into `model`, every tensor required."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(folder / "model.safetensors"))
+    state = {(k if k == "lm_head.weight" else k.removeprefix("model.")): v.float() for k, v in state.items()}
+    model.load_state_dict(state, strict=True)
+
+
 class Batches:
     """Tokenised conversations with a per-position 'may be masked' flag (False on the prompt)."""
 
@@ -155,15 +167,19 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
     t0 = time.time()
-    examples = corpus.make_train(s.n_train, s.seed)
-    texts = [corpus.render_conversation(e) for e in examples]
-    tok = build_tokenizer(texts[:20_000], s.vocab_size)
+    examples = corpus.make_train(s.n_train, s.seed, mix=s.mix)
+    if s.init:  # a later stage keeps the earlier stage's tokenizer (rebuilding it from this mix could differ)
+        tok = Tokenizer.from_file(str(Path(s.init) / "tokenizer.json"))
+    else:
+        tok = build_tokenizer([corpus.render_conversation(e) for e in examples[:20_000]], s.vocab_size)
     spec = model_spec(s, tok)
     raw = tiny_config_dict(spec)
     raw["threshold"] = s.threshold
     cfg = parse_config(raw)
     model = CloverModel(cfg)
     init_weights(model, s.seed)
+    if s.init:
+        load_weights(model, Path(s.init))
     model.train()
     data = Batches(examples, tok, s.block_size, s.seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -232,7 +248,7 @@ def write_calibration(path: Path, seed: int, n: int = 400) -> None:
     """The tiny model's own calibration set (quantize uses a checkpoint's `calibration.jsonl` when present):
     training-split conversations as chat messages, with thinking traces where they have them."""
     lines = []
-    for i, ex in enumerate(corpus.make_train(n, seed + 7)):
+    for i, ex in enumerate(corpus.make_train(n, seed + 7)):  # the base mix: every task, as a user would ask
         assistant = {"role": "assistant", "content": ex.answer}
         if ex.thinking:
             assistant["reasoning_content"] = ex.thinking
