@@ -23,6 +23,9 @@ def bench(
     passes: int = typer.Option(8, "--passes", help="Preview passes over the block (the first one loads its experts)."),
     cpu_experts: str = typer.Option("off", "--cpu-experts", help="off | auto | misses: run missed experts on the CPU."),
     prefetch: bool = typer.Option(True, "--prefetch/--no-prefetch", help="Prefetch the next layer's experts."),
+    optimistic: bool = typer.Option(True, "--optimistic/--no-optimistic",
+                                    help="Run a block's later passes without a host sync per layer (rerun through "
+                                         "the syncing path if an expert was missing); --no-optimistic to compare."),
     device: str = typer.Option("auto", "--device", help="cpu or cuda (auto: GPU if present)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -64,7 +67,7 @@ def bench(
         label = model
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
-                       on_step=progress)
+                       optimistic=optimistic, on_step=progress)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
