@@ -32,8 +32,10 @@ def test_two_stages_train_save_and_continue(tmp_path):
                        saved["model.layers.0.mlp.experts.gate_up_proj"].float())
     train(second, TrainSettings(mix="hard", init=str(first), **TOY), log_every=1)
     assert (second / "tokenizer.json").read_text() == (first / "tokenizer.json").read_text()
-    settings = json.loads((second / "training.json").read_text())["settings"]
-    assert settings["init"] == str(first) and settings["mix"] == "hard"
+    record = json.loads((second / "training.json").read_text())
+    assert record["settings"]["init"] == str(first) and record["settings"]["mix"] == "hard"
+    # the record says how the model was made from scratch: stage 1 travels with it
+    assert [st["settings"]["mix"] for st in record["earlier_stages"]] == ["base"]
     after = load_file(str(second / "model.safetensors"))
     assert not torch.equal(after["model.layers.0.mlp.gate.weight"], saved["model.layers.0.mlp.gate.weight"])
 

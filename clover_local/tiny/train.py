@@ -238,10 +238,20 @@ def save(out: Path, model: CloverModel, tok, raw: dict, spec: TinySpec, s: Train
     }
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     write_tokenizer_assets(tok, out)
-    (out / "training.json").write_text(
-        json.dumps({"settings": asdict(s), "seconds": round(seconds, 1), "curve": curve}, indent=2) + "\n"
-    )
+    record = {"settings": asdict(s), "seconds": round(seconds, 1), "curve": curve,
+              "earlier_stages": earlier_stages(Path(s.init)) if s.init else []}
+    (out / "training.json").write_text(json.dumps(record, indent=2) + "\n")
     write_calibration(out / "calibration.jsonl", s.seed)
+
+
+def earlier_stages(init: Path) -> list[dict]:
+    """The stages a continued run stands on (from the init folder's training.json), oldest first, so the
+    shipped record says how the model was made from scratch."""
+    path = init / "training.json"
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    return data.get("earlier_stages", []) + [{k: data[k] for k in ("settings", "seconds", "curve")}]
 
 
 def write_calibration(path: Path, seed: int, n: int = 400) -> None:
@@ -266,13 +276,21 @@ def plot_curve(training_json: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     data = json.loads(training_json.read_text())
-    steps, losses = zip(*data["curve"])
+    stages = data.get("earlier_stages", []) + [data]
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=120)
-    ax.plot(steps, losses)
+    offset = 0
+    for i, stage in enumerate(stages):
+        steps, losses = zip(*stage["curve"])
+        mix = stage["settings"].get("mix", "base")
+        ax.plot([offset + st for st in steps], losses, label=f"stage {i + 1}: {mix} mix, {steps[-1]} steps")
+        offset += stage["settings"]["steps"]
+    if len(stages) > 1:
+        ax.legend()
     ax.set_xlabel("step")
     ax.set_ylabel("masked CE + 0.5 x next-token CE (EMA)")
     ax.set_yscale("log")
-    ax.set_title(f"tiny Clover, block-diffusion objective ({data['seconds'] / 60:.0f} min on CPU)")
+    minutes = sum(stage["seconds"] for stage in stages) / 60
+    ax.set_title(f"tiny Clover, block-diffusion objective ({minutes:.0f} min on CPU)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png)
