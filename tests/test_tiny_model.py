@@ -29,16 +29,18 @@ def test_shipped_files_are_small_and_complete():
     assert sum(p.stat().st_size for p in folder.iterdir()) < 20_000_000
 
 
-# The shipped model (8 layers, 2,200 steps) has learned reversal and item counting but not yet addition,
-# sorting or lookup: overall held-out accuracy is 34% (README). Issue 3's bar (>= 90%) is still open; these
-# tests pin what the model does today so a regression in the model code or decoder shows up.
-LEARNED = ("reverse", "count_items")
+# The shipped model (8 layers, 2,200 + 3,000 steps) has learned reversal, item counting and letter sorting
+# (100% held out), lookup (85%) and number sorting (65%), not yet addition or letter counting: 67% overall
+# (README). Issue 3's bar (>= 90%) is still open; these tests pin what the model does today so a regression in
+# the model code or the decoder shows up.
+LEARNED = ("reverse", "count_items", "sort_letters")
 
 
 def test_answers_held_out_prompts_of_the_learned_tasks(tiny):
     decoder = BlockDiffusionDecoder(tiny.model, tiny.mask_token_id)
     settings = DecodeSettings(max_new_tokens=48, threshold=0.9, stop_token_ids=tiny.stop_token_ids)
     heldout = [e for e in corpus.make_heldout(140, HELDOUT_SEED) if e.task in LEARNED][:12]
+    assert {e.task for e in heldout} == set(LEARNED)
     train_prompts = {e.prompt for e in corpus.make_train(20000, 0)}
     right = 0
     for ex in heldout:
@@ -51,8 +53,10 @@ def test_answers_held_out_prompts_of_the_learned_tasks(tiny):
 def test_evaluation_reports_per_task_accuracy(tiny):
     report = evaluate(tiny.model, tiny.tokenizer, tiny.mask_token_id, n=28, threshold=0.9)
     assert set(report.per_task) >= set(LEARNED)
-    assert report.per_task["reverse"] >= 0.75 and report.per_task["count_items"] >= 0.75
-    assert report.revealed_per_pass > 1.5  # several positions settle per pass
+    assert all(report.per_task[task] >= 0.75 for task in LEARNED), report.per_task
+    assert report.accuracy >= 0.5, report.per_task  # 0.75 on these 28 prompts today
+    # parallel decoding works on the task set: several answer tokens settle per pass
+    assert report.answer_tokens_per_pass >= 1.5 and report.tokens_per_pass >= 1.2
 
 
 def test_chat_answer_is_decoded_several_tokens_per_pass(capsys):

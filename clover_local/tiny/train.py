@@ -1,6 +1,11 @@
 """Train the tiny Clover model shipped with the package (the embedded default and quality yardstick).
 
-    python -m clover_local.tiny.train --out clover_local/assets/tiny
+The shipped model is two stages (stage 1 alone is the defaults; stage 2 continues from its weights with more
+of the data on the copy-and-compare tasks and a lower peak learning rate):
+
+    python -m clover_local.tiny.train --out /tmp/tiny-stage1
+    python -m clover_local.tiny.train --out clover_local/assets/tiny --init /tmp/tiny-stage1 \
+        --mix hard --steps 3000 --lr 2e-3 --threads 1 --plot docs/tiny-loss.png
 
 From a fixed seed: generate the synthetic corpus, train the byte-level BPE tokenizer, then train a model of the
 full Clover architecture (GDN and attention layers 3:1, MoE with shared expert, the preview extras) with the
@@ -56,7 +61,7 @@ class TrainSettings:
     moe_intermediate_size: int = 128
     shared_expert_intermediate_size: int = 128
     threshold: float = 0.9
-    mix: str = "hard"  # task mix (corpus.MIXES)
+    mix: str = "base"  # task mix (corpus.MIXES)
     init: str = ""  # continue from this tiny checkpoint folder (its weights and tokenizer) instead of from scratch
 
 
