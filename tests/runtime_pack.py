@@ -44,3 +44,34 @@ def make_pack(root: Path, tokenizer_dir: Path) -> Path:
     finally:
         torch.set_num_threads(before)
     return out
+
+
+# ---------------------------------------------------------------------------------------------- shared helpers
+# (test_runtime.py and test_runtime_optimistic.py load, prompt and decode the tiny pack the same way)
+
+
+def runtime(pack: Path, **kw):
+    """The pack through the offloading runtime (a 128-token context unless told otherwise)."""
+    from clover_local.loader import load
+    from clover_local.runtime.load import RuntimeOptions
+
+    kw.setdefault("context", 128)
+    return load(str(pack), "cpu", "float32", runtime=RuntimeOptions(**kw))
+
+
+def prompt(loaded, n: int, seed: int = 0) -> list[int]:
+    """`n` random token ids, never the mask token."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, loaded.config.vocab_size, (n,), generator=g).tolist()
+    return [i if i != loaded.mask_token_id else 0 for i in ids]
+
+
+def decode(loaded, ids: list[int], n: int = 24) -> list[int]:
+    """Greedy block-diffusion output of `n` tokens (no stop tokens)."""
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.events import Finished
+
+    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    events = list(dec.generate(ids, DecodeSettings(max_new_tokens=n, stop_token_ids=[])))
+    assert isinstance(events[-1], Finished)
+    return events[-1].token_ids

@@ -13,13 +13,11 @@ import pytest
 import torch
 
 from clover_local.errors import CloverError
-from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-from clover_local.generate.events import Finished
 from clover_local.loader import load
 from clover_local.runtime.load import RuntimeOptions
 from clover_local.runtime.pack_index import read_pack_index
 from clover_local.runtime.slab import SlabLayout
-from runtime_pack import N_EXPERTS, N_LAYERS, tiny_pack
+from runtime_pack import N_EXPERTS, N_LAYERS, decode, prompt, runtime, tiny_pack
 
 TOTAL = N_EXPERTS * N_LAYERS
 
@@ -32,24 +30,6 @@ def pack(tmp_path_factory, tokenizer_dir) -> Path:
 @pytest.fixture(scope="module")
 def ref(pack):
     return load(str(pack), "cpu", "float32")
-
-
-def runtime(pack: Path, **kw):
-    kw.setdefault("context", 128)
-    return load(str(pack), "cpu", "float32", runtime=RuntimeOptions(**kw))
-
-
-def prompt(loaded, n: int, seed: int = 0) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, loaded.config.vocab_size, (n,), generator=g).tolist()
-    return [i if i != loaded.mask_token_id else 0 for i in ids]
-
-
-def decode(loaded, ids: list[int], n: int = 24) -> list[int]:
-    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
-    events = list(dec.generate(ids, DecodeSettings(max_new_tokens=n, stop_token_ids=[])))
-    assert isinstance(events[-1], Finished)
-    return events[-1].token_ids
 
 
 def passes_logits(loaded, ids: list[int], block: list[int], previews: int = 2):
