@@ -1,5 +1,6 @@
 """A tiny GPTQ pack made by the quantize pipeline from a tiny random checkpoint, built once per test session and
-shared by test_runtime.py and test_plan_bench.py (every input width 128, so group 128 divides)."""
+shared by the runtime, plan/bench, offload-command and prompt-cache tests (every input width 128, so group
+128 divides); its `pack` and `ref` fixtures are imported by name where they are used."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 N_EXPERTS, TOP_K, N_LAYERS = 8, 2, 4
@@ -18,6 +20,20 @@ def tiny_pack(tmp_path_factory, tokenizer_dir: Path) -> Path:
     if key not in _BUILT:
         _BUILT[key] = make_pack(tmp_path_factory.mktemp("runtime-pack"), tokenizer_dir)
     return _BUILT[key]
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, tokenizer_dir: Path) -> Path:
+    """The shared tiny pack, as a fixture (test modules import it by name)."""
+    return tiny_pack(tmp_path_factory, tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def ref(pack: Path):
+    """The pack dequantized into a plain fp32 model: the reference the runtime is checked against."""
+    from clover_local.loader import load
+
+    return load(str(pack), "cpu", "float32")
 
 
 def make_pack(root: Path, tokenizer_dir: Path) -> Path:

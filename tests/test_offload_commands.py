@@ -15,15 +15,10 @@ import torch
 from clover_local.generate.block_diffusion import BlockDiffusionDecoder
 from clover_local.generate.events import BlockCommitted
 from clover_local.loader import AUTO, load
-from runtime_pack import N_EXPERTS, N_LAYERS, tiny_pack
+from runtime_pack import N_EXPERTS, N_LAYERS, pack  # noqa: F401 (fixture)
 from tests.conftest import run_cli
 
 GEN = ["--device", "cpu", "--dtype", "float32"]
-
-
-@pytest.fixture(scope="module")
-def pack(tmp_path_factory, tokenizer_dir):
-    return tiny_pack(tmp_path_factory, tokenizer_dir)
 
 
 @pytest.fixture

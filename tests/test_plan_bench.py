@@ -12,12 +12,7 @@ from clover_local.errors import CloverError
 from clover_local.runtime.placement import expected_distinct, make_plan
 from clover_local.runtime.sizes import GIB, MIB, parse_size
 from conftest import read_json, run_cli
-from runtime_pack import N_EXPERTS, N_LAYERS, TOP_K, tiny_pack
-
-
-@pytest.fixture(scope="module")
-def pack(tmp_path_factory, tokenizer_dir):
-    return tiny_pack(tmp_path_factory, tokenizer_dir)
+from runtime_pack import N_EXPERTS, N_LAYERS, TOP_K, pack  # noqa: F401 (fixture)
 
 
 def one_line_error(capsys) -> str:

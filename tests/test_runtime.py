@@ -17,19 +17,9 @@ from clover_local.loader import load
 from clover_local.runtime.load import RuntimeOptions
 from clover_local.runtime.pack_index import read_pack_index
 from clover_local.runtime.slab import SlabLayout
-from runtime_pack import N_EXPERTS, N_LAYERS, decode, prompt, runtime, tiny_pack
+from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
 
 TOTAL = N_EXPERTS * N_LAYERS
-
-
-@pytest.fixture(scope="module")
-def pack(tmp_path_factory, tokenizer_dir) -> Path:
-    return tiny_pack(tmp_path_factory, tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def ref(pack):
-    return load(str(pack), "cpu", "float32")
 
 
 def passes_logits(loaded, ids: list[int], block: list[int], previews: int = 2):

@@ -5,30 +5,18 @@ and the optimistic layer call never touches the host. CPU only: nothing here has
 from __future__ import annotations
 
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from clover_local.loader import load
 from clover_local.runtime import optimistic
 from clover_local.runtime.kernels import dequantize_w
 from clover_local.runtime.offload import OffloadedExperts
-from runtime_pack import N_EXPERTS, N_LAYERS, decode, prompt, runtime, tiny_pack
+from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
 
 TOTAL = N_EXPERTS * N_LAYERS
-
-
-@pytest.fixture(scope="module")
-def pack(tmp_path_factory, tokenizer_dir) -> Path:
-    return tiny_pack(tmp_path_factory, tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def ref(pack):
-    return load(str(pack), "cpu", "float32")
 
 
 def block_passes(loaded, previews: int = 4, after_preview=lambda i: None) -> list[torch.Tensor]:
