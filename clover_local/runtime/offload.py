@@ -32,14 +32,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, torch_out_of_memory
 from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
 from clover_local.runtime.expert_cache import ExpertCache, LayerCounters
 from clover_local.runtime.kernels import moe_w4a16
 from clover_local.runtime.optimistic import OptimisticPass
 from clover_local.runtime.sizes import fmt_bytes
 
-_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+_OOM = torch_out_of_memory()
 T = TypeVar("T")
 
 
