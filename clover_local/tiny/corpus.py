@@ -56,7 +56,6 @@ MIXES: dict[str, dict[str, float]] = {
         "count_letter": 0.10, "count_items": 0.04, "chat_en": 0.065, "chat_zh": 0.065,
     },
 }
-TRAIN_WEIGHTS: dict[str, float] = MIXES["base"]
 
 # Fraction of checked-task examples that carry a short thinking trace, so thinking mode is learned on
 # checkable tasks too; chats carry one more often.
