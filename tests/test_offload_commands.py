@@ -85,6 +85,28 @@ def test_generate_through_the_runtime_matches_no_offload(pack, placed, capsys):
     assert offloaded["text"] == dequantized["text"]
 
 
+def test_score_through_the_runtime_matches_no_offload(pack, placed, capsys, monkeypatch):
+    """`score` of a pack runs through the runtime too, in causal chunks and LM-head slices smaller than the
+    text, and gives the dequantizing path's log-probabilities."""
+    import clover_local.commands.score as score_cmd
+
+    monkeypatch.setattr(score_cmd, "CHUNK", 16)
+    monkeypatch.setattr(score_cmd, "HEAD_ROWS", 6)
+    text = "add 12+30 and then reverse a b c d e, sort 5 12 3, count items cat dog fig owl bee ant"
+    base = ["score", pack, "--text", text, "--json", *GEN]
+    assert run_cli(base + ["--vram-budget", budget_for(pack, 12, 128), "--context", "128"]) == 0
+    offloaded = json.loads(capsys.readouterr().out)
+    assert len(placed) == 1 and placed[0].runtime_stats()["misses"] > 0
+    assert run_cli(base + ["--no-offload"]) == 0
+    dequantized = json.loads(capsys.readouterr().out)
+    assert len(placed) == 1
+    assert offloaded["token_ids"] == dequantized["token_ids"] and len(offloaded["logprobs"]) > 2 * score_cmd.CHUNK
+    assert torch.allclose(torch.tensor(offloaded["logprobs"]), torch.tensor(dequantized["logprobs"]), atol=1e-4)
+    n = len(offloaded["token_ids"])
+    line = one_error_line(capsys, run_cli(base + ["--context", str(n - 1)]))
+    assert f"the text has {n} tokens" in line and "--context" in line
+
+
 def test_load_errors_are_one_line(pack, capsys):
     base = ["generate", pack, "-p", "hi", "--raw", "--max-new-tokens", "4", *GEN]
     line = one_error_line(capsys, run_cli(base + ["--vram-budget", "64KB"]))

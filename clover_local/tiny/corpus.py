@@ -45,7 +45,8 @@ TASKS: tuple[str, ...] = CHECKED_TASKS + CHAT_TASKS
 
 # Share of each task in the training mix (normalised by random.choices), by name: "base" spreads the data over
 # every task; "hard" gives most of it to the copy-and-compare tasks (addition, sorting, lookup), which take
-# longest to learn (the second stage of the shipped model's training).
+# longest to learn (the second stage of the shipped model's training); "focus" weights the two tasks the
+# two-stage model still failed (addition, counting a letter) for a third stage.
 MIXES: dict[str, dict[str, float]] = {
     "base": {
         "add": 0.20, "reverse": 0.12, "sort_letters": 0.10, "sort_numbers": 0.10, "lookup": 0.14,
@@ -54,6 +55,10 @@ MIXES: dict[str, dict[str, float]] = {
     "hard": {
         "add": 0.22, "reverse": 0.05, "sort_letters": 0.14, "sort_numbers": 0.14, "lookup": 0.18,
         "count_letter": 0.10, "count_items": 0.04, "chat_en": 0.065, "chat_zh": 0.065,
+    },
+    "focus": {
+        "add": 0.34, "reverse": 0.03, "sort_letters": 0.05, "sort_numbers": 0.14, "lookup": 0.10,
+        "count_letter": 0.24, "count_items": 0.03, "chat_en": 0.035, "chat_zh": 0.035,
     },
 }
 
