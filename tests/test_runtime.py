@@ -176,11 +176,31 @@ def test_plan_predicts_placed_bytes(pack, ref):
         _, cache = passes_logits(rt, prompt(ref, 30), prompt(ref, 8, seed=1), previews=1)
         placed = rt.model.runtime.placed_bytes(rt.model, cache)
         plan = rt.model.runtime.plan
-        assert abs(placed["total"] / plan.device_predicted - 1) < 0.05, (placed, plan.device_predicted)
+        snapshot = next(x.bytes for x in plan.lines if x.what == "prompt snapshot")  # no PromptCache here
+        assert abs((placed["total"] + snapshot) / plan.device_predicted - 1) < 0.05, (placed, plan.device_predicted)
         assert placed["expert_slots"] == plan.slots * plan.slab_bytes
     again = plan_for(read_pack_index(pack), torch.device("cpu"), torch.float32,
                      RuntimeOptions(vram_budget=40 << 20, context=96))
     assert again.slots == runtime(pack, vram_budget=40 << 20, context=96).model.runtime.cache.n_slots
+
+
+def test_plan_counts_the_prompt_snapshot_chat_keeps(pack):
+    """chat and serve keep a PromptCache between turns: its snapshot is the plan's "prompt snapshot" line to the
+    byte, and the total with it stays within 5% of the plan."""
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.prompt_cache import PromptCache
+
+    rt = runtime(pack, slots=9, context=96)
+    reuse = PromptCache()
+    dec = BlockDiffusionDecoder(rt.model, rt.mask_token_id)
+    events = list(dec.generate(prompt(rt, 40), DecodeSettings(max_new_tokens=8, stop_token_ids=[]), reuse=reuse))
+    assert reuse.saved_tokens > 0 and reuse.nbytes > 0
+    plan = rt.model.runtime.plan
+    line = next(x for x in plan.lines if x.what == "prompt snapshot")
+    assert line.where == "device" and line.bytes == reuse.nbytes
+    placed = rt.model.runtime.placed_bytes(rt.model, reuse._saved.cache, reuse)
+    assert placed["prompt_snapshot"] == line.bytes and events
+    assert abs(placed["total"] / plan.device_predicted - 1) < 0.05, (placed, plan.device_predicted)
 
 
 # ------------------------------------------------------------------------------------------ limits and bad input

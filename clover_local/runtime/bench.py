@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from clover_local.errors import CloverError
+from clover_local.generate.prompt_cache import PromptCache
 from clover_local.runtime.load import RuntimeOptions, load_packed_model
 from clover_local.runtime.offload import OffloadedExperts
 from clover_local.runtime.packed_linear import PackedLinear
@@ -199,6 +200,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         ids[ids == mask] = 0
         return ids.to(device)
 
+    held = PromptCache()
     with torch.inference_mode():
         cache = model.new_cache()
         prefill_ms = 0.0
@@ -206,9 +208,12 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             on_step(f"prefill of {prefix} tokens")
             _sync(device)
             t = time.perf_counter()
-            model(rand_ids(prefix), cache, rows=slice(-1, None))
+            ids = rand_ids(prefix)
+            last = model(ids, cache, rows=slice(-1, None))
             _sync(device)
             prefill_ms = 1e3 * (time.perf_counter() - t)
+            # hold what chat holds between turns: a snapshot of the states after the prompt (the plan counts it)
+            held.save(model, cache, ids[0].tolist(), last[0, -1])
         block = torch.full((1, bs), mask, dtype=torch.long, device=device)
         rt.reset_stats()
         revealed = 0
@@ -237,7 +242,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         on_step("commit pass")
         model(block, cache)
         commit_ms = rt.records[-1].ms
-        placed = rt.placed_bytes(model, cache)
+        placed = rt.placed_bytes(model, cache, held)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
     steady_ms = sum(r.ms for r in steady) / len(steady)

@@ -112,6 +112,7 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
     from clover_local.runtime.load import RuntimeOptions, load_packed_model
     from clover_local.runtime.sizes import GIB
     from clover_local.runtime.synthetic_pack import ensure_synthetic
+    from clover_local.generate.prompt_cache import PromptCache
 
     t0 = time.perf_counter()
     folder = ensure_synthetic(kind, on_shard=lambda i, n: None)
@@ -132,6 +133,8 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
         with torch.inference_mode():
             cache = model.new_cache()
             logits.append(model(prefix, cache, rows=slice(-1, None))[0, -1])
+            held = PromptCache()  # what chat keeps between turns (the plan counts it)
+            held.save(model, cache, prefix[0].tolist(), logits[-1])
             for _ in range(3):
                 logits.append(model(block, cache, preview=True)[0])
             logits.append(model(block, cache)[0, -1])
@@ -143,7 +146,7 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
             "load_s": round(load_s, 1), "slots": rt.cache.n_slots,
             "peak_allocated": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0,
             "budget": rt.plan.vram_budget, "plan_peak": rt.plan.device_peak,
-            "placed": rt.placed_bytes(model, cache)["total"], "plan_predicted": rt.plan.device_predicted,
+            "placed": rt.placed_bytes(model, cache, held)["total"], "plan_predicted": rt.plan.device_predicted,
             "misses": s["misses"], "later_pass_misses": sum(r.misses for r in recs[1:]),
             "counters_add_up": s["hits"] + s["misses"] == s["expert_uses"]
             and s["bytes_h2d"] == (s["copied"] + s["prefetched"]) * rt.cache.layout.nbytes,
@@ -155,7 +158,7 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
                 out["optimistic_vs_syncing"] = optimistic_vs_syncing(model, cache, block)
             except Exception:  # report, keep the rest of the stage
                 out["optimistic_vs_syncing"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
-        del model, rt, cache
+        del model, rt, cache, held
         import gc
 
         gc.collect()  # frees the pinned host slabs before the next load

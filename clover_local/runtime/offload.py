@@ -340,8 +340,9 @@ class Runtime:
         self.records.clear()
         self.optimistic_passes = self.retried_passes = 0
 
-    def placed_bytes(self, model: nn.Module, cache: PrefixCache | None = None) -> dict[str, int]:
-        """Bytes this runtime holds on the compute device, by what they are (the plan's prediction's twin)."""
+    def placed_bytes(self, model: nn.Module, cache: PrefixCache | None = None, prompt_cache=None) -> dict[str, int]:
+        """Bytes this runtime holds on the compute device, by what they are (the plan's prediction's twin);
+        `prompt_cache` (a generate.prompt_cache.PromptCache) adds its snapshot."""
         weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())
                       if t.device.type == self.device.type)
         kv = sum(t.numel() * t.element_size() for pair in self.kv.values() for t in pair)
@@ -350,8 +351,9 @@ class Runtime:
             for c in cache.layers:
                 if isinstance(c, GDNCache):
                     gdn += sum(t.numel() * t.element_size() for t in (c.ring, c.state) if t is not None)
-        return {"weights": weights, "kv_cache": kv, "gdn_states": gdn, "expert_slots": self.cache.nbytes,
-                "total": weights + kv + gdn + self.cache.nbytes}
+        snapshot = prompt_cache.nbytes if prompt_cache is not None else 0
+        return {"weights": weights, "kv_cache": kv, "gdn_states": gdn, "prompt_snapshot": snapshot,
+                "expert_slots": self.cache.nbytes, "total": weights + kv + gdn + snapshot + self.cache.nbytes}
 
     def stats(self) -> dict:
         """Counters for front ends and `bench`: hit rate, misses, PCIe bytes, pass times, per layer."""

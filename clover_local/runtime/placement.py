@@ -4,7 +4,8 @@ Computed from a pack's config and safetensors headers (`pack_index`), never its 
 the runtime from the same plan, so `clover-local plan` predicts what `load` allocates.
 
 Device: non-expert weights (quantized modules packed as in the pack, minus g_idx; the rest in the compute
-dtype), LM head, KV cache for `context` tokens (preallocated), GDN states (fp32) and conv rings, an activation
+dtype), LM head, KV cache for `context` tokens (preallocated), GDN states (fp32) and conv rings, the prompt
+snapshot (a second copy of those states, which chat and serve keep to resume a conversation), an activation
 workspace, and N expert slots (`SlabLayout.nbytes` each) from what is left. Host: every routed expert as a
 pinned slab (none when all of them fit on the device), the embedding table, and the runtime itself.
 
@@ -172,13 +173,18 @@ def make_plan(
                    + (cfg.linear_conv_kernel_dim - 1) * cfg.gdn_conv_dim * a)
     plan.lines.append(PlanLine("KV cache", "device", kv, f"{n_attn} attention layers × {context} tokens"))
     plan.lines.append(PlanLine("GDN states", "device", gdn, f"{n_gdn} layers, fp32 state + conv ring"))
+    # chat and serve keep a copy of the GDN states (and the last prompt row's logits) where the last prompt's
+    # prefill ended, to resume the next turn there (generate/prompt_cache.py)
+    snapshot = gdn + cfg.vocab_size * 4
+    plan.lines.append(PlanLine("prompt snapshot", "device", snapshot,
+                               "GDN states + one logits row kept to resume the next turn's prompt"))
     rows = cfg.diffusion.block_size
     act = max(workspace_bytes(cfg, min(prefill_chunk, context), 1, dtype), workspace_bytes(cfg, rows, rows, dtype))
     # allocator fragmentation and small temporaries: a tenth of what the pass touches, at most WORKSPACE_SLACK
     plan.workspace = act + min(WORKSPACE_SLACK, (weights + act) // 10)
     plan.lines.append(PlanLine("workspace", "device", plan.workspace,
                                f"activations of a {min(prefill_chunk, context)}-row prefill chunk or a preview"))
-    plan.device_fixed = weights + kv + gdn
+    plan.device_fixed = weights + kv + gdn + snapshot
 
     layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits,
                         pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
@@ -227,7 +233,8 @@ def make_plan(
         plan.fits = False
         plan.refusal = (
             f"{vram_flag} {fmt_bytes(vram)} is too small: the non-expert weights ({fmt_bytes(weights)}), KV cache at "
-            f"--context {context} ({fmt_bytes(kv)}), GDN states ({fmt_bytes(gdn)}) and workspace "
+            f"--context {context} ({fmt_bytes(kv)}), GDN states and their prompt snapshot "
+            f"({fmt_bytes(gdn + snapshot)}) and workspace "
             f"({fmt_bytes(plan.workspace)}) alone need {fmt_bytes(need_fixed)}; raise {vram_flag} to at least "
             f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)} or lower --context")
     elif slots is not None and need_fixed + plan.slots * plan.slab_bytes > vram:
