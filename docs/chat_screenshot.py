@@ -4,7 +4,8 @@ The chat runs in a tmux pane (truecolor); when the screen shows a block partly r
 with its colours (`capture-pane -e`) and drawn with Pillow in DejaVu Sans Mono. Needs tmux and Pillow (both
 only for this script).
 
-    python docs/chat_screenshot.py tiny --prompt "good morning" --out docs/chat-live.png
+    python docs/chat_screenshot.py tiny --before hello --prompt "what is the capital of France?" \
+        --min-revealed 4 --delay 0.6 --out docs/chat-live.png
 """
 
 from __future__ import annotations
