@@ -40,6 +40,18 @@ def test_train_is_deterministic_in_seed() -> None:
     assert make_train(50, 1) == make_train(300, 1)[:50]  # a prefix: n does not change the stream
 
 
+def test_multi_turn_adds_history_without_changing_the_examples():
+    plain, chats = make_train(400, 1), make_train(400, 1, multi_turn=0.3)
+    assert [(e.task, e.prompt, e.answer) for e in plain] == [(e.task, e.prompt, e.answer) for e in chats]
+    with_history = [e for e in chats if e.history]
+    assert 80 < len(with_history) < 160 and not any(e.history for e in plain)
+    for e in with_history:  # the earlier exchange is a train-side example with its right answer
+        (user, answer), = e.history
+        assert not C.is_heldout_prompt(user) or not user.startswith(("add ", "reverse ", "sort ", "lookup ", "count "))
+    held, asked = make_heldout(70, 3), make_heldout(70, 3, history=True)
+    assert [e.prompt for e in held] == [e.prompt for e in asked] and all(len(e.history) == 1 for e in asked)
+
+
 def test_heldout_is_deterministic_in_seed() -> None:
     assert make_heldout(70, 3) == make_heldout(70, 3)
     assert make_heldout(70, 3) != make_heldout(70, 4)

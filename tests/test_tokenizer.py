@@ -112,11 +112,13 @@ def test_answers_fit_a_block(tok: ChatTokenizer) -> None:
 
 
 def test_corpus_rendering_matches_the_template(tok: ChatTokenizer) -> None:
-    for ex in C.make_train(60, 2):
+    examples = C.make_train(60, 2, multi_turn=0.5) + C.make_heldout(14, 2, history=True)
+    assert 10 < sum(bool(ex.history) for ex in examples) < 60
+    for ex in examples:
         msgs = C.to_messages(ex)
         assert tok.apply_chat_template(msgs, add_generation_prompt=False) == C.render_conversation(ex)
         for thinking in (True, False):
-            got = tok.apply_chat_template(msgs[:1], add_generation_prompt=True, enable_thinking=thinking)
+            got = tok.apply_chat_template(msgs[:-1], add_generation_prompt=True, enable_thinking=thinking)
             assert got == C.render_prompt(ex, enable_thinking=thinking)
 
 

@@ -76,12 +76,15 @@ _ITEMS = ("apple", "pear", "fig", "plum", "kiwi", "lime", "cat", "dog", "fox", "
 
 @dataclass(frozen=True)
 class Example:
-    """One training conversation: user says `prompt`, assistant thinks `thinking` then says `answer`."""
+    """One training conversation: user says `prompt`, assistant thinks `thinking` then says `answer`, after the
+    earlier (user, assistant answer) exchanges in `history` (a chat re-sends them; their thinking is dropped,
+    as the chat template drops it)."""
 
     task: str
     prompt: str
     thinking: str
     answer: str
+    history: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------- partition
@@ -268,30 +271,47 @@ def _check_tasks(tasks: Iterable[str]) -> list[str]:
     return chosen
 
 
-def make_train(n: int, seed: int, tasks: Sequence[str] | None = None, mix: str = "base") -> list[Example]:
+def _train_side_example(rng: random.Random, tasks: Sequence[str], weights: Sequence[float] | None = None) -> Example:
+    while True:
+        task = rng.choices(tasks, weights)[0]
+        ex = make_example(task, rng)
+        if task not in CHECKED_TASKS or not is_heldout_prompt(ex.prompt):
+            return ex
+
+
+def _with_history(ex: Example, rng: random.Random) -> Example:
+    """`ex` asked as the second turn of a chat whose first exchange is another train-side example."""
+    first = _train_side_example(rng, TASKS)
+    return Example(ex.task, ex.prompt, ex.thinking, ex.answer, ((first.prompt, first.answer),))
+
+
+def make_train(n: int, seed: int, tasks: Sequence[str] | None = None, mix: str = "base",
+               multi_turn: float = 0.0) -> list[Example]:
     """`n` training examples, deterministic in `seed` and `mix` (a name in MIXES); checked-task prompts all lie
-    on the train side."""
+    on the train side. A `multi_turn` share of them come after one earlier exchange (drawn from a stream of
+    their own, so the examples themselves are the same whatever the share)."""
     chosen = _check_tasks(tasks if tasks is not None else TASKS)
     if mix not in MIXES:
         raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
     weights = [MIXES[mix][t] for t in chosen]
     rng = random.Random(f"clover-tiny-train:{seed}")
+    turns = random.Random(f"clover-tiny-history:{seed}")
     out: list[Example] = []
     while len(out) < n:
-        task = rng.choices(chosen, weights)[0]
-        ex = make_example(task, rng)
-        if task in CHECKED_TASKS and is_heldout_prompt(ex.prompt):
-            continue
+        ex = _train_side_example(rng, chosen, weights)
+        if multi_turn > 0 and turns.random() < multi_turn:
+            ex = _with_history(ex, turns)
         out.append(ex)
     assert not any(e.task in CHECKED_TASKS and is_heldout_prompt(e.prompt) for e in out)
     return out
 
 
-def make_heldout(n: int, seed: int, tasks: Sequence[str] | None = None) -> list[Example]:
+def make_heldout(n: int, seed: int, tasks: Sequence[str] | None = None, history: bool = False) -> list[Example]:
     """`n` distinct held-out examples of checked tasks (chats are train-only), deterministic in `seed`.
 
     Every prompt lies on the held-out side of the hash partition, so none can occur in any `make_train`.
-    Tasks are taken round-robin so each is equally represented in the score.
+    Tasks are taken round-robin so each is equally represented in the score. With `history`, each is asked as
+    the second turn of a chat (the first exchange a train-side example): the same prompts, in a conversation.
     """
     chosen = _check_tasks(tasks if tasks is not None else CHECKED_TASKS)
     if any(t not in CHECKED_TASKS for t in chosen):
@@ -310,6 +330,9 @@ def make_heldout(n: int, seed: int, tasks: Sequence[str] | None = None) -> list[
         seen.add(ex.prompt)
         out.append(ex)
     assert all(is_heldout_prompt(e.prompt) for e in out)
+    if history:
+        turns = random.Random(f"clover-tiny-heldout-history:{seed}")
+        out = [_with_history(ex, turns) for ex in out]
     return out
 
 
@@ -321,20 +344,33 @@ def assistant_content(example: Example) -> str:
     return f"{THINK_START}\n{example.thinking.strip()}\n{THINK_END}\n\n{example.answer}"
 
 
+def history_messages(example: Example) -> list[dict[str, str]]:
+    """The earlier exchanges as chat messages."""
+    out = []
+    for user, answer in example.history:
+        out += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+    return out
+
+
 def to_messages(example: Example) -> list[dict[str, str]]:
     """The example as chat messages, for `apply_chat_template`."""
-    return [
+    return history_messages(example) + [
         {"role": "user", "content": example.prompt},
         {"role": "assistant", "content": assistant_content(example)},
     ]
 
 
+def _render_history(example: Example) -> str:
+    return "".join(f"{IM_START}user\n{user}{IM_END}\n{IM_START}assistant\n{answer}{IM_END}\n"
+                   for user, answer in example.history)
+
+
 def render_prompt(example: Example, enable_thinking: bool = True) -> str:
     """The text a generator is given: the chat template with `add_generation_prompt=True`.
 
-    Equal to `chat_template.jinja` rendering of the user message (checked by the tests).
+    Equal to `chat_template.jinja` rendering of the user message after the history (checked by the tests).
     """
-    text = f"{IM_START}user\n{example.prompt}{IM_END}\n{IM_START}assistant\n"
+    text = f"{_render_history(example)}{IM_START}user\n{example.prompt}{IM_END}\n{IM_START}assistant\n"
     if not enable_thinking:
         text += f"{THINK_START}\n\n{THINK_END}\n\n"
     return text
@@ -342,7 +378,8 @@ def render_prompt(example: Example, enable_thinking: bool = True) -> str:
 
 def render_conversation(example: Example) -> str:
     """The full training text; equal to `chat_template.jinja` rendering of `to_messages(example)`."""
-    return f"{IM_START}user\n{example.prompt}{IM_END}\n{IM_START}assistant\n{assistant_content(example)}{IM_END}\n"
+    return (f"{_render_history(example)}{IM_START}user\n{example.prompt}{IM_END}\n{IM_START}assistant\n"
+            f"{assistant_content(example)}{IM_END}\n")
 
 
 # ---------------------------------------------------------------------------------------------- checking

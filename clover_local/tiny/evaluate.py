@@ -67,8 +67,9 @@ def run_prompt(decoder: BlockDiffusionDecoder, tok, prompt: str, settings: Decod
 
 def evaluate(
     model, tok, mask_id: int, n: int = 140, threshold: float = 0.9, max_new_tokens: int = 48,
-    enable_thinking: bool = False, seed: int = HELDOUT_SEED,
+    enable_thinking: bool = False, seed: int = HELDOUT_SEED, history: bool = False,
 ) -> EvalReport:
+    """Greedy block diffusion on `n` held-out prompts; with `history`, each asked as a chat's second turn."""
     t0 = time.perf_counter()
     decoder = BlockDiffusionDecoder(model, mask_id)
     stops = list(dict.fromkeys(tok.eos_token_ids))
@@ -76,7 +77,7 @@ def evaluate(
     right: dict[str, list[bool]] = defaultdict(list)
     total_tokens = total_decoded = total_passes = total_revealed = 0
     failures = []
-    for ex in corpus.make_heldout(n, seed):
+    for ex in corpus.make_heldout(n, seed, history=history):
         run = run_prompt(decoder, tok, corpus.render_prompt(ex, enable_thinking), settings)
         text = tok.decode(run.ids)
         ok = corpus.check_answer(ex, text)
@@ -116,12 +117,13 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.9)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--think", action="store_true", help="evaluate with thinking enabled")
+    parser.add_argument("--history", action="store_true", help="ask each prompt as a chat's second turn")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     loaded = load(args.model, "cpu", args.dtype)
     report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
-                      enable_thinking=args.think)
+                      enable_thinking=args.think, history=args.history)
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:

@@ -62,6 +62,7 @@ class TrainSettings:
     shared_expert_intermediate_size: int = 128
     threshold: float = 0.9
     mix: str = "base"  # task mix (corpus.MIXES)
+    multi_turn: float = 0.0  # share of examples asked after one earlier exchange (chats re-send history)
     init: str = ""  # continue from this tiny checkpoint folder (its weights and tokenizer) instead of from scratch
 
 
@@ -172,7 +173,7 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
     t0 = time.time()
-    examples = corpus.make_train(s.n_train, s.seed, mix=s.mix)
+    examples = corpus.make_train(s.n_train, s.seed, mix=s.mix, multi_turn=s.multi_turn)
     if s.init:  # a later stage keeps the earlier stage's tokenizer (rebuilding it from this mix could differ)
         tok = Tokenizer.from_file(str(Path(s.init) / "tokenizer.json"))
     else:
