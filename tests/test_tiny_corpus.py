@@ -132,3 +132,27 @@ def test_unknown_task_is_rejected() -> None:
         C.make_example("divide", random.Random(0))
     with pytest.raises(ValueError):
         make_train(3, 0, tasks=["divide"])
+
+
+def _answer_from_scratchpad(ex: Example) -> str:
+    """Read the answer off a worked trace the way the model is meant to, independently of the generator."""
+    steps = ex.thinking.split()
+    if ex.task == "add":
+        sums = [int(step.split("=")[1]) for step in steps]
+        carry = "1" if sums[-1] >= 10 else ""
+        return carry + "".join(str(s % 10) for s in reversed(sums))
+    assert ex.task == "count_letter"
+    return steps[-1][1:]
+
+
+def test_scratchpads_lead_to_the_answer():
+    train = make_train(3000, 4, scratchpad=True)
+    traced = [e for e in train if e.task in C.SCRATCHPADS]
+    assert len(traced) > 400
+    for ex in traced:
+        assert ex.thinking and _answer_from_scratchpad(ex) == ex.answer == _expected(ex), ex
+    plain = make_train(3000, 4)  # same prompts and answers; only the traces differ
+    assert [(e.prompt, e.answer) for e in plain] == [(e.prompt, e.answer) for e in train]
+    assert C.add_scratchpad("add 78+56") == "8+6=14 7+5+1=13"
+    assert C.add_scratchpad("add 938+72") == "8+2=10 3+7+1=11 9+1=10"
+    assert C.tally_scratchpad("count a in b a n a n a") == "b0 a1 n1 a2 n2 a3"
