@@ -146,7 +146,7 @@ def _answer_from_scratchpad(ex: Example) -> str:
 
 
 def test_scratchpads_lead_to_the_answer():
-    train = make_train(3000, 4, scratchpad=True)
+    train = make_train(3000, 4, scratchpad=["add", "count_letter"])
     traced = [e for e in train if e.task in C.SCRATCHPADS]
     assert len(traced) > 400
     for ex in traced:
@@ -156,3 +156,7 @@ def test_scratchpads_lead_to_the_answer():
     assert C.add_scratchpad("add 78+56") == "8+6=14 7+5+1=13"
     assert C.add_scratchpad("add 938+72") == "8+2=10 3+7+1=11 9+1=10"
     assert C.tally_scratchpad("count a in b a n a n a") == "b0 a1 n1 a2 n2 a3"
+    only_add = make_train(3000, 4, scratchpad=["add"])
+    assert all(bool(e.thinking) == bool(p.thinking) for e, p in zip(only_add, plain) if e.task != "add")
+    with pytest.raises(ValueError, match="no scratchpad"):
+        make_train(10, 0, scratchpad=["reverse"])

@@ -327,21 +327,24 @@ def _with_history(ex: Example, rng: random.Random) -> Example:
 
 
 def make_train(n: int, seed: int, tasks: Sequence[str] | None = None, mix: str = "base",
-               multi_turn: float = 0.0, scratchpad: bool = False) -> list[Example]:
+               multi_turn: float = 0.0, scratchpad: Iterable[str] = ()) -> list[Example]:
     """`n` training examples, deterministic in `seed` and `mix` (a name in MIXES); checked-task prompts all lie
     on the train side. A `multi_turn` share of them come after one earlier exchange (drawn from a stream of
-    their own, so the examples themselves are the same whatever the share). With `scratchpad`, the tasks in
-    SCRATCHPADS always think through their worked trace (the same prompts and answers)."""
+    their own, so the examples themselves are the same whatever the share). The tasks named in `scratchpad`
+    (keys of SCRATCHPADS) always think through their worked trace (the same prompts and answers)."""
     chosen = _check_tasks(tasks if tasks is not None else TASKS)
     if mix not in MIXES:
         raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
     weights = [MIXES[mix][t] for t in chosen]
+    traced = set(scratchpad)
+    if traced - set(SCRATCHPADS):
+        raise ValueError(f"no scratchpad for {sorted(traced - set(SCRATCHPADS))}; known: {', '.join(SCRATCHPADS)}")
     rng = random.Random(f"clover-tiny-train:{seed}")
     turns = random.Random(f"clover-tiny-history:{seed}")
     out: list[Example] = []
     while len(out) < n:
         ex = _train_side_example(rng, chosen, weights)
-        if scratchpad:
+        if ex.task in traced:
             ex = with_scratchpad(ex)
         if multi_turn > 0 and turns.random() < multi_turn:
             ex = _with_history(ex, turns)

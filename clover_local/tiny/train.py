@@ -63,7 +63,7 @@ class TrainSettings:
     threshold: float = 0.9
     mix: str = "base"  # task mix (corpus.MIXES)
     multi_turn: float = 0.0  # share of examples asked after one earlier exchange (chats re-send history)
-    scratchpad: int = 0  # 1: addition and letter counting think through worked traces (corpus.SCRATCHPADS)
+    scratchpad: str = ""  # tasks that think through worked traces, comma-separated (corpus.SCRATCHPADS)
     init: str = ""  # continue from this tiny checkpoint folder (its weights and tokenizer) instead of from scratch
 
 
@@ -175,7 +175,7 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
     torch.set_num_threads(s.threads)
     t0 = time.time()
     examples = corpus.make_train(s.n_train, s.seed, mix=s.mix, multi_turn=s.multi_turn,
-                                 scratchpad=bool(s.scratchpad))
+                                 scratchpad=[t for t in s.scratchpad.split(",") if t])
     if s.init:  # a later stage keeps the earlier stage's tokenizer (rebuilding it from this mix could differ)
         tok = Tokenizer.from_file(str(Path(s.init) / "tokenizer.json"))
     else:
