@@ -285,15 +285,18 @@ def plot_curve(training_json: Path, png: Path) -> None:
 
     data = json.loads(training_json.read_text())
     stages = data.get("earlier_stages", []) + [data]
-    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=120)
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
     offset = 0
     for i, stage in enumerate(stages):
         steps, losses = zip(*stage["curve"])
-        mix = stage["settings"].get("mix", "base")
-        ax.plot([offset + st for st in steps], losses, label=f"stage {i + 1}: {mix} mix, {steps[-1]} steps")
+        st = stage["settings"]
+        extras = "".join([f", traces: {st['scratchpad']}" if st.get("scratchpad") else "",
+                          f", {st['multi_turn']:.0%} 2-turn" if st.get("multi_turn") else ""])
+        ax.plot([offset + x for x in steps], losses,
+                label=f"stage {i + 1}: {st.get('mix', 'base')} mix{extras}, {steps[-1]} steps")
         offset += stage["settings"]["steps"]
     if len(stages) > 1:
-        ax.legend()
+        ax.legend(fontsize=7)
     ax.set_xlabel("step")
     ax.set_ylabel("masked CE + 0.5 x next-token CE (EMA)")
     ax.set_yscale("log")
