@@ -2,6 +2,10 @@
 
     python -m clover_local.tiny.evaluate tiny --n 140 --threshold 0.9 --json
 
+Prompts are rendered as the chat template does by default, thinking on (the model may think before answering:
+addition and letter counting are trained to work through a scratchpad there); `--no-think` pre-fills an empty
+thinking block, `--history` asks each prompt as a chat's second turn.
+
 Used by the tests (the shipped model must still answer) and by quantization (a pack must keep its accuracy).
 Held-out prompts come from `corpus.make_heldout`, which never overlaps training.
 """
@@ -33,6 +37,8 @@ class EvalReport:
     tokens_per_pass: float  # output tokens (stop token excluded) / preview passes
     revealed_per_pass: float  # positions revealed / preview passes (includes padding after the stop token)
     threshold: float
+    thinking: bool
+    history: bool
     seconds: float
     chat: list[dict[str, str]] = field(default_factory=list)
     failures: list[dict[str, str]] = field(default_factory=list)
@@ -66,8 +72,8 @@ def run_prompt(decoder: BlockDiffusionDecoder, tok, prompt: str, settings: Decod
 
 
 def evaluate(
-    model, tok, mask_id: int, n: int = 140, threshold: float = 0.9, max_new_tokens: int = 48,
-    enable_thinking: bool = False, seed: int = HELDOUT_SEED, history: bool = False,
+    model, tok, mask_id: int, n: int = 140, threshold: float = 0.9, max_new_tokens: int = 64,
+    enable_thinking: bool = True, seed: int = HELDOUT_SEED, history: bool = False,
 ) -> EvalReport:
     """Greedy block diffusion on `n` held-out prompts; with `history`, each asked as a chat's second turn."""
     t0 = time.perf_counter()
@@ -102,6 +108,8 @@ def evaluate(
         tokens_per_pass=total_tokens / max(total_passes, 1),
         revealed_per_pass=total_revealed / max(total_passes, 1),
         threshold=threshold,
+        thinking=enable_thinking,
+        history=history,
         seconds=time.perf_counter() - t0,
         chat=chat,
         failures=failures,
@@ -116,7 +124,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=140)
     parser.add_argument("--threshold", type=float, default=0.9)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--think", action="store_true", help="evaluate with thinking enabled")
+    parser.add_argument("--no-think", dest="think", action="store_false",
+                        help="pre-fill an empty thinking block (answer directly)")
     parser.add_argument("--history", action="store_true", help="ask each prompt as a chat's second turn")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -127,7 +136,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:
-        print(f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts, "
+        mode = ("thinking on" if report.thinking else "no thinking") + (", second turn" if report.history else "")
+        print(f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts ({mode}), "
               f"{report.answer_tokens_per_pass:.2f} answer tokens/pass incl. the stop token "
               f"({report.tokens_per_pass:.2f} without it, {report.revealed_per_pass:.2f} positions incl. padding), "
               f"{report.seconds:.1f}s")

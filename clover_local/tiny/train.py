@@ -1,11 +1,19 @@
 """Train the tiny Clover model shipped with the package (the embedded default and quality yardstick).
 
-The shipped model is two stages (stage 1 alone is the defaults; stage 2 continues from its weights with more
-of the data on the copy-and-compare tasks and a lower peak learning rate):
+The shipped model is four stages, each continuing from the weights (and tokenizer) of the one before:
 
     python -m clover_local.tiny.train --out /tmp/tiny-stage1
-    python -m clover_local.tiny.train --out clover_local/assets/tiny --init /tmp/tiny-stage1 \
-        --mix hard --steps 3000 --lr 2e-3 --threads 1 --plot docs/tiny-loss.png
+    python -m clover_local.tiny.train --out /tmp/tiny-stage2 --init /tmp/tiny-stage1 \
+        --mix hard --steps 3000 --lr 2e-3 --threads 1
+    python -m clover_local.tiny.train --out /tmp/tiny-stage3 --init /tmp/tiny-stage2 \
+        --mix focus --scratchpad add --steps 1500 --lr 2e-3 --threads 1 --seed 5
+    python -m clover_local.tiny.train --out clover_local/assets/tiny --init /tmp/tiny-stage3 \
+        --mix focus --scratchpad add,count_letter --multi-turn 0.3 --steps 3500 --lr 2e-3 --threads 1 --seed 6 \
+        --plot docs/tiny-loss.png
+
+Stage 1 spreads the data over every task; stage 2 puts most of it on the copy-and-compare tasks; stages 3 and 4
+teach addition and letter counting through worked thinking traces (corpus.SCRATCHPADS) and, in stage 4, chats
+where the question is the second turn.
 
 From a fixed seed: generate the synthetic corpus, train the byte-level BPE tokenizer, then train a model of the
 full Clover architecture (GDN and attention layers 3:1, MoE with shared expert, the preview extras) with the
