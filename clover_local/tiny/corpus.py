@@ -46,7 +46,7 @@ TASKS: tuple[str, ...] = CHECKED_TASKS + CHAT_TASKS
 # Share of each task in the training mix (normalised by random.choices), by name: "base" spreads the data over
 # every task; "hard" gives most of it to the copy-and-compare tasks (addition, sorting, lookup), which take
 # longest to learn (the second stage of the shipped model's training); "focus" weights the two tasks the
-# two-stage model still failed (addition, counting a letter) for a third stage.
+# two-stage model still failed (addition, counting a letter) for the stages after it.
 MIXES: dict[str, dict[str, float]] = {
     "base": {
         "add": 0.20, "reverse": 0.12, "sort_letters": 0.10, "sort_numbers": 0.10, "lookup": 0.14,
@@ -252,8 +252,8 @@ _MAKERS: dict[str, Callable[[random.Random], Example]] = {
 
 
 # ---------------------------------------------------------------------------------------------- scratchpads
-# Worked thinking traces for the two tasks a ~2M-parameter model cannot do in one step (the two-stage model
-# scored 0.00 on addition and 0.20 on counting a letter answering directly). Each trace is computed from the
+# Worked thinking traces for the two tasks a model this small does not learn to do in one step (the two-stage
+# model scored 0.00 on addition and 0.20 on counting a letter answering directly). Each trace is computed from the
 # prompt alone and turns the task into short steps the model can already do: copy a digit or letter from a
 # known place, look up a one-digit sum, compare with one letter, add one to the number just written.
 
@@ -323,7 +323,7 @@ def _train_side_example(rng: random.Random, tasks: Sequence[str], weights: Seque
 def _with_history(ex: Example, rng: random.Random) -> Example:
     """`ex` asked as the second turn of a chat whose first exchange is another train-side example."""
     first = _train_side_example(rng, TASKS)
-    return Example(ex.task, ex.prompt, ex.thinking, ex.answer, ((first.prompt, first.answer),))
+    return replace(ex, history=((first.prompt, first.answer),))
 
 
 def make_train(n: int, seed: int, tasks: Sequence[str] | None = None, mix: str = "base",
