@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-from clover_local.generate.events import Finished, PassDone
 from clover_local.loader import SHORT_NAMES, load
 from clover_local.tiny import corpus
 from clover_local.tiny.evaluate import HELDOUT_SEED, evaluate
@@ -36,8 +35,13 @@ def test_shipped_files_are_small_and_complete():
 LEARNED = ("reverse", "count_items", "sort_letters")
 
 
-def test_answers_held_out_prompts_of_the_learned_tasks(tiny):
+def _answer(tiny, ex, settings, enable_thinking: bool = True) -> str:
     decoder = BlockDiffusionDecoder(tiny.model, tiny.mask_token_id)
+    events = list(decoder.generate(tiny.tokenizer.encode(corpus.render_prompt(ex, enable_thinking)), settings))
+    return tiny.tokenizer.decode(events[-1].token_ids)
+
+
+def test_answers_held_out_prompts_of_the_learned_tasks(tiny):
     settings = DecodeSettings(max_new_tokens=48, threshold=0.9, stop_token_ids=tiny.stop_token_ids)
     heldout = [e for e in corpus.make_heldout(140, HELDOUT_SEED) if e.task in LEARNED][:12]
     assert {e.task for e in heldout} == set(LEARNED)
@@ -45,8 +49,7 @@ def test_answers_held_out_prompts_of_the_learned_tasks(tiny):
     right = 0
     for ex in heldout:
         assert ex.prompt not in train_prompts
-        events = list(decoder.generate(tiny.tokenizer.encode(corpus.render_prompt(ex, enable_thinking=False)), settings))
-        right += corpus.check_answer(ex, tiny.tokenizer.decode(events[-1].token_ids))
+        right += corpus.check_answer(ex, _answer(tiny, ex, settings, enable_thinking=False))
     assert right >= 10, f"only {right}/12 held-out prompts answered right"
 
 
@@ -70,12 +73,6 @@ def test_chat_answer_is_decoded_several_tokens_per_pass(capsys):
     assert out["stats"]["tokens_per_pass"] >= 1.5
 
 
-def _answer(tiny, ex, settings, enable_thinking: bool = True) -> str:
-    decoder = BlockDiffusionDecoder(tiny.model, tiny.mask_token_id)
-    events = list(decoder.generate(tiny.tokenizer.encode(corpus.render_prompt(ex, enable_thinking)), settings))
-    return tiny.tokenizer.decode(events[-1].token_ids)
-
-
 def test_adds_through_its_worked_trace(tiny):
     """Addition is answered by thinking through column sums (corpus.add_scratchpad); a right answer comes with the
     right trace, so the model did the sum rather than guess it."""
@@ -96,4 +93,3 @@ def test_answers_as_the_second_turn_of_a_chat(tiny):
     assert all(len(ex.history) == 1 for ex in asked)
     right = sum(corpus.check_answer(ex, _answer(tiny, ex, settings)) for ex in asked)
     assert right >= 7, f"only {right}/10 second-turn prompts right"
-
