@@ -356,3 +356,11 @@ def test_forward_all_blocks_equals_block_by_block_decoding(model):
     assert (h_noisy - h_clean).abs().max() > 1e-3
     with pytest.raises(ValueError):
         model.forward_all_blocks(clean[:, :-1], noisy[:, :-1])
+    # previewing only some blocks (training skips those without a masked position) gives those blocks' states
+    blocks = torch.tensor([[False, True, True], [True, False, True]])
+    with torch.no_grad():
+        h_clean2, some = model.forward_all_blocks(clean, noisy, blocks)
+    assert some.shape == (4, bs, model.config.hidden_size)
+    assert torch.allclose(h_clean2, h_clean, atol=1e-5)
+    expected = h_noisy.view(batch, nb, bs, -1)[blocks]
+    assert (some - expected).abs().max().item() <= 1e-4

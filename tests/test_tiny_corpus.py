@@ -142,7 +142,10 @@ def _answer_from_scratchpad(ex: Example) -> str:
         carry = "1" if sums[-1] >= 10 else ""
         return carry + "".join(str(s % 10) for s in reversed(sums))
     assert ex.task == "count_letter"
-    return steps[-1][1:]
+    if all(step[1:].isdigit() for step in steps):  # the tally: every letter carries the running count
+        return steps[-1][1:]
+    numbers = [step[1:] for step in steps if step[1:] != "-"]  # the match trace: `-` or the matches so far
+    return numbers[-1] if numbers else "0"
 
 
 def test_scratchpads_lead_to_the_answer():
@@ -160,3 +163,19 @@ def test_scratchpads_lead_to_the_answer():
     assert all(bool(e.thinking) == bool(p.thinking) for e, p in zip(only_add, plain) if e.task != "add")
     with pytest.raises(ValueError, match="no scratchpad"):
         make_train(10, 0, scratchpad=["reverse"])
+
+
+def test_match_trace_marks_each_letter_and_numbers_the_matches():
+    assert C.match_scratchpad("count a in b a n a n a") == "b- a1 n- a2 n- a3"
+    assert C.match_scratchpad("count z in b a n") == "b- a- n-"
+    train = make_train(3000, 4, scratchpad=["add", "count_match"])
+    counted = [e for e in train if e.task == "count_letter"]
+    assert len(counted) > 150 and any(e.answer == "0" for e in counted)
+    for ex in counted:
+        steps = ex.thinking.split()
+        assert len(steps) == len(ex.prompt.split(" in ", 1)[1].split())  # one step per letter: aligned
+        assert _answer_from_scratchpad(ex) == ex.answer == _expected(ex), ex
+    tallied = make_train(3000, 4, scratchpad=["add", "count_letter"])
+    assert [(e.prompt, e.answer) for e in tallied] == [(e.prompt, e.answer) for e in train]
+    with pytest.raises(ValueError, match="two traces"):
+        make_train(10, 0, scratchpad=["count_letter", "count_match"])

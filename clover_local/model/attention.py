@@ -73,20 +73,22 @@ class Attention(nn.Module):
         return self.attend(q, k_all, v_all, gate, mask)
 
     def forward_all_blocks(
-        self, clean: torch.Tensor, noisy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, block_size: int
+        self, clean: torch.Tensor, noisy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, block_size: int,
+        row: torch.Tensor, blk: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training form: the causal pass over `clean` and, at once, a preview of every block of `noisy`, each
-        block seeing the clean prefix before it plus its own rows (what decoding does one block at a time)."""
+        """Training form: the causal pass over `clean` [B,T,H] and, at once, a preview of each block `noisy`
+        [M,bs,H] (block `blk[m]` of sequence `row[m]`), each seeing the clean prefix before it plus its own rows
+        (what decoding does one block at a time)."""
         q_c, k_c, v_c, g_c = self.project(clean, cos, sin)
-        q_n, k_n, v_n, g_n = self.project(noisy, cos, sin)
         t = clean.shape[1]
         pos = torch.arange(t, device=clean.device)
-        blk = pos // block_size
-        causal = pos[None, :] <= pos[:, None]
-        sees_clean = pos[None, :] < (blk * block_size)[:, None]
-        sees_noisy = blk[None, :] == blk[:, None]
-        out_c = self.attend(q_c, k_c, v_c, g_c, causal)
+        own = blk[:, None] * block_size + torch.arange(block_size, device=clean.device)  # [M, bs] positions
+        q_n, k_n, v_n, g_n = self.project(noisy, cos[own][:, None], sin[own][:, None])
+        out_c = self.attend(q_c, k_c, v_c, g_c, pos[None, :] <= pos[:, None])
+        sees_clean = (pos[None, :] < (blk * block_size)[:, None])[:, None, None, :]  # [M,1,1,T]
+        sees_clean = sees_clean.expand(-1, 1, block_size, t)
+        sees_own = torch.ones(blk.shape[0], 1, block_size, block_size, dtype=torch.bool, device=clean.device)
         out_n = self.attend(
-            q_n, torch.cat([k_c, k_n], 2), torch.cat([v_c, v_n], 2), g_n, torch.cat([sees_clean, sees_noisy], 1)
+            q_n, torch.cat([k_c[row], k_n], 2), torch.cat([v_c[row], v_n], 2), g_n, torch.cat([sees_clean, sees_own], -1)
         )
         return out_c, out_n

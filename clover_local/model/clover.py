@@ -45,20 +45,23 @@ class DecoderLayer(nn.Module):
         x = x + self.mix(x, cos, sin, cache, preview, n_prefix)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def mix_all_blocks(self, clean, noisy, cos, sin, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training form of the residual after the mixer: causal over `clean`, a preview of every block of `noisy`."""
+    def mix_all_blocks(self, clean, noisy, cos, sin, block_size: int, row, blk) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training form of the residual after the mixer: causal over `clean` [B,T,H], a preview of each chosen
+        block `noisy` [M,bs,H] (block `blk[m]` of sequence `row[m]`)."""
         hc, hn = self.input_layernorm(clean), self.input_layernorm(noisy)
         if self.is_attention:
-            mc, mn = self.self_attn.forward_all_blocks(hc, hn, cos, sin, block_size)
+            mc, mn = self.self_attn.forward_all_blocks(hc, hn, cos, sin, block_size, row, blk)
         else:
-            mc, mn = self.linear_attn.forward_all_blocks(hc, hn, block_size)
+            mc, mn = self.linear_attn.forward_all_blocks(hc, hn, block_size, row, blk)
         return clean + mc, noisy + mn
 
-    def forward_all_blocks(self, clean, noisy, cos, sin, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        clean, noisy = self.mix_all_blocks(clean, noisy, cos, sin, block_size)
-        both = torch.cat([clean, noisy], 0)
+    def forward_all_blocks(self, clean, noisy, cos, sin, block_size: int, row, blk) -> tuple[torch.Tensor, torch.Tensor]:
+        clean, noisy = self.mix_all_blocks(clean, noisy, cos, sin, block_size, row, blk)
+        h = clean.shape[-1]
+        both = torch.cat([clean.reshape(-1, h), noisy.reshape(-1, h)], 0)  # the MoE is per row: one call for both
         both = both + self.mlp(self.post_attention_layernorm(both))
-        return both[: clean.shape[0]], both[clean.shape[0] :]
+        n_clean = clean.shape[0] * clean.shape[1]
+        return both[:n_clean].view_as(clean), both[n_clean:].view_as(noisy)
 
 
 class CloverModel(nn.Module):
@@ -131,19 +134,32 @@ class CloverModel(nn.Module):
             h = h[:, rows]
         return self.lm_head(h).float()
 
-    def forward_all_blocks(self, clean_ids: torch.Tensor, noisy_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_all_blocks(
+        self, clean_ids: torch.Tensor, noisy_ids: torch.Tensor, blocks: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Training: hidden states of the causal pass over `clean_ids` and of a preview of every block of
         `noisy_ids` ([B, T], T a multiple of block_size, blocks aligned at 0), each block conditioned on the
-        clean prefix before it. Equals running decoding's passes block by block (a test pins this)."""
+        clean prefix before it. Equals running decoding's passes block by block (a test pins this).
+
+        `blocks` [B, T/block_size] bool previews only the chosen blocks (those with a masked position: a
+        prompt-only block has no loss, and each preview depends only on the clean prefix and its own rows, so
+        skipping it changes nothing else); the previews then come back as [M, block_size, H] in row-major order
+        of the chosen blocks. Without it, all blocks, as [B, T, H]."""
         bs = self.config.diffusion.block_size
-        if clean_ids.shape[1] % bs:
-            raise ValueError(f"sequence length {clean_ids.shape[1]} is not a multiple of block size {bs}")
-        positions = torch.arange(clean_ids.shape[1], device=clean_ids.device)
-        clean, noisy = self.embed_tokens(clean_ids), self.embed_tokens(noisy_ids)
+        b, t = clean_ids.shape
+        if t % bs:
+            raise ValueError(f"sequence length {t} is not a multiple of block size {bs}")
+        nb = t // bs
+        chosen = blocks if blocks is not None else torch.ones(b, nb, dtype=torch.bool, device=clean_ids.device)
+        row, blk = chosen.nonzero(as_tuple=True)
+        positions = torch.arange(t, device=clean_ids.device)
+        clean = self.embed_tokens(clean_ids)
+        noisy = self.embed_tokens(noisy_ids.view(b, nb, bs)[row, blk])  # [M, bs, H]
         cos, sin = self.rotary.cos_sin(positions, clean.dtype)
         for layer in self.layers:
-            clean, noisy = layer.forward_all_blocks(clean, noisy, cos, sin, bs)
-        return self.norm(clean), self.norm(noisy)
+            clean, noisy = layer.forward_all_blocks(clean, noisy, cos, sin, bs, row, blk)
+        clean, noisy = self.norm(clean), self.norm(noisy)
+        return clean, (noisy if blocks is not None else noisy.reshape(b, t, -1))
 
     # ------------------------------------------------------------------ loading
     @classmethod

@@ -241,27 +241,25 @@ class GatedDeltaNet(nn.Module):
 
 
     def forward_all_blocks(
-        self, clean: torch.Tensor, noisy: torch.Tensor, block_size: int
+        self, clean: torch.Tensor, noisy: torch.Tensor, block_size: int, row: torch.Tensor, blk: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training form: the causal pass over `clean` (length a multiple of `block_size`) and a preview of every
-        block of `noisy` against the clean ring and state at that block's start."""
+        """Training form: the causal pass over `clean` [B,T,H] (T a multiple of `block_size`) and a preview of
+        each block `noisy` [M,bs,H] (block `blk[m]` of sequence `row[m]`) against the clean ring and state at
+        that block's start."""
         b, t, _ = clean.shape
-        nb = t // block_size
         rows_c = self.in_proj_qkv(clean)
         q, k, v = self.split_heads(self.conv(rows_c, None, right=False))
         g, beta = self.gates(clean)
         state0 = clean.new_zeros(b, self.hv, self.dk, self.dv, dtype=torch.float32)
         o_c, _, states = chunk_delta_rule(q * self.dk**-0.5, k, v, g, beta, state0, block_size, chunk_states=True)
-        # ring of block j: the clean pre-conv rows just before it (zeros before the sequence start)
+        # ring of a block: the clean pre-conv rows just before it (zeros before the sequence start)
         k1 = self.kernel - 1
         padded = torch.cat([rows_c.new_zeros(b, k1, rows_c.shape[-1]), rows_c], 1)
-        starts = torch.arange(nb, device=clean.device) * block_size
-        ring_idx = starts[:, None] + torch.arange(k1, device=clean.device)[None, :]
-        rings = padded[:, ring_idx].reshape(b * nb, k1, -1)
-        rows_n = self.in_proj_qkv(noisy).reshape(b * nb, block_size, -1)
-        qn, kn, vn = self.split_heads(self.conv(rows_n, rings, right=True))
+        starts = blk * block_size
+        rings = padded[row[:, None], starts[:, None] + torch.arange(k1, device=clean.device)[None, :]]  # [M,K-1,C]
+        qn, kn, vn = self.split_heads(self.conv(self.in_proj_qkv(noisy), rings, right=True))
         o_n = preview_mix(
-            qn, kn, vn, states.reshape(b * nb, self.hv, self.dk, self.dv), self.bd_softmax_logit_scale,
-            self.bd_softmax_history_bias, self.bd_softmax_history_c, starts.repeat(b), self.block_size,
+            qn, kn, vn, states[row, blk], self.bd_softmax_logit_scale,
+            self.bd_softmax_history_bias, self.bd_softmax_history_c, starts, self.block_size,
         )
-        return self.output(o_c, clean), self.output(o_n.reshape(b, t, self.hv, self.dv), noisy)
+        return self.output(o_c, clean), self.output(o_n, noisy)

@@ -283,13 +283,38 @@ def tally_scratchpad(prompt: str) -> str:
     return " ".join(steps)
 
 
-SCRATCHPADS: dict[str, Callable[[str], str]] = {"add": add_scratchpad, "count_letter": tally_scratchpad}
+def match_scratchpad(prompt: str) -> str:
+    """`count a in b a n a n a` -> `b- a1 n- a2 n- a3`: each letter, then `-` when it is not the asked-for one or
+    the number of matches so far when it is; the answer is the last number (0 when there is none). Unlike the
+    tally, the comparison is a token of its own (`-` or a number) and a number is always one more than the
+    number before it, so each step does one thing."""
+    letter, word = prompt.removeprefix("count ").split(" in ", 1)
+    n, steps = 0, []
+    for c in word.split():
+        if c == letter:
+            n += 1
+            steps.append(f"{c}{n}")
+        else:
+            steps.append(f"{c}-")
+    return " ".join(steps)
 
 
-def with_scratchpad(example: Example) -> Example:
-    """`example` thinking through its task's worked trace (tasks without one are returned as they are)."""
-    make = SCRATCHPADS.get(example.task)
-    return replace(example, thinking=make(example.prompt)) if make is not None else example
+# trace name -> (the task it works, the trace of a prompt); "count_letter" keeps the tally the four-stage
+# model was trained with, "count_match" is the one-thing-per-step version that replaced it
+SCRATCHPADS: dict[str, tuple[str, Callable[[str], str]]] = {
+    "add": ("add", add_scratchpad),
+    "count_letter": ("count_letter", tally_scratchpad),
+    "count_match": ("count_letter", match_scratchpad),
+}
+
+
+def with_scratchpad(example: Example, name: str | None = None) -> Example:
+    """`example` thinking through a worked trace: the one called `name`, or by default the one named after its
+    task (tasks without one are returned as they are)."""
+    task, make = SCRATCHPADS.get(name or example.task, (None, None))
+    if make is None or task != example.task:
+        return example
+    return replace(example, thinking=make(example.prompt))
 
 
 def make_example(task: str, rng: random.Random) -> Example:
@@ -331,21 +356,24 @@ def make_train(n: int, seed: int, tasks: Sequence[str] | None = None, mix: str =
     """`n` training examples, deterministic in `seed` and `mix` (a name in MIXES); checked-task prompts all lie
     on the train side. A `multi_turn` share of them come after one earlier exchange (drawn from a stream of
     their own, so the examples themselves are the same whatever the share). The tasks named in `scratchpad`
-    (keys of SCRATCHPADS) always think through their worked trace (the same prompts and answers)."""
+    (names in SCRATCHPADS) always think through their worked trace (the same prompts and answers)."""
     chosen = _check_tasks(tasks if tasks is not None else TASKS)
     if mix not in MIXES:
         raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
     weights = [MIXES[mix][t] for t in chosen]
-    traced = set(scratchpad)
-    if traced - set(SCRATCHPADS):
-        raise ValueError(f"no scratchpad for {sorted(traced - set(SCRATCHPADS))}; known: {', '.join(SCRATCHPADS)}")
+    names = list(dict.fromkeys(scratchpad))
+    if set(names) - set(SCRATCHPADS):
+        raise ValueError(f"no scratchpad {sorted(set(names) - set(SCRATCHPADS))}; known: {', '.join(SCRATCHPADS)}")
+    traced = {SCRATCHPADS[name][0]: name for name in names}
+    if len(traced) < len(names):
+        raise ValueError(f"scratchpads {names} give one task two traces")
     rng = random.Random(f"clover-tiny-train:{seed}")
     turns = random.Random(f"clover-tiny-history:{seed}")
     out: list[Example] = []
     while len(out) < n:
         ex = _train_side_example(rng, chosen, weights)
         if ex.task in traced:
-            ex = with_scratchpad(ex)
+            ex = with_scratchpad(ex, traced[ex.task])
         if multi_turn > 0 and turns.random() < multi_turn:
             ex = _with_history(ex, turns)
         out.append(ex)

@@ -212,9 +212,13 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
         for group in opt.param_groups:
             group["lr"] = max(lr, s.lr * 0.02)
         clean, noisy, masked, real, maskable = data.sample(s.batch_size, gen)
-        clean_h, hidden = model.forward_all_blocks(clean, noisy)
-        logits = model.lm_head(hidden[masked]).float()
-        loss = F.cross_entropy(logits, clean[masked])
+        # preview only blocks with a masked position (prompt-only blocks have no loss): same loss, less work
+        per_block = masked.view(masked.shape[0], -1, s.block_size)
+        blocks = per_block.any(-1)
+        clean_h, hidden = model.forward_all_blocks(clean, noisy, blocks)
+        chosen = per_block[blocks]
+        logits = model.lm_head(hidden[chosen]).float()
+        loss = F.cross_entropy(logits, clean.view_as(per_block)[blocks][chosen])
         if s.ar_weight:
             # auxiliary next-token loss on the causal pass: dense supervision that also gives `score` meaning
             nxt = real[:, 1:] & (maskable[:, 1:] if s.ar_scope == "assistant" else True)
