@@ -179,3 +179,11 @@ def test_match_trace_marks_each_letter_and_numbers_the_matches():
     assert [(e.prompt, e.answer) for e in tallied] == [(e.prompt, e.answer) for e in train]
     with pytest.raises(ValueError, match="two traces"):
         make_train(10, 0, scratchpad=["count_letter", "count_match"])
+
+
+def test_every_mix_weights_every_task():
+    for name, weights in C.MIXES.items():
+        assert set(weights) == set(C.TASKS), name
+        assert all(w > 0 for w in weights.values()) and abs(sum(weights.values()) - 1.0) < 1e-6, name
+    with pytest.raises(ValueError, match="unknown mix"):
+        make_train(3, 0, mix="nonsense")
