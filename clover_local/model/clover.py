@@ -45,23 +45,39 @@ class DecoderLayer(nn.Module):
         x = x + self.mix(x, cos, sin, cache, preview, n_prefix)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def mix_all_blocks(self, clean, noisy, cos, sin, block_size: int, row, blk) -> tuple[torch.Tensor, torch.Tensor]:
+    def mix_all_blocks(
+        self, clean, noisy, cos, sin, block_size: int, row=None, blk=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Training form of the residual after the mixer: causal over `clean` [B,T,H], a preview of each chosen
-        block `noisy` [M,bs,H] (block `blk[m]` of sequence `row[m]`)."""
-        hc, hn = self.input_layernorm(clean), self.input_layernorm(noisy)
+        block `noisy` [M,bs,H] (block `blk[m]` of sequence `row[m]`). Without `row`/`blk`, `noisy` is [B,T,H]
+        and every block is previewed (the quantizer's layer-by-layer form); the result has `noisy`'s shape."""
+        items, row, blk = _block_items(noisy, block_size, row, blk)
+        hc, hn = self.input_layernorm(clean), self.input_layernorm(items)
         if self.is_attention:
             mc, mn = self.self_attn.forward_all_blocks(hc, hn, cos, sin, block_size, row, blk)
         else:
             mc, mn = self.linear_attn.forward_all_blocks(hc, hn, block_size, row, blk)
-        return clean + mc, noisy + mn
+        return clean + mc, noisy + mn.view_as(noisy)
 
-    def forward_all_blocks(self, clean, noisy, cos, sin, block_size: int, row, blk) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_all_blocks(
+        self, clean, noisy, cos, sin, block_size: int, row=None, blk=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         clean, noisy = self.mix_all_blocks(clean, noisy, cos, sin, block_size, row, blk)
         h = clean.shape[-1]
         both = torch.cat([clean.reshape(-1, h), noisy.reshape(-1, h)], 0)  # the MoE is per row: one call for both
         both = both + self.mlp(self.post_attention_layernorm(both))
         n_clean = clean.shape[0] * clean.shape[1]
         return both[:n_clean].view_as(clean), both[n_clean:].view_as(noisy)
+
+
+def _block_items(noisy: torch.Tensor, block_size: int, row, blk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chosen blocks as items [M,bs,H] with their (sequence, block) indices; given [B,T,H] and no indices: all."""
+    if row is not None:
+        return noisy, row, blk
+    b, t, h = noisy.shape
+    nb = t // block_size
+    idx = torch.arange(b * nb, device=noisy.device)
+    return noisy.reshape(b * nb, block_size, h), idx // nb, idx % nb
 
 
 class CloverModel(nn.Module):
