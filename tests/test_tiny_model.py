@@ -73,16 +73,23 @@ def test_chat_answer_is_decoded_several_tokens_per_pass(capsys):
     assert out["stats"]["tokens_per_pass"] >= 1.5
 
 
-def test_adds_through_its_worked_trace(tiny):
-    """Addition is answered by thinking through column sums (corpus.add_scratchpad); a right answer comes with the
-    right trace, so the model did the sum rather than guess it."""
+def _right_through_trace(tiny, examples, trace) -> int:
+    """How many of `examples` the model answers right with thinking on; every right answer must come with the
+    worked trace `trace(prompt)`, so the model did the steps rather than guess the answer."""
     settings = DecodeSettings(max_new_tokens=64, threshold=0.9, stop_token_ids=tiny.stop_token_ids)
     right = 0
-    for ex in corpus.make_heldout(8, HELDOUT_SEED + 1, tasks=["add"]):
+    for ex in examples:
         text = _answer(tiny, ex, settings)
         if corpus.check_answer(ex, text):
             right += 1
-            assert text.split("</think>")[0].removeprefix("<think>").strip() == corpus.add_scratchpad(ex.prompt)
+            assert text.split("</think>")[0].removeprefix("<think>").strip() == trace(ex.prompt)
+    return right
+
+
+def test_adds_through_its_worked_trace(tiny):
+    """Addition is answered by thinking through column sums (corpus.add_scratchpad); a right answer comes with the
+    right trace, so the model did the sum rather than guess it."""
+    right = _right_through_trace(tiny, corpus.make_heldout(8, HELDOUT_SEED + 1, tasks=["add"]), corpus.add_scratchpad)
     assert right >= 5, f"only {right}/8 held-out additions right"
 
 
@@ -99,11 +106,6 @@ def test_counts_a_letter_through_its_match_trace(tiny):
     """Letter counting thinks through the match trace (corpus.match_scratchpad: `b- a1 n- a2`); a right answer
     comes with the right trace. The weakest task (0.45 on the 140-prompt evaluation): this pins that it works
     at all, so a decoder or model-code change that breaks it shows."""
-    settings = DecodeSettings(max_new_tokens=64, threshold=0.9, stop_token_ids=tiny.stop_token_ids)
-    right = 0
-    for ex in corpus.make_heldout(12, HELDOUT_SEED + 3, tasks=["count_letter"]):
-        text = _answer(tiny, ex, settings)
-        if corpus.check_answer(ex, text):
-            right += 1
-            assert text.split("</think>")[0].removeprefix("<think>").strip() == corpus.match_scratchpad(ex.prompt)
+    asked = corpus.make_heldout(12, HELDOUT_SEED + 3, tasks=["count_letter"])
+    right = _right_through_trace(tiny, asked, corpus.match_scratchpad)
     assert right >= 2, f"only {right}/12 held-out letter counts right"  # 3 today
