@@ -165,17 +165,17 @@ class CloverModel(nn.Module):
         b, t = clean_ids.shape
         if t % bs:
             raise ValueError(f"sequence length {t} is not a multiple of block size {bs}")
-        nb = t // bs
-        chosen = blocks if blocks is not None else torch.ones(b, nb, dtype=torch.bool, device=clean_ids.device)
-        row, blk = chosen.nonzero(as_tuple=True)
-        positions = torch.arange(t, device=clean_ids.device)
+        if blocks is None:  # every block, [B,T,H] throughout (each layer splits it into blocks)
+            row = blk = None
+            noisy = self.embed_tokens(noisy_ids)
+        else:
+            row, blk = blocks.nonzero(as_tuple=True)
+            noisy = self.embed_tokens(noisy_ids.view(b, t // bs, bs)[row, blk])  # [M, bs, H]
         clean = self.embed_tokens(clean_ids)
-        noisy = self.embed_tokens(noisy_ids.view(b, nb, bs)[row, blk])  # [M, bs, H]
-        cos, sin = self.rotary.cos_sin(positions, clean.dtype)
+        cos, sin = self.rotary.cos_sin(torch.arange(t, device=clean_ids.device), clean.dtype)
         for layer in self.layers:
             clean, noisy = layer.forward_all_blocks(clean, noisy, cos, sin, bs, row, blk)
-        clean, noisy = self.norm(clean), self.norm(noisy)
-        return clean, (noisy if blocks is not None else noisy.reshape(b, t, -1))
+        return self.norm(clean), self.norm(noisy)
 
     # ------------------------------------------------------------------ loading
     @classmethod
