@@ -173,7 +173,7 @@ def test_match_trace_marks_each_letter_and_numbers_the_matches():
     assert len(counted) > 150 and any(e.answer == "0" for e in counted)
     for ex in counted:
         steps = ex.thinking.split()
-        assert len(steps) == len(ex.prompt.split(" in ", 1)[1].split())  # one step per letter: aligned
+        assert len(steps) == len(C.count_prompt_parts(ex.prompt)[1])  # one step per letter: aligned
         assert _answer_from_scratchpad(ex) == ex.answer == _expected(ex), ex
     tallied = make_train(3000, 4, scratchpad=["add", "count_letter"])
     assert [(e.prompt, e.answer) for e in tallied] == [(e.prompt, e.answer) for e in train]

@@ -277,12 +277,18 @@ def add_scratchpad(prompt: str) -> str:
     return " ".join(steps)
 
 
+def count_prompt_parts(prompt: str) -> tuple[str, list[str]]:
+    """`count a in b a n` -> ("a", ["b", "a", "n"]): the asked-for letter and the word's letters."""
+    letter, word = prompt.removeprefix("count ").split(" in ", 1)
+    return letter, word.split()
+
+
 def tally_scratchpad(prompt: str) -> str:
     """`count a in b a n a n a` -> `b0 a1 n1 a2 n2 a3`: each letter with the running count of the asked-for one;
     the answer is the last count."""
-    letter, word = prompt.removeprefix("count ").split(" in ", 1)
+    letter, letters = count_prompt_parts(prompt)
     n, steps = 0, []
-    for c in word.split():
+    for c in letters:
         n += c == letter
         steps.append(f"{c}{n}")
     return " ".join(steps)
@@ -293,9 +299,9 @@ def match_scratchpad(prompt: str) -> str:
     the number of matches so far when it is; the answer is the last number (0 when there is none). Unlike the
     tally, the comparison is a token of its own (`-` or a number) and a number is always one more than the
     number before it, so each step does one thing."""
-    letter, word = prompt.removeprefix("count ").split(" in ", 1)
+    letter, letters = count_prompt_parts(prompt)
     n, steps = 0, []
-    for c in word.split():
+    for c in letters:
         if c == letter:
             n += 1
             steps.append(f"{c}{n}")
@@ -313,13 +319,9 @@ SCRATCHPADS: dict[str, tuple[str, Callable[[str], str]]] = {
 }
 
 
-def with_scratchpad(example: Example, name: str | None = None) -> Example:
-    """`example` thinking through a worked trace: the one called `name`, or by default the one named after its
-    task (tasks without one are returned as they are)."""
-    task, make = SCRATCHPADS.get(name or example.task, (None, None))
-    if make is None or task != example.task:
-        return example
-    return replace(example, thinking=make(example.prompt))
+def with_scratchpad(example: Example, name: str) -> Example:
+    """`example` thinking through the worked trace `name` (a SCRATCHPADS entry for the example's task)."""
+    return replace(example, thinking=SCRATCHPADS[name][1](example.prompt))
 
 
 def make_example(task: str, rng: random.Random) -> Example:
