@@ -1,6 +1,6 @@
 """Train the tiny Clover model shipped with the package (the embedded default and quality yardstick).
 
-The shipped model is six stages, each continuing from the weights (and tokenizer) of the one before:
+The shipped model is eight stages, each continuing from the weights (and tokenizer) of the one before:
 
     python -m clover_local.tiny.train --out /tmp/tiny-stage1
     python -m clover_local.tiny.train --out /tmp/tiny-stage2 --init /tmp/tiny-stage1 \
@@ -11,14 +11,19 @@ The shipped model is six stages, each continuing from the weights (and tokenizer
         --mix focus --scratchpad add,count_letter --multi-turn 0.3 --steps 3500 --lr 2e-3 --threads 1 --seed 6
     python -m clover_local.tiny.train --out /tmp/tiny-stage5 --init /tmp/tiny-stage4 \
         --mix count --scratchpad add,count_match --multi-turn 0.2 --steps 2500 --lr 2e-3 --seed 9
-    python -m clover_local.tiny.train --out clover_local/assets/tiny --init /tmp/tiny-stage5 \
-        --mix focus --scratchpad add,count_match --multi-turn 0.3 --steps 1500 --lr 1.5e-3 --seed 10 \
+    python -m clover_local.tiny.train --out /tmp/tiny-stage6 --init /tmp/tiny-stage5 \
+        --mix focus --scratchpad add,count_match --multi-turn 0.3 --steps 1500 --lr 1.5e-3 --seed 10
+    python -m clover_local.tiny.train --out /tmp/tiny-stage7 --init /tmp/tiny-stage6 \
+        --mix count --scratchpad add,count_match --multi-turn 0.2 --steps 1500 --lr 1.5e-3 --seed 11
+    python -m clover_local.tiny.train --out clover_local/assets/tiny --init /tmp/tiny-stage7 \
+        --mix focus --scratchpad add,count_match --multi-turn 0.3 --steps 1200 --lr 1e-3 --seed 12 \
         --plot docs/tiny-loss.png
 
 Stage 1 spreads the data over every task; stage 2 puts most of it on the copy-and-compare tasks; stages 3 and 4
 teach addition and letter counting through worked thinking traces (corpus.SCRATCHPADS) and, in stage 4, chats
 where the question is the second turn; stage 5 replaces the letter-counting tally with the match trace
-(`b- a1 n- a2`) and gives counting almost half the data; stage 6 rebalances towards addition.
+(`b- a1 n- a2`) and gives counting almost half the data; stage 6 rebalances towards addition; stages 7 and 8
+repeat that pair at lower learning rates, which is when the letter comparison was learned (0.45 -> 0.95).
 
 From a fixed seed: generate the synthetic corpus, train the byte-level BPE tokenizer, then train a model of the
 full Clover architecture (GDN and attention layers 3:1, MoE with shared expert, the preview extras) with the
