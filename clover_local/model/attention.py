@@ -45,10 +45,18 @@ class Attention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """Softmax attention of q over k/v (bool mask: True = may attend), then the output gate and o_proj."""
-        out = F.scaled_dot_product_attention(
+        return self.finish(self.softmax_attention(q, k, v, mask), gate)
+
+    def softmax_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=self.n_heads != self.n_kv
         )
-        b, _, t, _ = q.shape
+
+    def finish(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """Heads [B,H,T,D] → output gate → o_proj."""
+        b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, -1)
         return self.o_proj(out * torch.sigmoid(gate))
 
@@ -78,17 +86,30 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Training form: the causal pass over `clean` [B,T,H] and, at once, a preview of each block `noisy`
         [M,bs,H] (block `blk[m]` of sequence `row[m]`), each seeing the clean prefix before it plus its own rows
-        (what decoding does one block at a time)."""
+        (what decoding does one block at a time).
+
+        The previewed rows go back to their positions in a [B,T] layout, so each sequence runs one attention
+        over its clean keys then its noisy keys, with a block mask: memory O(B·T) in keys, where gathering the
+        clean keys once per block would cost O(M·T) (the quantizer previews every block of 2,048-token rows)."""
+        b, t = clean.shape[:2]
+        nb = t // block_size
         q_c, k_c, v_c, g_c = self.project(clean, cos, sin)
-        t = clean.shape[1]
         pos = torch.arange(t, device=clean.device)
         own = blk[:, None] * block_size + torch.arange(block_size, device=clean.device)  # [M, bs] positions
         q_n, k_n, v_n, g_n = self.project(noisy, cos[own][:, None], sin[own][:, None])
         out_c = self.attend(q_c, k_c, v_c, g_c, pos[None, :] <= pos[:, None])
-        sees_clean = (pos[None, :] < (blk * block_size)[:, None])[:, None, None, :]  # [M,1,1,T]
-        sees_clean = sees_clean.expand(-1, 1, block_size, t)
-        sees_own = torch.ones(blk.shape[0], 1, block_size, block_size, dtype=torch.bool, device=clean.device)
-        out_n = self.attend(
-            q_n, torch.cat([k_c[row], k_n], 2), torch.cat([v_c[row], v_n], 2), g_n, torch.cat([sees_clean, sees_own], -1)
+
+        def place(x: torch.Tensor) -> torch.Tensor:  # [M, heads, bs, D] → [B, heads, T, D] (zeros elsewhere)
+            full = x.new_zeros(b, nb, x.shape[1], block_size, x.shape[-1])
+            full[row, blk] = x
+            return full.transpose(1, 2).reshape(b, x.shape[1], t, x.shape[-1])
+
+        block_of = pos // block_size
+        sees_clean = pos[None, :] < (block_of * block_size)[:, None]  # the clean prefix before the row's block
+        sees_own = block_of[:, None] == block_of[None, :]  # every noisy row of the row's own block
+        out = self.softmax_attention(
+            place(q_n), torch.cat([k_c, place(k_n)], 2), torch.cat([v_c, place(v_n)], 2),
+            torch.cat([sees_clean, sees_own], -1),
         )
-        return out_c, out_n
+        out_n = out.view(b, -1, nb, block_size, self.head_dim).transpose(1, 2)[row, blk]  # [M, H, bs, D]
+        return out_c, self.finish(out_n, g_n)
