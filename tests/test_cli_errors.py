@@ -200,3 +200,16 @@ def test_generate_with_chat_template_and_sampling(make_checkpoint, capsys):
     assert run_cli(args) == 0  # top-p 0 is in the accepted range: it keeps the top token (greedy on tokens)
     obj = json.loads(capsys.readouterr().out)
     assert 1 <= len(obj["token_ids"]) <= 9
+
+
+def test_command_list_gives_each_command_one_sentence(capsys, monkeypatch):
+    """`clover-local --help` on a wide terminal: every command's summary fits its own line (a docstring's first
+    paragraph wrapped in the source used to break mid-sentence in the list)."""
+    monkeypatch.setenv("COLUMNS", "250")
+    assert run_cli(["--help"]) == 0
+    out = capsys.readouterr().out
+    panel = out[out.index("Commands"):].splitlines()[1:]
+    rows = [line.strip("│ ").rstrip() for line in panel if line.startswith("│")]
+    names = ["bench", "chat", "demo", "generate", "download", "upload", "plan", "quantize", "eval", "score", "serve"]
+    assert sorted(r.split()[0] for r in rows) == sorted(names), rows  # one line per command, nothing else
+    assert all(r.endswith(".") for r in rows), rows
