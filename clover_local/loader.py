@@ -21,7 +21,9 @@ SHORT_NAMES = {"tiny": ASSETS / "tiny"}
 def resolve_model_path(arg: str) -> Path:
     """A folder on disk, a short name of a model shipped with the package, or a Hub repo id (downloaded)."""
     path = Path(arg).expanduser()
-    if path.is_dir():
+    # a folder wins over a shipped name only when it holds a model: an unrelated `./tiny` in the working
+    # directory must not hide the shipped tiny model
+    if path.is_dir() and (arg not in SHORT_NAMES or (path / "config.json").is_file()):
         return path
     if arg in SHORT_NAMES and SHORT_NAMES[arg].is_dir():
         return SHORT_NAMES[arg]

@@ -213,3 +213,14 @@ def test_command_list_gives_each_command_one_sentence(capsys, monkeypatch):
     names = ["bench", "chat", "demo", "generate", "download", "upload", "plan", "quantize", "eval", "score", "serve"]
     assert sorted(r.split()[0] for r in rows) == sorted(names), rows  # one line per command, nothing else
     assert all(r.endswith(".") for r in rows), rows
+
+
+def test_shipped_name_is_not_hidden_by_an_unrelated_local_folder(tmp_path, monkeypatch):
+    from clover_local.loader import SHORT_NAMES, resolve_model_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()  # e.g. a user's own folder of notes
+    assert resolve_model_path("tiny") == SHORT_NAMES["tiny"]
+    (tmp_path / "tiny" / "config.json").write_text("{}")  # a model folder of that name is what was meant
+    assert resolve_model_path("tiny") == Path("tiny")
+    assert resolve_model_path(str(tmp_path / "tiny")) == tmp_path / "tiny"
