@@ -5,6 +5,7 @@
 set -euo pipefail
 work=${1:-/tmp/clover-quant-table}
 mkdir -p "$work"
+accuracy() { python -c "import json,sys; print(json.load(open(sys.argv[1]))['accuracy'])" "$1"; }
 run() {
   name=$1; shift
   rm -rf "$work/$name"
@@ -12,10 +13,10 @@ run() {
   clover-local eval "$work/$name" --reference tiny --samples 16 --seq-len 128 --json > "$work/$name.eval.json"
   python -m clover_local.tiny.evaluate "$work/$name" --n 140 --json > "$work/$name.acc.json"
   echo "$name: $(cat "$work/$name.eval.json")"
-  echo "$name: accuracy $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['accuracy'])" "$work/$name.acc.json"), $(du -sb "$work/$name" | cut -f1) bytes"
+  echo "$name: accuracy $(accuracy "$work/$name.acc.json"), $(du -sb "$work/$name" | cut -f1) bytes"
 }
 python -m clover_local.tiny.evaluate tiny --n 140 --json > "$work/bf16.acc.json"
-echo "BF16 source: accuracy $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['accuracy'])" "$work/bf16.acc.json")"
+echo "BF16 source: accuracy $(accuracy "$work/bf16.acc.json")"
 run balanced --profile balanced
 run experts-only-diffusion --profile experts-only --calib-mode diffusion
 run experts-only-causal --profile experts-only --calib-mode causal

@@ -12,7 +12,10 @@ from clover_local.cli import app
 from clover_local.errors import CloverError
 
 
-@app.command(short_help="Measure preview passes at a device budget: ms per pass, tokens/s, hit rate, PCIe traffic, roofline ratio, projected RTX 5070 Ti figure.")
+@app.command(short_help=(
+    "Measure preview passes at a device budget: ms per pass, tokens/s, hit rate, "
+    "PCIe traffic, roofline ratio, projected RTX 5070 Ti figure."
+))
 def bench(
     model: Optional[str] = typer.Argument(None, help="Pack folder or Hub repo id (or use --synthetic)."),
     synthetic: Optional[str] = typer.Option(None, "--synthetic", help="full: a random INT4 pack with the real "

@@ -28,7 +28,10 @@ def _pack_index(model: str):
     return read_pack_index(path)
 
 
-@app.command(short_help="Show the placement plan (device / host, expert cache slots, KV budget, PCIe per pass) from the pack's headers alone.")
+@app.command(short_help=(
+    "Show the placement plan (device / host, expert cache slots, KV budget, PCIe per "
+    "pass) from the pack's headers alone."
+))
 def plan(
     model: str = typer.Argument(..., help="Pack folder, Hub repo id, or synthetic:full / synthetic:small."),
     vram: Optional[str] = typer.Option(None, "--vram", help="Device memory the runtime may use, e.g. 16GB "

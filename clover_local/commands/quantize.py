@@ -147,7 +147,10 @@ def _record_quality(pack: Path, quality: dict) -> None:
     write_card(pack, manifest=manifest)
 
 
-@app.command("eval", short_help="Quality of a pack against its BF16 source: KL divergence and top-1 agreement, causal and preview passes.")
+@app.command("eval", short_help=(
+    "Quality of a pack against its BF16 source: KL divergence and top-1 agreement, "
+    "causal and preview passes."
+))
 def eval_command(
     pack: str = typer.Argument(..., help="A pack folder (or Hub repo id)."),
     reference: str = typer.Option(..., "--reference", help="The BF16 checkpoint the pack was made from."),
