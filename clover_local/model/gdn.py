@@ -85,17 +85,17 @@ def chunk_delta_rule(
     q_dec = q * gamma.exp()[..., None]
     k_dec = k * (gamma[..., -1:] - gamma).exp()[..., None]
     out = torch.empty(b, h, n, chunk, dv, dtype=torch.float32, device=q.device)
-    states = [] if chunk_states else None
+    # written in place, not stacked from a list: at the quantizer's shapes this is 0.5 GB that would exist twice
+    states = torch.empty(b, n, h, dk, dv, dtype=torch.float32, device=q.device) if chunk_states else None
     state = state.float()
     for i in range(n):
         if states is not None:
-            states.append(state)
+            states[:, i] = state
         u = u0[:, :, i] - w[:, :, i] @ state
         out[:, :, i] = q_dec[:, :, i] @ state + qk[:, :, i] @ u
         state = state * gamma[:, :, i, -1].exp()[..., None, None] + k_dec[:, :, i].transpose(-1, -2) @ u
     out = out.reshape(b, h, n * chunk, dv)[:, :, :t_len].transpose(1, 2)
-    stacked = torch.stack(states, 1) if states is not None else None
-    return out, state, stacked
+    return out, state, states
 
 
 def preview_mix(
@@ -258,8 +258,10 @@ class GatedDeltaNet(nn.Module):
         starts = blk * block_size
         rings = padded[row[:, None], starts[:, None] + torch.arange(k1, device=clean.device)[None, :]]  # [M,K-1,C]
         qn, kn, vn = self.split_heads(self.conv(self.in_proj_qkv(noisy), rings, right=True))
+        # every block in order (the quantizer; nonzero() and _block_items list blocks row-major): a view, not a copy
+        start_states = states.flatten(0, 1) if row.numel() == states.shape[0] * states.shape[1] else states[row, blk]
         o_n = preview_mix(
-            qn, kn, vn, states[row, blk], self.bd_softmax_logit_scale,
+            qn, kn, vn, start_states, self.bd_softmax_logit_scale,
             self.bd_softmax_history_bias, self.bd_softmax_history_c, starts, self.block_size,
         )
         return self.output(o_c, clean), self.output(o_n, noisy)
