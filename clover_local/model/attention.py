@@ -111,5 +111,5 @@ class Attention(nn.Module):
             place(q_n), torch.cat([k_c, place(k_n)], 2), torch.cat([v_c, place(v_n)], 2),
             torch.cat([sees_clean, sees_own], -1),
         )
-        out_n = out.view(b, -1, nb, block_size, self.head_dim).transpose(1, 2)[row, blk]  # [M, H, bs, D]
+        out_n = out.reshape(b, -1, nb, block_size, self.head_dim).transpose(1, 2)[row, blk]  # [M, H, bs, D]
         return out_c, self.finish(out_n, g_n)
