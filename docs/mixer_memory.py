@@ -13,19 +13,18 @@ import time
 
 import torch
 
-from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+from clover_local.checkpoint.synthetic import tiny_config_dict
 from clover_local.config import parse_config
 from clover_local.model.attention import Attention
 from clover_local.model.gdn import GatedDeltaNet
 from clover_local.model.rope import Rotary
+from clover_local.runtime.synthetic_pack import spec_of
 
 
-def main(mixer: str, batch: int = 4, seq: int = 2048, block: int = 32) -> None:
+def main(mixer: str, batch: int = 4, seq: int = 2048) -> None:
     torch.manual_seed(0)
-    spec = TinySpec(hidden_size=2048, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
-                    linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
-                    linear_value_head_dim=128, block_size=block, partial_rotary_factor=0.25)
-    cfg = parse_config(tiny_config_dict(spec))
+    cfg = parse_config(tiny_config_dict(spec_of("full")))  # the real shapes
+    block = cfg.diffusion.block_size
     module = (Attention(cfg) if mixer == "attention" else GatedDeltaNet(cfg)).to(torch.bfloat16)
     for p in module.parameters():
         torch.nn.init.normal_(p, 0.0, 0.02)
