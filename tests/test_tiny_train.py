@@ -83,3 +83,41 @@ def test_training_experts_grouped_path_equals_the_per_expert_loop():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     with torch.no_grad():  # inference stays on the loop; its result is the same
         torch.testing.assert_close(experts(x, idx, weights), loop[0], rtol=1e-5, atol=1e-6)
+
+
+def test_muon_orthogonalizes_each_expert_matrix_on_its_own():
+    """The update's singular values are flattened towards 1 whatever the gradient's spread, and a stack of
+    expert matrices is treated as separate matrices (the same as orthogonalising each one)."""
+    from clover_local.tiny.muon import orthogonalize
+
+    torch.manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(3, 48, 48))
+    v, _ = torch.linalg.qr(torch.randn(3, 20, 20))
+    spread = torch.logspace(0, -2, 20)  # singular values from 1 down to 0.01, then one stack entry scaled x1000
+    g = u[:, :, :20] @ torch.diag_embed(spread.expand(3, 20)) @ v.mT
+    g[1] *= 1000.0
+    out = orthogonalize(g)
+    sv = torch.linalg.svdvals(out)
+    assert sv.min() > 0.5 and sv.max() < 1.3, sv
+    assert torch.linalg.svdvals(g).min() < 0.02  # the input really was spread
+    for i in range(3):  # batched == one at a time (wide and tall shapes both)
+        torch.testing.assert_close(out[i], orthogonalize(g[i]), rtol=0, atol=0)
+        torch.testing.assert_close(orthogonalize(g[i].mT), orthogonalize(g[i]).mT, rtol=0.02, atol=0.02)
+
+
+def test_muon_training_splits_parameters_and_trains(tmp_path):
+    from clover_local.tiny.muon import split_params
+
+    result = train(tmp_path / "m", TrainSettings(mix="base", optimizer="muon", **TOY), log_every=1)
+    assert result["final_loss"] > 0
+    model = load(str(tmp_path / "m"), "cpu", "float32").model
+    muon, decay, no_decay = split_params(model)  # TOY: hidden 32, so the 16-expert router is a thin matrix
+    names = {id(p): n for n, p in model.named_parameters()}
+    muon_names = {names[id(p)] for p in muon}
+    assert "layers.0.mlp.experts.gate_up_proj" in muon_names and "layers.3.self_attn.q_proj.weight" in muon_names
+    assert not muon_names & {"embed_tokens.weight", "lm_head.weight", "layers.0.mlp.gate.weight"}
+    assert not any("conv" in n for n in muon_names)
+    assert all(p.ndim < 2 for p in no_decay)
+    assert len(muon) + len(decay) + len(no_decay) == len(list(model.parameters()))
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        train(tmp_path / "x", TrainSettings(optimizer="sgd", **TOY))
