@@ -136,15 +136,10 @@ def masked_ce(model, tok, n: int = 420, seed: int = HELDOUT_SEED, traces: tuple[
     total, count = 0.0, 0
     with torch.no_grad():
         for key in data.bucket_keys:  # one batch per length bucket, in a fixed order
-            rows = [data.rows[i] for i in data.buckets[key]]
-            clean = torch.full((len(rows), key * bs), data.pad, dtype=torch.long)
-            maskable = torch.zeros(clean.shape, dtype=torch.bool)
-            for r, (ids, prompt_len) in enumerate(rows):
-                clean[r, : len(ids)] = torch.tensor(ids)
-                maskable[r, prompt_len:] = True
+            clean, _, maskable = data.collate([data.rows[i] for i in data.buckets[key]])
             for _ in range(draws):
                 noisy, masked = mask_blocks(clean, bs, data.mask, gen, maskable)
-                per_block = masked.view(len(rows), -1, bs)
+                per_block = masked.view(clean.shape[0], -1, bs)
                 blocks = per_block.any(-1)
                 _, hidden = model.forward_all_blocks(clean, noisy, blocks)
                 chosen = per_block[blocks]
@@ -184,6 +179,8 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     loaded = load(args.model, "cpu", args.dtype)
     ce = None
+    if args.masked_ce and getattr(loaded.model, "runtime", None) is not None:
+        parser.error("--masked-ce needs an unquantized checkpoint (a pack runs its passes through the runtime)")
     if args.masked_ce:
         ce, _ = masked_ce(loaded.model, loaded.tokenizer, traces=trained_traces(loaded.path))
     report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
