@@ -174,6 +174,9 @@ def main() -> None:
     parser.add_argument("--history", action="store_true", help="ask each prompt as a chat's second turn")
     parser.add_argument("--masked-ce", action="store_true",
                         help="also report the held-out masked-token cross-entropy (traces as the model was trained)")
+    parser.add_argument("--traces", default=None,
+                        help="worked traces for --masked-ce, comma-separated (default: the model folder's "
+                             "training.json; a pack has none, so give its source's, e.g. add,count_match)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -181,16 +184,20 @@ def main() -> None:
     ce = None
     if args.masked_ce and getattr(loaded.model, "runtime", None) is not None:
         parser.error("--masked-ce needs an unquantized checkpoint (a pack runs its passes through the runtime)")
+    traces = trained_traces(loaded.path) if args.traces is None else tuple(t for t in args.traces.split(",") if t)
+    if set(traces) - set(corpus.SCRATCHPADS):
+        parser.error(f"unknown traces {sorted(set(traces) - set(corpus.SCRATCHPADS))}; known: "
+                     f"{', '.join(corpus.SCRATCHPADS)}")
     if args.masked_ce:
-        ce, _ = masked_ce(loaded.model, loaded.tokenizer, traces=trained_traces(loaded.path))
+        ce, _ = masked_ce(loaded.model, loaded.tokenizer, traces=traces)
     report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
                       enable_thinking=args.think, history=args.history)
     if args.json:
-        print(json.dumps(report.to_dict() | ({"masked_ce": ce} if ce is not None else {}), ensure_ascii=False,
-                         indent=2))
+        extra = {"masked_ce": ce, "traces": list(traces)} if ce is not None else {}
+        print(json.dumps(report.to_dict() | extra, ensure_ascii=False, indent=2))
     else:
         if ce is not None:
-            print(f"held-out masked-token cross-entropy {ce:.4f}")
+            print(f"held-out masked-token cross-entropy {ce:.4f} (traces: {','.join(traces) or 'none'})")
         mode = ("thinking on" if report.thinking else "no thinking") + (", second turn" if report.history else "")
         print(f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts ({mode}), "
               f"{report.answer_tokens_per_pass:.2f} answer tokens/pass incl. the stop token "
