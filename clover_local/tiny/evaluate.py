@@ -127,6 +127,9 @@ def masked_ce(model, tok, n: int = 420, seed: int = HELDOUT_SEED, traces: tuple[
     from clover_local.model.noising import mask_blocks
     from clover_local.tiny.train import Batches
 
+    if set(traces) - set(corpus.SCRATCHPADS):
+        raise ValueError(f"unknown traces {sorted(set(traces) - set(corpus.SCRATCHPADS))}; known: "
+                         f"{', '.join(corpus.SCRATCHPADS)}")
     traced = {corpus.SCRATCHPADS[name][0]: name for name in traces}
     examples = [corpus.with_scratchpad(ex, traced[ex.task]) if ex.task in traced else ex
                 for ex in corpus.make_heldout(n, seed)]
@@ -185,11 +188,11 @@ def main() -> None:
     if args.masked_ce and getattr(loaded.model, "runtime", None) is not None:
         parser.error("--masked-ce needs an unquantized checkpoint (a pack runs its passes through the runtime)")
     traces = trained_traces(loaded.path) if args.traces is None else tuple(t for t in args.traces.split(",") if t)
-    if set(traces) - set(corpus.SCRATCHPADS):
-        parser.error(f"unknown traces {sorted(set(traces) - set(corpus.SCRATCHPADS))}; known: "
-                     f"{', '.join(corpus.SCRATCHPADS)}")
     if args.masked_ce:
-        ce, _ = masked_ce(loaded.model, loaded.tokenizer, traces=traces)
+        try:
+            ce, _ = masked_ce(loaded.model, loaded.tokenizer, traces=traces)
+        except ValueError as exc:
+            parser.error(str(exc))
     report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
                       enable_thinking=args.think, history=args.history)
     if args.json:
