@@ -185,8 +185,6 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     loaded = load(args.model, "cpu", args.dtype)
     ce = None
-    if args.masked_ce and getattr(loaded.model, "runtime", None) is not None:
-        parser.error("--masked-ce needs an unquantized checkpoint (a pack runs its passes through the runtime)")
     traces = trained_traces(loaded.path) if args.traces is None else tuple(t for t in args.traces.split(",") if t)
     if args.masked_ce:
         try:

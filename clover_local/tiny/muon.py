@@ -10,7 +10,8 @@ Routed experts are stored stacked ([E, out, in]); the iteration is batched over 
 expert's matrix is orthogonalised on its own, as if it were a separate 2-D parameter. The iteration runs in
 bfloat16 (its fixed point tolerates the rounding, and on this CPU it is 3x faster than float32). The step size
 follows Moonshot's rule (0.2 * sqrt(max(out, in)) * lr) so the update's RMS matches AdamW's and AdamW's learning
-rate is the right scale for both (tiny.train's `muon_lr_scale` then runs Muon at 2x it). Embeddings, the LM head, vectors and thin matrices stay on AdamW (`split_params`).
+rate is the right scale for both (tiny.train's `muon_lr_scale` then runs Muon at 2x it). Embeddings, the LM head,
+vectors and thin matrices stay on AdamW (`split_params`).
 """
 
 from __future__ import annotations
