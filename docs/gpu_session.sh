@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The runtime's checks for one GPU session, in order of value, each under its own time limit so one slow stage
+# cannot eat the others (device time is scarce: 15 minutes a session). Everything lands in $OUT:
+#   session.log                  machine, versions, every stage's output and exit code
+#   kernels/gpu_check.json       W4A16/W8A16 kernels at real shapes through the cache's own slabs
+#   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
+#   model/gpu_check.json         offloaded vs all-resident logits, counters, peak memory, optimistic vs syncing
+#   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
+# Usage (from the repository root): OUT=/some/dir TOTAL_S=470 bash docs/gpu_session.sh
+set -u
+OUT=${OUT:-/tmp/clover-gpu}
+TOTAL_S=${TOTAL_S:-470}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+log="$OUT/session.log"
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,pcie.link.gen.max,pcie.link.width.max \
+    --format=csv
+  python3 -c "import torch, triton, platform; print('torch', torch.__version__, 'triton', triton.__version__, \
+'python', platform.python_version())"
+  echo "cpus $(nproc)"; free -g | head -2; df -h "$HOME" | tail -1
+} >>"$log" 2>&1
+
+stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
+  local name=$1 cap=$2; shift 2
+  local left=$((TOTAL_S - SECONDS - 5))
+  local lim=$((cap < left ? cap : left))
+  if [ "$lim" -lt 20 ]; then echo "== $name skipped: ${left}s left" | tee -a "$log"; return; fi
+  echo "== $name (limit ${lim}s, at ${SECONDS}s)" | tee -a "$log"
+  local t0=$SECONDS
+  timeout -k 5 "$lim" "$@"
+  echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
+}
+
+stage kernels 120 bash -c "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1"
+stage bench 240 bash -c "python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 \
+  --json >'$OUT/bench_full_16GiB.json' 2>>'$log'"
+stage model 180 bash -c "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1"
+stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
+  --out '$OUT/kernels_sweep.json' >/dev/null 2>>'$log'"
+nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1
+cat "$log"
