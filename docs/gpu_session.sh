@@ -5,8 +5,12 @@
 #   kernels/gpu_check.json       W4A16/W8A16 kernels at real shapes through the cache's own slabs
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   model/gpu_check.json         offloaded vs all-resident logits, counters, peak memory, optimistic vs syncing
+#   bench_uniform.json           the same with `--routing uniform` (a real block's expert load)
+#   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
-# Usage (from the repository root): OUT=/some/dir TOTAL_S=470 bash docs/gpu_session.sh
+#   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
+# Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
+# (STAGES from: kernels model bench uniform eager sweep moesweep; default kernels,bench,model,sweep)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -33,11 +37,19 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
 }
 
-stage kernels 120 bash -c "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1"
-stage bench 240 bash -c "python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 \
-  --json >'$OUT/bench_full_16GiB.json' 2>>'$log'"
-stage model 180 bash -c "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1"
-stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
+STAGES=${STAGES:-kernels,bench,model,sweep}
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
+B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json"
+want kernels && stage kernels 120 bash -c \
+  "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1"
+want model && stage model 180 bash -c \
+  "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1"
+want bench && stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'"
+want uniform && stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'"
+want eager && stage eager 150 bash -c "$B --routing uniform --no-cuda-graphs >'$OUT/bench_uniform_eager.json' 2>>'$log'"
+want sweep && stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
   --out '$OUT/kernels_sweep.json' >/dev/null 2>>'$log'"
+want moesweep && stage moesweep 120 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --quick \
+  --only moe --sweep full --out '$OUT/moe_sweep.json' >/dev/null 2>>'$log'"
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1
 cat "$log"

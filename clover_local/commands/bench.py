@@ -29,6 +29,12 @@ def bench(
     optimistic: bool = typer.Option(True, "--optimistic/--no-optimistic",
                                     help="Run a block's later passes without a host sync per layer (rerun through "
                                          "the syncing path if an expert was missing); --no-optimistic to compare."),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="Replay a block's optimistic passes as one CUDA graph (GPU only); "
+                                          "--no-cuda-graphs to compare with eager launches."),
+    routing: str = typer.Option("model", "--routing", help="model | uniform: uniform sends each block row to "
+                                "random experts (synthetic packs route to a few experts only; uniform gives a "
+                                "real block's expert load)."),
     device: str = typer.Option("auto", "--device", help="cpu or cuda (auto: GPU if present)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -70,7 +76,7 @@ def bench(
         label = model
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
-                       optimistic=optimistic, on_step=progress)
+                       optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, on_step=progress)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -103,6 +109,12 @@ def _print(r: dict) -> None:
     pr = r["projection_5070ti"]
     c.print(f"RTX 5070 Ti projection: {pr['ms_per_pass']:.2f} ms per pass, {pr['tokens_per_s']:.1f} tok/s "
             f"({pr['rule']})")
+    g, pg = r["graphs"], r["projection_5070ti_graphed"]
+    if g["steady_passes_graphed"]:
+        c.print(f"CUDA graphs: {g['steady_passes_graphed']} steady passes replayed, {g['ms_per_pass_graphed']:.2f} ms "
+                f"each; RTX 5070 Ti projection {pg['ms_per_pass']:.2f} ms, {pg['tokens_per_s']:.1f} tok/s ({pg['rule']})")
+    elif g["error"]:
+        c.print(f"CUDA graphs: off after a capture error: {g['error']}")
     m = r["memory"]
     c.print(f"memory: placed {fmt_bytes(m['placed']['total'])} vs plan {fmt_bytes(m['plan_predicted'])} "
             f"({100 * m['plan_error']:+.2f}%)" + (f"; peak allocated {fmt_bytes(m['peak_allocated'])} vs plan peak "

@@ -116,22 +116,24 @@ class CloverModel(nn.Module):
     def hidden(self, ids: torch.Tensor, cache: PrefixCache | None = None, preview: bool = False) -> torch.Tensor:
         """Final-norm hidden states [B,T,H] for token ids [B,T] placed right after the cached prefix."""
         start = cache.length if cache is not None else 0
-        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        n = ids.shape[1]
 
-        def run() -> torch.Tensor:
-            x = self.embed_tokens(ids)
+        def run(x: torch.Tensor) -> torch.Tensor:
+            # positions and rotary tables inside: a CUDA graph of the pass (runtime/graphs.py) bakes them in
+            positions = torch.arange(start, start + n, device=x.device)
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
             for i, layer in enumerate(self.layers):
                 x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, start)
             if cache is not None and not preview:
-                cache.length = start + ids.shape[1]
+                cache.length = start + n
             return self.norm(x)
 
+        x = self.embed_tokens(ids)  # outside `run`: the runtime's table lives on the host
         if self.runtime is None:
-            return run()
+            return run(x)
         # the runtime brackets the pass and may run it twice: an optimistic preview pass that needed a
         # non-resident expert is discarded and rerun (a preview writes nothing to the cache, so that is safe)
-        return self.runtime.run_pass(preview, start, ids.shape[1], cache, run)
+        return self.runtime.run_pass(preview, start, x, cache, run)
 
     def forward(
         self,

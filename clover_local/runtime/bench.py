@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from clover_local.errors import CloverError
 from clover_local.generate.prompt_cache import PromptCache
@@ -170,9 +170,52 @@ class ComponentProfiler:
         return out, projected
 
 
+class UniformRouting:
+    """Preview rows routed to experts drawn uniformly at random (top-k distinct per row, fixed for the block); the
+    weights are the router's own probabilities there. For synthetic packs: the rows of a random model converge, so
+    its router sends a 32-row block to ~15 experts per layer (measured on the full pack, 2026-11-30), where
+    uniform routing touches 256·(1 − (248/256)^32) ≈ 163 — the byte load a real model's block is planned for.
+    Only calls with the block's row count are rerouted (a prefill chunk keeps the model's routing)."""
+
+    def __init__(self, model: nn.Module, rows: int, seed: int = 0) -> None:
+        from clover_local.model.moe import SparseMoe
+
+        g = torch.Generator().manual_seed(seed)
+        self.patched: list[nn.Module] = []
+        for moe in (m for m in model.modules() if isinstance(m, SparseMoe)):
+            e = moe.gate.out_features
+            idx = torch.rand(rows, e, generator=g).topk(moe.top_k, -1).indices.to(model.norm.weight.device)
+            moe.route = self._route(moe, idx)  # an instance attribute shadows the method until close()
+            self.patched.append(moe)
+
+    @staticmethod
+    def _route(moe: nn.Module, idx: Tensor):
+        original = type(moe).route.__get__(moe)
+
+        def route(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            if x.shape[0] != idx.shape[0]:
+                return original(x)
+            probs = torch.softmax(moe.gate(x).float(), -1)
+            w = probs.gather(1, idx)
+            return idx, (w / w.sum(-1, keepdim=True)).to(x.dtype), probs
+
+        return route
+
+    def close(self) -> None:
+        for moe in self.patched:
+            del moe.route
+        self.patched = []
+
+
+ROUTINGS = ("model", "uniform")
+
+
 def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | None, prefix: int, passes: int,
               device: torch.device, dtype: torch.dtype, cpu_experts: str = "off", prefetch: bool = True,
-              measure_tokens: bool = True, optimistic: bool = True, on_step=lambda msg: None) -> dict:
+              measure_tokens: bool = True, optimistic: bool = True, cuda_graphs: bool = True,
+              routing: str = "model", on_step=lambda msg: None) -> dict:
+    if routing not in ROUTINGS:
+        raise CloverError(f"--routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
     if passes < 2:
         raise CloverError("--passes must be at least 2 (the first pass of a block loads its experts)")
     if prefix < 0:
@@ -184,7 +227,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     bs = load_config(folder).diffusion.block_size
     context = prefix + 2 * bs + (256 if (measure_tokens and not synthetic) else 0)
     options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch,
-                             optimistic=optimistic)
+                             optimistic=optimistic, cuda_graphs=cuda_graphs)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model = load_packed_model(folder, device, dtype, options)
@@ -215,6 +258,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             # hold what chat holds between turns: a snapshot of the states after the prompt (the plan counts it)
             held.save(model, cache, ids[0].tolist(), last[0, -1])
         block = torch.full((1, bs), mask, dtype=torch.long, device=device)
+        rerouted = UniformRouting(model, bs) if routing == "uniform" else None
         rt.reset_stats()
         revealed = 0
         for p in range(passes):
@@ -243,6 +287,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         model(block, cache)
         commit_ms = rt.records[-1].ms
         placed = rt.placed_bytes(model, cache, held)
+        if rerouted is not None:
+            rerouted.close()
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
     steady_ms = sum(r.ms for r in steady) / len(steady)
@@ -262,6 +308,12 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     roofline_ms = 1e3 * device_bytes / bw
     steady_pcie = sum(r.bytes for r in steady) / len(steady)
     projected_ms = projected_compute + 1e3 * steady_pcie / PCIE_BPS
+    graphed = [r for r in steady if r.graphed]
+    graphed_ms = sum(r.ms for r in graphed) / len(graphed) if graphed else None
+    # inside a graph no per-kernel time is visible: the whole pass takes the larger of its time here and its
+    # bytes at the target's bandwidth
+    projected_graphed_ms = (max(graphed_ms, 1e3 * device_bytes / TARGET_BPS) + 1e3 * steady_pcie / PCIE_BPS
+                            if graphed_ms is not None else None)
     tpp, tpp_source = ASSUMED_TOKENS_PER_PASS, "assumed (synthetic weights)"
     if not synthetic and measure_tokens:
         measured = _measure_tokens_per_pass(folder, model)
@@ -293,6 +345,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "ms_per_pass_first": round(first.ms, 3),
         "ms_per_pass_each": [round(r.ms, 3) for r in recs],
         "commit_ms": round(commit_ms, 3),
+        "routing": routing,
         "tokens_per_pass": tpp,
         "tokens_per_pass_source": tpp_source,
         "tokens_per_s": round(tpp * 1e3 / steady_ms, 3),
@@ -315,6 +368,11 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             "tokens_per_s": round(tpp * 1e3 / projected_ms, 2),
             "rule": "sum over the profiled pass's calls of max(measured, bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s",
         },
+        "projection_5070ti_graphed": None if projected_graphed_ms is None else {
+            "ms_per_pass": round(projected_graphed_ms, 3),
+            "tokens_per_s": round(tpp * 1e3 / projected_graphed_ms, 2),
+            "rule": "max(steady graphed ms here, pass bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s",
+        },
         "memory": {
             "placed": placed,
             "plan_predicted": plan.device_predicted,
@@ -328,6 +386,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                                         "prefetch_wasted", "pinned_evictions", "bytes_h2d")},
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"]},
+        "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
+                   "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3)},
     }
 
 

@@ -44,6 +44,7 @@ class RuntimeOptions:
     pin: bool = True  # pinned host slabs (CUDA only)
     time_layers: bool = True  # per-layer expert time (CUDA events on a GPU); not taken in optimistic passes
     optimistic: bool = True  # later passes of a block without per-layer host syncs (runtime/optimistic.py)
+    cuda_graphs: bool = True  # ... replayed as one CUDA graph per block (runtime/graphs.py; CUDA only)
 
     def validate(self) -> None:
         if self.cpu_experts not in CPU_POLICIES:
@@ -148,7 +149,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
                         options.cpu_max_rows)
     runtime = Runtime(cfg, cache, plan, device, dtype, context=options.context, prefetch=options.prefetch,
                       prefill_chunk=options.prefill_chunk, time_layers=options.time_layers,
-                      optimistic=options.optimistic)
+                      optimistic=options.optimistic, cuda_graphs=options.cuda_graphs)
 
     _load_globals(model, pack, shards, device, dtype, options)
     staging = None if host is not None else torch.empty(n_exp, layout.nbytes, dtype=torch.uint8)

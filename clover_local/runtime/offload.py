@@ -36,6 +36,7 @@ from clover_local.errors import CloverError, torch_out_of_memory
 from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
 from clover_local.runtime.expert_cache import ExpertCache, LayerCounters
 from clover_local.runtime.kernels import moe_w4a16
+from clover_local.runtime.graphs import PassGraphs
 from clover_local.runtime.optimistic import OptimisticPass
 from clover_local.runtime.sizes import fmt_bytes
 
@@ -81,6 +82,7 @@ class PassRecord:
     bytes: int
     optimistic: bool = False  # attempted without per-layer syncs
     retried: bool = False  # ... and rerun through the syncing path after a miss (ms covers both runs)
+    graphed: bool = False  # the optimistic attempt was a CUDA graph replay (runtime/graphs.py)
 
 
 @dataclass
@@ -90,12 +92,13 @@ class PassState:
     kind: str
     optimistic: bool = False
     retried: bool = False
+    graphed: bool = False
 
 
 class Runtime:
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
                  context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True,
-                 optimistic: bool = True) -> None:
+                 optimistic: bool = True, cuda_graphs: bool = True) -> None:
         self.config, self.cache, self.plan = config, cache, plan
         self.device, self.dtype = device, dtype
         self.context = context
@@ -112,6 +115,7 @@ class Runtime:
         self.records: deque[PassRecord] = deque(maxlen=4096)
         self._layer_events: list = []
         self._opt = OptimisticPass(cache)
+        self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
         self._optimistic_now = False  # layer calls take the resident-only path
         self._block_clean = False  # the block's previous pass makes an optimistic one worth trying
         self.optimistic_passes = 0
@@ -135,6 +139,7 @@ class Runtime:
             else:
                 layers.append(GDNCache())
         cache = PrefixCache(layers)
+        self._end_block()  # a new sequence: nothing of the last block (pins, its graph) carries over
         self._arena_user = weakref.ref(cache)  # weak: a finished generation's GDN states are not kept alive
         return cache
 
@@ -144,21 +149,30 @@ class Runtime:
         so the first pass on the reclaimed cache is not taken for a continuation of its last (uncommitted) one."""
         if self._arena_user is None or self._arena_user() is not cache:
             return False
-        self.cache.end_block()
-        self.block_key, self.pass_in_block = None, 0
+        self._end_block()
         return True
 
-    def run_pass(self, preview: bool, start: int, rows: int, cache, fn: Callable[[], T]) -> T:
-        """Run one pass `fn` (the model's layers, `CloverModel.hidden`) inside `pass_scope`. An optimistic attempt
-        that needed a non-resident expert is thrown away and `fn` runs again through the syncing path: only
-        preview passes are retried (they write nothing to the prefix cache)."""
-        with self.pass_scope(preview, start, rows, cache, allow_optimistic=True) as state:
+    def _end_block(self, key: tuple | None = None) -> None:
+        """The current block is over: unpin its experts, drop its graph; `key` starts the next one."""
+        self.cache.end_block()
+        self.graphs.drop()
+        self.block_key, self.pass_in_block = key, 0
+
+    def run_pass(self, preview: bool, start: int, x: Tensor, cache, fn: Callable[[Tensor], T]) -> T:
+        """Run one pass `fn(x)` (the model's layers over embedded rows x [B,T,H], `CloverModel.hidden`) inside
+        `pass_scope`. An optimistic attempt that needed a non-resident expert is thrown away and `fn` runs again
+        through the syncing path: only preview passes are retried (they write nothing to the prefix cache). An
+        optimistic preview runs as a CUDA graph replay where it can (`runtime/graphs.py`)."""
+        with self.pass_scope(preview, start, x.shape[1], cache, allow_optimistic=True) as state:
             if state.optimistic:
-                out = fn()
+                if state.kind == "preview":
+                    out, state.graphed = self.graphs.run((self.block_key, tuple(x.shape), x.dtype), x, fn)
+                else:
+                    out = fn(x)
                 if self._settle_optimistic(state):
                     return out
                 del out
-            return fn()
+            return fn(x)
 
     def _may_run_optimistically(self, kind: str) -> bool:
         if not self.optimistic:
@@ -189,14 +203,12 @@ class Runtime:
         key = (id(cache), start) if cache is not None else None
         if preview:
             if key is None or key != self.block_key:
-                self.cache.end_block()
-                self.block_key, self.pass_in_block = key, 0
+                self._end_block(key)
             kind = "preview"
         elif key is not None and key == self.block_key:
             kind = "commit"
         else:
-            self.cache.end_block()
-            self.block_key, self.pass_in_block = None, 0
+            self._end_block()
             kind = "prefill"
         before = self._totals()
         self._layer_events = []
@@ -225,7 +237,8 @@ class Runtime:
         after = self._totals()
         self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                        after.hits - before.hits, after.misses - before.misses,
-                                       after.bytes - before.bytes, state.optimistic, state.retried))
+                                       after.bytes - before.bytes, state.optimistic, state.retried,
+                                       state.graphed))
         if preview:
             # what this pass used was pinned as it went: unless a pinned expert was evicted (the block's set does
             # not fit) or one ran on the CPU, all of it is resident now. A later pass must also have missed
@@ -234,11 +247,11 @@ class Runtime:
             self._block_clean = kept and (self.pass_in_block == 0 or after.misses == before.misses)
             self.pass_in_block += 1
         else:
-            self.cache.end_block()
-            self.block_key, self.pass_in_block = None, 0
+            self._end_block()
 
     def _abandon(self) -> None:
         self.cache.reset()
+        self.graphs.drop()
         self.block_key, self.pass_in_block = None, 0
         self._layer_events = []
         self._optimistic_now = False
@@ -391,6 +404,7 @@ class Runtime:
             "later_pass_hit_rate": rate(sum(r.hits for r in later), sum(r.uses for r in later)),
             "optimistic_passes": self.optimistic_passes,  # attempted without per-layer syncs, retried ones included
             "retried_passes": self.retried_passes,  # of those, rerun through the syncing path after a miss
+            "graphs": self.graphs.stats(),  # optimistic previews captured / replayed as CUDA graphs
             "passes": by_kind,
             "last_pass": asdict(recs[-1]) if recs else None,
             "layers": [self._layer_dict(i) for i in self.layers],

@@ -1,0 +1,96 @@
+"""CUDA graphs of optimistic preview passes: a block's later passes replayed as one graph.
+
+Measured on an H200 (BENCHMARKS.md, 2026-11-30): an eager preview pass at 35B shapes takes 130–210 ms while its
+bytes need < 1 ms; the time is the host launching ~4,000 small kernels one by one. An optimistic pass
+(`optimistic.py`) has no host sync, and within a block every shape is fixed (32 rows, the same prefix length), so
+it can be captured once and replayed:
+
+- what the graph reads is persistent or baked in: model weights, the expert slots and the device slot table, the
+  KV arena and GDN states (not written by previews), positions and rotary tables computed inside the pass from
+  the block's start; the embedded rows are the one input, copied into a static buffer before each replay (the
+  embedding table lives on the host, so the lookup stays outside the graph);
+- the graph is dropped when the block ends (commit, new block, reclaimed or abandoned cache): the next block has
+  another prefix length and other state tensors;
+- capture happens on the block's first optimistic pass (the kernels are compiled by then: its first pass ran
+  them eagerly). If capture fails, the reason is kept (`error`), graphs are switched off for the runtime's life,
+  and passes run eagerly as before.
+
+The optimistic use counts are accumulated inside the graph, so the pass's single host read still says whether
+an expert was missing, and a replay that used one is thrown away and rerun through the syncing path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+import torch
+from torch import Tensor
+
+
+class PassGraph:
+    """One captured pass: static input, the graph, its output buffer (owned by the graph's memory pool)."""
+
+    def __init__(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor], pool, stream) -> None:
+        self.key = key
+        self.x = x.clone()
+        self.graph = torch.cuda.CUDAGraph()
+        stream.wait_stream(torch.cuda.current_stream(x.device))
+        with torch.cuda.stream(stream):
+            # thread_local: the expert cache's copy thread may touch CUDA meanwhile; that is not this capture's
+            self.graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                self.out = fn(self.x)
+            finally:
+                self.graph.capture_end()
+        torch.cuda.current_stream(x.device).wait_stream(stream)
+
+    def replay(self, x: Tensor) -> Tensor:
+        self.x.copy_(x)
+        self.graph.replay()
+        return self.out.clone()  # the buffer is overwritten by the next replay
+
+
+class PassGraphs:
+    """The runtime's graph of the current block, with counters; `run` falls back to eager on any capture error."""
+
+    def __init__(self, device: torch.device, enabled: bool = True) -> None:
+        self.device = device
+        self.enabled = enabled and device.type == "cuda"
+        self.current: PassGraph | None = None
+        self.captures = 0
+        self.replays = 0
+        self.error: str | None = None
+        self._pool = None
+        self._stream = None
+
+    def drop(self) -> None:
+        self.current = None
+
+    def run(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor]) -> tuple[Tensor, bool]:
+        """(fn(x), whether it ran as a graph replay). `key` names the block and shape: a new key recaptures."""
+        if not self.enabled:
+            return fn(x), False
+        if self.current is None or self.current.key != key:
+            self.current = None
+            if not self._capture(key, x, fn):
+                return fn(x), False
+        self.replays += 1
+        return self.current.replay(x), True
+
+    def _capture(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor]) -> bool:
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+            self._stream = torch.cuda.Stream(self.device)
+        try:
+            self.current = PassGraph(key, x, fn, self._pool, self._stream)
+        except Exception as err:  # e.g. an op that syncs: keep the reason, run eagerly from now on
+            self.error = f"{type(err).__name__}: {err}"[:500]
+            self.enabled = False
+            self.current = None
+            torch.cuda.synchronize(self.device)
+            return False
+        self.captures += 1
+        return True
+
+    def stats(self) -> dict:
+        return {"enabled": self.enabled, "captures": self.captures, "replays": self.replays, "error": self.error}
