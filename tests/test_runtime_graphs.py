@@ -26,7 +26,7 @@ class StandInGraph:
     made = 0
     replays = 0
 
-    def __init__(self, key, x, fn, pool, stream) -> None:
+    def __init__(self, key, x, fn, stream) -> None:
         self.key, self.x, self.fn = key, x.clone(), fn
         StandInGraph.made += 1
 
@@ -40,7 +40,6 @@ class StandInGraph:
 def stand_in(monkeypatch):
     StandInGraph.made = StandInGraph.replays = 0
     monkeypatch.setattr(graphs, "PassGraph", StandInGraph)
-    monkeypatch.setattr(graphs.torch.cuda, "graph_pool_handle", lambda: "pool")
     monkeypatch.setattr(graphs.torch.cuda, "Stream", lambda device=None: "stream")
     return StandInGraph
 
@@ -79,7 +78,8 @@ def test_graph_is_keyed_by_block_and_dropped_at_its_end(pack, ref, stand_in):
     for a, b in zip(want, out):
         assert torch.equal(a, b)
     # pass 0 loads the set (syncing), pass 1 captures, passes 1-3 replay one graph
-    assert [(r.optimistic, r.graphed) for r in previews(got)] == [(False, False)] + [(True, True)] * 3
+    assert [(r.optimistic, r.graphed, r.captured) for r in previews(got)] == [
+        (False, False, False), (True, True, True), (True, True, False), (True, True, False)]
     assert seen[0] is None and seen[1] is not None and seen[1] is seen[2] is seen[3]
     assert seen[1].x.shape == (1, 8, got.config.hidden_size)  # the embedded rows, not token ids
     assert rt.graphs.current is None  # the commit ended the block
@@ -114,7 +114,6 @@ def test_capture_failure_falls_back_to_eager(pack, ref, monkeypatch):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(graphs, "PassGraph", broken)
-    monkeypatch.setattr(graphs.torch.cuda, "graph_pool_handle", lambda: "pool")
     monkeypatch.setattr(graphs.torch.cuda, "Stream", lambda device=None: "stream")
     monkeypatch.setattr(graphs.torch.cuda, "synchronize", lambda device=None: None)
     got = with_graphs(pack, slots=TOTAL)

@@ -308,7 +308,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     roofline_ms = 1e3 * device_bytes / bw
     steady_pcie = sum(r.bytes for r in steady) / len(steady)
     projected_ms = projected_compute + 1e3 * steady_pcie / PCIE_BPS
-    graphed = [r for r in steady if r.graphed]
+    graphed = [r for r in steady if r.graphed and not r.captured and not r.retried]  # replays that stood
     graphed_ms = sum(r.ms for r in graphed) / len(graphed) if graphed else None
     # inside a graph no per-kernel time is visible: the whole pass takes the larger of its time here and its
     # bytes at the target's bandwidth
@@ -387,7 +387,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"]},
         "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
-                   "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3)},
+                   "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
+                   "capture_pass_ms": [round(r.ms, 3) for r in recs if r.captured]},
     }
 
 

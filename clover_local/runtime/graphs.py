@@ -30,14 +30,16 @@ from torch import Tensor
 class PassGraph:
     """One captured pass: static input, the graph, its output buffer (owned by the graph's memory pool)."""
 
-    def __init__(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor], pool, stream) -> None:
+    def __init__(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor], stream) -> None:
         self.key = key
         self.x = x.clone()
         self.graph = torch.cuda.CUDAGraph()
         stream.wait_stream(torch.cuda.current_stream(x.device))
         with torch.cuda.stream(stream):
-            # thread_local: the expert cache's copy thread may touch CUDA meanwhile; that is not this capture's
-            self.graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            # thread_local: the expert cache's copy thread may touch CUDA meanwhile; that is not this capture's.
+            # Each graph gets its own memory pool, freed with it: reusing one pool handle after every graph of it
+            # was deleted trips an allocator assert (H200, torch 2.11, 2026-11-30: "use_count > 0").
+            self.graph.capture_begin(capture_error_mode="thread_local")
             try:
                 self.out = fn(self.x)
             finally:
@@ -60,29 +62,30 @@ class PassGraphs:
         self.captures = 0
         self.replays = 0
         self.error: str | None = None
-        self._pool = None
         self._stream = None
 
     def drop(self) -> None:
         self.current = None
 
-    def run(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor]) -> tuple[Tensor, bool]:
-        """(fn(x), whether it ran as a graph replay). `key` names the block and shape: a new key recaptures."""
+    def run(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor]) -> tuple[Tensor, bool, bool]:
+        """(fn(x), whether it ran as a graph replay, whether the graph was captured for it). `key` names the
+        block and shape: a new key recaptures (capture costs about one eager pass of host time)."""
         if not self.enabled:
-            return fn(x), False
+            return fn(x), False, False
+        captured = False
         if self.current is None or self.current.key != key:
-            self.current = None
+            self.current = None  # the old graph and its pool go before the new capture allocates
             if not self._capture(key, x, fn):
-                return fn(x), False
+                return fn(x), False, False
+            captured = True
         self.replays += 1
-        return self.current.replay(x), True
+        return self.current.replay(x), True, captured
 
     def _capture(self, key: Hashable, x: Tensor, fn: Callable[[Tensor], Tensor]) -> bool:
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+        if self._stream is None:
             self._stream = torch.cuda.Stream(self.device)
         try:
-            self.current = PassGraph(key, x, fn, self._pool, self._stream)
+            self.current = PassGraph(key, x, fn, self._stream)
         except Exception as err:  # e.g. an op that syncs: keep the reason, run eagerly from now on
             self.error = f"{type(err).__name__}: {err}"[:500]
             self.enabled = False

@@ -83,6 +83,7 @@ class PassRecord:
     optimistic: bool = False  # attempted without per-layer syncs
     retried: bool = False  # ... and rerun through the syncing path after a miss (ms covers both runs)
     graphed: bool = False  # the optimistic attempt was a CUDA graph replay (runtime/graphs.py)
+    captured: bool = False  # ... of a graph captured in this pass (ms includes the capture)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class PassState:
     optimistic: bool = False
     retried: bool = False
     graphed: bool = False
+    captured: bool = False
 
 
 class Runtime:
@@ -166,7 +168,8 @@ class Runtime:
         with self.pass_scope(preview, start, x.shape[1], cache, allow_optimistic=True) as state:
             if state.optimistic:
                 if state.kind == "preview":
-                    out, state.graphed = self.graphs.run((self.block_key, tuple(x.shape), x.dtype), x, fn)
+                    out, state.graphed, state.captured = self.graphs.run((self.block_key, tuple(x.shape), x.dtype),
+                                                                         x, fn)
                 else:
                     out = fn(x)
                 if self._settle_optimistic(state):
@@ -238,7 +241,7 @@ class Runtime:
         self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                        after.hits - before.hits, after.misses - before.misses,
                                        after.bytes - before.bytes, state.optimistic, state.retried,
-                                       state.graphed))
+                                       state.graphed, state.captured))
         if preview:
             # what this pass used was pinned as it went: unless a pinned expert was evicted (the block's set does
             # not fit) or one ran on the CPU, all of it is resident now. A later pass must also have missed
