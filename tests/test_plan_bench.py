@@ -131,6 +131,39 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     assert abs(r["memory"]["plan_error"]) < 0.05
 
 
+def test_bench_uniform_routing_and_graph_profile_pairing(tmp_path, monkeypatch):
+    """`--routing uniform` gives every block row random experts (more distinct experts than the model's own
+    routing of a random model, never fewer than top-k); the graph profile pairs with the eager one call by call."""
+    from clover_local.runtime import bench
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    folder = ensure_synthetic("small")
+    kw = dict(label="s", synthetic=True, vram_budget=None, prefix=32, passes=3, device=torch.device("cpu"),
+              dtype=torch.float32)
+    model_r = bench.run_bench(folder, **kw)
+    uniform = bench.run_bench(folder, routing="uniform", **kw)
+    assert uniform["routing"] == "uniform" and uniform["distinct_experts_per_pass"] > model_r["distinct_experts_per_pass"]
+    assert model_r["graph_profile"] == "no CUDA graphs here" and model_r["projection_5070ti_graph_components"] is None
+    with pytest.raises(CloverError, match="--routing"):
+        bench.run_bench(folder, routing="random", **kw)
+
+    # pairing: the same calls' times as a "graph" profile give graph_ms equal to ms and the same projection
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+
+    model = load_packed_model(folder, torch.device("cpu"), torch.float32, RuntimeOptions(context=128))
+    prof = bench.ComponentProfiler(model, model.runtime, torch.device("cpu"), 0)
+    with torch.inference_mode():
+        model(torch.tensor([[1, 2, 3, 4]]), model.new_cache())
+    prof.close()
+    own = prof.own_seconds()
+    rows, projected, projected_graph = prof.components(1e11, own)
+    assert projected_graph == pytest.approx(projected)
+    assert all(r["graph_ms"] == pytest.approx(r["ms"], abs=1e-3) for r in rows)
+    assert prof.components(1e11, own[:-1])[2] is None  # different calls: never paired
+    assert sum(r["calls"] for r in rows if r["component"] == "rest (norms, routers, glue)") == 4  # one per layer
+
+
 def test_bench_bad_input(capsys):
     assert run_cli(["bench"]) == 2
     assert "--synthetic" in one_line_error(capsys)

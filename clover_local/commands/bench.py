@@ -99,13 +99,23 @@ def _print(r: dict) -> None:
             f"PCIe {fmt_bytes(r['pcie_bytes'])} at {r['pcie_gbps']} GB/s")
     c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "
             f"{r['device_bandwidth_gbps']} GB/s ({r['bandwidth_source']}); measured/floor = {r['roofline_ratio']}")
-    t = Table(title="profiled pass, by component", title_justify="left")
-    for col in ("component", "calls", "ms", "bytes", "floor ms", "5070 Ti floor", "5070 Ti projected"):
+    graph = r["projection_5070ti_graph_components"] is not None
+    t = Table(title="profiled pass, by component" + (" (graph ms: GPU time in a graph replay)" if graph else ""),
+              title_justify="left")
+    cols = ["component", "calls", "eager ms"] + (["graph ms"] if graph else []) + [
+        "bytes", "floor ms", "5070 Ti floor", "5070 Ti projected"]
+    for col in cols:
         t.add_column(col, justify="left" if col == "component" else "right")
     for row in r["components"]:
-        t.add_row(row["component"], str(row["calls"]), f"{row['ms']:.3f}", fmt_bytes(row["bytes"]),
-                  f"{row['floor_ms']:.3f}", f"{row['floor_ms_5070ti']:.3f}", f"{row['projected_ms_5070ti']:.3f}")
+        proj = row["projected_ms_5070ti_graph"] if graph else row["projected_ms_5070ti"]
+        t.add_row(row["component"], str(row["calls"]), f"{row['ms']:.3f}",
+                  *([f"{row['graph_ms']:.3f}"] if graph else []), fmt_bytes(row["bytes"]),
+                  f"{row['floor_ms']:.3f}", f"{row['floor_ms_5070ti']:.3f}", f"{proj:.3f}")
     c.print(t)
+    if graph:
+        pg = r["projection_5070ti_graph_components"]
+        c.print(f"RTX 5070 Ti projection from graph times: {pg['ms_per_pass']:.2f} ms per pass, "
+                f"{pg['tokens_per_s']:.1f} tok/s ({pg['rule']})")
     pr = r["projection_5070ti"]
     c.print(f"RTX 5070 Ti projection: {pr['ms_per_pass']:.2f} ms per pass, {pr['tokens_per_s']:.1f} tok/s "
             f"({pr['rule']})")

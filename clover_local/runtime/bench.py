@@ -65,14 +65,17 @@ def _sync(device: torch.device) -> None:
 
 
 class _Timer:
-    """Start/end marks: CUDA events on a GPU, perf_counter on the CPU; durations read after a sync."""
+    """Start/end marks: CUDA events on a GPU, perf_counter on the CPU; durations read after a sync. `in_graph`:
+    external events, which a CUDA graph capture records as event nodes, so a replay times its own kernels."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, in_graph: bool = False) -> None:
         self.cuda = device.type == "cuda"
+        self.in_graph = in_graph
 
     def mark(self):
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
+            ev = torch.cuda.Event(enable_timing=True, external=True) if self.in_graph else \
+                torch.cuda.Event(enable_timing=True)
             ev.record()
             return ev
         return time.perf_counter()
@@ -92,10 +95,14 @@ class _Frame:
 
 
 class ComponentProfiler:
-    """Forward hooks that time the pass's parts (self time: a module's time minus its hooked children)."""
+    """Forward hooks that time the pass's parts (self time: a module's time minus its hooked children).
 
-    def __init__(self, model: nn.Module, runtime, device: torch.device, kv_tokens: int) -> None:
-        self.timer = _Timer(device)
+    In an eager pass the host launches kernels one by one, slower than the GPU runs them, so these times are
+    mostly launch cost. With `in_graph` the hooks run while a preview pass is captured as a CUDA graph: their
+    events become nodes of the graph and time the replay, i.e. the GPU's own time for each part."""
+
+    def __init__(self, model: nn.Module, runtime, device: torch.device, kv_tokens: int, in_graph: bool = False) -> None:
+        self.timer = _Timer(device, in_graph)
         self.frames: list[_Frame] = []
         self.stack: list[int] = []
         self.handles = []
@@ -103,7 +110,6 @@ class ComponentProfiler:
         a = torch.empty((), dtype=runtime.dtype).element_size()
         kv_bytes = 2 * cfg.num_key_value_heads * cfg.head_dim * kv_tokens * a
         gdn_bytes = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
-        rest_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == device.type)
         expert_bytes = runtime.cache.layout.weight_bytes
         for name, mod in model.named_modules():
             if isinstance(mod, PackedLinear):
@@ -123,7 +129,9 @@ class ComponentProfiler:
                 self._hook(mod, "attention core", lambda: kv_bytes)
             elif type(mod).__name__ == "GatedDeltaNet":
                 self._hook(mod, "GDN core", lambda: gdn_bytes)
-        self._hook(model, "rest (norms, routers, glue)", lambda: rest_bytes)
+            elif type(mod).__name__ == "DecoderLayer":  # per layer, not the model: a captured pass is the layers
+                own = sum(p.numel() * p.element_size() for p in mod.parameters() if p.device.type == device.type)
+                self._hook(mod, "rest (norms, routers, glue)", lambda b=own: b)
 
     def _hook(self, mod, category, nbytes, counters=None, per_expert=0):
         def pre(_m, _args):
@@ -143,31 +151,47 @@ class ComponentProfiler:
         for h in self.handles:
             h.remove()
 
-    def components(self, device_bw: float) -> tuple[list[dict], float]:
-        """Per-category rows and the projected ms on the target card (without PCIe)."""
+    def own_seconds(self) -> list[tuple[str, float]]:
+        """(category, self time) of every hooked call, in call order."""
         durs = [self.timer.seconds(f.start, f.end) for f in self.frames]
+        child = [0.0] * len(self.frames)
         for i, f in enumerate(self.frames):
             if f.parent is not None:
-                self.frames[f.parent].child_seconds += durs[i]
+                child[f.parent] += durs[i]
+        return [(f.category, max(0.0, durs[i] - child[i])) for i, f in enumerate(self.frames)]
+
+    def components(self, device_bw: float, graph: list[tuple[str, float]] | None = None) -> tuple[list[dict], float,
+                                                                                                   float | None]:
+        """Per-category rows, the projected ms on the target card (without PCIe) from this pass's times, and, given
+        `graph` (the same calls' `own_seconds` from a graph replay), the projection from the replay's times."""
+        own = self.own_seconds()
+        if graph is not None and [c for c, _ in graph] != [c for c, _ in own]:
+            graph = None  # not the same calls (cannot happen for the same block; never pair wrong rows)
         rows: dict[str, dict] = {}
-        projected = 0.0
-        for i, f in enumerate(self.frames):
-            own = max(0.0, durs[i] - f.child_seconds)
-            r = rows.setdefault(f.category, {"component": f.category, "calls": 0, "ms": 0.0, "bytes": 0,
-                                             "floor_ms": 0.0, "floor_ms_5070ti": 0.0, "projected_ms_5070ti": 0.0})
+        projected, projected_graph = 0.0, 0.0
+        for i, (f, (cat, t)) in enumerate(zip(self.frames, own)):
+            r = rows.setdefault(cat, {"component": cat, "calls": 0, "ms": 0.0, "bytes": 0, "floor_ms": 0.0,
+                                      "floor_ms_5070ti": 0.0, "projected_ms_5070ti": 0.0})
             r["calls"] += 1
-            r["ms"] += 1e3 * own
+            r["ms"] += 1e3 * t
             r["bytes"] += f.bytes
             r["floor_ms"] += 1e3 * f.bytes / device_bw
             r["floor_ms_5070ti"] += 1e3 * f.bytes / TARGET_BPS
-            p = 1e3 * max(own, f.bytes / TARGET_BPS)
+            p = 1e3 * max(t, f.bytes / TARGET_BPS)
             r["projected_ms_5070ti"] += p
             projected += p
-        out = sorted(rows.values(), key=lambda r: -r["ms"])
+            if graph is not None:
+                g = 1e3 * max(graph[i][1], f.bytes / TARGET_BPS)
+                r["graph_ms"] = r.get("graph_ms", 0.0) + 1e3 * graph[i][1]
+                r["projected_ms_5070ti_graph"] = r.get("projected_ms_5070ti_graph", 0.0) + g
+                projected_graph += g
+        out = sorted(rows.values(), key=lambda r: -r.get("graph_ms", r["ms"]))
         for r in out:
-            for k in ("ms", "floor_ms", "floor_ms_5070ti", "projected_ms_5070ti"):
-                r[k] = round(r[k], 4)
-        return out, projected
+            for k in ("ms", "floor_ms", "floor_ms_5070ti", "projected_ms_5070ti", "graph_ms",
+                      "projected_ms_5070ti_graph"):
+                if k in r:
+                    r[k] = round(r[k], 4)
+        return out, projected, projected_graph if graph is not None else None
 
 
 class UniformRouting:
@@ -271,6 +295,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         recs = [r for r in rt.records if r.kind == "preview"]
         first, steady = recs[0], recs[1:]
         stats = rt.stats()
+        graph_own, graph_note = _graph_profiled_pass(model, rt, block, cache, device, prefix, on_step)
         on_step("profiled pass")
         prof = ComponentProfiler(model, rt, device, prefix)
         bw, bw_source = device_bandwidth(device)
@@ -281,7 +306,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         finally:
             prof.close()
             rt.optimistic = optimistic
-        components, projected_compute = prof.components(bw)
+        components, projected_compute, projected_graph_compute = prof.components(bw, graph_own)
         profiled = rt.records[-1]
         on_step("commit pass")
         model(block, cache)
@@ -314,6 +339,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     # bytes at the target's bandwidth
     projected_graphed_ms = (max(graphed_ms, 1e3 * device_bytes / TARGET_BPS) + 1e3 * steady_pcie / PCIE_BPS
                             if graphed_ms is not None else None)
+    projected_graph_parts_ms = (projected_graph_compute + 1e3 * steady_pcie / PCIE_BPS
+                                if projected_graph_compute is not None else None)
     tpp, tpp_source = ASSUMED_TOKENS_PER_PASS, "assumed (synthetic weights)"
     if not synthetic and measure_tokens:
         measured = _measure_tokens_per_pass(folder, model)
@@ -373,6 +400,13 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             "tokens_per_s": round(tpp * 1e3 / projected_graphed_ms, 2),
             "rule": "max(steady graphed ms here, pass bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s",
         },
+        "projection_5070ti_graph_components": None if projected_graph_parts_ms is None else {
+            "ms_per_pass": round(projected_graph_parts_ms, 3),
+            "tokens_per_s": round(tpp * 1e3 / projected_graph_parts_ms, 2),
+            "rule": "sum over the pass's calls of max(GPU time in a graph replay, bytes / 896 GB/s) + steady PCIe "
+                    "bytes / 50 GB/s",
+        },
+        "graph_profile": graph_note,
         "memory": {
             "placed": placed,
             "plan_predicted": plan.device_predicted,
@@ -390,6 +424,31 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                    "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
                    "capture_pass_ms": [round(r.ms, 3) for r in recs if r.captured]},
     }
+
+
+def _graph_profiled_pass(model, rt, block: Tensor, cache, device: torch.device, prefix: int, on_step):
+    """One more preview pass of the block, captured as a CUDA graph with the component hooks inside it, so the
+    replay times each part on the GPU. Returns (per-call own seconds or None, a note saying what happened)."""
+    if device.type != "cuda" or not rt.graphs.enabled:
+        return None, "no CUDA graphs here"
+    on_step("graph-profiled pass")
+    try:
+        prof = ComponentProfiler(model, rt, device, prefix, in_graph=True)
+    except TypeError as err:  # torch without external events
+        return None, f"not supported: {err}"
+    rt.graphs.drop()  # capture afresh, with the hooks' events in the graph
+    try:
+        model(block, cache, preview=True)
+        _sync(device)
+        rec = rt.records[-1]
+        if not (rec.graphed and not rec.retried):
+            return None, "the pass did not stand as a graph replay (a miss or a capture error)"
+        return prof.own_seconds(), "ok"
+    except Exception as err:  # report, keep the rest of the bench
+        return None, f"failed: {type(err).__name__}: {err}"[:300]
+    finally:
+        prof.close()
+        rt.graphs.drop()  # the steady graph has no event nodes
 
 
 def _measure_tokens_per_pass(folder: Path, model) -> float | None:
