@@ -9,8 +9,7 @@ Two kernels share one weight-tile loader:
   scale row and accumulated in fp32. BLOCK_K divides the group, so one K tile has one scale and zero row.
   Split-K (for few N tiles at small M) writes fp32 partials [SPLIT_K, M, N] that torch sums (deterministic).
 - `_moe_kernel`: the vLLM-style grouped GEMM over (token, choice) pairs sorted by expert slot and padded to
-  BLOCK_M per slot (`moe_align`: one fused launch up to 256 pairs, else plain torch; no host sync, static
-  shapes: CUDA-graph friendly). Every
+  BLOCK_M per slot (`moe_align`, plain torch, no host sync, static shapes: CUDA-graph friendly). Every
   program serves one BLOCK_M run of one slot and reads that slot's weights through the stack's strides.
   Pass 1 (GATED): gate and up columns n and I + n in one program, epilogue silu(gate) · up → act [T, I] in x's
   dtype. Pass 2: act @ down, times the routing weight, fp32 [T, H]; torch sums the topk rows of each token.
@@ -268,80 +267,12 @@ def linear_w4a16_triton(
     return y.reshape(*lead, n)
 
 
-@triton.jit
-def _moe_align_kernel(
-    slots_ptr, sorted_ids_ptr, block_slot_ptr, num_padded_ptr, T, L, NB,
-    BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, MAX_RUNS: tl.constexpr, BLOCK_L: tl.constexpr,
-):
-    """`moe_align` in one program for T ≤ BLOCK_T pairs, by pairwise comparison instead of a sort: pair i's place
-    is the padded start of its slot (the padded runs of every smaller slot) plus its rank among the pairs of its
-    slot (how many come before it). Same result as the torch version, in one launch instead of ~15."""
-    i = tl.arange(0, BLOCK_T)
-    live = i < T
-    s = tl.load(slots_ptr + i, mask=live, other=-1).to(tl.int64)
-    same = (s[:, None] == s[None, :]) & live[:, None] & live[None, :]  # [i, j]
-    rank = tl.sum((same & (i[None, :] < i[:, None])).to(tl.int32), axis=1)
-    count = tl.sum(same.to(tl.int32), axis=1)
-    first = live & (rank == 0)  # one representative per slot in use
-    padded = (count + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    smaller = (s[None, :] < s[:, None]) & first[None, :]
-    start = tl.sum(tl.where(smaller, padded[None, :], 0), axis=1)
-    total = tl.sum(tl.where(first, padded, 0), axis=0)
-    for l0 in range(0, L, BLOCK_L):  # padding everywhere first, then the pairs on top
-        offs = l0 + tl.arange(0, BLOCK_L)
-        tl.store(sorted_ids_ptr + offs, tl.full((BLOCK_L,), 0, tl.int32) + T, mask=offs < L)
-        tl.store(block_slot_ptr + offs, tl.zeros((BLOCK_L,), tl.int32), mask=offs < NB)
-    tl.debug_barrier()
-    tl.store(sorted_ids_ptr + start + rank, i.to(tl.int32), mask=live)
-    q = tl.arange(0, MAX_RUNS)
-    runs = start[:, None] // BLOCK_M + q[None, :]
-    tl.store(block_slot_ptr + runs, (s[:, None] + q[None, :] * 0).to(tl.int32),
-             mask=first[:, None] & (q[None, :] < (padded // BLOCK_M)[:, None]))
-    tl.store(num_padded_ptr, total.to(tl.int32))
-
-
-ALIGN_MAX_PAIRS = 256  # one program compares every pair with every other: fine for a preview pass (32 × 8)
-
-
-def _align_length(t: int, num_slots: int, block_m: int) -> int:
-    return triton.cdiv(t + min(num_slots, t) * (block_m - 1), block_m) * block_m
-
-
-def moe_align_fused(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Tensor, Tensor, Tensor]:
-    """`moe_align` as one Triton launch, for at most ALIGN_MAX_PAIRS pairs (H200, 2026-11-30: the torch version
-    took 51–75 µs of GPU time per MoE call at 1–32 rows, ~3 ms of a 27 ms preview pass over 40 layers)."""
-    flat = slot_ids.reshape(-1)
-    t = flat.numel()
-    if t > ALIGN_MAX_PAIRS:
-        raise ValueError(f"moe_align_fused takes at most {ALIGN_MAX_PAIRS} pairs, got {t}")
-    flat = flat if flat.is_contiguous() else flat.contiguous()
-    length = _align_length(t, num_slots, block_m)
-    sorted_ids = torch.empty(length, dtype=torch.int32, device=flat.device)
-    block_slot = torch.empty(length // block_m, dtype=torch.int32, device=flat.device)
-    num_padded = torch.empty(1, dtype=torch.int32, device=flat.device)
-    block_t = max(16, triton.next_power_of_2(t))
-    _moe_align_kernel[(1,)](
-        flat, sorted_ids, block_slot, num_padded, t, length, length // block_m,
-        BLOCK_T=block_t, BLOCK_M=block_m, MAX_RUNS=max(2, triton.next_power_of_2(triton.cdiv(t, block_m))),
-        BLOCK_L=1024, num_warps=8 if block_t >= 128 else 4,
-    )
-    return sorted_ids, block_slot, num_padded
-
-
 def moe_align(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Tensor, Tensor, Tensor]:
     """Sort the (token, choice) pairs by slot and pad each slot's run to a multiple of block_m.
 
     Returns sorted_ids int32 [L] (pair id m·topk + j, or T = M·topk for padding), block_slot int32 [L / block_m]
     (the slot of each run) and num_padded int32 [1] (rows in use; later blocks exit at once). L depends only on
-    T, num_slots and block_m, and nothing syncs with the host, so the step can be captured in a CUDA graph.
-    Up to ALIGN_MAX_PAIRS pairs (decode, previews) one fused launch does it (`moe_align_fused`)."""
-    if slot_ids.numel() <= ALIGN_MAX_PAIRS and (slot_ids.is_cuda or _INTERPRET):
-        return moe_align_fused(slot_ids, num_slots, block_m)
-    return moe_align_torch(slot_ids, num_slots, block_m)
-
-
-def moe_align_torch(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Tensor, Tensor, Tensor]:
-    """`moe_align` in plain torch ops (a stable sort by slot): any number of pairs (prefill chunks)."""
+    T, num_slots and block_m, and nothing syncs with the host, so the step can be captured in a CUDA graph."""
     flat = slot_ids.reshape(-1).to(torch.int64)
     t = flat.numel()
     device = flat.device
@@ -353,7 +284,7 @@ def moe_align_torch(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Ten
     pad_start = pad_end - padded
     count_start = torch.cumsum(counts, 0) - counts
     dest = pad_start[sorted_slots] + torch.arange(t, device=device) - count_start[sorted_slots]
-    length = _align_length(t, num_slots, block_m)
+    length = triton.cdiv(t + min(num_slots, t) * (block_m - 1), block_m) * block_m
     sorted_ids = torch.full((length,), t, dtype=torch.int32, device=device)
     sorted_ids[dest] = order.to(torch.int32)
     block_starts = torch.arange(0, length, block_m, device=device)
