@@ -7,8 +7,11 @@ bandwidth, and one profiled pass split into components (each with its byte floor
 projection follows: Σ over calls of max(measured, bytes / 896 GB/s) + PCIe bytes / 50 GB/s.
 
 `optimistic` (default on, as in the runtime) lets later passes of the block run without per-layer host syncs
-(`runtime/optimistic.py`); `run_bench(..., optimistic=False)` times the syncing path for comparison (no CLI flag
-yet; never run on a GPU). The profiled pass always takes the syncing path: it reads per-layer counters.
+(`runtime/optimistic.py`), and on CUDA as one graph replay per pass (`runtime/graphs.py`); `--no-optimistic` and
+`--no-cuda-graphs` time the slower paths. The profiled pass takes the syncing path (it reads per-layer counters,
+the bytes of each part); on CUDA a graph-profiled pass (`_graph_profiled_pass`) adds each part's GPU time, since
+eager times at these sizes are mostly host launch cost. `--routing uniform` gives synthetic packs a real
+block's expert load (`UniformRouting`).
 """
 
 from __future__ import annotations
