@@ -1,8 +1,9 @@
 """CUDA-graph replay of optimistic preview passes (runtime/graphs.py), its plumbing tested on the CPU.
 
-A CPU has no CUDA graphs, so `PassGraph` is replaced by a stand-in with a graph's contract: it keeps the static
-input buffer and the function it was captured with, and a replay runs THAT function again on the buffer (as a
-real replay re-runs the kernels recorded at capture, with the values of capture time). What this checks: the
+A CPU has no CUDA graphs, so `PassGraph` is replaced by a stand-in with a graph's contract (`graph_standin.py`):
+it keeps the static input buffer and the function it was captured with, a replay runs THAT function again on the
+buffer (capture-time Python values), and fails if the replay reads any tensor from outside the pass at another
+address than the capture did (what a real graph would silently read stale). What this checks: the
 runtime hands the graph the embedded rows (not the token ids), refreshes the buffer each pass, keys the graph by
 block, drops it when the block ends, still books use counts and reruns a pass that missed, and falls back to
 eager passes when capture fails. Real capture is checked by `gpu_check` on a GPU."""
@@ -13,33 +14,21 @@ import numpy as np
 import pytest
 import torch
 
-from clover_local.runtime import graphs
+from clover_local.runtime import graphs, optimistic
+from graph_standin import CheckingGraph as StandInGraph
+from graph_standin import opaque_moe
 from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
 from test_runtime_optimistic import block_passes, previews
 
 TOTAL = N_EXPERTS * N_LAYERS
 
 
-class StandInGraph:
-    """`PassGraph`'s contract without CUDA."""
-
-    made = 0
-    replays = 0
-
-    def __init__(self, key, x, fn, stream) -> None:
-        self.key, self.x, self.fn = key, x.clone(), fn
-        StandInGraph.made += 1
-
-    def replay(self, x: torch.Tensor) -> torch.Tensor:
-        self.x.copy_(x)
-        StandInGraph.replays += 1
-        return self.fn(self.x).clone()
-
-
 @pytest.fixture
 def stand_in(monkeypatch):
     StandInGraph.made = StandInGraph.replays = 0
     monkeypatch.setattr(graphs, "PassGraph", StandInGraph)
+    # the CPU reference MoE loops over the slots in use (ops follow the routing); on CUDA it is one launch
+    monkeypatch.setattr(optimistic, "moe_w4a16", opaque_moe(optimistic.moe_w4a16))
     monkeypatch.setattr(graphs.torch.cuda, "Stream", lambda device=None: "stream")
     return StandInGraph
 
@@ -128,3 +117,15 @@ def test_capture_failure_falls_back_to_eager(pack, ref, monkeypatch):
 def test_graphs_stay_off_on_cpu(pack):
     rt = runtime(pack).model.runtime
     assert rt.graphs.enabled is False
+
+
+def test_checking_stand_in_catches_a_rebuilt_outside_tensor():
+    """The stand-in is only worth its passes if it fails where a real graph would read stale memory."""
+    holder = {"w": torch.ones(4)}
+    g = StandInGraph("k", torch.zeros(4), lambda x: x * holder["w"] + 1, None)
+    assert torch.equal(g.replay(torch.full((4,), 2.0)), torch.full((4,), 3.0))  # same tensor: fine
+    old = holder["w"]
+    holder["w"] = torch.full((4,), 5.0)  # rebuilt between passes (a graph would still read `old`)
+    with pytest.raises(AssertionError, match="reads outside tensors"):
+        g.replay(torch.full((4,), 2.0))
+    del old
