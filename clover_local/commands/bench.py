@@ -125,6 +125,11 @@ def _print(r: dict) -> None:
                 f"each; RTX 5070 Ti projection {pg['ms_per_pass']:.2f} ms, {pg['tokens_per_s']:.1f} tok/s ({pg['rule']})")
     elif g["error"]:
         c.print(f"CUDA graphs: off after a capture error: {g['error']}")
+    nb = r["next_block"]
+    c.print(f"next block: first pass {nb['first_ms']:.1f} ms ({nb['misses_first_pass']} misses), "
+            f"{nb['captured']} graph captures, steady {nb['steady_ms']:.2f} ms, commit {nb['commit_ms']:.1f} ms: "
+            f"{nb['block_ms']:.0f} ms per {r['rows']}-token block at {r['tokens_per_pass']} tokens/pass, "
+            f"{nb['tokens_per_s']:.1f} tok/s")
     m = r["memory"]
     c.print(f"memory: placed {fmt_bytes(m['placed']['total'])} vs plan {fmt_bytes(m['plan_predicted'])} "
             f"({100 * m['plan_error']:+.2f}%)" + (f"; peak allocated {fmt_bytes(m['peak_allocated'])} vs plan peak "

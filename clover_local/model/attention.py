@@ -64,14 +64,21 @@ class Attention(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: AttentionCache | None, preview: bool
     ) -> torch.Tensor:
         q, k, v, gate = self.project(x, cos, sin)
+        t = x.shape[1]
+        mask = None
+        if preview and cache is not None:
+            past = cache.preview_keys_values()
+            if past is not None:
+                k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+                if past[2] is not None:  # the runtime's fixed window: only its committed part, then the block
+                    mask = torch.cat([past[2], past[2].new_ones(t)])[None, :]  # [1, S]: every row alike
+            return self.attend(q, k, v, gate, mask)
         past = cache.keys_values() if cache is not None else None
         n_past = 0 if past is None else past[0].shape[2]
         if past is not None:
             k_all, v_all = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
         else:
             k_all, v_all = k, v
-        mask = None
-        t = x.shape[1]
         if not preview:
             if cache is not None:
                 cache.append(k, v)

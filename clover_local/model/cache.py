@@ -26,6 +26,13 @@ class AttentionCache:
             return None
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
+    def preview_keys_values(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+        """What a preview attends to before its block: (keys, values, bool mask over them or None = all).
+        Here exactly the committed ones; the runtime's arena answers with a fixed window and a mask, so that one
+        CUDA graph serves every block (runtime/offload.py)."""
+        kv = self.keys_values()
+        return None if kv is None else (*kv, None)
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write new keys/values; capacity grows geometrically so appends stay amortised O(1)."""
         n = k.shape[2]
@@ -57,6 +64,11 @@ class GDNCache:
 
     def copy(self) -> "GDNCache":
         return GDNCache(_clone(self.ring), _clone(self.state))
+
+    def update(self, ring: torch.Tensor | None, state: torch.Tensor | None) -> None:
+        """Take the ring and state after a causal pass (or from a snapshot: handed over, not copied). The
+        runtime's caches copy into fixed buffers instead (a CUDA graph reads them at fixed addresses)."""
+        self.ring, self.state = ring, state
 
 
 def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -113,5 +125,10 @@ class PrefixCache:
             if isinstance(c, AttentionCache):
                 c.truncate(snap.length)
             else:
-                c.ring, c.state = snap.gdn[i].ring, snap.gdn[i].state
+                c.update(snap.gdn[i].ring, snap.gdn[i].state)
         self.length = snap.length
+
+    def preview_start(self) -> int | torch.Tensor:
+        """Committed tokens before a preview's block, as the preview reads it (positions, the GDN history
+        term): here the int; the runtime's cache gives a device tensor, which a CUDA graph reads at replay."""
+        return self.length

@@ -35,13 +35,13 @@ class DecoderLayer(nn.Module):
             self.linear_attn = GatedDeltaNet(cfg)
         self.mlp = SparseMoe(cfg)
 
-    def mix(self, x, cos, sin, cache, preview: bool, n_prefix: int) -> torch.Tensor:
+    def mix(self, x, cos, sin, cache, preview: bool, n_prefix: int | torch.Tensor) -> torch.Tensor:
         h = self.input_layernorm(x)
         if self.is_attention:
             return self.self_attn(h, cos, sin, cache, preview)
         return self.linear_attn(h, cache, preview, n_prefix)
 
-    def forward(self, x, cos, sin, cache, preview: bool, n_prefix: int) -> torch.Tensor:
+    def forward(self, x, cos, sin, cache, preview: bool, n_prefix: int | torch.Tensor) -> torch.Tensor:
         x = x + self.mix(x, cos, sin, cache, preview, n_prefix)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -119,11 +119,13 @@ class CloverModel(nn.Module):
         n = ids.shape[1]
 
         def run(x: torch.Tensor) -> torch.Tensor:
-            # positions and rotary tables inside: a CUDA graph of the pass (runtime/graphs.py) bakes them in
-            positions = torch.arange(start, start + n, device=x.device)
+            # positions and rotary tables inside, from the cache's preview start: for the runtime's caches a
+            # device tensor, so one CUDA graph of a preview (runtime/graphs.py) serves every block
+            base = cache.preview_start() if cache is not None and preview else start
+            positions = torch.arange(n, device=x.device) + base
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
             for i, layer in enumerate(self.layers):
-                x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, start)
+                x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, base)
             if cache is not None and not preview:
                 cache.length = start + n
             return self.norm(x)

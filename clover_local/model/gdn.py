@@ -216,7 +216,9 @@ class GatedDeltaNet(nn.Module):
         return o, new_state
 
     # ------------------------------------------------------------------ passes
-    def forward(self, x: torch.Tensor, cache: GDNCache | None, preview: bool, n_prefix: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: GDNCache | None, preview: bool, n_prefix: int | torch.Tensor
+    ) -> torch.Tensor:
         b = x.shape[0]
         rows = self.in_proj_qkv(x)
         ring = cache.ring if cache is not None else None
@@ -224,8 +226,8 @@ class GatedDeltaNet(nn.Module):
         if state is None:
             state = x.new_zeros(b, self.hv, self.dk, self.dv, dtype=torch.float32)
         q, k, v = self.split_heads(self.conv(rows, ring, right=preview))
-        if preview:
-            n = torch.full((b,), n_prefix, device=x.device)
+        if preview:  # n_prefix: an int, or the runtime's device tensor [1] (read by a CUDA graph at replay)
+            n = n_prefix.expand(b) if torch.is_tensor(n_prefix) else torch.full((b,), n_prefix, device=x.device)
             o = preview_mix(
                 q, k, v, state, self.bd_softmax_logit_scale, self.bd_softmax_history_bias,
                 self.bd_softmax_history_c, n, self.block_size,
@@ -235,8 +237,7 @@ class GatedDeltaNet(nn.Module):
         o, new_state = self.delta_rule(q, k, v, g, beta, state)
         if cache is not None:
             prev = ring if ring is not None else rows.new_zeros(b, self.kernel - 1, rows.shape[-1])
-            cache.ring = torch.cat([prev.to(rows.dtype), rows], 1)[:, -(self.kernel - 1) :].clone()
-            cache.state = new_state
+            cache.update(torch.cat([prev.to(rows.dtype), rows], 1)[:, -(self.kernel - 1) :].clone(), new_state)
         return self.output(o, x)
 
 

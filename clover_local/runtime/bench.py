@@ -17,6 +17,7 @@ block's expert load (`UniformRouting`).
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import platform
 import time
 from dataclasses import dataclass
@@ -204,7 +205,7 @@ class UniformRouting:
     uniform routing touches 256·(1 − (248/256)^32) ≈ 163 — the byte load a real model's block is planned for.
     Only calls with the block's row count are rerouted (a prefill chunk keeps the model's routing)."""
 
-    def __init__(self, model: nn.Module, rows: int, seed: int = 0) -> None:
+    def __init__(self, model: nn.Module, rows: int, seed: int = 0) -> None:  # seed: one draw per block
         from clover_local.model.moe import SparseMoe
 
         g = torch.Generator().manual_seed(seed)
@@ -287,20 +288,36 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         block = torch.full((1, bs), mask, dtype=torch.long, device=device)
         rerouted = UniformRouting(model, bs) if routing == "uniform" else None
         rt.reset_stats()
-        revealed = 0
-        for p in range(passes):
-            on_step(f"pass {p + 1}/{passes}")
-            model(block, cache, preview=True)
-            # reveal ≈3 positions per pass, as decoding would: the routing drifts a little between passes
-            if revealed < bs - 3:
-                block[0, revealed : revealed + 3] = rand_ids(3)[0]
-                revealed += 3
-        recs = [r for r in rt.records if r.kind == "preview"]
+
+        def denoise(block: Tensor, label: str) -> list:
+            """`passes` previews of the block, revealing ≈3 positions after each, as decoding would (the routing
+            drifts a little between passes); returns their records."""
+            n0 = len(rt.records)
+            revealed = 0
+            for p in range(passes):
+                on_step(f"{label}: pass {p + 1}/{passes}")
+                model(block, cache, preview=True)
+                if revealed < bs - 3:
+                    block[0, revealed : revealed + 3] = rand_ids(3)[0]
+                    revealed += 3
+            return [r for r in list(rt.records)[n0:] if r.kind == "preview"]
+
+        recs = denoise(block, "block 1")
         first, steady = recs[0], recs[1:]
         stats = rt.stats()
-        graph_own, graph_note = _graph_profiled_pass(model, rt, block, cache, device, prefix, on_step)
+        on_step("commit pass")
+        model(block, cache)
+        commit_ms = rt.records[-1].ms
+        # the next block at the next start: what every later block of a decode costs (its first pass loads the
+        # block's experts; no graph capture when the first block's graph still fits)
+        if rerouted is not None:
+            rerouted.close()
+            rerouted = UniformRouting(model, bs, seed=1)
+        block = torch.full((1, bs), mask, dtype=torch.long, device=device)
+        recs2 = denoise(block, "block 2")
+        graph_own, graph_note = _graph_profiled_pass(model, rt, block, cache, device, prefix + bs, on_step)
         on_step("profiled pass")
-        prof = ComponentProfiler(model, rt, device, prefix)
+        prof = ComponentProfiler(model, rt, device, prefix + bs)
         bw, bw_source = device_bandwidth(device)
         rt.optimistic = False  # the profiler's expert bytes come from per-layer counters: the syncing path
         try:
@@ -311,9 +328,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             rt.optimistic = optimistic
         components, projected_compute, projected_graph_compute = prof.components(bw, graph_own)
         profiled = rt.records[-1]
-        on_step("commit pass")
         model(block, cache)
-        commit_ms = rt.records[-1].ms
+        commit2_ms = rt.records[-1].ms
         placed = rt.placed_bytes(model, cache, held)
         if rerouted is not None:
             rerouted.close()
@@ -423,9 +439,27 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                                         "prefetch_wasted", "pinned_evictions", "bytes_h2d")},
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"]},
+        "next_block": _next_block(recs2, commit2_ms, bs, tpp),
         "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
                    "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
                    "capture_pass_ms": [round(r.ms, 3) for r in recs if r.captured]},
+    }
+
+
+def _next_block(recs: list, commit_ms: float, rows: int, tpp: float) -> dict:
+    """The second block's passes, and what a whole block costs at `tpp` tokens per pass: its first pass, the
+    later ones at their steady time (ceil(rows / tpp) passes in all), and the commit."""
+    later = recs[1:]
+    steady = sum(r.ms for r in later) / len(later)
+    n = max(1, math.ceil(rows / tpp))
+    block_ms = recs[0].ms + (n - 1) * steady + commit_ms
+    return {
+        "ms_per_pass_each": [round(r.ms, 3) for r in recs], "first_ms": round(recs[0].ms, 3),
+        "misses_first_pass": recs[0].misses, "captured": sum(r.captured for r in recs),
+        "graphed": sum(r.graphed for r in recs), "retried": sum(r.retried for r in recs),
+        "steady_ms": round(steady, 3), "commit_ms": round(commit_ms, 3), "passes_per_block": n,
+        "block_ms": round(block_ms, 3), "tokens_per_s": round(rows * 1e3 / block_ms, 2),
+        "rule": "first pass + (ceil(rows / tokens per pass) − 1) × steady ms + commit",
     }
 
 

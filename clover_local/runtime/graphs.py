@@ -1,19 +1,21 @@
-"""CUDA graphs of optimistic preview passes: a block's later passes replayed as one graph.
+"""CUDA graphs of optimistic preview passes: preview passes replayed as one graph.
 
 Measured on an H200 (BENCHMARKS.md, 2026-11-30): an eager preview pass at 35B shapes takes 130–210 ms while its
-bytes need < 1 ms; the time is the host launching ~4,000 small kernels one by one. An optimistic pass
-(`optimistic.py`) has no host sync, and within a block every shape is fixed (32 rows, the same prefix length), so
-it can be captured once and replayed:
+bytes need < 3 ms; the time is the host launching ~4,000 small kernels one by one. An optimistic pass
+(`optimistic.py`) has no host sync and fixed shapes, so it is captured once and replayed (26.8 ms per pass there,
+with the graph captured per block; this version keeps one graph across blocks and is not measured on a GPU yet):
 
-- what the graph reads is persistent or baked in: model weights, the expert slots and the device slot table, the
-  KV arena and GDN states (not written by previews), positions and rotary tables computed inside the pass from
-  the block's start; the embedded rows are the one input, copied into a static buffer before each replay (the
-  embedding table lives on the host, so the lookup stays outside the graph);
-- the graph is dropped when the block ends (commit, new block, reclaimed or abandoned cache): the next block has
-  another prefix length and other state tensors;
-- capture happens on the block's first optimistic pass (the kernels are compiled by then: its first pass ran
-  them eagerly). If capture fails, the reason is kept (`error`), graphs are switched off for the runtime's life,
-  and passes run eagerly as before.
+- what the graph reads is persistent or read from the device at replay: model weights, the expert slots and the
+  device slot table, the runtime's prefix cache (runtime/offload.py) — a fixed KV window of the arena with a mask
+  from the cache's device length, GDN rings and states in buffers that commits copy into, the block's start
+  (positions, the GDN history term) from that device length; the embedded rows are the one input, copied into a
+  static buffer before each replay (the embedding table lives on the host, so the lookup stays outside);
+- so one graph serves every block of a sequence: it is recaptured only when the attention window grows (every
+  1,024 committed tokens), and dropped for a new cache (other buffers) or an abandoned pass;
+- capture happens on the first optimistic preview (the kernels are compiled by then: the prefill or the block's
+  first pass ran them eagerly). If capture fails, the reason is kept (`error`), graphs are switched off for the
+  runtime's life, and passes run eagerly as before. `tests/graph_standin.py` checks on the CPU that a replay
+  reads every tensor from outside the pass at the address the capture saw.
 
 The optimistic use counts are accumulated inside the graph, so the pass's single host read still says whether
 an expert was missing, and a replay that used one is thrown away and rerun through the syncing path.

@@ -44,8 +44,28 @@ _OOM = torch_out_of_memory()
 T = TypeVar("T")
 
 
+WINDOW_STEP = 1024  # attention windows grow in these steps (a CUDA graph per window size)
+
+
+def preview_window(length: int, capacity: int) -> int:
+    """The arena rows a preview reads for `length` committed tokens: the next multiple of WINDOW_STEP above it,
+    at most the capacity. One graph serves the 32 blocks inside a step (a recapture costs about one eager pass,
+    ≈ 5 ms a block spread over them); a preview reads at most WINDOW_STEP − 1 rows it does not need."""
+    return min((length // WINDOW_STEP + 1) * WINDOW_STEP, capacity)
+
+
+@dataclass
 class ArenaAttentionCache(AttentionCache):
-    """KV cache over preallocated [1, Hkv, context, D] buffers: appends never allocate."""
+    """KV cache over preallocated [1, Hkv, context, D] buffers: appends never allocate. A preview reads a fixed
+    window of them with a mask from `length_t` (the prefix cache's device copy of the length), not a slice of
+    the committed length: the same kernels at the same addresses for every block inside one window size."""
+
+    length_t: Tensor | None = None
+
+    def preview_keys_values(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        w = preview_window(self.length, self.k.shape[2])
+        committed = torch.arange(w, device=self.k.device) < self.length_t
+        return self.k[:, :, :w], self.v[:, :, :w], committed
 
     def append(self, k: Tensor, v: Tensor) -> None:
         if self.length + k.shape[2] > self.k.shape[2]:
@@ -53,6 +73,41 @@ class ArenaAttentionCache(AttentionCache):
                 f"the sequence reached the {self.k.shape[2]}-token context the runtime was loaded for; "
                 "load it again with a larger --context")
         super().append(k, v)
+
+
+class ArenaGDNCache(GDNCache):
+    """A GDN layer's ring and state in buffers allocated once (zeros = nothing committed yet, which is what the
+    model assumes for a missing ring or state); updates copy into them, so their addresses never change."""
+
+    def __init__(self, ring: Tensor, state: Tensor) -> None:
+        super().__init__(ring, state)
+
+    def update(self, ring: Tensor | None, state: Tensor | None) -> None:
+        for buf, new in ((self.ring, ring), (self.state, state)):
+            if new is None:
+                buf.zero_()
+            else:
+                buf.copy_(new)
+
+
+class ArenaPrefixCache(PrefixCache):
+    """The runtime's prefix cache: `length_t` mirrors `length` on the device (a fill per causal pass, no sync),
+    and previews read their start from it (`preview_start`)."""
+
+    def __init__(self, layers: list, device: torch.device) -> None:
+        object.__setattr__(self, "length_t", torch.zeros((), dtype=torch.int64, device=device))
+        super().__init__(layers)
+        for c in layers:
+            if isinstance(c, ArenaAttentionCache):
+                c.length_t = self.length_t
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name == "length":
+            self.length_t.fill_(value)
+
+    def preview_start(self) -> Tensor:
+        return self.length_t
 
 
 class OffloadedExperts(nn.Module):
@@ -133,15 +188,21 @@ class Runtime:
     # ------------------------------------------------------------------ model hooks
     def new_cache(self) -> PrefixCache:
         """A prefix cache over the preallocated KV arena (one live sequence at a time: batch 1)."""
+        cfg = self.config
         layers: list = []
-        for i, kind in enumerate(self.config.layer_types):
+        for i, kind in enumerate(cfg.layer_types):
             if kind == "full_attention":
                 k, v = self.kv[i]
                 layers.append(ArenaAttentionCache(k=k, v=v, length=0))
             else:
-                layers.append(GDNCache())
-        cache = PrefixCache(layers)
-        self._end_block()  # a new sequence: nothing of the last block (pins, its graph) carries over
+                layers.append(ArenaGDNCache(
+                    torch.zeros(1, cfg.linear_conv_kernel_dim - 1, cfg.gdn_conv_dim, dtype=self.dtype,
+                                device=self.device),
+                    torch.zeros(1, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim,
+                                dtype=torch.float32, device=self.device)))
+        cache = ArenaPrefixCache(layers, self.device)
+        self._end_block()  # a new sequence: nothing of the last block carries over
+        self.graphs.drop()  # ... nor a graph reading another cache's buffers
         self._arena_user = weakref.ref(cache)  # weak: a finished generation's GDN states are not kept alive
         return cache
 
@@ -155,10 +216,16 @@ class Runtime:
         return True
 
     def _end_block(self, key: tuple | None = None) -> None:
-        """The current block is over: unpin its experts, drop its graph; `key` starts the next one."""
+        """The current block is over: unpin its experts; `key` starts the next one. The preview graph stays: it
+        reads the cache's fixed buffers and its device length, so it serves the next block too."""
         self.cache.end_block()
-        self.graphs.drop()
         self.block_key, self.pass_in_block = key, 0
+
+    def _graph_key(self, cache, x: Tensor) -> tuple:
+        """What a captured preview depends on: the cache object (its buffers), the rows, the attention window."""
+        att = next((c for c in cache.layers if isinstance(c, ArenaAttentionCache)), None)
+        window = preview_window(att.length, att.k.shape[2]) if att is not None else 0
+        return id(cache), tuple(x.shape), x.dtype, window
 
     def run_pass(self, preview: bool, start: int, x: Tensor, cache, fn: Callable[[Tensor], T]) -> T:
         """Run one pass `fn(x)` (the model's layers over embedded rows x [B,T,H], `CloverModel.hidden`) inside
@@ -168,8 +235,7 @@ class Runtime:
         with self.pass_scope(preview, start, x.shape[1], cache, allow_optimistic=True) as state:
             if state.optimistic:
                 if state.kind == "preview":
-                    out, state.graphed, state.captured = self.graphs.run((self.block_key, tuple(x.shape), x.dtype),
-                                                                         x, fn)
+                    out, state.graphed, state.captured = self.graphs.run(self._graph_key(cache, x), x, fn)
                 else:
                     out = fn(x)
                 if self._settle_optimistic(state):
