@@ -122,7 +122,8 @@ def _print(r: dict) -> None:
     g, pg = r["graphs"], r["projection_5070ti_graphed"]
     if g["steady_passes_graphed"]:
         c.print(f"CUDA graphs: {g['steady_passes_graphed']} steady passes replayed, {g['ms_per_pass_graphed']:.2f} ms "
-                f"each; RTX 5070 Ti projection {pg['ms_per_pass']:.2f} ms, {pg['tokens_per_s']:.1f} tok/s ({pg['rule']})")
+                f"each; RTX 5070 Ti projection {pg['ms_per_pass']:.2f} ms, {pg['tokens_per_s']:.1f} tok/s "
+                f"({pg['rule']})")
     elif g["error"]:
         c.print(f"CUDA graphs: off after a capture error: {g['error']}")
     nb = r["next_block"]

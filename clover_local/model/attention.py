@@ -54,6 +54,16 @@ class Attention(nn.Module):
             q, k, v, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=self.n_heads != self.n_kv
         )
 
+    def grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """`softmax_attention` for a mask that is the same for every query row: the query heads sharing a key
+        head become more rows of that head ([B, Hkv, G·T, D]), so no kernel path expands the keys G times (with
+        a mask, SDPA's GQA may fall back to one that does: 8× a 32K-token window)."""
+        b, h, t, d = q.shape
+        g = h // self.n_kv
+        out = F.scaled_dot_product_attention(q.reshape(b, self.n_kv, g * t, d), k, v, attn_mask=mask,
+                                             scale=self.head_dim**-0.5)
+        return out.reshape(b, h, t, d)
+
     def finish(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """Heads [B,H,T,D] → output gate → o_proj."""
         b, _, t, _ = out.shape
@@ -72,6 +82,7 @@ class Attention(nn.Module):
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
                 if past[2] is not None:  # the runtime's fixed window: only its committed part, then the block
                     mask = torch.cat([past[2], past[2].new_ones(t)])[None, :]  # [1, S]: every row alike
+                    return self.finish(self.grouped_attention(q, k, v, mask), gate)
             return self.attend(q, k, v, gate, mask)
         past = cache.keys_values() if cache is not None else None
         n_past = 0 if past is None else past[0].shape[2]

@@ -205,16 +205,23 @@ class UniformRouting:
     uniform routing touches 256·(1 − (248/256)^32) ≈ 163 — the byte load a real model's block is planned for.
     Only calls with the block's row count are rerouted (a prefill chunk keeps the model's routing)."""
 
-    def __init__(self, model: nn.Module, rows: int, seed: int = 0) -> None:  # seed: one draw per block
+    def __init__(self, model: nn.Module, rows: int, seed: int = 0) -> None:
         from clover_local.model.moe import SparseMoe
 
-        g = torch.Generator().manual_seed(seed)
         self.patched: list[nn.Module] = []
+        self.idx: list[Tensor] = []
         for moe in (m for m in model.modules() if isinstance(m, SparseMoe)):
-            e = moe.gate.out_features
-            idx = torch.rand(rows, e, generator=g).topk(moe.top_k, -1).indices.to(model.norm.weight.device)
+            idx = torch.zeros(rows, moe.top_k, dtype=torch.long, device=model.norm.weight.device)
             moe.route = self._route(moe, idx)  # an instance attribute shadows the method until close()
             self.patched.append(moe)
+            self.idx.append(idx)
+        self.redraw(seed)
+
+    def redraw(self, seed: int) -> None:
+        """New experts for a new block, written into the same tensors: a CUDA graph of the preview reads them."""
+        g = torch.Generator().manual_seed(seed)
+        for moe, idx in zip(self.patched, self.idx):
+            idx.copy_(torch.rand(idx.shape[0], moe.gate.out_features, generator=g).topk(moe.top_k, -1).indices)
 
     @staticmethod
     def _route(moe: nn.Module, idx: Tensor):
@@ -311,8 +318,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         # the next block at the next start: what every later block of a decode costs (its first pass loads the
         # block's experts; no graph capture when the first block's graph still fits)
         if rerouted is not None:
-            rerouted.close()
-            rerouted = UniformRouting(model, bs, seed=1)
+            rerouted.redraw(seed=1)
         block = torch.full((1, bs), mask, dtype=torch.long, device=device)
         recs2 = denoise(block, "block 2")
         graph_own, graph_note = _graph_profiled_pass(model, rt, block, cache, device, prefix + bs, on_step)

@@ -225,7 +225,8 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
         res[f"{mode}_logit_rel_err"] = round(_rel(last[mode], last["syncing"]), 6)
         res[f"{mode}_logits_equal"] = bool(torch.equal(last[mode], last["syncing"]))
         o = res[mode]
-        res[f"{mode}_steady_speedup"] = round(res["syncing"]["steady_ms"] / o["steady_ms"], 3) if o["steady_ms"] else None
+        speedup = res["syncing"]["steady_ms"] / o["steady_ms"] if o["steady_ms"] else None
+        res[f"{mode}_steady_speedup"] = None if speedup is None else round(speedup, 3)
     o, g = res["optimistic"], res["graphed"]
     res["ok"] = bool(res["optimistic_logit_rel_err"] < 1e-3 and o["retried"] == 0 and o["optimistic"] >= passes - 1
                      and res["graphed_logit_rel_err"] < 1e-3 and g["retried"] == 0 and g["graphed"] >= passes - 1)

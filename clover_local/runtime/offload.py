@@ -79,9 +79,6 @@ class ArenaGDNCache(GDNCache):
     """A GDN layer's ring and state in buffers allocated once (zeros = nothing committed yet, which is what the
     model assumes for a missing ring or state); updates copy into them, so their addresses never change."""
 
-    def __init__(self, ring: Tensor, state: Tensor) -> None:
-        super().__init__(ring, state)
-
     def update(self, ring: Tensor | None, state: Tensor | None) -> None:
         for buf, new in ((self.ring, ring), (self.state, state)):
             if new is None:

@@ -76,6 +76,16 @@ def _eager_us(fn) -> float:
     return 1000.0 * triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
+def _warm_up(fn) -> None:
+    """Two calls on a side stream before a capture (what PyTorch asks: lazy inits happen outside the graph)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+
+
 _FLUSH: list[torch.Tensor] = []
 
 
@@ -83,12 +93,7 @@ def _graph_time_us(fn, reps: int = 10, trials: int = 5) -> float:
     if not _FLUSH:
         _FLUSH.append(torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE))  # > the H200's 60 MB of L2
     buf = _FLUSH[0]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
+    _warm_up(fn)
     both, flush = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(both):
         for _ in range(reps):
@@ -119,12 +124,7 @@ def _graph_check(fn, want: torch.Tensor, replays: int = 50) -> dict:
     if DEVICE != "cuda":
         return {"captured": False, "error": "no CUDA device"}
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
+        _warm_up(fn)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = fn()
