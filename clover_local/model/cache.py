@@ -116,8 +116,9 @@ class PrefixCache:
 
     def restore(self, snap: CacheSnapshot) -> None:
         """Go back to `snap.length` tokens: keys/values cut there, GDN rings and states taken from the snapshot.
-        The snapshot's tensors are handed over, not copied (no second copy on the device): restore a snapshot
-        once. The keys/values up to `snap.length` must be the ones the snapshot was taken with."""
+        The snapshot's tensors are handed over, not copied (no second copy on the device; the runtime's caches
+        copy them into their fixed buffers): restore a snapshot once. The keys/values up to `snap.length` must be
+        the ones the snapshot was taken with."""
         if snap.length > self.length or set(snap.gdn) != {i for i, c in enumerate(self.layers)
                                                            if isinstance(c, GDNCache)}:
             raise ValueError(f"this snapshot ({snap.length} tokens) was not taken from this {self.length}-token cache")

@@ -226,7 +226,7 @@ class GatedDeltaNet(nn.Module):
         if state is None:
             state = x.new_zeros(b, self.hv, self.dk, self.dv, dtype=torch.float32)
         q, k, v = self.split_heads(self.conv(rows, ring, right=preview))
-        if preview:  # n_prefix: an int, or the runtime's device tensor [1] (read by a CUDA graph at replay)
+        if preview:  # n_prefix: an int, or the runtime's 0-dim device tensor (a CUDA graph reads it)
             n = n_prefix.expand(b) if torch.is_tensor(n_prefix) else torch.full((b,), n_prefix, device=x.device)
             o = preview_mix(
                 q, k, v, state, self.bd_softmax_logit_scale, self.bd_softmax_history_bias,
