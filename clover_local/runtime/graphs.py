@@ -55,7 +55,8 @@ class PassGraph:
 
 
 class PassGraphs:
-    """The runtime's graph of the current block, with counters; `run` falls back to eager on any capture error."""
+    """The runtime's current preview graph (one per cache, rows and attention window), with counters; `run` falls
+    back to eager on any capture error."""
 
     def __init__(self, device: torch.device, enabled: bool = True) -> None:
         self.device = device

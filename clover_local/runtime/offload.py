@@ -62,8 +62,12 @@ class ArenaAttentionCache(AttentionCache):
 
     length_t: Tensor | None = None
 
+    def window(self) -> int:
+        """Arena rows a preview reads now (what a captured graph's shapes depend on)."""
+        return preview_window(self.length, self.k.shape[2])
+
     def preview_keys_values(self) -> tuple[Tensor, Tensor, Tensor | None]:
-        w = preview_window(self.length, self.k.shape[2])
+        w = self.window()
         committed = torch.arange(w, device=self.k.device) < self.length_t
         return self.k[:, :, :w], self.v[:, :, :w], committed
 
@@ -221,8 +225,7 @@ class Runtime:
     def _graph_key(self, cache, x: Tensor) -> tuple:
         """What a captured preview depends on: the cache object (its buffers), the rows, the attention window."""
         att = next((c for c in cache.layers if isinstance(c, ArenaAttentionCache)), None)
-        window = preview_window(att.length, att.k.shape[2]) if att is not None else 0
-        return id(cache), tuple(x.shape), x.dtype, window
+        return id(cache), tuple(x.shape), x.dtype, att.window() if att is not None else 0
 
     def run_pass(self, preview: bool, start: int, x: Tensor, cache, fn: Callable[[Tensor], T]) -> T:
         """Run one pass `fn(x)` (the model's layers over embedded rows x [B,T,H], `CloverModel.hidden`) inside
