@@ -30,16 +30,20 @@ def orthogonalize(g: Tensor, steps: int = 5) -> Tensor:
     """An approximately orthogonal matrix with `g`'s singular vectors ([..., m, n], batched over leading dims);
     singular values end up roughly in [0.7, 1.2], which is all the update needs."""
     a, b, c = NS_COEFFS
-    x = (g / (g.norm(dim=(-2, -1), keepdim=True) + 1e-7)).bfloat16()
+    shape = g.shape
+    x = g.reshape(-1, *shape[-2:])
+    x = (x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)).bfloat16()
     wide = x.shape[-2] <= x.shape[-1]
     if not wide:  # iterate on the smaller Gram matrix
         x = x.mT
     for _ in range(steps):
+        # baddbmm folds the polynomial's scalings and sums into the matmuls: half the time of separate ops
         gram = x @ x.mT
-        x = a * x + (b * gram + c * gram @ gram) @ x
+        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.baddbmm(x, poly, x, beta=a)
     if not wide:
         x = x.mT
-    return x.to(g.dtype)
+    return x.to(g.dtype).reshape(shape)
 
 
 class Muon(torch.optim.Optimizer):
@@ -57,15 +61,35 @@ class Muon(torch.optim.Optimizer):
     def step(self, closure=None):
         for group in self.param_groups:
             lr, mu = group["lr"], group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            live = [p for p in group["params"] if p.grad is not None]
+            updates = []
+            for p in live:
                 buf = self.state[p].setdefault("momentum", torch.zeros_like(p))
                 buf.mul_(mu).add_(p.grad)
-                update = orthogonalize(p.grad.add(buf, alpha=mu), group["ns_steps"])
+                updates.append(p.grad.add(buf, alpha=mu))
+            for p, update in zip(live, orthogonalize_all(updates, group["ns_steps"])):
                 p.mul_(1 - lr * group["weight_decay"])
                 p.add_(update, alpha=-lr * 0.2 * math.sqrt(max(p.shape[-2], p.shape[-1])))
         return None
+
+
+def orthogonalize_all(updates: list[Tensor], steps: int) -> list[Tensor]:
+    """`orthogonalize` of each tensor, computed as one batched iteration per matrix shape (tall matrices
+    transposed to wide first). Why: the tiny model has ~30 matrices in 3 shapes, and a 128x128 product is too
+    small to keep the CPU's matrix units busy; stacked, the optimizer step takes about half the time."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, u in enumerate(updates):
+        m, n = u.shape[-2:]
+        groups.setdefault((min(m, n), max(m, n)), []).append(i)
+    out: list[Tensor] = [updates[0]] * len(updates)
+    for (m, n), members in groups.items():
+        flat = [updates[i].reshape(-1, *updates[i].shape[-2:]) for i in members]
+        flat = [f if f.shape[-2] == m else f.mT for f in flat]
+        done = orthogonalize(torch.cat(flat), steps).split([f.shape[0] for f in flat])
+        for i, d in zip(members, done):
+            u = updates[i]
+            out[i] = (d if u.shape[-2] == m else d.mT).reshape(u.shape)
+    return out
 
 
 def split_params(model: torch.nn.Module, min_dim: int = 32) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
