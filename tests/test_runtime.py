@@ -168,6 +168,35 @@ def test_eviction_prefers_unpinned_lru_and_never_locked(pack):
     ec.release()
 
 
+def test_repair_loads_what_a_pass_lacked_without_evicting_the_block(pack):
+    """`repair` (after an optimistic replay missed): pins what the pass had, loads what it lacked into free or
+    unpinned slots as misses, and refuses (loading nothing) when that would evict the block's pinned experts."""
+    rt = runtime(pack, slots=4, prefetch=False)
+    ec = rt.model.runtime.cache
+    e = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
+    ec.acquire(0, e(0, 1), np.ones(2, dtype=np.int64))
+    ec.release()
+    ec.end_block()  # layer 0's experts 0, 1: resident, unpinned
+    counts = np.zeros((ec.layer_ids.size, ec.n_experts), dtype=np.int64)
+    r0, r1 = (int(np.flatnonzero(ec.layer_ids == i)[0]) for i in (0, 1))
+    counts[r0, 0] = 3  # had (resident)
+    counts[r1, [2, 5]] = 1  # lacked
+    before = ec.counters[1].bytes
+    assert ec.missing(counts) == 2 and ec.repair(counts) == 2
+    assert ec.missing(counts) == 0 and (ec.slot_of[0, [0, 1]] >= 0).all()  # the two free slots took them
+    assert ec.counters[1].misses == ec.counters[1].copied == 2
+    assert ec.counters[1].bytes - before == 2 * ec.layout.nbytes
+    assert (ec.pin_gen[ec.slot_of[[0, 1, 1], [0, 2, 5]]] == ec.gen).all()
+    ec.commit_uses(counts)  # the replay that stood: 3 uses, the 2 loaded ones are not hits
+    assert (ec.counters[0].uses, ec.counters[0].hits) == (3, 1)  # layer 0: the acquire's 2 misses, then a hit
+    assert (ec.counters[1].uses, ec.counters[1].hits) == (2, 0)
+    counts[:] = 0
+    counts[r0, 0] = counts[r1, [2, 5]] = 1
+    counts[int(np.flatnonzero(ec.layer_ids == 2)[0]), [3, 4]] = 1  # two more: only one unpinned slot is left
+    assert ec.repair(counts) is None
+    assert (ec.slot_of[2, [3, 4]] < 0).all() and (ec.slot_of[1, [2, 5]] >= 0).all()
+
+
 def test_plan_predicts_placed_bytes(pack, ref):
     from clover_local.runtime.load import plan_for
 

@@ -42,14 +42,16 @@ def with_graphs(pack, **kw):
 @pytest.mark.parametrize("slots", [TOTAL, TOTAL - 1])
 def test_graph_replays_decode_the_same_tokens(pack, ref, stand_in, slots):
     """A few blocks of decoding. All resident, every preview after a block's first is a replay; one slot short,
-    some replays miss and are rerun through the syncing path. Tokens equal the eager runtime's either way."""
+    some replays miss and are repaired (or rerun through the syncing path). Tokens equal the eager runtime's
+    either way."""
     ids = prompt(ref, 13, seed=2)
     got = with_graphs(pack, slots=slots)
     assert decode(got, ids) == decode(runtime(pack, slots=slots), ids)
     s = got.model.runtime_stats()["graphs"]
     recs = previews(got)
     graphed = [r for r in recs if r.graphed]
-    assert s["error"] is None and s["replays"] == len(graphed) == stand_in.replays > 0
+    # a replay that missed is repaired: the expert loaded, the graph replayed again
+    assert s["error"] is None and s["replays"] == sum(1 + r.repairs for r in graphed) == stand_in.replays > 0
     blocks = sum(r.pass_in_block == 0 for r in recs)
     assert 0 < s["captures"] == stand_in.made <= blocks  # at most one per block: reused by the block's passes
     assert all(r.optimistic for r in graphed)
@@ -116,7 +118,9 @@ def test_attention_window_changes_recapture(pack, ref, stand_in, monkeypatch):
     assert stand_in.made == 2
 
 
-def test_replay_that_missed_is_rerun(pack, ref, stand_in):
+def test_replay_that_missed_is_repaired(pack, ref, stand_in):
+    """A replay that needed an evicted expert is thrown away, the expert is loaded, and the graph replays again
+    (no syncing pass); the block stays on replays after it, and the logits are the syncing path's."""
     got = with_graphs(pack, slots=14, prefetch=False)
     rt = got.model.runtime
 
@@ -126,14 +130,51 @@ def test_replay_that_missed_is_rerun(pack, ref, stand_in):
             rt.cache.evict(layer, np.array([int(rt.history[layer][0])]))
 
     out = block_passes(got, previews=5, after_preview=after)
-    want = block_passes(runtime(pack, slots=14, prefetch=False), previews=5)
+    want = block_passes(runtime(pack, slots=14, prefetch=False, optimistic=False), previews=5)
     for a, b in zip(want, out):
         assert torch.equal(a, b)
-    flags = [(r.optimistic, r.graphed, r.retried) for r in previews(got)]
-    # pass 2 replays, misses, reruns (syncing); pass 3 syncs; pass 4 replays the same graph again
-    assert flags == [(False, False, False), (True, True, False), (True, True, True), (False, False, False),
-                     (True, True, False)]
+    flags = [(r.optimistic, r.graphed, r.retried, r.repairs, r.synced) for r in previews(got)]
+    # pass 0 syncs (no graph yet); pass 1 captures; pass 2 misses, loads the expert, replays; 3 and 4 replay
+    assert flags == [(False, False, False, 0, False), (True, True, False, 0, False), (True, True, True, 1, False),
+                     (True, True, False, 0, False), (True, True, False, 0, False)]
+    repaired = previews(got)[2]
+    assert repaired.misses == 1 and repaired.hits == repaired.uses - 1  # the loaded expert is a miss, not a hit
+    s = got.model.runtime_stats()
+    assert s["repair_replays"] == 1 and s["hits"] + s["misses"] == s["expert_uses"]
     assert stand_in.made == 1
+
+
+def test_first_pass_of_a_block_replays_and_repairs(pack, ref, stand_in):
+    """Once a graph exists, a block's first preview is a replay too: what it lacks (here: every expert of one
+    layer, evicted between the blocks) is loaded and the graph replays again, instead of the syncing pass."""
+    got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
+    rt = got.model.runtime
+    model = got.model
+
+    def run(loaded, between=lambda i: None) -> list[torch.Tensor]:
+        model = loaded.model
+        cache = model.new_cache()
+        out = [model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)]
+        for i, rows in enumerate(([5] * 8, [7, 3] * 4)):
+            block = torch.tensor([rows])
+            out += [model(block, cache, preview=True) for _ in range(3)]
+            out.append(model(block, cache))
+            between(i)
+        return out
+
+    with torch.inference_mode():
+        out = run(got, lambda i: i == 0 and rt.cache.evict(rt.layers[2], np.arange(N_EXPERTS)))
+        want = run(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False))
+    for a, b in zip(want, out):
+        assert torch.equal(a, b)
+    recs = previews(got)
+    first = recs[3]
+    assert first.pass_in_block == 0 and first.optimistic and first.graphed and not first.captured
+    assert first.repairs >= 1 and not first.synced and first.misses > 0
+    assert rt.cache.slot_of[rt.layers[2]].max() >= 0  # the repair loaded that layer's experts back
+    assert not recs[0].optimistic  # the very first block: no graph yet, the syncing path
+    assert stand_in.made == 1
+    assert model.runtime_stats()["expert_uses"] == sum(r.uses for r in rt.records)
 
 
 def test_capture_failure_falls_back_to_eager(pack, ref, monkeypatch):
@@ -167,3 +208,22 @@ def test_checking_stand_in_catches_a_rebuilt_outside_tensor():
     with pytest.raises(AssertionError, match="reads outside tensors"):
         g.replay(torch.full((4,), 2.0))
     del old
+
+
+def test_gpu_check_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypatch):
+    """`gpu_check.optimistic_vs_syncing` (run on a GPU session's few minutes) through the CPU stand-in: its four
+    modes agree, and its "repaired" mode really makes a block's first pass a replay that misses and is repaired."""
+    from clover_local.runtime import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    got = with_graphs(pack, slots=14, prefetch=False)
+    model = got.model
+    cache = model.new_cache()
+    with torch.inference_mode():
+        model(torch.tensor([prompt(got, 40, seed=6)]), cache)
+    res = gpu_check.optimistic_vs_syncing(model, cache, torch.tensor([[5] * 8]), passes=4)
+    first = res["repaired"]["first"]
+    assert first["graphed"] and first["repairs"] >= 1 and not first["synced"] and first["misses"] > 0
+    assert res["repaired_logits_equal"] and res["graphed_logits_equal"] and res["optimistic_logits_equal"]
+    assert res["ok"], res

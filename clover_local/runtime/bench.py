@@ -444,7 +444,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "cache": {k: stats[k] for k in ("hits", "misses", "copied", "cpu_runs", "prefetched", "prefetch_used",
                                         "prefetch_wasted", "pinned_evictions", "bytes_h2d")},
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
-                       "retried": stats["retried_passes"]},
+                       "retried": stats["retried_passes"], "repair_replays": stats["repair_replays"]},
         "next_block": _next_block(recs2, commit2_ms, bs, tpp),
         "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
                    "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
@@ -461,7 +461,9 @@ def _next_block(recs: list, commit_ms: float, rows: int, tpp: float) -> dict:
     block_ms = recs[0].ms + (n - 1) * steady + commit_ms
     return {
         "ms_per_pass_each": [round(r.ms, 3) for r in recs], "first_ms": round(recs[0].ms, 3),
-        "misses_first_pass": recs[0].misses, "captured": sum(r.captured for r in recs),
+        "misses_first_pass": recs[0].misses, "first_pass_graphed": recs[0].graphed,
+        "first_pass_repairs": recs[0].repairs, "first_pass_synced": recs[0].synced,
+        "captured": sum(r.captured for r in recs),
         "graphed": sum(r.graphed for r in recs), "retried": sum(r.retried for r in recs),
         "steady_ms": round(steady, 3), "commit_ms": round(commit_ms, 3), "passes_per_block": n,
         "block_ms": round(block_ms, 3), "tokens_per_s": round(rows * 1e3 / block_ms, 2),

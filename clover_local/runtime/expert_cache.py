@@ -110,6 +110,7 @@ class ExpertCache:
         self.pin_gen = np.full(n_slots, -1, dtype=np.int64)
         self.locked = np.zeros(n_slots, dtype=bool)
         self.prefetched = np.zeros(n_slots, dtype=bool)
+        self.repaired = np.zeros(n_slots, dtype=bool)  # loaded by `repair` for the pass in progress (its misses)
         self.ready: dict[int, object] = {}  # slot -> CUDA event of its pending copy
         self.pending = np.zeros(n_slots, dtype=bool)  # slots with an entry in `ready`
         self.copier = SlotCopier(device)
@@ -140,6 +141,11 @@ class ExpertCache:
         """Forget pins and locks (after a failed pass); resident experts stay valid."""
         self.release()
         self.end_block()
+        self.end_pass()
+
+    def end_pass(self) -> None:
+        """The pass is over: experts `repair` loaded for it count as hits from now on."""
+        self.repaired[:] = False
 
     # ------------------------------------------------------------------ the device twin of slot_of
     def device_slot_table(self) -> Tensor:
@@ -168,7 +174,8 @@ class ExpertCache:
     def commit_uses(self, counts: np.ndarray) -> None:
         """Book a pass that ran on resident experts only (counts [len(layer_ids), E] of routed rows per expert):
         what `acquire` would have done for its hits, vectorised: counters, LRU ticks in layer order (as the
-        per-layer calls would have set them), pins to the current block, prefetches marked used."""
+        per-layer calls would have set them), pins to the current block, prefetches marked used. Experts that
+        `repair` loaded for this pass were booked as misses then: they are uses, not hits."""
         rows, experts = np.nonzero(counts)  # row-major: layers in sweep order
         slots = self.slot_of[self.layer_ids[rows], experts]
         if (slots < 0).any():
@@ -176,6 +183,8 @@ class ExpertCache:
         n = self.layer_ids.size
         uses = np.bincount(rows, minlength=n)
         used_prefetch = np.bincount(rows, weights=self.prefetched[slots], minlength=n).astype(np.int64)
+        fresh = np.bincount(rows, weights=self.repaired[slots], minlength=n).astype(np.int64)
+        self.repaired[slots] = False
         self.prefetched[slots] = False
         self.last_use[slots] = self.tick + 1 + rows
         self.tick += n
@@ -183,8 +192,40 @@ class ExpertCache:
         for r, layer in enumerate(self.layer_ids.tolist()):
             c = self.counters[layer]
             c.uses += int(uses[r])
-            c.hits += int(uses[r])
+            c.hits += int(uses[r] - fresh[r])
             c.prefetch_used += int(used_prefetch[r])
+
+    def repair(self, counts: np.ndarray) -> int | None:
+        """After an optimistic pass that missed (counts [len(layer_ids), E] of routed rows per expert): pin what
+        it used and had to the block, and load what it used and lacked into free or unpinned slots, booked as
+        misses (demand copies). Returns how many were loaded, or None (nothing loaded) when they do not fit
+        without evicting the block's pinned experts: the caller then takes the syncing path, which can.
+
+        Why: the alternative, rerunning the pass through the syncing path, costs ~40 host round trips and an
+        eager pass (250 ms at 35B on an H200) where a CUDA-graph replay costs 27 ms. The counts past the first
+        missing layer come from a pass with wrong inputs, so the next replay may find a few more; each round
+        fixes at least the first missing layer."""
+        table = self.slot_of[self.layer_ids]
+        used = counts > 0
+        had = table[used & (table >= 0)]
+        self.pin_gen[had] = self.gen
+        rows, experts = np.nonzero(used & (table < 0))
+        if rows.size == 0:
+            return 0
+        victims = self._victims(rows.size, allow_pinned=False)
+        if victims.size < rows.size:
+            return None
+        self.tick += 1
+        for r in np.unique(rows).tolist():
+            sel = rows == r
+            layer, slots = int(self.layer_ids[r]), victims[sel]
+            self._load(layer, experts[sel], slots)
+            self.pin_gen[slots] = self.gen
+            self.repaired[slots] = True
+            c = self.counters[layer]
+            c.misses += int(sel.sum())
+            c.copied += int(sel.sum())
+        return int(rows.size)
 
     def evict(self, layer: int, experts: np.ndarray) -> None:
         """Drop resident experts of a layer (tests force a miss with it); absent ones are ignored."""
@@ -227,6 +268,7 @@ class ExpertCache:
             c.pinned_evictions += int((self.pin_gen[slots[live]] == self.gen).sum())
         self.owner[slots] = -1
         self.prefetched[slots] = False
+        self.repaired[slots] = False
 
     def _load(self, layer: int, experts: np.ndarray, slots: np.ndarray):
         """Copy experts' host slabs into slots and register them; returns the copy event."""
@@ -266,7 +308,8 @@ class ExpertCache:
         hit = slots >= 0
         hit_slots = slots[hit]
         c.uses += int(experts.size)
-        c.hits += int(hit.sum())
+        c.hits += int(hit.sum() - self.repaired[hit_slots].sum())  # `repair` booked those as misses
+        self.repaired[hit_slots] = False
         c.prefetch_used += int(self.prefetched[hit_slots].sum())
         self.prefetched[hit_slots] = False
         self.locked[hit_slots] = True

@@ -178,7 +178,9 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
 
 def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) -> dict:
     """One block's preview passes through the syncing path, then (a fresh block at the same place each time)
-    through eager optimistic passes and through optimistic passes replayed as a CUDA graph (`runtime/graphs.py`).
+    through eager optimistic passes, through optimistic passes replayed as a CUDA graph (`runtime/graphs.py`), and
+    once more with part of the set evicted first, so that the block's first pass is a replay that misses and is
+    repaired (`ExpertCache.repair`).
     The rows do not change, so after the first pass every optimistic one should be accepted. Reports ms per pass
     of each, how many were optimistic/retried/graphed, and whether the last logits agree; the eager optimistic
     layer calls run with CUDA's sync debug mode at "error", so a host sync in them fails the check (a graph
@@ -199,11 +201,16 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
     last = {}
     saved = rt.optimistic, rt.graphs.enabled
     try:
-        for mode in ("syncing", "optimistic", "graphed"):
+        for mode in ("syncing", "optimistic", "graphed", "repaired"):
             rt.optimistic = mode != "syncing"
-            rt.graphs.enabled = mode == "graphed"
+            rt.graphs.enabled = mode in ("graphed", "repaired")
             optimistic.OptimisticPass.run = strict if mode == "optimistic" else run
-            rt.reclaim(cache)  # a new block: its first pass loads the set through the syncing path
+            if mode == "repaired":  # the graph exists: evict part of the block's set, so its first replay misses
+                for layer in rt.layers[::4]:
+                    used = rt.history.get(layer)
+                    if used is not None:
+                        rt.cache.evict(layer, used[: max(1, used.size // 2)])
+            rt.reclaim(cache)  # a new block: its first pass loads the set (syncing, or a replay repaired)
             n0 = len(rt.records)
             with torch.inference_mode():
                 for _ in range(passes):
@@ -216,20 +223,24 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
                 "steady_ms": round(sum(r.ms for r in recs[1:]) / max(1, len(recs) - 1), 3),
                 "optimistic": sum(r.optimistic for r in recs), "retried": sum(r.retried for r in recs),
                 "graphed": sum(r.graphed for r in recs), "misses_after_first": sum(r.misses for r in recs[1:]),
+                "first": {"graphed": recs[0].graphed, "repairs": recs[0].repairs, "synced": recs[0].synced,
+                          "misses": recs[0].misses},
             }
     finally:
         optimistic.OptimisticPass.run = run
         rt.optimistic, rt.graphs.enabled = saved
     res["graphs"] = rt.graphs.stats()
-    for mode in ("optimistic", "graphed"):
+    for mode in ("optimistic", "graphed", "repaired"):
         res[f"{mode}_logit_rel_err"] = round(_rel(last[mode], last["syncing"]), 6)
         res[f"{mode}_logits_equal"] = bool(torch.equal(last[mode], last["syncing"]))
         o = res[mode]
         speedup = res["syncing"]["steady_ms"] / o["steady_ms"] if o["steady_ms"] else None
         res[f"{mode}_steady_speedup"] = None if speedup is None else round(speedup, 3)
-    o, g = res["optimistic"], res["graphed"]
+    o, g, r = res["optimistic"], res["graphed"], res["repaired"]
     res["ok"] = bool(res["optimistic_logit_rel_err"] < 1e-3 and o["retried"] == 0 and o["optimistic"] >= passes - 1
-                     and res["graphed_logit_rel_err"] < 1e-3 and g["retried"] == 0 and g["graphed"] >= passes - 1)
+                     and res["graphed_logit_rel_err"] < 1e-3 and g["retried"] == 0 and g["graphed"] >= passes - 1
+                     and res["repaired_logit_rel_err"] < 1e-3 and r["graphed"] == passes
+                     and r["first"]["repairs"] >= 1 and not r["first"]["synced"])
     return res
 
 

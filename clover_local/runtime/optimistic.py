@@ -11,8 +11,9 @@ block's experts are pinned and later passes almost never miss. So such a pass ru
 
 At the end of the pass ONE host read of `counts` says what the pass used; the host table (unchanged during the
 pass: nothing is copied or evicted in it) says whether any of that was missing. Nothing missed: the counts are
-booked as hits (LRU, pins, counters) and the result stands. Something missed: the caller reruns the pass
-through the syncing path (a preview pass writes nothing, so a rerun is safe).
+booked as hits (LRU, pins, counters) and the result stands. Something missed: the caller reruns the pass (a
+preview pass writes nothing, so a rerun is safe): a graph replay after loading what the counts say it lacked
+(`ExpertCache.repair`), or the syncing path.
 
 On an H200 (2026-11-30, `gpu_check --stages model`) optimistic passes give the syncing path's logits exactly and
 raise nothing under `torch.cuda.set_sync_debug_mode("error")`. Eager, they save little (steady 141–211 ms vs
