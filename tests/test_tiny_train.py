@@ -136,3 +136,32 @@ def test_muon_training_splits_parameters_and_trains(tmp_path):
     assert len(muon) + len(decay) + len(no_decay) == len(list(model.parameters()))
     with pytest.raises(ValueError, match="unknown optimizer"):
         train(tmp_path / "x", TrainSettings(optimizer="sgd", **TOY))
+
+
+def test_warm_mix_serves_the_first_steps(tmp_path, monkeypatch):
+    """`--warm-mix count --warm-steps N`: the first N steps sample a second corpus drawn with the warm mix (more
+    letter counting), the rest the main one; the record keeps both settings."""
+    from clover_local.tiny import train as train_mod
+
+    seen = []
+    sample = train_mod.Batches.sample
+
+    def spy(self, n, gen):
+        seen.append(id(self))  # which corpus served the step
+        return sample(self, n, gen)
+
+    made = []
+    init = train_mod.Batches.__init__
+
+    def record_init(self, examples, *a):
+        made.append((id(self), sum(e.task == "count_letter" for e in examples) / len(examples)))
+        init(self, examples, *a)
+
+    monkeypatch.setattr(train_mod.Batches, "sample", spy)
+    monkeypatch.setattr(train_mod.Batches, "__init__", record_init)
+    train(tmp_path / "w", TrainSettings(mix="short", warm_mix="count", warm_steps=2, **TOY), log_every=1)
+    (main_id, main_share), (warm_id, warm_share) = made
+    assert seen == [warm_id, warm_id, main_id]
+    assert warm_share > main_share  # the count mix: 44 % letter counting against 20 %
+    record = json.loads((tmp_path / "w" / "training.json").read_text())
+    assert (record["settings"]["warm_mix"], record["settings"]["warm_steps"]) == ("count", 2)

@@ -73,6 +73,13 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     got = moe_w4a16(x, slot_ids, w, gu, dn)
     torch.cuda.synchronize(dev)
     out["moe_rel_err"] = round(_rel(got, ref), 5)
+    from clover_local.runtime.kernels.w4a16 import moe_align_torch, moe_align_triton
+
+    for bm in (16, 32):  # the two-launch align against the torch sort, exactly (256 pairs over the cache's slots)
+        want, have = moe_align_torch(slot_ids, n_slots, bm), moe_align_triton(slot_ids, n_slots, bm)
+        n = int(want[2])
+        out[f"moe_align_equal_bm{bm}"] = bool(int(have[2]) == n and torch.equal(have[0], want[0])
+                                              and torch.equal(have[1][: n // bm], want[1][: n // bm]))
     a = _ev()
     for _ in range(20):
         moe_w4a16(x, slot_ids, w, gu, dn)
@@ -104,7 +111,8 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     out["linear"] = lin
     del cache
     torch.cuda.empty_cache()
-    out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and all(v["rel_err"] < 2e-2 for v in lin.values()))
+    out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and all(v["rel_err"] < 2e-2 for v in lin.values())
+                     and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"])
     return out
 
 

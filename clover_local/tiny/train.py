@@ -89,6 +89,8 @@ class TrainSettings:
     shared_expert_intermediate_size: int = 128
     threshold: float = 0.9
     mix: str = "base"  # task mix (corpus.MIXES)
+    warm_mix: str = ""  # a mix for the first `warm_steps` steps (a curriculum), e.g. "count"
+    warm_steps: int = 0
     multi_turn: float = 0.0  # share of examples asked after one earlier exchange (chats re-send history)
     scratchpad: str = ""  # tasks that think through worked traces, comma-separated (corpus.SCRATCHPADS)
     init: str = ""  # continue from this tiny checkpoint folder (its weights and tokenizer) instead of from scratch
@@ -246,6 +248,11 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
         load_weights(model, Path(s.init))
     model.train()
     data = Batches(examples, tok, s.block_size, s.seed)
+    warm = None
+    if s.warm_mix and s.warm_steps > 0:  # same seed, same traces, another task mix
+        warm = Batches(corpus.make_train(s.n_train, s.seed, mix=s.warm_mix, multi_turn=s.multi_turn,
+                                         scratchpad=[t for t in s.scratchpad.split(",") if t]),
+                       tok, s.block_size, s.seed)
     opts = optimizers(model, s)
     gen = torch.Generator().manual_seed(s.seed + 1)
     curve: list[tuple[int, float]] = []
@@ -254,7 +261,8 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
         lr = s.lr * min(1.0, step / s.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / s.steps)))
         for group in (g for opt in opts for g in opt.param_groups):
             group["lr"] = max(lr, s.lr * 0.02) * group.get("lr_scale", 1.0)
-        clean, noisy, masked, real, maskable = data.sample(s.batch_size, gen)
+        source = warm if warm is not None and step <= s.warm_steps else data
+        clean, noisy, masked, real, maskable = source.sample(s.batch_size, gen)
         # preview only blocks with a masked position (prompt-only blocks have no loss): same loss, less work
         per_block = masked.view(masked.shape[0], -1, s.block_size)
         blocks = per_block.any(-1)
