@@ -4,9 +4,10 @@ A CPU has no CUDA graphs, so `PassGraph` is replaced by a stand-in with a graph'
 it keeps the static input buffer and the function it was captured with, a replay runs THAT function again on the
 buffer (capture-time Python values), and fails if the replay reads any tensor from outside the pass at another
 address than the capture did (what a real graph would silently read stale). What this checks: the
-runtime hands the graph the embedded rows (not the token ids), refreshes the buffer each pass, keys the graph by
-block, drops it when the block ends, still books use counts and reruns a pass that missed, and falls back to
-eager passes when capture fails. Real capture is checked by `gpu_check` on a GPU."""
+runtime hands the graph the embedded rows (not the token ids), refreshes the buffer each pass, keeps one graph
+across blocks (recaptured when the attention window grows, dropped for a new cache), still books use counts and
+repairs a replay that missed (a block's first pass included), and falls back to eager passes when capture fails.
+Real capture is checked by `gpu_check` on a GPU."""
 
 from __future__ import annotations
 
@@ -149,7 +150,6 @@ def test_first_pass_of_a_block_replays_and_repairs(pack, ref, stand_in):
     layer, evicted between the blocks) is loaded and the graph replays again, instead of the syncing pass."""
     got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
     rt = got.model.runtime
-    model = got.model
 
     def run(loaded, between=lambda i: None) -> list[torch.Tensor]:
         model = loaded.model
@@ -174,7 +174,7 @@ def test_first_pass_of_a_block_replays_and_repairs(pack, ref, stand_in):
     assert rt.cache.slot_of[rt.layers[2]].max() >= 0  # the repair loaded that layer's experts back
     assert not recs[0].optimistic  # the very first block: no graph yet, the syncing path
     assert stand_in.made == 1
-    assert model.runtime_stats()["expert_uses"] == sum(r.uses for r in rt.records)
+    assert got.model.runtime_stats()["expert_uses"] == sum(r.uses for r in rt.records)
 
 
 def test_capture_failure_falls_back_to_eager(pack, ref, monkeypatch):

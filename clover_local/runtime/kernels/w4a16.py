@@ -359,7 +359,7 @@ def moe_align_triton(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Te
     length = align_length(t, num_slots, block_m)
     dev = flat.device
     sorted_ids = torch.empty(length, dtype=torch.int32, device=dev)
-    block_slot = torch.zeros(length // block_m, dtype=torch.int32, device=dev)
+    block_slot = torch.empty(length // block_m, dtype=torch.int32, device=dev)  # past num_padded: unread
     num_padded = torch.empty(1, dtype=torch.int32, device=dev)
     rank = torch.empty(t, dtype=torch.int32, device=dev)
     runlen = torch.empty(t, dtype=torch.int32, device=dev)
