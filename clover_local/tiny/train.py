@@ -27,7 +27,7 @@ repeat that pair at lower learning rates, which is when the letter comparison wa
 
 The 30-minute recipe (one run from scratch; 4 layers, Muon, the "short" mix): 21.9 min on 2 cores and 0.907
 held out (`evaluate --n 140`; 0.911 at `--n 280`) where the eight stages reach 0.957 in 309 min; loss curve
-docs/tiny-loss-30min.png, other seeds in the README ("A 30-minute recipe"):
+docs/tiny-loss-30min.png. Seeds 1 and 2 stall on letter counting (0.771, 0.764; README "A 30-minute recipe"):
 
     python -m clover_local.tiny.train --out /tmp/t30 --optimizer muon --muon-lr-scale 2 --ar-weight 1.0 \
         --ar-scope assistant --mix short --scratchpad add,count_match --multi-turn 0.2 --steps 7000 \
@@ -232,8 +232,8 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
     t0 = time.time()
-    examples = corpus.make_train(s.n_train, s.seed, mix=s.mix, multi_turn=s.multi_turn,
-                                 scratchpad=[t for t in s.scratchpad.split(",") if t])
+    traces = [t for t in s.scratchpad.split(",") if t]
+    examples = corpus.make_train(s.n_train, s.seed, mix=s.mix, multi_turn=s.multi_turn, scratchpad=traces)
     if s.init:  # a later stage keeps the earlier stage's tokenizer (rebuilding it from this mix could differ)
         tok = Tokenizer.from_file(str(Path(s.init) / "tokenizer.json"))
     else:
@@ -251,8 +251,7 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
     warm = None
     if s.warm_mix and s.warm_steps > 0:  # same seed, same traces, another task mix
         warm = Batches(corpus.make_train(s.n_train, s.seed, mix=s.warm_mix, multi_turn=s.multi_turn,
-                                         scratchpad=[t for t in s.scratchpad.split(",") if t]),
-                       tok, s.block_size, s.seed)
+                                         scratchpad=traces), tok, s.block_size, s.seed)
     opts = optimizers(model, s)
     gen = torch.Generator().manual_seed(s.seed + 1)
     curve: list[tuple[int, float]] = []
