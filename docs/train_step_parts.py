@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from clover_local.checkpoint.synthetic import tiny_config_dict
 from clover_local.config import parse_config
@@ -51,15 +50,9 @@ def main() -> None:
 
     def step() -> list[float]:
         t = [time.perf_counter()]
-        clean, noisy, masked, real, maskable = data.sample(s.batch_size, gen)
-        per_block = masked.view(masked.shape[0], -1, s.block_size)
-        blocks = per_block.any(-1)
+        batch = data.sample(s.batch_size, gen)
         t.append(time.perf_counter())
-        clean_h, hidden = model.forward_all_blocks(clean, noisy, blocks)
-        chosen = per_block[blocks]
-        loss = F.cross_entropy(model.lm_head(hidden[chosen]).float(), clean.view_as(per_block)[blocks][chosen])
-        nxt = real[:, 1:] & maskable[:, 1:]
-        loss = loss + F.cross_entropy(model.lm_head(clean_h[:, :-1][nxt]).float(), clean[:, 1:][nxt])
+        loss = T.batch_loss(model, batch, s)
         t.append(time.perf_counter())
         adamw.zero_grad(set_to_none=True)
         muon.zero_grad(set_to_none=True)

@@ -228,6 +228,25 @@ def optimizers(model: CloverModel, s: TrainSettings) -> list[torch.optim.Optimiz
     return [adamw, muon]
 
 
+def batch_loss(model: CloverModel, batch: tuple[torch.Tensor, ...], s: TrainSettings) -> torch.Tensor:
+    """The training objective of one `Batches.sample` batch: masked-token cross-entropy over the previewed blocks,
+    plus `ar_weight` × the causal pass's next-token loss."""
+    clean, noisy, masked, real, maskable = batch
+    # preview only blocks with a masked position (prompt-only blocks have no loss): same loss, less work
+    per_block = masked.view(masked.shape[0], -1, s.block_size)
+    blocks = per_block.any(-1)
+    clean_h, hidden = model.forward_all_blocks(clean, noisy, blocks)
+    chosen = per_block[blocks]
+    logits = model.lm_head(hidden[chosen]).float()
+    loss = F.cross_entropy(logits, clean.view_as(per_block)[blocks][chosen])
+    if s.ar_weight:
+        # auxiliary next-token loss on the causal pass: dense supervision that also gives `score` meaning
+        nxt = real[:, 1:] & (maskable[:, 1:] if s.ar_scope == "assistant" else True)
+        ar_logits = model.lm_head(clean_h[:, :-1][nxt]).float()
+        loss = loss + s.ar_weight * F.cross_entropy(ar_logits, clean[:, 1:][nxt])
+    return loss
+
+
 def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 500) -> dict:
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
@@ -261,19 +280,7 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
         for group in (g for opt in opts for g in opt.param_groups):
             group["lr"] = max(lr, s.lr * 0.02) * group.get("lr_scale", 1.0)
         source = warm if warm is not None and step <= s.warm_steps else data
-        clean, noisy, masked, real, maskable = source.sample(s.batch_size, gen)
-        # preview only blocks with a masked position (prompt-only blocks have no loss): same loss, less work
-        per_block = masked.view(masked.shape[0], -1, s.block_size)
-        blocks = per_block.any(-1)
-        clean_h, hidden = model.forward_all_blocks(clean, noisy, blocks)
-        chosen = per_block[blocks]
-        logits = model.lm_head(hidden[chosen]).float()
-        loss = F.cross_entropy(logits, clean.view_as(per_block)[blocks][chosen])
-        if s.ar_weight:
-            # auxiliary next-token loss on the causal pass: dense supervision that also gives `score` meaning
-            nxt = real[:, 1:] & (maskable[:, 1:] if s.ar_scope == "assistant" else True)
-            ar_logits = model.lm_head(clean_h[:, :-1][nxt]).float()
-            loss = loss + s.ar_weight * F.cross_entropy(ar_logits, clean[:, 1:][nxt])
+        loss = batch_loss(model, source.sample(s.batch_size, gen), s)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         loss.backward()
