@@ -297,3 +297,61 @@ def test_bench_script_runs_on_tiny_shapes(force_triton, monkeypatch) -> None:
     assert lin["errors"] == [] and lin["max_rel_err"] < 1e-2 and lin["bytes"] > 256 * 192 // 2
     moe = bench_kernels.bench_moe(7, 6, 2, H, I, 64, 4, torch.bfloat16, 4800.0, "none")
     assert moe["errors"] == [] and moe["max_rel_err"] < 1e-2 and 1 <= moe["distinct_slots"] <= 6
+
+
+# --- the fused GDN preview vs the model's PyTorch path ---------------------------------------------------------
+
+
+def _random_gdn(spec_kw: dict, dtype: torch.dtype, gen: torch.Generator):
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.gdn import GatedDeltaNet
+
+    gdn = GatedDeltaNet(parse_config(tiny_config_dict(TinySpec(**spec_kw))))
+    with torch.no_grad():
+        for p in gdn.parameters():  # every weight random, the preview extras and norm included: never zeros
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.5 if p.dim() > 1 else 0.3) + (1.0 if p.dim() == 1 else 0))
+    return gdn.to(dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "spec_kw,b,t,n_prefix,dtype",
+    [
+        # block rows < the kernel's 16-row tile, two value heads per key head, a prefix
+        ({"linear_key_head_dim": 16, "linear_value_head_dim": 32, "block_size": 8}, 1, 8, 40, torch.float32),
+        # no prefix: the history slot is empty; one value head per key head; two sequences
+        ({"linear_num_key_heads": 2, "linear_num_value_heads": 2, "block_size": 16}, 2, 16, 0, torch.float32),
+        # bf16 activations (the runtime's dtype), 32 block rows, short prefix (n < block size)
+        ({"linear_key_head_dim": 32, "linear_value_head_dim": 32, "block_size": 32}, 1, 32, 5, torch.bfloat16),
+    ],
+)
+def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, dtype) -> None:
+    from clover_local.model.cache import GDNCache
+    from clover_local.runtime.kernels import gdn_preview_kernel
+
+    gen = torch.Generator().manual_seed(b * 1000 + t + n_prefix)
+    gdn = _random_gdn(spec_kw, dtype, gen).to(DEVICE)
+    kernel = gdn_preview_kernel(gdn, torch.device(DEVICE))
+    assert kernel is not None
+    h = gdn.in_proj_qkv.in_features
+    x = _dev(_x(b * t, h, dtype, gen).reshape(b, t, h))[0]
+    ring = _dev(_x(b * (gdn.kernel - 1), gdn.in_proj_qkv.out_features, dtype, gen))[0].reshape(b, gdn.kernel - 1, -1)
+    state = _dev(torch.randn(b, gdn.hv, gdn.dk, gdn.dv, generator=gen))[0]
+    n = torch.tensor(n_prefix, device=DEVICE)
+    with torch.no_grad():
+        want = gdn(x, GDNCache(ring, state), preview=True, n_prefix=n)
+        gdn.preview_kernel = kernel
+        got = gdn(x, GDNCache(ring, state), preview=True, n_prefix=n)
+    assert want.abs().max() > 0.1  # the comparison has something to compare
+    _assert_close(got, want, dtype)
+
+
+@needs_triton
+def test_gpu_check_gdn_preview_runs_at_real_shapes(force_triton) -> None:
+    """`gpu_check.gdn_preview_check` (a GPU session's few minutes) runs here at the real layer's shapes, the
+    kernel interpreted: the check a GPU session reads cannot crash on something a CPU could have caught."""
+    from clover_local.runtime import gpu_check
+
+    res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2)
+    assert res["installed"] and res["ok"], res

@@ -298,6 +298,8 @@ assert triton_available()
 pack = sys.argv[1]
 ref = load(pack, "cpu", "float32")
 rt = load(pack, "cpu", "float32", runtime=RuntimeOptions(slots=10, context=64))
+gdns = [l.linear_attn for l in rt.model.layers if hasattr(l, "linear_attn")]
+assert gdns and all(m.preview_kernel is not None for m in gdns)  # the fused GDN preview is in the comparison
 g = torch.Generator().manual_seed(0)
 ids, blk = torch.randint(0, 300, (1, 8), generator=g), torch.randint(0, 300, (1, 8), generator=g)
 c1, c2 = ref.model.new_cache(), rt.model.new_cache()
@@ -312,7 +314,8 @@ print("ok")
 
 def test_triton_kernels_on_cache_slot_views(pack):
     """The fast path: the Triton kernels (under TRITON_INTERPRET, in a fresh process so the kernels are defined
-    interpreted) read experts through the strided slab views of an offloading cache and match the reference."""
+    interpreted) read experts through the strided slab views of an offloading cache, run the GDN previews fused,
+    and match the reference."""
     import os
     import subprocess
     import sys

@@ -10,6 +10,8 @@ Preview form (reconstructed, see `preview_mix`): reads the conv ring and state, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -156,6 +158,10 @@ class GatedDeltaNet(nn.Module):
         self.bd_softmax_logit_scale = nn.Parameter(torch.ones(self.hv))
         self.bd_softmax_history_bias = nn.Parameter(torch.zeros(self.hv))
         self.bd_softmax_history_c = nn.Parameter(torch.zeros(self.hv))
+        # A fused replacement for the preview from pre-conv rows to the normed output, (self, rows, ring, state,
+        # n_prefix [B], z) -> [B,T,Hv·Dv]: the runtime installs its Triton kernel on CUDA
+        # (runtime/kernels/gdn_preview.py); None: the PyTorch path below, which is the definition.
+        self.preview_kernel: Callable | None = None
 
     # ------------------------------------------------------------------ pieces
     def conv(self, rows: torch.Tensor, ring: torch.Tensor | None, right: bool) -> torch.Tensor:
@@ -225,14 +231,18 @@ class GatedDeltaNet(nn.Module):
         state = cache.state if cache is not None and cache.state is not None else None
         if state is None:
             state = x.new_zeros(b, self.hv, self.dk, self.dv, dtype=torch.float32)
-        q, k, v = self.split_heads(self.conv(rows, ring, right=preview))
         if preview:  # n_prefix: an int, or the runtime's 0-dim device tensor (a CUDA graph reads it)
             n = n_prefix.expand(b) if torch.is_tensor(n_prefix) else torch.full((b,), n_prefix, device=x.device)
+            if self.preview_kernel is not None:
+                z = self.in_proj_z(x)
+                return self.out_proj(self.preview_kernel(self, rows, ring, state, n, z))
+            q, k, v = self.split_heads(self.conv(rows, ring, right=True))
             o = preview_mix(
                 q, k, v, state, self.bd_softmax_logit_scale, self.bd_softmax_history_bias,
                 self.bd_softmax_history_c, n, self.block_size,
             )
             return self.output(o, x)
+        q, k, v = self.split_heads(self.conv(rows, ring, right=False))
         g, beta = self.gates(x)
         o, new_state = self.delta_rule(q, k, v, g, beta, state)
         if cache is not None:

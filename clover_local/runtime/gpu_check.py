@@ -111,9 +111,67 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     out["linear"] = lin
     del cache
     torch.cuda.empty_cache()
+    try:
+        out["gdn_preview"] = gdn_preview_check(dev)
+    except Exception:  # report, keep the rest of the stage
+        out["gdn_preview"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and all(v["rel_err"] < 2e-2 for v in lin.values())
-                     and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"])
+                     and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"])
     return out
+
+
+def gdn_preview_check(dev: torch.device, reps: int = 50) -> dict:
+    """The fused GDN preview (`kernels/gdn_preview.py`) against the model's PyTorch path at the real layer's
+    shapes (Hk 16, Hv 32, Dk = Dv = 128, 32 block rows, bf16, random weights and state), and on CUDA both timed
+    as a CUDA graph of one layer's preview (in_proj_qkv, in_proj_z and out_proj included, as bf16 nn.Linear).
+    Runs on CPU too (no timing; tests, with the kernel interpreted)."""
+    from clover_local.model.cache import GDNCache
+    from clover_local.model.gdn import GatedDeltaNet
+    from clover_local.runtime.kernels import gdn_preview_kernel
+    from clover_local.runtime.synthetic_pack import _config
+    from clover_local.config import parse_config
+
+    cfg = parse_config(_config("full"))
+    g = torch.Generator().manual_seed(3)
+    gdn = GatedDeltaNet(cfg)
+    with torch.no_grad():
+        for p in gdn.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.02 if p.dim() > 1 else 0.3) + (1.0 if p.dim() == 1 else 0))
+    gdn = gdn.to(dev, torch.bfloat16)
+    t = cfg.diffusion.block_size
+    x = torch.randn(1, t, cfg.hidden_size, generator=g).to(dev, torch.bfloat16)
+    ring = torch.randn(1, gdn.kernel - 1, cfg.gdn_conv_dim, generator=g).to(dev, torch.bfloat16)
+    state = torch.randn(1, gdn.hv, gdn.dk, gdn.dv, generator=g).to(dev)
+    cache, n = GDNCache(ring, state), torch.tensor(4096, device=dev)
+    kernel = gdn_preview_kernel(gdn, dev)
+    res: dict = {"installed": kernel is not None}
+    times = {}
+    with torch.inference_mode():
+        for name, impl in (("torch", None), ("fused", kernel)):
+            gdn.preview_kernel = impl
+            outs = gdn(x, cache, True, n)
+            res[name] = outs.float()
+            if dev.type != "cuda":
+                continue
+            graph = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream(dev)
+            s.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(s):
+                gdn(x, cache, True, n)
+            torch.cuda.current_stream(dev).wait_stream(s)
+            with torch.cuda.graph(graph):
+                gdn(x, cache, True, n)
+            graph.replay()
+            a = _ev()
+            for _ in range(reps):
+                graph.replay()
+            b = _ev()
+            torch.cuda.synchronize(dev)
+            times[f"{name}_layer_us"] = round(a.elapsed_time(b) / reps * 1000, 1)
+    res["rel_err"] = round(_rel(res.pop("fused"), res.pop("torch")), 5)
+    res.update(times)
+    res["ok"] = bool(res["installed"] and res["rel_err"] < 2e-2)
+    return res
 
 
 def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, vocab: int = 248000) -> dict:

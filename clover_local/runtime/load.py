@@ -22,6 +22,7 @@ from clover_local.errors import CloverError
 from clover_local.model.clover import CloverModel, _set_param, fill_layer
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime.expert_store import HostExpertStore
+from clover_local.runtime.kernels import gdn_preview_kernel
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
 from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear
@@ -170,6 +171,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             experts = np.arange(n_exp, dtype=np.int64)
             cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
         layer.mlp.experts = OffloadedExperts(runtime, i)
+        if not cfg.is_attention(i):
+            layer.linear_attn.preview_kernel = gdn_preview_kernel(layer.linear_attn, device)
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     model.has_preview_params = all(
         f"model.layers.{i}.linear_attn.conv_right_weight" in pack.tensors

@@ -316,12 +316,26 @@ def match_scratchpad(prompt: str) -> str:
     return " ".join(steps)
 
 
+def pair_scratchpad(prompt: str) -> str:
+    """`count a in b a n a` -> `b/a- a/a1 n/a- a/a2`: the match trace with the asked-for letter restated beside each
+    letter, so the comparison that decides `-` or a number is between two neighbouring tokens (inside a GDN
+    layer's short convolution) instead of with a letter at the start of the prompt — the step that 4-layer runs
+    of the match trace left unlearned for some seeds (they mark no letter as a match)."""
+    letter, letters = count_prompt_parts(prompt)
+    n, steps = 0, []
+    for c in letters:
+        n += c == letter
+        steps.append(f"{c}/{letter}{n if c == letter else '-'}")
+    return " ".join(steps)
+
+
 # trace name -> (the task it works, the trace of a prompt); "count_letter" keeps the tally the four-stage
 # model was trained with, "count_match" is the one-thing-per-step version that replaced it
 SCRATCHPADS: dict[str, tuple[str, Callable[[str], str]]] = {
     "add": ("add", add_scratchpad),
     "count_letter": ("count_letter", tally_scratchpad),
     "count_match": ("count_letter", match_scratchpad),
+    "count_pair": ("count_letter", pair_scratchpad),
 }
 
 

@@ -1,4 +1,5 @@
-"""W4A16 / W8A16 kernels on the GPTQ layout: a dense linear for small M and a fused MoE addressed by cache slot.
+"""W4A16 / W8A16 kernels on the GPTQ layout (a dense linear for small M, a fused MoE addressed by cache slot) and
+the fused GDN preview core (`gdn_preview.py`).
 
 `linear_w4a16` and `moe_w4a16` pick the Triton kernels (`w4a16.py`) when the inputs are on CUDA and triton
 imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. Environment:
@@ -14,8 +15,10 @@ Nothing here imports triton at module level.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import lru_cache
 
+import torch
 from torch import Tensor
 
 from .reference import PackedStack, check_packed, dequantize_w, linear_w4a16_ref, moe_w4a16_ref
@@ -24,6 +27,7 @@ __all__ = [
     "PackedStack",
     "check_packed",
     "dequantize_w",
+    "gdn_preview_kernel",
     "linear_w4a16",
     "linear_w4a16_ref",
     "moe_w4a16",
@@ -43,9 +47,13 @@ def triton_available() -> bool:
 
 
 def _use_triton(x: Tensor) -> bool:
+    return _triton_on(x.device)
+
+
+def _triton_on(device: torch.device) -> bool:
     if os.environ.get("CLOVER_DISABLE_TRITON") == "1":
         return False
-    if x.is_cuda:
+    if device.type == "cuda":
         return triton_available()
     forced = os.environ.get("CLOVER_FORCE_TRITON") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
     return forced and triton_available()
@@ -67,3 +75,13 @@ def moe_w4a16(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack
 
         return moe_w4a16_triton(x, slot_ids, weights, gate_up, down)
     return moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
+
+
+def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:
+    """The fused GDN preview for `GatedDeltaNet.preview_kernel` where the Triton kernels run on `device` and the
+    layer's head dims suit it; None keeps the model's PyTorch path."""
+    if not _triton_on(device):
+        return None
+    from .gdn_preview import fused_gdn_preview, supports
+
+    return fused_gdn_preview if supports(gdn) else None

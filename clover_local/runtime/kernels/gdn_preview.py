@@ -1,0 +1,149 @@
+"""The GDN preview core in one Triton launch per layer: conv (left taps over the ring, right taps inside the
+block) → SiLU → q̂, k̂ L2-normalised → the preview mix (`model.gdn.preview_mix`) → the gated RMSNorm.
+
+Why: in eager PyTorch that path is ~50 small kernels per layer (4.3 ms of a 26.8 ms pass over 30 GDN layers on an
+H200, graph-profiled, BENCHMARKS.md); every tensor it touches is tiny except the layer's state, so one program per
+(sequence, value head) that keeps its rows in registers does it in one read of the state.
+
+The math is the model's (`GatedDeltaNet.conv`, `split_heads`, `preview_mix`, `GatedRMSNorm`): this file is a
+kernel for it, pinned to it by tests (interpreted on CPU, compiled at real shapes in `gpu_check`). It computes
+in fp32 throughout and rounds once at the end, where the eager path rounds the conv output and the mix output
+to the activation dtype on the way: the two agree within bf16 rounding, exactly in fp32.
+
+`fused_gdn_preview(gdn, rows, ring, state, n_prefix, z)` has the signature `GatedDeltaNet.preview_kernel`
+expects; the runtime installs it on CUDA (`runtime/load.py`), nothing else calls it.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@triton.jit
+def _conv_silu(
+    rows_b, ring_b, cw_ptr, rw_ptr, ch0, T, stride_rt, stride_gt,
+    D: tl.constexpr, BLOCK_T: tl.constexpr, KER: tl.constexpr,
+):
+    """silu(conv) of channels ch0 … ch0+D of the block rows, fp32 [BLOCK_T, D] (rows ≥ T are zero).
+
+    Left tap j of row t reads xs[t + j] where xs = [ring (KER-1 rows); rows]; right tap d (1 … KER-1) reads
+    rows[t + d] inside the block. Weights: cw [C, KER], rw [C, KER-1], both contiguous."""
+    t = tl.arange(0, BLOCK_T)
+    ch = ch0 + tl.arange(0, D)
+    inside = t < T
+    acc = tl.zeros((BLOCK_T, D), dtype=tl.float32)
+    for j in tl.static_range(KER):
+        r = t + j - (KER - 1)  # row of `rows`; negative: row KER-1+r of the ring
+        in_rows = inside & (r >= 0)
+        in_ring = inside & (r < 0)
+        x_rows = tl.load(rows_b + tl.maximum(r, 0)[:, None] * stride_rt + ch[None, :], mask=in_rows[:, None],
+                         other=0.0)
+        x_ring = tl.load(ring_b + tl.maximum(r + KER - 1, 0)[:, None] * stride_gt + ch[None, :],
+                         mask=in_ring[:, None], other=0.0)
+        w = tl.load(cw_ptr + ch * KER + j).to(tl.float32)
+        acc += (x_rows.to(tl.float32) + x_ring.to(tl.float32)) * w[None, :]
+    for d in tl.static_range(1, KER):
+        r = t + d
+        ok = r < T
+        x = tl.load(rows_b + tl.minimum(r, T - 1)[:, None] * stride_rt + ch[None, :], mask=ok[:, None], other=0.0)
+        w = tl.load(rw_ptr + ch * (KER - 1) + (d - 1)).to(tl.float32)
+        acc += x.to(tl.float32) * w[None, :]
+    return acc / (1.0 + tl.exp(-acc))
+
+
+@triton.jit
+def _gdn_preview_kernel(
+    rows_ptr, ring_ptr, cw_ptr, rw_ptr, state_ptr, scale_ptr, hbias_ptr, hc_ptr, n_ptr, z_ptr, nw_ptr, out_ptr,
+    T, KEY_CH, REP, block_size, eps_qk, eps_norm,
+    stride_rb, stride_rt, stride_gb, stride_gt, stride_sb, stride_sh, stride_sk, stride_sv, stride_n,
+    stride_zb, stride_zt, stride_ob, stride_ot,
+    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_T: tl.constexpr, KER: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """One program per (sequence b, value head h); key head h // REP (value heads share key heads in runs)."""
+    pid = tl.program_id(0)
+    b = pid // HV
+    h = pid % HV
+    kh = h // REP
+    rows_b = rows_ptr + b.to(tl.int64) * stride_rb
+    ring_b = ring_ptr + b.to(tl.int64) * stride_gb
+    q = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER)
+    k = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, KEY_CH + kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER)
+    v = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, 2 * KEY_CH + h * DV, T, stride_rt, stride_gt, DV, BLOCK_T, KER)
+    q = q / tl.sqrt(tl.sum(q * q, 1) + eps_qk)[:, None]
+    k = k / tl.sqrt(tl.sum(k * k, 1) + eps_qk)[:, None]
+
+    t = tl.arange(0, BLOCK_T)
+    inside = t < T
+    # block logits over every block row (bidirectional); rows past the block get no weight
+    logits = tl.dot(q, tl.trans(k), input_precision=PREC) * tl.load(scale_ptr + h).to(tl.float32)
+    logits = tl.where(inside[None, :], logits, float("-inf"))
+    # the history slot: bias + c·ln(n / block_size), empty (no weight) with no prefix
+    n = tl.load(n_ptr + b * stride_n).to(tl.float32)
+    hist = tl.load(hbias_ptr + h).to(tl.float32) + tl.load(hc_ptr + h).to(tl.float32) * tl.log(
+        tl.maximum(n, 1.0) / block_size)
+    hist = tl.where(n > 0, hist, float("-inf"))
+    top = tl.maximum(tl.max(logits, 1), hist)
+    e = tl.exp(logits - top[:, None])
+    e_hist = tl.exp(hist - top)
+    denom = tl.sum(e, 1) + e_hist
+    # read of the clean prefix state: Sᵀq̂ · Dk^-0.5
+    kk = tl.arange(0, DK)
+    dv = tl.arange(0, DV)
+    s_base = state_ptr + b.to(tl.int64) * stride_sb + h * stride_sh
+    state = tl.load(s_base + kk[:, None] * stride_sk + dv[None, :] * stride_sv)
+    read = tl.dot(q, state.to(tl.float32), input_precision=PREC) * (DK ** -0.5)
+    o = (e_hist / denom)[:, None] * read + tl.dot(e / denom[:, None], v, input_precision=PREC)
+
+    # GatedRMSNorm: w · rmsnorm(o) · silu(z)
+    o = o / tl.sqrt(tl.sum(o * o, 1) / DV + eps_norm)[:, None]
+    w = tl.load(nw_ptr + dv).to(tl.float32)
+    z = tl.load(z_ptr + b.to(tl.int64) * stride_zb + t[:, None] * stride_zt + (h * DV + dv)[None, :],
+                mask=inside[:, None], other=0.0).to(tl.float32)
+    res = o * w[None, :] * (z / (1.0 + tl.exp(-z)))
+    out = out_ptr + b.to(tl.int64) * stride_ob + t[:, None] * stride_ot + (h * DV + dv)[None, :]
+    tl.store(out, res.to(out_ptr.dtype.element_ty), mask=inside[:, None])
+
+
+def _pow2(n: int) -> bool:
+    return n >= 16 and n & (n - 1) == 0
+
+
+def supports(gdn) -> bool:
+    """Head dims the kernel handles: powers of two ≥ 16 (tl.dot tiles; the real model's are 128)."""
+    return _pow2(gdn.dk) and _pow2(gdn.dv) and gdn.hv % gdn.hk == 0
+
+
+def fused_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_prefix: Tensor, z: Tensor) -> Tensor:
+    """`GatedDeltaNet`'s preview from the pre-conv rows [B,T,C] to the normed output [B,T,Hv·Dv] (rows' dtype),
+    ready for out_proj. ring [B,K-1,C] (None: zeros), state [B,Hv,Dk,Dv], n_prefix [B] (a device tensor: a
+    captured graph reads it), z = in_proj_z(x) [B,T,Hv·Dv]."""
+    b, t, c = rows.shape
+    ker = gdn.kernel
+    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+    if ring is None:
+        ring = rows.new_zeros(b, ker - 1, c)
+    ring = ring.to(rows.dtype)
+    ring = ring if ring.stride(-1) == 1 else ring.contiguous()
+    z = z.reshape(b, t, gdn.hv * gdn.dv)
+    z = z if z.stride(-1) == 1 else z.contiguous()
+    cw = gdn.conv1d.weight.reshape(c, ker)
+    cw = cw if cw.is_contiguous() else cw.contiguous()
+    rw = gdn.conv_right_weight if gdn.conv_right_weight.is_contiguous() else gdn.conv_right_weight.contiguous()
+    n = n_prefix.expand(b)
+    out = rows.new_empty(b, t, gdn.hv * gdn.dv)
+    block_t = max(16, triton.next_power_of_2(t))
+    big = gdn.dk * gdn.dv >= 128 * 128
+    _gdn_preview_kernel[(b * gdn.hv,)](
+        rows, ring, cw, rw, state, gdn.bd_softmax_logit_scale, gdn.bd_softmax_history_bias,
+        gdn.bd_softmax_history_c, n, z, gdn.norm.weight, out,
+        t, gdn.hk * gdn.dk, gdn.hv // gdn.hk, float(gdn.block_size), 1e-6, float(gdn.norm.eps),
+        rows.stride(0), rows.stride(1), ring.stride(0), ring.stride(1),
+        state.stride(0), state.stride(1), state.stride(2), state.stride(3), n.stride(0),
+        z.stride(0), z.stride(1), out.stride(0), out.stride(1),
+        HV=gdn.hv, DK=gdn.dk, DV=gdn.dv, BLOCK_T=block_t, KER=ker, PREC="ieee",
+        num_warps=8 if big else 4,
+    )
+    return out
