@@ -276,6 +276,37 @@ def test_triton_moe_matches_reference(force_triton, m: int, bits: int, groups: t
     _assert_close(got, want, dtype)
 
 
+@needs_triton
+@pytest.mark.parametrize("bits,groups,dtype", [(4, (128, 64), torch.bfloat16), (8, (64, 64), torch.float32)])
+def test_field_wise_dots_match_reference(force_triton, bits: int, groups: tuple[int, int], dtype) -> None:
+    """`fields=True` (one small dot per packed field, strided columns of a) gives the unpacking kernels' sums:
+    MoE (gated pass and down pass, a slot with several runs) and the dense linear with split-K."""
+    from clover_local.runtime.kernels.w4a16 import (
+        LinearConfig, MoeConfig, _fields_ok, linear_w4a16_triton, moe_w4a16_triton,
+    )
+
+    gen, _, gate_up, down = _moe_case(bits, groups, seed=50 + bits, device=DEVICE)
+    m = 24
+    x = _x(m, H, dtype, gen)
+    slot_ids, weights = _route(m, gen)
+    slot_ids[:18, 0] = 2
+    slot_ids[:18, 1] = torch.where(slot_ids[:18, 1] == 2, 1, slot_ids[:18, 1])
+    x, slot_ids, weights = _dev(x, slot_ids, weights.to(dtype))
+    bk = 16 * (32 // bits)  # the smallest K tile field-wise dots allow (I = 64: 4-bit down stays unpacked)
+    assert _fields_ok(True, bk, bits) and not _fields_ok(True, bk // 2, bits)
+    got = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, fields=True))
+    _assert_close(got, moe_w4a16_ref(x, slot_ids, weights, gate_up, down), dtype)
+
+    k, n, group = 256, 96, 128
+    pack = _random_pack(k, n, group, bits, gen)
+    xl, qweight, scales, qzeros = _dev(_x(5, 2 * k, dtype, gen), pack["qweight"], pack["scales"], pack["qzeros"])
+    xl = xl[:, ::2]  # strided columns: the field loads step through a's column stride
+    args = (qweight, scales, qzeros, group, bits)
+    want = linear_w4a16_ref(xl, *args)
+    for cfg in (LinearConfig(16, 32, bk, fields=True), LinearConfig(16, 64, bk, split_k=2, fields=True)):
+        _assert_close(linear_w4a16_triton(xl, *args, config=cfg), want, dtype)
+
+
 def test_dispatch_uses_reference_without_force(monkeypatch) -> None:
     """On CPU tensors without CLOVER_FORCE_TRITON the dispatchers are the reference, bit for bit."""
     monkeypatch.delenv("CLOVER_FORCE_TRITON", raising=False)

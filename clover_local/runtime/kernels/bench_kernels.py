@@ -167,7 +167,16 @@ def _linear_configs(m: int, n: int, k: int, group: int, bits: int, sweep: str):
                         cfg = LinearConfig(default.block_m, bn, bk, sk, w, st)
                         if cfg not in configs:
                             configs.append(cfg)
-    return default, configs
+    return default, configs + _with_fields(configs, group, bits)
+
+
+def _with_fields(configs: list, group: int, bits: int) -> list:
+    """Each config again with field-wise dots (`w4a16._fields_dot`) where its K tile allows them."""
+    from dataclasses import replace
+
+    from .w4a16 import _fields_ok
+
+    return [replace(c, fields=True) for c in configs if not c.fields and _fields_ok(True, min(c.block_k, group), bits)]
 
 
 def bench_linear(name: str, m: int, k: int, n: int, bits: int, group: int, dtype, bw_gbs: float, sweep: str) -> dict:
@@ -273,6 +282,7 @@ def bench_moe(
                         cfg = MoeConfig(bm, bn, bk, w, default.num_stages)  # block_k is capped at the group
                         if cfg not in configs:
                             configs.append(cfg)
+        configs += _with_fields(configs, group, bits)
     results = []
     for cfg in configs:
         try:

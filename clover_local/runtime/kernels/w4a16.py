@@ -35,12 +35,13 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def _weight_tile(
+def _packed_tile(
     qw_base, sc_base, qz_base, k0, offs_n, n_mask,
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """Codes minus zero, int32 [BLOCK_K, BLOCK_N], and the scale row fp32 [BLOCK_N] of input rows k0 … k0+BLOCK_K.
+    """The packed int32 tile [BLOCK_K / PER, BLOCK_N] of input rows k0 … k0+BLOCK_K, its zero row (qzeros + 1,
+    int32 [BLOCK_N]) and scale row (fp32 [BLOCK_N]).
 
     qw_base / sc_base / qz_base point at one matrix (one slot); k0 is a multiple of BLOCK_K and BLOCK_K divides
     GROUP, so the tile lies in group k0 // GROUP."""
@@ -49,16 +50,53 @@ def _weight_tile(
     offs_kp = k0 // PER + tl.arange(0, BLOCK_K // PER)
     packed = tl.load(
         qw_base + offs_kp[:, None] * stride_qk + offs_n[None, :] * stride_qn, mask=n_mask[None, :], other=0
-    )  # [BLOCK_K / PER, BLOCK_N]
-    shifts = tl.arange(0, PER) * BITS
-    # Field j of packed row i is input row PER·i + j: expand to [BLOCK_K / PER, PER, BLOCK_N], then merge.
-    codes = (packed[:, None, :] >> shifts[None, :, None]) & MASK
-    codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
+    )
     g = k0 // GROUP
     scale = tl.load(sc_base + g * stride_sg + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)
     zword = tl.load(qz_base + g * stride_zg + (offs_n // PER) * stride_zn, mask=n_mask, other=0)
     zero = ((zword >> ((offs_n % PER) * BITS)) & MASK) + 1
+    return packed, zero, scale
+
+
+@triton.jit
+def _weight_tile(
+    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Codes minus zero, int32 [BLOCK_K, BLOCK_N], and the scale row fp32 [BLOCK_N] (see `_packed_tile`)."""
+    PER: tl.constexpr = 32 // BITS
+    MASK: tl.constexpr = (1 << BITS) - 1
+    packed, zero, scale = _packed_tile(
+        qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
+    )
+    shifts = tl.arange(0, PER) * BITS
+    # Field j of packed row i is input row PER·i + j: expand to [BLOCK_K / PER, PER, BLOCK_N], then merge.
+    codes = (packed[:, None, :] >> shifts[None, :, None]) & MASK
+    codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
     return codes - zero[None, :], scale
+
+
+@triton.jit
+def _fields_dot(
+    a_rows_ptr, row_mask, stride_ak, k0, packed, zero,
+    BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr,
+):
+    """a[:, k0 … k0+BLOCK_K] @ (codes − zero) without unpacking the tile into K order: field j of every packed
+    row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] integer tile, multiplied with the matching
+    strided columns of a (loaded straight from a, cached) — PER small dots, no register reshuffle, and only one
+    field's codes live at a time. a_rows_ptr [BLOCK_M]: a pointer to each row's first column. fp32 result."""
+    PER: tl.constexpr = 32 // BITS
+    MASK: tl.constexpr = (1 << BITS) - 1
+    offs_i = tl.arange(0, BLOCK_K // PER)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for j in tl.static_range(PER):
+        a = tl.load(a_rows_ptr[:, None] + (k0 + offs_i * PER + j)[None, :] * stride_ak, mask=row_mask[:, None],
+                    other=0.0)
+        acc += _dot(a, ((packed >> (j * BITS)) & MASK) - zero[None, :], DOT_F32, PREC)
+    return acc
 
 
 @triton.jit
@@ -78,7 +116,7 @@ def _linear_kernel(
     stride_os, stride_om, stride_on,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -92,15 +130,24 @@ def _linear_kernel(
     k_start = pid_k * TILES_PER_SPLIT * BLOCK_K
     for t in range(0, TILES_PER_SPLIT):
         k0 = k_start + t * BLOCK_K
-        a = tl.load(
-            x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None], other=0.0
-        )
-        w, scale = _weight_tile(
-            qw_ptr, sc_ptr, qz_ptr, k0, offs_n, n_mask,
-            stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-            GROUP, BITS, BLOCK_K, BLOCK_N,
-        )
-        acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
+        if FIELDS:
+            packed, zero, scale = _packed_tile(
+                qw_ptr, sc_ptr, qz_ptr, k0, offs_n, n_mask,
+                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
+            )
+            acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, k0, packed, zero,
+                               BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC) * scale[None, :]
+        else:
+            a = tl.load(
+                x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None],
+                other=0.0,
+            )
+            w, scale = _weight_tile(
+                qw_ptr, sc_ptr, qz_ptr, k0, offs_n, n_mask,
+                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                GROUP, BITS, BLOCK_K, BLOCK_N,
+            )
+            acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
     out = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
@@ -115,7 +162,7 @@ def _moe_kernel(
     A_ROW_DIV: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr,
 ):
     """One BLOCK_M run of (token, choice) pairs of one slot × one BLOCK_N tile of output columns.
 
@@ -140,25 +187,41 @@ def _moe_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        a = tl.load(
-            a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
-            mask=row_mask[:, None], other=0.0,
-        )
-        w, scale = _weight_tile(
-            qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-            stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-            GROUP, BITS, BLOCK_K, BLOCK_N,
-        )
-        acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
-        if GATED:
-            # The up half: UP_OFFSET is a multiple of PER, so its packed zero columns start at UP_OFFSET // PER.
-            w_up, scale_up = _weight_tile(
-                qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
-                qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
+        if FIELDS:
+            packed, zero, scale = _packed_tile(
+                qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
+            )
+            acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, k0, packed, zero,
+                               BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC) * scale[None, :]
+            if GATED:
+                packed, zero, scale = _packed_tile(
+                    qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
+                    qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
+                    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
+                )
+                acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, k0, packed, zero,
+                                      BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC) * scale[None, :]
+        else:
+            a = tl.load(
+                a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
+                mask=row_mask[:, None], other=0.0,
+            )
+            w, scale = _weight_tile(
+                qw_base, sc_base, qz_base, k0, offs_n, n_mask,
                 stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                 GROUP, BITS, BLOCK_K, BLOCK_N,
             )
-            acc_up += _dot(a, w_up, DOT_F32, PREC) * scale_up[None, :]
+            acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
+            if GATED:
+                # The up half: UP_OFFSET is a multiple of PER, so its packed zero columns start at UP_OFFSET // PER.
+                w_up, scale_up = _weight_tile(
+                    qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
+                    qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
+                    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                    GROUP, BITS, BLOCK_K, BLOCK_N,
+                )
+                acc_up += _dot(a, w_up, DOT_F32, PREC) * scale_up[None, :]
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if MUL_WEIGHT:
@@ -180,6 +243,7 @@ class LinearConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    fields: bool = False  # `_fields_dot` instead of unpacking the tile (needs block_k / (32 / bits) ≥ 16)
 
 
 @dataclass(frozen=True)
@@ -189,6 +253,7 @@ class MoeConfig:
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 3
+    fields: bool = False  # as LinearConfig.fields
 
 
 def _num_sms(device: torch.device) -> int:
@@ -209,6 +274,11 @@ def _block_k(k: int, group_size: int, bits: int, cap: int = 128) -> int:
 
 def _block_m(m: int) -> int:
     return max(16, min(64, triton.next_power_of_2(max(m, 1))))
+
+
+def _fields_ok(fields: bool, block_k: int, bits: int) -> bool:
+    """Field-wise dots need each field's K (block_k / values per int32) to be a tl.dot size (≥ 16)."""
+    return fields and block_k // (32 // bits) >= 16
 
 
 def _dot_mode(x: Tensor) -> tuple[bool, str]:
@@ -261,7 +331,8 @@ def linear_w4a16_triton(
         qweight.stride(0), qweight.stride(1), scales.stride(0), scales.stride(1), qzeros.stride(0), qzeros.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group_size, BITS=bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        DOT_F32=dot_f32, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, cfg.block_k, bits),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     y = out[0] if split == 1 else out.sum(0).to(x.dtype)
     return y.reshape(*lead, n)
@@ -417,7 +488,8 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         A_ROW_DIV=a_row_div, GATED=gated, MUL_WEIGHT=mul_weight,
         GROUP=stack.group_size, BITS=stack.bits,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
-        DOT_F32=dot_f32, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, bk, stack.bits),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
 
