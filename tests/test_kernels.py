@@ -386,3 +386,83 @@ def test_gpu_check_gdn_preview_runs_at_real_shapes(force_triton) -> None:
 
     res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2)
     assert res["installed"] and res["ok"], res
+
+
+# --- a layer's small ops, fused (kernels/layer_ops.py) vs their definitions ------------------------------------
+
+
+@needs_triton
+@pytest.mark.parametrize("shape,dtype", [((3, 5, 96), torch.float32), ((4, 2048), torch.bfloat16), ((2, 3, 16), torch.float32)])
+def test_fused_rms_norm_matches_the_model_norm(force_triton, shape, dtype) -> None:
+    from clover_local.model.norm import ZeroCenteredRMSNorm
+    from clover_local.runtime.kernels import fused_layer_ops
+
+    gen = torch.Generator().manual_seed(shape[-1])
+    norm = ZeroCenteredRMSNorm(shape[-1], eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1], generator=gen) * 0.3)
+    norm = norm.to(DEVICE, dtype)
+    x = _dev(_x(int(torch.tensor(shape[:-1]).prod()), shape[-1], dtype, gen).reshape(shape) * 3)[0]
+    want = norm(x)
+    norm.kernel = fused_layer_ops(torch.device(DEVICE)).rms_norm_zc
+    got = norm(x)
+    _assert_close(got, want, dtype)
+    strided = torch.cat([x, x], -1)[..., : shape[-1]]  # rows not contiguous: the kernel copies or strides
+    _assert_close(norm(strided), want, dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("n,e,k", [(7, 24, 3), (32, 256, 8), (1, 16, 1)])
+def test_fused_route_matches_sparse_moe_route(force_triton, n, e, k) -> None:
+    """Same experts in the same (descending) order and the same renormalised weights as `SparseMoe.route`."""
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.moe import SparseMoe
+    from clover_local.runtime.kernels import fused_layer_ops
+
+    gen = torch.Generator().manual_seed(n * e + k)
+    cfg = parse_config(tiny_config_dict(TinySpec(num_experts=e, num_experts_per_tok=k)))
+    moe = SparseMoe(cfg)
+    with torch.no_grad():
+        moe.gate.weight.copy_(torch.randn(moe.gate.weight.shape, generator=gen))
+    moe = moe.to(DEVICE)
+    x = _dev(_x(n, cfg.hidden_size, torch.float32, gen))[0]
+    want_idx, want_w, _ = moe.route(x)
+    idx, w = fused_layer_ops(torch.device(DEVICE)).route_topk(moe.gate(x), k, x.dtype)
+    assert idx.dtype == torch.int64 and torch.equal(idx, want_idx)
+    _assert_close(w, want_w, torch.float32)
+
+    class Seen(torch.nn.Module):  # the routing the model's forward hands its experts, through the hook
+        def forward(self, flat, i, ww):
+            self.idx, self.w = i, ww
+            return torch.zeros_like(flat)
+
+    moe.experts = Seen()
+    moe.route_kernel = fused_layer_ops(torch.device(DEVICE)).route_topk
+    moe(x)
+    assert torch.equal(moe.experts.idx, want_idx)
+    _assert_close(moe.experts.w, want_w, torch.float32)
+
+
+@needs_triton
+def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
+    """Use counts (with repeats: atomic adds), slot lookup, non-resident choices zero-weighted on slot 0."""
+    from clover_local.runtime.kernels import fused_layer_ops
+
+    gen = torch.Generator().manual_seed(5)
+    n_layers, e, row = 3, 40, 2
+    table = torch.randint(-1, 500, (n_layers * e,), generator=gen, dtype=torch.int32)
+    table[row * e : row * e + 8] = -1  # some certainly missing
+    idx = torch.randint(0, e, (300, 8), generator=gen)
+    idx[:5, 0] = 3  # repeats of a missing expert
+    w = torch.rand(300, 8, generator=gen).bfloat16()
+    table, idx, w = _dev(table, idx, w)
+    counts = torch.zeros(n_layers * e, dtype=torch.int32, device=DEVICE)
+    slots, w_out = fused_layer_ops(torch.device(DEVICE)).optimistic_slots(idx, w, table, counts, row * e)
+    flat = idx.reshape(-1) + row * e
+    want_counts = torch.zeros_like(counts).index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    want_slots = table[flat].view(idx.shape)
+    assert torch.equal(counts, want_counts)
+    assert torch.equal(slots, want_slots.clamp(min=0)) and slots.dtype == table.dtype
+    assert torch.equal(w_out, w.masked_fill(want_slots < 0, 0))
+    assert bool((want_slots < 0).any()) and bool((want_slots >= 0).any())

@@ -7,6 +7,8 @@ the routing decision, so every implementation sees the same call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -83,6 +85,9 @@ class SparseMoe(nn.Module):
         self.experts = Experts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size)
         self.shared_expert = MLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
         self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
+        # (router logits [N,E], k, dtype) -> route()'s ids and weights in one launch: the runtime's Triton kernel
+        # on CUDA (kernels/layer_ops.py); None: `route`, the definition
+        self.route_kernel: Callable | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(top-k expert ids [N,k], renormalised weights [N,k], full router probabilities [N,E] fp32)."""
@@ -94,7 +99,10 @@ class SparseMoe(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        idx, w, _ = self.route(flat)
+        if self.route_kernel is not None:
+            idx, w = self.route_kernel(self.gate(flat), self.top_k, flat.dtype)
+        else:
+            idx, w, _ = self.route(flat)
         out = self.experts(flat, idx, w)
         out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         return out.reshape(shape)

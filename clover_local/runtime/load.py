@@ -20,9 +20,11 @@ from safetensors import SafetensorError, safe_open
 from clover_local.checkpoint.names import global_shapes, layer_shapes, optional
 from clover_local.errors import CloverError
 from clover_local.model.clover import CloverModel, _set_param, fill_layer
+from clover_local.model.moe import SparseMoe
+from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime.expert_store import HostExpertStore
-from clover_local.runtime.kernels import gdn_preview_kernel
+from clover_local.runtime.kernels import fused_layer_ops, gdn_preview_kernel
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
 from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear
@@ -174,6 +176,13 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
         if not cfg.is_attention(i):
             layer.linear_attn.preview_kernel = gdn_preview_kernel(layer.linear_attn, device)
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
+    ops = fused_layer_ops(device)
+    if ops is not None:  # the small per-layer ops fused (CUDA): norms, the router's softmax/top-k
+        for mod in model.modules():
+            if isinstance(mod, ZeroCenteredRMSNorm):
+                mod.kernel = ops.rms_norm_zc
+            elif isinstance(mod, SparseMoe):
+                mod.route_kernel = ops.route_topk
     model.has_preview_params = all(
         f"model.layers.{i}.linear_attn.conv_right_weight" in pack.tensors
         for i in range(cfg.num_hidden_layers) if not cfg.is_attention(i))

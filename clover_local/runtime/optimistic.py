@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from clover_local.runtime.expert_cache import ExpertCache
-from clover_local.runtime.kernels import moe_w4a16
+from clover_local.runtime.kernels import fused_layer_ops, moe_w4a16
 
 
 class OptimisticPass:
@@ -40,6 +40,7 @@ class OptimisticPass:
         self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
         self.counts = torch.zeros(len(self.row_of) * cache.n_experts, dtype=torch.int32, device=cache.device)
         self.table: Tensor | None = None
+        self._ops = fused_layer_ops(cache.device)  # the mapping below in one launch (CUDA; tests: interpreted)
 
     def begin(self) -> None:
         """Before the pass: the table reflects every install/evict so far, pending copies have landed (GPU-side
@@ -52,6 +53,10 @@ class OptimisticPass:
         """One layer's routed experts on resident slots: x [N,H], idx/weights [N,k] → [N,H]. No `.item()`,
         `.tolist()`, `.cpu()` or branch on a tensor value here (a test enforces it); the kernel on CUDA (Triton)
         is sync-free too, the CPU reference kernel is not (it loops over the slots it is given)."""
+        if self._ops is not None:
+            slots, w = self._ops.optimistic_slots(idx, weights, self.table, self.counts,
+                                                  self.row_of[layer] * self.n_experts)
+            return moe_w4a16(x, slots, w, self.cache.gate_up, self.cache.down)
         flat = idx.reshape(-1).to(torch.int64) + self.row_of[layer] * self.n_experts
         self.counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
         slots = self.table.index_select(0, flat).view(idx.shape)

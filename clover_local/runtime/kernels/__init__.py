@@ -1,5 +1,5 @@
 """W4A16 / W8A16 kernels on the GPTQ layout (a dense linear for small M, a fused MoE addressed by cache slot) and
-the fused GDN preview core (`gdn_preview.py`).
+the fused GDN preview core (`gdn_preview.py`) and a layer's small ops (`layer_ops.py`).
 
 `linear_w4a16` and `moe_w4a16` pick the Triton kernels (`w4a16.py`) when the inputs are on CUDA and triton
 imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. Environment:
@@ -28,6 +28,7 @@ __all__ = [
     "check_packed",
     "dequantize_w",
     "gdn_preview_kernel",
+    "fused_layer_ops",
     "linear_w4a16",
     "linear_w4a16_ref",
     "moe_w4a16",
@@ -85,3 +86,13 @@ def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:
     from .gdn_preview import fused_gdn_preview, supports
 
     return fused_gdn_preview if supports(gdn) else None
+
+
+def fused_layer_ops(device: torch.device):
+    """The module of fused per-layer ops (`layer_ops.py`: rms_norm_zc, route_topk, optimistic_slots) where the
+    Triton kernels run on `device`, else None."""
+    if not _triton_on(device):
+        return None
+    from . import layer_ops as ops
+
+    return ops

@@ -1,0 +1,112 @@
+"""The small per-layer ops of a preview pass, each one Triton launch instead of a chain of PyTorch kernels.
+
+Why: in a CUDA-graphed preview pass at 35B, "the rest of each layer" (norms, router, residuals, the optimistic
+slot mapping) took 4.0 ms of 26.8 (BENCHMARKS.md): ~30 tiny kernels a layer, each a few µs of launch and ramp
+however little it computes. Each op here keeps one row (or one block of pairs) in registers:
+
+- `rms_norm_zc`: `ZeroCenteredRMSNorm` (`x / rms(x) · (1 + w)`, fp32 inside) — 7 kernels → 1;
+- `route_topk`: the router after its linear: softmax (fp32) → top-k → renormalise — 6 kernels → 1; top-k by k
+  rounds of max, ties to the lower expert id, descending like `torch.topk`;
+- `optimistic_slots`: `OptimisticPass.run`'s mapping of (layer, expert) to cache slots with the use counts
+  (atomic adds) and non-resident choices zero-weighted on slot 0 — 9 kernels → 1.
+
+The definitions stay where they were (`model/norm.py`, `SparseMoe.route`, `runtime/optimistic.py`); the runtime
+installs these on CUDA (`runtime/load.py`), tests pin each to its definition through Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@triton.jit
+def _rms_norm_zc_kernel(x_ptr, w_ptr, out_ptr, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    ok = d < D
+    x = tl.load(x_ptr + row * stride_x + d, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
+    y = x / tl.sqrt(tl.sum(x * x, 0) / D + eps) * (1.0 + w)
+    tl.store(out_ptr + row * stride_o + d, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def rms_norm_zc(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """`ZeroCenteredRMSNorm.forward` over the last dim, in x's dtype."""
+    d = x.shape[-1]
+    x2 = x.reshape(-1, d)
+    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    if x2.shape[0]:
+        _rms_norm_zc_kernel[(x2.shape[0],)](x2, weight, out, d, x2.stride(0), out.stride(0), float(eps),
+                                            BLOCK_D=triton.next_power_of_2(d), num_warps=4 if d <= 4096 else 8)
+    return out.view(x.shape)
+
+
+@triton.jit
+def _route_topk_kernel(logits_ptr, idx_ptr, w_ptr, E, stride_l, TOPK: tl.constexpr, BLOCK_E: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    e = tl.arange(0, BLOCK_E)
+    p = tl.load(logits_ptr + row * stride_l + e, mask=e < E, other=float("-inf")).to(tl.float32)
+    p = tl.exp(p - tl.max(p, 0))
+    p = p / tl.sum(p, 0)  # the router's probabilities (rounded as softmax rounds them), -inf rows are 0
+    p = tl.where(e < E, p, -1.0)
+    slot = tl.arange(0, BLOCK_K)
+    vals = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    ids = tl.zeros((BLOCK_K,), dtype=tl.int64)
+    for i in tl.static_range(TOPK):
+        top = tl.max(p, 0)
+        pick = tl.min(tl.where(p == top, e, BLOCK_E), 0)
+        vals = tl.where(slot == i, top, vals)
+        ids = tl.where(slot == i, pick.to(tl.int64), ids)
+        p = tl.where(e == pick, -1.0, p)
+    vals = vals / tl.sum(vals, 0)
+    keep = slot < TOPK
+    tl.store(idx_ptr + row * TOPK + slot, ids, mask=keep)
+    tl.store(w_ptr + row * TOPK + slot, vals.to(w_ptr.dtype.element_ty), mask=keep)
+
+
+def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Router logits [N, E] → (expert ids int64 [N, k], renormalised weights [N, k] in `dtype`): what
+    `SparseMoe.route` returns first and second."""
+    n, e = logits.shape
+    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
+    idx = torch.empty(n, top_k, dtype=torch.int64, device=logits.device)
+    w = torch.empty(n, top_k, dtype=dtype, device=logits.device)
+    if n:
+        _route_topk_kernel[(n,)](logits, idx, w, e, logits.stride(0), TOPK=top_k,
+                                 BLOCK_E=triton.next_power_of_2(e), BLOCK_K=triton.next_power_of_2(top_k))
+    return idx, w
+
+
+@triton.jit
+def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w_out_ptr, T, row_base,
+                             BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < T
+    flat = tl.load(idx_ptr + i, mask=ok, other=0).to(tl.int64) + row_base
+    tl.atomic_add(counts_ptr + flat, tl.full((BLOCK,), 1, tl.int32), mask=ok)
+    s = tl.load(table_ptr + flat, mask=ok, other=-1)
+    w = tl.load(w_ptr + i, mask=ok, other=0.0)
+    tl.store(slots_ptr + i, tl.maximum(s, 0).to(slots_ptr.dtype.element_ty), mask=ok)
+    tl.store(w_out_ptr + i, tl.where(s >= 0, w, tl.zeros_like(w)), mask=ok)
+
+
+def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor, row_base: int
+                     ) -> tuple[Tensor, Tensor]:
+    """(slots, weights) of `OptimisticPass.run`: counts[row_base + idx] += 1 for every choice; slot =
+    table[row_base + idx] clamped at 0; weight 0 where that slot is -1 (not resident). Shapes of idx."""
+    flat = idx.reshape(-1)
+    flat = flat if flat.is_contiguous() else flat.contiguous()
+    wf = weights.reshape(-1).contiguous()
+    slots = torch.empty(flat.shape, dtype=table.dtype, device=idx.device)
+    w_out = torch.empty_like(wf)
+    t = flat.numel()
+    if t:
+        block = 256
+        _optimistic_slots_kernel[(triton.cdiv(t, block),)](flat, wf, table, counts, slots, w_out, t, row_base,
+                                                           BLOCK=block)
+    return slots.view(idx.shape), w_out.view(idx.shape)
