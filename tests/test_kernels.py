@@ -379,13 +379,15 @@ def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, 
 
 
 @needs_triton
-def test_gpu_check_gdn_preview_runs_at_real_shapes(force_triton) -> None:
-    """`gpu_check.gdn_preview_check` (a GPU session's few minutes) runs here at the real layer's shapes, the
+def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
+    """`gpu_check.gdn_preview_check` and `layer_ops_check` (a GPU session's few minutes) runs here at the real layer's shapes, the
     kernel interpreted: the check a GPU session reads cannot crash on something a CPU could have caught."""
     from clover_local.runtime import gpu_check
 
     res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2)
     assert res["installed"] and res["ok"], res
+    res = gpu_check.layer_ops_check(torch.device(DEVICE))
+    assert res["ok"] and res["route_ids_equal"] > 0.9, res
 
 
 # --- a layer's small ops, fused (kernels/layer_ops.py) vs their definitions ------------------------------------
