@@ -380,7 +380,7 @@ def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, 
 
 @needs_triton
 def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
-    """`gpu_check.gdn_preview_check` and `layer_ops_check` (a GPU session's few minutes) runs here at the real layer's shapes, the
+    """`gpu_check.gdn_preview_check`, `layer_ops_check` and `preview_attention_check` (a GPU session's few minutes) runs here at the real layer's shapes, the
     kernel interpreted: the check a GPU session reads cannot crash on something a CPU could have caught."""
     from clover_local.runtime import gpu_check
 
@@ -388,6 +388,8 @@ def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
     assert res["installed"] and res["ok"], res
     res = gpu_check.layer_ops_check(torch.device(DEVICE))
     assert res["ok"] and res["route_ids_equal"] > 0.9, res
+    res = gpu_check.preview_attention_check(torch.device(DEVICE), window=640, committed=500)
+    assert res["ok"], res
 
 
 # --- a layer's small ops, fused (kernels/layer_ops.py) vs their definitions ------------------------------------
@@ -468,3 +470,63 @@ def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
     assert torch.equal(slots, want_slots.clamp(min=0)) and slots.dtype == table.dtype
     assert torch.equal(w_out, w.masked_fill(want_slots < 0, 0))
     assert bool((want_slots < 0).any()) and bool((want_slots >= 0).any())
+
+
+# --- the split-window preview attention vs the model's SDPA path ---------------------------------------------
+
+
+@needs_triton
+@pytest.mark.parametrize("b,h,hkv,t,d,w,n,chunk,dtype", [
+    (1, 4, 2, 8, 16, 300, 170, 64, torch.float32),   # masked window over several splits and a partial chunk
+    (2, 4, 1, 16, 32, 128, None, 256, torch.float32),  # no mask (every window key), one split, 2 sequences
+    (1, 8, 2, 32, 64, 200, 3, 64, torch.bfloat16),   # almost empty window: splits with every key masked
+])
+def test_preview_attention_matches_sdpa(force_triton, b, h, hkv, t, d, w, n, chunk, dtype) -> None:
+    import torch.nn.functional as F
+
+    from clover_local.runtime.kernels.preview_attention import preview_attention
+
+    gen = torch.Generator().manual_seed(w + t + d)
+    rnd = lambda *s: torch.randn(*s, generator=gen).to(dtype)  # noqa: E731
+    q, k, v = rnd(b, t, h, d).transpose(1, 2), rnd(b, hkv, t, d), rnd(b, hkv, t, d)  # q: strided like project()
+    arena_k, arena_v = rnd(b, hkv, w + 40, d), rnd(b, hkv, w + 40, d)  # the window is a view of a longer arena
+    k_win, v_win = arena_k[:, :, :w], arena_v[:, :, :w]
+    committed = None if n is None else torch.arange(w) < n
+    q, k, v, k_win, v_win = _dev(q, k, v, k_win, v_win)
+    committed = None if committed is None else committed.to(DEVICE)
+    mask = None if committed is None else torch.cat([committed, committed.new_ones(t)])[None, :]
+    want = F.scaled_dot_product_attention(q.float(), torch.cat([k_win, k], 2).float(), torch.cat([v_win, v], 2).float(),
+                                          attn_mask=mask, scale=d**-0.5, enable_gqa=True).to(dtype)
+    got = preview_attention(q, k, v, k_win, v_win, committed, d**-0.5, chunk=chunk)
+    assert got.shape == want.shape and got.transpose(1, 2).is_contiguous()
+    _assert_close(got, want, dtype)
+
+
+@needs_triton
+def test_preview_attention_hook_in_the_model(force_triton) -> None:
+    """Through `Attention.forward` (preview over a cache with a committed prefix): same output with the hook."""
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.attention import Attention
+    from clover_local.model.cache import AttentionCache
+    from clover_local.model.rope import Rotary
+    from clover_local.runtime.kernels import preview_attention_kernel
+
+    cfg = parse_config(tiny_config_dict(TinySpec(head_dim=32)))
+    gen = torch.Generator().manual_seed(8)
+    att = Attention(cfg)
+    with torch.no_grad():
+        for p in att.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.2 if p.dim() > 1 else 0.3))
+    att = att.to(DEVICE)
+    rot = Rotary(int(cfg.head_dim * cfg.partial_rotary_factor), cfg.rope_theta)
+    prefix, block = _dev(torch.randn(1, 50, cfg.hidden_size, generator=gen), torch.randn(1, 8, cfg.hidden_size, generator=gen))
+    cache = AttentionCache()
+    with torch.no_grad():
+        cos, sin = rot.cos_sin(torch.arange(50, device=DEVICE), torch.float32)
+        att(prefix, cos, sin, cache, preview=False)
+        cos, sin = rot.cos_sin(torch.arange(50, 58, device=DEVICE), torch.float32)
+        want = att(block, cos, sin, cache, preview=True)
+        att.preview_kernel = preview_attention_kernel(cfg.head_dim, torch.device(DEVICE))
+        got = att(block, cos, sin, cache, preview=True)
+    _assert_close(got, want, torch.float32)

@@ -7,6 +7,8 @@ preview pass attends to the cached prefix and to every row of its block (no mask
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,6 +30,10 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
         self.q_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
+        # (q, block k, block v, window k, window v, window mask | None, scale) -> softmax attention [B,H,T,D] of a
+        # preview without concatenating the window: the runtime's Triton kernel on CUDA
+        # (runtime/kernels/preview_attention.py); None: the PyTorch path below, the definition
+        self.preview_kernel: Callable | None = None
 
     def project(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -78,6 +84,8 @@ class Attention(nn.Module):
         mask = None
         if preview and cache is not None:
             past = cache.preview_keys_values()
+            if past is not None and self.preview_kernel is not None:
+                return self.finish(self.preview_kernel(q, k, v, *past, self.head_dim**-0.5), gate)
             if past is not None:
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
                 if past[2] is not None:  # the runtime's fixed window: only its committed part, then the block

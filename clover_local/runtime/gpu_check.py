@@ -137,14 +137,61 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     except Exception:  # report, keep the rest of the stage
         out["gdn_preview"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     try:
+        out["preview_attention"] = preview_attention_check(dev)
+    except Exception:
+        out["preview_attention"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
+    try:
         out["layer_ops"] = layer_ops_check(dev)
     except Exception:
         out["layer_ops"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and out["moe_fields_rel_err"] < 2e-2
-                     and out["layer_ops"]["ok"]
+                     and out["layer_ops"]["ok"] and out["preview_attention"]["ok"]
                      and all(v["rel_err"] < 2e-2 and v["fields_rel_err"] < 2e-2 for v in lin.values())
                      and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"])
     return out
+
+
+def preview_attention_check(dev: torch.device, window: int = 5120, committed: int = 4096, reps: int = 50) -> dict:
+    """The split-window preview attention (`kernels/preview_attention.py`) against the model's path (concatenate
+    window and block, mask, regrouped SDPA: `Attention.grouped_attention`) at the real layer's shapes: 16 query
+    heads over 2 key heads of 256, 32 block rows, a 5,120-row arena window with 4,096 committed, bf16. On CUDA
+    both are timed (µs per layer, graph-free: each is a handful of launches)."""
+    import torch.nn.functional as F
+
+    from clover_local.runtime.kernels.preview_attention import preview_attention
+
+    g = torch.Generator().manual_seed(5)
+    h, hkv, d, t = 16, 2, 256, 32
+    rnd = lambda *s: torch.randn(*s, generator=g).to(dev, torch.bfloat16)  # noqa: E731
+    q, k, v = rnd(1, t, h, d).transpose(1, 2), rnd(1, hkv, t, d), rnd(1, hkv, t, d)
+    arena_k, arena_v = rnd(1, hkv, window + 512, d), rnd(1, hkv, window + 512, d)
+    k_win, v_win = arena_k[:, :, :window], arena_v[:, :, :window]
+    length = torch.tensor(committed, device=dev)
+    scale = d**-0.5
+
+    def torch_path():
+        mask = torch.arange(window, device=dev) < length
+        mask = torch.cat([mask, mask.new_ones(t)])[None, :]
+        kk, vv = torch.cat([k_win, k], 2), torch.cat([v_win, v], 2)
+        out = F.scaled_dot_product_attention(q.reshape(1, hkv, h // hkv * t, d), kk, vv, attn_mask=mask, scale=scale)
+        return out.reshape(1, h, t, d)
+
+    def fused():
+        return preview_attention(q, k, v, k_win, v_win, torch.arange(window, device=dev) < length, scale)
+
+    with torch.inference_mode():
+        res: dict = {"rel_err": round(_rel(fused(), torch_path()), 5)}
+        if dev.type == "cuda":
+            for name, fn in (("torch_us", torch_path), ("fused_us", fused)):
+                fn()
+                a = _ev()
+                for _ in range(reps):
+                    fn()
+                b = _ev()
+                torch.cuda.synchronize(dev)
+                res[name] = round(a.elapsed_time(b) / reps * 1000, 1)
+    res["ok"] = bool(res["rel_err"] < 2e-2)
+    return res
 
 
 def layer_ops_check(dev: torch.device) -> dict:

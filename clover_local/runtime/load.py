@@ -24,7 +24,7 @@ from clover_local.model.moe import SparseMoe
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime.expert_store import HostExpertStore
-from clover_local.runtime.kernels import fused_layer_ops, gdn_preview_kernel
+from clover_local.runtime.kernels import fused_layer_ops, gdn_preview_kernel, preview_attention_kernel
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
 from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear
@@ -173,7 +173,9 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             experts = np.arange(n_exp, dtype=np.int64)
             cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
         layer.mlp.experts = OffloadedExperts(runtime, i)
-        if not cfg.is_attention(i):
+        if cfg.is_attention(i):
+            layer.self_attn.preview_kernel = preview_attention_kernel(cfg.head_dim, device)
+        else:
             layer.linear_attn.preview_kernel = gdn_preview_kernel(layer.linear_attn, device)
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     ops = fused_layer_ops(device)

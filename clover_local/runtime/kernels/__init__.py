@@ -1,5 +1,6 @@
 """W4A16 / W8A16 kernels on the GPTQ layout (a dense linear for small M, a fused MoE addressed by cache slot) and
-the fused GDN preview core (`gdn_preview.py`) and a layer's small ops (`layer_ops.py`).
+the preview's fused GDN core (`gdn_preview.py`) and split-window attention (`preview_attention.py`), and a
+layer's small ops (`layer_ops.py`).
 
 `linear_w4a16` and `moe_w4a16` pick the Triton kernels (`w4a16.py`) when the inputs are on CUDA and triton
 imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. Environment:
@@ -33,6 +34,7 @@ __all__ = [
     "linear_w4a16_ref",
     "moe_w4a16",
     "moe_w4a16_ref",
+    "preview_attention_kernel",
     "triton_available",
 ]
 
@@ -96,3 +98,13 @@ def fused_layer_ops(device: torch.device):
     from . import layer_ops as ops
 
     return ops
+
+
+def preview_attention_kernel(head_dim: int, device: torch.device) -> Callable | None:
+    """The split-window preview attention for `Attention.preview_kernel` where the Triton kernels run on
+    `device` and the head dim suits it; None keeps the model's PyTorch path."""
+    if not _triton_on(device):
+        return None
+    from .preview_attention import preview_attention, supports
+
+    return preview_attention if supports(head_dim) else None
