@@ -6,11 +6,13 @@
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   model/gpu_check.json         offloaded vs all-resident logits, counters, peak memory, optimistic vs syncing
 #   bench_uniform.json           the same with `--routing uniform` (a real block's expert load)
+#   bench_uniform_unfused.json   ... with CLOVER_DISABLE_FUSED=1 (the model's PyTorch GDN preview, attention,
+#                                norms, router: the before of the fused kernels' after)
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform eager sweep moesweep; default kernels,bench,model,sweep)
+# (STAGES from: kernels model bench uniform unfused eager sweep moesweep; default kernels,bench,model,sweep)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -46,6 +48,8 @@ want model && stage model 180 bash -c \
   "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1"
 want bench && stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'"
 want uniform && stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'"
+want unfused && stage unfused 150 bash -c "CLOVER_DISABLE_FUSED=1 $B --routing uniform \
+  >'$OUT/bench_uniform_unfused.json' 2>>'$log'"
 want eager && stage eager 150 bash -c "$B --routing uniform --no-cuda-graphs >'$OUT/bench_uniform_eager.json' 2>>'$log'"
 want sweep && stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
   --out '$OUT/kernels_sweep.json' >/dev/null 2>>'$log'"

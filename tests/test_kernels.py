@@ -530,3 +530,17 @@ def test_preview_attention_hook_in_the_model(force_triton) -> None:
         att.preview_kernel = preview_attention_kernel(cfg.head_dim, torch.device(DEVICE))
         got = att(block, cos, sin, cache, preview=True)
     _assert_close(got, want, torch.float32)
+
+
+@needs_triton
+def test_disable_fused_keeps_w4a16_kernels(force_triton, monkeypatch) -> None:
+    """CLOVER_DISABLE_FUSED=1 (a benchmark's before): the model's own path for the fused pieces, Triton W4A16."""
+    from clover_local.runtime import kernels
+
+    dev = torch.device(DEVICE)
+    gdn = _random_gdn({}, torch.float32, torch.Generator().manual_seed(0))
+    assert kernels.fused_layer_ops(dev) is not None and kernels.gdn_preview_kernel(gdn, dev) is not None
+    monkeypatch.setenv("CLOVER_DISABLE_FUSED", "1")
+    assert kernels.fused_layer_ops(dev) is None and kernels.gdn_preview_kernel(gdn, dev) is None
+    assert kernels.preview_attention_kernel(64, dev) is None
+    assert kernels._use_triton(torch.zeros(1, device=DEVICE))

@@ -9,6 +9,8 @@ imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. En
   Triton's interpreter (tests). Both must be set before the first call (triton reads TRITON_INTERPRET when the
   kernels are defined).
 - `CLOVER_DISABLE_TRITON=1`: always use the reference (debugging, bisecting a kernel bug on a GPU).
+- `CLOVER_DISABLE_FUSED=1`: keep the W4A16 kernels but run the model's own PyTorch path for the GDN preview,
+  preview attention, norms, router and slot mapping (the before/after of a benchmark; bisecting).
 
 Nothing here imports triton at module level.
 """
@@ -80,10 +82,14 @@ def moe_w4a16(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack
     return moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
 
 
+def _fused_on(device: torch.device) -> bool:
+    return _triton_on(device) and os.environ.get("CLOVER_DISABLE_FUSED") != "1"
+
+
 def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:
     """The fused GDN preview for `GatedDeltaNet.preview_kernel` where the Triton kernels run on `device` and the
     layer's head dims suit it; None keeps the model's PyTorch path."""
-    if not _triton_on(device):
+    if not _fused_on(device):
         return None
     from .gdn_preview import fused_gdn_preview, supports
 
@@ -93,7 +99,7 @@ def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:
 def fused_layer_ops(device: torch.device):
     """The module of fused per-layer ops (`layer_ops.py`: rms_norm_zc, route_topk, optimistic_slots) where the
     Triton kernels run on `device`, else None."""
-    if not _triton_on(device):
+    if not _fused_on(device):
         return None
     from . import layer_ops as ops
 
@@ -103,7 +109,7 @@ def fused_layer_ops(device: torch.device):
 def preview_attention_kernel(head_dim: int, device: torch.device) -> Callable | None:
     """The split-window preview attention for `Attention.preview_kernel` where the Triton kernels run on
     `device` and the head dim suits it; None keeps the model's PyTorch path."""
-    if not _triton_on(device):
+    if not _fused_on(device):
         return None
     from .preview_attention import preview_attention, supports
 
