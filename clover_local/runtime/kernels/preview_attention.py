@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-_NEG = -1.0e30  # finite "minus infinity" for running maxima: exp(-inf - -inf) would be NaN on all-masked rows
+_NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" for running maxima: exp(-inf - -inf) would be NaN on all-masked rows
 
 
 @triton.jit
@@ -28,6 +28,32 @@ def _dot(a, b, F32: tl.constexpr):
     if F32:
         return tl.dot(a, b, input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def _attend_keys(
+    q, m, l, acc, k_base, v_base, mask_ptr, start, stop, s_kt, s_vt, scale,
+    MASKED: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, F32: tl.constexpr,
+):
+    """Online softmax of q [BLOCK_T, D] over keys start … stop-1 (rows of k_base / v_base), continuing (m, l, acc);
+    with MASKED only keys whose mask byte is set."""
+    d = tl.arange(0, D)
+    for n0 in range(start, stop, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        ok = n < stop
+        if MASKED:
+            ok = ok & (tl.load(mask_ptr + n, mask=ok, other=0) != 0)
+        k = tl.load(k_base + n[:, None] * s_kt + d[None, :], mask=ok[:, None], other=0.0)
+        v = tl.load(v_base + n[:, None] * s_vt + d[None, :], mask=ok[:, None], other=0.0)
+        s = _dot(q, tl.trans(k), F32) * scale
+        s = tl.where(ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, F32)
+        m = m_new
+    return m, l, acc
 
 
 @triton.jit
@@ -53,31 +79,15 @@ def _partial_kernel(
     l = tl.zeros((BLOCK_T,), tl.float32)
     acc = tl.zeros((BLOCK_T, D), tl.float32)
     if split < N_SPLITS:
-        k_base = kw_ptr + b * s_kwb + kh * s_kwh
-        v_base = vw_ptr + b * s_vwb + kh * s_vwh
-        s_kt, s_vt = s_kwt, s_vwt
-        start, stop = split * CHUNK, tl.minimum(split * CHUNK + CHUNK, W)
+        m, l, acc = _attend_keys(
+            q, m, l, acc, kw_ptr + b * s_kwb + kh * s_kwh, vw_ptr + b * s_vwb + kh * s_vwh, mask_ptr,
+            split * CHUNK, tl.minimum(split * CHUNK + CHUNK, W), s_kwt, s_vwt, scale, HAS_MASK, D, BLOCK_N, F32,
+        )
     else:
-        k_base = kb_ptr + b * s_kbb + kh * s_kbh
-        v_base = vb_ptr + b * s_vbb + kh * s_vbh
-        s_kt, s_vt = s_kbt, s_vbt
-        start, stop = 0, T
-    for n0 in range(start, stop, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        ok = n < stop
-        if HAS_MASK:
-            if split < N_SPLITS:
-                ok = ok & (tl.load(mask_ptr + n, mask=ok, other=0) != 0)
-        k = tl.load(k_base + n[:, None] * s_kt + d[None, :], mask=ok[:, None], other=0.0)
-        v = tl.load(v_base + n[:, None] * s_vt + d[None, :], mask=ok[:, None], other=0.0)
-        s = _dot(q, tl.trans(k), F32) * scale
-        s = tl.where(ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, F32)
-        m = m_new
+        m, l, acc = _attend_keys(
+            q, m, l, acc, kb_ptr + b * s_kbb + kh * s_kbh, vb_ptr + b * s_vbb + kh * s_vbh, mask_ptr,
+            0, T, s_kbt, s_vbt, scale, False, D, BLOCK_N, F32,
+        )
     part = bh * (N_SPLITS + 1) + split
     tl.store(m_ptr + part * BLOCK_T + t, m)
     tl.store(l_ptr + part * BLOCK_T + t, l)
@@ -109,6 +119,9 @@ def _merge_kernel(
              mask=(t < T)[:, None])
 
 
+# Tiles from `compile_check` at the real shapes (D 256, 32 rows) for sm_90 and sm_120: 16 keys a step, 2 stages,
+# 8 warps is the one without spilled registers whose shared memory (96 KiB) fits a consumer card's 99 KiB; 64
+# keys with 3 stages asked for 544 KiB.
 def preview_attention(q: Tensor, k: Tensor, v: Tensor, k_win: Tensor, v_win: Tensor, committed: Tensor | None,
                       scale: float, chunk: int = 256) -> Tensor:
     """q [B,H,T,D]; the block's k, v [B,Hkv,T,D]; the window k_win, v_win [B,Hkv,W,D] (views of the arena: any
@@ -135,8 +148,8 @@ def preview_attention(q: Tensor, k: Tensor, v: Tensor, k_win: Tensor, v_win: Ten
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
         v.stride(2), k_win.stride(0), k_win.stride(1), k_win.stride(2), v_win.stride(0), v_win.stride(1),
         v_win.stride(2),
-        HAS_MASK=committed is not None, H=h, D=d, BLOCK_T=block_t, BLOCK_N=64, F32=q.dtype == torch.float32,
-        num_warps=4 if d <= 128 else 8,
+        HAS_MASK=committed is not None, H=h, D=d, BLOCK_T=block_t, BLOCK_N=16, F32=q.dtype == torch.float32,
+        num_warps=8, num_stages=2,
     )
     _merge_kernel[(b * h,)](m, lsum, acc, out, t, parts, out.stride(0), out.stride(1), out.stride(2),
                             H=h, D=d, BLOCK_T=block_t, num_warps=4)

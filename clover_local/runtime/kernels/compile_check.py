@@ -1,0 +1,240 @@
+"""Compile every Triton kernel of the runtime for real GPUs, on any machine: no GPU, no driver needed.
+
+Why: device time is scarce (minutes a session) and Triton's interpreter, which the CPU tests use, does not type-
+check the way the compiler does; a kernel that compiles nowhere would cost a GPU session to find out. This runs
+each kernel's own Python wrapper at the real model's shapes on CPU tensors with the launch intercepted, then
+compiles the captured launch (the same constexprs, dtypes, num_warps and num_stages) for the target
+architectures with Triton's bundled ptxas, and reads the cubin's resource use (registers per thread, local
+memory = spills, shared memory) with the bundled cuobjdump.
+
+    python -m clover_local.runtime.kernels.compile_check [--arch 90,120] [--json]
+
+sm_90 is the H200 of our benchmarks, sm_120 the RTX 5070 Ti the product is for. Run it without
+TRITON_INTERPRET (the kernels must be compiled functions, not interpreted ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class Launch:
+    kernel: str
+    case: str
+    fn: object  # the JITFunction
+    args: dict
+    options: dict = field(default_factory=dict)
+
+
+class _Intercept:
+    """Stands in for a JITFunction in its module: `kernel[grid](...)` records the launch instead of running."""
+
+    def __init__(self, fn, name: str, sink: list[Launch], case: Callable[[], str]) -> None:
+        self.fn, self.name, self.sink, self.case = fn, name, sink, case
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+            named = dict(zip(self.fn.arg_names, args))
+            named.update(kwargs)
+            self.sink.append(Launch(self.name, self.case(), self.fn, named, options))
+
+        return launch
+
+
+@contextmanager
+def _intercepted(module, names: list[str], sink: list[Launch], case: Callable[[], str]) -> Iterator[None]:
+    saved = {n: getattr(module, n) for n in names}
+    try:
+        for n in names:
+            setattr(module, n, _Intercept(saved[n], n, sink, case))
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(module, n, fn)
+
+
+def capture_launches() -> list[Launch]:
+    """Every kernel launch of the runtime's wrappers at the real model's shapes (bf16 activations, 32 block
+    rows, a 16 GiB cache's slot count), W4A16 tiles in both forms (unpacked and field-wise)."""
+    from dataclasses import replace
+
+    from clover_local.config import parse_config
+    from clover_local.model.gdn import GatedDeltaNet
+    from clover_local.runtime.synthetic_pack import _config
+
+    from . import gdn_preview, layer_ops, preview_attention, w4a16
+    from .reference import PackedStack
+
+    sink: list[Launch] = []
+    label = {"case": ""}
+    case = lambda: label["case"]  # noqa: E731
+    kernels = {
+        w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel"],
+        gdn_preview: ["_gdn_preview_kernel"],
+        preview_attention: ["_partial_kernel", "_merge_kernel"],
+        layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel"],
+    }
+    cfg = parse_config(_config("full"))
+    bf = torch.bfloat16
+    m, h, inter, topk = 32, cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts_per_tok
+    with _intercepted(w4a16, kernels[w4a16], sink, case), \
+            _intercepted(gdn_preview, kernels[gdn_preview], sink, case), \
+            _intercepted(preview_attention, kernels[preview_attention], sink, case), \
+            _intercepted(layer_ops, kernels[layer_ops], sink, case):
+        x = torch.zeros(m, h, dtype=bf)
+        for bits, n, k in ((8, cfg.gdn_conv_dim, h), (4, cfg.gdn_conv_dim, h), (8, h, cfg.gdn_value_dim)):
+            per = 32 // bits
+            qw = torch.zeros(k // per, n, dtype=torch.int32)
+            sc = torch.zeros(k // 128, n, dtype=torch.float16)
+            qz = torch.zeros(k // 128, n // per, dtype=torch.int32)
+            xx = torch.zeros(m, k, dtype=bf)
+            base = w4a16.linear_config(m, n, k, 128, bits, torch.device("cpu"))
+            for cfg_l in (base, replace(base, fields=True)):
+                label["case"] = f"W{bits}A16 {k}->{n}{' fields' if cfg_l.fields else ''}"
+                w4a16.linear_w4a16_triton(xx, qw, sc, qz, 128, bits, config=cfg_l)
+        slots = 64
+        gu = PackedStack(torch.zeros(slots, h // 8, 2 * inter, dtype=torch.int32),
+                         torch.zeros(slots, h // 128, 2 * inter, dtype=torch.float16),
+                         torch.zeros(slots, h // 128, 2 * inter // 8, dtype=torch.int32), 128, 4)
+        dn = PackedStack(torch.zeros(slots, inter // 8, h, dtype=torch.int32),
+                         torch.zeros(slots, inter // 128, h, dtype=torch.float16),
+                         torch.zeros(slots, inter // 128, h // 8, dtype=torch.int32), 128, 4)
+        ids = torch.zeros(m, topk, dtype=torch.int32)
+        wts = torch.zeros(m, topk, dtype=bf)
+        base_moe = w4a16.moe_config(m, topk, 8515)
+        for cfg_m in (base_moe, replace(base_moe, fields=True)):
+            label["case"] = f"MoE 4-bit H{h} I{inter}{' fields' if cfg_m.fields else ''}"
+            w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=cfg_m)
+        label["case"] = "moe_align 256 pairs, 8515 slots"
+        w4a16.moe_align_triton(ids, 8515, base_moe.block_m)
+
+        gdn = GatedDeltaNet(cfg).to(bf)  # random init is fine: nothing runs
+        label["case"] = f"Hk{gdn.hk} Hv{gdn.hv} Dk{gdn.dk} Dv{gdn.dv}, {cfg.diffusion.block_size} rows"
+        t = cfg.diffusion.block_size
+        gdn_preview.fused_gdn_preview(
+            gdn, torch.zeros(1, t, cfg.gdn_conv_dim, dtype=bf), torch.zeros(1, gdn.kernel - 1, cfg.gdn_conv_dim, dtype=bf),
+            torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, dtype=torch.int64),
+            torch.zeros(1, t, cfg.gdn_value_dim, dtype=bf))
+        del gdn
+        hq, hkv, d, w = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, 5120
+        label["case"] = f"H{hq} Hkv{hkv} D{d}, {t} rows, window {w}"
+        preview_attention.preview_attention(
+            torch.zeros(1, hq, t, d, dtype=bf), torch.zeros(1, hkv, t, d, dtype=bf), torch.zeros(1, hkv, t, d, dtype=bf),
+            torch.zeros(1, hkv, w, d, dtype=bf), torch.zeros(1, hkv, w, d, dtype=bf), torch.zeros(w, dtype=torch.bool),
+            d**-0.5)
+        label["case"] = f"{m} rows"
+        layer_ops.rms_norm_zc(x, torch.zeros(h, dtype=bf), 1e-6)
+        layer_ops.route_topk(torch.zeros(m, cfg.num_experts, dtype=bf), topk, bf)
+        layer_ops.optimistic_slots(torch.zeros(m, topk, dtype=torch.int64), wts, torch.zeros(10240, dtype=torch.int32),
+                                   torch.zeros(10240, dtype=torch.int32), 0)
+    return sink
+
+
+def _signature(launch: Launch) -> tuple[dict, dict]:
+    from triton.runtime.jit import mangle_type
+
+    sig, consts = {}, {}
+    for p in launch.fn.params:
+        value = launch.args[p.name]
+        if p.is_constexpr:
+            sig[p.name] = "constexpr"
+            consts[p.name] = value
+        else:
+            sig[p.name] = mangle_type(value)
+    return sig, consts
+
+
+def _tool(name: str) -> str:
+    import triton
+
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """REG (per thread), LOCAL (bytes: spills and stack arrays), SHARED (static) from cuobjdump."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True, text=True,
+                              timeout=60).stdout
+    use = {}
+    for key in ("REG", "STACK", "SHARED", "LOCAL"):
+        hit = re.search(rf"\b{key}:(\d+)", text)
+        if hit:
+            use[key.lower()] = int(hit.group(1))
+    return use
+
+
+# Shared memory one block may use (opt-in maximum), by compute capability: a kernel above it compiles but cannot
+# launch ("out of resources").
+MAX_SHARED = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448, 120: 101_376}
+
+
+def compile_launch(launch: Launch, arch: int) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig, consts = _signature(launch)
+    t0 = time.perf_counter()
+    try:
+        compiled = triton.compile(ASTSource(fn=launch.fn, signature=sig, constexprs=consts),
+                                  target=GPUTarget("cuda", arch, 32), options=dict(launch.options))
+    except Exception as err:  # report: the finding is which kernel fails where
+        msg = f"{type(err).__name__}: {err}"
+        return {"ok": False, "error": msg[-1500:]}
+    out = {"ok": True, "compile_s": round(time.perf_counter() - t0, 2), "num_warps": compiled.metadata.num_warps,
+           "shared_bytes": compiled.metadata.shared}
+    out.update(resource_usage(compiled.asm["cubin"]))
+    limit = MAX_SHARED.get(arch)
+    out["fits"] = limit is None or out["shared_bytes"] <= limit
+    out["spills"] = out.get("stack", 0) > 0 or out.get("local", 0) > 0  # a stack frame here is spilled registers
+    out["ok"] = out["fits"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default="90,120", help="compute capabilities, e.g. 90 (H100/H200), 120 (RTX 50)")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("error: unset TRITON_INTERPRET: the kernels must be compiled, not interpreted", file=sys.stderr)
+        return 2
+    archs = [int(a) for a in args.arch.split(",") if a]
+    results = []
+    for launch in capture_launches():
+        for arch in archs:
+            results.append({"kernel": launch.kernel, "case": launch.case, "arch": f"sm_{arch}",
+                            **compile_launch(launch, arch)})
+    ok = all(r["ok"] for r in results)
+    if args.json:
+        print(json.dumps({"ok": ok, "results": results}, indent=1))
+    else:
+        for r in results:
+            if "error" in r:
+                what = "FAILED " + r["error"][:300]
+            else:
+                what = (f"regs {r.get('reg', '?'):>3}  stack {r.get('stack', '?'):>5} B  shared {r['shared_bytes']:>6} B"
+                        f"{'' if r['fits'] else ' (over the limit)'}  warps {r['num_warps']}  {r['compile_s']:.1f}s")
+            print(f"{r['arch']:6} {r['kernel']:22} {r['case']:44} {what}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
