@@ -306,7 +306,16 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
         t0 = time.perf_counter()
-        model = load_packed_model(folder, dev, torch.bfloat16, opts)
+        # the resident run takes the model's own PyTorch path for the fused pieces (GDN preview, preview attention,
+        # norms, router): the logit comparison below is also fused vs unfused at the real shapes
+        unfused = name == "resident" and os.environ.get("CLOVER_DISABLE_FUSED") != "1"
+        if unfused:
+            os.environ["CLOVER_DISABLE_FUSED"] = "1"
+        try:
+            model = load_packed_model(folder, dev, torch.bfloat16, opts)
+        finally:
+            if unfused:
+                del os.environ["CLOVER_DISABLE_FUSED"]
         load_s = time.perf_counter() - t0
         rt = model.runtime
         logits = []
@@ -323,7 +332,7 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
         recs = [r for r in rt.records if r.kind == "preview"]
         results[name] = [t.float().cpu() for t in logits]
         out[name] = {
-            "load_s": round(load_s, 1), "slots": rt.cache.n_slots,
+            "load_s": round(load_s, 1), "slots": rt.cache.n_slots, "fused": not unfused,
             "peak_allocated": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0,
             "budget": rt.plan.vram_budget, "plan_peak": rt.plan.device_peak,
             "placed": rt.placed_bytes(model, cache, held)["total"], "plan_predicted": rt.plan.device_predicted,
