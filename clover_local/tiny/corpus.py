@@ -329,6 +329,20 @@ def pair_scratchpad(prompt: str) -> str:
     return " ".join(steps)
 
 
+def pair_tally_scratchpad(prompt: str) -> str:
+    """`count a in b a n a` -> `b/a0 a/a1 n/a1 a/a2`: the asked-for letter beside each letter (a comparison
+    between neighbours, as in `pair_scratchpad`) and the running count after it (the tally): every number is the
+    one four tokens back, plus one on a match — where the match trace's number follows the last match, however
+    far back. (`pair_scratchpad` on seed 1: letter counting 0.15 → 0.50, the misses mostly wrong numbers after
+    right comparisons.)"""
+    letter, letters = count_prompt_parts(prompt)
+    n, steps = 0, []
+    for c in letters:
+        n += c == letter
+        steps.append(f"{c}/{letter}{n}")
+    return " ".join(steps)
+
+
 # trace name -> (the task it works, the trace of a prompt); "count_letter" keeps the tally the four-stage
 # model was trained with, "count_match" is the one-thing-per-step version that replaced it
 SCRATCHPADS: dict[str, tuple[str, Callable[[str], str]]] = {
@@ -336,6 +350,7 @@ SCRATCHPADS: dict[str, tuple[str, Callable[[str], str]]] = {
     "count_letter": ("count_letter", tally_scratchpad),
     "count_match": ("count_letter", match_scratchpad),
     "count_pair": ("count_letter", pair_scratchpad),
+    "count_pair_tally": ("count_letter", pair_tally_scratchpad),
 }
 
 
