@@ -12,7 +12,8 @@
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform unfused eager sweep moesweep; default kernels,bench,model,sweep)
+# (STAGES from: kernels model bench uniform unfused eager sweep moesweep, run in the order given;
+# default kernels,bench,model,sweep)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -40,20 +41,26 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
 }
 
 STAGES=${STAGES:-kernels,bench,model,sweep}
-want() { [[ ",$STAGES," == *",$1,"* ]]; }
 B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json"
-want kernels && stage kernels 120 bash -c \
-  "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1"
-want model && stage model 180 bash -c \
-  "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1"
-want bench && stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'"
-want uniform && stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'"
-want unfused && stage unfused 150 bash -c "CLOVER_DISABLE_FUSED=1 $B --routing uniform \
-  >'$OUT/bench_uniform_unfused.json' 2>>'$log'"
-want eager && stage eager 150 bash -c "$B --routing uniform --no-cuda-graphs >'$OUT/bench_uniform_eager.json' 2>>'$log'"
-want sweep && stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
-  --out '$OUT/kernels_sweep.json' >/dev/null 2>>'$log'"
-want moesweep && stage moesweep 120 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --quick \
-  --only moe --sweep full --out '$OUT/moe_sweep.json' >/dev/null 2>>'$log'"
+# stages run in the order STAGES lists them: put first what the session most needs
+for s in ${STAGES//,/ }; do
+  case $s in
+    kernels) stage kernels 120 bash -c \
+      "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
+    model) stage model 180 bash -c \
+      "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1" ;;
+    bench) stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'" ;;
+    uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
+    unfused) stage unfused 150 bash -c "CLOVER_DISABLE_FUSED=1 $B --routing uniform \
+      >'$OUT/bench_uniform_unfused.json' 2>>'$log'" ;;
+    eager) stage eager 150 bash -c \
+      "$B --routing uniform --no-cuda-graphs >'$OUT/bench_uniform_eager.json' 2>>'$log'" ;;
+    sweep) stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
+      --out '$OUT/kernels_sweep.json' >/dev/null 2>>'$log'" ;;
+    moesweep) stage moesweep 120 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --quick \
+      --only moe --sweep full --out '$OUT/moe_sweep.json' >/dev/null 2>>'$log'" ;;
+    *) echo "== unknown stage $s (known: kernels model bench uniform unfused eager sweep moesweep)" | tee -a "$log" ;;
+  esac
+done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1
 cat "$log"
