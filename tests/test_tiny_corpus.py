@@ -142,7 +142,7 @@ def _answer_from_scratchpad(ex: Example) -> str:
         carry = "1" if sums[-1] >= 10 else ""
         return carry + "".join(str(s % 10) for s in reversed(sums))
     assert ex.task == "count_letter"
-    if "/" in steps[0]:  # the pair traces: `b/a-`, `a/a1` (drop the restated letter, read as the two below)
+    if "/" in steps[0]:  # the pair trace: `b/a-`, `a/a1` (drop the restated letter, read as the match trace)
         steps = [step[0] + step[3:] for step in steps]
     if all(step[1:].isdigit() for step in steps):  # the tally: every letter carries the running count
         return steps[-1][1:]
@@ -183,15 +183,12 @@ def test_match_trace_marks_each_letter_and_numbers_the_matches():
         make_train(10, 0, scratchpad=["count_letter", "count_match"])
 
 
-@pytest.mark.parametrize("name", ["count_pair", "count_pair_tally"])
-def test_pair_traces_restate_the_letter_beside_each_letter(name):
-    """Every step is `letter/asked-for mark`, the comparison between the step's two letters decides the mark, and
-    the answer reads off the marks as with the match trace (`-` / number) or the tally (number each step)."""
-    fn = C.SCRATCHPADS[name][1]
-    want = {"count_pair": "b/a- a/a1 n/a- a/a2 n/a- a/a3", "count_pair_tally": "b/a0 a/a1 n/a1 a/a2 n/a2 a/a3"}
-    assert fn("count a in b a n a n a") == want[name]
-    assert fn("count z in b a n") == {"count_pair": "b/z- a/z- n/z-", "count_pair_tally": "b/z0 a/z0 n/z0"}[name]
-    counted = [e for e in make_train(3000, 4, scratchpad=["add", name]) if e.task == "count_letter"]
+def test_pair_trace_restates_the_letter_beside_each_letter():
+    """Every step is `letter/asked-for mark`: the comparison between the step's two letters decides the mark, and
+    the answer reads off the marks as with the match trace (`-`, or the matches so far)."""
+    assert C.pair_scratchpad("count a in b a n a n a") == "b/a- a/a1 n/a- a/a2 n/a- a/a3"
+    assert C.pair_scratchpad("count z in b a n") == "b/z- a/z- n/z-"
+    counted = [e for e in make_train(3000, 4, scratchpad=["add", "count_pair"]) if e.task == "count_letter"]
     assert len(counted) > 150 and any(e.answer == "0" for e in counted)
     for ex in counted:
         letter, letters = C.count_prompt_parts(ex.prompt)
