@@ -380,7 +380,8 @@ def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, 
 
 @needs_triton
 def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
-    """`gpu_check.gdn_preview_check`, `layer_ops_check` and `preview_attention_check` (a GPU session's few minutes) runs here at the real layer's shapes, the
+    """`gpu_check.gdn_preview_check`, `layer_ops_check` and `preview_attention_check` (a GPU session's few
+    minutes) run here at the real layer's shapes, the
     kernel interpreted: the check a GPU session reads cannot crash on something a CPU could have caught."""
     from clover_local.runtime import gpu_check
 

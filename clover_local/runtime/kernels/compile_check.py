@@ -126,17 +126,17 @@ def capture_launches() -> list[Launch]:
         gdn = GatedDeltaNet(cfg).to(bf)  # random init is fine: nothing runs
         label["case"] = f"Hk{gdn.hk} Hv{gdn.hv} Dk{gdn.dk} Dv{gdn.dv}, {cfg.diffusion.block_size} rows"
         t = cfg.diffusion.block_size
+        conv = cfg.gdn_conv_dim
         gdn_preview.fused_gdn_preview(
-            gdn, torch.zeros(1, t, cfg.gdn_conv_dim, dtype=bf), torch.zeros(1, gdn.kernel - 1, cfg.gdn_conv_dim, dtype=bf),
+            gdn, torch.zeros(1, t, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
             torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, dtype=torch.int64),
             torch.zeros(1, t, cfg.gdn_value_dim, dtype=bf))
         del gdn
         hq, hkv, d, w = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, 5120
         label["case"] = f"H{hq} Hkv{hkv} D{d}, {t} rows, window {w}"
-        preview_attention.preview_attention(
-            torch.zeros(1, hq, t, d, dtype=bf), torch.zeros(1, hkv, t, d, dtype=bf), torch.zeros(1, hkv, t, d, dtype=bf),
-            torch.zeros(1, hkv, w, d, dtype=bf), torch.zeros(1, hkv, w, d, dtype=bf), torch.zeros(w, dtype=torch.bool),
-            d**-0.5)
+        blk, win = torch.zeros(1, hkv, t, d, dtype=bf), torch.zeros(1, hkv, w, d, dtype=bf)
+        preview_attention.preview_attention(torch.zeros(1, hq, t, d, dtype=bf), blk, blk, win, win,
+                                            torch.zeros(w, dtype=torch.bool), d**-0.5)
         label["case"] = f"{m} rows"
         layer_ops.rms_norm_zc(x, torch.zeros(h, dtype=bf), 1e-6)
         layer_ops.route_topk(torch.zeros(m, cfg.num_experts, dtype=bf), topk, bf)

@@ -19,7 +19,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-_NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" for running maxima: exp(-inf - -inf) would be NaN on all-masked rows
+# a finite "minus infinity" for running maxima: exp(-inf - -inf) would be NaN on all-masked rows
+_NEG = tl.constexpr(-1.0e30)
 
 
 @triton.jit

@@ -80,23 +80,28 @@ def _weight_tile(
 
 @triton.jit
 def _fields_dot(
-    a_rows_ptr, row_mask, stride_ak, k0, packed, zero,
-    BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr,
 ):
-    """a[:, k0 … k0+BLOCK_K] @ (codes − zero) without unpacking the tile into K order: field j of every packed
-    row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] integer tile, multiplied with the matching
-    strided columns of a (loaded straight from a, cached) — PER small dots, no register reshuffle, and only one
-    field's codes live at a time. a_rows_ptr [BLOCK_M]: a pointer to each row's first column. fp32 result."""
+    """a[:, k0 … k0+BLOCK_K] @ W's tile, scaled, fp32 [BLOCK_M, BLOCK_N], without unpacking the tile into K
+    order: field j of every packed row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] integer
+    tile, multiplied with the matching strided columns of a (loaded straight from a, cached) — PER small dots, no
+    register reshuffle, and only one field's codes live at a time. a_rows_ptr [BLOCK_M]: each row's first column."""
     PER: tl.constexpr = 32 // BITS
     MASK: tl.constexpr = (1 << BITS) - 1
+    packed, zero, scale = _packed_tile(
+        qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
+    )
     offs_i = tl.arange(0, BLOCK_K // PER)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for j in tl.static_range(PER):
         a = tl.load(a_rows_ptr[:, None] + (k0 + offs_i * PER + j)[None, :] * stride_ak, mask=row_mask[:, None],
                     other=0.0)
         acc += _dot(a, ((packed >> (j * BITS)) & MASK) - zero[None, :], DOT_F32, PREC)
-    return acc
+    return acc * scale[None, :]
 
 
 @triton.jit
@@ -131,12 +136,9 @@ def _linear_kernel(
     for t in range(0, TILES_PER_SPLIT):
         k0 = k_start + t * BLOCK_K
         if FIELDS:
-            packed, zero, scale = _packed_tile(
-                qw_ptr, sc_ptr, qz_ptr, k0, offs_n, n_mask,
-                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
-            )
-            acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, k0, packed, zero,
-                               BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC) * scale[None, :]
+            acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, qw_ptr, sc_ptr, qz_ptr, k0, offs_n,
+                               n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC)
         else:
             a = tl.load(
                 x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None],
@@ -188,20 +190,14 @@ def _moe_kernel(
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if FIELDS:
-            packed, zero, scale = _packed_tile(
-                qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
-            )
-            acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, k0, packed, zero,
-                               BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC) * scale[None, :]
-            if GATED:
-                packed, zero, scale = _packed_tile(
-                    qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
-                    qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
-                    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
-                )
-                acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, k0, packed, zero,
-                                      BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC) * scale[None, :]
+            acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
+                               n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC)
+            if GATED:  # the up half (see the unpacking branch)
+                acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
+                                      sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
+                                      offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                                      GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC)
         else:
             a = tl.load(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
