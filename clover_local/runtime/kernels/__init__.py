@@ -1,6 +1,7 @@
-"""W4A16 / W8A16 kernels on the GPTQ layout (a dense linear for small M, a fused MoE addressed by cache slot) and
-the preview's fused GDN core (`gdn_preview.py`) and split-window attention (`preview_attention.py`), and a
-layer's small ops (`layer_ops.py`).
+"""The runtime's Triton kernels: W4A16 / W8A16 on the GPTQ layout (a dense linear for small M, a fused MoE
+addressed by cache slot: `w4a16.py`), the preview pass's fused GDN core (`gdn_preview.py`) and split-window
+attention (`preview_attention.py`), and a layer's small ops (`layer_ops.py`). `compile_check.py` compiles them
+all for sm_90 / sm_120 on a machine without a GPU.
 
 `linear_w4a16` and `moe_w4a16` pick the Triton kernels (`w4a16.py`) when the inputs are on CUDA and triton
 imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. Environment:

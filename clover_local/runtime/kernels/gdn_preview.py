@@ -11,7 +11,7 @@ in fp32 throughout and rounds once at the end, where the eager path rounds the c
 to the activation dtype on the way: the two agree within bf16 rounding, exactly in fp32.
 
 `fused_gdn_preview(gdn, rows, ring, state, n_prefix, z)` has the signature `GatedDeltaNet.preview_kernel`
-expects; the runtime installs it on CUDA (`runtime/load.py`), nothing else calls it.
+expects; the runtime installs it on CUDA (`runtime/load.py`).
 """
 
 from __future__ import annotations
