@@ -34,6 +34,16 @@ def _ev():
     return e
 
 
+def _timed_ms(dev: torch.device, fn, reps: int = 20) -> float:
+    """Mean GPU milliseconds of `fn()` over `reps` back-to-back calls (CUDA events around the loop)."""
+    a = _ev()
+    for _ in range(reps):
+        fn()
+    b = _ev()
+    torch.cuda.synchronize(dev)
+    return a.elapsed_time(b) / reps
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30))
 
@@ -80,12 +90,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
         n = int(want[2])
         out[f"moe_align_equal_bm{bm}"] = bool(int(have[2]) == n and torch.equal(have[0], want[0])
                                               and torch.equal(have[1][: n // bm], want[1][: n // bm]))
-    a = _ev()
-    for _ in range(20):
-        moe_w4a16(x, slot_ids, w, gu, dn)
-    b = _ev()
-    torch.cuda.synchronize(dev)
-    ms = a.elapsed_time(b) / 20
+    ms = _timed_ms(dev, lambda: moe_w4a16(x, slot_ids, w, gu, dn))
     distinct = int(idx.unique().numel())
     out["moe_ms_32rows"] = round(ms, 4)
     out["moe_gbps"] = round(distinct * lay.weight_bytes / ms / 1e6, 1)
@@ -95,18 +100,11 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
 
     from clover_local.runtime.kernels.w4a16 import linear_config, linear_w4a16_triton, moe_config, moe_w4a16_triton
 
-    def timed_ms(fn, reps: int = 20) -> float:
-        a = _ev()
-        for _ in range(reps):
-            fn()
-        b = _ev()
-        torch.cuda.synchronize(dev)
-        return round(a.elapsed_time(b) / reps, 4)
-
     fcfg = replace(moe_config(32, 8, n_slots), fields=True)
     try:  # a failure here is a finding about one option: keep the rest of the stage
         out["moe_fields_rel_err"] = round(_rel(moe_w4a16_triton(x, slot_ids, w, gu, dn, config=fcfg), ref), 5)
-        out["moe_fields_ms_32rows"] = timed_ms(lambda: moe_w4a16_triton(x, slot_ids, w, gu, dn, config=fcfg))
+        out["moe_fields_ms_32rows"] = round(_timed_ms(dev, lambda: moe_w4a16_triton(x, slot_ids, w, gu, dn,
+                                                                                    config=fcfg)), 4)
     except Exception:
         out["moe_fields_rel_err"], out["moe_fields_error"] = 1.0, traceback.format_exc()[-2000:]
     lin = {}
@@ -119,19 +117,14 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
         xx = torch.randn(32, k, generator=g).to(dev, torch.bfloat16)
         r = linear_w4a16_ref(xx, qw, sc, qz, 128, bits)
         y = linear_w4a16(xx, qw, sc, qz, 128, bits)
-        a = _ev()
-        for _ in range(20):
-            linear_w4a16(xx, qw, sc, qz, 128, bits)
-        b = _ev()
-        torch.cuda.synchronize(dev)
-        ms = a.elapsed_time(b) / 20
+        ms = _timed_ms(dev, partial(linear_w4a16, xx, qw, sc, qz, 128, bits))
         nbytes = qw.numel() * 4 + sc.numel() * 2 + qz.numel() * 4
         lin[name] = {"rel_err": round(_rel(y, r), 5), "ms": round(ms, 4), "gbps": round(nbytes / ms / 1e6, 1)}
         fl = replace(linear_config(32, n, k, 128, bits, dev), fields=True)
         call = partial(linear_w4a16_triton, xx, qw, sc, qz, 128, bits, config=fl)
         try:
             lin[name]["fields_rel_err"] = round(_rel(call(), r), 5)
-            lin[name]["fields_ms"] = timed_ms(call)
+            lin[name]["fields_ms"] = round(_timed_ms(dev, call), 4)
         except Exception:
             lin[name]["fields_rel_err"], lin[name]["fields_error"] = 1.0, traceback.format_exc()[-2000:]
         del qw, sc, qz
@@ -190,12 +183,7 @@ def preview_attention_check(dev: torch.device, window: int = 5120, committed: in
         if dev.type == "cuda":
             for name, fn in (("torch_us", torch_path), ("fused_us", fused)):
                 fn()
-                a = _ev()
-                for _ in range(reps):
-                    fn()
-                b = _ev()
-                torch.cuda.synchronize(dev)
-                res[name] = round(a.elapsed_time(b) / reps * 1000, 1)
+                res[name] = round(_timed_ms(dev, fn, reps) * 1000, 1)
     res["ok"] = bool(res["rel_err"] < 2e-2)
     return res
 
@@ -282,12 +270,7 @@ def gdn_preview_check(dev: torch.device, reps: int = 50) -> dict:
             with torch.cuda.graph(graph):
                 gdn(x, cache, True, n)
             graph.replay()
-            a = _ev()
-            for _ in range(reps):
-                graph.replay()
-            b = _ev()
-            torch.cuda.synchronize(dev)
-            times[f"{name}_layer_us"] = round(a.elapsed_time(b) / reps * 1000, 1)
+            times[f"{name}_layer_us"] = round(_timed_ms(dev, graph.replay, reps) * 1000, 1)
     res["rel_err"] = round(_rel(res.pop("fused"), res.pop("torch")), 5)
     res.update(times)
     res["ok"] = bool(res["installed"] and res["rel_err"] < 2e-2)
