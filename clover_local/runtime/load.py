@@ -20,6 +20,8 @@ from safetensors import SafetensorError, safe_open
 from clover_local.checkpoint.names import global_shapes, layer_shapes, optional
 from clover_local.errors import CloverError
 from clover_local.model.clover import CloverModel, _set_param, fill_layer
+from clover_local.model.attention import Attention
+from clover_local.model.gdn import GatedDeltaNet
 from clover_local.model.moe import SparseMoe
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
@@ -173,18 +175,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             experts = np.arange(n_exp, dtype=np.int64)
             cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
         layer.mlp.experts = OffloadedExperts(runtime, i)
-        if cfg.is_attention(i):
-            layer.self_attn.preview_kernel = preview_attention_kernel(cfg.head_dim, device)
-        else:
-            layer.linear_attn.preview_kernel = gdn_preview_kernel(layer.linear_attn, device)
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
-    ops = fused_layer_ops(device)
-    if ops is not None:  # the small per-layer ops fused (CUDA): norms, the router's softmax/top-k
-        for mod in model.modules():
-            if isinstance(mod, ZeroCenteredRMSNorm):
-                mod.kernel = ops.rms_norm_zc
-            elif isinstance(mod, SparseMoe):
-                mod.route_kernel = ops.route_topk
+    _install_kernels(model, device)
     model.has_preview_params = all(
         f"model.layers.{i}.linear_attn.conv_right_weight" in pack.tensors
         for i in range(cfg.num_hidden_layers) if not cfg.is_attention(i))
@@ -194,6 +186,21 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     cfg.max_position_embeddings = min(cfg.max_position_embeddings, options.context)
     model.runtime = runtime
     return model.eval()
+
+
+def _install_kernels(model: CloverModel, device: torch.device) -> None:
+    """The fused kernels on the model's hooks where they run (CUDA): GDN preview, preview attention, norms, router.
+    A hook left None keeps that module's PyTorch path (CPU, or CLOVER_DISABLE_FUSED=1)."""
+    ops = fused_layer_ops(device)
+    for mod in model.modules():
+        if isinstance(mod, GatedDeltaNet):
+            mod.preview_kernel = gdn_preview_kernel(mod, device)
+        elif isinstance(mod, Attention):
+            mod.preview_kernel = preview_attention_kernel(mod.head_dim, device)
+        elif ops is not None and isinstance(mod, ZeroCenteredRMSNorm):
+            mod.kernel = ops.rms_norm_zc
+        elif ops is not None and isinstance(mod, SparseMoe):
+            mod.route_kernel = ops.route_topk
 
 
 def _load_globals(model: CloverModel, pack: PackIndex, shards: _Shards, device, dtype, options) -> None:
