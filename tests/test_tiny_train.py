@@ -165,3 +165,36 @@ def test_warm_mix_serves_the_first_steps(tmp_path, monkeypatch):
     assert warm_share > main_share  # the count mix: 44 % letter counting against 20 %
     record = json.loads((tmp_path / "w" / "training.json").read_text())
     assert (record["settings"]["warm_mix"], record["settings"]["warm_steps"]) == ("count", 2)
+
+
+def test_mark_weight_weighs_exactly_the_count_traces_marks(tmp_path):
+    """`--mark-weight w`: the `-` or match number after each letter of a letter-count trace gets weight w in the
+    loss, every other token 1 (addition's digits too); at w = 1 the loss is the plain mean it always was."""
+    from clover_local.tiny import train as train_mod
+    from clover_local.tiny.tokenizer_build import build_tokenizer
+
+    examples = corpus.make_train(200, 0, mix="short", scratchpad=["add", "count_match"])
+    tok = build_tokenizer([corpus.render_conversation(e) for e in examples], 400)
+    data = train_mod.Batches(examples, tok, 16, 0, mark_weight=3.0)
+    for ex, (ids, _), marks in zip(examples, data.rows, data.marks):
+        if ex.task != "count_letter":
+            assert marks == []
+            continue
+        words = corpus.count_prompt_parts(ex.prompt)[1]
+        assert len(marks) == len(words)  # one mark per letter of the word
+        expected = [step[len(c):] for step, c in zip(ex.thinking.split(), words)]
+        assert [tok.id_to_token(ids[i]).removesuffix("Ċ") for i in marks] == expected
+    gen = torch.Generator().manual_seed(0)
+    clean, *_, weight = data.sample(8, gen)
+    assert set(weight.unique().tolist()) <= {1.0, 3.0}
+    plain = train_mod.Batches(examples, tok, 16, 0)
+    assert plain.sample(8, torch.Generator().manual_seed(0))[-1] is None
+
+    logits, target = torch.randn(10, 7), torch.randint(0, 7, (10,))
+    w = torch.ones(10)
+    assert torch.allclose(train_mod._weighted_ce(logits, target, w), torch.nn.functional.cross_entropy(logits, target))
+    w[3] = 5.0
+    per = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+    assert torch.allclose(train_mod._weighted_ce(logits, target, w), (per.sum() + 4 * per[3]) / 10)
+    train(tmp_path / "m", TrainSettings(mix="short", scratchpad="count_match", mark_weight=4.0, **TOY), log_every=1)
+    assert json.loads((tmp_path / "m" / "training.json").read_text())["settings"]["mark_weight"] == 4.0

@@ -96,6 +96,7 @@ class TrainSettings:
     init: str = ""  # continue from this tiny checkpoint folder (its weights and tokenizer) instead of from scratch
     optimizer: str = "adamw"  # "muon": Muon for the hidden matrices, AdamW for the rest (tiny/muon.py)
     muon_lr_scale: float = 2.0  # Muon's learning rate as a multiple of `lr` (2 learned faster than 1 on this model)
+    mark_weight: float = 1.0  # loss weight on the letter-count traces' marks (`-` or the match number per letter)
 
 
 def model_spec(s: TrainSettings, tok) -> TinySpec:
@@ -162,16 +163,34 @@ def load_weights(model: CloverModel, folder: Path) -> None:
     model.load_state_dict(state, strict=True)
 
 
-class Batches:
-    """Tokenised conversations with a per-position 'may be masked' flag (False on the prompt)."""
+def count_marks(ex: corpus.Example, ids: list[int], tok) -> list[int]:
+    """Positions of a letter-count trace's marks in `ids` (the `-` or match number written after each letter,
+    between `<think>` and `</think>`): the tokens that carry the letter comparison, ~30 % of them numbers."""
+    if ex.task != "count_letter" or not ex.thinking:
+        return []
+    start, end = tok.token_to_id("<think>"), tok.token_to_id("</think>")
+    if start not in ids or end not in ids:
+        return []
+    lo, hi = ids.index(start), ids.index(end)
+    # the last mark may share a token with the trace's closing newline ("-Ċ"), as small tokenizers merge it
+    return [i for i in range(lo + 1, hi) if (t := tok.id_to_token(ids[i]).removesuffix("Ċ")) == "-" or t.isdigit()]
 
-    def __init__(self, examples: list[corpus.Example], tok, block_size: int, seed: int) -> None:
+
+class Batches:
+    """Tokenised conversations with a per-position 'may be masked' flag (False on the prompt) and loss weight
+    (`mark_weight` on the letter-count traces' marks, 1 elsewhere)."""
+
+    def __init__(self, examples: list[corpus.Example], tok, block_size: int, seed: int,
+                 mark_weight: float = 1.0) -> None:
         self.rows: list[tuple[list[int], int]] = []
+        self.marks: list[list[int]] = []
         for ex in examples:
             full = tok.encode(corpus.render_conversation(ex)).ids
             # the prompt ends at "<|im_start|>assistant\n": everything after it may be masked
             head = tok.encode(corpus.render_prompt(ex, enable_thinking=True)).ids
             self.rows.append((full, len(head)))
+            self.marks.append(count_marks(ex, full, tok) if mark_weight != 1.0 else [])
+        self.mark_weight = mark_weight
         self.block_size = block_size
         # length buckets (in blocks) so a batch is not padded to the longest conversation of the corpus
         self.buckets: dict[int, list[int]] = {}
@@ -184,12 +203,18 @@ class Batches:
         self.rng = random.Random(seed)
 
     def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-        """(clean ids, noisy ids, masked positions, real-token positions, maskable positions) for n conversations
-        of one length bucket."""
+        """(clean ids, noisy ids, masked positions, real-token positions, maskable positions, loss weights) for n
+        conversations of one length bucket."""
         bucket = self.buckets[self.rng.choices(self.bucket_keys, self.bucket_weights)[0]]
-        clean, real, maskable = self.collate([self.rows[self.rng.choice(bucket)] for _ in range(n)])
+        picks = [self.rng.choice(bucket) for _ in range(n)]
+        clean, real, maskable = self.collate([self.rows[i] for i in picks])
         noisy, masked = mask_blocks(clean, self.block_size, self.mask, gen, maskable)
-        return clean, noisy, masked, real, maskable
+        weight = None  # every token at weight 1: the plain mean, bit for bit as before the option existed
+        if self.mark_weight != 1.0:
+            weight = torch.ones(clean.shape)
+            for row, i in enumerate(picks):
+                weight[row, self.marks[i]] = self.mark_weight
+        return clean, noisy, masked, real, maskable, weight
 
     def collate(self, picks: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids padded to whole blocks, real-token positions, maskable positions) for rows of `self.rows`."""
@@ -231,20 +256,29 @@ def optimizers(model: CloverModel, s: TrainSettings) -> list[torch.optim.Optimiz
 def batch_loss(model: CloverModel, batch: tuple[torch.Tensor, ...], s: TrainSettings) -> torch.Tensor:
     """The training objective of one `Batches.sample` batch: masked-token cross-entropy over the previewed blocks,
     plus `ar_weight` × the causal pass's next-token loss."""
-    clean, noisy, masked, real, maskable = batch
+    clean, noisy, masked, real, maskable, weight = batch
     # preview only blocks with a masked position (prompt-only blocks have no loss): same loss, less work
     per_block = masked.view(masked.shape[0], -1, s.block_size)
     blocks = per_block.any(-1)
     clean_h, hidden = model.forward_all_blocks(clean, noisy, blocks)
     chosen = per_block[blocks]
     logits = model.lm_head(hidden[chosen]).float()
-    loss = F.cross_entropy(logits, clean.view_as(per_block)[blocks][chosen])
+    targets = clean.view_as(per_block)[blocks][chosen]
+    loss = _weighted_ce(logits, targets, None if weight is None else weight.view_as(per_block)[blocks][chosen])
     if s.ar_weight:
         # auxiliary next-token loss on the causal pass: dense supervision that also gives `score` meaning
         nxt = real[:, 1:] & (maskable[:, 1:] if s.ar_scope == "assistant" else True)
         ar_logits = model.lm_head(clean_h[:, :-1][nxt]).float()
-        loss = loss + s.ar_weight * F.cross_entropy(ar_logits, clean[:, 1:][nxt])
+        loss = loss + s.ar_weight * _weighted_ce(ar_logits, clean[:, 1:][nxt], None if weight is None else weight[:, 1:][nxt])
     return loss
+
+
+def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Cross-entropy summed with per-token weights over the token count (the plain mean without weights), so
+    up-weighting a few tokens leaves the others' scale alone."""
+    if weight is None:
+        return F.cross_entropy(logits, target)
+    return (F.cross_entropy(logits, target, reduction="none") * weight).sum() / max(target.numel(), 1)
 
 
 def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 500) -> dict:
@@ -266,11 +300,11 @@ def train(out: Path, s: TrainSettings, log_every: int = 50, save_every: int = 50
     if s.init:
         load_weights(model, Path(s.init))
     model.train()
-    data = Batches(examples, tok, s.block_size, s.seed)
+    data = Batches(examples, tok, s.block_size, s.seed, s.mark_weight)
     warm = None
     if s.warm_mix and s.warm_steps > 0:  # same seed, same traces, another task mix
         warm = Batches(corpus.make_train(s.n_train, s.seed, mix=s.warm_mix, multi_turn=s.multi_turn,
-                                         scratchpad=traces), tok, s.block_size, s.seed)
+                                         scratchpad=traces), tok, s.block_size, s.seed, s.mark_weight)
     opts = optimizers(model, s)
     gen = torch.Generator().manual_seed(s.seed + 1)
     curve: list[tuple[int, float]] = []
