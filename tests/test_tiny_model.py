@@ -28,8 +28,9 @@ def test_shipped_files_are_small_and_complete():
     assert sum(p.stat().st_size for p in folder.iterdir()) < 20_000_000
 
 
-# The shipped model (8 layers, eight stages, README) answers held-out prompts of every task: with thinking on (the
-# template's default) 95.7% of 140 (addition and letter counting 95%, lookup and number sorting 90%, the rest 100%).
+# The shipped model (4 layers, the 30-minute recipe, README) answers held-out prompts of every task: with thinking on
+# (the template's default) 93.6% of 140 (addition 85%, number sorting 80%, reversing and letter sorting 95%, the rest
+# 100%).
 # These tests pin what it does today, with a little slack, so a regression in the model code or decoder shows up.
 LEARNED = ("reverse", "count_items", "sort_letters")
 
@@ -103,7 +104,7 @@ def test_answers_as_the_second_turn_of_a_chat(tiny):
 
 def test_counts_a_letter_through_its_match_trace(tiny):
     """Letter counting thinks through the match trace (corpus.match_scratchpad: `b- a1 n- a2`); a right answer
-    comes with the right trace (0.95 on the 140-prompt evaluation; 12/12 here today)."""
+    comes with the right trace (1.00 on the 140-prompt evaluation; 12/12 here today)."""
     asked = corpus.make_heldout(12, HELDOUT_SEED + 3, tasks=["count_letter"])
     right = _right_through_trace(tiny, asked, corpus.match_scratchpad)
     assert right >= 9, f"only {right}/12 held-out letter counts right"
