@@ -275,7 +275,8 @@ def batch_loss(model: CloverModel, batch: tuple[torch.Tensor, ...], s: TrainSett
         # auxiliary next-token loss on the causal pass: dense supervision that also gives `score` meaning
         nxt = real[:, 1:] & (maskable[:, 1:] if s.ar_scope == "assistant" else True)
         ar_logits = model.lm_head(clean_h[:, :-1][nxt]).float()
-        loss = loss + s.ar_weight * _weighted_ce(ar_logits, clean[:, 1:][nxt], None if weight is None else weight[:, 1:][nxt])
+        next_weight = None if weight is None else weight[:, 1:][nxt]
+        loss = loss + s.ar_weight * _weighted_ce(ar_logits, clean[:, 1:][nxt], next_weight)
     return loss
 
 
