@@ -277,10 +277,20 @@ def test_triton_moe_matches_reference(force_triton, m: int, bits: int, groups: t
 
 
 @needs_triton
-@pytest.mark.parametrize("bits,groups,dtype", [(4, (128, 64), torch.bfloat16), (8, (64, 64), torch.float32)])
-def test_field_wise_dots_match_reference(force_triton, bits: int, groups: tuple[int, int], dtype) -> None:
-    """`fields=True` (one small dot per packed field, strided columns of a) gives the unpacking kernels' sums:
-    MoE (gated pass and down pass, a slot with several runs) and the dense linear with split-K."""
+@pytest.mark.parametrize(
+    "bits,groups,dtype",
+    [
+        (4, (128, 64), torch.bfloat16),  # field pairs by bf16 exponent bits (0x4300)
+        (8, (64, 64), torch.float32),  # the fp32 form (2^23 + code)
+        (8, (64, 64), torch.float16),  # field pairs by fp16 exponent bits (0x6400), 8-bit codes
+        (4, (128, 64), torch.float16),
+        (8, (128, 64), torch.bfloat16),  # 8-bit codes overflow bf16's mantissa: the fp32 form, then bf16
+    ],
+)
+def test_both_tile_forms_match_reference(force_triton, bits: int, groups: tuple[int, int], dtype) -> None:
+    """The field-wise dots (the default: one small dot per packed field, strided columns of a, codes turned into
+    floats by exponent bits) and the unpacking form give the reference's sums: MoE (gated pass and down pass, a
+    slot with several runs) and the dense linear with split-K."""
     from clover_local.runtime.kernels.w4a16 import (
         LinearConfig, MoeConfig, _fields_ok, linear_w4a16_triton, moe_w4a16_triton,
     )
@@ -294,8 +304,10 @@ def test_field_wise_dots_match_reference(force_triton, bits: int, groups: tuple[
     x, slot_ids, weights = _dev(x, slot_ids, weights.to(dtype))
     bk = 16 * (32 // bits)  # the smallest K tile field-wise dots allow (I = 64: 4-bit down stays unpacked)
     assert _fields_ok(True, bk, bits) and not _fields_ok(True, bk // 2, bits)
-    got = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, fields=True))
-    _assert_close(got, moe_w4a16_ref(x, slot_ids, weights, gate_up, down), dtype)
+    want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
+    for fields in (True, False):
+        got = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, fields=fields))
+        _assert_close(got, want, dtype)
 
     k, n, group = 256, 96, 128
     pack = _random_pack(k, n, group, bits, gen)
@@ -303,8 +315,34 @@ def test_field_wise_dots_match_reference(force_triton, bits: int, groups: tuple[
     xl = xl[:, ::2]  # strided columns: the field loads step through a's column stride
     args = (qweight, scales, qzeros, group, bits)
     want = linear_w4a16_ref(xl, *args)
-    for cfg in (LinearConfig(16, 32, bk, fields=True), LinearConfig(16, 64, bk, split_k=2, fields=True)):
-        _assert_close(linear_w4a16_triton(xl, *args, config=cfg), want, dtype)
+    for fields in (True, False):
+        for cfg in (LinearConfig(16, 32, bk, fields=fields), LinearConfig(16, 64, bk, split_k=2, fields=fields)):
+            _assert_close(linear_w4a16_triton(xl, *args, config=cfg), want, dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_magic_bits_turn_every_code_and_zero_into_an_exact_float(dtype, bits: int) -> None:
+    """What `_fields_dot` relies on, for every code c and zero z (qzeros + 1) the format allows: the 16-bit
+    float with bits MAGIC | c, minus the one with MAGIC | z, is exactly c − z; and where no such 16-bit pattern
+    exists (8-bit codes in bf16: 7 mantissa bits) `magic_bits` says 0, so the fp32 form runs."""
+    from clover_local.runtime.kernels.w4a16 import magic_bits
+
+    magic = magic_bits(dtype, bits)
+    codes = torch.arange(1 << bits, dtype=torch.int32)
+    zeros = torch.arange(1, (1 << bits) + 1, dtype=torch.int32)
+    if magic == 0:
+        assert dtype == torch.bfloat16 and bits == 8
+        as16 = ((0x4300 | codes) & 0xFFFF).to(torch.int16).view(dtype).float()
+        assert not torch.equal(as16 - 128, codes.float())  # the 16-bit trick would be wrong here
+        magic, dtype, codes_f = 0x4B000000, torch.float32, codes  # the fp32 form: 2^23 + c
+        w = (magic | codes_f[:, None]).view(torch.float32) - (magic | zeros[None, :]).view(torch.float32)
+    else:
+        def f16(v: torch.Tensor) -> torch.Tensor:
+            return (magic | v).to(torch.int16).view(dtype)
+        w = (f16(codes)[:, None] - f16(zeros)[None, :]).float()  # the subtraction in the 16-bit dtype, as on a GPU
+    assert torch.equal(w, (codes[:, None] - zeros[None, :]).float())
 
 
 def test_dispatch_uses_reference_without_force(monkeypatch) -> None:
@@ -558,7 +596,8 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-m", "clover_local.runtime.kernels.compile_check", "--arch", "90,120",
-                          "--json"], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)
+                          "--json", "--sass"], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                         timeout=900)
     assert res.returncode in (0, 1), res.stderr[-2000:]
     report = json.loads(res.stdout)
     bad = [(r["arch"], r["kernel"], r["case"], r.get("error", "shared memory over the limit")) for r in report["results"]
@@ -566,3 +605,13 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     assert not bad, bad
     kernels = {r["kernel"] for r in report["results"]}
     assert {"_moe_kernel", "_linear_kernel", "_gdn_preview_kernel", "_partial_kernel", "_route_topk_kernel"} <= kernels
+    # The default (field-wise) W4A16 tiles turn codes into floats without int→float instructions (I2F runs at a
+    # quarter of the integer rate) and spend fewer instructions per weight in the K loop than the unpacking form.
+    w4 = {(r["arch"], r["case"]): r for r in report["results"] if r["kernel"] in ("_moe_kernel", "_linear_kernel")}
+    for arch in ("sm_90", "sm_120"):
+        for case in ("MoE 4-bit H2048 I512 gate/up", "MoE 4-bit H2048 I512 down", "W4A16 2048->8192"):
+            default = w4[(arch, case)]
+            unpacked = w4[(arch, case.replace("I512 ", "I512 unpacked ") if "MoE" in case else case + " unpacked")]
+            assert "I2F" not in default["loop_ops"] and unpacked["loop_ops"].get("I2F", 0) > 0, (arch, case)
+            assert default["per_weight"] < 0.85 * unpacked["per_weight"], (arch, case, default["per_weight"],
+                                                                          unpacked["per_weight"])

@@ -167,16 +167,17 @@ def _linear_configs(m: int, n: int, k: int, group: int, bits: int, sweep: str):
                         cfg = LinearConfig(default.block_m, bn, bk, sk, w, st)
                         if cfg not in configs:
                             configs.append(cfg)
-    return default, configs + _with_fields(configs, group, bits)
+    return default, configs + _with_unpacked(configs, group, bits)
 
 
-def _with_fields(configs: list, group: int, bits: int) -> list:
-    """Each config again with field-wise dots (`w4a16._fields_dot`) where its K tile allows them."""
+def _with_unpacked(configs: list, group: int, bits: int) -> list:
+    """Each field-wise config (`w4a16._fields_dot`, the default form) again with its tile unpacked into K order
+    (`_weight_tile`), where the K tile allows field-wise dots at all (else both run the unpacked form)."""
     from dataclasses import replace
 
     from .w4a16 import _fields_ok
 
-    return [replace(c, fields=True) for c in configs if not c.fields and _fields_ok(True, min(c.block_k, group), bits)]
+    return [replace(c, fields=False) for c in configs if c.fields and _fields_ok(True, min(c.block_k, group), bits)]
 
 
 def bench_linear(name: str, m: int, k: int, n: int, bits: int, group: int, dtype, bw_gbs: float, sweep: str) -> dict:
@@ -282,7 +283,7 @@ def bench_moe(
                         cfg = MoeConfig(bm, bn, bk, w, default.num_stages)  # block_k is capped at the group
                         if cfg not in configs:
                             configs.append(cfg)
-        configs += _with_fields(configs, group, bits)
+        configs += _with_unpacked(configs, group, bits)
     results = []
     for cfg in configs:
         try:

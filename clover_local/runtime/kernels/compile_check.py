@@ -7,7 +7,7 @@ compiles the captured launch (the same constexprs, dtypes, num_warps and num_sta
 architectures with Triton's bundled ptxas, and reads the cubin's resource use (registers per thread, local
 memory = spills, shared memory) with the bundled cuobjdump.
 
-    python -m clover_local.runtime.kernels.compile_check [--arch 90,120] [--json]
+    python -m clover_local.runtime.kernels.compile_check [--arch 90,120] [--json] [--sass]
 
 sm_90 is the H200 of our benchmarks, sm_120 the RTX 5070 Ti the product is for. Run it without
 TRITON_INTERPRET (the kernels must be compiled functions, not interpreted ones).
@@ -70,7 +70,7 @@ def _intercepted(module, names: list[str], sink: list[Launch], case: Callable[[]
 
 def capture_launches() -> list[Launch]:
     """Every kernel launch of the runtime's wrappers at the real model's shapes (bf16 activations, 32 block
-    rows, a 16 GiB cache's slot count), W4A16 tiles in both forms (unpacked and field-wise)."""
+    rows, a 16 GiB cache's slot count), W4A16 tiles in both forms (field-wise, the default, and unpacked)."""
     from dataclasses import replace
 
     from clover_local.config import parse_config
@@ -104,8 +104,8 @@ def capture_launches() -> list[Launch]:
             qz = torch.zeros(k // 128, n // per, dtype=torch.int32)
             xx = torch.zeros(m, k, dtype=bf)
             base = w4a16.linear_config(m, n, k, 128, bits, torch.device("cpu"))
-            for cfg_l in (base, replace(base, fields=True)):
-                label["case"] = f"W{bits}A16 {k}->{n}{' fields' if cfg_l.fields else ''}"
+            for cfg_l in (base, replace(base, fields=False)):
+                label["case"] = f"W{bits}A16 {k}->{n}{'' if cfg_l.fields else ' unpacked'}"
                 w4a16.linear_w4a16_triton(xx, qw, sc, qz, 128, bits, config=cfg_l)
         slots = 64
         gu = PackedStack(torch.zeros(slots, h // 8, 2 * inter, dtype=torch.int32),
@@ -117,8 +117,8 @@ def capture_launches() -> list[Launch]:
         ids = torch.zeros(m, topk, dtype=torch.int32)
         wts = torch.zeros(m, topk, dtype=bf)
         base_moe = w4a16.moe_config(m, topk, 8515)
-        for cfg_m in (base_moe, replace(base_moe, fields=True)):
-            label["case"] = f"MoE 4-bit H{h} I{inter}{' fields' if cfg_m.fields else ''}"
+        for cfg_m in (base_moe, replace(base_moe, fields=False)):
+            label["case"] = f"MoE 4-bit H{h} I{inter}{'' if cfg_m.fields else ' unpacked'}"
             w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=cfg_m)
         label["case"] = "moe_align 256 pairs, 8515 slots"
         w4a16.moe_align_triton(ids, 8515, base_moe.block_m)
@@ -183,21 +183,75 @@ def resource_usage(cubin: bytes) -> dict:
     return use
 
 
+def loop_census(cubin: bytes) -> dict:
+    """The instructions of the kernel's longest loop (for the W4A16 kernels: one K tile), by opcode, from the
+    bundled nvdisasm. Why: at 32 rows these kernels are bound by instruction issue, not bytes (an int→float
+    conversion runs at a quarter of the integer rate), so instructions per weight is a GPU-free proxy for their
+    speed — a proxy, which the GPU's times overrule."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True, timeout=60).stdout
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    spans = [(labels[m.group(1)], i) for i, line in enumerate(lines)
+             if (m := re.search(r"\bBRA\b[^`]*`\((\.L_x_\d+)\)", line)) and labels.get(m.group(1), i) < i]
+    if not spans:
+        return {}
+    start, end = max(spans, key=lambda se: se[1] - se[0])
+    ops: dict[str, int] = {}
+    for line in lines[start:end + 1]:
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if m:
+            ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    return {"loop_instructions": sum(ops.values()), "loop_ops": dict(sorted(ops.items(), key=lambda kv: -kv[1]))}
+
+
+def _weights_per_iteration(launch: Launch) -> int | None:
+    """Weights one program's K-loop iteration consumes (the W4A16 kernels), else None."""
+    a = launch.args
+    if launch.kernel == "_linear_kernel":
+        return a["BLOCK_K"] * a["BLOCK_N"]
+    if launch.kernel == "_moe_kernel":
+        return a["BLOCK_K"] * a["BLOCK_N"] * (2 if a["GATED"] else 1)
+    return None
+
+
 # Shared memory one block may use (opt-in maximum), by compute capability: a kernel above it compiles but cannot
 # launch ("out of resources").
 MAX_SHARED = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448, 120: 101_376}
 
 
-def compile_launch(launch: Launch, arch: int) -> dict:
+def _specialized(launch: Launch, target) -> tuple[dict, dict, dict, dict]:
+    """Signature, constexprs, attributes and options as the JIT would make them at launch: an int argument
+    equal to 1 becomes a constant and pointers and ints divisible by 16 are marked so — what lets the compiler
+    vectorize a load, so the compiled code is the code that runs. Falls back to plain types (no
+    specialization) where this triton's internals differ."""
+    try:
+        from triton.compiler import make_backend
+        from triton.runtime.jit import create_function_from_signature
+
+        backend = make_backend(target)
+        binder = create_function_from_signature(launch.fn.signature, launch.fn.params, backend)
+        bound, spec, opts = binder(**launch.args, **launch.options)
+        options, sig, consts, attrs = launch.fn._pack_args(backend, dict(launch.options), bound, spec, opts)
+        return sig, consts, attrs, options.__dict__
+    except Exception:
+        sig, consts = _signature(launch)
+        return sig, consts, {}, dict(launch.options)
+
+
+def compile_launch(launch: Launch, arch: int, sass: bool = False) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    sig, consts = _signature(launch)
+    target = GPUTarget("cuda", arch, 32)
+    sig, consts, attrs, options = _specialized(launch, target)
     t0 = time.perf_counter()
     try:
-        compiled = triton.compile(ASTSource(fn=launch.fn, signature=sig, constexprs=consts),
-                                  target=GPUTarget("cuda", arch, 32), options=dict(launch.options))
+        compiled = triton.compile(ASTSource(fn=launch.fn, signature=sig, constexprs=consts, attrs=attrs),
+                                  target=target, options=options)
     except Exception as err:  # report: the finding is which kernel fails where
         msg = f"{type(err).__name__}: {err}"
         return {"ok": False, "error": msg[-1500:]}
@@ -208,6 +262,13 @@ def compile_launch(launch: Launch, arch: int) -> dict:
     out["fits"] = limit is None or out["shared_bytes"] <= limit
     out["spills"] = out.get("stack", 0) > 0 or out.get("local", 0) > 0  # a stack frame here is spilled registers
     out["ok"] = out["fits"]
+    per_iter = _weights_per_iteration(launch)
+    if sass and per_iter:
+        census = loop_census(compiled.asm["cubin"])
+        if census:  # thread instructions per weight: a warp instruction is 32 threads' worth
+            threads = 32 * compiled.metadata.num_warps
+            census["per_weight"] = round(census["loop_instructions"] * threads / per_iter, 2)
+            out.update(census)
     return out
 
 
@@ -215,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="90,120", help="compute capabilities, e.g. 90 (H100/H200), 120 (RTX 50)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    parser.add_argument("--sass", action="store_true",
+                        help="also count the W4A16 kernels' K-loop instructions per weight (nvdisasm)")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("error: unset TRITON_INTERPRET: the kernels must be compiled, not interpreted", file=sys.stderr)
@@ -224,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     for launch in capture_launches():
         for arch in archs:
             results.append({"kernel": launch.kernel, "case": launch.case, "arch": f"sm_{arch}",
-                            **compile_launch(launch, arch)})
+                            **compile_launch(launch, arch, args.sass)})
     ok = all(r["ok"] for r in results)
     if args.json:
         print(json.dumps({"ok": ok, "results": results}, indent=1))
@@ -235,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 what = (f"regs {r.get('reg', '?'):>3}  stack {r.get('stack', '?'):>5} B  shared {r['shared_bytes']:>6} B"
                         f"{'' if r['fits'] else ' (over the limit)'}  warps {r['num_warps']}  {r['compile_s']:.1f}s")
+                if "per_weight" in r:
+                    top = ", ".join(f"{op} {n}" for op, n in list(r["loop_ops"].items())[:6])
+                    what += f"\n{'':30} K loop: {r['loop_instructions']} instructions, {r['per_weight']}/weight ({top})"
             print(f"{r['arch']:6} {r['kernel']:22} {r['case']:44} {what}")
     return 0 if ok else 1
 

@@ -3,10 +3,11 @@
 Two kernels share one weight-tile loader:
 
 - `_linear_kernel`: out[M, N] = x[M, K] @ W[K, N] for small M (decode and 32-row preview passes). Grid
-  (N tiles, M tiles, K splits). Each step loads a [BLOCK_K / p, BLOCK_N] int32 tile of qweight once, unpacks
-  it in registers to [BLOCK_K, BLOCK_N] codes, subtracts the group's zero (qzeros + 1) and feeds the integer
-  tile (exact in bf16/fp16) to `tl.dot` against x; the fp32 partial of that K tile is multiplied by the group's
-  scale row and accumulated in fp32. BLOCK_K divides the group, so one K tile has one scale and zero row.
+  (N tiles, M tiles, K splits). Each step loads a [BLOCK_K / p, BLOCK_N] int32 tile of qweight once; each of
+  its p fields (`_fields_dot`; or the tile unpacked to [BLOCK_K, BLOCK_N] codes, `_weight_tile`) minus the
+  group's zero (qzeros + 1) is an integer tile, exact in bf16/fp16, fed to `tl.dot` against x; the fp32 partial
+  of that K tile is multiplied by the group's scale row and accumulated in fp32. BLOCK_K divides the group, so
+  one K tile has one scale and zero row.
   Split-K (for few N tiles at small M) writes fp32 partials [SPLIT_K, M, N] that torch sums (deterministic).
 - `_moe_kernel`: the vLLM-style grouped GEMM over (token, choice) pairs sorted by expert slot and padded to
   BLOCK_M per slot (`moe_align`: two small Triton launches, no host sync, static shapes: CUDA-graph friendly). Every
@@ -16,7 +17,8 @@ Two kernels share one weight-tile loader:
 
 TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.dot` and int → bf16 casts wrong,
 so interpreted runs do the dot in fp32 (`DOT_F32`); that is exact for the integer weight tile and matches what
-the GPU's bf16 MMA with fp32 accumulation computes up to summation order.
+the GPU's bf16 MMA with fp32 accumulation computes up to summation order. (Bit casts to bf16 and bf16
+arithmetic are right there, so the field-wise form's bf16 bit tricks run as on a GPU.)
 """
 
 from __future__ import annotations
@@ -79,37 +81,75 @@ def _weight_tile(
 
 
 @triton.jit
+def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, j: tl.constexpr):
+    """Columns k0 + PER·i + j of a (i = offs_i): the input rows field j of a packed tile's words hold."""
+    return tl.load(a_rows_ptr[:, None] + (k0 + offs_i * PER + j)[None, :] * stride_ak, mask=row_mask[:, None],
+                   other=0.0)
+
+
+@triton.jit
+def _minus(w, zw, DOT_F32: tl.constexpr):
+    """w − zw, exact either way (both integers in a 16-bit float's exact range); in fp32 for interpreted runs,
+    whose bf16 arithmetic returns NaN (triton 3.9), in the operands' dtype on a GPU (two per instruction)."""
+    if DOT_F32:
+        return w.to(tl.float32) - zw.to(tl.float32)
+    return w - zw
+
+
+@triton.jit
 def _fields_dot(
     a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr,
 ):
     """a[:, k0 … k0+BLOCK_K] @ W's tile, scaled, fp32 [BLOCK_M, BLOCK_N], without unpacking the tile into K
-    order: field j of every packed row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] integer
-    tile, multiplied with the matching strided columns of a (loaded straight from a, cached) — PER small dots, no
-    register reshuffle, and only one field's codes live at a time. a_rows_ptr [BLOCK_M]: each row's first column."""
+    order: field j of every packed row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] tile,
+    multiplied with the matching strided columns of a (loaded straight from a, cached) — PER small dots, no
+    register reshuffle through shared memory (the compiler loads the packed words straight into the MMA operand
+    layout), and only one or two fields' weights live at a time. a_rows_ptr [BLOCK_M]: each row's first column.
+
+    Codes become floats by exponent bits, not int→float instructions (I2F runs at a quarter of the integer rate
+    and was one instruction per weight; see `magic_bits`): MAGIC ≠ 0 is a 16-bit float whose mantissa's low bits
+    take a code exactly (bf16 0x4300 = 128 + c for 4-bit codes, fp16 0x6400 = 1024 + c up to 8 bits), so one
+    shift and one and-or turn a word into two fields (j and j + PER/2, its low and high halves) and the zero is
+    subtracted in the same dtype, exactly. MAGIC = 0 (8-bit codes with bf16, fp32 activations): the fp32 form
+    2^23 + c, one field at a time."""
     PER: tl.constexpr = 32 // BITS
     MASK: tl.constexpr = (1 << BITS) - 1
     packed, zero, scale = _packed_tile(
         qw_base, sc_base, qz_base, k0, offs_n, n_mask,
         stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
     )
+    words = packed.to(tl.uint32, bitcast=True)
     offs_i = tl.arange(0, BLOCK_K // PER)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for j in tl.static_range(PER):
-        a = tl.load(a_rows_ptr[:, None] + (k0 + offs_i * PER + j)[None, :] * stride_ak, mask=row_mask[:, None],
-                    other=0.0)
-        acc += _dot(a, ((packed >> (j * BITS)) & MASK) - zero[None, :], DOT_F32, PREC)
+    if MAGIC != 0:
+        dt = a_rows_ptr.dtype.element_ty
+        HALF: tl.constexpr = PER // 2  # field j + HALF sits 16 bits above field j
+        PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
+        PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
+        zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[None, :]  # MAGIC's value + zero
+        for j in tl.static_range(HALF):
+            pair = ((words >> (j * BITS)) & PAIR_MASK) | PAIR_MAGIC
+            lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
+            hi = _minus((pair >> 16).to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
+            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j), lo, DOT_F32, PREC)
+            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF), hi, DOT_F32, PREC)
+    else:
+        zf = (zero.to(tl.float32) + 8388608.0)[None, :]  # 2^23 + zero
+        for j in tl.static_range(PER):
+            w = (((words >> (j * BITS)) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j), w, DOT_F32, PREC)
     return acc * scale[None, :]
 
 
 @triton.jit
-def _dot(a, w_int, DOT_F32: tl.constexpr, PREC: tl.constexpr):
-    """a [BM, BK] (x's dtype) @ integer tile [BK, BN] → fp32."""
+def _dot(a, w, DOT_F32: tl.constexpr, PREC: tl.constexpr):
+    """a [BM, BK] (x's dtype) @ weight tile [BK, BN] (integer-valued: int32 or a float dtype) → fp32."""
     if DOT_F32:
-        return tl.dot(a.to(tl.float32), w_int.to(tl.float32), input_precision=PREC)
-    return tl.dot(a, w_int.to(a.dtype))
+        return tl.dot(a.to(tl.float32), w.to(tl.float32), input_precision=PREC)
+    return tl.dot(a, w.to(a.dtype))
 
 
 @triton.jit
@@ -121,7 +161,7 @@ def _linear_kernel(
     stride_os, stride_om, stride_on,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -138,7 +178,7 @@ def _linear_kernel(
         if FIELDS:
             acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, qw_ptr, sc_ptr, qz_ptr, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC)
         else:
             a = tl.load(
                 x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None],
@@ -164,7 +204,7 @@ def _moe_kernel(
     A_ROW_DIV: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr,
 ):
     """One BLOCK_M run of (token, choice) pairs of one slot × one BLOCK_N tile of output columns.
 
@@ -192,12 +232,12 @@ def _moe_kernel(
         if FIELDS:
             acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC)
             if GATED:  # the up half (see the unpacking branch)
                 acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
                                       sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
                                       offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                                      GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC)
+                                      GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC)
         else:
             a = tl.load(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
@@ -231,6 +271,11 @@ def _moe_kernel(
 # Host side
 
 
+# The default is the field-wise form (`_fields_dot`); fields=False unpacks each tile into K order (`_weight_tile`:
+# one int→float instruction and one shared-memory store per weight, and 255 registers with spills in the dense
+# linear). Chosen from the compiled code, not yet from GPU times: `compile_check --sass` counts the K loop's
+# instructions per weight (MoE gate/up at 32 rows, sm_90: 7.9 unpacked vs 4.4 field-wise; BENCHMARKS.md), and
+# `gpu_check` times both forms at real shapes.
 @dataclass(frozen=True)
 class LinearConfig:
     block_m: int
@@ -239,7 +284,7 @@ class LinearConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
-    fields: bool = False  # `_fields_dot` instead of unpacking the tile (needs block_k / (32 / bits) ≥ 16)
+    fields: bool = True  # `_fields_dot` (needs block_k / (32 / bits) ≥ 16, else the unpacking form runs)
 
 
 @dataclass(frozen=True)
@@ -249,7 +294,7 @@ class MoeConfig:
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 3
-    fields: bool = False  # as LinearConfig.fields
+    fields: bool = True  # as LinearConfig.fields
 
 
 def _num_sms(device: torch.device) -> int:
@@ -275,6 +320,17 @@ def _block_m(m: int) -> int:
 def _fields_ok(fields: bool, block_k: int, bits: int) -> bool:
     """Field-wise dots need each field's K (block_k / values per int32) to be a tl.dot size (≥ 16)."""
     return fields and block_k // (32 // bits) >= 16
+
+
+def magic_bits(dtype: torch.dtype, bits: int) -> int:
+    """The 16-bit float `_fields_dot` ORs each code into, or 0 for its fp32 form. Its mantissa's low bits must
+    hold every code and every zero (qzeros + 1 ≤ 2^bits) with a step of exactly 1: bf16 keeps 7 mantissa bits, so
+    0x4300 (128.0) takes 4-bit codes; fp16 keeps 10, so 0x6400 (1024.0) takes up to 8 bits."""
+    if dtype == torch.bfloat16 and bits <= 4:
+        return 0x4300
+    if dtype == torch.float16 and bits <= 8:
+        return 0x6400
+    return 0
 
 
 def _dot_mode(x: Tensor) -> tuple[bool, str]:
@@ -328,7 +384,7 @@ def linear_w4a16_triton(
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group_size, BITS=bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, cfg.block_k, bits),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        MAGIC=magic_bits(x.dtype, bits), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     y = out[0] if split == 1 else out.sum(0).to(x.dtype)
     return y.reshape(*lead, n)
@@ -485,7 +541,7 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         GROUP=stack.group_size, BITS=stack.bits,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
         DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, bk, stack.bits),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        MAGIC=magic_bits(a.dtype, stack.bits), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
 
