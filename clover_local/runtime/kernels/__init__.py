@@ -12,6 +12,8 @@ imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. En
 - `CLOVER_DISABLE_TRITON=1`: always use the reference (debugging, bisecting a kernel bug on a GPU).
 - `CLOVER_DISABLE_FUSED=1`: keep the W4A16 kernels but run the model's own PyTorch path for the GDN preview,
   preview attention, norms, router and slot mapping (the before/after of a benchmark; bisecting).
+- `CLOVER_W4A16_FORM=unpacked`: the W4A16 kernels unpack each weight tile into K order instead of the
+  field-wise dots (`w4a16.py`; the before/after of the default's change, on a GPU).
 
 Nothing here imports triton at module level.
 """

@@ -297,6 +297,12 @@ class MoeConfig:
     fields: bool = True  # as LinearConfig.fields
 
 
+def _default_fields() -> bool:
+    """The tile form the configs pick: field-wise unless CLOVER_W4A16_FORM=unpacked (a whole-pass before/after
+    on a GPU, `docs/gpu_session.sh` stage `unpacked`)."""
+    return os.environ.get("CLOVER_W4A16_FORM", "fields") != "unpacked"
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -350,7 +356,7 @@ def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: to
     k_tiles = k // bk
     target = 2 * _num_sms(device)
     split = max(1, min(k_tiles, 16, target // max(tiles, 1)))
-    return LinearConfig(bm, bn, bk, split)
+    return LinearConfig(bm, bn, bk, split, fields=_default_fields())
 
 
 def linear_w4a16_triton(
@@ -520,7 +526,7 @@ def moe_config(m: int, topk: int, num_slots: int) -> MoeConfig:
     """BLOCK_M from the mean pairs per slot in use: 16 for decode/preview (most slots see 1–4 pairs)."""
     t = m * topk
     per_slot = t / max(1, min(num_slots, t))
-    return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64)
+    return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64, fields=_default_fields())
 
 
 def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_div, gated, mul_weight, cfg):
