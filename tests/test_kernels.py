@@ -488,6 +488,55 @@ def test_fused_route_matches_sparse_moe_route(force_triton, n, e, k) -> None:
 
 
 @needs_triton
+@pytest.mark.parametrize("n,dtype", [(7, torch.float32), (32, torch.bfloat16)])
+def test_fused_shared_expert_path_matches_sparse_moe(force_triton, n, dtype) -> None:
+    """`SparseMoe.forward` with the shared expert merged (`PackedMLP`: gate and up in one packed call, silu · up
+    fused) and the combine fused (`shared_combine`: the gate's one-column linear, sigmoid, product, sum) gives the
+    eager forward's output; and each fused op alone gives its line of the eager code."""
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.moe import SparseMoe
+    from clover_local.runtime.kernels import fused_layer_ops
+    from clover_local.runtime.packed_linear import PackedLinear, PackedMLP, merge_columns
+
+    ops = fused_layer_ops(torch.device(DEVICE))
+    gen = torch.Generator().manual_seed(n)
+    cfg = parse_config(tiny_config_dict(TinySpec(num_experts=16, num_experts_per_tok=4)))
+    moe = SparseMoe(cfg)
+    with torch.no_grad():
+        for prm in moe.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=gen) * 0.1)
+    h, inter = cfg.hidden_size, cfg.shared_expert_intermediate_size
+
+    def packed(k: int, cols: int, bits: int) -> PackedLinear:
+        pk = _random_pack(k, cols, 32, bits, gen)
+        return PackedLinear(*_dev(pk["qweight"], pk["scales"], pk["qzeros"]), 32, bits)
+
+    gate, up, down = packed(h, inter, 8), packed(h, inter, 8), packed(inter, h, 8)
+    moe.shared_expert.gate_proj, moe.shared_expert.up_proj, moe.shared_expert.down_proj = gate, up, down
+    moe = moe.to(DEVICE, dtype)
+    x = _dev(_x(n, h, dtype, gen))[0]
+    want = moe(x)
+
+    merged = merge_columns(gate, up)
+    assert merged is not None and merged.out_features == 2 * inter and merge_columns(gate, packed(h, inter, 4)) is None
+    both = merged(x)
+    _assert_close(both, torch.cat([gate(x), up(x)], -1), dtype)
+    _assert_close(ops.silu_mul(both), torch.nn.functional.silu(gate(x)) * up(x), dtype)
+    routed, shared = moe.experts(x, *moe.route(x)[:2]), moe.shared_expert(x)
+    _assert_close(ops.shared_combine(routed, x, moe.shared_expert_gate.weight, shared),
+                  routed + torch.sigmoid(moe.shared_expert_gate(x)) * shared, dtype)
+
+    mlp = PackedMLP(merged, down)
+    _assert_close(mlp(x), shared, dtype)  # the torch silu · up
+    mlp.silu_mul_kernel = ops.silu_mul
+    moe.shared_expert, moe.combine_kernel = mlp, ops.shared_combine
+    _assert_close(moe(x), want, dtype)
+    with pytest.raises(ValueError, match="disagree"):
+        ops.shared_combine(routed, x[:, :-1], moe.shared_expert_gate.weight, shared)
+
+
+@needs_triton
 def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
     """Use counts (with repeats: atomic adds), slot lookup, non-resident choices zero-weighted on slot 0."""
     from clover_local.runtime.kernels import fused_layer_ops

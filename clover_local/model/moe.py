@@ -88,6 +88,9 @@ class SparseMoe(nn.Module):
         # (router logits [N,E], k, dtype) -> route()'s ids and weights in one launch: the runtime's Triton kernel
         # on CUDA (kernels/layer_ops.py); None: `route`, the definition
         self.route_kernel: Callable | None = None
+        # (routed [N,H], x [N,H], shared_expert_gate weight [1,H], shared [N,H]) -> the last line of `forward`
+        # in one launch (kernels/layer_ops.py `shared_combine`); None: the line itself
+        self.combine_kernel: Callable | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(top-k expert ids [N,k], renormalised weights [N,k], full router probabilities [N,E] fp32)."""
@@ -104,5 +107,9 @@ class SparseMoe(nn.Module):
         else:
             idx, w, _ = self.route(flat)
         out = self.experts(flat, idx, w)
-        out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
+        shared = self.shared_expert(flat)
+        if self.combine_kernel is not None:
+            out = self.combine_kernel(out, flat, self.shared_expert_gate.weight, shared)
+        else:
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * shared
         return out.reshape(shape)

@@ -191,7 +191,8 @@ def preview_attention_check(dev: torch.device, window: int = 5120, committed: in
 
 def layer_ops_check(dev: torch.device) -> dict:
     """The fused small ops (`kernels/layer_ops.py`) against their definitions at the real shapes: the hidden
-    norm (2048, bf16, 32 rows), the router (32 rows × 256 experts, top-8: the same ids, close weights)."""
+    norm (2048, bf16, 32 rows), the router (32 rows × 256 experts, top-8: the same ids, close weights), the
+    shared expert's silu · up (2 × 512) and its combine with the routed output."""
     from clover_local.model.moe import SparseMoe
     from clover_local.model.norm import ZeroCenteredRMSNorm
     from clover_local.runtime.kernels import fused_layer_ops
@@ -225,7 +226,18 @@ def layer_ops_check(dev: torch.device) -> dict:
     # bf16 router logits tie often (256 of them at ~3 significant digits): where torch.topk and the kernel break
     # a tie differently the ids differ but the chosen probabilities do not — that is what must be equal
     res["route_probs_equal"] = bool(torch.equal(probs.gather(1, idx), probs.gather(1, want_idx)))
-    res["ok"] = bool(res["norm_rel_err"] < 1e-2 and res["route_w_rel_err"] < 1e-2 and res["route_probs_equal"])
+    # the shared expert's fused silu · up and its combine with the routed output
+    inter = cfg.shared_expert_intermediate_size
+    both = torch.randn(32, 2 * inter, generator=g).to(dev, torch.bfloat16)
+    routed, shared = (torch.randn(32, cfg.hidden_size, generator=g).to(dev, torch.bfloat16) for _ in range(2))
+    gate_w = (torch.randn(1, cfg.hidden_size, generator=g) * 0.05).to(dev, torch.bfloat16)
+    with torch.inference_mode():
+        res["silu_mul_rel_err"] = round(_rel(ops.silu_mul(both), torch.nn.functional.silu(both[:, :inter])
+                                             * both[:, inter:]), 5)
+        res["shared_combine_rel_err"] = round(_rel(ops.shared_combine(routed, x, gate_w, shared),
+                                                   routed + torch.sigmoid(x @ gate_w.T) * shared), 5)
+    res["ok"] = bool(res["norm_rel_err"] < 1e-2 and res["route_w_rel_err"] < 1e-2 and res["route_probs_equal"]
+                     and res["silu_mul_rel_err"] < 1e-2 and res["shared_combine_rel_err"] < 1e-2)
     return res
 
 

@@ -29,7 +29,7 @@ from clover_local.runtime.expert_store import HostExpertStore
 from clover_local.runtime.kernels import fused_layer_ops, gdn_preview_kernel, preview_attention_kernel
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
-from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear
+from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear, PackedMLP, merge_columns
 from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, Plan, make_plan
 from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes
 from clover_local.runtime.slab import SlabLayout
@@ -189,7 +189,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
 
 
 def _install_kernels(model: CloverModel, device: torch.device) -> None:
-    """The fused kernels on the model's hooks where they run (CUDA): GDN preview, preview attention, norms, router.
+    """The fused kernels on the model's hooks where they run (CUDA): GDN preview, preview attention, norms, router,
+    the shared expert's silu · up and its combine with the routed experts.
     A hook left None keeps that module's PyTorch path (CPU, or CLOVER_DISABLE_FUSED=1)."""
     ops = fused_layer_ops(device)
     for mod in model.modules():
@@ -201,6 +202,9 @@ def _install_kernels(model: CloverModel, device: torch.device) -> None:
             mod.kernel = ops.rms_norm_zc
         elif ops is not None and isinstance(mod, SparseMoe):
             mod.route_kernel = ops.route_topk
+            mod.combine_kernel = ops.shared_combine
+        elif ops is not None and isinstance(mod, PackedMLP):
+            mod.silu_mul_kernel = ops.silu_mul
 
 
 def _load_globals(model: CloverModel, pack: PackIndex, shards: _Shards, device, dtype, options) -> None:
@@ -249,3 +253,15 @@ def _load_layer_dense(layer, i: int, pack: PackIndex, shards: _Shards, device, d
             raise CloverError(f"pack tensor {prefix}{rel} has shape {list(t.shape)}, expected {list(shape)}")
         state[rel] = t
     fill_layer(layer, state, device, dtype)
+    _merge_shared_expert(layer)
+
+
+def _merge_shared_expert(layer) -> None:
+    """The shared expert as a `PackedMLP` (gate and up in one packed call) where both are packed alike."""
+    mlp = getattr(layer.mlp, "shared_expert", None)
+    if mlp is None or not all(isinstance(getattr(mlp, n, None), PackedLinear)
+                              for n in ("gate_proj", "up_proj", "down_proj")):
+        return
+    merged = merge_columns(mlp.gate_proj, mlp.up_proj)
+    if merged is not None:
+        layer.mlp.shared_expert = PackedMLP(merged, mlp.down_proj)  # the two halves are freed with `mlp`

@@ -87,7 +87,8 @@ def capture_launches() -> list[Launch]:
         w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel"],
         gdn_preview: ["_gdn_preview_kernel"],
         preview_attention: ["_partial_kernel", "_merge_kernel"],
-        layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel"],
+        layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel", "_shared_combine_kernel",
+                    "_silu_mul_kernel"],
     }
     cfg = parse_config(_config("full"))
     bf = torch.bfloat16
@@ -142,6 +143,8 @@ def capture_launches() -> list[Launch]:
         layer_ops.route_topk(torch.zeros(m, cfg.num_experts, dtype=bf), topk, bf)
         layer_ops.optimistic_slots(torch.zeros(m, topk, dtype=torch.int64), wts, torch.zeros(10240, dtype=torch.int32),
                                    torch.zeros(10240, dtype=torch.int32), 0)
+        layer_ops.shared_combine(x, x, torch.zeros(1, h, dtype=bf), x)
+        layer_ops.silu_mul(torch.zeros(m, 2 * cfg.shared_expert_intermediate_size, dtype=bf))
     for launch in sink:  # the MoE wrapper's two launches: name the pass
         if launch.kernel == "_moe_kernel":
             launch.case += " gate/up" if launch.args["GATED"] else " down"

@@ -8,7 +8,10 @@ however little it computes. Each op here keeps one row (or one block of pairs) i
 - `route_topk`: the router after its linear: softmax (fp32) → top-k → renormalise — 6 kernels → 1; top-k by k
   rounds of max, ties to the lower expert id, descending like `torch.topk`;
 - `optimistic_slots`: `OptimisticPass.run`'s mapping of (layer, expert) to cache slots with the use counts
-  (atomic adds) and non-resident choices zero-weighted on slot 0 — 9 kernels → 1.
+  (atomic adds) and non-resident choices zero-weighted on slot 0 — 9 kernels → 1;
+- `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x) — the gate's
+  one-column linear, sigmoid, product and sum: 4 kernels → 1;
+- `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1.
 
 The definitions stay where they were (`model/norm.py`, `SparseMoe.route`, `runtime/optimistic.py`); the runtime
 installs these on CUDA (`runtime/load.py`), tests pin each to its definition through Triton's interpreter.
@@ -110,3 +113,66 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
         _optimistic_slots_kernel[(triton.cdiv(t, block),)](flat, wf, table, counts, slots, w_out, t, row_base,
                                                            BLOCK=block)
     return slots.view(idx.shape), w_out.view(idx.shape)
+
+
+@triton.jit
+def _shared_combine_kernel(r_ptr, x_ptr, g_ptr, s_ptr, out_ptr, D, stride_r, stride_x, stride_s, stride_o,
+                           BLOCK_D: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    ok = d < D
+    x = tl.load(x_ptr + row * stride_x + d, mask=ok, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + d, mask=ok, other=0.0).to(tl.float32)
+    gate = 1.0 / (1.0 + tl.exp(-tl.sum(x * g, 0)))
+    r = tl.load(r_ptr + row * stride_r + d, mask=ok, other=0.0).to(tl.float32)
+    sh = tl.load(s_ptr + row * stride_s + d, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + d, (r + gate * sh).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _rows(t: Tensor) -> Tensor:
+    t = t.reshape(-1, t.shape[-1])
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def shared_combine(routed: Tensor, x: Tensor, gate_weight: Tensor, shared: Tensor) -> Tensor:
+    """routed + sigmoid(x @ gate_weightᵀ) · shared, rows [N, H] in routed's dtype: `SparseMoe.forward`'s last
+    line with the gate (`shared_expert_gate`, a [1, H] weight) inside. fp32 inside, rounded once (the eager line
+    rounds the gate's logit, the sigmoid, the product and the sum: they agree within bf16 rounding)."""
+    r2, x2, s2 = _rows(routed), _rows(x), _rows(shared)
+    n, d = r2.shape
+    g = gate_weight.reshape(-1)
+    if x2.shape != (n, d) or s2.shape != (n, d) or g.numel() != d:
+        raise ValueError(f"shared_combine: routed {tuple(r2.shape)}, x {tuple(x2.shape)}, shared "
+                         f"{tuple(s2.shape)} and gate weight {tuple(gate_weight.shape)} disagree")
+    g = g if g.is_contiguous() else g.contiguous()
+    out = torch.empty_like(r2)
+    if n:
+        _shared_combine_kernel[(n,)](r2, x2, g, s2, out, d, r2.stride(0), x2.stride(0), s2.stride(0),
+                                     out.stride(0), BLOCK_D=triton.next_power_of_2(d),
+                                     num_warps=4 if d <= 4096 else 8)
+    return out.view(routed.shape)
+
+
+@triton.jit
+def _silu_mul_kernel(h_ptr, out_ptr, I, stride_h, stride_o, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = c < I
+    gate = tl.load(h_ptr + row * stride_h + c, mask=ok, other=0.0).to(tl.float32)
+    up = tl.load(h_ptr + row * stride_h + I + c, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + c, (gate / (1.0 + tl.exp(-gate)) * up).to(out_ptr.dtype.element_ty),
+             mask=ok)
+
+
+def silu_mul(h: Tensor) -> Tensor:
+    """h [..., 2I] (gate columns first, then up) → silu(gate) · up [..., I] in h's dtype (fp32 inside)."""
+    two_i = h.shape[-1]
+    if two_i % 2:
+        raise ValueError(f"silu_mul: the last dim must be gate and up halves, got {two_i}")
+    h2 = _rows(h)
+    i = two_i // 2
+    out = torch.empty(h2.shape[0], i, dtype=h.dtype, device=h.device)
+    if h2.shape[0]:
+        block = min(1024, triton.next_power_of_2(i))
+        _silu_mul_kernel[(h2.shape[0], triton.cdiv(i, block))](h2, out, i, h2.stride(0), out.stride(0), BLOCK=block)
+    return out.view(*h.shape[:-1], i)
