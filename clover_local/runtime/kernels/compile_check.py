@@ -84,7 +84,7 @@ def capture_launches() -> list[Launch]:
     label = {"case": ""}
     case = lambda: label["case"]  # noqa: E731
     kernels = {
-        w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel"],
+        w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel", "_sum_parts_kernel"],
         gdn_preview: ["_gdn_preview_kernel"],
         preview_attention: ["_partial_kernel", "_merge_kernel"],
         layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel", "_shared_combine_kernel",

@@ -8,12 +8,14 @@ Two kernels share one weight-tile loader:
   group's zero (qzeros + 1) is an integer tile, exact in bf16/fp16, fed to `tl.dot` against x; the fp32 partial
   of that K tile is multiplied by the group's scale row and accumulated in fp32. BLOCK_K divides the group, so
   one K tile has one scale and zero row.
-  Split-K (for few N tiles at small M) writes fp32 partials [SPLIT_K, M, N] that torch sums (deterministic).
+  Split-K (for few N tiles at small M) writes fp32 partials [SPLIT_K, M, N], summed in a fixed order by one
+  small launch (`_sum_parts_kernel`: deterministic, and one launch where a torch sum and cast were two).
 - `_moe_kernel`: the vLLM-style grouped GEMM over (token, choice) pairs sorted by expert slot and padded to
   BLOCK_M per slot (`moe_align`: two small Triton launches, no host sync, static shapes: CUDA-graph friendly). Every
   program serves one BLOCK_M run of one slot and reads that slot's weights through the stack's strides.
   Pass 1 (GATED): gate and up columns n and I + n in one program, epilogue silu(gate) · up → act [T, I] in x's
-  dtype. Pass 2: act @ down, times the routing weight, fp32 [T, H]; torch sums the topk rows of each token.
+  dtype. Pass 2: act @ down, times the routing weight, fp32 [T, H]; `_sum_parts_kernel` sums each token's topk
+  rows (fixed order, fp32) into x's dtype.
 
 TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.dot` and int → bf16 casts wrong,
 so interpreted runs do the dot in fp32 (`DOT_F32`); that is exact for the integer weight tile and matches what
@@ -392,7 +394,7 @@ def linear_w4a16_triton(
         DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, cfg.block_k, bits),
         MAGIC=magic_bits(x.dtype, bits), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    y = out[0] if split == 1 else out.sum(0).to(x.dtype)
+    y = out[0] if split == 1 else _sum_parts(out, split, m, n, m * n, n, x.dtype)
     return y.reshape(*lead, n)
 
 
@@ -551,6 +553,29 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
     )
 
 
+@triton.jit
+def _sum_parts_kernel(y_ptr, out_ptr, N, stride_j, stride_m, PARTS: tl.constexpr, BLOCK: tl.constexpr):
+    """out[m, c] = Σ_j y[j·stride_j + m·stride_m + c] over the PARTS fp32 partials (split-K slices, a token's topk
+    rows), in a fixed order, rounded once into out's dtype: one launch instead of a sum and a cast."""
+    m = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = c < N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for j in tl.static_range(PARTS):
+        acc += tl.load(y_ptr + j * stride_j + m * stride_m + c, mask=ok, other=0.0)
+    tl.store(out_ptr + m * N + c, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _sum_parts(y: Tensor, parts: int, m: int, n: int, stride_j: int, stride_m: int, dtype: torch.dtype) -> Tensor:
+    # Interpreted (CPU tests), the sum stays fp32 and torch rounds it: triton 3.9's interpreter truncates fp32 →
+    # bf16 (up to 1 ulp, not ½), where a GPU's store rounds to nearest.
+    out = torch.empty(m, n, dtype=torch.float32 if _INTERPRET else dtype, device=y.device)
+    if m and n:
+        block = min(1024, triton.next_power_of_2(n))
+        _sum_parts_kernel[(m, triton.cdiv(n, block))](y, out, n, stride_j, stride_m, PARTS=parts, BLOCK=block)
+    return out.to(dtype)
+
+
 def moe_w4a16_triton(
     x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
     config: MoeConfig | None = None,
@@ -584,4 +609,4 @@ def moe_w4a16_triton(
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
     _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, cfg)
-    return y.view(m, topk, h).sum(1).to(x.dtype)
+    return _sum_parts(y, topk, m, h, h, topk * h, x.dtype)  # each token's topk rows
