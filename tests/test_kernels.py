@@ -537,6 +537,38 @@ def test_fused_shared_expert_path_matches_sparse_moe(force_triton, n, dtype) -> 
 
 
 @needs_triton
+@pytest.mark.parametrize("dtype,n_heads,n_kv,head_dim,rotary", [(torch.float32, 4, 2, 32, 8),
+                                                                (torch.bfloat16, 16, 2, 64, 16),
+                                                                (torch.float32, 3, 1, 16, 16)])
+def test_fused_norm_rope_matches_attention_project(force_triton, dtype, n_heads, n_kv, head_dim, rotary) -> None:
+    """`Attention.project` with the head norms and the rotary embedding fused (`norm_rope`: q from the strided
+    half of the q/gate projection, k whole) gives the eager q, k, v and gate, at positions past the start."""
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.attention import Attention
+    from clover_local.model.rope import Rotary
+    from clover_local.runtime.kernels import fused_layer_ops
+
+    gen = torch.Generator().manual_seed(head_dim + n_heads)
+    cfg = parse_config(tiny_config_dict(TinySpec()))
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = n_heads, n_kv, head_dim
+    att = Attention(cfg)
+    with torch.no_grad():
+        for prm in att.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=gen) * (0.3 if prm.dim() == 1 else 0.1))
+    att = att.to(DEVICE, dtype)
+    x = _dev(_x(2 * 9, cfg.hidden_size, dtype, gen).reshape(2, 9, -1))[0]
+    cos, sin = Rotary(rotary, 10000.0).cos_sin(torch.arange(100, 109, device=DEVICE), dtype)
+    want = att.project(x, cos, sin)
+    att.norm_rope_kernel = fused_layer_ops(torch.device(DEVICE)).norm_rope
+    got = att.project(x, cos, sin)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        _assert_close(g, w, dtype)
+    assert got[0].stride(-1) == 1 and got[1].stride(-1) == 1
+
+
+@needs_triton
 def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
     """Use counts (with repeats: atomic adds), slot lookup, non-resident choices zero-weighted on slot 0."""
     from clover_local.runtime.kernels import fused_layer_ops

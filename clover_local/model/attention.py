@@ -34,6 +34,9 @@ class Attention(nn.Module):
         # preview without concatenating the window: the runtime's Triton kernel on CUDA
         # (runtime/kernels/preview_attention.py); None: the PyTorch path below, the definition
         self.preview_kernel: Callable | None = None
+        # (x [B,T,H,D], norm weight, eps, cos, sin) -> the head norm and rotary embedding, [B,H,T,D], in one
+        # launch (runtime/kernels/layer_ops.py `norm_rope`); None: the norm module and `apply_rotary`
+        self.norm_rope_kernel: Callable | None = None
 
     def project(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -42,9 +45,13 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         qg = self.q_proj(x).view(b, t, self.n_heads, 2 * self.head_dim)
         q, gate = qg[..., : self.head_dim], qg[..., self.head_dim :]
-        q = self.q_norm(q).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim)
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        if self.norm_rope_kernel is not None:
+            q = self.norm_rope_kernel(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
+            k = self.norm_rope_kernel(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
+            return q, k, v, gate.reshape(b, t, -1)
+        q, k = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v, gate.reshape(b, t, -1)
 
     def attend(

@@ -192,7 +192,7 @@ def preview_attention_check(dev: torch.device, window: int = 5120, committed: in
 def layer_ops_check(dev: torch.device) -> dict:
     """The fused small ops (`kernels/layer_ops.py`) against their definitions at the real shapes: the hidden
     norm (2048, bf16, 32 rows), the router (32 rows × 256 experts, top-8: the same ids, close weights), the
-    shared expert's silu · up (2 × 512) and its combine with the routed output."""
+    shared expert's silu · up (2 × 512) and its combine with the routed output, attention's q norm + rotary."""
     from clover_local.model.moe import SparseMoe
     from clover_local.model.norm import ZeroCenteredRMSNorm
     from clover_local.runtime.kernels import fused_layer_ops
@@ -236,8 +236,22 @@ def layer_ops_check(dev: torch.device) -> dict:
                                              * both[:, inter:]), 5)
         res["shared_combine_rel_err"] = round(_rel(ops.shared_combine(routed, x, gate_w, shared),
                                                    routed + torch.sigmoid(x @ gate_w.T) * shared), 5)
+    # an attention layer's q head norm and partial rotary embedding (16 heads × 256, rotary dims of the config)
+    from clover_local.model.rope import Rotary, apply_rotary
+
+    hd, nh = cfg.head_dim, cfg.num_attention_heads
+    qg = torch.randn(1, 32, nh, 2 * hd, generator=g).to(dev, torch.bfloat16)[..., :hd]
+    qw = (torch.randn(hd, generator=g) * 0.3).to(dev, torch.bfloat16)
+    cos, sin = Rotary(cfg.rotary_dim, cfg.rope_theta).cos_sin(torch.arange(4096, 4128, device=dev), torch.bfloat16)
+    qnorm = ZeroCenteredRMSNorm(hd, cfg.rms_norm_eps).to(dev, torch.bfloat16)
+    with torch.no_grad():
+        qnorm.weight.copy_(qw)
+    with torch.inference_mode():
+        want_q = apply_rotary(qnorm(qg).transpose(1, 2), cos, sin)
+        res["norm_rope_rel_err"] = round(_rel(ops.norm_rope(qg, qw, qnorm.eps, cos, sin), want_q), 5)
     res["ok"] = bool(res["norm_rel_err"] < 1e-2 and res["route_w_rel_err"] < 1e-2 and res["route_probs_equal"]
-                     and res["silu_mul_rel_err"] < 1e-2 and res["shared_combine_rel_err"] < 1e-2)
+                     and res["silu_mul_rel_err"] < 1e-2 and res["shared_combine_rel_err"] < 1e-2
+                     and res["norm_rope_rel_err"] < 1e-2)
     return res
 
 

@@ -189,8 +189,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
 
 
 def _install_kernels(model: CloverModel, device: torch.device) -> None:
-    """The fused kernels on the model's hooks where they run (CUDA): GDN preview, preview attention, norms, router,
-    the shared expert's silu · up and its combine with the routed experts.
+    """The fused kernels on the model's hooks where they run (CUDA): GDN preview, preview attention, norms (with the
+    rotary embedding for attention's q and k), router, the shared expert's silu · up and its combine.
     A hook left None keeps that module's PyTorch path (CPU, or CLOVER_DISABLE_FUSED=1)."""
     ops = fused_layer_ops(device)
     for mod in model.modules():
@@ -198,6 +198,8 @@ def _install_kernels(model: CloverModel, device: torch.device) -> None:
             mod.preview_kernel = gdn_preview_kernel(mod, device)
         elif isinstance(mod, Attention):
             mod.preview_kernel = preview_attention_kernel(mod.head_dim, device)
+            if ops is not None and mod.head_dim & (mod.head_dim - 1) == 0:
+                mod.norm_rope_kernel = ops.norm_rope
         elif ops is not None and isinstance(mod, ZeroCenteredRMSNorm):
             mod.kernel = ops.rms_norm_zc
         elif ops is not None and isinstance(mod, SparseMoe):

@@ -88,7 +88,7 @@ def capture_launches() -> list[Launch]:
         gdn_preview: ["_gdn_preview_kernel"],
         preview_attention: ["_partial_kernel", "_merge_kernel"],
         layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel", "_shared_combine_kernel",
-                    "_silu_mul_kernel"],
+                    "_silu_mul_kernel", "_norm_rope_kernel"],
     }
     cfg = parse_config(_config("full"))
     bf = torch.bfloat16
@@ -145,6 +145,9 @@ def capture_launches() -> list[Launch]:
                                    torch.zeros(10240, dtype=torch.int32), 0)
         layer_ops.shared_combine(x, x, torch.zeros(1, h, dtype=bf), x)
         layer_ops.silu_mul(torch.zeros(m, 2 * cfg.shared_expert_intermediate_size, dtype=bf))
+        qg = torch.zeros(1, m, cfg.num_attention_heads, 2 * cfg.head_dim, dtype=bf)[..., : cfg.head_dim]
+        rot = torch.zeros(m, cfg.rotary_dim, dtype=bf)
+        layer_ops.norm_rope(qg, torch.zeros(cfg.head_dim, dtype=bf), 1e-6, rot, rot)
     for launch in sink:  # the MoE wrapper's two launches: name the pass
         if launch.kernel == "_moe_kernel":
             launch.case += " gate/up" if launch.args["GATED"] else " down"

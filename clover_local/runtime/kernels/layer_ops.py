@@ -11,7 +11,8 @@ however little it computes. Each op here keeps one row (or one block of pairs) i
   (atomic adds) and non-resident choices zero-weighted on slot 0 — 9 kernels → 1;
 - `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x) — the gate's
   one-column linear, sigmoid, product and sum: 4 kernels → 1;
-- `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1.
+- `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1;
+- `norm_rope`: an attention layer's q or k head norm and partial rotary embedding (`Attention.project`) — 7 → 1.
 
 The definitions stay where they were (`model/norm.py`, `SparseMoe.route`, `runtime/optimistic.py`); the runtime
 installs these on CUDA (`runtime/load.py`), tests pin each to its definition through Triton's interpreter.
@@ -176,3 +177,57 @@ def silu_mul(h: Tensor) -> Tensor:
         block = min(1024, triton.next_power_of_2(i))
         _silu_mul_kernel[(h2.shape[0], triton.cdiv(i, block))](h2, out, i, h2.stride(0), out.stride(0), BLOCK=block)
     return out.view(*h.shape[:-1], i)
+
+
+@triton.jit
+def _norm_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, T, H, stride_xb, stride_xt, stride_xh,
+                      stride_ct, stride_ob, stride_ot, stride_oh, eps,
+                      D: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr):
+    """One (sequence, row): every head's x / rms(x) · (1 + w), rounded to the output dtype as the eager norm
+    rounds it, then the first R dims rotated: y·cos + rotate_half(y)·sin with rotate_half = [−y[R/2:R], y[:R/2]]."""
+    pid = tl.program_id(0)
+    b = (pid // T).to(tl.int64)
+    t = pid % T
+    hh = tl.arange(0, BLOCK_H)
+    d = tl.arange(0, D)
+    ok = (hh < H)[:, None]
+    base = x_ptr + b * stride_xb + t * stride_xt + hh[:, None] * stride_xh
+    x = tl.load(base + d[None, :], mask=ok, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
+    HALF: tl.constexpr = R // 2
+    rot = d < R
+    partner = tl.where(d < HALF, d + HALF, d - HALF)  # for d < R: the dim rotate_half reads
+    xp = tl.load(base + partner[None, :], mask=ok & rot[None, :], other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + d).to(tl.float32)
+    wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+    dt = out_ptr.dtype.element_ty
+    y = (x * inv[:, None] * (1.0 + w[None, :])).to(dt).to(tl.float32)
+    yp = (xp * inv[:, None] * (1.0 + wp[None, :])).to(dt).to(tl.float32)
+    c = tl.load(cos_ptr + t * stride_ct + d, mask=rot, other=1.0).to(tl.float32)
+    sn = tl.load(sin_ptr + t * stride_ct + d, mask=rot, other=0.0).to(tl.float32)
+    sign = tl.where(d < HALF, -1.0, 1.0)
+    res = tl.where(rot[None, :], y * c[None, :] + (sign[None, :] * yp) * sn[None, :], y)
+    out = out_ptr + b * stride_ob + t * stride_ot + hh[:, None] * stride_oh + d[None, :]
+    tl.store(out, res.to(dt), mask=ok)
+
+
+def norm_rope(x: Tensor, weight: Tensor, eps: float, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B,T,H,D] (any strides with a unit last one) → the head norm (`ZeroCenteredRMSNorm`, weight [D]) and
+    `rope.apply_rotary` with cos/sin [T, R] (R ≤ D, even), as [B,H,T,D] in x's dtype (a transposed view of a
+    [B,T,H,D] tensor, which is what the attention kernels and the KV cache read). fp32 inside; the norm's output
+    is rounded to x's dtype as the eager norm rounds it, and cos/sin are used as given."""
+    b, t, h, d = x.shape
+    r = cos.shape[-1]
+    cos2, sin2 = cos.reshape(-1, r), sin.reshape(-1, r)
+    if x.stride(-1) != 1 or r > d or r % 2 or cos2.shape[0] != t or sin2.shape != cos2.shape:
+        raise ValueError(f"norm_rope: x {tuple(x.shape)} (last stride {x.stride(-1)}) and cos/sin "
+                         f"{tuple(cos.shape)} do not fit")
+    if d & (d - 1):
+        raise ValueError(f"norm_rope: head dim {d} must be a power of two")
+    cos2, sin2 = cos2.contiguous(), sin2.contiguous()  # [T, R]: one row stride for both
+    out = torch.empty(b, t, h, d, dtype=x.dtype, device=x.device)
+    if b * t:
+        _norm_rope_kernel[(b * t,)](x, weight, cos2, sin2, out, t, h, x.stride(0), x.stride(1), x.stride(2),
+                                    cos2.stride(0), out.stride(0), out.stride(1), out.stride(2), float(eps),
+                                    D=d, R=r, BLOCK_H=triton.next_power_of_2(h), num_warps=4)
+    return out.transpose(1, 2)
