@@ -452,6 +452,18 @@ def test_fused_rms_norm_matches_the_model_norm(force_triton, shape, dtype) -> No
     _assert_close(got, want, dtype)
     strided = torch.cat([x, x], -1)[..., : shape[-1]]  # rows not contiguous: the kernel copies or strides
     _assert_close(norm(strided), want, dtype)
+    # with the residual sum in front (a decoder layer's x + mixer(x), then the norm): both outputs
+    r = _dev(_x(x.numel() // shape[-1], shape[-1], dtype, gen).reshape(shape))[0]
+    norm.kernel = None
+    want_sum, want_norm = norm.add_forward(x, r)
+    assert torch.equal(want_sum, x + r)
+    norm.add_kernel = fused_layer_ops(torch.device(DEVICE)).add_rms_norm_zc
+    got_sum, got_norm = norm.add_forward(strided, r)
+    if dtype == torch.float32:
+        assert torch.equal(got_sum, want_sum)
+    else:  # one rounding of the same fp32 sum; interpreted, triton 3.9 truncates where a GPU rounds to nearest
+        _assert_close(got_sum, want_sum, dtype)
+    _assert_close(got_norm, want_norm, dtype)
 
 
 @needs_triton

@@ -42,8 +42,8 @@ class DecoderLayer(nn.Module):
         return self.linear_attn(h, cache, preview, n_prefix)
 
     def forward(self, x, cos, sin, cache, preview: bool, n_prefix: int | torch.Tensor) -> torch.Tensor:
-        x = x + self.mix(x, cos, sin, cache, preview, n_prefix)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x, h = self.post_attention_layernorm.add_forward(x, self.mix(x, cos, sin, cache, preview, n_prefix))
+        return x + self.mlp(h)
 
     def mix_all_blocks(
         self, clean, noisy, cos, sin, block_size: int, row=None, blk=None

@@ -22,11 +22,20 @@ class ZeroCenteredRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
         # (x, weight, eps) -> the same in one launch: the runtime's Triton kernel on CUDA (kernels/layer_ops.py)
         self.kernel: Callable | None = None
+        # (x, r, weight, eps) -> (x + r, the norm of it) in one launch (`add_forward`); None: the two steps
+        self.add_kernel: Callable | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None:
             return self.kernel(x, self.weight, self.eps)
         return (rms_normalize(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+
+    def add_forward(self, x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + r, forward(x + r)): a residual sum and the norm after it."""
+        if self.add_kernel is not None:
+            return self.add_kernel(x, r, self.weight, self.eps)
+        total = x + r
+        return total, self(total)
 
 
 class GatedRMSNorm(nn.Module):

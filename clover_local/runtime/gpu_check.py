@@ -219,9 +219,15 @@ def layer_ops_check(dev: torch.device) -> dict:
     with torch.inference_mode():
         want_norm = norm(x)
         got_norm = ops.rms_norm_zc(x, norm.weight, norm.eps)
+        resid = torch.randn(32, cfg.hidden_size, generator=g).to(dev, torch.bfloat16)
+        got_sum, got_add_norm = ops.add_rms_norm_zc(x, resid, norm.weight, norm.eps)
+        want_sum = x + resid
+        want_add_norm = norm(want_sum)
         want_idx, want_w, probs = moe.route(x)
         idx, w = ops.route_topk(moe.gate(x), moe.top_k, x.dtype)
     res = {"norm_rel_err": round(_rel(got_norm, want_norm), 5), "route_w_rel_err": round(_rel(w, want_w), 5),
+           "add_norm_sum_equal": bool(torch.equal(got_sum, want_sum)),
+           "add_norm_rel_err": round(_rel(got_add_norm, want_add_norm), 5),
            "route_ids_equal": float((idx == want_idx).float().mean())}
     # bf16 router logits tie often (256 of them at ~3 significant digits): where torch.topk and the kernel break
     # a tie differently the ids differ but the chosen probabilities do not — that is what must be equal
@@ -251,7 +257,8 @@ def layer_ops_check(dev: torch.device) -> dict:
         res["norm_rope_rel_err"] = round(_rel(ops.norm_rope(qg, qw, qnorm.eps, cos, sin), want_q), 5)
     res["ok"] = bool(res["norm_rel_err"] < 1e-2 and res["route_w_rel_err"] < 1e-2 and res["route_probs_equal"]
                      and res["silu_mul_rel_err"] < 1e-2 and res["shared_combine_rel_err"] < 1e-2
-                     and res["norm_rope_rel_err"] < 1e-2)
+                     and res["norm_rope_rel_err"] < 1e-2 and res["add_norm_rel_err"] < 1e-2
+                     and (res["add_norm_sum_equal"] or dev.type != "cuda"))  # interpreted casts truncate
     return res
 
 

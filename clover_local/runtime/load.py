@@ -201,7 +201,7 @@ def _install_kernels(model: CloverModel, device: torch.device) -> None:
             if ops is not None and mod.head_dim & (mod.head_dim - 1) == 0:
                 mod.norm_rope_kernel = ops.norm_rope
         elif ops is not None and isinstance(mod, ZeroCenteredRMSNorm):
-            mod.kernel = ops.rms_norm_zc
+            mod.kernel, mod.add_kernel = ops.rms_norm_zc, ops.add_rms_norm_zc
         elif ops is not None and isinstance(mod, SparseMoe):
             mod.route_kernel = ops.route_topk
             mod.combine_kernel = ops.shared_combine

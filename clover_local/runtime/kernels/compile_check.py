@@ -140,6 +140,7 @@ def capture_launches() -> list[Launch]:
                                             torch.zeros(w, dtype=torch.bool), d**-0.5)
         label["case"] = f"{m} rows"
         layer_ops.rms_norm_zc(x, torch.zeros(h, dtype=bf), 1e-6)
+        layer_ops.add_rms_norm_zc(x, x, torch.zeros(h, dtype=bf), 1e-6)
         layer_ops.route_topk(torch.zeros(m, cfg.num_experts, dtype=bf), topk, bf)
         layer_ops.optimistic_slots(torch.zeros(m, topk, dtype=torch.int64), wts, torch.zeros(10240, dtype=torch.int32),
                                    torch.zeros(10240, dtype=torch.int32), 0)

@@ -4,7 +4,8 @@ Why: in a CUDA-graphed preview pass at 35B, "the rest of each layer" (norms, rou
 slot mapping) took 4.0 ms of 26.8 (BENCHMARKS.md): ~30 tiny kernels a layer, each a few µs of launch and ramp
 however little it computes. Each op here keeps one row (or one block of pairs) in registers:
 
-- `rms_norm_zc`: `ZeroCenteredRMSNorm` (`x / rms(x) · (1 + w)`, fp32 inside) — 7 kernels → 1;
+- `rms_norm_zc`: `ZeroCenteredRMSNorm` (`x / rms(x) · (1 + w)`, fp32 inside) — 7 kernels → 1; with the residual
+  sum in front of it (`add_rms_norm_zc`, a decoder layer's `x + mixer(x)` then its MoE's norm) 8 → 1;
 - `route_topk`: the router after its linear: softmax (fp32) → top-k → renormalise — 6 kernels → 1; top-k by k
   rounds of max, ties to the lower expert id, descending like `torch.topk`;
 - `optimistic_slots`: `OptimisticPass.run`'s mapping of (layer, expert) to cache slots with the use counts
@@ -27,11 +28,18 @@ from torch import Tensor
 
 
 @triton.jit
-def _rms_norm_zc_kernel(x_ptr, w_ptr, out_ptr, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
+def _rms_norm_zc_kernel(x_ptr, w_ptr, out_ptr, r_ptr, sum_ptr, D, stride_x, stride_o, stride_r, stride_s, eps,
+                        BLOCK_D: tl.constexpr, ADD: tl.constexpr):
+    """ADD: x + r first (rounded to x's dtype, as the eager sum is, and stored to sum_ptr), then its norm."""
     row = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     ok = d < D
-    x = tl.load(x_ptr + row * stride_x + d, mask=ok, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * stride_x + d, mask=ok, other=0.0)
+    if ADD:
+        x = (x.to(tl.float32) + tl.load(r_ptr + row * stride_r + d, mask=ok, other=0.0).to(tl.float32))
+        x = x.to(sum_ptr.dtype.element_ty)
+        tl.store(sum_ptr + row * stride_s + d, x, mask=ok)
+    x = x.to(tl.float32)
     w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
     y = x / tl.sqrt(tl.sum(x * x, 0) / D + eps) * (1.0 + w)
     tl.store(out_ptr + row * stride_o + d, y.to(out_ptr.dtype.element_ty), mask=ok)
@@ -44,9 +52,30 @@ def rms_norm_zc(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     if x2.shape[0]:
-        _rms_norm_zc_kernel[(x2.shape[0],)](x2, weight, out, d, x2.stride(0), out.stride(0), float(eps),
-                                            BLOCK_D=triton.next_power_of_2(d), num_warps=4 if d <= 4096 else 8)
+        _rms_norm_zc_kernel[(x2.shape[0],)](x2, weight, out, x2, out, d, x2.stride(0), out.stride(0), 0, 0,
+                                            float(eps), BLOCK_D=triton.next_power_of_2(d), ADD=False,
+                                            num_warps=4 if d <= 4096 else 8)
     return out.view(x.shape)
+
+
+def add_rms_norm_zc(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(x + residual, its `ZeroCenteredRMSNorm`) in one launch, both in x's dtype: a decoder layer's residual
+    sum after its mixer and the norm in front of its MoE (`DecoderLayer.forward`). The sum is rounded to x's dtype
+    before the norm reads it, as the eager `x + h` then `norm(x)` does."""
+    d = x.shape[-1]
+    if residual.shape != x.shape:
+        raise ValueError(f"add_rms_norm_zc: x {tuple(x.shape)} and residual {tuple(residual.shape)} differ")
+    x2, r2 = x.reshape(-1, d), residual.reshape(-1, d)
+    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
+    total = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty_like(total)
+    if x2.shape[0]:
+        _rms_norm_zc_kernel[(x2.shape[0],)](x2, weight, out, r2, total, d, x2.stride(0), out.stride(0),
+                                            r2.stride(0), total.stride(0), float(eps),
+                                            BLOCK_D=triton.next_power_of_2(d), ADD=True,
+                                            num_warps=4 if d <= 4096 else 8)
+    return total.view(x.shape), out.view(x.shape)
 
 
 @triton.jit
