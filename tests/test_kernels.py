@@ -503,8 +503,8 @@ def test_fused_route_matches_sparse_moe_route(force_triton, n, e, k) -> None:
 @pytest.mark.parametrize("n,dtype", [(7, torch.float32), (32, torch.bfloat16)])
 def test_fused_shared_expert_path_matches_sparse_moe(force_triton, n, dtype) -> None:
     """`SparseMoe.forward` with the shared expert merged (`PackedMLP`: gate and up in one packed call, silu · up
-    fused) and the combine fused (`shared_combine`: the gate's one-column linear, sigmoid, product, sum) gives the
-    eager forward's output; and each fused op alone gives its line of the eager code."""
+    fused) and the combine fused (`shared_combine`: the gate's one-column linear, sigmoid, product, sum, and the
+    decoder layer's residual) gives the eager forward's output; and each fused op alone its line of eager code."""
     from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
     from clover_local.config import parse_config
     from clover_local.model.moe import SparseMoe
@@ -539,11 +539,15 @@ def test_fused_shared_expert_path_matches_sparse_moe(force_triton, n, dtype) -> 
     _assert_close(ops.shared_combine(routed, x, moe.shared_expert_gate.weight, shared),
                   routed + torch.sigmoid(moe.shared_expert_gate(x)) * shared, dtype)
 
+    res = _dev(_x(n, h, dtype, gen))[0]  # a decoder layer's residual, added after the MoE
+    want_res = moe(x, residual=res)
+    assert torch.equal(want_res, res + want)
     mlp = PackedMLP(merged, down)
     _assert_close(mlp(x), shared, dtype)  # the torch silu · up
     mlp.silu_mul_kernel = ops.silu_mul
     moe.shared_expert, moe.combine_kernel = mlp, ops.shared_combine
     _assert_close(moe(x), want, dtype)
+    _assert_close(moe(x, residual=res), want_res, dtype)
     with pytest.raises(ValueError, match="disagree"):
         ops.shared_combine(routed, x[:, :-1], moe.shared_expert_gate.weight, shared)
 

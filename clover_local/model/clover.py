@@ -43,7 +43,7 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin, cache, preview: bool, n_prefix: int | torch.Tensor) -> torch.Tensor:
         x, h = self.post_attention_layernorm.add_forward(x, self.mix(x, cos, sin, cache, preview, n_prefix))
-        return x + self.mlp(h)
+        return self.mlp(h, residual=x)
 
     def mix_all_blocks(
         self, clean, noisy, cos, sin, block_size: int, row=None, blk=None

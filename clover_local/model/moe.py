@@ -88,8 +88,8 @@ class SparseMoe(nn.Module):
         # (router logits [N,E], k, dtype) -> route()'s ids and weights in one launch: the runtime's Triton kernel
         # on CUDA (kernels/layer_ops.py); None: `route`, the definition
         self.route_kernel: Callable | None = None
-        # (routed [N,H], x [N,H], shared_expert_gate weight [1,H], shared [N,H]) -> the last line of `forward`
-        # in one launch (kernels/layer_ops.py `shared_combine`); None: the line itself
+        # (routed [N,H], x [N,H], shared_expert_gate weight [1,H], shared [N,H], residual [N,H] | None) -> the
+        # last lines of `forward` in one launch (kernels/layer_ops.py `shared_combine`); None: the lines themselves
         self.combine_kernel: Callable | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -99,7 +99,8 @@ class SparseMoe(nn.Module):
         top_w = top_w / top_w.sum(-1, keepdim=True)
         return top_i, top_w.to(x.dtype), probs
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The MoE's output for x [..., H]; with `residual` (x's shape) residual + that output (one launch fused)."""
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         if self.route_kernel is not None:
@@ -109,7 +110,7 @@ class SparseMoe(nn.Module):
         out = self.experts(flat, idx, w)
         shared = self.shared_expert(flat)
         if self.combine_kernel is not None:
-            out = self.combine_kernel(out, flat, self.shared_expert_gate.weight, shared)
-        else:
-            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * shared
-        return out.reshape(shape)
+            res = residual.reshape(flat.shape) if residual is not None else None
+            return self.combine_kernel(out, flat, self.shared_expert_gate.weight, shared, res).reshape(shape)
+        out = (out + torch.sigmoid(self.shared_expert_gate(flat)) * shared).reshape(shape)
+        return out if residual is None else residual + out

@@ -240,8 +240,9 @@ def layer_ops_check(dev: torch.device) -> dict:
     with torch.inference_mode():
         res["silu_mul_rel_err"] = round(_rel(ops.silu_mul(both), torch.nn.functional.silu(both[:, :inter])
                                              * both[:, inter:]), 5)
-        res["shared_combine_rel_err"] = round(_rel(ops.shared_combine(routed, x, gate_w, shared),
-                                                   routed + torch.sigmoid(x @ gate_w.T) * shared), 5)
+        moe_out = routed + torch.sigmoid(x @ gate_w.T) * shared
+        res["shared_combine_rel_err"] = round(_rel(ops.shared_combine(routed, x, gate_w, shared, routed),
+                                                   routed + moe_out), 5)  # with a residual (here: routed)
     # an attention layer's q head norm and partial rotary embedding (16 heads × 256, rotary dims of the config)
     from clover_local.model.rope import Rotary, apply_rotary
 

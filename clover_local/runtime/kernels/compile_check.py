@@ -144,7 +144,7 @@ def capture_launches() -> list[Launch]:
         layer_ops.route_topk(torch.zeros(m, cfg.num_experts, dtype=bf), topk, bf)
         layer_ops.optimistic_slots(torch.zeros(m, topk, dtype=torch.int64), wts, torch.zeros(10240, dtype=torch.int32),
                                    torch.zeros(10240, dtype=torch.int32), 0)
-        layer_ops.shared_combine(x, x, torch.zeros(1, h, dtype=bf), x)
+        layer_ops.shared_combine(x, x, torch.zeros(1, h, dtype=bf), x, x)
         layer_ops.silu_mul(torch.zeros(m, 2 * cfg.shared_expert_intermediate_size, dtype=bf))
         qg = torch.zeros(1, m, cfg.num_attention_heads, 2 * cfg.head_dim, dtype=bf)[..., : cfg.head_dim]
         rot = torch.zeros(m, cfg.rotary_dim, dtype=bf)

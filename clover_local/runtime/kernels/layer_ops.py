@@ -10,8 +10,8 @@ however little it computes. Each op here keeps one row (or one block of pairs) i
   rounds of max, ties to the lower expert id, descending like `torch.topk`;
 - `optimistic_slots`: `OptimisticPass.run`'s mapping of (layer, expert) to cache slots with the use counts
   (atomic adds) and non-resident choices zero-weighted on slot 0 — 9 kernels → 1;
-- `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x) — the gate's
-  one-column linear, sigmoid, product and sum: 4 kernels → 1;
+- `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x), plus the decoder
+  layer's residual — the gate's one-column linear, sigmoid, product and two sums: 5 kernels → 1;
 - `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1;
 - `norm_rope`: an attention layer's q or k head norm and partial rotary embedding (`Attention.project`) — 7 → 1.
 
@@ -146,8 +146,8 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
 
 
 @triton.jit
-def _shared_combine_kernel(r_ptr, x_ptr, g_ptr, s_ptr, out_ptr, D, stride_r, stride_x, stride_s, stride_o,
-                           BLOCK_D: tl.constexpr):
+def _shared_combine_kernel(r_ptr, x_ptr, g_ptr, s_ptr, res_ptr, out_ptr, D, stride_r, stride_x, stride_s,
+                           stride_res, stride_o, BLOCK_D: tl.constexpr, RESIDUAL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     ok = d < D
@@ -156,7 +156,11 @@ def _shared_combine_kernel(r_ptr, x_ptr, g_ptr, s_ptr, out_ptr, D, stride_r, str
     gate = 1.0 / (1.0 + tl.exp(-tl.sum(x * g, 0)))
     r = tl.load(r_ptr + row * stride_r + d, mask=ok, other=0.0).to(tl.float32)
     sh = tl.load(s_ptr + row * stride_s + d, mask=ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + d, (r + gate * sh).to(out_ptr.dtype.element_ty), mask=ok)
+    y = r + gate * sh
+    if RESIDUAL:  # the decoder layer's residual: the MoE's output rounded as the eager sum rounds it, then added
+        y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
+        y += tl.load(res_ptr + row * stride_res + d, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + d, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def _rows(t: Tensor) -> Tensor:
@@ -164,22 +168,26 @@ def _rows(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def shared_combine(routed: Tensor, x: Tensor, gate_weight: Tensor, shared: Tensor) -> Tensor:
+def shared_combine(routed: Tensor, x: Tensor, gate_weight: Tensor, shared: Tensor,
+                   residual: Tensor | None = None) -> Tensor:
     """routed + sigmoid(x @ gate_weightᵀ) · shared, rows [N, H] in routed's dtype: `SparseMoe.forward`'s last
-    line with the gate (`shared_expert_gate`, a [1, H] weight) inside. fp32 inside, rounded once (the eager line
-    rounds the gate's logit, the sigmoid, the product and the sum: they agree within bf16 rounding)."""
+    line with the gate (`shared_expert_gate`, a [1, H] weight) inside, and with `residual` the decoder layer's
+    residual sum after it. fp32 inside, rounded where the eager sum rounds the MoE's output (the eager line also
+    rounds the gate's logit, the sigmoid and the product: they agree within bf16 rounding)."""
     r2, x2, s2 = _rows(routed), _rows(x), _rows(shared)
     n, d = r2.shape
     g = gate_weight.reshape(-1)
-    if x2.shape != (n, d) or s2.shape != (n, d) or g.numel() != d:
+    res2 = _rows(residual) if residual is not None else r2
+    if x2.shape != (n, d) or s2.shape != (n, d) or res2.shape != (n, d) or g.numel() != d:
         raise ValueError(f"shared_combine: routed {tuple(r2.shape)}, x {tuple(x2.shape)}, shared "
-                         f"{tuple(s2.shape)} and gate weight {tuple(gate_weight.shape)} disagree")
+                         f"{tuple(s2.shape)}, residual {tuple(res2.shape)} and gate weight "
+                         f"{tuple(gate_weight.shape)} disagree")
     g = g if g.is_contiguous() else g.contiguous()
     out = torch.empty_like(r2)
     if n:
-        _shared_combine_kernel[(n,)](r2, x2, g, s2, out, d, r2.stride(0), x2.stride(0), s2.stride(0),
-                                     out.stride(0), BLOCK_D=triton.next_power_of_2(d),
-                                     num_warps=4 if d <= 4096 else 8)
+        _shared_combine_kernel[(n,)](r2, x2, g, s2, res2, out, d, r2.stride(0), x2.stride(0), s2.stride(0),
+                                     res2.stride(0), out.stride(0), BLOCK_D=triton.next_power_of_2(d),
+                                     RESIDUAL=residual is not None, num_warps=4 if d <= 4096 else 8)
     return out.view(routed.shape)
 
 
