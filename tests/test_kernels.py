@@ -636,6 +636,9 @@ def test_preview_attention_matches_sdpa(force_triton, b, h, hkv, t, d, w, n, chu
     got = preview_attention(q, k, v, k_win, v_win, committed, d**-0.5, chunk=chunk)
     assert got.shape == want.shape and got.transpose(1, 2).is_contiguous()
     _assert_close(got, want, dtype)
+    gate = _dev(rnd(b, t, h, 2 * d))[0][..., :d]  # the output gate: a strided half of the q projection
+    gated = preview_attention(q, k, v, k_win, v_win, committed, d**-0.5, chunk=chunk, gate=gate)
+    _assert_close(gated, (want.transpose(1, 2) * torch.sigmoid(gate)).transpose(1, 2), dtype)
 
 
 @needs_triton
@@ -702,6 +705,7 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     assert not bad, bad
     kernels = {r["kernel"] for r in report["results"]}
     assert {"_moe_kernel", "_linear_kernel", "_gdn_preview_kernel", "_partial_kernel", "_route_topk_kernel"} <= kernels
+    assert all(r["specialized"] for r in report["results"])  # compiled as a launch would compile them
     # The default (field-wise) W4A16 tiles turn codes into floats without int→float instructions (I2F runs at a
     # quarter of the integer rate) and spend fewer instructions per weight in the K loop than the unpacking form.
     w4 = {(r["arch"], r["case"]): r for r in report["results"] if r["kernel"] in ("_moe_kernel", "_linear_kernel")}

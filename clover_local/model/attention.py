@@ -30,9 +30,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
         self.q_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
-        # (q, block k, block v, window k, window v, window mask | None, scale) -> softmax attention [B,H,T,D] of a
-        # preview without concatenating the window: the runtime's Triton kernel on CUDA
-        # (runtime/kernels/preview_attention.py); None: the PyTorch path below, the definition
+        # (q, block k, block v, window k, window v, window mask | None, scale, gate=) -> softmax attention
+        # [B,H,T,D] of a preview times sigmoid(gate), without concatenating the window: the runtime's Triton kernel
+        # on CUDA (runtime/kernels/preview_attention.py); None: the PyTorch path below, the definition
         self.preview_kernel: Callable | None = None
         # (x [B,T,H,D], norm weight, eps, cos, sin) -> the head norm and rotary embedding, [B,H,T,D], in one
         # launch (runtime/kernels/layer_ops.py `norm_rope`); None: the norm module and `apply_rotary`
@@ -41,7 +41,7 @@ class Attention(nn.Module):
     def project(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q [B,H,T,D], k/v [B,Hkv,T,D] (normed, rotated), gate [B,T,H*D]."""
+        """q [B,H,T,D], k/v [B,Hkv,T,D] (normed, rotated), gate [B,T,H,D] (a view of the q projection)."""
         b, t, _ = x.shape
         qg = self.q_proj(x).view(b, t, self.n_heads, 2 * self.head_dim)
         q, gate = qg[..., : self.head_dim], qg[..., self.head_dim :]
@@ -50,9 +50,9 @@ class Attention(nn.Module):
         if self.norm_rope_kernel is not None:
             q = self.norm_rope_kernel(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
             k = self.norm_rope_kernel(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
-            return q, k, v, gate.reshape(b, t, -1)
+            return q, k, v, gate
         q, k = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v, gate.reshape(b, t, -1)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v, gate
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor, mask: torch.Tensor | None
@@ -78,10 +78,9 @@ class Attention(nn.Module):
         return out.reshape(b, h, t, d)
 
     def finish(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """Heads [B,H,T,D] → output gate → o_proj."""
+        """Heads [B,H,T,D] → output gate (gate [B,T,H,D]) → o_proj."""
         b, _, t, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, t, -1)
-        return self.o_proj(out * torch.sigmoid(gate))
+        return self.o_proj((out.transpose(1, 2) * torch.sigmoid(gate)).reshape(b, t, -1))
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: AttentionCache | None, preview: bool
@@ -91,8 +90,9 @@ class Attention(nn.Module):
         mask = None
         if preview and cache is not None:
             past = cache.preview_keys_values()
-            if past is not None and self.preview_kernel is not None:
-                return self.finish(self.preview_kernel(q, k, v, *past, self.head_dim**-0.5), gate)
+            if past is not None and self.preview_kernel is not None:  # the output gate inside the kernel
+                out = self.preview_kernel(q, k, v, *past, self.head_dim**-0.5, gate=gate)
+                return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], t, -1))
             if past is not None:
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
                 if past[2] is not None:  # the runtime's fixed window: only its committed part, then the block

@@ -137,7 +137,8 @@ def capture_launches() -> list[Launch]:
         label["case"] = f"H{hq} Hkv{hkv} D{d}, {t} rows, window {w}"
         blk, win = torch.zeros(1, hkv, t, d, dtype=bf), torch.zeros(1, hkv, w, d, dtype=bf)
         preview_attention.preview_attention(torch.zeros(1, hq, t, d, dtype=bf), blk, blk, win, win,
-                                            torch.zeros(w, dtype=torch.bool), d**-0.5)
+                                            torch.zeros(w, dtype=torch.bool), d**-0.5,
+                                            gate=torch.zeros(1, t, hq, 2 * d, dtype=bf)[..., :d])
         label["case"] = f"{m} rows"
         layer_ops.rms_norm_zc(x, torch.zeros(h, dtype=bf), 1e-6)
         layer_ops.add_rms_norm_zc(x, x, torch.zeros(h, dtype=bf), 1e-6)
@@ -229,11 +230,11 @@ def _weights_per_iteration(launch: Launch) -> int | None:
 MAX_SHARED = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448, 120: 101_376}
 
 
-def _specialized(launch: Launch, target) -> tuple[dict, dict, dict, dict]:
+def _specialized(launch: Launch, target) -> tuple[dict, dict, dict | None, dict]:
     """Signature, constexprs, attributes and options as the JIT would make them at launch: an int argument
     equal to 1 becomes a constant and pointers and ints divisible by 16 are marked so — what lets the compiler
     vectorize a load, so the compiled code is the code that runs. Falls back to plain types (no
-    specialization) where this triton's internals differ."""
+    specialization, attrs None) where this triton's internals differ."""
     try:
         from triton.compiler import make_backend
         from triton.runtime.jit import create_function_from_signature
@@ -245,7 +246,7 @@ def _specialized(launch: Launch, target) -> tuple[dict, dict, dict, dict]:
         return sig, consts, attrs, options.__dict__
     except Exception:
         sig, consts = _signature(launch)
-        return sig, consts, {}, dict(launch.options)
+        return sig, consts, None, dict(launch.options)
 
 
 def compile_launch(launch: Launch, arch: int, sass: bool = False) -> dict:
@@ -257,13 +258,13 @@ def compile_launch(launch: Launch, arch: int, sass: bool = False) -> dict:
     sig, consts, attrs, options = _specialized(launch, target)
     t0 = time.perf_counter()
     try:
-        compiled = triton.compile(ASTSource(fn=launch.fn, signature=sig, constexprs=consts, attrs=attrs),
+        compiled = triton.compile(ASTSource(fn=launch.fn, signature=sig, constexprs=consts, attrs=attrs or {}),
                                   target=target, options=options)
     except Exception as err:  # report: the finding is which kernel fails where
         msg = f"{type(err).__name__}: {err}"
         return {"ok": False, "error": msg[-1500:]}
     out = {"ok": True, "compile_s": round(time.perf_counter() - t0, 2), "num_warps": compiled.metadata.num_warps,
-           "shared_bytes": compiled.metadata.shared}
+           "shared_bytes": compiled.metadata.shared, "specialized": attrs is not None}
     out.update(resource_usage(compiled.asm["cubin"]))
     limit = MAX_SHARED.get(arch)
     out["fits"] = limit is None or out["shared_bytes"] <= limit

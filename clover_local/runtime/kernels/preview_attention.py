@@ -97,9 +97,10 @@ def _partial_kernel(
 
 @triton.jit
 def _merge_kernel(
-    m_ptr, l_ptr, acc_ptr, out_ptr, T, PARTS, s_ob, s_oh, s_ot,
-    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr,
+    m_ptr, l_ptr, acc_ptr, out_ptr, gate_ptr, T, PARTS, s_ob, s_oh, s_ot, s_gb, s_gh, s_gt,
+    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, GATED: tl.constexpr,
 ):
+    """Program b·H + h: the splits' partial softmaxes merged; GATED: times sigmoid(gate) (the output gate)."""
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
@@ -116,6 +117,10 @@ def _merge_kernel(
         total += f * tl.load(l_ptr + part * BLOCK_T + t)
         out += f[:, None] * tl.load(acc_ptr + (part * BLOCK_T + t[:, None]) * D + d[None, :])
     out = out / total[:, None]
+    if GATED:  # the eager path rounds the attention output before the product: so does this
+        g = tl.load(gate_ptr + b * s_gb + h * s_gh + t[:, None] * s_gt + d[None, :], mask=(t < T)[:, None],
+                    other=0.0).to(tl.float32)
+        out = out.to(out_ptr.dtype.element_ty).to(tl.float32) * (1.0 / (1.0 + tl.exp(-g)))
     tl.store(out_ptr + b * s_ob + h * s_oh + t[:, None] * s_ot + d[None, :], out.to(out_ptr.dtype.element_ty),
              mask=(t < T)[:, None])
 
@@ -124,15 +129,18 @@ def _merge_kernel(
 # 8 warps is the one without spilled registers whose shared memory (96 KiB) fits a consumer card's 99 KiB; 64
 # keys with 3 stages asked for 544 KiB.
 def preview_attention(q: Tensor, k: Tensor, v: Tensor, k_win: Tensor, v_win: Tensor, committed: Tensor | None,
-                      scale: float, chunk: int = 256) -> Tensor:
+                      scale: float, chunk: int = 256, gate: Tensor | None = None) -> Tensor:
     """q [B,H,T,D]; the block's k, v [B,Hkv,T,D]; the window k_win, v_win [B,Hkv,W,D] (views of the arena: any
     strides with a unit last one); committed [W] bool (None: every window key) → attention output [B,H,T,D]
-    in q's dtype (a transposed view of a [B,T,H,D] tensor, so the output gate's reshape copies nothing)."""
+    in q's dtype (a transposed view of a [B,T,H,D] tensor, so o_proj's reshape copies nothing); with `gate`
+    [B,T,H,D] (any strides, unit last) the output times sigmoid(gate), `Attention.finish`'s output gate."""
     b, h, t, d = q.shape
     hkv, w = k_win.shape[1], k_win.shape[2]
-    for name, x in (("q", q), ("k", k), ("v", v), ("k_win", k_win), ("v_win", v_win)):
-        if x.stride(-1) != 1:
+    for name, x in (("q", q), ("k", k), ("v", v), ("k_win", k_win), ("v_win", v_win), ("gate", gate)):
+        if x is not None and x.stride(-1) != 1:
             raise ValueError(f"{name} needs a unit stride in its last dim")
+    if gate is not None and tuple(gate.shape) != (b, t, h, d):
+        raise ValueError(f"gate must be [B,T,H,D] = {(b, t, h, d)}, got {tuple(gate.shape)}")
     block_t = max(16, triton.next_power_of_2(t))
     n_splits = triton.cdiv(w, chunk)
     parts = n_splits + 1
@@ -152,8 +160,9 @@ def preview_attention(q: Tensor, k: Tensor, v: Tensor, k_win: Tensor, v_win: Ten
         HAS_MASK=committed is not None, H=h, D=d, BLOCK_T=block_t, BLOCK_N=16, F32=q.dtype == torch.float32,
         num_warps=8, num_stages=2,
     )
-    _merge_kernel[(b * h,)](m, lsum, acc, out, t, parts, out.stride(0), out.stride(1), out.stride(2),
-                            H=h, D=d, BLOCK_T=block_t, num_warps=4)
+    g, gs = (gate, (gate.stride(0), gate.stride(2), gate.stride(1))) if gate is not None else (out, (0, 0, 0))
+    _merge_kernel[(b * h,)](m, lsum, acc, out, g, t, parts, out.stride(0), out.stride(1), out.stride(2), *gs,
+                            H=h, D=d, BLOCK_T=block_t, GATED=gate is not None, num_warps=4)
     return out
 
 

@@ -19,8 +19,9 @@ Two kernels share one weight-tile loader:
 
 TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.dot` and int → bf16 casts wrong,
 so interpreted runs do the dot in fp32 (`DOT_F32`); that is exact for the integer weight tile and matches what
-the GPU's bf16 MMA with fp32 accumulation computes up to summation order. (Bit casts to bf16 and bf16
-arithmetic are right there, so the field-wise form's bf16 bit tricks run as on a GPU.)
+the GPU's bf16 MMA with fp32 accumulation computes up to summation order. Its bit casts to bf16 are right, so
+the field-wise form's exponent-bit trick runs as on a GPU; its bf16 arithmetic is not (NaN: `_minus` subtracts in
+fp32 there) and its fp32 → bf16 casts truncate where a GPU rounds to nearest (`_sum_parts` lets torch round).
 """
 
 from __future__ import annotations
@@ -274,9 +275,9 @@ def _moe_kernel(
 
 
 # The default is the field-wise form (`_fields_dot`); fields=False unpacks each tile into K order (`_weight_tile`:
-# one int→float instruction and one shared-memory store per weight, and 255 registers with spills in the dense
-# linear). Chosen from the compiled code, not yet from GPU times: `compile_check --sass` counts the K loop's
-# instructions per weight (MoE gate/up at 32 rows, sm_90: 7.9 unpacked vs 4.4 field-wise; BENCHMARKS.md), and
+# one int→float instruction and one shared-memory store per weight). Chosen from the compiled code, not yet from
+# GPU times: `compile_check --sass` counts the K loop's instructions per weight (MoE gate/up at 32 rows, sm_90:
+# 6.5 unpacked, with 128 int→float conversions at a quarter rate, vs 4.9 field-wise; BENCHMARKS.md), and
 # `gpu_check` times both forms at real shapes.
 @dataclass(frozen=True)
 class LinearConfig:
