@@ -417,6 +417,51 @@ def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, 
 
 
 @needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gdn_merged_input_projection(force_triton, dtype) -> None:
+    """The runtime's merge of a GDN layer's packed in_proj_qkv and in_proj_z (`load._merge_gdn_inputs`): the
+    fused preview then makes one projection call, the causal pass uses the two column views, both give what the
+    separate packed projections give, and the layer's buffers hold each weight once."""
+    from clover_local.model.cache import GDNCache
+    from clover_local.runtime.kernels import gdn_preview_kernel
+    from clover_local.runtime.load import _merge_gdn_inputs
+    from clover_local.runtime.packed_linear import PackedLinear
+
+    gen = torch.Generator().manual_seed(77)
+    gdn = _random_gdn({"linear_key_head_dim": 32, "linear_value_head_dim": 32, "block_size": 16}, dtype, gen)
+    h = gdn.in_proj_qkv.in_features
+
+    def packed(cols: int) -> PackedLinear:
+        pk = _random_pack(h, cols, 32, 8, gen)
+        return PackedLinear(*_dev(pk["qweight"], pk["scales"], pk["qzeros"]), 32, 8)
+
+    gdn.in_proj_qkv, gdn.in_proj_z = packed(gdn.in_proj_qkv.out_features), packed(gdn.in_proj_z.out_features)
+    gdn = gdn.to(DEVICE)
+    gdn.preview_kernel = gdn_preview_kernel(gdn, torch.device(DEVICE))
+    x = _dev(_x(16, h, dtype, gen).reshape(1, 16, h))[0]
+    ring = _dev(_x(gdn.kernel - 1, gdn.in_proj_qkv.out_features, dtype, gen))[0].reshape(1, gdn.kernel - 1, -1)
+    state = _dev(torch.randn(1, gdn.hv, gdn.dk, gdn.dv, generator=gen))[0]
+    n = torch.tensor(20, device=DEVICE)
+
+    def run(preview: bool) -> torch.Tensor:
+        with torch.no_grad():
+            return gdn(x, GDNCache(ring.clone(), state.clone()), preview=preview, n_prefix=n)
+
+    buffers = lambda: sum(b.numel() * b.element_size() for b in gdn.buffers())  # noqa: E731
+    want_preview, want_causal, bytes_before = run(True), run(False), buffers()
+    layer = torch.nn.Module()
+    layer.linear_attn = gdn
+    _merge_gdn_inputs(layer)
+    assert isinstance(gdn.in_proj_qkvz, PackedLinear) and buffers() == bytes_before
+    calls = []
+    gdn.in_proj_qkv.register_forward_hook(lambda *a: calls.append("qkv"))
+    _assert_close(run(True), want_preview, dtype)
+    assert calls == []  # the preview made the one merged call
+    _assert_close(run(False), want_causal, dtype)
+    assert calls == ["qkv"]
+
+
+@needs_triton
 def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
     """`gpu_check.gdn_preview_check`, `layer_ops_check` and `preview_attention_check` (a GPU session's few
     minutes) run here at the real layer's shapes, the

@@ -162,6 +162,9 @@ class GatedDeltaNet(nn.Module):
         # n_prefix [B], z) -> [B,T,Hv·Dv]: the runtime installs its Triton kernel on CUDA
         # (runtime/kernels/gdn_preview.py); None: the PyTorch path below, which is the definition.
         self.preview_kernel: Callable | None = None
+        # With the fused preview: one projection computing [in_proj_qkv(x), in_proj_z(x)] (the runtime's packed
+        # merge, whose columns the two modules then view); None: the two calls
+        self.in_proj_qkvz: nn.Module | None = None
 
     # ------------------------------------------------------------------ pieces
     def conv(self, rows: torch.Tensor, ring: torch.Tensor | None, right: bool) -> torch.Tensor:
@@ -226,15 +229,19 @@ class GatedDeltaNet(nn.Module):
         self, x: torch.Tensor, cache: GDNCache | None, preview: bool, n_prefix: int | torch.Tensor
     ) -> torch.Tensor:
         b = x.shape[0]
-        rows = self.in_proj_qkv(x)
+        fused = preview and self.preview_kernel is not None
+        if fused and self.in_proj_qkvz is not None:  # one projection call for the rows and the gate z
+            rows, z = self.in_proj_qkvz(x).split([self.in_proj_qkv.out_features, self.in_proj_z.out_features], -1)
+        else:
+            rows, z = self.in_proj_qkv(x), None
         ring = cache.ring if cache is not None else None
         state = cache.state if cache is not None and cache.state is not None else None
         if state is None:
             state = x.new_zeros(b, self.hv, self.dk, self.dv, dtype=torch.float32)
         if preview:  # n_prefix: an int, or the runtime's 0-dim device tensor (a CUDA graph reads it)
             n = n_prefix.expand(b) if torch.is_tensor(n_prefix) else torch.full((b,), n_prefix, device=x.device)
-            if self.preview_kernel is not None:
-                z = self.in_proj_z(x)
+            if fused:
+                z = self.in_proj_z(x) if z is None else z
                 return self.out_proj(self.preview_kernel(self, rows, ring, state, n, z))
             q, k, v = self.split_heads(self.conv(rows, ring, right=True))
             o = preview_mix(

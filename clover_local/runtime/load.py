@@ -256,6 +256,23 @@ def _load_layer_dense(layer, i: int, pack: PackIndex, shards: _Shards, device, d
         state[rel] = t
     fill_layer(layer, state, device, dtype)
     _merge_shared_expert(layer)
+    _merge_gdn_inputs(layer)
+
+
+def _merge_gdn_inputs(layer) -> None:
+    """A GDN layer's in_proj_qkv and in_proj_z as one packed projection for the fused preview (one call where
+    there were two, each latency-bound at 32 rows); the two modules become views of its columns, for the causal
+    passes, so no weight is held twice."""
+    gdn = getattr(layer, "linear_attn", None)
+    if gdn is None or not all(isinstance(getattr(gdn, n, None), PackedLinear) for n in ("in_proj_qkv", "in_proj_z")):
+        return
+    qkv, z = gdn.in_proj_qkv, gdn.in_proj_z
+    merged = merge_columns(qkv, z)
+    if merged is None:
+        return
+    n = qkv.out_features
+    gdn.in_proj_qkvz = merged
+    gdn.in_proj_qkv, gdn.in_proj_z = merged.columns(0, n), merged.columns(n, n + z.out_features)
 
 
 def _merge_shared_expert(layer) -> None:

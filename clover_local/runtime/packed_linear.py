@@ -16,11 +16,14 @@ class PackedLinear(nn.Module):
     """A GPTQ linear (4- or 8-bit, sequential groups) whose packed tensors stay on the device; forward runs the
     W4A16/W8A16 kernel. Same call as nn.Linear without bias: x [..., K] → [..., N] in x's dtype."""
 
-    def __init__(self, qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int) -> None:
+    def __init__(self, qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int,
+                 owns: bool = True) -> None:
         super().__init__()
-        self.register_buffer("qweight", qweight, persistent=False)
-        self.register_buffer("scales", scales, persistent=False)
-        self.register_buffer("qzeros", qzeros, persistent=False)
+        for name, t in (("qweight", qweight), ("scales", scales), ("qzeros", qzeros)):
+            if owns:
+                self.register_buffer(name, t, persistent=False)
+            else:  # a view of another module's tensors (`columns`): not a buffer, so no byte is counted twice
+                setattr(self, name, t)
         self.group_size, self.bits = group_size, bits
         self.in_features = qweight.shape[0] * (32 // bits)
         self.out_features = qweight.shape[1]
@@ -28,6 +31,14 @@ class PackedLinear(nn.Module):
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales, self.qzeros))
+
+    def columns(self, start: int, stop: int) -> PackedLinear:
+        """Output columns start … stop as a PackedLinear viewing this one's tensors (no copy, no buffers)."""
+        per = 32 // self.bits
+        if start % per or stop % per:
+            raise ValueError(f"columns {start}:{stop} must be multiples of {per} (packed zero words)")
+        return PackedLinear(self.qweight[:, start:stop], self.scales[:, start:stop],
+                            self.qzeros[:, start // per : stop // per], self.group_size, self.bits, owns=False)
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
