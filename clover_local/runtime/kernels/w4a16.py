@@ -606,8 +606,11 @@ def moe_w4a16_triton(
     align = moe_align(slot_ids, num_slots, cfg.block_m)
     xc = x if x.stride(-1) == 1 else x.contiguous()
     rw = weights.reshape(-1).contiguous()
-    act = torch.empty(t, inter, dtype=x.dtype, device=x.device)
+    # interpreted, silu(gate)·up stays fp32 and torch rounds it (the interpreter's fp32 → bf16 cast truncates: a
+    # bias toward zero that the down pass sums up; a GPU rounds to nearest)
+    act = torch.empty(t, inter, dtype=torch.float32 if _INTERPRET else x.dtype, device=x.device)
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg)
+    act = act.to(x.dtype)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
     _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, cfg)
     return _sum_parts(y, topk, m, h, h, topk * h, x.dtype)  # each token's topk rows
