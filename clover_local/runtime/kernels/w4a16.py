@@ -21,7 +21,8 @@ TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.d
 so interpreted runs do the dot in fp32 (`DOT_F32`); that is exact for the integer weight tile and matches what
 the GPU's bf16 MMA with fp32 accumulation computes up to summation order. Its bit casts to bf16 are right, so
 the field-wise form's exponent-bit trick runs as on a GPU; its bf16 arithmetic is not (NaN: `_minus` subtracts in
-fp32 there) and its fp32 → bf16 casts truncate where a GPU rounds to nearest (`_sum_parts` lets torch round).
+fp32 there) and its fp32 → bf16 casts truncate where a GPU rounds to nearest (the MoE's activations and
+`_sum_parts` stay fp32 there and torch rounds them).
 """
 
 from __future__ import annotations
