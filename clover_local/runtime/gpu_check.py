@@ -108,6 +108,13 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                                                                                       config=ucfg)), 4)
     except Exception:
         out["moe_unpacked_rel_err"], out["moe_unpacked_error"] = 1.0, traceback.format_exc()[-2000:]
+    rcfg = replace(moe_config(32, 8, n_slots), maxnreg=128)  # a 4th program an SM (MoeConfig.maxnreg)
+    try:
+        out["moe_maxnreg128_rel_err"] = round(_rel(moe_w4a16_triton(x, slot_ids, w, gu, dn, config=rcfg), ref), 5)
+        out["moe_maxnreg128_ms_32rows"] = round(_timed_ms(dev, lambda: moe_w4a16_triton(x, slot_ids, w, gu, dn,
+                                                                                        config=rcfg)), 4)
+    except Exception:
+        out["moe_maxnreg128_error"] = traceback.format_exc()[-2000:]
     lin = {}
     for name, k, n, bits in (("in_proj_qkv", 2048, 8192, 8), ("out_proj", 4096, 2048, 8), ("q_proj 4-bit", 2048, 8192, 4),
                              ("lm_head", 2048, vocab, 8)):

@@ -48,7 +48,7 @@ class _Intercept:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+            options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
             named = dict(zip(self.fn.arg_names, args))
             named.update(kwargs)
             self.sink.append(Launch(self.name, self.case(), self.fn, named, options))
@@ -118,8 +118,9 @@ def capture_launches() -> list[Launch]:
         ids = torch.zeros(m, topk, dtype=torch.int32)
         wts = torch.zeros(m, topk, dtype=bf)
         base_moe = w4a16.moe_config(m, topk, 8515)
-        for cfg_m in (base_moe, replace(base_moe, fields=False)):
-            label["case"] = f"MoE 4-bit H{h} I{inter}{'' if cfg_m.fields else ' unpacked'}"
+        for cfg_m in (base_moe, replace(base_moe, fields=False), replace(base_moe, maxnreg=128)):
+            label["case"] = (f"MoE 4-bit H{h} I{inter}{'' if cfg_m.fields else ' unpacked'}"
+                             f"{f' maxnreg {cfg_m.maxnreg}' if cfg_m.maxnreg else ''}")
             w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=cfg_m)
         label["case"] = "moe_align 256 pairs, 8515 slots"
         w4a16.moe_align_triton(ids, 8515, base_moe.block_m)

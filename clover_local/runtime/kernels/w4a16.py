@@ -299,6 +299,10 @@ class MoeConfig:
     num_warps: int = 4
     num_stages: int = 3
     fields: bool = True  # as LinearConfig.fields
+    # a register cap per thread (None: the compiler's choice). Why: field-wise gate/up takes 135 registers on
+    # sm_90, 3 programs of 4 warps an SM; 128 (32 B spilled, compile_check) fits a 4th. Unmeasured: gpu_check
+    # times it beside the default.
+    maxnreg: int | None = None
 
 
 def _default_fields() -> bool:
@@ -552,6 +556,7 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
         DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, bk, stack.bits),
         MAGIC=magic_bits(a.dtype, stack.bits), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
 
 
