@@ -33,7 +33,8 @@ class PackedLinear(nn.Module):
         return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales, self.qzeros))
 
     def columns(self, start: int, stop: int) -> PackedLinear:
-        """Output columns start … stop as a PackedLinear viewing this one's tensors (no copy, no buffers)."""
+        """Output columns start … stop as a PackedLinear viewing this one's tensors (no copy, no buffers: the
+        runtime places its model once, at load; a `.to()` of the owner afterwards would leave the view behind)."""
         per = 32 // self.bits
         if start % per or stop % per:
             raise ValueError(f"columns {start}:{stop} must be multiples of {per} (packed zero words)")
