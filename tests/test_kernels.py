@@ -730,6 +730,47 @@ def test_disable_fused_keeps_w4a16_kernels(force_triton, monkeypatch) -> None:
     assert kernels._use_triton(torch.zeros(1, device=DEVICE))
 
 
+@needs_triton
+def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, monkeypatch) -> None:
+    """The whole runtime on a packed model (synthetic small pack: GDN and attention layers, offloading machinery,
+    fp32) with every fused kernel installed — norms with and without the residual, RoPE, router, shared-expert
+    path, combine, GDN preview with its merged input projection, preview attention with its output gate — against
+    the same runtime with CLOVER_DISABLE_FUSED=1 (the model's PyTorch path, W4A16 kernels kept): the logits of a
+    prefill, two previews, the block's commit and the next block's preview agree. Pins the pieces' interplay
+    (the hooks' contracts, views, residuals) that the per-op tests do not."""
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    folder = ensure_synthetic("small")
+
+    def passes(fused: bool) -> list[torch.Tensor]:
+        if fused:
+            monkeypatch.delenv("CLOVER_DISABLE_FUSED", raising=False)
+        else:
+            monkeypatch.setenv("CLOVER_DISABLE_FUSED", "1")
+        model = load_packed_model(folder, torch.device(DEVICE), torch.float32, RuntimeOptions(context=256))
+        cfg = model.config
+        assert (model.layers[0].linear_attn.in_proj_qkvz is not None) and (
+            (model.layers[0].mlp.combine_kernel is not None) == fused)
+        mask = cfg.diffusion.mask_token_id
+        gen = torch.Generator().manual_seed(0)
+        out = []
+        with torch.inference_mode():
+            cache = model.new_cache()
+            out.append(model(torch.randint(0, mask, (1, 40), generator=gen).to(DEVICE), cache, rows=slice(-1, None)))
+            block = torch.full((1, cfg.diffusion.block_size), mask, dtype=torch.long, device=DEVICE)
+            out.append(model(block, cache, preview=True))
+            block[0, :3] = torch.randint(0, mask, (3,), generator=gen).to(DEVICE)
+            out.append(model(block, cache, preview=True))
+            out.append(model(block, cache))
+            out.append(model(torch.full_like(block, mask), cache, preview=True))
+        return out
+
+    for got, want in zip(passes(True), passes(False)):
+        assert want.abs().max() > 0.1
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
 def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     """`compile_check`: each Triton kernel, launched by its own wrapper at the real model's shapes, compiles for
     sm_90 (H200) and sm_120 (RTX 5070 Ti) with the bundled ptxas and fits the arch's shared memory — what the
