@@ -101,20 +101,15 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
 
     from clover_local.runtime.kernels.w4a16 import linear_config, linear_w4a16_triton, moe_config, moe_w4a16_triton
 
-    ucfg = replace(moe_config(32, 8, n_slots), fields=False)
-    try:  # a failure here is a finding about one option: keep the rest of the stage
-        out["moe_unpacked_rel_err"] = round(_rel(moe_w4a16_triton(x, slot_ids, w, gu, dn, config=ucfg), ref), 5)
-        out["moe_unpacked_ms_32rows"] = round(_timed_ms(dev, lambda: moe_w4a16_triton(x, slot_ids, w, gu, dn,
-                                                                                      config=ucfg)), 4)
-    except Exception:
-        out["moe_unpacked_rel_err"], out["moe_unpacked_error"] = 1.0, traceback.format_exc()[-2000:]
-    rcfg = replace(moe_config(32, 8, n_slots), maxnreg=128)  # a 4th program an SM (MoeConfig.maxnreg)
-    try:
-        out["moe_maxnreg128_rel_err"] = round(_rel(moe_w4a16_triton(x, slot_ids, w, gu, dn, config=rcfg), ref), 5)
-        out["moe_maxnreg128_ms_32rows"] = round(_timed_ms(dev, lambda: moe_w4a16_triton(x, slot_ids, w, gu, dn,
-                                                                                        config=rcfg)), 4)
-    except Exception:
-        out["moe_maxnreg128_error"] = traceback.format_exc()[-2000:]
+    base = moe_config(32, 8, n_slots)
+    # and a register cap that fits a 4th program an SM (MoeConfig.maxnreg)
+    for tag, cfg in (("unpacked", replace(base, fields=False)), ("maxnreg128", replace(base, maxnreg=128))):
+        call = partial(moe_w4a16_triton, x, slot_ids, w, gu, dn, config=cfg)
+        try:  # a failure here is a finding about one option: keep the rest of the stage
+            out[f"moe_{tag}_rel_err"] = round(_rel(call(), ref), 5)
+            out[f"moe_{tag}_ms_32rows"] = round(_timed_ms(dev, call), 4)
+        except Exception:
+            out[f"moe_{tag}_rel_err"], out[f"moe_{tag}_error"] = 1.0, traceback.format_exc()[-2000:]
     lin = {}
     for name, k, n, bits in (("in_proj_qkv", 2048, 8192, 8), ("out_proj", 4096, 2048, 8), ("q_proj 4-bit", 2048, 8192, 4),
                              ("lm_head", 2048, vocab, 8)):

@@ -45,37 +45,39 @@ def _rms_norm_zc_kernel(x_ptr, w_ptr, out_ptr, r_ptr, sum_ptr, D, stride_x, stri
     tl.store(out_ptr + row * stride_o + d, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+def _rows(t: Tensor) -> Tensor:
+    """t as rows [N, last dim] with a unit column stride (a view where it can be)."""
+    t = t.reshape(-1, t.shape[-1])
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None) -> tuple[Tensor | None, Tensor]:
+    """One `_rms_norm_zc_kernel` launch: (x + residual or None, the norm), both shaped and typed like x."""
+    d = x.shape[-1]
+    x2 = _rows(x)
+    r2 = _rows(residual) if residual is not None else x2
+    out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    total = torch.empty_like(out) if residual is not None else out  # ADD=False never writes it
+    if x2.shape[0]:
+        _rms_norm_zc_kernel[(x2.shape[0],)](x2, weight, out, r2, total, d, x2.stride(0), out.stride(0),
+                                            r2.stride(0), total.stride(0), float(eps),
+                                            BLOCK_D=triton.next_power_of_2(d), ADD=residual is not None,
+                                            num_warps=4 if d <= 4096 else 8)
+    return (total.view(x.shape) if residual is not None else None), out.view(x.shape)
+
+
 def rms_norm_zc(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """`ZeroCenteredRMSNorm.forward` over the last dim, in x's dtype."""
-    d = x.shape[-1]
-    x2 = x.reshape(-1, d)
-    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
-    out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-    if x2.shape[0]:
-        _rms_norm_zc_kernel[(x2.shape[0],)](x2, weight, out, x2, out, d, x2.stride(0), out.stride(0), 0, 0,
-                                            float(eps), BLOCK_D=triton.next_power_of_2(d), ADD=False,
-                                            num_warps=4 if d <= 4096 else 8)
-    return out.view(x.shape)
+    return _norm(x, weight, eps, None)[1]
 
 
 def add_rms_norm_zc(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """(x + residual, its `ZeroCenteredRMSNorm`) in one launch, both in x's dtype: a decoder layer's residual
     sum after its mixer and the norm in front of its MoE (`DecoderLayer.forward`). The sum is rounded to x's dtype
     before the norm reads it, as the eager `x + h` then `norm(x)` does."""
-    d = x.shape[-1]
     if residual.shape != x.shape:
         raise ValueError(f"add_rms_norm_zc: x {tuple(x.shape)} and residual {tuple(residual.shape)} differ")
-    x2, r2 = x.reshape(-1, d), residual.reshape(-1, d)
-    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
-    r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
-    total = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-    out = torch.empty_like(total)
-    if x2.shape[0]:
-        _rms_norm_zc_kernel[(x2.shape[0],)](x2, weight, out, r2, total, d, x2.stride(0), out.stride(0),
-                                            r2.stride(0), total.stride(0), float(eps),
-                                            BLOCK_D=triton.next_power_of_2(d), ADD=True,
-                                            num_warps=4 if d <= 4096 else 8)
-    return total.view(x.shape), out.view(x.shape)
+    return _norm(x, weight, eps, residual)
 
 
 @triton.jit
@@ -161,11 +163,6 @@ def _shared_combine_kernel(r_ptr, x_ptr, g_ptr, s_ptr, res_ptr, out_ptr, D, stri
         y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
         y += tl.load(res_ptr + row * stride_res + d, mask=ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_o + d, y.to(out_ptr.dtype.element_ty), mask=ok)
-
-
-def _rows(t: Tensor) -> Tensor:
-    t = t.reshape(-1, t.shape[-1])
-    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def shared_combine(routed: Tensor, x: Tensor, gate_weight: Tensor, shared: Tensor,
