@@ -662,7 +662,9 @@ def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
     (2, 4, 1, 16, 32, 128, None, 256, torch.float32),  # no mask (every window key), one split, 2 sequences
     (1, 8, 2, 32, 64, 200, 3, 64, torch.bfloat16),   # almost empty window: splits with every key masked
 ])
-def test_preview_attention_matches_sdpa(force_triton, b, h, hkv, t, d, w, n, chunk, dtype) -> None:
+@pytest.mark.parametrize("causal", [False, True], ids=["preview", "commit"])
+def test_preview_attention_matches_sdpa(force_triton, b, h, hkv, t, d, w, n, chunk, dtype, causal) -> None:
+    """A preview (every block key) or a commit written in place (`causal`: each row up to its own block key)."""
     import torch.nn.functional as F
 
     from clover_local.runtime.kernels.preview_attention import preview_attention
@@ -675,14 +677,16 @@ def test_preview_attention_matches_sdpa(force_triton, b, h, hkv, t, d, w, n, chu
     committed = None if n is None else torch.arange(w) < n
     q, k, v, k_win, v_win = _dev(q, k, v, k_win, v_win)
     committed = None if committed is None else committed.to(DEVICE)
-    mask = None if committed is None else torch.cat([committed, committed.new_ones(t)])[None, :]
+    window = committed if committed is not None else torch.ones(w, dtype=torch.bool, device=DEVICE)
+    own = torch.ones(t, t, dtype=torch.bool, device=DEVICE)
+    mask = torch.cat([window[None, :].expand(t, -1), own.tril() if causal else own], 1)
     want = F.scaled_dot_product_attention(q.float(), torch.cat([k_win, k], 2).float(), torch.cat([v_win, v], 2).float(),
                                           attn_mask=mask, scale=d**-0.5, enable_gqa=True).to(dtype)
-    got = preview_attention(q, k, v, k_win, v_win, committed, d**-0.5, chunk=chunk)
+    got = preview_attention(q, k, v, k_win, v_win, committed, d**-0.5, chunk=chunk, causal=causal)
     assert got.shape == want.shape and got.transpose(1, 2).is_contiguous()
     _assert_close(got, want, dtype)
     gate = _dev(rnd(b, t, h, 2 * d))[0][..., :d]  # the output gate: a strided half of the q projection
-    gated = preview_attention(q, k, v, k_win, v_win, committed, d**-0.5, chunk=chunk, gate=gate)
+    gated = preview_attention(q, k, v, k_win, v_win, committed, d**-0.5, chunk=chunk, gate=gate, causal=causal)
     _assert_close(gated, (want.transpose(1, 2) * torch.sigmoid(gate)).transpose(1, 2), dtype)
 
 

@@ -36,29 +36,39 @@ def stand_in(monkeypatch):
 
 def with_graphs(pack, **kw):
     loaded = runtime(pack, **kw)
-    loaded.model.runtime.graphs.enabled = True  # on a CPU the runtime never turns them on by itself
+    rt = loaded.model.runtime
+    rt.graphs.enabled = rt.commit_graphs.enabled = True  # on a CPU the runtime never turns them on by itself
     return loaded
+
+
+def commits(loaded) -> list:
+    return [r for r in loaded.model.runtime.records if r.kind == "commit"]
 
 
 @pytest.mark.parametrize("slots", [TOTAL, TOTAL - 1])
 def test_graph_replays_decode_the_same_tokens(pack, ref, stand_in, slots):
-    """A few blocks of decoding. All resident, every preview after a block's first is a replay; one slot short,
-    some replays miss and are repaired (or rerun through the syncing path). Tokens equal the eager runtime's
+    """A few blocks of decoding. All resident, every preview and commit is a replay; one slot short, some
+    replays miss and are repaired (or rerun through the syncing path). Tokens equal the eager runtime's
     either way."""
     ids = prompt(ref, 13, seed=2)
     got = with_graphs(pack, slots=slots)
     assert decode(got, ids) == decode(runtime(pack, slots=slots), ids)
-    s = got.model.runtime_stats()["graphs"]
+    stats = got.model.runtime_stats()
+    s, c = stats["graphs"], stats["commit_graphs"]
     recs = previews(got)
     graphed = [r for r in recs if r.graphed]
     # a replay that missed is repaired: the expert loaded, the graph replayed again
-    assert s["error"] is None and s["replays"] == sum(1 + r.repairs for r in graphed) == stand_in.replays > 0
+    assert s["error"] is None and s["replays"] == sum(1 + r.repairs for r in graphed) > 0
+    committed = [r for r in commits(got) if r.graphed]
+    assert c["error"] is None and c["replays"] == sum(1 + r.repairs for r in committed) > 0
+    assert stand_in.replays == s["replays"] + c["replays"]
     blocks = sum(r.pass_in_block == 0 for r in recs)
-    assert 0 < s["captures"] == stand_in.made <= blocks  # at most one per block: reused by the block's passes
-    assert all(r.optimistic for r in graphed)
-    if slots == TOTAL:  # nothing can miss: every preview is optimistic, and all but the first of each capture
-        assert all(r.optimistic and not r.retried for r in recs)
-        assert len(graphed) == len(recs)
+    assert 0 < s["captures"] <= blocks  # at most one per block: reused by the block's passes
+    assert c["captures"] == 1 and stand_in.made == s["captures"] + 1  # one commit graph serves every block
+    assert all(r.optimistic for r in graphed + committed)
+    if slots == TOTAL:  # nothing can miss: every pass is optimistic, every commit a replay
+        assert all(r.optimistic and not r.retried for r in recs + commits(got))
+        assert len(graphed) == len(recs) and len(committed) == len(commits(got)) > 1
 
 
 def two_blocks(loaded, previews: int = 4) -> list[torch.Tensor]:
@@ -87,7 +97,9 @@ def test_one_graph_serves_every_block_until_a_new_cache(pack, ref, stand_in):
     flags = [(r.pass_in_block, r.graphed, r.captured) for r in previews(got)]
     # all resident: every preview is optimistic; the first captures, the other seven (both blocks) replay
     assert flags == [(0, True, True)] + [(i % 4, True, False) for i in range(1, 8)]
-    assert stand_in.made == 1 and stand_in.replays == 8
+    # the commits too: the first captures, the second replays the same graph at the next start
+    assert [(r.graphed, r.captured) for r in commits(got)] == [(True, True), (True, False)]
+    assert stand_in.made == 2 and stand_in.replays == 10
     assert rt.graphs.current.x.shape == (1, 8, got.config.hidden_size)  # the embedded rows, not token ids
     got.model.new_cache()
     assert rt.graphs.current is None  # a new sequence: other buffers, another graph
@@ -116,7 +128,7 @@ def test_attention_window_changes_recapture(pack, ref, stand_in, monkeypatch):
             loaded.seen += [model(block, cache, preview=True) for _ in range(2)]
     for a, b in zip(want.seen, got.seen):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
-    assert stand_in.made == 2
+    assert got.model.runtime.graphs.captures == 2 and stand_in.made == 3  # and one commit graph
 
 
 def test_replay_that_missed_is_repaired(pack, ref, stand_in):
@@ -142,7 +154,7 @@ def test_replay_that_missed_is_repaired(pack, ref, stand_in):
     assert repaired.misses == 1 and repaired.hits == repaired.uses - 1  # the loaded expert is a miss, not a hit
     s = got.model.runtime_stats()
     assert s["repair_replays"] == 1 and s["hits"] + s["misses"] == s["expert_uses"]
-    assert stand_in.made == 1
+    assert s["graphs"]["captures"] == s["commit_graphs"]["captures"] == 1
 
 
 def test_first_pass_of_a_block_replays_and_repairs(pack, ref, stand_in):
@@ -173,7 +185,7 @@ def test_first_pass_of_a_block_replays_and_repairs(pack, ref, stand_in):
     assert first.repairs >= 1 and not first.synced and first.misses > 0
     assert rt.cache.slot_of[rt.layers[2]].max() >= 0  # the repair loaded that layer's experts back
     assert not recs[0].optimistic  # the very first block: no graph yet, the syncing path
-    assert stand_in.made == 1
+    assert rt.graphs.captures == rt.commit_graphs.captures == 1 and stand_in.made == 2
     assert got.model.runtime_stats()["expert_uses"] == sum(r.uses for r in rt.records)
 
 
@@ -227,3 +239,36 @@ def test_gpu_check_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypa
     assert first["graphed"] and first["repairs"] >= 1 and not first["synced"] and first["misses"] > 0
     assert res["repaired_logits_equal"] and res["graphed_logits_equal"] and res["optimistic_logits_equal"]
     assert res["ok"], res
+
+
+def test_commit_replay_that_missed_is_repaired(pack, ref, stand_in):
+    """A commit is a graph replay too (captured at the first block's commit, replayed at every later start). One
+    that needed an evicted expert (here: every expert of a layer, evicted after the block's last preview) is
+    thrown away, the experts are loaded and it replays again: its keys/values are written again at the same
+    rows and its GDN states, held aside until the pass is settled, start again from the committed ones, so the
+    commit's logits and the next block's preview are the syncing path's."""
+    got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
+    rt = got.model.runtime
+
+    def run(loaded, before_commit=lambda i: None) -> list[torch.Tensor]:
+        model = loaded.model
+        cache = model.new_cache()
+        out = [model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)]
+        for i, rows in enumerate(([5] * 8, [7, 3] * 4, [2] * 8)):
+            block = torch.tensor([rows])
+            out += [model(block, cache, preview=True) for _ in range(2)]
+            before_commit(i)
+            out.append(model(block, cache))
+        out.append(model(torch.tensor([[4] * 8]), cache, preview=True))
+        return out
+
+    with torch.inference_mode():
+        out = run(got, lambda i: i == 1 and rt.cache.evict(rt.layers[1], np.arange(N_EXPERTS)))
+        want = run(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False))
+    for a, b in zip(want, out):
+        assert torch.equal(a, b)
+    recs = commits(got)
+    assert [(r.graphed, r.captured) for r in recs] == [(True, True), (True, False), (True, False)]
+    repaired = recs[1]
+    assert repaired.repairs >= 1 and not repaired.synced and repaired.misses > 0
+    assert rt.commit_graphs.captures == 1 and rt.commit_graphs.error is None

@@ -68,14 +68,38 @@ class Attention(nn.Module):
         )
 
     def grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """`softmax_attention` for a mask that is the same for every query row: the query heads sharing a key
-        head become more rows of that head ([B, Hkv, G·T, D]), so no kernel path expands the keys G times (with
-        a mask, SDPA's GQA may fall back to one that does: 8× a 32K-token window)."""
+        """`softmax_attention` with a mask [1, S] (every query row alike) or [T, S]: the query heads sharing a key
+        head become more rows of that head ([B, Hkv, G·T, D], the mask repeated per head), so no kernel path
+        expands the keys G times (with a mask, SDPA's GQA may fall back to one that does: 8× a 32K window)."""
         b, h, t, d = q.shape
         g = h // self.n_kv
+        if mask.shape[0] > 1:
+            mask = mask.repeat(g, 1)
         out = F.scaled_dot_product_attention(q.reshape(b, self.n_kv, g * t, d), k, v, attn_mask=mask,
                                              scale=self.head_dim**-0.5)
         return out.reshape(b, h, t, d)
+
+    def window_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None], causal: bool,
+    ) -> torch.Tensor:
+        """The block's rows (q, and its own k/v) over the keys before it, `past` = (k, v [B,Hkv,W,D], mask [W]
+        over them or None = all), and over its own keys: all of them (a preview) or each row up to itself
+        (`causal`: a commit written in place). Output gate and o_proj included."""
+        b, _, t, _ = q.shape
+        if self.preview_kernel is not None:  # the output gate inside the kernel
+            out = self.preview_kernel(q, k, v, *past, self.head_dim**-0.5, gate=gate, causal=causal)
+            return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        if past[2] is None and not causal:
+            return self.attend(q, k, v, gate, None)
+        window = past[2] if past[2] is not None else q.new_ones(past[0].shape[2], dtype=torch.bool)
+        if causal:  # [T, S]: the window's committed keys, then the block's up to the row's own
+            own = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+            mask = torch.cat([window[None, :].expand(t, -1), own], 1)
+        else:  # [1, S]: every row alike
+            mask = torch.cat([window, window.new_ones(t)])[None, :]
+        return self.finish(self.grouped_attention(q, k, v, mask), gate)
 
     def finish(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """Heads [B,H,T,D] → output gate (gate [B,T,H,D]) → o_proj."""
@@ -90,15 +114,14 @@ class Attention(nn.Module):
         mask = None
         if preview and cache is not None:
             past = cache.preview_keys_values()
-            if past is not None and self.preview_kernel is not None:  # the output gate inside the kernel
-                out = self.preview_kernel(q, k, v, *past, self.head_dim**-0.5, gate=gate)
-                return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], t, -1))
             if past is not None:
-                k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-                if past[2] is not None:  # the runtime's fixed window: only its committed part, then the block
-                    mask = torch.cat([past[2], past[2].new_ones(t)])[None, :]  # [1, S]: every row alike
-                    return self.finish(self.grouped_attention(q, k, v, mask), gate)
-            return self.attend(q, k, v, gate, mask)
+                return self.window_attention(q, k, v, gate, past, causal=False)
+            return self.attend(q, k, v, gate, None)
+        if not preview and cache is not None and cache.writes_in_place(t):
+            # the runtime's arena: the block's keys/values go to the rows at the cache's device-side length, and
+            # the block attends to the committed window before it and causally to itself (no host-side length
+            # in the pass: a CUDA graph of a commit replays for every block)
+            return self.window_attention(q, k, v, gate, cache.write_block(k, v), causal=True)
         past = cache.keys_values() if cache is not None else None
         n_past = 0 if past is None else past[0].shape[2]
         if past is not None:

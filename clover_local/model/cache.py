@@ -33,6 +33,15 @@ class AttentionCache:
         kv = self.keys_values()
         return None if kv is None else (*kv, None)
 
+    def writes_in_place(self, rows: int) -> bool:
+        """Whether a causal pass of `rows` rows hands its keys/values to `write_block` (written at a device-side
+        length, so a CUDA graph can replay the pass) instead of `append`. Never for this cache; the runtime's
+        arena does it for a block's commit (runtime/offload.py)."""
+        return False
+
+    def write_block(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        raise NotImplementedError("only caches whose writes_in_place() is True write blocks in place")
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write new keys/values; capacity grows geometrically so appends stay amortised O(1)."""
         n = k.shape[2]
@@ -66,9 +75,14 @@ class GDNCache:
         return GDNCache(_clone(self.ring), _clone(self.state))
 
     def update(self, ring: torch.Tensor | None, state: torch.Tensor | None) -> None:
-        """Take the ring and state after a causal pass (or from a snapshot: handed over, not copied). The
-        runtime's caches copy into fixed buffers instead (a CUDA graph reads them at fixed addresses)."""
+        """Take this ring and state (from a snapshot: handed over, not copied). The runtime's caches copy into
+        fixed buffers instead (a CUDA graph reads them at fixed addresses)."""
         self.ring, self.state = ring, state
+
+    def write(self, ring: torch.Tensor, state: torch.Tensor) -> None:
+        """What a causal pass leaves: here it takes effect at once; the runtime's caches hold it aside until the
+        pass is settled (`PrefixCache.settle`), so a pass thrown away midway can run again from the same state."""
+        self.update(ring, state)
 
 
 def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -128,6 +142,11 @@ class PrefixCache:
             else:
                 c.update(snap.gdn[i].ring, snap.gdn[i].state)
         self.length = snap.length
+
+    def settle(self, length: int) -> None:
+        """After a causal pass: the cache holds `length` tokens. (The runtime's cache also applies what the pass
+        held aside and advances its attention layers' lengths here: runtime/offload.py.)"""
+        self.length = length
 
     def preview_start(self) -> int | torch.Tensor:
         """Committed tokens before a preview's block, as the preview reads it (positions, the GDN history

@@ -119,23 +119,26 @@ class CloverModel(nn.Module):
         n = ids.shape[1]
 
         def run(x: torch.Tensor) -> torch.Tensor:
-            # positions and rotary tables inside, from the cache's preview start: for the runtime's caches a
-            # device tensor, so one CUDA graph of a preview (runtime/graphs.py) serves every block
-            base = cache.preview_start() if cache is not None and preview else start
+            # positions and rotary tables inside, from the cache's start: for the runtime's caches a device
+            # tensor, so one CUDA graph of a preview or a commit (runtime/graphs.py) serves every block
+            base = cache.preview_start() if cache is not None else start
             positions = torch.arange(n, device=x.device) + base
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
             for i, layer in enumerate(self.layers):
                 x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, base)
-            if cache is not None and not preview:
-                cache.length = start + n
             return self.norm(x)
 
         x = self.embed_tokens(ids)  # outside `run`: the runtime's table lives on the host
         if self.runtime is None:
-            return run(x)
-        # the runtime brackets the pass and may run it twice: an optimistic preview pass that needed a
-        # non-resident expert is discarded and rerun (a preview writes nothing to the cache, so that is safe)
-        return self.runtime.run_pass(preview, start, x, cache, run)
+            out = run(x)
+        else:
+            # the runtime brackets the pass and may run it more than once: an optimistic pass that needed a
+            # non-resident expert is discarded and rerun (a preview writes nothing to the cache; a commit writes
+            # keys/values at fixed rows and holds its GDN states aside until `settle`, so that is safe too)
+            out = self.runtime.run_pass(preview, start, x, cache, run)
+        if cache is not None and not preview:
+            cache.settle(start + n)  # outside `run`: a host-side step a CUDA graph of the pass would not replay
+        return out
 
     def forward(
         self,

@@ -254,7 +254,7 @@ class GatedDeltaNet(nn.Module):
         o, new_state = self.delta_rule(q, k, v, g, beta, state)
         if cache is not None:
             prev = ring if ring is not None else rows.new_zeros(b, self.kernel - 1, rows.shape[-1])
-            cache.update(torch.cat([prev.to(rows.dtype), rows], 1)[:, -(self.kernel - 1) :].clone(), new_state)
+            cache.write(torch.cat([prev.to(rows.dtype), rows], 1)[:, -(self.kernel - 1) :].clone(), new_state)
         return self.output(o, x)
 
 

@@ -58,30 +58,62 @@ def preview_window(length: int, capacity: int) -> int:
 class ArenaAttentionCache(AttentionCache):
     """KV cache over preallocated [1, Hkv, context, D] buffers: appends never allocate. A preview reads a fixed
     window of them with a mask from `length_t` (the prefix cache's device copy of the length), not a slice of
-    the committed length: the same kernels at the same addresses for every block inside one window size."""
+    the committed length: the same kernels at the same addresses for every block inside one window size. A
+    commit (a causal pass of at most `in_place_rows` rows) writes its rows at `length_t` the same way
+    (`write_block`); its host `length` moves when the pass is settled (`ArenaPrefixCache.settle`)."""
 
     length_t: Tensor | None = None
+    in_place_rows: int = 0
 
-    def window(self) -> int:
-        """Arena rows a preview reads now (what a captured graph's shapes depend on)."""
-        return preview_window(self.length, self.k.shape[2])
+    def window(self, rows: int = 1) -> int:
+        """Arena rows a pass of `rows` block rows reads now (what a captured graph's shapes depend on): a
+        preview's committed keys, or a commit's and its own (the same window while committed lengths are
+        multiples of the block size, as decoding keeps them)."""
+        return preview_window(self.length + rows - 1, self.k.shape[2])
 
     def preview_keys_values(self) -> tuple[Tensor, Tensor, Tensor | None]:
         w = self.window()
         committed = torch.arange(w, device=self.k.device) < self.length_t
         return self.k[:, :, :w], self.v[:, :, :w], committed
 
-    def append(self, k: Tensor, v: Tensor) -> None:
-        if self.length + k.shape[2] > self.k.shape[2]:
+    def writes_in_place(self, rows: int) -> bool:
+        return rows <= self.in_place_rows
+
+    def write_block(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Write a commit's keys/values [1,Hkv,T,D] at rows length_t … length_t+T−1 (device-side positions:
+        writing them again, as a rerun of the pass does, writes the same rows) and return what the block attends
+        to before itself: the window and its committed mask, as a preview reads them."""
+        n = k.shape[2]
+        self.check_room(n)  # the runtime checks before every pass too: a graph replay does not run this
+        pos = self.length_t + torch.arange(n, device=self.k.device)
+        self.k.index_copy_(2, pos, k.to(self.k.dtype))
+        self.v.index_copy_(2, pos, v.to(self.v.dtype))
+        w = self.window(n)
+        return self.k[:, :, :w], self.v[:, :, :w], torch.arange(w, device=self.k.device) < self.length_t
+
+    def check_room(self, rows: int) -> None:
+        if self.length + rows > self.k.shape[2]:
             raise CloverError(
                 f"the sequence reached the {self.k.shape[2]}-token context the runtime was loaded for; "
                 "load it again with a larger --context")
+
+    def append(self, k: Tensor, v: Tensor) -> None:
+        self.check_room(k.shape[2])
         super().append(k, v)
 
 
 class ArenaGDNCache(GDNCache):
     """A GDN layer's ring and state in buffers allocated once (zeros = nothing committed yet, which is what the
-    model assumes for a missing ring or state); updates copy into them, so their addresses never change."""
+    model assumes for a missing ring or state); updates copy into them, so their addresses never change.
+
+    A causal pass's new ring and state go to the runtime's `pending` buffers for the layer (shared by its
+    caches: one pass at a time) and are copied in when the pass is settled. Until then the pass can be thrown away and rerun from the
+    same state (an optimistic commit that needed a non-resident expert), which a state written in place would
+    not allow: the delta rule cannot be undone."""
+
+    def __init__(self, ring: Tensor, state: Tensor, pending: tuple[Tensor, Tensor]) -> None:
+        super().__init__(ring, state)
+        self.pending = pending
 
     def update(self, ring: Tensor | None, state: Tensor | None) -> None:
         for buf, new in ((self.ring, ring), (self.state, state)):
@@ -89,6 +121,13 @@ class ArenaGDNCache(GDNCache):
                 buf.zero_()
             else:
                 buf.copy_(new)
+
+    def write(self, ring: Tensor, state: Tensor) -> None:
+        self.pending[0].copy_(ring)
+        self.pending[1].copy_(state)
+
+    def apply_pending(self) -> None:
+        self.update(*self.pending)
 
 
 class ArenaPrefixCache(PrefixCache):
@@ -109,6 +148,22 @@ class ArenaPrefixCache(PrefixCache):
 
     def preview_start(self) -> Tensor:
         return self.length_t
+
+    def check_room(self, rows: int) -> None:
+        for c in self.layers:
+            if isinstance(c, ArenaAttentionCache):
+                c.check_room(rows)
+                return
+
+    def settle(self, length: int) -> None:
+        """After a causal pass (once, whether it ran eagerly or as graph replays): its GDN states applied, the
+        attention layers' lengths advanced, `length_t` filled (only now: the pass read the old one)."""
+        for c in self.layers:
+            if isinstance(c, ArenaGDNCache):
+                c.apply_pending()
+            elif isinstance(c, ArenaAttentionCache):
+                c.length = length
+        self.length = length
 
 
 class OffloadedExperts(nn.Module):
@@ -183,6 +238,7 @@ class Runtime:
         self._layer_events: list = []
         self._opt = OptimisticPass(cache)
         self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
+        self.commit_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and commits (one failing spares the other)
         self._optimistic_now = False  # layer calls take the resident-only path
         self._block_clean = False  # the block's previous pass makes an optimistic one worth trying
         self.optimistic_passes = 0
@@ -194,7 +250,17 @@ class Runtime:
                 shape = (1, config.num_key_value_heads, context, config.head_dim)
                 self.kv[i] = (torch.zeros(shape, dtype=dtype, device=device),
                               torch.zeros(shape, dtype=dtype, device=device))
+        # per GDN layer, where a causal pass's new ring and state wait until it is settled (ArenaGDNCache);
+        # shared by the runtime's caches (one pass at a time)
+        self.gdn_pending = {i: self._gdn_buffers() for i, kind in enumerate(config.layer_types)
+                            if kind != "full_attention"}
         self._arena_user: weakref.ref | None = None  # the cache whose keys/values the arena holds
+
+    def _gdn_buffers(self) -> tuple[Tensor, Tensor]:
+        cfg = self.config
+        return (torch.zeros(1, cfg.linear_conv_kernel_dim - 1, cfg.gdn_conv_dim, dtype=self.dtype, device=self.device),
+                torch.zeros(1, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim,
+                            dtype=torch.float32, device=self.device))
 
     # ------------------------------------------------------------------ model hooks
     def new_cache(self) -> PrefixCache:
@@ -204,16 +270,12 @@ class Runtime:
         for i, kind in enumerate(cfg.layer_types):
             if kind == "full_attention":
                 k, v = self.kv[i]
-                layers.append(ArenaAttentionCache(k=k, v=v, length=0))
+                layers.append(ArenaAttentionCache(k=k, v=v, length=0, in_place_rows=self.block_size))
             else:
-                layers.append(ArenaGDNCache(
-                    torch.zeros(1, cfg.linear_conv_kernel_dim - 1, cfg.gdn_conv_dim, dtype=self.dtype,
-                                device=self.device),
-                    torch.zeros(1, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim,
-                                dtype=torch.float32, device=self.device)))
+                layers.append(ArenaGDNCache(*self._gdn_buffers(), pending=self.gdn_pending[i]))
         cache = ArenaPrefixCache(layers, self.device)
         self._end_block()  # a new sequence: nothing of the last block carries over
-        self.graphs.drop()  # ... nor a graph reading another cache's buffers
+        self._drop_graphs()  # ... nor a graph reading another cache's buffers
         self._arena_user = weakref.ref(cache)  # weak: a finished generation's GDN states are not kept alive
         return cache
 
@@ -232,21 +294,32 @@ class Runtime:
         self.cache.end_block()
         self.block_key, self.pass_in_block = key, 0
 
-    def _graph_key(self, cache, x: Tensor) -> tuple:
-        """What a captured preview depends on: the cache object (its buffers), the rows, the attention window."""
+    def _drop_graphs(self) -> None:
+        self.graphs.drop()
+        self.commit_graphs.drop()
+
+    def _graph_key(self, cache, x: Tensor, kind: str) -> tuple:
+        """What a captured preview or commit depends on: the cache object (its buffers), the rows, the attention
+        window it reads (a commit's covers its own rows too)."""
         att = next((c for c in cache.layers if isinstance(c, ArenaAttentionCache)), None)
-        return id(cache), tuple(x.shape), x.dtype, att.window() if att is not None else 0
+        window = 0 if att is None else att.window(x.shape[1] if kind == "commit" else 1)
+        return id(cache), tuple(x.shape), x.dtype, window
 
     def run_pass(self, preview: bool, start: int, x: Tensor, cache, fn: Callable[[Tensor], T]) -> T:
         """Run one pass `fn(x)` (the model's layers over embedded rows x [B,T,H], `CloverModel.hidden`) inside
-        `pass_scope`. An optimistic preview runs as a CUDA graph replay where it can (`runtime/graphs.py`). An
-        optimistic attempt that needed a non-resident expert is thrown away (a preview writes nothing to the
-        prefix cache); a replay is repaired — what it lacked is loaded and it replays again, up to
-        MAX_REPAIRS times — and anything else, or a repair that does not fit, reruns through the syncing path."""
+        `pass_scope`. An optimistic preview or commit runs as a CUDA graph replay where it can
+        (`runtime/graphs.py`). An optimistic attempt that needed a non-resident expert is thrown away (a preview
+        writes nothing to the prefix cache; a commit writes its keys/values at fixed rows, which a rerun writes
+        again, and holds its GDN states aside until the model settles the cache); a replay is repaired — what it
+        lacked is loaded and it replays again, up to MAX_REPAIRS times — and anything else, or a repair that
+        does not fit, reruns through the syncing path."""
+        if not preview and isinstance(cache, ArenaPrefixCache):
+            cache.check_room(x.shape[1])  # here, not only in the layers: a graph replay runs no Python
         with self.pass_scope(preview, start, x.shape[1], cache, allow_optimistic=True) as state:
             while state.optimistic:
-                if state.kind == "preview":
-                    out, graphed, captured = self.graphs.run(self._graph_key(cache, x), x, fn)
+                graphs = {"preview": self.graphs, "commit": self.commit_graphs}.get(state.kind)
+                if graphs is not None:
+                    out, graphed, captured = graphs.run(self._graph_key(cache, x, state.kind), x, fn)
                     state.graphed, state.captured = state.graphed or graphed, state.captured or captured
                 else:
                     out = fn(x)
@@ -263,6 +336,10 @@ class Runtime:
             return False
         if self.cache.host is None:  # every expert is resident: nothing can miss
             return True
+        if kind == "commit":
+            # the block's experts are pinned by its previews, and its final tokens route mostly like the last
+            # one; a replay that misses is repaired, so worth it wherever a graph is (or can be) captured
+            return self.commit_graphs.enabled
         if kind != "preview":
             return False
         if self.pass_in_block == 0:
@@ -279,8 +356,8 @@ class Runtime:
         if not state.retried:
             self.optimistic_passes += 1
         if self.cache.missing(counts):
-            if state.kind != "preview":
-                raise RuntimeError(f"an optimistic {state.kind} pass used a non-resident expert")  # cannot rerun
+            if state.kind == "prefill":  # a prefill is optimistic only with every expert resident
+                raise RuntimeError("an optimistic prefill pass used a non-resident expert")
             if not state.retried:
                 self.retried_passes += 1
             state.retried = True
@@ -358,7 +435,7 @@ class Runtime:
 
     def _abandon(self) -> None:
         self.cache.reset()
-        self.graphs.drop()
+        self._drop_graphs()
         self.block_key, self.pass_in_block = None, 0
         self._layer_events = []
         self._optimistic_now = False
@@ -466,7 +543,7 @@ class Runtime:
         weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())
                       if t.device.type == self.device.type)
         kv = sum(t.numel() * t.element_size() for pair in self.kv.values() for t in pair)
-        gdn = 0
+        gdn = sum(t.numel() * t.element_size() for pair in self.gdn_pending.values() for t in pair)
         if cache is not None:
             for c in cache.layers:
                 if isinstance(c, GDNCache):
@@ -513,6 +590,7 @@ class Runtime:
             "retried_passes": self.retried_passes,  # of those, rerun after a miss (repaired, or syncing)
             "repair_replays": self.repair_replays,  # graph replays after loading what the replay before lacked
             "graphs": self.graphs.stats(),  # optimistic previews captured / replayed as CUDA graphs
+            "commit_graphs": self.commit_graphs.stats(),  # ... and commits
             "passes": by_kind,
             "last_pass": asdict(recs[-1]) if recs else None,
             "layers": [self._layer_dict(i) for i in self.layers],

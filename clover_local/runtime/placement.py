@@ -172,7 +172,10 @@ def make_plan(
     gdn = n_gdn * (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
                    + (cfg.linear_conv_kernel_dim - 1) * cfg.gdn_conv_dim * a)
     plan.lines.append(PlanLine("KV cache", "device", kv, f"{n_attn} attention layers × {context} tokens"))
-    plan.lines.append(PlanLine("GDN states", "device", gdn, f"{n_gdn} layers, fp32 state + conv ring"))
+    # twice: the states, and where a causal pass writes its new ones until it is settled (runtime/offload.py:
+    # ArenaGDNCache, so an optimistic commit can be rerun)
+    plan.lines.append(PlanLine("GDN states", "device", 2 * gdn,
+                               f"{n_gdn} layers, fp32 state + conv ring; and a causal pass's pending copy"))
     # chat and serve keep a copy of the GDN states (and the last prompt row's logits) where the last prompt's
     # prefill ended, to resume the next turn there (generate/prompt_cache.py)
     snapshot = gdn + cfg.vocab_size * 4
@@ -184,7 +187,7 @@ def make_plan(
     plan.workspace = act + min(WORKSPACE_SLACK, (weights + act) // 10)
     plan.lines.append(PlanLine("workspace", "device", plan.workspace,
                                f"activations of a {min(prefill_chunk, context)}-row prefill chunk or a preview"))
-    plan.device_fixed = weights + kv + gdn + snapshot
+    plan.device_fixed = weights + kv + 2 * gdn + snapshot
 
     layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits,
                         pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
@@ -234,7 +237,7 @@ def make_plan(
         plan.refusal = (
             f"{vram_flag} {fmt_bytes(vram)} is too small: the non-expert weights ({fmt_bytes(weights)}), KV cache at "
             f"--context {context} ({fmt_bytes(kv)}), GDN states and their prompt snapshot "
-            f"({fmt_bytes(gdn + snapshot)}) and workspace "
+            f"({fmt_bytes(2 * gdn + snapshot)}) and workspace "
             f"({fmt_bytes(plan.workspace)}) alone need {fmt_bytes(need_fixed)}; raise {vram_flag} to at least "
             f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)} or lower --context")
     elif slots is not None and need_fixed + plan.slots * plan.slab_bytes > vram:

@@ -34,10 +34,11 @@ def _dot(a, b, F32: tl.constexpr):
 @triton.jit
 def _attend_keys(
     q, m, l, acc, k_base, v_base, mask_ptr, start, stop, s_kt, s_vt, scale,
-    MASKED: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, F32: tl.constexpr,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+    F32: tl.constexpr,
 ):
     """Online softmax of q [BLOCK_T, D] over keys start … stop-1 (rows of k_base / v_base), continuing (m, l, acc);
-    with MASKED only keys whose mask byte is set."""
+    with MASKED only keys whose mask byte is set; with CAUSAL query row t only keys n ≤ t (the block's own)."""
     d = tl.arange(0, D)
     for n0 in range(start, stop, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
@@ -47,7 +48,10 @@ def _attend_keys(
         k = tl.load(k_base + n[:, None] * s_kt + d[None, :], mask=ok[:, None], other=0.0)
         v = tl.load(v_base + n[:, None] * s_vt + d[None, :], mask=ok[:, None], other=0.0)
         s = _dot(q, tl.trans(k), F32) * scale
-        s = tl.where(ok[None, :], s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(ok[None, :] & (n[None, :] <= tl.arange(0, BLOCK_T)[:, None]), s, float("-inf"))
+        else:
+            s = tl.where(ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
@@ -62,11 +66,12 @@ def _partial_kernel(
     q_ptr, kb_ptr, vb_ptr, kw_ptr, vw_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
     T, W, CHUNK, N_SPLITS, GROUP, scale,
     s_qb, s_qh, s_qt, s_kbb, s_kbh, s_kbt, s_vbb, s_vbh, s_vbt, s_kwb, s_kwh, s_kwt, s_vwb, s_vwh, s_vwt,
-    HAS_MASK: tl.constexpr, H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-    F32: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr, F32: tl.constexpr,
 ):
     """Program (b·H + h, split): split < N_SPLITS reads window keys [split·CHUNK, (split+1)·CHUNK); split ==
-    N_SPLITS reads the block's T keys. Writes the split's running max m, sum l and output acc (not divided)."""
+    N_SPLITS reads the block's T keys (CAUSAL: row t the first t + 1). Writes the split's running max m, sum l
+    and output acc (not divided)."""
     bh = tl.program_id(0)
     split = tl.program_id(1)
     b = bh // H
@@ -82,12 +87,13 @@ def _partial_kernel(
     if split < N_SPLITS:
         m, l, acc = _attend_keys(
             q, m, l, acc, kw_ptr + b * s_kwb + kh * s_kwh, vw_ptr + b * s_vwb + kh * s_vwh, mask_ptr,
-            split * CHUNK, tl.minimum(split * CHUNK + CHUNK, W), s_kwt, s_vwt, scale, HAS_MASK, D, BLOCK_N, F32,
+            split * CHUNK, tl.minimum(split * CHUNK + CHUNK, W), s_kwt, s_vwt, scale, HAS_MASK, False, D, BLOCK_T,
+            BLOCK_N, F32,
         )
     else:
         m, l, acc = _attend_keys(
             q, m, l, acc, kb_ptr + b * s_kbb + kh * s_kbh, vb_ptr + b * s_vbb + kh * s_vbh, mask_ptr,
-            0, T, s_kbt, s_vbt, scale, False, D, BLOCK_N, F32,
+            0, T, s_kbt, s_vbt, scale, False, CAUSAL, D, BLOCK_T, BLOCK_N, F32,
         )
     part = bh * (N_SPLITS + 1) + split
     tl.store(m_ptr + part * BLOCK_T + t, m)
@@ -129,11 +135,13 @@ def _merge_kernel(
 # 8 warps is the one without spilled registers whose shared memory (96 KiB) fits a consumer card's 99 KiB; 64
 # keys with 3 stages asked for 544 KiB.
 def preview_attention(q: Tensor, k: Tensor, v: Tensor, k_win: Tensor, v_win: Tensor, committed: Tensor | None,
-                      scale: float, chunk: int = 256, gate: Tensor | None = None) -> Tensor:
+                      scale: float, chunk: int = 256, gate: Tensor | None = None, causal: bool = False) -> Tensor:
     """q [B,H,T,D]; the block's k, v [B,Hkv,T,D]; the window k_win, v_win [B,Hkv,W,D] (views of the arena: any
     strides with a unit last one); committed [W] bool (None: every window key) → attention output [B,H,T,D]
     in q's dtype (a transposed view of a [B,T,H,D] tensor, so o_proj's reshape copies nothing); with `gate`
-    [B,T,H,D] (any strides, unit last) the output times sigmoid(gate), `Attention.finish`'s output gate."""
+    [B,T,H,D] (any strides, unit last) the output times sigmoid(gate), `Attention.finish`'s output gate.
+    `causal`: each block row sees the block's keys up to its own (a commit written in place,
+    `Attention.window_attention`); else all of them (a preview)."""
     b, h, t, d = q.shape
     hkv, w = k_win.shape[1], k_win.shape[2]
     for name, x in (("q", q), ("k", k), ("v", v), ("k_win", k_win), ("v_win", v_win), ("gate", gate)):
@@ -157,7 +165,7 @@ def preview_attention(q: Tensor, k: Tensor, v: Tensor, k_win: Tensor, v_win: Ten
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
         v.stride(2), k_win.stride(0), k_win.stride(1), k_win.stride(2), v_win.stride(0), v_win.stride(1),
         v_win.stride(2),
-        HAS_MASK=committed is not None, H=h, D=d, BLOCK_T=block_t, BLOCK_N=16, F32=q.dtype == torch.float32,
+        HAS_MASK=committed is not None, CAUSAL=causal, H=h, D=d, BLOCK_T=block_t, BLOCK_N=16, F32=q.dtype == torch.float32,
         num_warps=8, num_stages=2,
     )
     g, gs = (gate, (gate.stride(0), gate.stride(2), gate.stride(1))) if gate is not None else (out, (0, 0, 0))
