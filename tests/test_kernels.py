@@ -795,6 +795,7 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     assert not bad, bad
     kernels = {r["kernel"] for r in report["results"]}
     assert {"_moe_kernel", "_linear_kernel", "_gdn_preview_kernel", "_partial_kernel", "_route_topk_kernel"} <= kernels
+    assert any(r["kernel"] == "_partial_kernel" and r["case"].endswith("causal") for r in report["results"])
     assert all(r["specialized"] for r in report["results"])  # compiled as a launch would compile them
     # The default (field-wise) W4A16 tiles turn codes into floats without int→float instructions (I2F runs at a
     # quarter of the integer rate) and spend fewer instructions per weight in the K loop than the unpacking form.

@@ -116,6 +116,9 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     comps = {c["component"] for c in r["components"]}
     assert {"routed experts", "GDN core", "attention core", "lm_head"} <= comps
     assert r["projection_5070ti"]["ms_per_pass"] > 0
+    commits = r["commits"]["each"]  # no CUDA graphs on a CPU: two eager commits, all experts resident
+    assert len(commits) == 2 and all(c["ms"] > 0 and not c["graphed"] and c["misses"] == 0 for c in commits)
+    assert r["commits"]["enabled"] is False and r["next_block"]["commit_ms"] == commits[1]["ms"]
     assert (tmp_path / "cache" / "synthetic" / "small-v1" / ".complete").is_file()
 
     # a budget that holds 24 of the 64 experts: offloaded, and the block's later passes still hit

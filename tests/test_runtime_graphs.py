@@ -241,6 +241,24 @@ def test_gpu_check_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypa
     assert res["ok"], res
 
 
+def test_gpu_check_commit_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypatch):
+    """`gpu_check.commit_graph_vs_eager` through the stand-in: syncing, captured, replayed and repaired commits
+    give the same logits and leave the same cache behind (the next preview agrees)."""
+    from clover_local.runtime import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)  # a commit's set fits (with 14 slots it does not)
+    model = got.model
+    cache = model.new_cache()
+    with torch.inference_mode():
+        model(torch.tensor([prompt(got, 40, seed=6)]), cache)
+    res = gpu_check.commit_graph_vs_eager(model, cache, torch.tensor([[5] * 8]))
+    assert not res["syncing"]["graphed"] and res["graphed"]["graphed"] and not res["graphed_again"]["captured"]
+    assert res["repaired"]["repairs"] >= 1 and res["repaired"]["misses"] > 0 and not res["repaired"]["synced"]
+    assert res["repaired_next_preview_rel_err"] == res["graphed_commit_rel_err"] == 0.0
+    assert res["ok"], res
+
+
 def test_commit_replay_that_missed_is_repaired(pack, ref, stand_in):
     """A commit is a graph replay too (captured at the first block's commit, replayed at every later start). One
     that needed an evicted expert (here: every expert of a layer, evicted after the block's last preview) is

@@ -314,7 +314,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         stats = rt.stats()
         on_step("commit pass")
         model(block, cache)
-        commit_ms = rt.records[-1].ms
+        commit_rec = rt.records[-1]
+        commit_ms = commit_rec.ms
         # the next block at the next start: what every later block of a decode costs (its first pass loads the
         # block's experts; no graph capture when the first block's graph still fits)
         if rerouted is not None:
@@ -335,7 +336,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         components, projected_compute, projected_graph_compute = prof.components(bw, graph_own)
         profiled = rt.records[-1]
         model(block, cache)
-        commit2_ms = rt.records[-1].ms
+        commit2_rec = rt.records[-1]
+        commit2_ms = commit2_rec.ms
         placed = rt.placed_bytes(model, cache, held)
         if rerouted is not None:
             rerouted.close()
@@ -446,6 +448,11 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"], "repair_replays": stats["repair_replays"]},
         "next_block": _next_block(recs2, commit2_ms, bs, tpp),
+        "commits": {  # a block's causal pass; the first one captures the commit graph, the second replays it
+            **rt.stats()["commit_graphs"],
+            "each": [{"ms": round(r.ms, 3), "graphed": r.graphed, "captured": r.captured, "repairs": r.repairs,
+                      "synced": r.synced, "misses": r.misses} for r in (commit_rec, commit2_rec)],
+        },
         "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
                    "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
                    "capture_pass_ms": [round(r.ms, 3) for r in recs if r.captured]},

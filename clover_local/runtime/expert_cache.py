@@ -195,11 +195,12 @@ class ExpertCache:
             c.hits += int(uses[r] - fresh[r])
             c.prefetch_used += int(used_prefetch[r])
 
-    def repair(self, counts: np.ndarray) -> int | None:
+    def repair(self, counts: np.ndarray, last_of_block: bool = False) -> int | None:
         """After an optimistic pass that missed (counts [len(layer_ids), E] of routed rows per expert): pin what
         it used and had to the block, and load what it used and lacked into free or unpinned slots, booked as
         misses (demand copies). Returns how many were loaded, or None (nothing loaded) when they do not fit
         without evicting the block's pinned experts: the caller then takes the syncing path, which can.
+        `last_of_block` (the block's commit): the block's pinned experts this pass did not use may go too.
 
         Why: the alternative, rerunning the pass through the syncing path, costs ~40 host round trips and an
         eager pass (250 ms at 35B on an H200) where a CUDA-graph replay costs 27 ms. The counts past the first
@@ -208,6 +209,8 @@ class ExpertCache:
         table = self.slot_of[self.layer_ids]
         used = counts > 0
         had = table[used & (table >= 0)]
+        if last_of_block:
+            self.pin_gen[self.pin_gen == self.gen] = self.gen - 1
         self.pin_gen[had] = self.gen
         rows, experts = np.nonzero(used & (table < 0))
         if rows.size == 0:

@@ -178,16 +178,26 @@ def preview_attention_check(dev: torch.device, window: int = 5120, committed: in
         out = F.scaled_dot_product_attention(q.reshape(1, hkv, h // hkv * t, d), kk, vv, attn_mask=mask, scale=scale)
         return out.reshape(1, h, t, d)
 
-    def fused():
-        return preview_attention(q, k, v, k_win, v_win, torch.arange(window, device=dev) < length, scale)
+    def fused(causal: bool = False):
+        return preview_attention(q, k, v, k_win, v_win, torch.arange(window, device=dev) < length, scale,
+                                 causal=causal)
+
+    def torch_commit():  # a commit written in place: each block row up to its own key
+        committed = torch.arange(window, device=dev) < length
+        own = torch.ones(t, t, dtype=torch.bool, device=dev).tril()
+        mask = torch.cat([committed[None, :].expand(t, -1), own], 1).repeat(h // hkv, 1)
+        kk, vv = torch.cat([k_win, k], 2), torch.cat([v_win, v], 2)
+        out = F.scaled_dot_product_attention(q.reshape(1, hkv, h // hkv * t, d), kk, vv, attn_mask=mask, scale=scale)
+        return out.reshape(1, h, t, d)
 
     with torch.inference_mode():
-        res: dict = {"rel_err": round(_rel(fused(), torch_path()), 5)}
+        res: dict = {"rel_err": round(_rel(fused(), torch_path()), 5),
+                     "causal_rel_err": round(_rel(fused(True), torch_commit()), 5)}
         if dev.type == "cuda":
             for name, fn in (("torch_us", torch_path), ("fused_us", fused)):
                 fn()
                 res[name] = round(_timed_ms(dev, fn, reps) * 1000, 1)
-    res["ok"] = bool(res["rel_err"] < 2e-2)
+    res["ok"] = bool(res["rel_err"] < 2e-2 and res["causal_rel_err"] < 2e-2)
     return res
 
 
@@ -369,10 +379,12 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
             "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
         }
         if name == "offloaded":
-            try:
-                out["optimistic_vs_syncing"] = optimistic_vs_syncing(model, cache, block)
-            except Exception:  # report, keep the rest of the stage
-                out["optimistic_vs_syncing"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
+            for key, check in (("optimistic_vs_syncing", optimistic_vs_syncing),
+                               ("commit_graph_vs_eager", commit_graph_vs_eager)):
+                try:
+                    out[key] = check(model, cache, block)
+                except Exception:  # report, keep the rest of the stage
+                    out[key] = {"ok": False, "error": traceback.format_exc()[-3000:]}
         del model, rt, cache, held
         import gc
 
@@ -387,8 +399,58 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
     out["ok"] = bool(max(errs) < 3e-2 and off["misses"] > 0 and off["later_pass_misses"] == 0 and off["counters_add_up"]
                      and off["finite"] and off["peak_allocated"] <= off["budget"]
                      and abs(off["placed"] / off["plan_predicted"] - 1) < 0.05
-                     and out["optimistic_vs_syncing"]["ok"])
+                     and out["optimistic_vs_syncing"]["ok"] and out["commit_graph_vs_eager"]["ok"])
     return out
+
+
+def commit_graph_vs_eager(model, cache, block: torch.Tensor, previews: int = 2) -> dict:
+    """A block's commit through the syncing path, then (the cache rewound to before the block each time) as
+    CUDA graph replays (`Runtime.commit_graphs`: keys/values written at the device-side length, GDN states
+    held aside until settled), twice (the first may capture), and once more with the experts the syncing
+    commit used in a quarter of the layers evicted before it, so its replay misses and is repaired. Each followed by the next block's first
+    preview: its logits say whether the commit left the cache as the syncing path does. Reports the commit's
+    ms and flags per mode."""
+    rt = model.runtime
+    snap = cache.snapshot()  # GDN copies; keys/values are cut back to its length on restore
+    nxt = block.roll(1, 1)
+    res: dict = {}
+    commit_used: dict = {}
+    last = {}
+    saved = rt.commit_graphs.enabled
+    try:
+        for mode in ("syncing", "graphed", "graphed_again", "repaired"):
+            rt.commit_graphs.enabled = mode != "syncing"
+            cache.restore(snap)  # the runtime's caches copy the snapshot in: it can be restored again
+            rt.reclaim(cache)
+            with torch.inference_mode():
+                for _ in range(previews):
+                    model(block, cache, preview=True)
+                if mode == "repaired":  # what the syncing commit used in a quarter of the layers: it will miss
+                    for layer, used in commit_used.items():
+                        rt.cache.evict(layer, used)
+                commit = model(block, cache, rows=slice(-1, None))[0, -1]
+                rec = rt.records[-1]
+                if mode == "syncing":
+                    commit_used = {layer: rt.history[layer] for layer in rt.layers[::4] if layer in rt.history}
+                after = model(nxt, cache, preview=True)[0]
+            torch.cuda.synchronize()
+            last[mode] = (commit.float().cpu(), after.float().cpu())
+            res[mode] = {"commit_ms": round(rec.ms, 2), "kind": rec.kind, "optimistic": rec.optimistic,
+                         "graphed": rec.graphed, "captured": rec.captured, "repairs": rec.repairs,
+                         "synced": rec.synced, "misses": rec.misses}
+    finally:
+        rt.commit_graphs.enabled = saved
+    res["commit_graphs"] = rt.commit_graphs.stats()
+    ok = res["commit_graphs"]["error"] is None
+    for mode in ("graphed", "graphed_again", "repaired"):
+        res[f"{mode}_commit_rel_err"] = round(_rel(last[mode][0], last["syncing"][0]), 6)
+        res[f"{mode}_next_preview_rel_err"] = round(_rel(last[mode][1], last["syncing"][1]), 6)
+        ok = ok and res[mode]["graphed"] and res[f"{mode}_commit_rel_err"] < 1e-3 \
+            and res[f"{mode}_next_preview_rel_err"] < 1e-3
+    r = res["repaired"]
+    res["ok"] = bool(ok and res["syncing"]["kind"] == "commit" and not res["graphed_again"]["captured"]
+                     and r["repairs"] >= 1 and not r["synced"])
+    return res
 
 
 def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) -> dict:

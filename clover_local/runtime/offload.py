@@ -338,8 +338,9 @@ class Runtime:
             return True
         if kind == "commit":
             # the block's experts are pinned by its previews, and its final tokens route mostly like the last
-            # one; a replay that misses is repaired, so worth it wherever a graph is (or can be) captured
-            return self.commit_graphs.enabled
+            # one; a replay that misses is repaired, so worth it wherever a graph is (or can be) captured and
+            # the block's set stayed resident (else the commit's will not fit either: a wasted replay)
+            return self.commit_graphs.enabled and self._block_clean
         if kind != "preview":
             return False
         if self.pass_in_block == 0:
@@ -369,7 +370,7 @@ class Runtime:
 
     def _repair(self, state: PassState) -> bool:
         """Load what the last attempt lacked and start another optimistic attempt (True), or give up (False)."""
-        if state.repairs >= MAX_REPAIRS or self.cache.repair(state.counts) is None:
+        if state.repairs >= MAX_REPAIRS or self.cache.repair(state.counts, state.kind == "commit") is None:
             return False
         state.repairs += 1
         self.repair_replays += 1

@@ -135,11 +135,12 @@ def capture_launches() -> list[Launch]:
             torch.zeros(1, t, cfg.gdn_value_dim, dtype=bf))
         del gdn
         hq, hkv, d, w = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, 5120
-        label["case"] = f"H{hq} Hkv{hkv} D{d}, {t} rows, window {w}"
         blk, win = torch.zeros(1, hkv, t, d, dtype=bf), torch.zeros(1, hkv, w, d, dtype=bf)
-        preview_attention.preview_attention(torch.zeros(1, hq, t, d, dtype=bf), blk, blk, win, win,
-                                            torch.zeros(w, dtype=torch.bool), d**-0.5,
-                                            gate=torch.zeros(1, t, hq, 2 * d, dtype=bf)[..., :d])
+        for causal in (False, True):  # a preview, and a commit written in place
+            label["case"] = f"H{hq} Hkv{hkv} D{d}, {t} rows, window {w}" + (", causal" if causal else "")
+            preview_attention.preview_attention(torch.zeros(1, hq, t, d, dtype=bf), blk, blk, win, win,
+                                                torch.zeros(w, dtype=torch.bool), d**-0.5,
+                                                gate=torch.zeros(1, t, hq, 2 * d, dtype=bf)[..., :d], causal=causal)
         label["case"] = f"{m} rows"
         layer_ops.rms_norm_zc(x, torch.zeros(h, dtype=bf), 1e-6)
         layer_ops.add_rms_norm_zc(x, x, torch.zeros(h, dtype=bf), 1e-6)
