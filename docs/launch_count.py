@@ -1,6 +1,6 @@
 """How many device launches one steady preview pass makes, counted on a CPU: the launch-bound part of a pass.
 
-    python docs/launch_count.py [--dtype bf16] [--by-line]
+    python docs/launch_count.py [--dtype bf16] [--by-line] [--pass preview|commit]
 
 Why: in a CUDA-graphed pass every launch costs a few µs of GPU time however little it computes (BENCHMARKS.md:
 "the rest of each layer" took 4.0 ms of 26.8), so launches per layer are a figure a machine without a GPU can
@@ -60,6 +60,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--by-line", action="store_true", help="name the source line of each aten op")
+    ap.add_argument("--pass", dest="kind", choices=("preview", "commit"), default="preview",
+                    help="count a steady preview pass (default) or the block's commit (its causal pass)")
     args = ap.parse_args()
     counter = _Count(args.by_line)
     run = InterpretedFunction.run
@@ -85,11 +87,14 @@ def main() -> None:
         model(block, cache, preview=True)
         counter.ops.clear()
         with counter:
-            model(block, cache, preview=True)
+            if args.kind == "preview":
+                model(block, cache, preview=True)
+            else:  # the LM head on the last row, as the decoder asks; the cache's settle copies included
+                model(block, cache, rows=slice(-1, None))
     n_layers = cfg.num_hidden_layers
     total = sum(counter.ops.values())
     aten = sum(v for k, v in counter.ops.items() if k.startswith("aten."))
-    print(f"{total} launches in one preview pass ({aten} aten ops, {total - aten} Triton launches), "
+    print(f"{total} launches in one {args.kind} pass ({aten} aten ops, {total - aten} Triton launches), "
           f"{total / n_layers:.1f} a layer over {n_layers} layers ({', '.join(cfg.layer_types)})")
     for name, n in counter.ops.most_common():
         print(f"{n:5}  {name}")

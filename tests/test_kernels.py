@@ -470,6 +470,8 @@ def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
 
     res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2)
     assert res["installed"] and res["ok"], res
+    res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2, causal=True, rows=8)  # 32 rows: 30 s
+    assert res["installed"] and res["ok"], res
     res = gpu_check.layer_ops_check(torch.device(DEVICE))
     assert res["ok"] and res["route_ids_equal"] > 0.9, res
     res = gpu_check.preview_attention_check(torch.device(DEVICE), window=640, committed=500)
@@ -794,7 +796,8 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
            if not r["ok"]]
     assert not bad, bad
     kernels = {r["kernel"] for r in report["results"]}
-    assert {"_moe_kernel", "_linear_kernel", "_gdn_preview_kernel", "_partial_kernel", "_route_topk_kernel"} <= kernels
+    assert {"_moe_kernel", "_linear_kernel", "_gdn_preview_kernel", "_gdn_causal_kernel", "_partial_kernel",
+            "_route_topk_kernel"} <= kernels
     assert any(r["kernel"] == "_partial_kernel" and r["case"].endswith("causal") for r in report["results"])
     assert all(r["specialized"] for r in report["results"])  # compiled as a launch would compile them
     # The default (field-wise) W4A16 tiles turn codes into floats without int→float instructions (I2F runs at a
@@ -807,3 +810,51 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
             assert "I2F" not in default["loop_ops"] and unpacked["loop_ops"].get("I2F", 0) > 0, (arch, case)
             assert default["per_weight"] < 0.85 * unpacked["per_weight"], (arch, case, default["per_weight"],
                                                                           unpacked["per_weight"])
+
+
+# --- the short causal GDN pass (a commit), fused, vs the model's chunked path ---------------------------------
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "spec_kw,b,t,ring,dtype",
+    [
+        # two value heads per key head, a ring and a state from earlier rows, fewer rows than the conv needs
+        ({"linear_key_head_dim": 16, "linear_value_head_dim": 32, "block_size": 8}, 1, 2, True, torch.float32),
+        # no ring yet (the sequence's first rows); one value head per key head; two sequences; a full block
+        ({"linear_num_key_heads": 2, "linear_num_value_heads": 2, "block_size": 16}, 2, 16, False, torch.float32),
+        # bf16 activations (the runtime's dtype), 32 rows, value channels over two programs (Dv 64 > 32)
+        ({"linear_key_head_dim": 32, "linear_value_head_dim": 64, "block_size": 32}, 1, 32, True, torch.bfloat16),
+    ],
+)
+def test_fused_gdn_causal_matches_model(force_triton, spec_kw, b, t, ring, dtype) -> None:
+    """The layer's causal pass with `causal_kernel` installed gives the chunked path's output and writes the
+    same ring and state into the cache."""
+    from clover_local.model.cache import GDNCache
+    from clover_local.runtime.kernels import gdn_causal_kernel
+
+    gen = torch.Generator().manual_seed(t + b)
+    gdn = _random_gdn(spec_kw, dtype, gen).to(DEVICE)
+    with torch.no_grad():  # decays and gates in the model's range: A_log small, dt_bias around 0
+        gdn.A_log.copy_(torch.randn(gdn.hv, generator=gen).to(gdn.A_log) * 0.5 - 1)
+        gdn.dt_bias.copy_(torch.randn(gdn.hv, generator=gen).to(gdn.dt_bias))
+    kernel = gdn_causal_kernel(gdn, torch.device(DEVICE))
+    assert kernel is not None
+    h = gdn.in_proj_qkv.in_features
+    x = _dev(_x(b * t, h, dtype, gen).reshape(b, t, h))[0]
+    r = _dev(_x(b * (gdn.kernel - 1), gdn.in_proj_qkv.out_features, dtype, gen))[0].reshape(b, gdn.kernel - 1, -1)
+    state = _dev(torch.randn(b, gdn.hv, gdn.dk, gdn.dv, generator=gen))[0]
+    caches = []
+    with torch.no_grad():
+        outs = []
+        for impl in (None, kernel):
+            gdn.causal_kernel = impl
+            cache = GDNCache(r.clone() if ring else None, state.clone())
+            outs.append(gdn(x, cache, preview=False, n_prefix=0))
+            caches.append(cache)
+    want, got = outs
+    assert want.abs().max() > 0.1  # the comparison has something to compare
+    _assert_close(got, want, dtype)
+    assert torch.equal(caches[0].ring, caches[1].ring)
+    _assert_close(caches[1].state, caches[0].state, torch.float32 if dtype == torch.float32 else torch.bfloat16)
+    assert not torch.equal(caches[1].state, state)  # the state moved

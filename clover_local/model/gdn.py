@@ -162,7 +162,12 @@ class GatedDeltaNet(nn.Module):
         # n_prefix [B], z) -> [B,T,Hv·Dv]: the runtime installs its Triton kernel on CUDA
         # (runtime/kernels/gdn_preview.py); None: the PyTorch path below, which is the definition.
         self.preview_kernel: Callable | None = None
-        # With the fused preview: one projection computing [in_proj_qkv(x), in_proj_z(x)] (the runtime's packed
+        # A fused replacement for a short causal pass (at most a block: a commit) from pre-conv rows to the mixed
+        # output and new state, (self, rows, ring, state, a, b) -> (o [B,T,Hv,Dv] fp32, state): the runtime
+        # installs its Triton kernel on CUDA (runtime/kernels/gdn_causal.py); None: `delta_rule` and the pieces
+        # before it, which are the definition. A prefill keeps them (the chunked form is parallel over rows).
+        self.causal_kernel: Callable | None = None
+        # With a fused kernel: one projection computing [in_proj_qkv(x), in_proj_z(x)] (the runtime's packed
         # merge, whose columns the two modules then view); None: the two calls
         self.in_proj_qkvz: nn.Module | None = None
 
@@ -204,9 +209,9 @@ class GatedDeltaNet(nn.Module):
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias.float())
         return g, beta
 
-    def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def output(self, o: torch.Tensor, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         b, t = x.shape[:2]
-        z = self.in_proj_z(x).reshape(b, t, self.hv, self.dv)
+        z = (self.in_proj_z(x) if z is None else z).reshape(b, t, self.hv, self.dv)
         normed = self.norm(o.to(x.dtype), z)
         return self.out_proj(normed.reshape(b, t, -1))
 
@@ -229,7 +234,8 @@ class GatedDeltaNet(nn.Module):
         self, x: torch.Tensor, cache: GDNCache | None, preview: bool, n_prefix: int | torch.Tensor
     ) -> torch.Tensor:
         b = x.shape[0]
-        fused = preview and self.preview_kernel is not None
+        short_causal = not preview and self.causal_kernel is not None and x.shape[1] <= self.block_size
+        fused = (preview and self.preview_kernel is not None) or short_causal
         if fused and self.in_proj_qkvz is not None:  # one projection call for the rows and the gate z
             rows, z = self.in_proj_qkvz(x).split([self.in_proj_qkv.out_features, self.in_proj_z.out_features], -1)
         else:
@@ -249,13 +255,16 @@ class GatedDeltaNet(nn.Module):
                 self.bd_softmax_history_c, n, self.block_size,
             )
             return self.output(o, x)
-        q, k, v = self.split_heads(self.conv(rows, ring, right=False))
-        g, beta = self.gates(x)
-        o, new_state = self.delta_rule(q, k, v, g, beta, state)
+        if short_causal:
+            o, new_state = self.causal_kernel(self, rows, ring, state, self.in_proj_a(x), self.in_proj_b(x))
+        else:
+            q, k, v = self.split_heads(self.conv(rows, ring, right=False))
+            g, beta = self.gates(x)
+            o, new_state = self.delta_rule(q, k, v, g, beta, state)
         if cache is not None:
             prev = ring if ring is not None else rows.new_zeros(b, self.kernel - 1, rows.shape[-1])
             cache.write(torch.cat([prev.to(rows.dtype), rows], 1)[:, -(self.kernel - 1) :].clone(), new_state)
-        return self.output(o, x)
+        return self.output(o, x, z)
 
 
     def forward_all_blocks(

@@ -134,10 +134,11 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     out["linear"] = lin
     del cache
     torch.cuda.empty_cache()
-    try:
-        out["gdn_preview"] = gdn_preview_check(dev)
-    except Exception:  # report, keep the rest of the stage
-        out["gdn_preview"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
+    for key, causal in (("gdn_preview", False), ("gdn_causal", True)):
+        try:
+            out[key] = gdn_preview_check(dev, causal=causal)
+        except Exception:  # report, keep the rest of the stage
+            out[key] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     try:
         out["preview_attention"] = preview_attention_check(dev)
     except Exception:
@@ -149,7 +150,8 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and out["moe_unpacked_rel_err"] < 2e-2
                      and out["layer_ops"]["ok"] and out["preview_attention"]["ok"]
                      and all(v["rel_err"] < 2e-2 and v["unpacked_rel_err"] < 2e-2 for v in lin.values())
-                     and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"])
+                     and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"]
+                     and out["gdn_causal"]["ok"])
     return out
 
 
@@ -275,14 +277,16 @@ def layer_ops_check(dev: torch.device) -> dict:
     return res
 
 
-def gdn_preview_check(dev: torch.device, reps: int = 50) -> dict:
-    """The fused GDN preview (`kernels/gdn_preview.py`) against the model's PyTorch path at the real layer's
-    shapes (Hk 16, Hv 32, Dk = Dv = 128, 32 block rows, bf16, random weights and state), and on CUDA both timed
-    as a CUDA graph of one layer's preview (in_proj_qkv, in_proj_z and out_proj included, as bf16 nn.Linear).
-    Runs on CPU too (no timing; tests, with the kernel interpreted)."""
+def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, rows: int | None = None) -> dict:
+    """The fused GDN preview (`kernels/gdn_preview.py`), or with `causal` the fused short causal pass of a commit
+    (`kernels/gdn_causal.py`: output and new state), against the model's PyTorch path at the real layer's shapes
+    (Hk 16, Hv 32, Dk = Dv = 128, 32 block rows, bf16, random weights and state), and on CUDA both timed as a
+    CUDA graph of one layer's pass (in_proj_qkv, in_proj_z and out_proj included, as bf16 nn.Linear).
+    Runs on CPU too (no timing; tests, with the kernel interpreted, and fewer `rows`: the causal kernel's
+    recurrence is sequential over them, slow in the interpreter)."""
     from clover_local.model.cache import GDNCache
     from clover_local.model.gdn import GatedDeltaNet
-    from clover_local.runtime.kernels import gdn_preview_kernel
+    from clover_local.runtime.kernels import gdn_causal_kernel, gdn_preview_kernel
     from clover_local.runtime.synthetic_pack import _config
     from clover_local.config import parse_config
 
@@ -292,35 +296,49 @@ def gdn_preview_check(dev: torch.device, reps: int = 50) -> dict:
     with torch.no_grad():
         for p in gdn.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.02 if p.dim() > 1 else 0.3) + (1.0 if p.dim() == 1 else 0))
+        gdn.A_log.copy_(torch.randn(gdn.hv, generator=g) * 0.5 - 1)  # decays in the model's range
     gdn = gdn.to(dev, torch.bfloat16)
-    t = cfg.diffusion.block_size
+    t = rows or cfg.diffusion.block_size
     x = torch.randn(1, t, cfg.hidden_size, generator=g).to(dev, torch.bfloat16)
     ring = torch.randn(1, gdn.kernel - 1, cfg.gdn_conv_dim, generator=g).to(dev, torch.bfloat16)
     state = torch.randn(1, gdn.hv, gdn.dk, gdn.dv, generator=g).to(dev)
-    cache, n = GDNCache(ring, state), torch.tensor(4096, device=dev)
-    kernel = gdn_preview_kernel(gdn, dev)
+    n = torch.tensor(4096, device=dev)
+    kernel = (gdn_causal_kernel if causal else gdn_preview_kernel)(gdn, dev)
     res: dict = {"installed": kernel is not None}
     times = {}
+    states = {}
+
+    def layer_pass() -> torch.Tensor:
+        cache = GDNCache(ring, state)  # a causal pass hands its new state to the cache (not in place)
+        out = gdn(x, cache, not causal, n)
+        states[name] = cache.state
+        return out
+
     with torch.inference_mode():
         for name, impl in (("torch", None), ("fused", kernel)):
-            gdn.preview_kernel = impl
-            outs = gdn(x, cache, True, n)
-            res[name] = outs.float()
+            setattr(gdn, "causal_kernel" if causal else "preview_kernel", impl)
+            res[name] = layer_pass().float()
+            if causal:
+                res[f"{name}_state"] = states[name].float().clone()
             if dev.type != "cuda":
                 continue
             graph = torch.cuda.CUDAGraph()
             s = torch.cuda.Stream(dev)
             s.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(s):
-                gdn(x, cache, True, n)
+                layer_pass()
             torch.cuda.current_stream(dev).wait_stream(s)
             with torch.cuda.graph(graph):
-                gdn(x, cache, True, n)
+                layer_pass()
             graph.replay()
             times[f"{name}_layer_us"] = round(_timed_ms(dev, graph.replay, reps) * 1000, 1)
     res["rel_err"] = round(_rel(res.pop("fused"), res.pop("torch")), 5)
+    ok = res["installed"] and res["rel_err"] < 2e-2
+    if causal:
+        res["state_rel_err"] = round(_rel(res.pop("fused_state"), res.pop("torch_state")), 6)
+        ok = ok and res["state_rel_err"] < 2e-2  # bf16: the eager path rounds the conv output
     res.update(times)
-    res["ok"] = bool(res["installed"] and res["rel_err"] < 2e-2)
+    res["ok"] = bool(ok)
     return res
 
 

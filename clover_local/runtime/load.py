@@ -26,7 +26,8 @@ from clover_local.model.moe import SparseMoe
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime.expert_store import HostExpertStore
-from clover_local.runtime.kernels import fused_layer_ops, gdn_preview_kernel, preview_attention_kernel
+from clover_local.runtime.kernels import (fused_layer_ops, gdn_causal_kernel, gdn_preview_kernel,
+                                          preview_attention_kernel)
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
 from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear, PackedMLP, merge_columns
@@ -189,13 +190,15 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
 
 
 def _install_kernels(model: CloverModel, device: torch.device) -> None:
-    """The fused kernels on the model's hooks where they run (CUDA): GDN preview, preview attention, norms (with the
-    rotary embedding for attention's q and k), router, the shared expert's silu · up and its combine.
+    """The fused kernels on the model's hooks where they run (CUDA): GDN preview and short causal pass (a
+    commit), preview attention, norms (with the rotary embedding for attention's q and k), router, the shared
+    expert's silu · up and its combine.
     A hook left None keeps that module's PyTorch path (CPU, or CLOVER_DISABLE_FUSED=1)."""
     ops = fused_layer_ops(device)
     for mod in model.modules():
         if isinstance(mod, GatedDeltaNet):
             mod.preview_kernel = gdn_preview_kernel(mod, device)
+            mod.causal_kernel = gdn_causal_kernel(mod, device)
         elif isinstance(mod, Attention):
             mod.preview_kernel = preview_attention_kernel(mod.head_dim, device)
             if ops is not None and mod.head_dim & (mod.head_dim - 1) == 0:
@@ -260,9 +263,9 @@ def _load_layer_dense(layer, i: int, pack: PackIndex, shards: _Shards, device, d
 
 
 def _merge_gdn_inputs(layer) -> None:
-    """A GDN layer's in_proj_qkv and in_proj_z as one packed projection for the fused preview (one call where
-    there were two, each latency-bound at 32 rows); the two modules become views of its columns, for the causal
-    passes, so no weight is held twice."""
+    """A GDN layer's in_proj_qkv and in_proj_z as one packed projection for the fused preview and short causal
+    pass (one call where there were two, each latency-bound at 32 rows); the two modules become views of its
+    columns, for the other passes, so no weight is held twice."""
     gdn = getattr(layer, "linear_attn", None)
     if gdn is None or not all(isinstance(getattr(gdn, n, None), PackedLinear) for n in ("in_proj_qkv", "in_proj_z")):
         return

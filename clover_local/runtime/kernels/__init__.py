@@ -33,6 +33,7 @@ __all__ = [
     "PackedStack",
     "check_packed",
     "dequantize_w",
+    "gdn_causal_kernel",
     "gdn_preview_kernel",
     "fused_layer_ops",
     "linear_w4a16",
@@ -97,6 +98,16 @@ def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:
     from .gdn_preview import fused_gdn_preview, supports
 
     return fused_gdn_preview if supports(gdn) else None
+
+
+def gdn_causal_kernel(gdn, device: torch.device) -> Callable | None:
+    """The fused short causal GDN pass (a commit) for `GatedDeltaNet.causal_kernel` where the Triton kernels run
+    on `device` and the layer's head dims suit it; None keeps the model's PyTorch path."""
+    if not _fused_on(device):
+        return None
+    from .gdn_causal import fused_gdn_causal, supports
+
+    return fused_gdn_causal if supports(gdn) else None
 
 
 def fused_layer_ops(device: torch.device):

@@ -77,7 +77,7 @@ def capture_launches() -> list[Launch]:
     from clover_local.model.gdn import GatedDeltaNet
     from clover_local.runtime.synthetic_pack import _config
 
-    from . import gdn_preview, layer_ops, preview_attention, w4a16
+    from . import gdn_causal, gdn_preview, layer_ops, preview_attention, w4a16
     from .reference import PackedStack
 
     sink: list[Launch] = []
@@ -86,6 +86,7 @@ def capture_launches() -> list[Launch]:
     kernels = {
         w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel", "_sum_parts_kernel"],
         gdn_preview: ["_gdn_preview_kernel"],
+        gdn_causal: ["_gdn_causal_kernel"],
         preview_attention: ["_partial_kernel", "_merge_kernel"],
         layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel", "_shared_combine_kernel",
                     "_silu_mul_kernel", "_norm_rope_kernel"],
@@ -95,6 +96,7 @@ def capture_launches() -> list[Launch]:
     m, h, inter, topk = 32, cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts_per_tok
     with _intercepted(w4a16, kernels[w4a16], sink, case), \
             _intercepted(gdn_preview, kernels[gdn_preview], sink, case), \
+            _intercepted(gdn_causal, kernels[gdn_causal], sink, case), \
             _intercepted(preview_attention, kernels[preview_attention], sink, case), \
             _intercepted(layer_ops, kernels[layer_ops], sink, case):
         x = torch.zeros(m, h, dtype=bf)
@@ -133,6 +135,10 @@ def capture_launches() -> list[Launch]:
             gdn, torch.zeros(1, t, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
             torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, dtype=torch.int64),
             torch.zeros(1, t, cfg.gdn_value_dim, dtype=bf))
+        gdn_causal.fused_gdn_causal(
+            gdn, torch.zeros(1, t, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
+            torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, t, gdn.hv, dtype=bf),
+            torch.zeros(1, t, gdn.hv, dtype=bf))
         del gdn
         hq, hkv, d, w = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, 5120
         blk, win = torch.zeros(1, hkv, t, d, dtype=bf), torch.zeros(1, hkv, w, d, dtype=bf)
