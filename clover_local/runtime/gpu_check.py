@@ -425,9 +425,9 @@ def commit_graph_vs_eager(model, cache, block: torch.Tensor, previews: int = 2) 
     """A block's commit through the syncing path, then (the cache rewound to before the block each time) as
     CUDA graph replays (`Runtime.commit_graphs`: keys/values written at the device-side length, GDN states
     held aside until settled), twice (the first may capture), and once more with the experts the syncing
-    commit used in a quarter of the layers evicted before it, so its replay misses and is repaired. Each followed by the next block's first
-    preview: its logits say whether the commit left the cache as the syncing path does. Reports the commit's
-    ms and flags per mode."""
+    commit used in a quarter of the layers evicted before it, so its replay misses and is repaired. Each
+    followed by the next block's first preview: its logits say whether the commit left the cache as the
+    syncing path does. Reports the commit's ms and flags per mode."""
     rt = model.runtime
     snap = cache.snapshot()  # GDN copies; keys/values are cut back to its length on restore
     nxt = block.roll(1, 1)

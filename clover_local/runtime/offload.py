@@ -107,9 +107,9 @@ class ArenaGDNCache(GDNCache):
     model assumes for a missing ring or state); updates copy into them, so their addresses never change.
 
     A causal pass's new ring and state go to the runtime's `pending` buffers for the layer (shared by its
-    caches: one pass at a time) and are copied in when the pass is settled. Until then the pass can be thrown away and rerun from the
-    same state (an optimistic commit that needed a non-resident expert), which a state written in place would
-    not allow: the delta rule cannot be undone."""
+    caches: one pass at a time) and are copied in when the pass is settled. Until then the pass can be thrown
+    away and rerun from the same state (an optimistic commit that needed a non-resident expert), which a state
+    written in place would not allow: the delta rule cannot be undone."""
 
     def __init__(self, ring: Tensor, state: Tensor, pending: tuple[Tensor, Tensor]) -> None:
         super().__init__(ring, state)

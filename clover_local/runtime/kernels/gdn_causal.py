@@ -5,11 +5,11 @@ Why: the model's causal path is the chunked (WY) form plus the conv, norms and g
 launches per GDN layer (`docs/launch_count.py --pass commit`: 397 launches in a commit of the 4-layer synthetic
 pack against 96 in a preview), ~3,000 in a 35B commit, each a few µs even inside a CUDA graph, for a pass
 whose arithmetic is tiny (32 rows). Its state columns are independent (column j of S only needs q, k, v_j, g, β),
-so each program owns one (sequence, value head, slice of value channels): it computes what does not depend on the
-state for every row at once (conv, norms, gates), then keeps that [Dk, BLOCK_DV] slice of the state in registers
-and runs the recurrence of `model.gdn.recurrent_delta_rule` over the rows: S ← S·e^g; S ← S + k ⊗ β(v − Sᵀk);
-o = Sᵀq. A long causal pass (prefill) keeps the chunked form, whose work is
-parallel over the rows where this kernel's is sequential.
+so each program owns one (sequence, value head, slice of value channels): it computes what does not depend on
+the state for every row at once (conv, norms, gates), then keeps that [Dk, BLOCK_DV] slice of the state in
+registers and runs the recurrence of `model.gdn.recurrent_delta_rule` over the rows: S ← S·e^g;
+S ← S + k ⊗ β(v − Sᵀk); o = Sᵀq. A long causal pass (prefill) keeps the chunked form, whose work is parallel
+over the rows where this kernel's is sequential.
 
 The math is the model's (`GatedDeltaNet.conv`, `split_heads`, `gates`, `delta_rule`): tests pin it there
 (interpreted on CPU; `gpu_check` at the real shapes). fp32 throughout, where the eager path rounds the conv
@@ -26,25 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-
-@triton.jit
-def _conv_rows(rows_b, ring_b, cw_ptr, ch0, T, stride_rt, stride_gt, D: tl.constexpr, BLOCK_T: tl.constexpr,
-               KER: tl.constexpr):
-    """silu(causal conv) of every row, channels ch0 … ch0+D, fp32 [BLOCK_T, D]: tap j of row t reads xs[t + j]
-    where xs = [ring (KER-1 rows); rows]. cw [C, KER] contiguous."""
-    t = tl.arange(0, BLOCK_T)
-    ch = ch0 + tl.arange(0, D)
-    inside = t < T
-    acc = tl.zeros((BLOCK_T, D), tl.float32)
-    for j in tl.static_range(KER):
-        r = t + j - (KER - 1)  # row of `rows`; negative: row KER-1+r of the ring
-        x_rows = tl.load(rows_b + tl.maximum(r, 0)[:, None] * stride_rt + ch[None, :],
-                         mask=(inside & (r >= 0))[:, None], other=0.0)
-        x_ring = tl.load(ring_b + tl.maximum(r + KER - 1, 0)[:, None] * stride_gt + ch[None, :],
-                         mask=(inside & (r < 0))[:, None], other=0.0)
-        w = tl.load(cw_ptr + ch * KER + j).to(tl.float32)
-        acc += (x_rows.to(tl.float32) + x_ring.to(tl.float32)) * w[None, :]
-    return acc / (1.0 + tl.exp(-acc))
+from .gdn_preview import _conv_silu, conv_inputs, supports  # noqa: F401 (supports: the same head-dim rule)
 
 
 @triton.jit
@@ -79,10 +61,12 @@ def _gdn_causal_kernel(
     sv = sk + BLOCK_T * DK
     sg = sv + BLOCK_T * BLOCK_DV
     sb = sg + BLOCK_T
-    q = _conv_rows(rows_b, ring_b, cw_ptr, kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER)
-    k = _conv_rows(rows_b, ring_b, cw_ptr, KEY_CH + kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER)
-    v = _conv_rows(rows_b, ring_b, cw_ptr, 2 * KEY_CH + h * DV + c * BLOCK_DV, T, stride_rt, stride_gt, BLOCK_DV,
-                   BLOCK_T, KER)
+    # the causal conv (no right taps: cw_ptr stands in for the right weights, never read)
+    q = _conv_silu(rows_b, ring_b, cw_ptr, cw_ptr, kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER, False)
+    k = _conv_silu(rows_b, ring_b, cw_ptr, cw_ptr, KEY_CH + kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER,
+                   False)
+    v = _conv_silu(rows_b, ring_b, cw_ptr, cw_ptr, 2 * KEY_CH + h * DV + c * BLOCK_DV, T, stride_rt, stride_gt,
+                   BLOCK_DV, BLOCK_T, KER, False)
     q = q / tl.sqrt(tl.sum(q * q, 1) + eps_qk)[:, None] * (DK ** -0.5)
     k = k / tl.sqrt(tl.sum(k * k, 1) + eps_qk)[:, None]
     # the gates: β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias) (torch's softplus: linear past 20)
@@ -110,28 +94,16 @@ def _gdn_causal_kernel(
     tl.store(new_ptr + b.to(tl.int64) * (HV * DK * DV) + h * (DK * DV) + dk[:, None] * DV + dv[None, :], s)
 
 
-def supports(gdn) -> bool:
-    """Head dims the kernel handles: powers of two ≥ 16 (the real model's are 128)."""
-    return all(d >= 16 and d & (d - 1) == 0 for d in (gdn.dk, gdn.dv)) and gdn.hv % gdn.hk == 0
-
-
 # compile_check at the real shapes (sm_90, sm_120): a [128, 32] fp32 slice of the state, 4 warps.
 def fused_gdn_causal(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, a: Tensor, b: Tensor
                      ) -> tuple[Tensor, Tensor]:
     """`GatedDeltaNet`'s causal core from the pre-conv rows [B,T,C]: (o [B,T,Hv,Dv] fp32 before the gated norm,
     the new state [B,Hv,Dk,Dv] fp32). ring [B,K-1,C] (None: zeros), state [B,Hv,Dk,Dv] (only read),
     a = in_proj_a(x), b = in_proj_b(x) [B,T,Hv]."""
-    bsz, t, c = rows.shape
-    ker = gdn.kernel
-    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    if ring is None:
-        ring = rows.new_zeros(bsz, ker - 1, c)
-    ring = ring.to(rows.dtype)
-    ring = ring if ring.stride(-1) == 1 else ring.contiguous()
+    bsz, t, _ = rows.shape
+    rows, ring, cw = conv_inputs(gdn, rows, ring)
     a = a if a.stride(-1) == 1 else a.contiguous()
     b = b if b.stride(-1) == 1 else b.contiguous()
-    cw = gdn.conv1d.weight.reshape(c, ker)
-    cw = cw if cw.is_contiguous() else cw.contiguous()
     o = torch.empty(bsz, t, gdn.hv, gdn.dv, dtype=torch.float32, device=rows.device)
     new = torch.empty(bsz, gdn.hv, gdn.dk, gdn.dv, dtype=torch.float32, device=rows.device)
     block_dv = min(32, gdn.dv)
@@ -145,6 +117,6 @@ def fused_gdn_causal(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, a: T
         rows.stride(0), rows.stride(1), ring.stride(0), ring.stride(1), a.stride(0), a.stride(1),
         b.stride(0), b.stride(1), state.stride(0), state.stride(1), state.stride(2), state.stride(3),
         o.stride(0), o.stride(1),
-        HV=gdn.hv, DK=gdn.dk, DV=gdn.dv, BLOCK_DV=block_dv, BLOCK_T=block_t, KER=ker, num_warps=4, num_stages=1,
+        HV=gdn.hv, DK=gdn.dk, DV=gdn.dv, BLOCK_DV=block_dv, BLOCK_T=block_t, KER=gdn.kernel, num_warps=4, num_stages=1,
     )
     return o, new

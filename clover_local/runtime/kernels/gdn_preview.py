@@ -24,12 +24,13 @@ from torch import Tensor
 @triton.jit
 def _conv_silu(
     rows_b, ring_b, cw_ptr, rw_ptr, ch0, T, stride_rt, stride_gt,
-    D: tl.constexpr, BLOCK_T: tl.constexpr, KER: tl.constexpr,
+    D: tl.constexpr, BLOCK_T: tl.constexpr, KER: tl.constexpr, RIGHT: tl.constexpr = True,
 ):
     """silu(conv) of channels ch0 … ch0+D of the block rows, fp32 [BLOCK_T, D] (rows ≥ T are zero).
 
-    Left tap j of row t reads xs[t + j] where xs = [ring (KER-1 rows); rows]; right tap d (1 … KER-1) reads
-    rows[t + d] inside the block. Weights: cw [C, KER], rw [C, KER-1], both contiguous."""
+    Left tap j of row t reads xs[t + j] where xs = [ring (KER-1 rows); rows]; with RIGHT (a preview), right tap
+    d (1 … KER-1) reads rows[t + d] inside the block; without (a causal pass, kernels/gdn_causal.py) rw_ptr is
+    not read. Weights: cw [C, KER], rw [C, KER-1], both contiguous."""
     t = tl.arange(0, BLOCK_T)
     ch = ch0 + tl.arange(0, D)
     inside = t < T
@@ -44,12 +45,14 @@ def _conv_silu(
                          mask=in_ring[:, None], other=0.0)
         w = tl.load(cw_ptr + ch * KER + j).to(tl.float32)
         acc += (x_rows.to(tl.float32) + x_ring.to(tl.float32)) * w[None, :]
-    for d in tl.static_range(1, KER):
-        r = t + d
-        ok = r < T
-        x = tl.load(rows_b + tl.minimum(r, T - 1)[:, None] * stride_rt + ch[None, :], mask=ok[:, None], other=0.0)
-        w = tl.load(rw_ptr + ch * (KER - 1) + (d - 1)).to(tl.float32)
-        acc += x.to(tl.float32) * w[None, :]
+    if RIGHT:
+        for d in tl.static_range(1, KER):
+            r = t + d
+            ok = r < T
+            x = tl.load(rows_b + tl.minimum(r, T - 1)[:, None] * stride_rt + ch[None, :], mask=ok[:, None],
+                        other=0.0)
+            w = tl.load(rw_ptr + ch * (KER - 1) + (d - 1)).to(tl.float32)
+            acc += x.to(tl.float32) * w[None, :]
     return acc / (1.0 + tl.exp(-acc))
 
 
@@ -132,6 +135,17 @@ def supports(gdn) -> bool:
     return _pow2(gdn.dk) and _pow2(gdn.dv) and gdn.hv % gdn.hk == 0
 
 
+def conv_inputs(gdn, rows: Tensor, ring: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """What `_conv_silu` reads, as it needs them: rows [B,T,C] and ring [B,K-1,C] (zeros for None, in the rows'
+    dtype) with unit channel strides, the conv weight as a contiguous [C, K]."""
+    b, _, c = rows.shape
+    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+    ring = rows.new_zeros(b, gdn.kernel - 1, c) if ring is None else ring.to(rows.dtype)
+    ring = ring if ring.stride(-1) == 1 else ring.contiguous()
+    cw = gdn.conv1d.weight.reshape(c, gdn.kernel)
+    return rows, ring, cw if cw.is_contiguous() else cw.contiguous()
+
+
 # compile_check at the real shapes (sm_90): the whole-tile first version spilled 8.5 KB of registers a thread;
 # chunks of 32 key channels in a loop (not unrolled), 8 warps, 2 stages: 24 B, 24 KB of shared memory.
 def fused_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_prefix: Tensor, z: Tensor) -> Tensor:
@@ -139,16 +153,9 @@ def fused_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_p
     ready for out_proj. ring [B,K-1,C] (None: zeros), state [B,Hv,Dk,Dv], n_prefix [B] (a device tensor: a
     captured graph reads it), z = in_proj_z(x) [B,T,Hv·Dv]."""
     b, t, c = rows.shape
-    ker = gdn.kernel
-    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    if ring is None:
-        ring = rows.new_zeros(b, ker - 1, c)
-    ring = ring.to(rows.dtype)
-    ring = ring if ring.stride(-1) == 1 else ring.contiguous()
+    rows, ring, cw = conv_inputs(gdn, rows, ring)
     z = z.reshape(b, t, gdn.hv * gdn.dv)
     z = z if z.stride(-1) == 1 else z.contiguous()
-    cw = gdn.conv1d.weight.reshape(c, ker)
-    cw = cw if cw.is_contiguous() else cw.contiguous()
     rw = gdn.conv_right_weight if gdn.conv_right_weight.is_contiguous() else gdn.conv_right_weight.contiguous()
     n = n_prefix.expand(b)
     out = rows.new_empty(b, t, gdn.hv * gdn.dv)
@@ -161,7 +168,7 @@ def fused_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_p
         rows.stride(0), rows.stride(1), ring.stride(0), ring.stride(1),
         state.stride(0), state.stride(1), state.stride(2), state.stride(3), n.stride(0),
         z.stride(0), z.stride(1), out.stride(0), out.stride(1),
-        HV=gdn.hv, DK=gdn.dk, DV=gdn.dv, BLOCK_T=block_t, BLOCK_DK=min(32, gdn.dk), KER=ker, PREC="ieee",
+        HV=gdn.hv, DK=gdn.dk, DV=gdn.dv, BLOCK_T=block_t, BLOCK_DK=min(32, gdn.dk), KER=gdn.kernel, PREC="ieee",
         num_warps=8 if big else 4, num_stages=2,
     )
     return out

@@ -165,7 +165,8 @@ def preview_attention(q: Tensor, k: Tensor, v: Tensor, k_win: Tensor, v_win: Ten
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
         v.stride(2), k_win.stride(0), k_win.stride(1), k_win.stride(2), v_win.stride(0), v_win.stride(1),
         v_win.stride(2),
-        HAS_MASK=committed is not None, CAUSAL=causal, H=h, D=d, BLOCK_T=block_t, BLOCK_N=16, F32=q.dtype == torch.float32,
+        HAS_MASK=committed is not None, CAUSAL=causal, H=h, D=d, BLOCK_T=block_t, BLOCK_N=16,
+        F32=q.dtype == torch.float32,
         num_warps=8, num_stages=2,
     )
     g, gs = (gate, (gate.stride(0), gate.stride(2), gate.stride(1))) if gate is not None else (out, (0, 0, 0))
