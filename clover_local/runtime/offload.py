@@ -83,8 +83,7 @@ class ArenaAttentionCache(AttentionCache):
         """Write a commit's keys/values [1,Hkv,T,D] at rows length_t … length_t+T−1 (device-side positions:
         writing them again, as a rerun of the pass does, writes the same rows) and return what the block attends
         to before itself: the window and its committed mask, as a preview reads them."""
-        n = k.shape[2]
-        self.check_room(n)  # the runtime checks before every pass too: a graph replay does not run this
+        n = k.shape[2]  # room for them: checked by `Runtime.run_pass` before the pass (a replay runs no Python)
         pos = self.length_t + torch.arange(n, device=self.k.device)
         self.k.index_copy_(2, pos, k.to(self.k.dtype))
         self.v.index_copy_(2, pos, v.to(self.v.dtype))
@@ -92,14 +91,11 @@ class ArenaAttentionCache(AttentionCache):
         return self.k[:, :, :w], self.v[:, :, :w], torch.arange(w, device=self.k.device) < self.length_t
 
     def check_room(self, rows: int) -> None:
+        """Before a causal pass of `rows` rows (`ArenaPrefixCache.check_room`): the arena never grows."""
         if self.length + rows > self.k.shape[2]:
             raise CloverError(
                 f"the sequence reached the {self.k.shape[2]}-token context the runtime was loaded for; "
                 "load it again with a larger --context")
-
-    def append(self, k: Tensor, v: Tensor) -> None:
-        self.check_room(k.shape[2])
-        super().append(k, v)
 
 
 class ArenaGDNCache(GDNCache):
@@ -314,7 +310,7 @@ class Runtime:
         lacked is loaded and it replays again, up to MAX_REPAIRS times — and anything else, or a repair that
         does not fit, reruns through the syncing path."""
         if not preview and isinstance(cache, ArenaPrefixCache):
-            cache.check_room(x.shape[1])  # here, not only in the layers: a graph replay runs no Python
+            cache.check_room(x.shape[1])  # the one check, before the pass: a graph replay runs no Python
         with self.pass_scope(preview, start, x.shape[1], cache, allow_optimistic=True) as state:
             while state.optimistic:
                 graphs = {"preview": self.graphs, "commit": self.commit_graphs}.get(state.kind)
