@@ -371,6 +371,14 @@ def test_bench_script_runs_on_tiny_shapes(force_triton, monkeypatch) -> None:
 # --- the fused GDN preview vs the model's PyTorch path ---------------------------------------------------------
 
 
+def _gdn_inputs(gdn, b: int, t: int, dtype: torch.dtype, gen: torch.Generator):
+    """A layer's input rows x [b,t,H], a conv ring [b,K-1,C] and a state [b,Hv,Dk,Dv], random, on DEVICE."""
+    h = gdn.in_proj_qkv.in_features
+    x = _dev(_x(b * t, h, dtype, gen).reshape(b, t, h))[0]
+    ring = _dev(_x(b * (gdn.kernel - 1), gdn.in_proj_qkv.out_features, dtype, gen))[0].reshape(b, gdn.kernel - 1, -1)
+    return x, ring, _dev(torch.randn(b, gdn.hv, gdn.dk, gdn.dv, generator=gen))[0]
+
+
 def _random_gdn(spec_kw: dict, dtype: torch.dtype, gen: torch.Generator):
     from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
     from clover_local.config import parse_config
@@ -403,10 +411,7 @@ def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, 
     gdn = _random_gdn(spec_kw, dtype, gen).to(DEVICE)
     kernel = gdn_preview_kernel(gdn, torch.device(DEVICE))
     assert kernel is not None
-    h = gdn.in_proj_qkv.in_features
-    x = _dev(_x(b * t, h, dtype, gen).reshape(b, t, h))[0]
-    ring = _dev(_x(b * (gdn.kernel - 1), gdn.in_proj_qkv.out_features, dtype, gen))[0].reshape(b, gdn.kernel - 1, -1)
-    state = _dev(torch.randn(b, gdn.hv, gdn.dk, gdn.dv, generator=gen))[0]
+    x, ring, state = _gdn_inputs(gdn, b, t, dtype, gen)
     n = torch.tensor(n_prefix, device=DEVICE)
     with torch.no_grad():
         want = gdn(x, GDNCache(ring, state), preview=True, n_prefix=n)
@@ -840,10 +845,7 @@ def test_fused_gdn_causal_matches_model(force_triton, spec_kw, b, t, ring, dtype
         gdn.dt_bias.copy_(torch.randn(gdn.hv, generator=gen).to(gdn.dt_bias))
     kernel = gdn_causal_kernel(gdn, torch.device(DEVICE))
     assert kernel is not None
-    h = gdn.in_proj_qkv.in_features
-    x = _dev(_x(b * t, h, dtype, gen).reshape(b, t, h))[0]
-    r = _dev(_x(b * (gdn.kernel - 1), gdn.in_proj_qkv.out_features, dtype, gen))[0].reshape(b, gdn.kernel - 1, -1)
-    state = _dev(torch.randn(b, gdn.hv, gdn.dk, gdn.dv, generator=gen))[0]
+    x, r, state = _gdn_inputs(gdn, b, t, dtype, gen)
     caches = []
     with torch.no_grad():
         outs = []

@@ -71,17 +71,23 @@ def test_graph_replays_decode_the_same_tokens(pack, ref, stand_in, slots):
         assert len(graphed) == len(recs) and len(committed) == len(commits(got)) > 1
 
 
-def two_blocks(loaded, previews: int = 4) -> list[torch.Tensor]:
-    """Logits of a 40-token prefill, then two blocks (different rows) of `previews` previews and a commit each."""
+def run_blocks(loaded, blocks=([5] * 8, [7, 3] * 4), previews: int = 4, before_commit=lambda i: None,
+               after_commit=lambda i: None, then_preview: list[int] | None = None) -> list[torch.Tensor]:
+    """Logits of a 40-token prefill, then for each block (its rows, different each time) `previews` previews
+    and a commit, and with `then_preview` one more preview of those rows; the hooks run before and after the
+    i-th block's commit (tests evict experts there)."""
     model = loaded.model
     cache = model.new_cache()
-    ids = torch.tensor([prompt(loaded, 40, seed=6)])
     with torch.inference_mode():
-        out = [model(ids, cache)]
-        for rows in ([5] * 8, [7, 3] * 4):
+        out = [model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)]
+        for i, rows in enumerate(blocks):
             block = torch.tensor([rows])
             out += [model(block, cache, preview=True) for _ in range(previews)]
+            before_commit(i)
             out.append(model(block, cache))
+            after_commit(i)
+        if then_preview is not None:
+            out.append(model(torch.tensor([then_preview]), cache, preview=True))
     return out
 
 
@@ -89,9 +95,9 @@ def test_one_graph_serves_every_block_until_a_new_cache(pack, ref, stand_in):
     """The preview graph reads the cache's fixed buffers and its device length: captured once, replayed by the
     next block at another start (the stand-in checks every outside tensor is read at the capture's address)."""
     got = with_graphs(pack, slots=TOTAL)
-    want = two_blocks(runtime(pack, slots=TOTAL))
+    want = run_blocks(runtime(pack, slots=TOTAL))
     rt = got.model.runtime
-    out = two_blocks(got)
+    out = run_blocks(got)
     for a, b in zip(want, out):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
     flags = [(r.pass_in_block, r.graphed, r.captured) for r in previews(got)]
@@ -163,20 +169,9 @@ def test_first_pass_of_a_block_replays_and_repairs(pack, ref, stand_in):
     got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
     rt = got.model.runtime
 
-    def run(loaded, between=lambda i: None) -> list[torch.Tensor]:
-        model = loaded.model
-        cache = model.new_cache()
-        out = [model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)]
-        for i, rows in enumerate(([5] * 8, [7, 3] * 4)):
-            block = torch.tensor([rows])
-            out += [model(block, cache, preview=True) for _ in range(3)]
-            out.append(model(block, cache))
-            between(i)
-        return out
-
-    with torch.inference_mode():
-        out = run(got, lambda i: i == 0 and rt.cache.evict(rt.layers[2], np.arange(N_EXPERTS)))
-        want = run(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False))
+    out = run_blocks(got, previews=3,
+                     after_commit=lambda i: i == 0 and rt.cache.evict(rt.layers[2], np.arange(N_EXPERTS)))
+    want = run_blocks(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False), previews=3)
     for a, b in zip(want, out):
         assert torch.equal(a, b)
     recs = previews(got)
@@ -268,21 +263,11 @@ def test_commit_replay_that_missed_is_repaired(pack, ref, stand_in):
     got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
     rt = got.model.runtime
 
-    def run(loaded, before_commit=lambda i: None) -> list[torch.Tensor]:
-        model = loaded.model
-        cache = model.new_cache()
-        out = [model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)]
-        for i, rows in enumerate(([5] * 8, [7, 3] * 4, [2] * 8)):
-            block = torch.tensor([rows])
-            out += [model(block, cache, preview=True) for _ in range(2)]
-            before_commit(i)
-            out.append(model(block, cache))
-        out.append(model(torch.tensor([[4] * 8]), cache, preview=True))
-        return out
-
-    with torch.inference_mode():
-        out = run(got, lambda i: i == 1 and rt.cache.evict(rt.layers[1], np.arange(N_EXPERTS)))
-        want = run(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False))
+    three = ([5] * 8, [7, 3] * 4, [2] * 8)
+    out = run_blocks(got, three, previews=2, then_preview=[4] * 8,
+                     before_commit=lambda i: i == 1 and rt.cache.evict(rt.layers[1], np.arange(N_EXPERTS)))
+    want = run_blocks(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False), three, previews=2,
+                      then_preview=[4] * 8)
     for a, b in zip(want, out):
         assert torch.equal(a, b)
     recs = commits(got)
