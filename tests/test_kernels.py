@@ -125,10 +125,11 @@ def _cache_stacks(packs: list[dict[str, dict[str, torch.Tensor]]], bits: int, gr
     return stacks
 
 
-def _moe_case(bits: int, groups: tuple[int, int], seed: int, device: str = "cpu"):
+def _moe_case(bits: int, groups: tuple[int, int], seed: int, device: str = "cpu", inter: int = I):
     gen = torch.Generator().manual_seed(seed)
     packs = [
-        {"gate_up": _random_pack(H, 2 * I, groups[0], bits, gen), "down": _random_pack(I, H, groups[1], bits, gen)}
+        {"gate_up": _random_pack(H, 2 * inter, groups[0], bits, gen),
+         "down": _random_pack(inter, H, groups[1], bits, gen)}
         for _ in range(SLOTS)
     ]
     gate_up, down = _cache_stacks(packs, bits, groups, device)
@@ -305,7 +306,8 @@ def test_both_tile_forms_match_reference(force_triton, bits: int, groups: tuple[
     bk = 16 * (32 // bits)  # the smallest K tile field-wise dots allow (I = 64: 4-bit down stays unpacked)
     assert _fields_ok(True, bk, bits) and not _fields_ok(True, bk // 2, bits)
     want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
-    for cfg in (MoeConfig(16, 32, bk), MoeConfig(16, 32, bk, fields=False), MoeConfig(16, 32, bk, maxnreg=128)):
+    for cfg in (MoeConfig(16, 32, bk), MoeConfig(16, 32, bk, folded=False), MoeConfig(16, 32, bk, fields=False),
+                MoeConfig(16, 32, bk, maxnreg=128)):
         _assert_close(moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=cfg), want, dtype)
 
     k, n, group = 256, 96, 128
@@ -317,6 +319,37 @@ def test_both_tile_forms_match_reference(force_triton, bits: int, groups: tuple[
     for fields in (True, False):
         for cfg in (LinearConfig(16, 32, bk, fields=fields), LinearConfig(16, 64, bk, split_k=2, fields=fields)):
             _assert_close(linear_w4a16_triton(xl, *args, config=cfg), want, dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (4, torch.float16), (8, torch.float16)])
+def test_folded_moe_form_matches_reference(force_triton, bits: int, dtype) -> None:
+    """The MoE's folded form (the default for 16-bit codes: each K tile's zero taken off through a's row sums, not
+    from every weight; the activations between the passes stored field-major per down K tile) at an I where both
+    passes read field-wise (4-bit codes need K tiles of 128), against the reference and the unfolded form. The
+    launches are checked to run folded, so a silent fallback cannot pass it."""
+    from clover_local.runtime.kernels import w4a16
+    from clover_local.runtime.kernels.compile_check import _intercepted
+    from clover_local.runtime.kernels.w4a16 import MoeConfig, moe_w4a16_triton
+
+    bk = 16 * (32 // bits)
+    gen, _, gate_up, down = _moe_case(bits, (bk, bk), seed=70 + bits, device=DEVICE, inter=bk)
+    m = 24
+    x = _x(m, H, dtype, gen)
+    slot_ids, weights = _route(m, gen)
+    slot_ids[:18, 0] = 3  # one slot with two BLOCK_M runs
+    slot_ids[:18, 1] = torch.where(slot_ids[:18, 1] == 3, 0, slot_ids[:18, 1])
+    x, slot_ids, weights = _dev(x, slot_ids, weights.to(dtype))
+    want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
+    launches: list = []
+    with _intercepted(w4a16, ["_moe_kernel", "_sum_parts_kernel"], launches, lambda: "folded"):  # records, runs none
+        moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
+    moe = [(a.args["FOLD"], a.args["A_FM"], a.args["OUT_FM"]) for a in launches if a.kernel == "_moe_kernel"]
+    assert moe == [(True, False, bk), (True, True, 0)]
+    folded = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
+    plain = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
+    _assert_close(folded, want, dtype)
+    _assert_close(plain, want, dtype)
 
 
 @needs_triton
@@ -815,6 +848,11 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
             assert "I2F" not in default["loop_ops"] and unpacked["loop_ops"].get("I2F", 0) > 0, (arch, case)
             assert default["per_weight"] < 0.85 * unpacked["per_weight"], (arch, case, default["per_weight"],
                                                                           unpacked["per_weight"])
+    # and the MoE's folded form (zero through a's row sums, act field-major) is below the field-wise form before it
+    for arch in ("sm_90", "sm_120"):
+        for half in ("gate/up", "down"):
+            folded, unfolded = w4[(arch, f"MoE 4-bit H2048 I512 {half}")], w4[(arch, f"MoE 4-bit H2048 I512 unfolded {half}")]
+            assert folded["per_weight"] < 0.95 * unfolded["per_weight"], (arch, half, folded, unfolded)
 
 
 # --- the short causal GDN pass (a commit), fused, vs the model's chunked path ---------------------------------

@@ -15,7 +15,9 @@ Two kernels share one weight-tile loader:
   program serves one BLOCK_M run of one slot and reads that slot's weights through the stack's strides.
   Pass 1 (GATED): gate and up columns n and I + n in one program, epilogue silu(gate) · up → act [T, I] in x's
   dtype. Pass 2: act @ down, times the routing weight, fp32 [T, H]; `_sum_parts_kernel` sums each token's topk
-  rows (fixed order, fp32) into x's dtype.
+  rows (fixed order, fp32) into x's dtype. Folded (`MoeConfig.folded`, the default for 16-bit codes): each K
+  tile's zero comes off through a's row sums (`_folded_fields_dot`) and act's columns are stored field-major per
+  down K tile, so pass 2 loads each field's columns contiguously (`_field_cols`).
 
 TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.dot` and int → bf16 casts wrong,
 so interpreted runs do the dot in fp32 (`DOT_F32`); that is exact for the integer weight tile and matches what
@@ -85,10 +87,60 @@ def _weight_tile(
 
 
 @triton.jit
-def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, j: tl.constexpr):
-    """Columns k0 + PER·i + j of a (i = offs_i): the input rows field j of a packed tile's words hold."""
-    return tl.load(a_rows_ptr[:, None] + (k0 + offs_i * PER + j)[None, :] * stride_ak, mask=row_mask[:, None],
-                   other=0.0)
+def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, j: tl.constexpr,
+                A_FM: tl.constexpr = False):
+    """Columns k0 + PER·i + j of a (i = offs_i): the input rows field j of a packed tile's words hold. A_FM: a
+    holds its columns field-major within each K tile (column k0 + R·j + i; the MoE's activations between its two
+    passes, written so by the gate/up epilogue), so a field's columns are contiguous: vector loads, pipelined."""
+    if A_FM:
+        cols = k0 + j * offs_i.shape[0] + offs_i
+    else:
+        cols = k0 + offs_i * PER + j
+    return tl.load(a_rows_ptr[:, None] + cols[None, :] * stride_ak, mask=row_mask[:, None], other=0.0)
+
+
+@triton.jit
+def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK: tl.constexpr, PAIR_MAGIC: tl.constexpr,
+                     dt: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Field j of a packed tile as R × BLOCK_N floats MAGIC + code, from words2 [R / 2, BLOCK_N]: 16-bit halves of
+    the words of packed rows 2i and 2i + 1 side by side (see `_folded_fields_dot`). One shift and one and-or make
+    both codes, and the register that holds them is already the MMA's operand pair (rows 2i, 2i + 1 of one
+    column): the join / permute / reshape is free in registers, where halves of one word would need a `PRMT`."""
+    f = ((words2 >> (j * BITS)) & PAIR_MASK) | PAIR_MAGIC
+    w = tl.join(f.to(tl.uint16).to(dt, bitcast=True), (f >> 16).to(tl.uint16).to(dt, bitcast=True))
+    return tl.reshape(tl.permute(w, (0, 2, 1)), (R, BLOCK_N))
+
+
+@triton.jit
+def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER: tl.constexpr,
+                       BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
+                       PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr):
+    """`_fields_dot`'s exponent-bit form with the zero folded out: a · (MAGIC + code) summed per K tile, minus
+    (MAGIC + zero) · Σ_k a once per row and column — no subtraction per weight (the `HADD2`s: ~15 % of the MoE's K
+    loop), and the weight operand goes from the packed words to the MMA without a trip through shared memory.
+    Exact in the integer part; the fp32 sums carry MAGIC (128 for bf16 4-bit codes) on every term, an error of
+    ~2^-24 · 136 · Σ|a| against the bf16 output's 2^-8. Census (compile_check --sass, sm_90, MoE at the real
+    shapes): gate/up 4.9 → 4.05 instructions per weight; the dense linear got worse (4.84 → 6.09), so only the MoE
+    folds (`MoeConfig.folded`)."""
+    R: tl.constexpr = offs_i.shape[0]
+    MASK: tl.constexpr = (1 << BITS) - 1
+    HALF: tl.constexpr = PER // 2
+    PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
+    PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
+    dt = a_rows_ptr.dtype.element_ty
+    ev, od = tl.split(tl.permute(tl.reshape(words, (R // 2, 2, BLOCK_N)), (0, 2, 1)))
+    lo_words = (ev & 0xFFFF) | (od << 16)
+    hi_words = (ev >> 16) | (od & 0xFFFF0000)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    a_sum = tl.zeros((BLOCK_M, R), dtype=tl.float32)
+    for j in tl.static_range(HALF):
+        a_lo = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM)
+        a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM)
+        acc += _dot(a_lo, _row_pair_fields(lo_words, j, BITS, PAIR_MASK, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
+        acc += _dot(a_hi, _row_pair_fields(hi_words, j, BITS, PAIR_MASK, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
+        a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
+    acc -= tl.sum(a_sum, axis=1)[:, None] * zw.to(tl.float32)
+    return acc * scale[None, :]
 
 
 @triton.jit
@@ -105,7 +157,7 @@ def _fields_dot(
     a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr, A_FM: tl.constexpr,
 ):
     """a[:, k0 … k0+BLOCK_K] @ W's tile, scaled, fp32 [BLOCK_M, BLOCK_N], without unpacking the tile into K
     order: field j of every packed row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] tile,
@@ -134,17 +186,21 @@ def _fields_dot(
         PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
         PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
         zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[None, :]  # MAGIC's value + zero
+        if FOLD:
+            return _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS,
+                                      BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM)
         for j in tl.static_range(HALF):
             pair = ((words >> (j * BITS)) & PAIR_MASK) | PAIR_MAGIC
             lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
             hi = _minus((pair >> 16).to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
-            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j), lo, DOT_F32, PREC)
-            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF), hi, DOT_F32, PREC)
+            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), lo, DOT_F32, PREC)
+            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM), hi, DOT_F32,
+                        PREC)
     else:
         zf = (zero.to(tl.float32) + 8388608.0)[None, :]  # 2^23 + zero
         for j in tl.static_range(PER):
             w = (((words >> (j * BITS)) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - zf
-            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j), w, DOT_F32, PREC)
+            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), w, DOT_F32, PREC)
     return acc * scale[None, :]
 
 
@@ -165,7 +221,7 @@ def _linear_kernel(
     stride_os, stride_om, stride_on,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -182,7 +238,7 @@ def _linear_kernel(
         if FIELDS:
             acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, qw_ptr, sc_ptr, qz_ptr, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, False)
         else:
             a = tl.load(
                 x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None],
@@ -208,7 +264,8 @@ def _moe_kernel(
     A_ROW_DIV: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr,
+    A_FM: tl.constexpr, OUT_FM: tl.constexpr, OUT_PER: tl.constexpr,
 ):
     """One BLOCK_M run of (token, choice) pairs of one slot × one BLOCK_N tile of output columns.
 
@@ -236,12 +293,12 @@ def _moe_kernel(
         if FIELDS:
             acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM)
             if GATED:  # the up half (see the unpacking branch)
                 acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
                                       sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
                                       offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                                      GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC)
+                                      GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM)
         else:
             a = tl.load(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
@@ -267,7 +324,11 @@ def _moe_kernel(
     if MUL_WEIGHT:
         rw = tl.load(rw_ptr + ids, mask=row_mask, other=0.0).to(tl.float32)
         acc = acc * rw[:, None]
-    out = out_ptr + ids[:, None] * stride_om + offs_n[None, :] * stride_on
+    cols = offs_n
+    if OUT_FM != 0:  # out's columns field-major in tiles of OUT_FM (the next pass reads them with A_FM)
+        r = offs_n % OUT_FM
+        cols = offs_n - r + (r % OUT_PER) * (OUT_FM // OUT_PER) + r // OUT_PER
+    out = out_ptr + ids[:, None] * stride_om + cols[None, :] * stride_on
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
 
 
@@ -299,6 +360,11 @@ class MoeConfig:
     num_warps: int = 4
     num_stages: int = 3
     fields: bool = True  # as LinearConfig.fields
+    # field-wise 16-bit codes (bf16 4-bit, fp16 ≤ 8-bit): the zero taken off once per K tile through a's row sums
+    # (`_folded_fields_dot`), and the activations between the two passes stored field-major (`_field_cols`).
+    # Why: compile_check --sass, sm_90, instructions per weight: gate/up 4.9 → 4.05, down 5.75 → 5.28 (BENCHMARKS).
+    # False (CLOVER_W4A16_FOLD=0) keeps the form before, for a before/after on a GPU.
+    folded: bool = True
     # a register cap per thread (None: the compiler's choice). Why: field-wise gate/up takes 135 registers on
     # sm_90, 3 programs of 4 warps an SM; 128 (32 B spilled, compile_check) fits a 4th. Unmeasured: gpu_check
     # times it beside the default.
@@ -398,7 +464,7 @@ def linear_w4a16_triton(
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group_size, BITS=bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, cfg.block_k, bits),
-        MAGIC=magic_bits(x.dtype, bits), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        MAGIC=magic_bits(x.dtype, bits), FOLD=False, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     y = out[0] if split == 1 else _sum_parts(out, split, m, n, m * n, n, x.dtype)
     return y.reshape(*lead, n)
@@ -534,13 +600,21 @@ def moe_config(m: int, topk: int, num_slots: int) -> MoeConfig:
     """BLOCK_M from the mean pairs per slot in use: 16 for decode/preview (most slots see 1–4 pairs)."""
     t = m * topk
     per_slot = t / max(1, min(num_slots, t))
-    return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64, fields=_default_fields())
+    return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64, fields=_default_fields(),
+                     folded=os.environ.get("CLOVER_W4A16_FOLD", "1") != "0")
 
 
-def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_div, gated, mul_weight, cfg):
+def _moe_block_k(stack: PackedStack, cfg: MoeConfig) -> int:
+    return min(cfg.block_k, _block_k(stack.in_features, stack.group_size, stack.bits))
+
+
+def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_div, gated, mul_weight, cfg,
+                a_fm=False, out_fm=0, out_per=1):
     sorted_ids, block_slot, num_padded = align
     k = stack.in_features
-    bk = min(cfg.block_k, _block_k(k, stack.group_size, stack.bits))
+    bk = _moe_block_k(stack, cfg)
+    fields = _fields_ok(cfg.fields, bk, stack.bits)
+    magic = magic_bits(a.dtype, stack.bits)
     dot_f32, prec = _dot_mode(a)
     qw, sc, qz = stack.qweight, stack.scales, stack.qzeros
     grid = (block_slot.numel(), triton.cdiv(n, cfg.block_n))
@@ -554,8 +628,9 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         A_ROW_DIV=a_row_div, GATED=gated, MUL_WEIGHT=mul_weight,
         GROUP=stack.group_size, BITS=stack.bits,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
-        DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, bk, stack.bits),
-        MAGIC=magic_bits(a.dtype, stack.bits), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        DOT_F32=dot_f32, PREC=prec, FIELDS=fields, MAGIC=magic,
+        FOLD=bool(fields and magic and cfg.folded), A_FM=bool(a_fm and fields),
+        OUT_FM=out_fm, OUT_PER=out_per, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
 
@@ -615,8 +690,13 @@ def moe_w4a16_triton(
     # interpreted, silu(gate)·up stays fp32 and torch rounds it (the interpreter's fp32 → bf16 cast truncates: a
     # bias toward zero that the down pass sums up; a GPU rounds to nearest)
     act = torch.empty(t, inter, dtype=torch.float32 if _INTERPRET else x.dtype, device=x.device)
-    _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg)
+    # act's columns field-major per down K tile when the down pass reads field-wise: its loads of a field's
+    # columns become contiguous (`_field_cols`), written so by the gate/up pass at no cost
+    bk_down = _moe_block_k(down, cfg)
+    act_fm = cfg.folded and _fields_ok(cfg.fields, bk_down, down.bits)
+    _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg,
+                out_fm=bk_down if act_fm else 0, out_per=32 // down.bits)
     act = act.to(x.dtype)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
-    _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, cfg)
+    _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, cfg, a_fm=act_fm)
     return _sum_parts(y, topk, m, h, h, topk * h, x.dtype)  # each token's topk rows
