@@ -10,11 +10,13 @@
 #                                norms, router: the before of the fused kernels' after)
 #   bench_uniform_unpacked.json  ... with CLOVER_W4A16_FORM=unpacked (the W4A16 tiles' old form: the before of
 #                                the field-wise default's after)
+#   bench_uniform_unfolded.json  ... with CLOVER_W4A16_FOLD=0 (the routed experts' field-wise form before the zero
+#                                fold and the field-major activations)
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform unfused unpacked eager sweep moesweep, run in the order given;
+# (STAGES from: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep, in the order given;
 # default kernels,bench,model,sweep)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
@@ -57,13 +59,15 @@ for s in ${STAGES//,/ }; do
       >'$OUT/bench_uniform_unfused.json' 2>>'$log'" ;;
     unpacked) stage unpacked 150 bash -c "CLOVER_W4A16_FORM=unpacked $B --routing uniform \
       >'$OUT/bench_uniform_unpacked.json' 2>>'$log'" ;;
+    unfolded) stage unfolded 150 bash -c "CLOVER_W4A16_FOLD=0 $B --routing uniform \
+      >'$OUT/bench_uniform_unfolded.json' 2>>'$log'" ;;
     eager) stage eager 150 bash -c \
       "$B --routing uniform --no-cuda-graphs >'$OUT/bench_uniform_eager.json' 2>>'$log'" ;;
     sweep) stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
       --out '$OUT/kernels_sweep.json' >/dev/null 2>>'$log'" ;;
     moesweep) stage moesweep 120 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --quick \
       --only moe --sweep full --out '$OUT/moe_sweep.json' >/dev/null 2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model bench uniform unfused unpacked eager sweep moesweep)" | tee -a "$log" ;;
+    *) echo "== unknown stage $s (known: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1

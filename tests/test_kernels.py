@@ -325,7 +325,7 @@ def test_both_tile_forms_match_reference(force_triton, bits: int, groups: tuple[
 @pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (4, torch.float16), (8, torch.float16)])
 def test_folded_moe_form_matches_reference(force_triton, bits: int, dtype) -> None:
     """The MoE's folded form (the default for 16-bit codes: each K tile's zero taken off through a's row sums, not
-    from every weight; the activations between the passes stored field-major per down K tile) at an I where both
+    from every weight; x and the activations between the passes read field-major per K tile) at an I where both
     passes read field-wise (4-bit codes need K tiles of 128), against the reference and the unfolded form. The
     launches are checked to run folded, so a silent fallback cannot pass it."""
     from clover_local.runtime.kernels import w4a16
@@ -345,7 +345,7 @@ def test_folded_moe_form_matches_reference(force_triton, bits: int, dtype) -> No
     with _intercepted(w4a16, ["_moe_kernel", "_sum_parts_kernel"], launches, lambda: "folded"):  # records, runs none
         moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
     moe = [(a.args["FOLD"], a.args["A_FM"], a.args["OUT_FM"]) for a in launches if a.kernel == "_moe_kernel"]
-    assert moe == [(True, False, bk), (True, True, 0)]
+    assert moe == [(True, True, bk), (True, True, 0)]
     folded = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
     plain = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
     _assert_close(folded, want, dtype)
@@ -851,7 +851,8 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     # and the MoE's folded form (zero through a's row sums, act field-major) is below the field-wise form before it
     for arch in ("sm_90", "sm_120"):
         for half in ("gate/up", "down"):
-            folded, unfolded = w4[(arch, f"MoE 4-bit H2048 I512 {half}")], w4[(arch, f"MoE 4-bit H2048 I512 unfolded {half}")]
+            folded = w4[(arch, f"MoE 4-bit H2048 I512 {half}")]
+            unfolded = w4[(arch, f"MoE 4-bit H2048 I512 unfolded {half}")]
             assert folded["per_weight"] < 0.95 * unfolded["per_weight"], (arch, half, folded, unfolded)
 
 

@@ -16,8 +16,9 @@ Two kernels share one weight-tile loader:
   Pass 1 (GATED): gate and up columns n and I + n in one program, epilogue silu(gate) · up → act [T, I] in x's
   dtype. Pass 2: act @ down, times the routing weight, fp32 [T, H]; `_sum_parts_kernel` sums each token's topk
   rows (fixed order, fp32) into x's dtype. Folded (`MoeConfig.folded`, the default for 16-bit codes): each K
-  tile's zero comes off through a's row sums (`_folded_fields_dot`) and act's columns are stored field-major per
-  down K tile, so pass 2 loads each field's columns contiguously (`_field_cols`).
+  tile's zero comes off through a's row sums (`_folded_fields_dot`), and both passes read a field-major (x copied
+  so by `field_major`, act stored so by pass 1's epilogue), so each field's columns load contiguously and
+  pipelined (`_field_cols`).
 
 TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.dot` and int → bf16 casts wrong,
 so interpreted runs do the dot in fp32 (`DOT_F32`); that is exact for the integer weight tile and matches what
@@ -91,7 +92,8 @@ def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, 
                 A_FM: tl.constexpr = False):
     """Columns k0 + PER·i + j of a (i = offs_i): the input rows field j of a packed tile's words hold. A_FM: a
     holds its columns field-major within each K tile (column k0 + R·j + i; the MoE's activations between its two
-    passes, written so by the gate/up epilogue), so a field's columns are contiguous: vector loads, pipelined."""
+    passes, written so by the gate/up epilogue, and x copied so by `field_major`), so a field's columns are
+    contiguous: vector loads the pipeliner issues ahead (cp.async), where strided 2-byte gathers are waited on."""
     if A_FM:
         cols = k0 + j * offs_i.shape[0] + offs_i
     else:
@@ -120,8 +122,8 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
     loop), and the weight operand goes from the packed words to the MMA without a trip through shared memory.
     Exact in the integer part; the fp32 sums carry MAGIC (128 for bf16 4-bit codes) on every term, an error of
     ~2^-24 · 136 · Σ|a| against the bf16 output's 2^-8. Census (compile_check --sass, sm_90, MoE at the real
-    shapes): gate/up 4.9 → 4.05 instructions per weight; the dense linear got worse (4.84 → 6.09), so only the MoE
-    folds (`MoeConfig.folded`)."""
+    shapes): gate/up 4.9 → 4.05 instructions per weight (4.02 with x field-major); the dense linear got worse
+    (4.84 → 6.09), so only the MoE folds (`MoeConfig.folded`)."""
     R: tl.constexpr = offs_i.shape[0]
     MASK: tl.constexpr = (1 << BITS) - 1
     HALF: tl.constexpr = PER // 2
@@ -362,7 +364,8 @@ class MoeConfig:
     fields: bool = True  # as LinearConfig.fields
     # field-wise 16-bit codes (bf16 4-bit, fp16 ≤ 8-bit): the zero taken off once per K tile through a's row sums
     # (`_folded_fields_dot`), and the activations between the two passes stored field-major (`_field_cols`).
-    # Why: compile_check --sass, sm_90, instructions per weight: gate/up 4.9 → 4.05, down 5.75 → 5.28 (BENCHMARKS).
+    # Why: compile_check --sass, sm_90, instructions per weight: gate/up 4.9 → 4.02, down 5.75 → 5.28 (BENCHMARKS),
+    # and every load of a in the K loop a pipelined cp.async (before: 2-byte gathers, waited on each K step).
     # False (CLOVER_W4A16_FOLD=0) keeps the form before, for a before/after on a GPU.
     folded: bool = True
     # a register cap per thread (None: the compiler's choice). Why: field-wise gate/up takes 135 registers on
@@ -658,6 +661,14 @@ def _sum_parts(y: Tensor, parts: int, m: int, n: int, stride_j: int, stride_m: i
     return out.to(dtype)
 
 
+def field_major(x: Tensor, tile: int, per: int) -> Tensor:
+    """x [M, K] with each tile of columns laid out field-major: column t·tile + R·j + i holds x's column
+    t·tile + per·i + j (R = tile / per), so field j of a packed K tile reads R contiguous columns (`_field_cols`,
+    A_FM)."""
+    m, k = x.shape
+    return x.reshape(m, k // tile, tile // per, per).transpose(2, 3).reshape(m, k)
+
+
 def moe_w4a16_triton(
     x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
     config: MoeConfig | None = None,
@@ -685,7 +696,11 @@ def moe_w4a16_triton(
     t = m * topk
     cfg = config or moe_config(m, topk, num_slots)
     align = moe_align(slot_ids, num_slots, cfg.block_m)
-    xc = x if x.stride(-1) == 1 else x.contiguous()
+    # folded: x too is read field-major (one small copy; `field_major`), which turns the gate/up pass's loads of a
+    # into contiguous vector loads the pipeliner can issue ahead (cp.async): strided 2-byte gathers cannot be
+    bk_up = _moe_block_k(gate_up, cfg)
+    x_fm = cfg.folded and _fields_ok(cfg.fields, bk_up, gate_up.bits)
+    xc = field_major(x, bk_up, 32 // gate_up.bits) if x_fm else x if x.stride(-1) == 1 else x.contiguous()
     rw = weights.reshape(-1).contiguous()
     # interpreted, silu(gate)·up stays fp32 and torch rounds it (the interpreter's fp32 → bf16 cast truncates: a
     # bias toward zero that the down pass sums up; a GPU rounds to nearest)
@@ -694,7 +709,7 @@ def moe_w4a16_triton(
     # columns become contiguous (`_field_cols`), written so by the gate/up pass at no cost
     bk_down = _moe_block_k(down, cfg)
     act_fm = cfg.folded and _fields_ok(cfg.fields, bk_down, down.bits)
-    _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg,
+    _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
                 out_fm=bk_down if act_fm else 0, out_per=32 // down.bits)
     act = act.to(x.dtype)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
