@@ -321,6 +321,58 @@ def test_both_tile_forms_match_reference(force_triton, bits: int, groups: tuple[
             _assert_close(linear_w4a16_triton(xl, *args, config=cfg), want, dtype)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("tile", [64, 128])
+def test_field_major_rows_is_the_same_linear_of_a_permuted_input(bits: int, tile: int) -> None:
+    """`field_major_rows` repacks a weight's rows so that a kernel reading x field-major computes x @ W: the
+    reference on the repacked weight with x permuted by field_major(x, tile, R) gives the original product, in
+    place or not, in any column chunking; a PackedLinear repacked that way is the same function of x."""
+    from clover_local.runtime.kernels.reference import field_major, field_major_rows
+    from clover_local.runtime.packed_linear import PackedLinear
+
+    gen = torch.Generator().manual_seed(tile + bits)
+    k, n, group = 256, 40, 128
+    pack = _random_pack(k, n, group, bits, gen)
+    x = _x(6, k, torch.float32, gen)
+    args = (pack["scales"], pack["qzeros"], group, bits)
+    want = linear_w4a16_ref(x, pack["qweight"], *args)
+    repacked = field_major_rows(pack["qweight"], tile, bits, chunk_elems=3 * k)
+    assert not torch.equal(repacked, pack["qweight"])
+    in_place = pack["qweight"].clone()
+    field_major_rows(in_place, tile, bits, out=in_place, chunk_elems=7 * k)
+    assert torch.equal(in_place, repacked)
+    r = tile // (32 // bits)
+    torch.testing.assert_close(linear_w4a16_ref(field_major(x, tile, r), repacked, *args), want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(field_major(field_major(x, tile, 32 // bits), tile, r), x)  # the two permutations: inverses
+    lin = PackedLinear(pack["qweight"], pack["scales"], pack["qzeros"], group, bits)
+    fm = lin.repacked(tile)
+    assert fm.k_tile == tile and fm.columns(0, 16).k_tile == tile
+    torch.testing.assert_close(fm(x), want, rtol=1e-5, atol=1e-5)
+
+
+@needs_triton
+@pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (8, torch.bfloat16), (8, torch.float16),
+                                        (4, torch.float32)])
+def test_triton_linear_on_field_major_rows_matches_reference(force_triton, bits: int, dtype) -> None:
+    """The dense kernel on rows repacked field-major (k_tile): field-wise dots reading x's columns contiguously
+    (A_FM), with and without split-K, and the unpacking form on x permuted to match, all give the reference on
+    the original weight; x strided, as in the other linear tests."""
+    from clover_local.runtime.kernels.reference import field_major_rows
+    from clover_local.runtime.kernels.w4a16 import LinearConfig, linear_w4a16_triton
+
+    gen = torch.Generator().manual_seed(90 + bits)
+    k, n, group = 256, 96, 128
+    pack = _random_pack(k, n, group, bits, gen)
+    tile = 128
+    repacked = field_major_rows(pack["qweight"], tile, bits)
+    xl, qw, rqw, sc, qz = _dev(_x(5, 2 * k, dtype, gen), pack["qweight"], repacked, pack["scales"], pack["qzeros"])
+    xl = xl[:, ::2]
+    want = linear_w4a16_ref(xl, qw, sc, qz, group, bits)
+    for cfg in (LinearConfig(16, 32, 64), LinearConfig(16, 64, 64, split_k=2), LinearConfig(16, 32, 64, fields=False)):
+        _assert_close(linear_w4a16_triton(xl, rqw, sc, qz, group, bits, config=cfg, k_tile=tile), want, dtype)
+    _assert_close(linear_w4a16(xl, rqw, sc, qz, group, bits, k_tile=tile), want, dtype)  # the dispatcher
+
+
 @needs_triton
 @pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (4, torch.float16), (8, torch.float16)])
 def test_folded_moe_form_matches_reference(force_triton, bits: int, dtype) -> None:

@@ -311,6 +311,9 @@ stats = rt.model.runtime_stats()
 assert stats["misses"] > 0 and stats["optimistic_passes"] >= 1, stats
 assert rt.model.runtime._opt._ops is not None and rt.model.layers[0].mlp.route_kernel is not None
 assert all(l.self_attn.preview_kernel is not None for l in rt.model.layers if hasattr(l, "self_attn"))
+from clover_local.runtime.packed_linear import PackedLinear
+tiles = [m.k_tile for m in rt.model.modules() if isinstance(m, PackedLinear)]
+assert tiles and all(tiles), tiles  # every dense packed linear read with its rows field-major (dense_k_tile)
 print("ok")
 """
 
@@ -318,7 +321,8 @@ print("ok")
 def test_triton_kernels_on_cache_slot_views(pack):
     """The fast path: the Triton kernels (under TRITON_INTERPRET, in a fresh process so the kernels are defined
     interpreted) read experts through the strided slab views of an offloading cache, run the GDN previews, preview
-    attention, norms, router and optimistic slot mapping fused, and match the reference."""
+    attention, norms, router and optimistic slot mapping fused, read every dense packed linear with its rows
+    repacked field-major at load, and match the reference."""
     import os
     import subprocess
     import sys

@@ -99,6 +99,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     from dataclasses import replace
     from functools import partial
 
+    from clover_local.runtime.kernels.reference import field_major_rows
     from clover_local.runtime.kernels.w4a16 import linear_config, linear_w4a16_triton, moe_config, moe_w4a16_triton
 
     base = moe_config(32, 8, n_slots)
@@ -126,12 +127,18 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
         nbytes = qw.numel() * 4 + sc.numel() * 2 + qz.numel() * 4
         lin[name] = {"rel_err": round(_rel(y, r), 5), "ms": round(ms, 4), "gbps": round(nbytes / ms / 1e6, 1)}
         ul = replace(linear_config(32, n, k, 128, bits, dev), fields=False)
-        call = partial(linear_w4a16_triton, xx, qw, sc, qz, 128, bits, config=ul)
-        try:
-            lin[name]["unpacked_rel_err"] = round(_rel(call(), r), 5)
-            lin[name]["unpacked_ms"] = round(_timed_ms(dev, call), 4)
-        except Exception:
-            lin[name]["unpacked_rel_err"], lin[name]["unpacked_error"] = 1.0, traceback.format_exc()[-2000:]
+        # the unpacking form, and the rows repacked field-major as the runtime loads them (`dense_k_tile`)
+        for tag in ("unpacked", "repacked"):
+            try:
+                if tag == "unpacked":
+                    call = partial(linear_w4a16_triton, xx, qw, sc, qz, 128, bits, config=ul)
+                else:
+                    call = partial(linear_w4a16_triton, xx, field_major_rows(qw, 128, bits), sc, qz, 128, bits,
+                                   k_tile=128)
+                lin[name][f"{tag}_rel_err"] = round(_rel(call(), r), 5)
+                lin[name][f"{tag}_ms"] = round(_timed_ms(dev, call), 4)
+            except Exception:
+                lin[name][f"{tag}_rel_err"], lin[name][f"{tag}_error"] = 1.0, traceback.format_exc()[-2000:]
         del qw, sc, qz
     out["linear"] = lin
     del cache
@@ -152,7 +159,8 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and out["moe_unpacked_rel_err"] < 2e-2
                      and out["moe_unfolded_rel_err"] < 2e-2
                      and out["layer_ops"]["ok"] and out["preview_attention"]["ok"]
-                     and all(v["rel_err"] < 2e-2 and v["unpacked_rel_err"] < 2e-2 for v in lin.values())
+                     and all(v["rel_err"] < 2e-2 and v["unpacked_rel_err"] < 2e-2 and v["repacked_rel_err"] < 2e-2
+                             for v in lin.values())
                      and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"]
                      and out["gdn_causal"]["ok"])
     return out

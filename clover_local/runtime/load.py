@@ -26,7 +26,7 @@ from clover_local.model.moe import SparseMoe
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime.expert_store import HostExpertStore
-from clover_local.runtime.kernels import (fused_layer_ops, gdn_causal_kernel, gdn_preview_kernel,
+from clover_local.runtime.kernels import (dense_k_tile, fused_layer_ops, gdn_causal_kernel, gdn_preview_kernel,
                                           preview_attention_kernel)
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
@@ -106,8 +106,10 @@ def _quant_tensors(shards: _Shards, mod: QuantModule) -> dict[str, torch.Tensor]
 
 def _packed_linear(shards: _Shards, mod: QuantModule, device: torch.device) -> PackedLinear:
     t = _quant_tensors(shards, mod)
-    return PackedLinear(t["qweight"].to(device).contiguous(), t["scales"].to(device).contiguous(),
-                        t["qzeros"].to(device).contiguous(), mod.group_size, mod.bits)
+    linear = PackedLinear(t["qweight"].to(device).contiguous(), t["scales"].to(device).contiguous(),
+                          t["qzeros"].to(device).contiguous(), mod.group_size, mod.bits)
+    # rows field-major where the Triton kernels run (contiguous, pipelined loads of x), before any merge or view
+    return linear.repacked(dense_k_tile(linear.in_features, mod.group_size, mod.bits, device))
 
 
 def _set_module(root: torch.nn.Module, name: str, module: torch.nn.Module) -> None:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from clover_local.runtime.kernels import linear_w4a16
+from clover_local.runtime.kernels import field_major_rows, linear_w4a16
 
 
 class PackedLinear(nn.Module):
@@ -17,7 +17,7 @@ class PackedLinear(nn.Module):
     W4A16/W8A16 kernel. Same call as nn.Linear without bias: x [..., K] → [..., N] in x's dtype."""
 
     def __init__(self, qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int,
-                 owns: bool = True) -> None:
+                 owns: bool = True, k_tile: int = 0) -> None:
         super().__init__()
         for name, t in (("qweight", qweight), ("scales", scales), ("qzeros", qzeros)):
             if owns:
@@ -25,6 +25,9 @@ class PackedLinear(nn.Module):
             else:  # a view of another module's tensors (`columns`): not a buffer, so no byte is counted twice
                 setattr(self, name, t)
         self.group_size, self.bits = group_size, bits
+        # 0: qweight in the GPTQ row order; else its rows repacked field-major per tile of k_tile inputs at load
+        # (`field_major_rows`, `repacked`), which the kernels read with contiguous loads of x
+        self.k_tile = k_tile
         self.in_features = qweight.shape[0] * (32 // bits)
         self.out_features = qweight.shape[1]
 
@@ -39,16 +42,28 @@ class PackedLinear(nn.Module):
         if start % per or stop % per:
             raise ValueError(f"columns {start}:{stop} must be multiples of {per} (packed zero words)")
         return PackedLinear(self.qweight[:, start:stop], self.scales[:, start:stop],
-                            self.qzeros[:, start // per : stop // per], self.group_size, self.bits, owns=False)
+                            self.qzeros[:, start // per : stop // per], self.group_size, self.bits, owns=False,
+                            k_tile=self.k_tile)
+
+    def repacked(self, k_tile: int) -> PackedLinear:
+        """This linear with qweight's rows repacked field-major per tile of k_tile inputs (0: as it is), the same
+        function of x. On CUDA in place, chunk by chunk (no second copy of the weight: at load the expert cache
+        already fills the device): the module then owns it alone, so call it on a freshly loaded one."""
+        if not k_tile or self.k_tile:
+            return self
+        qw = self.qweight
+        repacked = field_major_rows(qw, k_tile, self.bits, out=qw if qw.is_cuda else None)
+        return PackedLinear(repacked, self.scales, self.qzeros, self.group_size, self.bits, k_tile=k_tile)
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         y = linear_w4a16(x.reshape(-1, x.shape[-1]), self.qweight, self.scales, self.qzeros, self.group_size,
-                         self.bits)
+                         self.bits, k_tile=self.k_tile)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, bits={self.bits}, group={self.group_size}"
+        tile = f", rows field-major per {self.k_tile}" if self.k_tile else ""
+        return f"in={self.in_features}, out={self.out_features}, bits={self.bits}, group={self.group_size}{tile}"
 
 
 def merge_columns(a: PackedLinear, b: PackedLinear) -> PackedLinear | None:
@@ -56,10 +71,11 @@ def merge_columns(a: PackedLinear, b: PackedLinear) -> PackedLinear | None:
     call (different bits or groups, inputs, or a's columns not a whole number of packed zero words). GPTQ keeps
     every column's weights, scales and zeros apart, so the merge is concatenation along the columns."""
     per = 32 // a.bits
-    if (a.bits, a.group_size, a.in_features) != (b.bits, b.group_size, b.in_features) or a.out_features % per:
+    if ((a.bits, a.group_size, a.in_features, a.k_tile) != (b.bits, b.group_size, b.in_features, b.k_tile)
+            or a.out_features % per):
         return None
     return PackedLinear(torch.cat([a.qweight, b.qweight], 1), torch.cat([a.scales, b.scales], 1),
-                        torch.cat([a.qzeros, b.qzeros], 1), a.group_size, a.bits)
+                        torch.cat([a.qzeros, b.qzeros], 1), a.group_size, a.bits, k_tile=a.k_tile)
 
 
 class PackedMLP(nn.Module):

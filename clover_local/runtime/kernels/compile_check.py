@@ -107,9 +107,9 @@ def capture_launches() -> list[Launch]:
             qz = torch.zeros(k // 128, n // per, dtype=torch.int32)
             xx = torch.zeros(m, k, dtype=bf)
             base = w4a16.linear_config(m, n, k, 128, bits, torch.device("cpu"))
-            for cfg_l in (base, replace(base, fields=False)):
-                label["case"] = f"W{bits}A16 {k}->{n}{'' if cfg_l.fields else ' unpacked'}"
-                w4a16.linear_w4a16_triton(xx, qw, sc, qz, 128, bits, config=cfg_l)
+            for cfg_l, tile in ((base, 0), (replace(base, fields=False), 0), (base, 128)):
+                label["case"] = f"W{bits}A16 {k}->{n}{'' if cfg_l.fields else ' unpacked'}{' repacked' if tile else ''}"
+                w4a16.linear_w4a16_triton(xx, qw, sc, qz, 128, bits, config=cfg_l, k_tile=tile)
         slots = 64
         gu = PackedStack(torch.zeros(slots, h // 8, 2 * inter, dtype=torch.int32),
                          torch.zeros(slots, h // 128, 2 * inter, dtype=torch.float16),

@@ -19,6 +19,51 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def field_major(x: Tensor, tile: int, per: int) -> Tensor:
+    """x [M, K] with each tile of columns laid out field-major: column t·tile + R·j + i holds x's column
+    t·tile + per·i + j (R = tile / per), so field j of a packed K tile is R contiguous columns (the Triton
+    kernels' A_FM loads). Its inverse is field_major(·, tile, R)."""
+    m, k = x.shape
+    return x.reshape(m, k // tile, tile // per, per).transpose(2, 3).reshape(m, k)
+
+
+def field_major_rows(qweight: Tensor, tile: int, bits: int, out: Tensor | None = None,
+                     chunk_elems: int = 1 << 23) -> Tensor:
+    """qweight (GPTQ layout, [K / p, N]) with its input rows permuted inside each tile of `tile` rows so that a
+    kernel reading x field-major (A_FM) computes x @ W: word row t·R + i, field j then holds input row
+    t·tile + R·j + i (R = tile / p). The result is again a GPTQ-layout weight, of the input permuted by
+    field_major(x, tile, R): `linear_w4a16_ref(field_major(x, tile, R), repacked, …)` is x @ W. Scales and zeros
+    stay as they are (tile divides the group: rows move inside their group). Why: the Triton kernels' field-wise
+    dots read x's columns PER apart, 2-byte gathers the pipeliner cannot issue ahead; repacked once at load, they
+    read contiguous columns. In column chunks of ≤ chunk_elems codes (32 MiB as int32: at load the expert cache
+    already fills the device), into `out` (may be qweight itself: each chunk is read before it is written)."""
+    p = 32 // bits
+    r = tile // p
+    kp, n = qweight.shape
+    if tile % p or (kp * p) % tile:
+        raise ValueError(f"tile {tile} must be a multiple of {p} dividing K = {kp * p}")
+    shifts = torch.arange(p, device=qweight.device, dtype=torch.int32) * bits
+    mask = (1 << bits) - 1
+    out = torch.empty_like(qweight) if out is None else out
+    chunk = max(1, chunk_elems // (kp * p))
+    for c0 in range(0, n, chunk):
+        w = qweight[:, c0 : c0 + chunk]
+        codes = (w.unsqueeze(1) >> shifts[None, :, None]) & mask  # [K / p, p, n]: input row p·i + j
+        # a tile's rows q = p·i + j read as [p, R] (q = R·j' + i'), transposed: word row i', field j'
+        codes = codes.reshape(kp * p // tile, p, r, -1).transpose(1, 2)
+        codes = codes.reshape(kp, p, -1)
+        out[:, c0 : c0 + chunk] = _pack_fields(codes, shifts)
+    return out
+
+
+def _pack_fields(codes: Tensor, shifts: Tensor) -> Tensor:
+    """[R, p, n] codes → [R, n] int32 words (field j in bits shifts[j] …), bit-exact for a set top bit."""
+    words = torch.zeros(codes.shape[0], codes.shape[2], dtype=torch.int32, device=codes.device)
+    for j in range(codes.shape[1]):
+        words |= codes[:, j] << shifts[j]
+    return words
+
+
 @dataclass
 class PackedStack:
     """Quantized weights of several experts (or one dense layer with S=1), indexed by slot on dim 0.

@@ -31,14 +31,14 @@ fp32 there) and its fp32 → bf16 casts truncate where a GPU rounds to nearest (
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from .reference import PackedStack, check_packed
+from .reference import PackedStack, check_packed, field_major
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -224,6 +224,7 @@ def _linear_kernel(
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr,
+    A_FM: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -240,7 +241,7 @@ def _linear_kernel(
         if FIELDS:
             acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, qw_ptr, sc_ptr, qz_ptr, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, False)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM)
         else:
             a = tl.load(
                 x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None],
@@ -438,9 +439,13 @@ def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: to
 
 def linear_w4a16_triton(
     x: Tensor, qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int = 4,
-    config: LinearConfig | None = None,
+    config: LinearConfig | None = None, k_tile: int = 0,
 ) -> Tensor:
-    """x [..., K] @ dequant(W [K, N]) → [..., N] in x's dtype (GPTQ layout, g_idx = k // group)."""
+    """x [..., K] @ dequant(W [K, N]) → [..., N] in x's dtype (GPTQ layout, g_idx = k // group).
+
+    k_tile ≠ 0: qweight's rows are repacked field-major per tile of k_tile inputs (`field_major_rows`); the
+    field-wise dots then read x's columns contiguously (A_FM) with BLOCK_K = k_tile, and the unpacking form runs
+    on x permuted to match."""
     k, n = check_packed(qweight, scales, qzeros, group_size, bits)
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, the weight expects K={k}")
@@ -448,6 +453,12 @@ def linear_w4a16_triton(
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
     cfg = config or linear_config(m, n, k, group_size, bits, x.device)
+    a_fm = False
+    if k_tile:
+        cfg = replace(cfg, block_k=k_tile)
+        a_fm = _fields_ok(cfg.fields, k_tile, bits)
+        if not a_fm:
+            x2 = field_major(x2, k_tile, k_tile // (32 // bits))
     if group_size % cfg.block_k:
         raise ValueError(f"block_k {cfg.block_k} must divide group_size {group_size}")
     k_tiles = k // cfg.block_k
@@ -467,7 +478,7 @@ def linear_w4a16_triton(
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group_size, BITS=bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, cfg.block_k, bits),
-        MAGIC=magic_bits(x.dtype, bits), FOLD=False, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        MAGIC=magic_bits(x.dtype, bits), FOLD=False, A_FM=a_fm, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     y = out[0] if split == 1 else _sum_parts(out, split, m, n, m * n, n, x.dtype)
     return y.reshape(*lead, n)
@@ -659,14 +670,6 @@ def _sum_parts(y: Tensor, parts: int, m: int, n: int, stride_j: int, stride_m: i
         block = min(1024, triton.next_power_of_2(n))
         _sum_parts_kernel[(m, triton.cdiv(n, block))](y, out, n, stride_j, stride_m, PARTS=parts, BLOCK=block)
     return out.to(dtype)
-
-
-def field_major(x: Tensor, tile: int, per: int) -> Tensor:
-    """x [M, K] with each tile of columns laid out field-major: column t·tile + R·j + i holds x's column
-    t·tile + per·i + j (R = tile / per), so field j of a packed K tile reads R contiguous columns (`_field_cols`,
-    A_FM)."""
-    m, k = x.shape
-    return x.reshape(m, k // tile, tile // per, per).transpose(2, 3).reshape(m, k)
 
 
 def moe_w4a16_triton(
