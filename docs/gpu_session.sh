@@ -10,8 +10,8 @@
 #                                norms, router: the before of the fused kernels' after)
 #   bench_uniform_unpacked.json  ... with CLOVER_W4A16_FORM=unpacked (the W4A16 tiles' old form: the before of
 #                                the field-wise default's after)
-#   bench_uniform_unfolded.json  ... with CLOVER_W4A16_FOLD=0 (the routed experts' field-wise form before the zero
-#                                fold and the field-major activations)
+#   bench_uniform_unfolded.json  ... with CLOVER_W4A16_FOLD=0 CLOVER_W4A16_REPACK=0 (the routed experts' form
+#                                before the zero fold, dense weights in the GPTQ row order: the before of both)
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
@@ -59,7 +59,7 @@ for s in ${STAGES//,/ }; do
       >'$OUT/bench_uniform_unfused.json' 2>>'$log'" ;;
     unpacked) stage unpacked 150 bash -c "CLOVER_W4A16_FORM=unpacked $B --routing uniform \
       >'$OUT/bench_uniform_unpacked.json' 2>>'$log'" ;;
-    unfolded) stage unfolded 150 bash -c "CLOVER_W4A16_FOLD=0 $B --routing uniform \
+    unfolded) stage unfolded 150 bash -c "CLOVER_W4A16_FOLD=0 CLOVER_W4A16_REPACK=0 $B --routing uniform \
       >'$OUT/bench_uniform_unfolded.json' 2>>'$log'" ;;
     eager) stage eager 150 bash -c \
       "$B --routing uniform --no-cuda-graphs >'$OUT/bench_uniform_eager.json' 2>>'$log'" ;;

@@ -47,7 +47,10 @@ class _Count(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         no_op = (name == "to" and torch.is_tensor(out) and torch.is_tensor(args[0])
                  and out.data_ptr() == args[0].data_ptr() and out.dtype == args[0].dtype)  # a cast to itself
-        if name not in NO_KERNEL and not no_op and not self.inside_triton:  # the interpreter's work: no launch
+        # a reshape (seen whole under inference_mode) launches a copy when its input's strides do not allow a view
+        copied = (name == "reshape" and torch.is_tensor(out) and torch.is_tensor(args[0])
+                  and out.untyped_storage().data_ptr() != args[0].untyped_storage().data_ptr())
+        if (name not in NO_KERNEL or copied) and not no_op and not self.inside_triton:  # the interpreter's work: no launch
             where = ""
             if self.by_line:
                 frames = [f for f in traceback.extract_stack() if "clover_local" in f.filename]
