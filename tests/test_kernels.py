@@ -375,7 +375,7 @@ def test_triton_linear_on_field_major_rows_matches_reference(force_triton, bits:
 
 @needs_triton
 @pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (4, torch.float16), (8, torch.float16)])
-def test_folded_moe_form_matches_reference(force_triton, bits: int, dtype) -> None:
+def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int, dtype) -> None:
     """The MoE's folded form (the default for 16-bit codes: each K tile's zero taken off through a's row sums, not
     from every weight; x and the activations between the passes read field-major per K tile) at an I where both
     passes read field-wise (4-bit codes need K tiles of 128), against the reference and the unfolded form. The
@@ -402,6 +402,8 @@ def test_folded_moe_form_matches_reference(force_triton, bits: int, dtype) -> No
     plain = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
     _assert_close(folded, want, dtype)
     _assert_close(plain, want, dtype)
+    monkeypatch.setattr(w4a16, "ALIGN_MAX_PAIRS", 0)  # the torch align: x made field-major by a torch copy
+    assert torch.equal(moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk)), folded)
 
 
 @needs_triton

@@ -17,7 +17,7 @@ Two kernels share one weight-tile loader:
   dtype. Pass 2: act @ down, times the routing weight, fp32 [T, H]; `_sum_parts_kernel` sums each token's topk
   rows (fixed order, fp32) into x's dtype. Folded (`MoeConfig.folded`, the default for 16-bit codes): each K
   tile's zero comes off through a's row sums (`_folded_fields_dot`), and both passes read a field-major (x copied
-  so by `field_major`, act stored so by pass 1's epilogue), so each field's columns load contiguously and
+  so by the align pass, act stored so by pass 1's epilogue), so each field's columns load contiguously and
   pipelined (`_field_cols`).
 
 TRITON_INTERPRET=1 (tests on CPU): the interpreter of triton 3.9 gets bf16 `tl.dot` and int → bf16 casts wrong,
@@ -92,7 +92,7 @@ def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, 
                 A_FM: tl.constexpr = False):
     """Columns k0 + PER·i + j of a (i = offs_i): the input rows field j of a packed tile's words hold. A_FM: a
     holds its columns field-major within each K tile (column k0 + R·j + i; the MoE's activations between its two
-    passes, written so by the gate/up epilogue, and x copied so by `field_major`), so a field's columns are
+    passes, written so by the gate/up epilogue, and x, copied so by the align pass), so a field's columns are
     contiguous: vector loads the pipeliner issues ahead (cp.async), where strided 2-byte gathers are waited on."""
     if A_FM:
         cols = k0 + j * offs_i.shape[0] + offs_i
@@ -363,8 +363,9 @@ class MoeConfig:
     num_warps: int = 4
     num_stages: int = 3
     fields: bool = True  # as LinearConfig.fields
-    # field-wise 16-bit codes (bf16 4-bit, fp16 ≤ 8-bit): the zero taken off once per K tile through a's row sums
-    # (`_folded_fields_dot`), and the activations between the two passes stored field-major (`_field_cols`).
+    # where the passes read field-wise: x and the activations between the two passes field-major (`_field_cols`,
+    # `field_major`), and for 16-bit codes (bf16 4-bit, fp16 ≤ 8-bit) the zero taken off once per K tile through
+    # a's row sums (`_folded_fields_dot`).
     # Why: compile_check --sass, sm_90, instructions per weight: gate/up 4.9 → 4.02, down 5.75 → 5.28 (BENCHMARKS),
     # and every load of a in the K loop a pipelined cp.async (before: 2-byte gathers, waited on each K step).
     # False (CLOVER_W4A16_FOLD=0) keeps the form before, for a before/after on a GPU.
@@ -488,10 +489,13 @@ def linear_w4a16_triton(
 def _align_rank_kernel(
     slots_ptr, rank_ptr, runlen_ptr, sorted_ids_ptr, L,
     T, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr,
+    x_ptr, xfm_ptr, X_NUMEL, stride_xm, H: tl.constexpr, TILE: tl.constexpr, PER: tl.constexpr,
+    COPY: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Pass 1 of `moe_align_triton`, one program per BLOCK_I pairs: each pair's rank among the pairs of its slot
     (how many come before it) and, for the first pair of a slot, the slot's padded run length (0 for the rest);
-    the programs also fill sorted_ids with the padding id T."""
+    the programs also fill sorted_ids with the padding id T. COPY: they also write x [·, H] field-major into
+    xfm (`reference.field_major(x, TILE, PER)`, what the folded gate/up pass reads): one launch fewer a layer."""
     pid = tl.program_id(0)
     i = pid * BLOCK_I + tl.arange(0, BLOCK_I)
     live = i < T
@@ -510,6 +514,15 @@ def _align_rank_kernel(
     for l0 in range(pid * BLOCK_L, L, tl.num_programs(0) * BLOCK_L):
         offs = l0 + tl.arange(0, BLOCK_L)
         tl.store(sorted_ids_ptr + offs, tl.zeros((BLOCK_L,), dtype=tl.int32) + T, mask=offs < L)
+    if COPY:
+        for e0 in range(pid * BLOCK_C, X_NUMEL, tl.num_programs(0) * BLOCK_C):
+            e = e0 + tl.arange(0, BLOCK_C)
+            row = e // H
+            col = e % H
+            r = col % TILE
+            dst = col - r + (r % PER) * (TILE // PER) + r // PER
+            v = tl.load(x_ptr + row.to(tl.int64) * stride_xm + col, mask=e < X_NUMEL)
+            tl.store(xfm_ptr + row.to(tl.int64) * H + dst, v, mask=e < X_NUMEL)
 
 
 @triton.jit
@@ -552,7 +565,8 @@ def align_length(t: int, num_slots: int, block_m: int) -> int:
     return triton.cdiv(t + min(num_slots, t) * (block_m - 1), block_m) * block_m
 
 
-def moe_align(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Tensor, Tensor, Tensor]:
+def moe_align(slot_ids: Tensor, num_slots: int, block_m: int,
+              copy: tuple[Tensor, Tensor, int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Sort the (token, choice) pairs by slot and pad each slot's run to a multiple of block_m.
 
     Returns sorted_ids int32 [L] (pair id m·topk + j, or T = M·topk for padding), block_slot int32 [L / block_m]
@@ -561,16 +575,21 @@ def moe_align(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Tensor, T
     the step can be captured in a CUDA graph. Two Triton launches on CUDA up to ALIGN_MAX_PAIRS pairs
     (`moe_align_triton`), else torch ops (`moe_align_torch`)."""
     if slot_ids.numel() <= ALIGN_MAX_PAIRS and (slot_ids.is_cuda or _INTERPRET):
-        return moe_align_triton(slot_ids, num_slots, block_m)
+        return moe_align_triton(slot_ids, num_slots, block_m, copy)
+    if copy is not None:  # (x, out, tile, per): out = field_major(x, tile, per), here a torch copy
+        x, out, tile, per = copy
+        out.copy_(field_major(x, tile, per))
     return moe_align_torch(slot_ids, num_slots, block_m)
 
 
-def moe_align_triton(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Tensor, Tensor, Tensor]:
+def moe_align_triton(slot_ids: Tensor, num_slots: int, block_m: int,
+                     copy: tuple[Tensor, Tensor, int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """`moe_align` in two Triton launches. Why: the torch version is ~15 small kernels (a sort, scatters,
     cumsums over every cache slot, a searchsorted), 76 µs of GPU time per MoE call on an H200 inside a CUDA graph
     (2026-11-30), ~3 ms of a 27 ms preview pass over 40 layers. Pairwise comparisons over the pairs only (never
     an array as long as the cache's ~9,000 slots), split over programs of BLOCK_I pairs so no program holds more
-    than BLOCK_I × BLOCK_J of them: a single program holding all 256 × 256 spilled (310 µs, reverted)."""
+    than BLOCK_I × BLOCK_J of them: a single program holding all 256 × 256 spilled (310 µs, reverted).
+    copy = (x, out, tile, per): pass 1 also writes field_major(x, tile, per) into out (x's rows unit-stride)."""
     flat = slot_ids.reshape(-1).to(torch.int32)
     t = flat.numel()
     length = align_length(t, num_slots, block_m)
@@ -582,8 +601,13 @@ def moe_align_triton(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Te
     runlen = torch.empty(t, dtype=torch.int32, device=dev)
     block_i, block_j = 32, min(256, max(16, triton.next_power_of_2(t)))
     grid = (triton.cdiv(t, block_i),)
+    x, xfm, tile, per = copy if copy is not None else (flat, flat, 1, 1)
     _align_rank_kernel[grid](flat, rank, runlen, sorted_ids, length, t,
-                             BLOCK_M=block_m, BLOCK_I=block_i, BLOCK_J=block_j, BLOCK_L=256)
+                             BLOCK_M=block_m, BLOCK_I=block_i, BLOCK_J=block_j, BLOCK_L=256,
+                             x_ptr=x, xfm_ptr=xfm, X_NUMEL=x.numel() if copy is not None else 0,
+                             stride_xm=x.stride(0) if copy is not None else 0,
+                             H=x.shape[-1] if copy is not None else 1, TILE=tile, PER=per, COPY=copy is not None,
+                             BLOCK_C=1024)
     _align_place_kernel[grid](flat, rank, runlen, sorted_ids, block_slot, num_padded, t, triton.cdiv(t, block_m),
                               BLOCK_M=block_m, BLOCK_I=block_i, BLOCK_J=block_j, BLOCK_R=16)
     return sorted_ids, block_slot, num_padded
@@ -698,12 +722,18 @@ def moe_w4a16_triton(
     topk = slot_ids.shape[1]
     t = m * topk
     cfg = config or moe_config(m, topk, num_slots)
-    align = moe_align(slot_ids, num_slots, cfg.block_m)
-    # folded: x too is read field-major (one small copy; `field_major`), which turns the gate/up pass's loads of a
-    # into contiguous vector loads the pipeliner can issue ahead (cp.async): strided 2-byte gathers cannot be
+    # folded: x too is read field-major (`field_major`, written by the align pass: no launch of its own), which
+    # turns the gate/up pass's loads of a into contiguous vector loads the pipeliner can issue ahead (cp.async):
+    # strided 2-byte gathers cannot be
     bk_up = _moe_block_k(gate_up, cfg)
     x_fm = cfg.folded and _fields_ok(cfg.fields, bk_up, gate_up.bits)
-    xc = field_major(x, bk_up, 32 // gate_up.bits) if x_fm else x if x.stride(-1) == 1 else x.contiguous()
+    xc = x if x.stride(-1) == 1 else x.contiguous()
+    copy = None
+    if x_fm:
+        x_field_major = torch.empty(m, h, dtype=x.dtype, device=x.device)
+        copy = (xc, x_field_major, bk_up, 32 // gate_up.bits)
+        xc = x_field_major
+    align = moe_align(slot_ids, num_slots, cfg.block_m, copy)
     rw = weights.reshape(-1).contiguous()
     # interpreted, silu(gate)·up stays fp32 and torch rounds it (the interpreter's fp32 → bf16 cast truncates: a
     # bias toward zero that the down pass sums up; a GPU rounds to nearest)
