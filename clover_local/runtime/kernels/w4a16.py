@@ -370,9 +370,9 @@ class MoeConfig:
     # and every load of a in the K loop a pipelined cp.async (before: 2-byte gathers, waited on each K step).
     # False (CLOVER_W4A16_FOLD=0) keeps the form before, for a before/after on a GPU.
     folded: bool = True
-    # a register cap per thread (None: the compiler's choice). Why: field-wise gate/up takes 135 registers on
-    # sm_90, 3 programs of 4 warps an SM; 128 (32 B spilled, compile_check) fits a 4th. Unmeasured: gpu_check
-    # times it beside the default.
+    # a register cap per thread (None: the compiler's choice). Why: the unfolded field-wise gate/up takes 135
+    # registers on sm_90, 3 programs of 4 warps an SM; 128 (32 B spilled, compile_check) fits a 4th. The folded
+    # default already takes 127 (4 programs). Unmeasured: gpu_check times it beside the default.
     maxnreg: int | None = None
 
 
