@@ -15,6 +15,7 @@
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
+#   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
 # (STAGES from: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep, in the order given;
 # default kernels,bench,model,sweep)
@@ -72,3 +73,4 @@ for s in ${STAGES//,/ }; do
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1
 cat "$log"
+python3 docs/gpu_summary.py "$OUT" >"$OUT/summary.txt" 2>&1; cat "$OUT/summary.txt"

@@ -1,0 +1,114 @@
+"""The figures a GPU session's outputs hold, side by side, as plain text: what `docs/gpu_session.sh` wrote to $OUT.
+
+    python docs/gpu_summary.py OUT_DIR
+
+Why: device time is 15 minutes a session and its JSON is long; the before/after pairs that decide a default (the
+MoE's folded vs unfolded form, the dense kernels' row orders, fused vs unfused, each bench stage's steady pass)
+are scattered over several files. Reads every `*gpu_check.json` and `*bench*.json` below OUT_DIR (names as
+gpu_session.sh writes them, or with a prefix, as in docs/gpu-runs/); a key a file lacks is left out, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def kernels_lines(k: dict) -> list[str]:
+    """The kernels stage: ok, the MoE forms' ms and errors, each dense linear's forms."""
+    out = [f"  ok {k.get('ok')}"]
+    moe = [(tag, k.get(f"moe{tag}_ms_32rows"), k.get(f"moe{tag}_rel_err"))
+           for tag in ("", "_unfolded", "_unpacked", "_maxnreg128")]
+    out += [f"  MoE 32 rows{tag or ' (default)'}: {_fmt(ms)} ms, rel err {_fmt(err)}" for tag, ms, err in moe
+            if ms is not None]
+    for name, v in (k.get("linear") or {}).items():
+        forms = [(f, v.get(f"{f}_ms" if f else "ms"), v.get(f"{f}_rel_err" if f else "rel_err"))
+                 for f in ("", "repacked", "unpacked")]
+        out.append(f"  {name}: " + ", ".join(f"{f or 'default'} {_fmt(ms)} ms (err {_fmt(e)})"
+                                              for f, ms, e in forms if ms is not None))
+    for part in ("gdn_preview", "gdn_causal", "preview_attention", "layer_ops"):
+        if isinstance(k.get(part), dict):
+            v = k[part]
+            times = {kk: vv for kk, vv in v.items() if kk.endswith(("_us", "_ms")) and not isinstance(vv, dict)}
+            out.append(f"  {part}: ok {v.get('ok')}" + ("".join(f", {kk} {_fmt(vv)}" for kk, vv in times.items())))
+    return out
+
+
+def model_lines(m: dict) -> list[str]:
+    out = [f"  ok {m.get('ok')}"]
+    for key in ("logit_rel_err", "top1_agreement"):
+        if key in m:
+            out.append(f"  {key} {m[key]}")
+    for key, v in m.items():
+        if isinstance(v, dict) and "ok" in v:
+            out.append(f"  {key}: ok {v['ok']}" + (f", error {str(v['error'])[-200:]!r}" if v.get("error") else ""))
+    return out
+
+
+def bench_lines(b: dict) -> list[str]:
+    """A bench run: steady pass (median of passes 3 on: the first loads the block, the second may capture),
+    first pass, tok/s, graphs, memory, the largest components, the second block and commits where present."""
+    each = b.get("ms_per_pass_each") or []
+    steady = statistics.median(each[2:]) if len(each) > 2 else None
+    out = [f"  routing {b.get('routing')}, steady pass {_fmt(round(steady, 3)) if steady else '?'} ms "
+           f"(passes {', '.join(_fmt(round(x, 2)) for x in each)}), first {_fmt(b.get('ms_per_pass_first'))} ms, "
+           f"{_fmt(b.get('tokens_per_s'))} tok/s at {_fmt(b.get('tokens_per_pass'))} tokens/pass"]
+    g = b.get("graphs") or {}
+    if g:
+        out.append(f"  graphs: captures {g.get('captures')}, replays {g.get('replays')}, error {g.get('error')}")
+    mem = b.get("memory") or {}
+    if mem:
+        out.append(f"  memory: peak {mem.get('peak_allocated')} B of budget {b.get('vram_budget')} B, "
+                   f"plan error {mem.get('plan_error')}")
+    comps = sorted(b.get("components") or [], key=lambda c: -c.get("ms", 0))[:4]
+    out += [f"  {c.get('component')}: {_fmt(c.get('ms'))} ms, floor {_fmt(c.get('floor_ms'))} ms" for c in comps]
+    for key in ("projection_5070ti_graphed", "projection_5070ti"):
+        if isinstance(b.get(key), dict):
+            out.append(f"  {key}: {_fmt(b[key].get('ms_per_pass'))} ms, {_fmt(b[key].get('tokens_per_s'))} tok/s")
+            break
+    nb = b.get("next_block")
+    if isinstance(nb, dict):
+        out.append("  next block: " + ", ".join(f"{k} {_fmt(v)}" for k, v in nb.items() if not isinstance(v, list)))
+    commits = b.get("commits")
+    if isinstance(commits, dict):
+        out.append("  commits: " + json.dumps(commits)[:300])
+    return out
+
+
+def summary(folder: Path) -> str:
+    lines: list[str] = []
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            lines += [f"{path.relative_to(folder)}: unreadable ({exc})"]
+            continue
+        if not isinstance(data, dict):
+            continue
+        rel = path.relative_to(folder)
+        if "kernels" in data and isinstance(data["kernels"], dict):
+            lines += [f"{rel} (kernels, {data.get('device')})", *kernels_lines(data["kernels"])]
+        elif "model" in data and isinstance(data["model"], dict):
+            lines += [f"{rel} (model, {data.get('device')})", *model_lines(data["model"])]
+        elif "ms_per_pass_each" in data:
+            lines += [f"{rel} (bench, {data.get('device_name')}, {data.get('date')})", *bench_lines(data)]
+    return "\n".join(lines) if lines else f"no gpu_check or bench JSON below {folder}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0]).is_dir():
+        print("usage: python docs/gpu_summary.py OUT_DIR  (the folder docs/gpu_session.sh wrote)", file=sys.stderr)
+        return 2
+    print(summary(Path(args[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""`docs/gpu_summary.py` on the H200 runs kept in docs/gpu-runs: the figures BENCHMARKS.md quotes come out."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "docs" / "gpu_summary.py"
+
+
+def test_summary_reads_the_stored_h200_runs() -> None:
+    res = subprocess.run([sys.executable, str(SCRIPT), str(ROOT / "docs" / "gpu-runs" / "2026-11-30")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    # run 2's graphed uniform pass: BENCHMARKS.md "26.8 ms (26.76–26.93)", the median of passes 3–8
+    block = out.split("run2-graphs-bench_uniform.json")[1].split(".json")[0]
+    assert "steady pass 26.781 ms" in block and "replays 7" in block
+    assert "MoE 32 rows (default): 0.4735 ms" in out  # run 1's kernels stage
+    assert "run2-model-gpu_check.json (model, NVIDIA H200)\n  ok False" in out  # the failed second capture
+
+
+def test_summary_refuses_a_missing_folder(tmp_path) -> None:
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nope")], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and "usage" in res.stderr and "Traceback" not in res.stderr
