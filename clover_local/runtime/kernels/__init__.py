@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from .reference import (PackedStack, check_packed, dequantize_w, field_major, field_major_rows, linear_w4a16_ref,
-                        moe_w4a16_ref)
+                        moe_w4a16_ref, repacked_input)
 
 __all__ = [
     "PackedStack",
@@ -84,7 +84,7 @@ def linear_w4a16(x: Tensor, qweight: Tensor, scales: Tensor, qzeros: Tensor, gro
         return linear_w4a16_triton(x, qweight, scales, qzeros, group_size, bits, k_tile=k_tile)
     if k_tile:
         lead, k = x.shape[:-1], x.shape[-1]
-        x = field_major(x.reshape(-1, k), k_tile, k_tile // (32 // bits)).reshape(*lead, k)
+        x = repacked_input(x.reshape(-1, k), k_tile, bits).reshape(*lead, k)
     return linear_w4a16_ref(x, qweight, scales, qzeros, group_size, bits)
 
 

@@ -27,41 +27,35 @@ def field_major(x: Tensor, tile: int, per: int) -> Tensor:
     return x.reshape(m, k // tile, tile // per, per).transpose(2, 3).reshape(m, k)
 
 
+def repacked_input(x: Tensor, k_tile: int, bits: int) -> Tensor:
+    """x [M, K] in the input order of a weight repacked by `field_major_rows(·, k_tile, bits)`: the GPTQ-order
+    kernels (the reference, the unpacking form) compute x @ W as repacked_input(x) @ repacked."""
+    return field_major(x, k_tile, k_tile // (32 // bits))
+
+
 def field_major_rows(qweight: Tensor, tile: int, bits: int, out: Tensor | None = None,
                      chunk_elems: int = 1 << 23) -> Tensor:
     """qweight (GPTQ layout, [K / p, N]) with its input rows permuted inside each tile of `tile` rows so that a
     kernel reading x field-major (A_FM) computes x @ W: word row t·R + i, field j then holds input row
     t·tile + R·j + i (R = tile / p). The result is again a GPTQ-layout weight, of the input permuted by
-    field_major(x, tile, R): `linear_w4a16_ref(field_major(x, tile, R), repacked, …)` is x @ W. Scales and zeros
+    `repacked_input`: `linear_w4a16_ref(repacked_input(x, tile, bits), repacked, …)` is x @ W. Scales and zeros
     stay as they are (tile divides the group: rows move inside their group). Why: the Triton kernels' field-wise
     dots read x's columns PER apart, 2-byte gathers the pipeliner cannot issue ahead; repacked once at load, they
     read contiguous columns. In column chunks of ≤ chunk_elems codes (32 MiB as int32: at load the expert cache
     already fills the device), into `out` (may be qweight itself: each chunk is read before it is written)."""
     p = 32 // bits
-    r = tile // p
     kp, n = qweight.shape
-    if tile % p or (kp * p) % tile:
-        raise ValueError(f"tile {tile} must be a multiple of {p} dividing K = {kp * p}")
-    shifts = torch.arange(p, device=qweight.device, dtype=torch.int32) * bits
-    mask = (1 << bits) - 1
+    k = kp * p
+    if tile % p or k % tile:
+        raise ValueError(f"tile {tile} must be a multiple of {p} dividing K = {k}")
     out = torch.empty_like(qweight) if out is None else out
-    chunk = max(1, chunk_elems // (kp * p))
+    chunk = max(1, chunk_elems // k)
     for c0 in range(0, n, chunk):
-        w = qweight[:, c0 : c0 + chunk]
-        codes = (w.unsqueeze(1) >> shifts[None, :, None]) & mask  # [K / p, p, n]: input row p·i + j
-        # a tile's rows q = p·i + j read as [p, R] (q = R·j' + i'), transposed: word row i', field j'
-        codes = codes.reshape(kp * p // tile, p, r, -1).transpose(1, 2)
-        codes = codes.reshape(kp, p, -1)
-        out[:, c0 : c0 + chunk] = _pack_fields(codes, shifts)
+        codes = unpack_rows(qweight[:, c0 : c0 + chunk], bits)  # [K, n], input order
+        # new row p·i' + j' of a tile = its old row R·j' + i': the tile's rows read as [p, R], transposed
+        codes = codes.reshape(k // tile, p, tile // p, -1).transpose(1, 2).reshape(k, -1)
+        out[:, c0 : c0 + chunk] = pack_rows(codes, bits)
     return out
-
-
-def _pack_fields(codes: Tensor, shifts: Tensor) -> Tensor:
-    """[R, p, n] codes → [R, n] int32 words (field j in bits shifts[j] …), bit-exact for a set top bit."""
-    words = torch.zeros(codes.shape[0], codes.shape[2], dtype=torch.int32, device=codes.device)
-    for j in range(codes.shape[1]):
-        words |= codes[:, j] << shifts[j]
-    return words
 
 
 @dataclass
@@ -116,6 +110,17 @@ def unpack_rows(packed: Tensor, bits: int) -> Tensor:
     shifts = torch.arange(0, 32, bits, dtype=torch.int32, device=packed.device).view(p, 1)
     fields = (packed.unsqueeze(-2) >> shifts) & ((1 << bits) - 1)  # [..., R, p, C]
     return fields.flatten(-3, -2)
+
+
+def pack_rows(codes: Tensor, bits: int) -> Tensor:
+    """Inverse of `unpack_rows` for one matrix: int32 codes [R·p, C] → int32 [R, C] (row p·i + j into field j of
+    row i), ORed in int32 so a code in the top field sets the sign bit exactly."""
+    p = 32 // bits
+    fields = codes.reshape(-1, p, codes.shape[-1])
+    words = torch.zeros(fields.shape[0], fields.shape[2], dtype=torch.int32, device=codes.device)
+    for j in range(p):
+        words |= fields[:, j].to(torch.int32) << (bits * j)
+    return words
 
 
 def unpack_cols(packed: Tensor, bits: int) -> Tensor:

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .reference import PackedStack, check_packed, field_major
+from .reference import PackedStack, check_packed, field_major, repacked_input
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -85,6 +85,13 @@ def _weight_tile(
     codes = (packed[:, None, :] >> shifts[None, :, None]) & MASK
     codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
     return codes - zero[None, :], scale
+
+
+@triton.jit
+def _field_major_col(col, TILE: tl.constexpr, PER: tl.constexpr):
+    """Where column col of a goes when a is stored field-major in tiles of TILE (`reference.field_major`)."""
+    r = col % TILE
+    return col - r + (r % PER) * (TILE // PER) + r // PER
 
 
 @triton.jit
@@ -329,8 +336,7 @@ def _moe_kernel(
         acc = acc * rw[:, None]
     cols = offs_n
     if OUT_FM != 0:  # out's columns field-major in tiles of OUT_FM (the next pass reads them with A_FM)
-        r = offs_n % OUT_FM
-        cols = offs_n - r + (r % OUT_PER) * (OUT_FM // OUT_PER) + r // OUT_PER
+        cols = _field_major_col(offs_n, OUT_FM, OUT_PER)
     out = out_ptr + ids[:, None] * stride_om + cols[None, :] * stride_on
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
 
@@ -459,7 +465,7 @@ def linear_w4a16_triton(
         cfg = replace(cfg, block_k=k_tile)
         a_fm = _fields_ok(cfg.fields, k_tile, bits)
         if not a_fm:
-            x2 = field_major(x2, k_tile, k_tile // (32 // bits))
+            x2 = repacked_input(x2, k_tile, bits)
     if group_size % cfg.block_k:
         raise ValueError(f"block_k {cfg.block_k} must divide group_size {group_size}")
     k_tiles = k // cfg.block_k
@@ -517,12 +523,10 @@ def _align_rank_kernel(
     if COPY:
         for e0 in range(pid * BLOCK_C, X_NUMEL, tl.num_programs(0) * BLOCK_C):
             e = e0 + tl.arange(0, BLOCK_C)
-            row = e // H
+            row = (e // H).to(tl.int64)
             col = e % H
-            r = col % TILE
-            dst = col - r + (r % PER) * (TILE // PER) + r // PER
-            v = tl.load(x_ptr + row.to(tl.int64) * stride_xm + col, mask=e < X_NUMEL)
-            tl.store(xfm_ptr + row.to(tl.int64) * H + dst, v, mask=e < X_NUMEL)
+            v = tl.load(x_ptr + row * stride_xm + col, mask=e < X_NUMEL)
+            tl.store(xfm_ptr + row * H + _field_major_col(col, TILE, PER), v, mask=e < X_NUMEL)
 
 
 @triton.jit
@@ -601,13 +605,16 @@ def moe_align_triton(slot_ids: Tensor, num_slots: int, block_m: int,
     runlen = torch.empty(t, dtype=torch.int32, device=dev)
     block_i, block_j = 32, min(256, max(16, triton.next_power_of_2(t)))
     grid = (triton.cdiv(t, block_i),)
-    x, xfm, tile, per = copy if copy is not None else (flat, flat, 1, 1)
+    if copy is None:  # nothing to copy: COPY=False compiles the copy loop out, the rest only fills the signature
+        x, xfm, tile, per = flat, flat, 1, 1
+        x_numel, stride_xm, h = 0, 0, 1
+    else:
+        x, xfm, tile, per = copy
+        x_numel, stride_xm, h = x.numel(), x.stride(0), x.shape[-1]
     _align_rank_kernel[grid](flat, rank, runlen, sorted_ids, length, t,
                              BLOCK_M=block_m, BLOCK_I=block_i, BLOCK_J=block_j, BLOCK_L=256,
-                             x_ptr=x, xfm_ptr=xfm, X_NUMEL=x.numel() if copy is not None else 0,
-                             stride_xm=x.stride(0) if copy is not None else 0,
-                             H=x.shape[-1] if copy is not None else 1, TILE=tile, PER=per, COPY=copy is not None,
-                             BLOCK_C=1024)
+                             x_ptr=x, xfm_ptr=xfm, X_NUMEL=x_numel, stride_xm=stride_xm, H=h, TILE=tile, PER=per,
+                             COPY=copy is not None, BLOCK_C=1024)
     _align_place_kernel[grid](flat, rank, runlen, sorted_ids, block_slot, num_padded, t, triton.cdiv(t, block_m),
                               BLOCK_M=block_m, BLOCK_I=block_i, BLOCK_J=block_j, BLOCK_R=16)
     return sorted_ids, block_slot, num_padded
