@@ -15,15 +15,21 @@
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
+#   tune.json, tuning_table.json `clover-local tune --synthetic full --vram-budget 16GB --quick --json` and the
+#                                table it wrote (this GPU's tiles for every call of a preview pass)
+#   bench_uniform_tuned.json     bench uniform with that table (every other stage runs with CLOVER_TUNING=off,
+#                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep, in the order given;
+# (STAGES from: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep tune tuned, in the
+# order given;
 # default kernels,bench,model,sweep)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+export CLOVER_TUNING=off  # the heuristic tiles everywhere but the `tuned` stage
 log="$OUT/session.log"
 {
   date -u
@@ -68,7 +74,13 @@ for s in ${STAGES//,/ }; do
       --out '$OUT/kernels_sweep.json' >/dev/null 2>>'$log'" ;;
     moesweep) stage moesweep 120 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --quick \
       --only moe --sweep full --out '$OUT/moe_sweep.json' >/dev/null 2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep)" | tee -a "$log" ;;
+    tune) stage tune 240 bash -c "python3 -m clover_local tune --synthetic full --vram-budget 16GB --quick --json \
+      >'$OUT/tune.json' 2>>'$log' && python3 -c \"import json,shutil; shutil.copy(json.load(open('$OUT/tune.json'))\
+['table'], '$OUT/tuning_table.json')\"" ;;
+    tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
+      2>>'$log'" ;;
+    *) echo "== unknown stage $s (known: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep tune \
+tuned)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1

@@ -4,8 +4,9 @@
 
 Why: device time is 15 minutes a session and its JSON is long; the before/after pairs that decide a default (the
 MoE's folded vs unfolded form, the dense kernels' row orders, fused vs unfused, each bench stage's steady pass)
-are scattered over several files. Reads every `*gpu_check.json` and `*bench*.json` below OUT_DIR (names as
-gpu_session.sh writes them, or with a prefix, as in docs/gpu-runs/); a key a file lacks is left out, not guessed.
+are scattered over several files. Reads every `*gpu_check.json`, `*bench*.json` and `tune.json` below OUT_DIR
+(names as gpu_session.sh writes them, or with a prefix, as in docs/gpu-runs/); a key a file lacks is left out, not
+guessed.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def bench_lines(b: dict) -> list[str]:
     out = [f"  routing {b.get('routing')}, steady pass {_fmt(round(steady, 3)) if steady else '?'} ms "
            f"(passes {', '.join(_fmt(round(x, 2)) for x in each)}), first {_fmt(b.get('ms_per_pass_first'))} ms, "
            f"{_fmt(b.get('tokens_per_s'))} tok/s at {_fmt(b.get('tokens_per_pass'))} tokens/pass"]
+    if isinstance(b.get("kernel_tuning"), dict):
+        out.append(f"  kernel tuning: {b['kernel_tuning']}")
     g = b.get("graphs") or {}
     if g:
         out.append(f"  graphs: captures {g.get('captures')}, replays {g.get('replays')}, error {g.get('error')}")
@@ -81,6 +84,19 @@ def bench_lines(b: dict) -> list[str]:
     return out
 
 
+def tune_lines(t: dict) -> list[str]:
+    """A `clover-local tune --json` report: kernel µs per preview pass with the default and the tuned tiles, and
+    each call's change."""
+    out = [f"  kernel µs per pass: default {_fmt(t.get('kernel_us_per_pass_default'))}, tuned "
+           f"{_fmt(t.get('kernel_us_per_pass_tuned'))} (saves {_fmt(t.get('saved_us_per_pass'))}), routing "
+           f"{t.get('routing')}, quick {t.get('quick')}"]
+    for c in t.get("calls") or []:
+        out.append(f"  {c.get('key')} ×{c.get('calls_per_pass')}: {_fmt(c.get('default_us'))} → "
+                   f"{_fmt(c.get('tuned_us'))} µs {c.get('changed') or c.get('note') or ''} "
+                   f"({c.get('tried')} tried, {c.get('rejected')} rejected)")
+    return out
+
+
 def summary(folder: Path) -> str:
     lines: list[str] = []
     for path in sorted(folder.rglob("*.json")):
@@ -96,6 +112,8 @@ def summary(folder: Path) -> str:
             lines += [f"{rel} (kernels, {data.get('device')})", *kernels_lines(data["kernels"])]
         elif "model" in data and isinstance(data["model"], dict):
             lines += [f"{rel} (model, {data.get('device')})", *model_lines(data["model"])]
+        elif "saved_us_per_pass" in data and isinstance(data.get("calls"), list):
+            lines += [f"{rel} (tune, {data.get('device')}, {data.get('date')})", *tune_lines(data)]
         elif "ms_per_pass_each" in data:
             lines += [f"{rel} (bench, {data.get('device_name')}, {data.get('date')})", *bench_lines(data)]
     return "\n".join(lines) if lines else f"no gpu_check or bench JSON below {folder}"

@@ -24,3 +24,18 @@ def test_summary_refuses_a_missing_folder(tmp_path) -> None:
     res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nope")], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 2 and "usage" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_summary_reads_a_tune_report(tmp_path) -> None:
+    import json
+
+    report = {"model": "synthetic:full", "device": "NVIDIA H200", "date": "2026-12-02 00:00 UTC", "routing": "uniform",
+              "quick": True, "kernel_us_per_pass_default": 9000.0, "kernel_us_per_pass_tuned": 8000.5,
+              "saved_us_per_pass": 999.5,
+              "calls": [{"key": "moe_down/r32/k512/n2048/b4/g128/top8", "calls_per_pass": 40, "default_us": 120.0,
+                         "tuned_us": 95.0, "changed": {"block_n": 128}, "tried": 8, "rejected": 1, "note": ""}]}
+    (tmp_path / "tune.json").write_text(json.dumps(report))
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "tune.json (tune, NVIDIA H200" in res.stdout and "saves 999.5" in res.stdout
+    assert "moe_down/r32/k512/n2048/b4/g128/top8 ×40: 120 → 95 µs {'block_n': 128}" in res.stdout

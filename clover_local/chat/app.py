@@ -4,7 +4,6 @@ without a terminal), keep the conversation.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from contextlib import closing
@@ -23,6 +22,7 @@ from clover_local.chat.stats import format_gib, format_hit_rate, gpu_memory, run
 from clover_local.chat.turn import (TURN_FAILURES, TurnStats, TurnText, decode_events, history_tokens,
                                     is_out_of_memory, release_memory)
 from clover_local.errors import CloverError
+from clover_local.paths import cache_root
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 
 HELP = (
@@ -47,15 +47,6 @@ HELP = (
 PROMPT = "\001\x1b[1;36m\002you ›\001\x1b[0m\002 "
 CONTINUE = "\001\x1b[2m\002  … \001\x1b[0m\002"
 PLAIN_PROMPT = "you › "
-
-
-def cache_root() -> Path:
-    """Where clover-local keeps what it makes for itself (demo pack, chat history): $CLOVER_LOCAL_CACHE, else
-    $XDG_CACHE_HOME/clover-local, else ~/.cache/clover-local."""
-    if os.environ.get("CLOVER_LOCAL_CACHE"):
-        return Path(os.environ["CLOVER_LOCAL_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "clover-local"
 
 
 class ChatApp:

@@ -56,3 +56,26 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
                           "(drop one of them)")
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
     return {"runtime": AUTO if offload else None, "vram_budget": budget, "context": context}
+
+
+def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,
+                      progress=lambda msg: None) -> tuple[Any, str]:
+    """(pack folder, label) for the commands that run a pack's kernels (bench, tune): MODEL, or the synthetic
+    pack of --synthetic full|small (written once to the cache)."""
+    from pathlib import Path
+
+    from clover_local.loader import resolve_model_path
+    from clover_local.pack.reader import is_pack
+    from clover_local.runtime.synthetic_pack import ensure_synthetic, spec_of
+
+    if (model is None) == (synthetic is None):
+        raise CloverError("give a pack (MODEL) or --synthetic full|small, not both")
+    if synthetic is not None:
+        spec_of(synthetic)
+        progress(f"synthetic {synthetic} pack")
+        folder = ensure_synthetic(synthetic, on_shard=lambda i, n: progress(f"writing synthetic shard {i + 1}/{n}"))
+        return folder, f"synthetic:{synthetic}"
+    folder = Path(resolve_model_path(model))
+    if not is_pack(folder):
+        raise CloverError(f"{model} is not a quantized pack: {command} runs GPTQ packs (or --synthetic)")
+    return folder, model

@@ -9,7 +9,6 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.errors import CloverError
 
 
 @app.command(short_help=(
@@ -50,30 +49,16 @@ def bench(
 
       clover-local bench ./clover-int4 --vram-budget 14GB
     """
-    from pathlib import Path
-
-    from clover_local.loader import pick_device, pick_dtype, resolve_model_path
-    from clover_local.pack.reader import is_pack
+    from clover_local.commands._model_options import pack_or_synthetic
+    from clover_local.loader import pick_device, pick_dtype
     from clover_local.runtime.bench import run_bench
     from clover_local.runtime.sizes import parse_size
-    from clover_local.runtime.synthetic_pack import ensure_synthetic, spec_of
 
-    if (model is None) == (synthetic is None):
-        raise CloverError("give a pack (MODEL) or --synthetic full|small, not both")
     dev = pick_device(device)
     dtype = pick_dtype(None, dev)
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
     progress = (lambda msg: None) if as_json else (lambda msg: print(f"… {msg}", file=sys.stderr, flush=True))
-    if synthetic is not None:
-        spec_of(synthetic)
-        progress(f"synthetic {synthetic} pack")
-        folder = ensure_synthetic(synthetic, on_shard=lambda i, n: progress(f"writing synthetic shard {i + 1}/{n}"))
-        label = f"synthetic:{synthetic}"
-    else:
-        folder = Path(resolve_model_path(model))
-        if not is_pack(folder):
-            raise CloverError(f"{model} is not a quantized pack: bench runs GPTQ packs (or --synthetic)")
-        label = model
+    folder, label = pack_or_synthetic(model, synthetic, "bench", progress)
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
                        optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, on_step=progress)
@@ -93,6 +78,11 @@ def _print(r: dict) -> None:
     c.print(f"[b]{r['model']}[/b] on {r['device']} ({r['device_name']}), {r['dtype']}, budget "
             f"{fmt_bytes(r['vram_budget'] or 0)}: {r['slots']} of {r['experts_total']} expert slots; "
             f"prefix {r['prefix']}, {r['rows']}-row block, {r['passes']} passes ({r['date']})")
+    kt = r.get("kernel_tuning")
+    if kt is not None:
+        c.print(f"kernel tiles: tuned for this GPU ({kt['entries']} calls, {kt['table']})" if kt["entries"] else
+                "kernel tiles: the defaults" + ("" if not kt["enabled"] else
+                                                " (`clover-local tune` picks them for this GPU, once)"))
     c.print(f"ms per pass: {r['ms_per_pass']:.2f} steady, {r['ms_per_pass_first']:.2f} first; "
             f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass ({r['tokens_per_pass_source']})")
     c.print(f"hit rate {r['hit_rate']} (first pass {r['hit_rate_first_pass']}, {r['misses_first_pass']} misses); "

@@ -132,7 +132,8 @@ def demo(
     from rich.console import Console
     from rich.text import Text
 
-    from clover_local.chat.app import PLAIN_PROMPT, ChatApp, cache_root
+    from clover_local.chat.app import PLAIN_PROMPT, ChatApp
+    from clover_local.paths import cache_root
     from clover_local.chat.conversation import ChatSettings
 
     if pace < 0:

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from clover_local.errors import CloverError
 from clover_local.generate.prompt_cache import PromptCache
+from clover_local.runtime.kernels import _triton_on, tuning
 from clover_local.runtime.load import RuntimeOptions, load_packed_model
 from clover_local.runtime.offload import OffloadedExperts
 from clover_local.runtime.packed_linear import PackedLinear
@@ -386,6 +387,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "cpu_cores": cpu_count(),
         "torch": torch.__version__,
         "dtype": str(dtype).replace("torch.", ""),
+        "kernel_tuning": tuning.summary(device) if _triton_on(device) else None,
         "vram_budget": plan.vram_budget,
         "slots": plan.slots,
         "experts_total": plan.experts_total,

@@ -26,6 +26,7 @@ from clover_local.checkpoint.names import global_shapes, layer_shapes
 from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
 from clover_local.config import parse_config
 from clover_local.errors import CloverError
+from clover_local.paths import cache_root
 from clover_local.runtime.pack_index import PackIndex, TensorInfo, _classify
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
 
@@ -51,11 +52,6 @@ def spec_of(kind: str) -> TinySpec:
                         full_attention_interval=4, rope_theta=1e7, block_size=32, mask_token_id=1023,
                         eos_token_id=1022)
     raise CloverError(f"--synthetic must be one of {', '.join(KINDS)}, got {kind!r}")
-
-
-def cache_root() -> Path:
-    root = os.environ.get("CLOVER_LOCAL_CACHE")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "clover-local"
 
 
 def synthetic_dir(kind: str) -> Path:

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import tuning
 from .reference import PackedStack, check_packed, field_major, repacked_input
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -432,16 +433,27 @@ def _dot_mode(x: Tensor) -> tuple[bool, str]:
     return _INTERPRET, "ieee" if _INTERPRET else "tf32"
 
 
-def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: torch.device) -> LinearConfig:
-    """Tiles for a small-M GEMM: enough programs to fill the GPU, splitting K when N alone cannot."""
+def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: torch.device, k_tile: int = 0,
+                  use_table: bool = True) -> LinearConfig:
+    """Tiles for a small-M GEMM: this GPU's tuned entry for the call (`tuning`, written by `clover-local tune`)
+    where there is one, else the heuristic: enough programs to fill the GPU, splitting K when N alone cannot.
+    k_tile ≠ 0 (rows repacked at load): BLOCK_K is that tile."""
     bm = _block_m(m)
-    bk = _block_k(k, group_size, bits)
+    bk = k_tile or _block_k(k, group_size, bits)
     bn = 64 if n <= 4096 else 128
     tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
     k_tiles = k // bk
     target = 2 * _num_sms(device)
     split = max(1, min(k_tiles, 16, target // max(tiles, 1)))
-    return LinearConfig(bm, bn, bk, split, fields=_default_fields())
+    cfg = LinearConfig(bm, bn, bk, split, fields=_default_fields())
+    if use_table:
+        cfg = tuning.apply(cfg, tuning.tuned(_linear_signature(m, n, k, group_size, bits, k_tile), device),
+                           keep=("block_m", "block_k"))
+    return cfg
+
+
+def _linear_signature(m: int, n: int, k: int, group_size: int, bits: int, k_tile: int) -> tuning.Signature:
+    return tuning.Signature("linear", tuning.rows_bucket(m), k, n, bits, group_size, k_tile=k_tile)
 
 
 def linear_w4a16_triton(
@@ -459,7 +471,14 @@ def linear_w4a16_triton(
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    cfg = config or linear_config(m, n, k, group_size, bits, x.device)
+    if config is None and (rec := tuning.recording()) is not None:
+        def rerun():  # the same call with any config, on a copy of this x (taken once per signature)
+            xs = x2.clone()
+            return lambda c: linear_w4a16_triton(xs, qweight, scales, qzeros, group_size, bits, c, k_tile)
+
+        rec.note(_linear_signature(m, n, k, group_size, bits, k_tile),
+                 linear_config(m, n, k, group_size, bits, x.device, k_tile, use_table=False), rerun)
+    cfg = config or linear_config(m, n, k, group_size, bits, x.device, k_tile)
     a_fm = False
     if k_tile:
         cfg = replace(cfg, block_k=k_tile)
@@ -642,11 +661,29 @@ def moe_align_torch(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Ten
 
 
 def moe_config(m: int, topk: int, num_slots: int) -> MoeConfig:
-    """BLOCK_M from the mean pairs per slot in use: 16 for decode/preview (most slots see 1–4 pairs)."""
+    """The heuristic: BLOCK_M from the mean pairs per slot in use (16 for decode/preview: most slots see 1–4
+    pairs), the same tiles for both passes."""
     t = m * topk
     per_slot = t / max(1, min(num_slots, t))
     return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64, fields=_default_fields(),
                      folded=os.environ.get("CLOVER_W4A16_FOLD", "1") != "0")
+
+
+def _moe_signatures(m: int, topk: int, gate_up: PackedStack, down: PackedStack) -> tuple[tuning.Signature, ...]:
+    rows = tuning.rows_bucket(m)
+    return tuple(tuning.Signature(kind, rows, st.in_features, st.out_features, st.bits, st.group_size, topk=topk)
+                 for kind, st in (("moe_up", gate_up), ("moe_down", down)))
+
+
+def moe_configs(m: int, topk: int, num_slots: int, gate_up: PackedStack, down: PackedStack, device: torch.device,
+                use_table: bool = True) -> tuple[MoeConfig, MoeConfig]:
+    """(gate/up, down) configs: the heuristic, with each pass's tuned entry (`tuning`) where this GPU has one.
+    BLOCK_M stays the heuristic's: the two passes share one align."""
+    cfg = moe_config(m, topk, num_slots)
+    if not use_table:
+        return cfg, cfg
+    up_sig, down_sig = _moe_signatures(m, topk, gate_up, down)
+    return tuning.apply(cfg, tuning.tuned(up_sig, device)), tuning.apply(cfg, tuning.tuned(down_sig, device))
 
 
 def _moe_block_k(stack: PackedStack, cfg: MoeConfig) -> int:
@@ -705,9 +742,11 @@ def _sum_parts(y: Tensor, parts: int, m: int, n: int, stride_j: int, stride_m: i
 
 def moe_w4a16_triton(
     x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
-    config: MoeConfig | None = None,
+    config: MoeConfig | None = None, down_config: MoeConfig | None = None,
 ) -> Tensor:
-    """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref`."""
+    """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref`. config: the
+    gate/up pass's tiles (and BLOCK_M for both), down_config the down pass's (default: config); neither given:
+    `moe_configs` (this GPU's tuned entries, else the heuristic)."""
     m, h = x.shape
     if slot_ids.shape != weights.shape or slot_ids.shape[0] != m:
         raise ValueError(
@@ -728,7 +767,23 @@ def moe_w4a16_triton(
     num_slots = min(gate_up.num_slots, down.num_slots)
     topk = slot_ids.shape[1]
     t = m * topk
-    cfg = config or moe_config(m, topk, num_slots)
+    if config is None and (rec := tuning.recording()) is not None:
+        base = moe_config(m, topk, num_slots)
+
+        def rerun(up: bool):  # one pass's config varied, the other at the heuristic's; on copies of the inputs
+            xs, ids, ws = x.clone(), slot_ids.clone(), weights.clone()
+            if up:
+                return lambda c: moe_w4a16_triton(xs, ids, ws, gate_up, down, c, base)
+            return lambda c: moe_w4a16_triton(xs, ids, ws, gate_up, down, base, c)
+
+        up_sig, down_sig = _moe_signatures(m, topk, gate_up, down)
+        rec.note(up_sig, base, lambda: rerun(True))
+        rec.note(down_sig, base, lambda: rerun(False))
+    if config is None:
+        cfg, down_cfg = moe_configs(m, topk, num_slots, gate_up, down, x.device)
+    else:
+        cfg, down_cfg = config, down_config or config
+    down_cfg = replace(down_cfg, block_m=cfg.block_m)  # one align serves both passes
     # folded: x too is read field-major (`field_major`, written by the align pass: no launch of its own), which
     # turns the gate/up pass's loads of a into contiguous vector loads the pipeliner can issue ahead (cp.async):
     # strided 2-byte gathers cannot be
@@ -747,11 +802,11 @@ def moe_w4a16_triton(
     act = torch.empty(t, inter, dtype=torch.float32 if _INTERPRET else x.dtype, device=x.device)
     # act's columns field-major per down K tile when the down pass reads field-wise: its loads of a field's
     # columns become contiguous (`_field_cols`), written so by the gate/up pass at no cost
-    bk_down = _moe_block_k(down, cfg)
-    act_fm = cfg.folded and _fields_ok(cfg.fields, bk_down, down.bits)
+    bk_down = _moe_block_k(down, down_cfg)
+    act_fm = down_cfg.folded and _fields_ok(down_cfg.fields, bk_down, down.bits)
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
                 out_fm=bk_down if act_fm else 0, out_per=32 // down.bits)
     act = act.to(x.dtype)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
-    _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, cfg, a_fm=act_fm)
+    _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, down_cfg, a_fm=act_fm)
     return _sum_parts(y, topk, m, h, h, topk * h, x.dtype)  # each token's topk rows

@@ -1,0 +1,14 @@
+"""Where clover-local keeps what it makes for itself (demo pack, synthetic packs, chat history, kernel tuning)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """$CLOVER_LOCAL_CACHE, else $XDG_CACHE_HOME/clover-local, else ~/.cache/clover-local."""
+    if os.environ.get("CLOVER_LOCAL_CACHE"):
+        return Path(os.environ["CLOVER_LOCAL_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "clover-local"
