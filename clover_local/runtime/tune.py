@@ -79,27 +79,35 @@ def run_tune(folder: Path, *, label: str, device: torch.device, dtype: torch.dty
     results: list[tuning.TuneResult] = []
     calls = list(rec.calls.values())
     try:
-        for i, call in enumerate(calls):
-            key = call.sig.key()
-            on_step(f"tuning {key} ({i + 1}/{len(calls)})")
-            try:
-                r = tuning.tune_call(call, tuning.stages_for(call, quick), timer,
-                                     lambda j, n, i=i, key=key: on_trial(i, len(calls), j, n, key))
-            except torch.cuda.OutOfMemoryError:
-                kept = f"; the {len(results)} calls tuned before it are in {path}" if table and results else ""
-                raise CloverError(f"the GPU ran out of memory timing {key}{kept}: lower --vram-budget (the "
-                                  "runtime's share) and run tune again") from None
-            results.append(r)
-            if table is not None and not math.isnan(r.default_us):  # saved call by call: an interruption
-                table.entries[key] = r.entry()                       # keeps what was finished
-                table.date = date
-                table.save(path)
+        with torch.inference_mode():  # the recorded tensors were made in inference mode
+            _tune_all(calls, quick, timer, table, path, date, results, on_step, on_trial)
     finally:
         tuning.reset_active()
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return _report(results, label, identity, path, quick, write, uniform, date)
+
+
+def _tune_all(calls: list[tuning.RecordedCall], quick: bool, timer: Callable, table: tuning.TuningTable | None,
+              path: Path, date: str, results: list[tuning.TuneResult], on_step, on_trial) -> None:
+    """Each recorded call's search, appended to results and saved into table (when writing) call by call, so
+    an interruption keeps what was finished."""
+    for i, call in enumerate(calls):
+        key = call.sig.key()
+        on_step(f"tuning {key} ({i + 1}/{len(calls)})")
+        try:
+            r = tuning.tune_call(call, tuning.stages_for(call, quick), timer,
+                                 lambda j, n, i=i, key=key: on_trial(i, len(calls), j, n, key))
+        except torch.cuda.OutOfMemoryError:
+            kept = f"; the {len(results)} calls tuned before it are in {path}" if table and results else ""
+            raise CloverError(f"the GPU ran out of memory timing {key}{kept}: lower --vram-budget (the runtime's "
+                              "share) and run tune again") from None
+        results.append(r)
+        if table is not None and not math.isnan(r.default_us):
+            table.entries[key] = r.entry()
+            table.date = date
+            table.save(path)
 
 
 def _diff(best: dict, default: dict) -> dict:

@@ -335,12 +335,13 @@ def refinements(best: Any, quick: bool = False) -> list[Any]:
 
 
 def gpu_timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
-    """µs of GPU time per call: CUDA-graph replays with L2 flushed (bench_kernels' measure) on CUDA; on a CPU the
-    wall time of one interpreted call (meaningless for speed; it lets the command run anywhere)."""
+    """µs of GPU time per call: CUDA-graph replays with L2 flushed (bench_kernels' measure; its launch-inclusive
+    figure where a call cannot be captured) on CUDA; on a CPU the wall time of one interpreted call (meaningless
+    for speed; it lets the command run anywhere)."""
     if device.type == "cuda":
-        from .bench_kernels import _graph_time_us
+        from .bench_kernels import _time_us
 
-        return _graph_time_us
+        return _time_us
 
     def wall(fn) -> float:
         t0 = time.perf_counter()
