@@ -396,14 +396,44 @@ def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int,
     launches: list = []
     with _intercepted(w4a16, ["_moe_kernel", "_sum_parts_kernel"], launches, lambda: "folded"):  # records, runs none
         moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
-    moe = [(a.args["FOLD"], a.args["A_FM"], a.args["OUT_FM"]) for a in launches if a.kernel == "_moe_kernel"]
-    assert moe == [(True, True, bk), (True, True, 0)]
+    moe = [(a.args["FOLD"], a.args["A_FM"], a.args["OUT_FM"], a.args["A_SUM"], a.args["OUT_SUM"]) for a in launches
+           if a.kernel == "_moe_kernel"]
+    # gate/up reads x's sums from the align pass and writes act's (per its 32 columns: two per down K tile)
+    assert moe == [(True, True, bk, 1, 32), (True, True, 0, bk // 32, 0)]
     folded = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
     plain = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
     _assert_close(folded, want, dtype)
     _assert_close(plain, want, dtype)
     monkeypatch.setattr(w4a16, "ALIGN_MAX_PAIRS", 0)  # the torch align: x made field-major by a torch copy
     assert torch.equal(moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk)), folded)
+
+
+if _TRITON_ERR is None:  # at module level: a jit function finds the helpers it calls among its module's globals
+    import triton.language as tl
+
+    from clover_local.runtime.kernels.w4a16 import _rounded16
+
+    @triton.jit
+    def _round_kernel(x_ptr, y_ptr, BF16: tl.constexpr, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.store(y_ptr + o, _rounded16(tl.load(x_ptr + o), BF16))
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rounded16_is_round_to_nearest_even_like_torch(force_triton, dtype) -> None:
+    """The gate/up epilogue rounds act by `_rounded16` before summing it for the down pass's fold: the sums are
+    exact only if it rounds as torch's cast does (nearest, ties to even), ties and signs included."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(4096, generator=gen) * 3
+    base = x.to(dtype).float()
+    if dtype == torch.bfloat16:  # exact ties: a bf16 value plus half its last place, both parities
+        tie = (base.view(torch.int32) | 0x8000).view(torch.float32)
+        x[:1024] = tie[:1024]
+    x = x.to(DEVICE)
+    y = torch.empty_like(x)
+    _round_kernel[(1,)](x, y, BF16=dtype == torch.bfloat16, N=4096)
+    assert torch.equal(y.cpu(), x.cpu().to(dtype).float())
 
 
 @needs_triton

@@ -127,7 +127,8 @@ def capture_launches() -> list[Launch]:
                              f"{f' maxnreg {cfg_m.maxnreg}' if cfg_m.maxnreg else ''}")
             w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=cfg_m)
         label["case"] = "moe_align 256 pairs, 8515 slots, x field-major"
-        w4a16.moe_align_triton(ids, 8515, base_moe.block_m, (x, torch.empty_like(x), 128, 8))
+        w4a16.moe_align_triton(ids, 8515, base_moe.block_m,
+                               (x, torch.empty_like(x), torch.empty(m, h // 128), 128, 8))
 
         gdn = GatedDeltaNet(cfg).to(bf)  # random init is fine: nothing runs
         label["case"] = f"Hk{gdn.hk} Hv{gdn.hv} Dk{gdn.dk} Dv{gdn.dv}, {cfg.diffusion.block_size} rows"

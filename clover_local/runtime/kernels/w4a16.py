@@ -124,14 +124,22 @@ def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK: tl.
 @triton.jit
 def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER: tl.constexpr,
                        BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
-                       PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr):
+                       PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr, asum_rows_ptr,
+                       A_SUM: tl.constexpr):
     """`_fields_dot`'s exponent-bit form with the zero folded out: a · (MAGIC + code) summed per K tile, minus
     (MAGIC + zero) · Σ_k a once per row and column — no subtraction per weight (the `HADD2`s: ~15 % of the MoE's K
     loop), and the weight operand goes from the packed words to the MMA without a trip through shared memory.
     Exact in the integer part; the fp32 sums carry MAGIC (128 for bf16 4-bit codes) on every term, an error of
     ~2^-24 · 136 · Σ|a| against the bf16 output's 2^-8. Census (compile_check --sass, sm_90, MoE at the real
-    shapes): gate/up 4.9 → 4.05 instructions per weight (4.02 with x field-major); the dense linear got worse
-    (4.84 → 6.09), so only the MoE folds (`MoeConfig.folded`)."""
+    shapes): gate/up 4.9 → 4.05 instructions per weight (4.02 with x field-major, 3.62 with A_SUM); the dense
+    linear got worse (4.84 → 6.09), so only the MoE folds (`MoeConfig.folded`).
+
+    A_SUM ≠ 0: Σ_k a per row and K tile comes precomputed, as A_SUM fp32 partials per K tile summed in a fixed
+    order (asum_rows_ptr [BLOCK_M]: each row's partials; for the gate/up pass one per tile, written by the align
+    pass beside its field-major copy of x; for the down pass one per tile or per gate/up program's columns,
+    written by the gate/up epilogue from the very bf16 values it stores) instead of being summed here from the
+    tile: the bf16 → fp32 conversions, adds and shuffles were ~50 of the 514 instructions of a gate/up K step and
+    54 of the down pass's 338 (sm_90), and the gate/up pass did them twice (its gate and up halves)."""
     R: tl.constexpr = offs_i.shape[0]
     MASK: tl.constexpr = (1 << BITS) - 1
     HALF: tl.constexpr = PER // 2
@@ -148,8 +156,14 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
         a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM)
         acc += _dot(a_lo, _row_pair_fields(lo_words, j, BITS, PAIR_MASK, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
         acc += _dot(a_hi, _row_pair_fields(hi_words, j, BITS, PAIR_MASK, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
-        a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
-    acc -= tl.sum(a_sum, axis=1)[:, None] * zw.to(tl.float32)
+        if A_SUM == 0:
+            a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
+    if A_SUM != 0:
+        part = (k0 // (R * PER)) * A_SUM + tl.arange(0, A_SUM)
+        row_sum = tl.sum(tl.load(asum_rows_ptr[:, None] + part[None, :], mask=row_mask[:, None], other=0.0), axis=1)
+    else:
+        row_sum = tl.sum(a_sum, axis=1)
+    acc -= row_sum[:, None] * zw.to(tl.float32)
     return acc * scale[None, :]
 
 
@@ -168,6 +182,7 @@ def _fields_dot(
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr, A_FM: tl.constexpr,
+    asum_rows_ptr, A_SUM: tl.constexpr,
 ):
     """a[:, k0 … k0+BLOCK_K] @ W's tile, scaled, fp32 [BLOCK_M, BLOCK_N], without unpacking the tile into K
     order: field j of every packed row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] tile,
@@ -198,7 +213,7 @@ def _fields_dot(
         zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[None, :]  # MAGIC's value + zero
         if FOLD:
             return _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS,
-                                      BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM)
+                                      BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM)
         for j in tl.static_range(HALF):
             pair = ((words >> (j * BITS)) & PAIR_MASK) | PAIR_MAGIC
             lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
@@ -249,7 +264,7 @@ def _linear_kernel(
         if FIELDS:
             acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, qw_ptr, sc_ptr, qz_ptr, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM, x_ptr, 0)
         else:
             a = tl.load(
                 x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None],
@@ -266,23 +281,40 @@ def _linear_kernel(
 
 
 @triton.jit
+def _rounded16(v, BF16: tl.constexpr):
+    """fp32 v rounded to the nearest bf16 (BF16) or fp16, kept in fp32. bf16 by bits (round half to even), not
+    a cast: triton's interpreter truncates fp32 → bf16 where a GPU rounds, and the fold needs the sums of the
+    values the next pass reads to be exact on both."""
+    if BF16:
+        bits = v.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    return v.to(tl.float16).to(tl.float32)
+
+
+@triton.jit
 def _moe_kernel(
-    a_ptr, out_ptr, qw_ptr, sc_ptr, qz_ptr, rw_ptr,
+    a_ptr, out_ptr, qw_ptr, sc_ptr, qz_ptr, rw_ptr, asum_ptr, osum_ptr,
     sorted_ids_ptr, block_slot_ptr, num_padded_ptr,
     N, K, T, UP_OFFSET,
-    stride_am, stride_ak, stride_om, stride_on,
+    stride_am, stride_ak, stride_om, stride_on, stride_sum_m, stride_osum_m,
     stride_qs, stride_qk, stride_qn, stride_ss, stride_sg, stride_sn, stride_zs, stride_zg, stride_zn,
     A_ROW_DIV: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr,
-    A_FM: tl.constexpr, OUT_FM: tl.constexpr, OUT_PER: tl.constexpr,
+    A_FM: tl.constexpr, OUT_FM: tl.constexpr, OUT_PER: tl.constexpr, A_SUM: tl.constexpr,
+    OUT_SUM: tl.constexpr, OUT_BF16: tl.constexpr,
 ):
     """One BLOCK_M run of (token, choice) pairs of one slot × one BLOCK_N tile of output columns.
 
     Row r of the run is pair id = sorted_ids[r] (token id // A_ROW_DIV gives the row of a; id ≥ T is padding).
     GATED: columns n (gate) and UP_OFFSET + n (up) of the slot's weight, out = silu(gate) · up.
-    MUL_WEIGHT: out = (a @ W) · rw[id]."""
+    MUL_WEIGHT: out = (a @ W) · rw[id].
+    A_SUM ≠ 0 (folded): asum [rows of a, K / BLOCK_K · A_SUM] fp32 holds a's sums, A_SUM partials per K tile (see
+    `_folded_fields_dot`). OUT_SUM ≠ 0: out's values are rounded to the 16-bit dtype the next pass reads (bf16
+    if OUT_BF16, else fp16) before they are stored, and each row's sums of them over every OUT_SUM columns go to
+    osum [T, N / OUT_SUM] (the next pass's A_SUM partials: sums of exactly the values its MMA reads)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
@@ -298,18 +330,21 @@ def _moe_kernel(
     sc_base = sc_ptr + slot * stride_ss
     qz_base = qz_ptr + slot * stride_zs
     PER: tl.constexpr = 32 // BITS
+    asum_rows = asum_ptr + a_rows * stride_sum_m
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if FIELDS:
             acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
+                               asum_rows, A_SUM)
             if GATED:  # the up half (see the unpacking branch)
                 acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
                                       sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
                                       offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                                      GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM)
+                                      GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
+                                      asum_rows, A_SUM)
         else:
             a = tl.load(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
@@ -332,6 +367,12 @@ def _moe_kernel(
                 acc_up += _dot(a, w_up, DOT_F32, PREC) * scale_up[None, :]
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if OUT_SUM != 0:
+        acc = _rounded16(acc, OUT_BF16)
+        parts = tl.sum(tl.reshape(acc, (BLOCK_M, BLOCK_N // OUT_SUM, OUT_SUM)), axis=2)
+        pcol = pid_n * (BLOCK_N // OUT_SUM) + tl.arange(0, BLOCK_N // OUT_SUM)
+        tl.store(osum_ptr + ids[:, None] * stride_osum_m + pcol[None, :], parts,
+                 mask=row_mask[:, None] & (pcol[None, :] < N // OUT_SUM))
     if MUL_WEIGHT:
         rw = tl.load(rw_ptr + ids, mask=row_mask, other=0.0).to(tl.float32)
         acc = acc * rw[:, None]
@@ -373,13 +414,14 @@ class MoeConfig:
     # where the passes read field-wise: x and the activations between the two passes field-major (`_field_cols`,
     # `field_major`), and for 16-bit codes (bf16 4-bit, fp16 ≤ 8-bit) the zero taken off once per K tile through
     # a's row sums (`_folded_fields_dot`).
-    # Why: compile_check --sass, sm_90, instructions per weight: gate/up 4.9 → 4.02, down 5.75 → 5.28 (BENCHMARKS),
-    # and every load of a in the K loop a pipelined cp.async (before: 2-byte gathers, waited on each K step).
+    # Why: compile_check --sass, sm_90, instructions per weight: gate/up 4.9 → 3.62, down 5.75 → 4.53 with the row
+    # sums precomputed (4.02 / 5.28 without; BENCHMARKS), and every load of a in the K loop a pipelined cp.async
+    # (before: 2-byte gathers, waited on each K step).
     # False (CLOVER_W4A16_FOLD=0) keeps the form before, for a before/after on a GPU.
     folded: bool = True
     # a register cap per thread (None: the compiler's choice). Why: the unfolded field-wise gate/up takes 135
     # registers on sm_90, 3 programs of 4 warps an SM; 128 (32 B spilled, compile_check) fits a 4th. The folded
-    # default already takes 127 (4 programs). Unmeasured: gpu_check times it beside the default.
+    # default takes 102 (4 programs; 5 at ≤ 96). Unmeasured: gpu_check times it beside the default.
     maxnreg: int | None = None
 
 
@@ -514,13 +556,15 @@ def linear_w4a16_triton(
 def _align_rank_kernel(
     slots_ptr, rank_ptr, runlen_ptr, sorted_ids_ptr, L,
     T, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr,
-    x_ptr, xfm_ptr, X_NUMEL, stride_xm, H: tl.constexpr, TILE: tl.constexpr, PER: tl.constexpr,
+    x_ptr, xfm_ptr, xsum_ptr, X_NUMEL, stride_xm, H: tl.constexpr, TILE: tl.constexpr, PER: tl.constexpr,
     COPY: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Pass 1 of `moe_align_triton`, one program per BLOCK_I pairs: each pair's rank among the pairs of its slot
     (how many come before it) and, for the first pair of a slot, the slot's padded run length (0 for the rest);
     the programs also fill sorted_ids with the padding id T. COPY: they also write x [·, H] field-major into
-    xfm (`reference.field_major(x, TILE, PER)`, what the folded gate/up pass reads): one launch fewer a layer."""
+    xfm (`reference.field_major(x, TILE, PER)`, what the folded gate/up pass reads) and each row's sum per
+    tile of TILE columns into xsum [rows, H / TILE] fp32 (the fold's Σ a, `_folded_fields_dot`): one launch
+    fewer a layer. BLOCK_C is a multiple of TILE and H of both, so a chunk holds whole tiles of one row."""
     pid = tl.program_id(0)
     i = pid * BLOCK_I + tl.arange(0, BLOCK_I)
     live = i < T
@@ -544,8 +588,11 @@ def _align_rank_kernel(
             e = e0 + tl.arange(0, BLOCK_C)
             row = (e // H).to(tl.int64)
             col = e % H
-            v = tl.load(x_ptr + row * stride_xm + col, mask=e < X_NUMEL)
+            v = tl.load(x_ptr + row * stride_xm + col, mask=e < X_NUMEL, other=0.0)
             tl.store(xfm_ptr + row * H + _field_major_col(col, TILE, PER), v, mask=e < X_NUMEL)
+            tiles = e0 // TILE + tl.arange(0, BLOCK_C // TILE)  # x's rows are H / TILE tiles each: flat index
+            sums = tl.sum(tl.reshape(v.to(tl.float32), (BLOCK_C // TILE, TILE)), axis=1)
+            tl.store(xsum_ptr + tiles, sums, mask=tiles < X_NUMEL // TILE)
 
 
 @triton.jit
@@ -589,7 +636,7 @@ def align_length(t: int, num_slots: int, block_m: int) -> int:
 
 
 def moe_align(slot_ids: Tensor, num_slots: int, block_m: int,
-              copy: tuple[Tensor, Tensor, int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+              copy: tuple[Tensor, Tensor, Tensor, int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Sort the (token, choice) pairs by slot and pad each slot's run to a multiple of block_m.
 
     Returns sorted_ids int32 [L] (pair id m·topk + j, or T = M·topk for padding), block_slot int32 [L / block_m]
@@ -599,20 +646,22 @@ def moe_align(slot_ids: Tensor, num_slots: int, block_m: int,
     (`moe_align_triton`), else torch ops (`moe_align_torch`)."""
     if slot_ids.numel() <= ALIGN_MAX_PAIRS and (slot_ids.is_cuda or _INTERPRET):
         return moe_align_triton(slot_ids, num_slots, block_m, copy)
-    if copy is not None:  # (x, out, tile, per): out = field_major(x, tile, per), here a torch copy
-        x, out, tile, per = copy
+    if copy is not None:  # (x, out, sums, tile, per): out = field_major(x, tile, per), sums per tile; torch here
+        x, out, sums, tile, per = copy
         out.copy_(field_major(x, tile, per))
+        sums.copy_(x.float().reshape(x.shape[0], -1, tile).sum(-1))
     return moe_align_torch(slot_ids, num_slots, block_m)
 
 
 def moe_align_triton(slot_ids: Tensor, num_slots: int, block_m: int,
-                     copy: tuple[Tensor, Tensor, int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                     copy: tuple[Tensor, Tensor, Tensor, int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """`moe_align` in two Triton launches. Why: the torch version is ~15 small kernels (a sort, scatters,
     cumsums over every cache slot, a searchsorted), 76 µs of GPU time per MoE call on an H200 inside a CUDA graph
     (2026-11-30), ~3 ms of a 27 ms preview pass over 40 layers. Pairwise comparisons over the pairs only (never
     an array as long as the cache's ~9,000 slots), split over programs of BLOCK_I pairs so no program holds more
     than BLOCK_I × BLOCK_J of them: a single program holding all 256 × 256 spilled (310 µs, reverted).
-    copy = (x, out, tile, per): pass 1 also writes field_major(x, tile, per) into out (x's rows unit-stride)."""
+    copy = (x, out, sums, tile, per): pass 1 also writes field_major(x, tile, per) into out and x's sums per tile
+    of tile columns into sums [rows, H / tile] fp32 (x's rows unit-stride)."""
     flat = slot_ids.reshape(-1).to(torch.int32)
     t = flat.numel()
     length = align_length(t, num_slots, block_m)
@@ -625,15 +674,17 @@ def moe_align_triton(slot_ids: Tensor, num_slots: int, block_m: int,
     block_i, block_j = 32, min(256, max(16, triton.next_power_of_2(t)))
     grid = (triton.cdiv(t, block_i),)
     if copy is None:  # nothing to copy: COPY=False compiles the copy loop out, the rest only fills the signature
-        x, xfm, tile, per = flat, flat, 1, 1
+        x, xfm, xsum, tile, per = flat, flat, flat, 1, 1
         x_numel, stride_xm, h = 0, 0, 1
     else:
-        x, xfm, tile, per = copy
+        x, xfm, xsum, tile, per = copy
         x_numel, stride_xm, h = x.numel(), x.stride(0), x.shape[-1]
+        if h % tile or 1024 % tile:
+            raise ValueError(f"the field-major copy needs tile {tile} to divide H={h} and 1024")
     _align_rank_kernel[grid](flat, rank, runlen, sorted_ids, length, t,
                              BLOCK_M=block_m, BLOCK_I=block_i, BLOCK_J=block_j, BLOCK_L=256,
-                             x_ptr=x, xfm_ptr=xfm, X_NUMEL=x_numel, stride_xm=stride_xm, H=h, TILE=tile, PER=per,
-                             COPY=copy is not None, BLOCK_C=1024)
+                             x_ptr=x, xfm_ptr=xfm, xsum_ptr=xsum, X_NUMEL=x_numel, stride_xm=stride_xm, H=h,
+                             TILE=tile, PER=per, COPY=copy is not None, BLOCK_C=1024)
     _align_place_kernel[grid](flat, rank, runlen, sorted_ids, block_slot, num_padded, t, triton.cdiv(t, block_m),
                               BLOCK_M=block_m, BLOCK_I=block_i, BLOCK_J=block_j, BLOCK_R=16)
     return sorted_ids, block_slot, num_padded
@@ -691,7 +742,10 @@ def _moe_block_k(stack: PackedStack, cfg: MoeConfig) -> int:
 
 
 def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_div, gated, mul_weight, cfg,
-                a_fm=False, out_fm=0, out_per=1):
+                a_fm=False, out_fm=0, out_per=1, a_sum: tuple[Tensor, int] | None = None,
+                out_sum: tuple[Tensor, int, torch.dtype] | None = None):
+    """One pass of `_moe_kernel`. a_sum = (sums, partials per K tile): a's precomputed row sums for the fold;
+    out_sum = (sums, columns per sum, 16-bit dtype): out rounded to that dtype and its row sums written."""
     sorted_ids, block_slot, num_padded = align
     k = stack.in_features
     bk = _moe_block_k(stack, cfg)
@@ -700,19 +754,23 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
     dot_f32, prec = _dot_mode(a)
     qw, sc, qz = stack.qweight, stack.scales, stack.qzeros
     grid = (block_slot.numel(), triton.cdiv(n, cfg.block_n))
+    fold = bool(fields and magic and cfg.folded)
+    asum, parts = a_sum if fold and a_sum is not None else (rw, 0)
+    osum, per_sum, sum_dtype = out_sum if out_sum is not None else (rw, 0, None)
     _moe_kernel[grid](
-        a, out, qw, sc, qz, rw,
+        a, out, qw, sc, qz, rw, asum, osum,
         sorted_ids, block_slot, num_padded,
         n, k, t, up_offset,
-        a.stride(0), a.stride(1), out.stride(0), out.stride(1),
+        a.stride(0), a.stride(1), out.stride(0), out.stride(1), asum.stride(0), osum.stride(0),
         qw.stride(0), qw.stride(1), qw.stride(2), sc.stride(0), sc.stride(1), sc.stride(2),
         qz.stride(0), qz.stride(1), qz.stride(2),
         A_ROW_DIV=a_row_div, GATED=gated, MUL_WEIGHT=mul_weight,
         GROUP=stack.group_size, BITS=stack.bits,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
         DOT_F32=dot_f32, PREC=prec, FIELDS=fields, MAGIC=magic,
-        FOLD=bool(fields and magic and cfg.folded), A_FM=bool(a_fm and fields),
-        OUT_FM=out_fm, OUT_PER=out_per, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        FOLD=fold, A_FM=bool(a_fm and fields),
+        OUT_FM=out_fm, OUT_PER=out_per, A_SUM=parts, OUT_SUM=per_sum, OUT_BF16=sum_dtype == torch.bfloat16,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
 
@@ -790,10 +848,11 @@ def moe_w4a16_triton(
     bk_up = _moe_block_k(gate_up, cfg)
     x_fm = cfg.folded and _fields_ok(cfg.fields, bk_up, gate_up.bits)
     xc = x if x.stride(-1) == 1 else x.contiguous()
-    copy = None
-    if x_fm:
+    copy = x_sums = None
+    if x_fm:  # and x's sums per K tile beside it: the fold's Σ a, summed once instead of per program and half
         x_field_major = torch.empty(m, h, dtype=x.dtype, device=x.device)
-        copy = (xc, x_field_major, bk_up, 32 // gate_up.bits)
+        x_sums = torch.empty(m, h // bk_up, dtype=torch.float32, device=x.device)
+        copy = (xc, x_field_major, x_sums, bk_up, 32 // gate_up.bits)
         xc = x_field_major
     align = moe_align(slot_ids, num_slots, cfg.block_m, copy)
     rw = weights.reshape(-1).contiguous()
@@ -804,9 +863,17 @@ def moe_w4a16_triton(
     # columns become contiguous (`_field_cols`), written so by the gate/up pass at no cost
     bk_down = _moe_block_k(down, down_cfg)
     act_fm = down_cfg.folded and _fields_ok(down_cfg.fields, bk_down, down.bits)
+    # and where the down pass folds, act's row sums (per gate/up program's columns, or per down K tile where a
+    # program's columns span several), written by the gate/up epilogue from the values it stores
+    act_sums = None
+    if act_fm and magic_bits(x.dtype, down.bits):
+        per_sum = min(cfg.block_n, bk_down)
+        act_sums = (torch.empty(t, inter // per_sum, dtype=torch.float32, device=x.device), per_sum, x.dtype)
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
-                out_fm=bk_down if act_fm else 0, out_per=32 // down.bits)
+                out_fm=bk_down if act_fm else 0, out_per=32 // down.bits,
+                a_sum=(x_sums, 1) if x_sums is not None else None, out_sum=act_sums)
     act = act.to(x.dtype)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
-    _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, down_cfg, a_fm=act_fm)
+    _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, down_cfg, a_fm=act_fm,
+                a_sum=(act_sums[0], bk_down // act_sums[1]) if act_sums is not None else None)
     return _sum_parts(y, topk, m, h, h, topk * h, x.dtype)  # each token's topk rows
