@@ -121,10 +121,11 @@ def capture_launches() -> list[Launch]:
         wts = torch.zeros(m, topk, dtype=bf)
         base_moe = w4a16.moe_config(m, topk, 8515)
         for cfg_m in (base_moe, replace(base_moe, folded=False), replace(base_moe, fields=False),
-                      replace(base_moe, maxnreg=128)):
+                      replace(base_moe, maxnreg=128), replace(base_moe, mask_reg=False)):
             label["case"] = (f"MoE 4-bit H{h} I{inter}{'' if cfg_m.fields else ' unpacked'}"
                              f"{'' if cfg_m.folded or not cfg_m.fields else ' unfolded'}"
-                             f"{f' maxnreg {cfg_m.maxnreg}' if cfg_m.maxnreg else ''}")
+                             f"{f' maxnreg {cfg_m.maxnreg}' if cfg_m.maxnreg else ''}"
+                             f"{'' if cfg_m.mask_reg else ' mask immediate'}")
             w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=cfg_m)
         label["case"] = "moe_align 256 pairs, 8515 slots, x field-major"
         w4a16.moe_align_triton(ids, 8515, base_moe.block_m,

@@ -326,9 +326,12 @@ def moe_candidates(default: Any, sig: Signature, quick: bool = False) -> list[An
 
 
 def refinements(best: Any, quick: bool = False) -> list[Any]:
-    """The second stage around a winner: warps × pipeline stages, and the other tile form (`fields`)."""
+    """The second stage around a winner: warps × pipeline stages, the other tile form (`fields`, `folded`) and
+    the field mask as an immediate or in a register (`mask_reg`)."""
     out = [replace(best, num_warps=w, num_stages=s) for w in (4, 8) for s in ((2, 3, 4) if not quick else (2, 4))]
     out.append(replace(best, fields=not best.fields))
+    if hasattr(best, "mask_reg"):
+        out.append(replace(best, mask_reg=not best.mask_reg))
     if hasattr(best, "folded") and best.fields:
         out.append(replace(best, folded=not best.folded))
     return out
@@ -353,7 +356,7 @@ def gpu_timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
 
 def stages_for(rec: RecordedCall, quick: bool = False) -> list[Callable[[Any], list[Any]]]:
     """The two stages of a call's search: its kind's grid around the heuristic, then `refinements` of the
-    grid's winner (≈ 26 candidates for a dense call, 15 for a MoE pass; about half with quick)."""
+    grid's winner (≈ 27 candidates for a dense call, 16 for a MoE pass; about half with quick)."""
     grid = moe_candidates if rec.sig.kind.startswith("moe") else linear_candidates
     return [lambda _best: grid(rec.default, rec.sig, quick), lambda best: refinements(best, quick)]
 

@@ -110,7 +110,22 @@ def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, 
 
 
 @triton.jit
-def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK: tl.constexpr, PAIR_MAGIC: tl.constexpr,
+def _in_register(v, k0, KEEP: tl.constexpr):
+    """v, or with KEEP v as a value ptxas cannot fold into an immediate ((k0 >> 30) is 0 for every K tile start,
+    K < 2^30, but unknown to the compiler). Why: `(w >> s) & MASK | MAGIC` is one LOP3, which takes one immediate;
+    ptxas materialized the other constant before every use (46 IMAD.MOV per folded gate/up K step, sm_90) rather
+    than keep one register. Census sm_90: MoE gate/up 3.62 → 3.18 instructions per weight (102 → 128 registers),
+    down 4.53 → 4.06 (64 → 91), W4A16 2048→8192 repacked 4.44 → 4.09. Not for the 8-bit fp32 form (W8A16
+    2048→8192 5.3 → 5.15 but 166 → 235 registers), and only in the forms that read a field-major (the folded MoE,
+    the repacked dense rows: the forms before them keep their census, 174 registers instead of 135 for the
+    unfolded gate/up). `LinearConfig` / `MoeConfig.mask_reg`: the tuner tries both."""
+    if KEEP:
+        return (k0 >> 30) | v
+    return v
+
+
+@triton.jit
+def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK, PAIR_MAGIC: tl.constexpr,
                      dt: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr):
     """Field j of a packed tile as R × BLOCK_N floats MAGIC + code, from words2 [R / 2, BLOCK_N]: 16-bit halves of
     the words of packed rows 2i and 2i + 1 side by side (see `_folded_fields_dot`). One shift and one and-or make
@@ -125,7 +140,7 @@ def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK: tl.
 def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER: tl.constexpr,
                        BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
                        PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr, asum_rows_ptr,
-                       A_SUM: tl.constexpr):
+                       A_SUM: tl.constexpr, MASK_REG: tl.constexpr):
     """`_fields_dot`'s exponent-bit form with the zero folded out: a · (MAGIC + code) summed per K tile, minus
     (MAGIC + zero) · Σ_k a once per row and column — no subtraction per weight (the `HADD2`s: ~15 % of the MoE's K
     loop), and the weight operand goes from the packed words to the MMA without a trip through shared memory.
@@ -145,6 +160,7 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
     HALF: tl.constexpr = PER // 2
     PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
     PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
+    pm = _in_register(PAIR_MASK, k0, MASK_REG)
     dt = a_rows_ptr.dtype.element_ty
     ev, od = tl.split(tl.permute(tl.reshape(words, (R // 2, 2, BLOCK_N)), (0, 2, 1)))
     lo_words = (ev & 0xFFFF) | (od << 16)
@@ -154,8 +170,8 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
     for j in tl.static_range(HALF):
         a_lo = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM)
         a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM)
-        acc += _dot(a_lo, _row_pair_fields(lo_words, j, BITS, PAIR_MASK, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
-        acc += _dot(a_hi, _row_pair_fields(hi_words, j, BITS, PAIR_MASK, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
+        acc += _dot(a_lo, _row_pair_fields(lo_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
+        acc += _dot(a_hi, _row_pair_fields(hi_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
         if A_SUM == 0:
             a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
     if A_SUM != 0:
@@ -182,7 +198,7 @@ def _fields_dot(
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr, A_FM: tl.constexpr,
-    asum_rows_ptr, A_SUM: tl.constexpr,
+    asum_rows_ptr, A_SUM: tl.constexpr, MASK_REG: tl.constexpr,
 ):
     """a[:, k0 … k0+BLOCK_K] @ W's tile, scaled, fp32 [BLOCK_M, BLOCK_N], without unpacking the tile into K
     order: field j of every packed row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] tile,
@@ -213,9 +229,11 @@ def _fields_dot(
         zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[None, :]  # MAGIC's value + zero
         if FOLD:
             return _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS,
-                                      BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM)
+                                      BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM,
+                                      MASK_REG)
+        pm = _in_register(PAIR_MASK, k0, MASK_REG)
         for j in tl.static_range(HALF):
-            pair = ((words >> (j * BITS)) & PAIR_MASK) | PAIR_MAGIC
+            pair = ((words >> (j * BITS)) & pm) | PAIR_MAGIC
             lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
             hi = _minus((pair >> 16).to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
             acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), lo, DOT_F32, PREC)
@@ -247,7 +265,7 @@ def _linear_kernel(
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr,
-    A_FM: tl.constexpr,
+    A_FM: tl.constexpr, MASK_REG: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -264,7 +282,8 @@ def _linear_kernel(
         if FIELDS:
             acc += _fields_dot(x_ptr + offs_m * stride_xm, m_mask, stride_xk, qw_ptr, sc_ptr, qz_ptr, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM, x_ptr, 0)
+                               GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM, x_ptr, 0,
+                               MASK_REG)
         else:
             a = tl.load(
                 x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk, mask=m_mask[:, None],
@@ -304,7 +323,7 @@ def _moe_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr,
     A_FM: tl.constexpr, OUT_FM: tl.constexpr, OUT_PER: tl.constexpr, A_SUM: tl.constexpr,
-    OUT_SUM: tl.constexpr, OUT_BF16: tl.constexpr,
+    OUT_SUM: tl.constexpr, OUT_BF16: tl.constexpr, MASK_REG: tl.constexpr,
 ):
     """One BLOCK_M run of (token, choice) pairs of one slot × one BLOCK_N tile of output columns.
 
@@ -338,13 +357,13 @@ def _moe_kernel(
             acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                                GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
-                               asum_rows, A_SUM)
+                               asum_rows, A_SUM, MASK_REG)
             if GATED:  # the up half (see the unpacking branch)
                 acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
                                       sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
                                       offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                                       GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
-                                      asum_rows, A_SUM)
+                                      asum_rows, A_SUM, MASK_REG)
         else:
             a = tl.load(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
@@ -401,6 +420,7 @@ class LinearConfig:
     num_warps: int = 4
     num_stages: int = 3
     fields: bool = True  # `_fields_dot` (needs block_k / (32 / bits) ≥ 16, else the unpacking form runs)
+    mask_reg: bool = True  # the field mask held in a register (`_in_register`)
 
 
 @dataclass(frozen=True)
@@ -423,6 +443,7 @@ class MoeConfig:
     # registers on sm_90, 3 programs of 4 warps an SM; 128 (32 B spilled, compile_check) fits a 4th. The folded
     # default takes 102 (4 programs; 5 at ≤ 96). Unmeasured: gpu_check times it beside the default.
     maxnreg: int | None = None
+    mask_reg: bool = True  # as LinearConfig.mask_reg
 
 
 def _default_fields() -> bool:
@@ -546,7 +567,8 @@ def linear_w4a16_triton(
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group_size, BITS=bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         DOT_F32=dot_f32, PREC=prec, FIELDS=_fields_ok(cfg.fields, cfg.block_k, bits),
-        MAGIC=magic_bits(x.dtype, bits), FOLD=False, A_FM=a_fm, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        MAGIC=magic_bits(x.dtype, bits), FOLD=False, A_FM=a_fm, MASK_REG=cfg.mask_reg and a_fm, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     y = out[0] if split == 1 else _sum_parts(out, split, m, n, m * n, n, x.dtype)
     return y.reshape(*lead, n)
@@ -770,7 +792,7 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         DOT_F32=dot_f32, PREC=prec, FIELDS=fields, MAGIC=magic,
         FOLD=fold, A_FM=bool(a_fm and fields),
         OUT_FM=out_fm, OUT_PER=out_per, A_SUM=parts, OUT_SUM=per_sum, OUT_BF16=sum_dtype == torch.bfloat16,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        MASK_REG=cfg.mask_reg and fold, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
 
