@@ -60,9 +60,10 @@ def _run_with_progress(folder, label, dev, dtype, budget, quick, write, as_json,
 
     from clover_local.runtime.tune import run_tune
 
+    args = dict(label=label, device=dev, dtype=dtype, vram_budget=budget, quick=quick, write=write,
+                uniform=label.startswith("synthetic:"))
     if as_json:
-        return run_tune(folder, label=label, device=dev, dtype=dtype, vram_budget=budget, quick=quick, write=write,
-                        uniform=label.startswith("synthetic:"))
+        return run_tune(folder, **args)
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[key]}"), TimeElapsedColumn(), console=Console(stderr=True),
                    transient=True)
@@ -76,8 +77,7 @@ def _run_with_progress(folder, label, dev, dtype, budget, quick, write, as_json,
         bar.update(task, description=f"call {i + 1}/{n_calls}", completed=j, total=n, key=key)
 
     try:
-        return run_tune(folder, label=label, device=dev, dtype=dtype, vram_budget=budget, quick=quick, write=write,
-                        uniform=label.startswith("synthetic:"), on_step=say, on_trial=on_trial)
+        return run_tune(folder, **args, on_step=say, on_trial=on_trial)
     finally:
         bar.stop()
 

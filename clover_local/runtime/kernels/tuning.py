@@ -16,7 +16,8 @@ too (for before/after runs), `CLOVER_TUNING_FILE` names another file. An entry o
 split-K, warps, stages, tile form): every candidate is checked against the heuristic's output before it is
 timed, so a table can make a call slower or faster, never wrong.
 
-Nothing here imports Triton: the table and the search are plain Python over callables.
+Nothing here imports Triton: the table and the search are plain Python over callables (the timer and the
+error measure are `bench_kernels`').
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .bench_kernels import _rel_err, _time_us
 
 FORMAT = 1
 KINDS = ("linear", "moe_up", "moe_down")
@@ -224,13 +227,6 @@ def recording() -> Recorder | None:
 # ---- the search ------------------------------------------------------------------------------------------------
 
 
-def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    g, w = got.float(), want.float()
-    if not bool(torch.isfinite(g).all()):
-        return math.inf
-    return float((g - w).abs().max() / w.abs().max().clamp_min(1e-12))
-
-
 @dataclass
 class Trial:
     config: dict[str, Any]
@@ -282,7 +278,8 @@ def tune_call(rec: RecordedCall, stages: list[Callable[[Any], list[Any]]],
             seen.append(asdict(cfg))
             trial = Trial(asdict(cfg))
             try:
-                trial.rel_err = _rel_err(rec.run(cfg), want)
+                got = rec.run(cfg)
+                trial.rel_err = _rel_err(got, want) if bool(torch.isfinite(got.float()).all()) else math.inf
                 if trial.rel_err <= REL_TOL:
                     trial.us = timer(lambda cfg=cfg: rec.run(cfg))
                 else:
@@ -342,8 +339,6 @@ def gpu_timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
     figure where a call cannot be captured) on CUDA; on a CPU the wall time of one interpreted call (meaningless
     for speed; it lets the command run anywhere)."""
     if device.type == "cuda":
-        from .bench_kernels import _time_us
-
         return _time_us
 
     def wall(fn) -> float:

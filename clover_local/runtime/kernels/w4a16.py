@@ -441,7 +441,8 @@ class MoeConfig:
     folded: bool = True
     # a register cap per thread (None: the compiler's choice). Why: the unfolded field-wise gate/up takes 135
     # registers on sm_90, 3 programs of 4 warps an SM; 128 (32 B spilled, compile_check) fits a 4th. The folded
-    # default takes 102 (4 programs; 5 at ≤ 96). Unmeasured: gpu_check times it beside the default.
+    # default takes 128 uncapped (102 with mask_reg off), so the cap only adds a spill there. Unmeasured: gpu_check
+    # times it beside the default.
     maxnreg: int | None = None
     mask_reg: bool = True  # as LinearConfig.mask_reg
 
