@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,6 +74,16 @@ def runtime(pack: Path, **kw):
 
     kw.setdefault("context", 128)
     return load(str(pack), "cpu", "float32", runtime=RuntimeOptions(**kw))
+
+
+def cold(loaded):
+    """The loaded runtime's expert cache, emptied (load fills it: `ExpertCache.warm`), for tests that build a
+    cache state call by call."""
+    ec = loaded.model.runtime.cache
+    for layer in ec.layer_ids.tolist():
+        ec.evict(layer, np.arange(ec.n_experts))
+    assert ec.resident() == 0
+    return ec
 
 
 def prompt(loaded, n: int, seed: int = 0) -> list[int]:

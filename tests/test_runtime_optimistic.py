@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from clover_local.runtime import optimistic
 from clover_local.runtime.kernels import dequantize_w
 from clover_local.runtime.offload import OffloadedExperts
-from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
+from runtime_pack import N_EXPERTS, N_LAYERS, cold, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
 
 TOTAL = N_EXPERTS * N_LAYERS
 
@@ -149,7 +149,7 @@ def test_counters_add_up(pack, ref):
 
 def test_device_slot_table_follows_the_host_table(pack):
     rt = runtime(pack, slots=4, prefetch=False)
-    ec = rt.model.runtime.cache
+    ec = cold(rt)
 
     def synced() -> bool:
         return torch.equal(ec.device_slot_table(), torch.from_numpy(ec.slot_of[ec.layer_ids].reshape(-1)).int())

@@ -3,12 +3,18 @@
 Policy (targets.md, "why offloading a diffusion model is different"):
 - A block's expert set is loaded once and reused by all its passes: every slot used during the current block is
   *pinned* (its `pin_gen` equals the block generation) until the block commits (`end_block`).
-- Eviction takes free slots first, then the least recently used unpinned ones, and only then pinned ones (when
-  one block's set does not fit), most recently used first: passes sweep the layers in order, so that keeps a
-  stable part of the set resident instead of cycling through all of it. Slots the current layer call uses are
-  *locked* and never evicted.
-- `prefetch` fetches a layer's likely experts (what it used in the previous pass) before it runs, on a copy stream
-  (CUDA) while the layer before computes; it only takes free or unpinned slots.
+- Eviction takes free slots first, then unpinned ones (those of the oldest block first), and only then pinned
+  ones (when one block's set does not fit). Within each of those, the expert whose layer comes up furthest ahead
+  in the sweep goes first: passes sweep the layers in order, so at layer L the experts of layer L − 1 are the ones
+  needed last (Belady's choice for a cyclic sweep, where least-recently-used evicts the next layer's experts
+  just before they are needed). Slots the current layer call uses are *locked* and never evicted.
+- A prefill chunk that routes to nearly every expert of every layer (`begin_pass(dense=True)`) ignores pins:
+  every expert is needed again by the next chunk, so only the sweep order says which is needed last.
+- `prefetch` fetches a layer's likely experts (what it used in the previous pass; in a dense pass all of them)
+  before it runs, on a copy stream (CUDA) while the layer before computes; it only takes free or unpinned slots
+  (any unlocked one in a dense pass).
+- At 35B with 8,860 slots (`python -m clover_local.runtime.cache_sim`): a 512-row prefill chunk copies the
+  1,380 experts that do not fit, all prefetched (least-recently-used eviction: 1,736, most of them waited for).
 - Optionally (`cpu_experts`) a missed expert runs on the CPU from its host slab instead of being copied: "auto"
   does so when it has few rows and a copy would have to evict a pinned expert of the current block.
 
@@ -31,8 +37,13 @@ from torch import Tensor
 from clover_local.runtime.expert_store import HostExpertStore
 from clover_local.runtime.slab import SlabLayout
 
-_PINNED_KEY = np.int64(1) << 40
 CPU_POLICIES = ("off", "auto", "misses")
+
+
+def dense_rows(rows: int, top_k: int, n_experts: int) -> bool:
+    """Whether a pass of `rows` rows routes to nearly every expert of every layer (≥ 98 % of them expected under
+    uniform routing: rows × top-k ≥ 4 × experts): the cache then evicts by sweep order alone (`begin_pass`)."""
+    return rows * top_k >= 4 * n_experts
 
 
 class SlotCopier:
@@ -111,6 +122,8 @@ class ExpertCache:
         self.locked = np.zeros(n_slots, dtype=bool)
         self.prefetched = np.zeros(n_slots, dtype=bool)
         self.repaired = np.zeros(n_slots, dtype=bool)  # loaded by `repair` for the pass in progress (its misses)
+        self.use_gen = np.full(n_slots, -1, dtype=np.int64)  # block generation of the last use (or load)
+        self.dense = False  # the pass in progress needs nearly every expert (`begin_pass`)
         self.ready: dict[int, object] = {}  # slot -> CUDA event of its pending copy
         self.pending = np.zeros(n_slots, dtype=bool)  # slots with an entry in `ready`
         self.copier = SlotCopier(device)
@@ -118,6 +131,8 @@ class ExpertCache:
         self.tick = 0
         self.counters = {i: LayerCounters() for i in layers}
         self.layer_ids = np.array(sorted(layers), dtype=np.int64)  # row r of the device table is layer_ids[r]
+        self.sweep_pos = np.zeros(n_layers, dtype=np.float64)  # a layer's place in a pass's sweep
+        self.sweep_pos[self.layer_ids] = np.arange(self.layer_ids.size)
         self._slot_table = torch.full((self.layer_ids.size * n_experts,), -1, dtype=torch.int32, device=device)
         self._table_stale = False
         self.table_uploads = 0
@@ -143,9 +158,14 @@ class ExpertCache:
         self.end_block()
         self.end_pass()
 
+    def begin_pass(self, dense: bool) -> None:
+        """A pass starts; `dense`: it routes to nearly every expert of every layer (a long prefill chunk)."""
+        self.dense = dense
+
     def end_pass(self) -> None:
         """The pass is over: experts `repair` loaded for it count as hits from now on."""
         self.repaired[:] = False
+        self.dense = False
 
     # ------------------------------------------------------------------ the device twin of slot_of
     def device_slot_table(self) -> Tensor:
@@ -187,6 +207,7 @@ class ExpertCache:
         self.repaired[slots] = False
         self.prefetched[slots] = False
         self.last_use[slots] = self.tick + 1 + rows
+        self.use_gen[slots] = self.gen
         self.tick += n
         self.pin_gen[slots] = self.gen
         for r, layer in enumerate(self.layer_ids.tolist()):
@@ -215,7 +236,7 @@ class ExpertCache:
         rows, experts = np.nonzero(used & (table < 0))
         if rows.size == 0:
             return 0
-        victims = self._victims(rows.size, allow_pinned=False)
+        victims = self._victims(rows.size, allow_pinned=False, at=-0.5)  # the replay starts at the first layer
         if victims.size < rows.size:
             return None
         self.tick += 1
@@ -241,18 +262,32 @@ class ExpertCache:
             self._evict(slots, layer)
 
     # ------------------------------------------------------------------ slots
-    def _victims(self, m: int, allow_pinned: bool) -> np.ndarray:
-        """Up to m slots to (re)fill: free first, then LRU unpinned, then (if allowed) LRU pinned; never locked."""
+    def _victims(self, m: int, allow_pinned: bool, at: float) -> np.ndarray:
+        """Up to m slots to (re)fill, first to go first; never locked ones, pinned ones only if allowed (or in a
+        dense pass). `at`: where the sweep is (a layer's sweep position ± 0.5: just after the layer an acquire
+        serves, just before the one a prefetch is for), so a slot's layer is (its position − at) mod n_layers
+        ahead. Order: free; unpinned, oldest block first; pinned; within each, the layer furthest ahead first
+        (the one just swept), then the least recently used."""
         cand = ~self.locked
-        if not allow_pinned:
+        if not (allow_pinned or self.dense):
             cand &= self.pin_gen != self.gen
         idx = np.flatnonzero(cand)
         if m <= 0 or idx.size == 0:
             return idx[:0]
-        # unpinned: least recently used first; pinned (the block's set does not fit): most recently used first,
-        # since passes sweep the layers in order, the expert used last is the one needed furthest ahead
-        last = self.last_use[idx]
-        key = np.where(self.pin_gen[idx] == self.gen, 2 * _PINNED_KEY - last, last)
+        n = float(self.layer_ids.size)
+        owner = self.owner[idx]
+        live = owner >= 0
+        ahead = np.mod(self.sweep_pos[np.where(live, owner, 0) // self.n_experts] - at, n)  # in (0, n)
+        last = self.last_use[idx].astype(np.float64)
+        key = (n - ahead) + 0.4 * (last - last.min()) / (last.max() - last.min() + 1.0)  # LRU within a layer
+        if self.dense:
+            tier = live.astype(np.float64)
+        else:
+            pinned = self.pin_gen[idx] == self.gen
+            tier = np.where(live, np.where(pinned, 2.0, 1.0), 0.0)
+            age = np.where(pinned, 0, np.clip(self.gen - self.use_gen[idx], 0, 10**9)).astype(np.float64)
+            key -= age * (n + 1.0)
+        key += tier * 1e13
         if m < idx.size:
             part = np.argpartition(key, m - 1)[:m]
         else:
@@ -282,6 +317,7 @@ class ExpertCache:
         self._table_stale = True
         self.owner[slots] = layer * self.n_experts + experts
         self.last_use[slots] = self.tick
+        self.use_gen[slots] = self.gen
         if event is not None:
             for s in slots.tolist():
                 self.ready[s] = event
@@ -302,6 +338,24 @@ class ExpertCache:
         self._table_stale = True
         self.owner[slots] = layer * self.n_experts + experts
 
+    def warm(self) -> int:
+        """Fill an empty cache from the host slabs at load, layer by layer in sweep order until the slots run out;
+        returns how many. Why: an empty cache makes the first prompt's first prefill chunk copy every expert
+        (10,240 demand copies at 35B, ≈ 0.33 s at 50 GB/s); warm, that chunk copies only what does not fit, as a
+        later chunk does, and a prompt shorter than a block starts its first preview warm. Not counted as misses
+        or PCIe bytes of any pass (it is part of loading)."""
+        if self.host is None or (self.owner >= 0).any():
+            return 0
+        put = 0
+        for layer in self.layer_ids.tolist():
+            k = min(self.n_experts, self.n_slots - put)
+            if k <= 0:
+                break
+            self.install(layer, np.arange(k, dtype=np.int64), np.arange(put, put + k, dtype=np.int64),
+                         self.host.buffers[layer][:k])
+            put += k
+        return put
+
     def acquire(self, layer: int, experts: np.ndarray, rows: np.ndarray) -> Acquired:
         """Make `experts` (sorted, unique, at most n_slots of them) usable by this layer call: hits are touched,
         misses copied (or left to the CPU, slot -1); all their slots are locked and pinned to the block."""
@@ -317,6 +371,7 @@ class ExpertCache:
         self.prefetched[hit_slots] = False
         self.locked[hit_slots] = True
         self.last_use[hit_slots] = self.tick
+        self.use_gen[hit_slots] = self.gen
         self.pin_gen[hit_slots] = self.gen
         waiting = hit_slots[self.pending[hit_slots]]
         events = [self.ready.pop(s) for s in waiting.tolist()]
@@ -334,7 +389,7 @@ class ExpertCache:
             to_copy = order[~on_cpu]
             c.cpu_runs += int(on_cpu.sum())
             if to_copy.size:
-                victims = self._victims(to_copy.size, allow_pinned=True)
+                victims = self._victims(to_copy.size, allow_pinned=True, at=self.sweep_pos[layer] + 0.5)
                 if victims.size < to_copy.size:
                     raise RuntimeError("expert cache: more experts in one call than free slots")  # callers split
                 events.append(self._load(layer, experts[to_copy], victims))
@@ -348,14 +403,18 @@ class ExpertCache:
         return Acquired(experts, slots, events)
 
     def prefetch(self, layer: int, experts: np.ndarray) -> int:
-        """Start copying `experts` (most likely first) of `layer` into free or unpinned, unlocked slots."""
+        """Start copying `experts` (most likely first) of `layer` into free or unpinned, unlocked slots. In a dense
+        pass every expert of the layer is taken as likely, whatever `experts` says (there may be no history yet:
+        the first prefill chunk)."""
+        if self.dense:
+            experts = np.arange(self.n_experts, dtype=np.int64)
         if self.host is None or layer not in self.counters or experts.size == 0:
             return 0
         absent = experts[self.slot_of[layer, experts] < 0]
         if absent.size == 0:
             return 0
         self.tick += 1
-        victims = self._victims(absent.size, allow_pinned=False)
+        victims = self._victims(absent.size, allow_pinned=False, at=self.sweep_pos[layer] - 0.5)
         if victims.size == 0:
             return 0
         absent = absent[: victims.size]

@@ -4,7 +4,8 @@
 - BF16/FP32 tensors → ordinary parameters in the compute dtype; the embedding table → host RAM (`HostEmbedding`);
 - routed experts → one slab per expert in (pinned) host memory, served through the device `ExpertCache` whose
   slot count comes from the placement plan (`--vram-budget`, default: free memory minus a margin); when every
-  expert fits, they are all installed on the device at load and no host copy is kept.
+  expert fits, they are all installed on the device at load and no host copy is kept; when not, the slots start
+  filled with the first layers' experts (`ExpertCache.warm`).
 Packs with act-order (non-sequential g_idx) are refused.
 """
 
@@ -178,6 +179,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             experts = np.arange(n_exp, dtype=np.int64)
             cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
         layer.mlp.experts = OffloadedExperts(runtime, i)
+    cache.warm()  # offloaded: the slots start with the first layers' experts, not empty
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     _install_kernels(model, device)
     model.has_preview_params = all(

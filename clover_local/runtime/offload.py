@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from clover_local.errors import CloverError, torch_out_of_memory
 from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
-from clover_local.runtime.expert_cache import ExpertCache, LayerCounters
+from clover_local.runtime.expert_cache import ExpertCache, LayerCounters, dense_rows
 from clover_local.runtime.kernels import moe_w4a16
 from clover_local.runtime.graphs import PassGraphs
 from clover_local.runtime.optimistic import OptimisticPass
@@ -390,6 +390,8 @@ class Runtime:
             kind = "prefill"
         before = self._totals()
         self._layer_events = []
+        dense = kind == "prefill" and dense_rows(rows, self.config.num_experts_per_tok, self.config.num_experts)
+        self.cache.begin_pass(dense)
         state = PassState(kind, optimistic=allow_optimistic and self._may_run_optimistically(kind))
         t0 = time.perf_counter()
         if state.optimistic:
@@ -512,9 +514,7 @@ class Runtime:
         pos = self.layers.index(layer)
         if pos + 1 < len(self.layers):
             nxt = self.layers[pos + 1]
-            predicted = self.history.get(nxt)
-            if predicted is not None:
-                self.cache.prefetch(nxt, predicted)
+            self.cache.prefetch(nxt, self.history.get(nxt, np.zeros(0, dtype=np.int64)))
 
     def _resolve_layer_events(self) -> None:
         for counters, a, b in self._layer_events:

@@ -1,0 +1,232 @@
+"""The expert cache's policy at the real model's counts, without the model: `python -m
+clover_local.runtime.cache_sim`.
+
+Why: a cache policy is judged by its copies at 40 layers × 256 experts and ≈ 8,900 slots, which no CPU test can
+load; the copies depend only on the routing and on the calls the runtime makes, not on the weights. This drives
+the real `ExpertCache` with slabs of a few hundred bytes and a routing trace (uniform, the bench's worst case,
+or Zipf-skewed per layer), making the calls `Runtime` makes: a prefill chunk is a syncing pass (per layer
+`acquire`, then `prefetch` of the next layer's last experts, `release`); a block's previews and its commit are
+graph replays (`missing` → `repair` → `commit_uses`, the commit with `last_of_block`), as on a GPU once the
+graph exists (the very first preview is a syncing pass: no graph yet; `--no-cuda-graphs`: every first pass,
+and a later one that missed is rerun syncing). It counts copies (demand and prefetch) per phase and turns them
+into PCIe bytes at the real slab size and milliseconds at 50 GB/s (targets.md's measured pinned rate): a
+derived figure, not a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from clover_local.runtime.expert_cache import ExpertCache, dense_rows
+from clover_local.runtime.expert_store import HostExpertStore
+from clover_local.runtime.slab import SlabLayout
+
+PCIE_BPS = 50e9
+REAL_SLAB = SlabLayout(hidden=2048, inter=512, bits=4, groups_gu=16, groups_down=4).nbytes  # 35B, group 128
+TINY_SLAB = SlabLayout(hidden=32, inter=16, bits=4, groups_gu=1, groups_down=1)
+
+
+@dataclass
+class SimConfig:
+    layers: int = 40
+    experts: int = 256
+    top_k: int = 8
+    slots: int = 8860  # the 16 GiB plan's slot count on the H200 runs (BENCHMARKS.md)
+    prefix: int = 4096
+    chunk: int = 512
+    block: int = 32
+    blocks: int = 6
+    passes: int = 11  # per block: ≈ 32 tokens at 3 per pass
+    drift: float = 0.03  # share of a block's rows whose routing changes from one of its passes to the next
+    routing: str = "uniform"  # or "zipf"
+    zipf: float = 1.0  # exponent of the per-layer popularity for routing "zipf"
+    seed: int = 0
+    warm: bool = True  # the slots start filled at load (`ExpertCache.warm`), as the runtime's do
+    graphs: bool = True  # False: as `--no-cuda-graphs` runs (every block's first pass syncing, no repairs)
+
+
+@dataclass
+class Phase:
+    passes: int = 0
+    demand: int = 0  # copies a pass waited for (acquire's misses, repair's loads)
+    prefetched: int = 0
+    wasted: int = 0  # prefetched, evicted unused
+
+    @property
+    def copies(self) -> int:
+        return self.demand + self.prefetched
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    phases: dict[str, Phase] = field(default_factory=dict)
+    first_pass_each: list[int] = field(default_factory=list)  # copies of each block's first pass
+
+    def to_dict(self) -> dict:
+        out = {"config": asdict(self.config), "slab_bytes": REAL_SLAB, "pcie_gbps_assumed": PCIE_BPS / 1e9}
+        for name, ph in self.phases.items():
+            per = ph.copies / max(ph.passes, 1)
+            out[name] = dict(asdict(ph), copies=ph.copies, copies_per_pass=round(per, 1),
+                             pcie_bytes_per_pass=int(per * REAL_SLAB),
+                             pcie_ms_per_pass=round(1e3 * per * REAL_SLAB / PCIE_BPS, 2))
+        out["first_pass_each"] = self.first_pass_each
+        return out
+
+
+class _Router:
+    """Top-k routing of a pass's rows per layer: distinct experts per row, drawn by per-layer popularity."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        if cfg.routing == "uniform":
+            self.p = None
+        elif cfg.routing == "zipf":
+            ranks = np.arange(1, cfg.experts + 1, dtype=np.float64) ** -cfg.zipf
+            self.p = np.stack([self.rng.permutation(ranks / ranks.sum()) for _ in range(cfg.layers)])
+        else:
+            raise ValueError(f"routing must be uniform or zipf, got {cfg.routing!r}")
+
+    def rows(self, n: int) -> np.ndarray:
+        """[layers, n, top_k] expert ids."""
+        c = self.cfg
+        # Gumbel top-k: k distinct experts per row, each drawn by popularity, vectorised over rows and layers
+        logp = np.zeros((c.layers, 1, c.experts)) if self.p is None else np.log(self.p)[:, None, :]
+        g = logp - np.log(-np.log(self.rng.random((c.layers, n, c.experts))))
+        return np.argpartition(-g, c.top_k - 1, axis=2)[:, :, : c.top_k]
+
+    def counts(self, routes: np.ndarray) -> np.ndarray:
+        """[layers, experts] routed rows per expert."""
+        c = self.cfg
+        flat = routes.reshape(c.layers, -1) + np.arange(c.layers)[:, None] * c.experts
+        return np.bincount(flat.reshape(-1), minlength=c.layers * c.experts).reshape(c.layers, c.experts)
+
+
+def _cache(cfg: SimConfig) -> ExpertCache:
+    layers = list(range(cfg.layers))
+    host = HostExpertStore(TINY_SLAB, layers, cfg.experts, pin=False)
+    return ExpertCache(TINY_SLAB, cfg.slots, layers, cfg.experts, torch.device("cpu"), host)
+
+
+def _totals(ec: ExpertCache) -> np.ndarray:
+    keys = ("misses", "copied", "prefetched", "prefetch_wasted")
+    return np.array([sum(getattr(c, k) for c in ec.counters.values()) for k in keys])
+
+
+def _book(phase: Phase, before: np.ndarray, after: np.ndarray) -> int:
+    d = after - before
+    phase.passes += 1
+    phase.demand += int(d[1])
+    phase.prefetched += int(d[2])
+    phase.wasted += int(d[3])
+    return int(d[1] + d[2])
+
+
+def _syncing_pass(ec: ExpertCache, counts: np.ndarray, history: dict[int, np.ndarray]) -> None:
+    """Runtime._run_group per layer: acquire, prefetch the next layer's last experts, release."""
+    n_layers = counts.shape[0]
+    for layer in range(n_layers):
+        experts = np.flatnonzero(counts[layer])
+        if experts.size > ec.n_slots:
+            raise ValueError("one layer call needs more experts than there are slots")
+        ec.acquire(layer, experts, counts[layer, experts])
+        if layer + 1 < n_layers:
+            ec.prefetch(layer + 1, history.get(layer + 1, np.zeros(0, dtype=np.int64)))
+        ec.release()
+        history[layer] = experts[np.argsort(-counts[layer, experts], kind="stable")]
+
+
+def _optimistic_pass(ec: ExpertCache, counts: np.ndarray, commit: bool, repair: bool) -> None:
+    """A pass on resident slots (a graph replay when `repair`): what it lacked is loaded by `repair`, else (or
+    when that does not fit) it reruns as a syncing pass; then booked by `commit_uses`."""
+    if ec.missing(counts):
+        if not repair or ec.repair(counts, last_of_block=commit) is None:
+            _syncing_pass(ec, counts, {})
+            return
+    ec.commit_uses(counts)
+
+
+def simulate(cfg: SimConfig) -> SimResult:
+    if cfg.slots < cfg.experts or cfg.slots > cfg.layers * cfg.experts:
+        raise ValueError(f"slots must be between {cfg.experts} and {cfg.layers * cfg.experts}")
+    ec, router, res = _cache(cfg), _Router(cfg), SimResult(cfg)
+    if cfg.warm:
+        ec.warm()  # as `runtime.load` does
+    history: dict[int, np.ndarray] = {}
+    for name in ("prefill_first_chunk", "prefill_later_chunks", "block_first_pass", "block_later_passes",
+                 "commit"):
+        res.phases[name] = Phase()
+    for start in range(0, cfg.prefix, cfg.chunk):
+        rows = min(cfg.chunk, cfg.prefix - start)
+        counts = router.counts(router.rows(rows))
+        before = _totals(ec)
+        ec.end_block()
+        ec.begin_pass(dense_rows(rows, cfg.top_k, cfg.experts))
+        _syncing_pass(ec, counts, history)
+        ec.end_pass()
+        ec.end_block()
+        _book(res.phases["prefill_first_chunk" if start == 0 else "prefill_later_chunks"], before, _totals(ec))
+    for b in range(cfg.blocks):
+        routes = router.rows(cfg.block)
+        for p in range(cfg.passes + 1):  # the block's previews, then its commit
+            if p:  # a few rows route differently from one pass to the next (revealed tokens)
+                change = router.rng.random(cfg.block) < cfg.drift
+                routes[:, change] = router.rows(int(change.sum()))
+            commit = p == cfg.passes
+            before = _totals(ec)
+            ec.begin_pass(False)
+            if p == 0 and (b == 0 or not cfg.graphs):  # no graph (yet): a block's first pass is syncing
+                _syncing_pass(ec, router.counts(routes), history)
+            else:
+                _optimistic_pass(ec, router.counts(routes), commit, repair=cfg.graphs)
+            ec.end_pass()
+            n = _book(res.phases["commit" if commit else "block_first_pass" if p == 0 else "block_later_passes"],
+                      before, _totals(ec))
+            if p == 0:
+                res.first_pass_each.append(n)
+        ec.end_block()
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = SimConfig()
+    ap = argparse.ArgumentParser(prog="python -m clover_local.runtime.cache_sim", description=__doc__.split("\n\n")[0])
+    for f in ("slots", "prefix", "chunk", "block", "blocks", "passes", "layers", "experts", "top_k", "seed"):
+        ap.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(d, f))
+    ap.add_argument("--drift", type=float, default=d.drift)
+    ap.add_argument("--routing", choices=("uniform", "zipf"), default=d.routing)
+    ap.add_argument("--zipf", type=float, default=d.zipf)
+    ap.add_argument("--cold", dest="warm", action="store_false", help="start with empty slots (no warm fill)")
+    ap.add_argument("--no-cuda-graphs", dest="graphs", action="store_false",
+                    help="as an eager runtime: every block's first pass syncing, a pass that missed rerun")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    a = ap.parse_args(argv)
+    cfg = SimConfig(**{k: getattr(a, k) for k in asdict(d)})
+    try:
+        out = simulate(cfg).to_dict()
+    except ValueError as e:
+        print(f"cache_sim: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{cfg.layers} layers × {cfg.experts} experts, top-{cfg.top_k}, {cfg.slots} slots, {cfg.routing} routing; "
+          f"copies at {REAL_SLAB / 2**20:.2f} MiB per slab, PCIe at {PCIE_BPS / 1e9:.0f} GB/s (derived)")
+    for name, ph in out.items():
+        if isinstance(ph, dict) and "copies" in ph:
+            print(f"  {name:22s} {ph['passes']:4d} passes  {ph['copies_per_pass']:8.1f} copies/pass "
+                  f"({ph['demand']} demand, {ph['prefetched']} prefetched, {ph['wasted']} wasted)  "
+                  f"{ph['pcie_ms_per_pass']:7.2f} ms/pass")
+    print(f"  first pass of each block: {out['first_pass_each']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""The expert cache's eviction order, warm start and dense-pass prefetch, on caches built call by call and at the
+real model's counts (40 layers × 256 experts, 8,860 slots) through `runtime/cache_sim.py`, which drives the
+real `ExpertCache` with tiny slabs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from clover_local.runtime import cache_sim
+from clover_local.runtime.cache_sim import SimConfig, simulate
+from clover_local.runtime.expert_cache import dense_rows
+
+
+def e(*x: int) -> np.ndarray:
+    return np.array(x, dtype=np.int64)
+
+
+def small_cache(slots: int, layers: int = 4, experts: int = 8):
+    return cache_sim._cache(SimConfig(layers=layers, experts=experts, slots=slots))
+
+
+def fill(ec, layers: range, experts: np.ndarray) -> None:
+    for layer in layers:
+        ec.acquire(layer, experts, np.ones(experts.size, dtype=np.int64))
+        ec.release()
+
+
+def test_evicts_the_layer_needed_last_in_the_sweep():
+    """Block b used experts 0–2 of layers 0–3. Block b+1 at layer 1 needs a fourth expert: its layer-0 experts are
+    pinned again, so an unpinned one goes — layer 3's (needed after layer 2), not layer 2's, which
+    least-recently-used would pick (layer 2 was used before layer 3 in block b) and need right away."""
+    ec = small_cache(12)
+    fill(ec, range(4), e(0, 1, 2))
+    ec.end_block()
+    fill(ec, range(1), e(0, 1, 2))
+    acq = ec.acquire(1, e(0, 1, 2, 3), np.ones(4, dtype=np.int64))
+    ec.release()
+    assert (acq.slots >= 0).all()
+    assert (ec.slot_of[2, [0, 1, 2]] >= 0).all() and (ec.slot_of[0, [0, 1, 2]] >= 0).all()
+    assert (ec.slot_of[3, [0, 1, 2]] < 0).sum() == 1
+
+
+def test_older_blocks_go_before_the_last_one():
+    ec = small_cache(12)
+    fill(ec, range(2, 3), e(5, 6))  # block b−1: layer 2's experts 5, 6
+    ec.end_block()
+    fill(ec, range(4), e(0, 1))  # block b: layers 0–3, then 2 more of layer 3
+    fill(ec, range(3, 4), e(4, 5))
+    ec.end_block()
+    fill(ec, range(1), e(0, 1))
+    ec.acquire(1, e(0, 1, 2), np.ones(3, dtype=np.int64))  # a miss: the cache is full
+    ec.release()
+    assert (ec.slot_of[2, [5, 6]] < 0).sum() == 1  # block b−1's, though layer 2 comes up next
+    assert (ec.slot_of[3] >= 0).sum() == 4
+
+
+def test_dense_pass_ignores_pins_and_evicts_what_it_just_swept():
+    """A prefill chunk needs every expert again in the next chunk: at layer 1 the expert of layer 0 (swept,
+    needed last) goes, not layer 2's (unpinned, needed next). Outside a dense pass the pin protects layer 0."""
+    for dense, gone in ((True, 0), (False, 2)):
+        ec = small_cache(12)
+        fill(ec, range(3), e(0, 1, 2, 3))
+        ec.end_block()
+        ec.begin_pass(dense)
+        fill(ec, range(1), e(0, 1, 2, 3))
+        ec.acquire(1, e(0, 1, 2, 3, 4), np.ones(5, dtype=np.int64))
+        ec.release()
+        ec.end_pass()
+        assert not ec.dense
+        assert (ec.slot_of[gone, [0, 1, 2, 3]] < 0).sum() == 1
+        assert (ec.slot_of[2 - gone, [0, 1, 2, 3]] >= 0).all()
+
+
+def test_dense_pass_prefetches_the_whole_next_layer():
+    ec = small_cache(20)
+    assert ec.prefetch(1, e()) == 0  # no prediction, not dense: nothing
+    ec.begin_pass(True)
+    assert ec.prefetch(1, e()) == 8 and (ec.slot_of[1] >= 0).all()
+    assert ec.counters[1].prefetched == 8
+    ec.end_pass()
+
+
+def test_warm_fills_the_slots_in_sweep_order_once():
+    ec = small_cache(20)
+    assert ec.warm() == 20
+    assert (ec.slot_of[0] >= 0).all() and (ec.slot_of[1] >= 0).all() and (ec.slot_of[2, :4] >= 0).all()
+    assert (ec.slot_of[2, 4:] < 0).all() and (ec.slot_of[3] < 0).all()
+    assert ec.resident() == 20 and sum(c.bytes + c.misses for c in ec.counters.values()) == 0
+    for layer in range(2):  # the host slab's bytes, in the slot the table names
+        ec.host.buffers[layer].random_(0, 255)
+    ec2 = small_cache(20)
+    ec2.host = ec.host
+    ec2.warm()
+    assert ec2.buf[int(ec2.slot_of[1, 5])].equal(ec.host.slab(1, 5))
+    assert ec2.warm() == 0  # not empty any more
+
+
+def test_dense_rows_rule():
+    assert dense_rows(512, 8, 256) and dense_rows(128, 8, 256)
+    assert not dense_rows(32, 8, 256) and not dense_rows(127, 8, 256)
+
+
+@pytest.fixture(scope="module")
+def full_scale():
+    return simulate(SimConfig(blocks=4, passes=4)).to_dict()
+
+
+def test_prefill_copies_only_what_does_not_fit(full_scale):
+    """40 × 256 experts, 8,860 slots, uniform routing: every 512-row chunk needs all 10,240 experts, so at
+    least 1,380 copies a chunk; the sweep order reaches that bound, and the prefetch (the whole next layer in a
+    dense pass) makes them all copies no layer waits for. (Least-recently-used eviction: 1,736 a chunk, 10,360 of
+    the 12,152 waited for.) The first chunk too: the slots start warm."""
+    deficit = 40 * 256 - 8860
+    for phase in ("prefill_first_chunk", "prefill_later_chunks"):
+        ph = full_scale[phase]
+        assert ph["copies_per_pass"] == deficit, phase
+        assert ph["demand"] == 0 and ph["wasted"] == 0, phase
+
+
+def test_block_first_pass_copies_near_the_random_bound(full_scale):
+    """A block's first pass needs ≈ 6,480 experts drawn afresh; with the last block's set resident and the rest
+    of the slots spread over the others, ≈ 6,480 × 1,380 / 10,240 ≈ 873 of them are absent; the later blocks'
+    first passes (replays that `repair`) copy about that. The first block's is a syncing pass whose prefetch
+    predicts from the prefill's history (every expert of the next layer): it copies the 1,380 absent ones."""
+    expected = 6480 * (40 * 256 - 8860) / (40 * 256)
+    first = full_scale["first_pass_each"]
+    assert len(first) == 4 and first[0] == 40 * 256 - 8860
+    assert max(first[1:]) <= 1.15 * expected
+    assert full_scale["block_later_passes"]["copies_per_pass"] < 0.1 * expected
+
+
+def test_cache_sim_cli(capsys):
+    assert cache_sim.main(["--slots", "300", "--layers", "8", "--experts", "64", "--prefix", "1024", "--blocks",
+                           "2", "--passes", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["slots"] == 300 and out["prefill_later_chunks"]["passes"] == 1
+    assert out["prefill_later_chunks"]["pcie_bytes_per_pass"] == int(
+        out["prefill_later_chunks"]["copies_per_pass"] * cache_sim.REAL_SLAB)
+    assert cache_sim.main(["--slots", "10", "--experts", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "slots must be between" in err
