@@ -120,6 +120,11 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     assert len(commits) == 2 and all(c["ms"] > 0 and not c["graphed"] and c["misses"] == 0 for c in commits)
     assert r["commits"]["enabled"] is False and r["next_block"]["commit_ms"] == commits[1]["ms"]
     assert (tmp_path / "cache" / "synthetic" / "small-v1" / ".complete").is_file()
+    pf = r["prefill"]  # the prefix's prefill, timed and split (no warm-up on a CPU: nothing compiles)
+    assert pf["chunks"] == 1 and pf["warmup_ms"] is None and pf["tokens_per_s"] > 0
+    assert pf["cache"] == {"misses": 0, "copied": 0, "prefetched": 0, "prefetch_wasted": 0, "bytes_h2d": 0}
+    assert {"routed experts", "GDN core", "attention core"} <= {c["component"] for c in pf["components"]}
+    assert 0 < sum(c["ms"] for c in pf["components"]) <= r["prefill_ms"]
 
     # a budget that holds 24 of the 64 experts: offloaded, and the block's later passes still hit
     from clover_local.runtime.synthetic_pack import synthetic_index
@@ -131,6 +136,9 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["slots"] == 24 and r["memory"]["host_experts"] == 64 * base.slab_bytes
     assert r["misses_first_pass"] > 0 and r["pcie_bytes"] > 0
+    c = r["prefill"]["cache"]  # the slots start warm (24 experts): the prefill copies only what it lacks
+    assert c["bytes_h2d"] == (c["copied"] + c["prefetched"]) * base.slab_bytes and c["misses"] == c["copied"]
+    assert c["copied"] + c["prefetched"] <= 64
     assert abs(r["memory"]["plan_error"]) < 0.05
 
 

@@ -83,6 +83,14 @@ def _print(r: dict) -> None:
         c.print(f"kernel tiles: tuned for this GPU ({kt['entries']} calls, {kt['table']})" if kt["entries"] else
                 "kernel tiles: the defaults" + ("" if not kt["enabled"] else
                                                 " (`clover-local tune` picks them for this GPU, once)"))
+    pf = r.get("prefill")
+    if pf is not None:
+        top = ", ".join(f"{x['component']} {x['ms']:.0f}" for x in pf["components"][:3])
+        c.print(f"prefill: {r['prefix']} tokens in {r['prefill_ms']:.0f} ms ({pf['tokens_per_s']:.0f} tok/s, "
+                f"{pf['chunks']} chunks" + ("" if pf["warmup_ms"] is None else
+                                             f"; a {pf['warmup_tokens']}-token warm-up first: {pf['warmup_ms']:.0f} ms")
+                + f"); experts copied {pf['cache']['copied']} waited for, {pf['cache']['prefetched']} prefetched "
+                f"({fmt_bytes(pf['cache']['bytes_h2d'])}); largest parts (ms): {top}")
     c.print(f"ms per pass: {r['ms_per_pass']:.2f} steady, {r['ms_per_pass_first']:.2f} first; "
             f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass ({r['tokens_per_pass_source']})")
     c.print(f"hit rate {r['hit_rate']} (first pass {r['hit_rate_first_pass']}, {r['misses_first_pass']} misses); "

@@ -8,7 +8,9 @@ projection follows: Σ over calls of max(measured, bytes / 896 GB/s) + PCIe byte
 
 `optimistic` (default on, as in the runtime) lets later passes of the block run without per-layer host syncs
 (`runtime/optimistic.py`), and on CUDA as one graph replay per pass (`runtime/graphs.py`); `--no-optimistic` and
-`--no-cuda-graphs` time the slower paths. The profiled pass takes the syncing path (it reads per-layer counters,
+`--no-cuda-graphs` time the slower paths. The prefix's prefill is timed too (`prefill`: tokens/s, the expert
+copies it waited for and those it prefetched, its components; on CUDA after a two-chunk warm-up that compiles the
+prefill shapes' kernels, so `prefill_ms` is what a later prompt costs; the hooks add a little host time). The profiled pass takes the syncing path (it reads per-layer counters,
 the bytes of each part); on CUDA a graph-profiled pass (`_graph_profiled_pass`) adds each part's GPU time, since
 eager times at these sizes are mostly host launch cost. `--routing uniform` gives synthetic packs a real
 block's expert load (`UniformRouting`).
@@ -280,17 +282,44 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         return ids.to(device)
 
     held = PromptCache()
+    bw, bw_source = device_bandwidth(device)
     with torch.inference_mode():
-        cache = model.new_cache()
-        prefill_ms = 0.0
-        if prefix:
-            on_step(f"prefill of {prefix} tokens")
+        prefill_ms, warmup_ms, warmup_tokens, prefill = 0.0, None, 0, None
+        if prefix and device.type == "cuda":
+            # the prefill shapes' first launches compile their Triton kernels (seconds, once per machine: Triton
+            # keeps them on disk): a warm-up of two chunks on a cache of its own keeps that out of prefill_ms
+            warmup_tokens = min(prefix, 2 * rt.prefill_chunk)
+            on_step(f"prefill warm-up ({warmup_tokens} tokens: kernel compiles)")
             _sync(device)
             t = time.perf_counter()
-            ids = rand_ids(prefix)
-            last = model(ids, cache, rows=slice(-1, None))
+            model(rand_ids(warmup_tokens), model.new_cache(), rows=slice(-1, None))
             _sync(device)
+            warmup_ms = 1e3 * (time.perf_counter() - t)
+        cache = model.new_cache()
+        if prefix:
+            on_step(f"prefill of {prefix} tokens")
+            ids = rand_ids(prefix)
+            before = rt.stats()
+            prof = ComponentProfiler(model, rt, device, prefix // 2)  # the keys a chunk reads, on average
+            _sync(device)
+            t = time.perf_counter()
+            try:
+                last = model(ids, cache, rows=slice(-1, None))
+                _sync(device)
+            finally:
+                prof.close()
             prefill_ms = 1e3 * (time.perf_counter() - t)
+            after = rt.stats()
+            prefill = {
+                "chunks": -(-prefix // rt.prefill_chunk),
+                "tokens_per_s": round(prefix * 1e3 / prefill_ms, 1),
+                "warmup_ms": None if warmup_ms is None else round(warmup_ms, 3),
+                "warmup_tokens": warmup_tokens,
+                # demand copies (waited for) and prefetches (behind the layer before)
+                "cache": {k: after[k] - before[k] for k in ("misses", "copied", "prefetched", "prefetch_wasted",
+                                                            "bytes_h2d")},
+                "components": prof.components(bw)[0],
+            }
             # hold what chat holds between turns: a snapshot of the states after the prompt (the plan counts it)
             held.save(model, cache, ids[0].tolist(), last[0, -1])
         block = torch.full((1, bs), mask, dtype=torch.long, device=device)
@@ -326,7 +355,6 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         graph_own, graph_note = _graph_profiled_pass(model, rt, block, cache, device, prefix + bs, on_step)
         on_step("profiled pass")
         prof = ComponentProfiler(model, rt, device, prefix + bs)
-        bw, bw_source = device_bandwidth(device)
         rt.optimistic = False  # the profiler's expert bytes come from per-layer counters: the syncing path
         try:
             model(block, cache, preview=True)
@@ -397,6 +425,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "passes": passes,
         "load_s": round(load_s, 3),
         "prefill_ms": round(prefill_ms, 3),
+        "prefill": prefill,
         "ms_per_pass": round(steady_ms, 3),
         "ms_per_pass_first": round(first.ms, 3),
         "ms_per_pass_each": [round(r.ms, 3) for r in recs],
