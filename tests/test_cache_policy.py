@@ -83,6 +83,19 @@ def test_dense_pass_prefetches_the_whole_next_layer():
     ec.end_pass()
 
 
+def test_prefetch_never_trades_a_layer_expert_for_another():
+    """A tight cache in a dense pass: layer 0's call holds 4 slots, the other 2 hold layer 1's experts; the
+    prefetch of layer 1 finds no room that is not layer 1's own, so it copies nothing (no churn)."""
+    ec = small_cache(6, layers=2)
+    fill(ec, range(1, 2), e(0, 1))
+    ec.begin_pass(True)
+    ec.acquire(0, e(0, 1, 2, 3), np.ones(4, dtype=np.int64))  # locked while it runs
+    assert ec.prefetch(1, e()) == 0
+    assert (ec.slot_of[1, [0, 1]] >= 0).all() and ec.counters[1].prefetched == 0
+    ec.release()
+    ec.end_pass()
+
+
 def test_warm_fills_the_slots_in_sweep_order_once():
     ec = small_cache(20)
     assert ec.warm() == 20

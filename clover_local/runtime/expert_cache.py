@@ -415,6 +415,7 @@ class ExpertCache:
             return 0
         self.tick += 1
         victims = self._victims(absent.size, allow_pinned=False, at=self.sweep_pos[layer] - 0.5)
+        victims = victims[self.owner[victims] // self.n_experts != layer]  # never one of the layer's for another
         if victims.size == 0:
             return 0
         absent = absent[: victims.size]
