@@ -94,6 +94,9 @@ def test_plan_synthetic_real_shapes(capsys):
     assert 0.6 < p.resident_fraction < 0.95
     assert p.block_set == pytest.approx(40 * 163.3, rel=1e-3)
     assert p.host_expert_bytes == 10_240 * 1_634_304
+    # a 512-row prefill chunk needs ≈ every expert: it copies those beyond the slots (cache_sim's bound)
+    assert p.prefill_chunk == 512
+    assert p.pcie_prefill_chunk == pytest.approx((10_240 - p.slots) * 1_634_304, rel=1e-3)
     small = make_plan(info, 2 * GIB, 32 * GIB, 32768)
     assert not small.fits and "--vram" in small.refusal
     assert run_cli(["plan", "synthetic:small", "--vram", "1GB", "--ram", "8GB", "--json"]) == 0

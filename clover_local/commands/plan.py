@@ -105,6 +105,10 @@ def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:
         f"({1e3 * p.pcie_first_pass / pcie_bps:.1f} ms at 50 GB/s); later passes of the block "
         f"≈{fmt_bytes(p.pcie_later_pass)} ({1e3 * p.pcie_later_pass / pcie_bps:.1f} ms) — the block's experts stay "
         "pinned until it commits.")
+    if p.pcie_prefill_chunk:
+        console.print(
+            f"Prefill: a {p.prefill_chunk}-row chunk copies ≈{fmt_bytes(p.pcie_prefill_chunk)} "
+            f"({1e3 * p.pcie_prefill_chunk / pcie_bps:.1f} ms at 50 GB/s), prefetched while the layer before runs.")
     for w in p.warnings:
         console.print(f"[yellow]note:[/yellow] {w}")
     if p.fits:

@@ -86,6 +86,8 @@ class Plan:
     device_read_per_pass: int = 0
     pcie_first_pass: float = 0.0
     pcie_later_pass: float = 0.0
+    prefill_chunk: int = 0
+    pcie_prefill_chunk: float = 0.0  # what a prefill chunk's sweep copies: the experts it needs beyond the slots
     fits: bool = True
     refusal: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -114,7 +116,8 @@ class Plan:
                  resident_fraction=round(self.resident_fraction, 4),
                  roofline_ms_5070ti=round(1e3 * self.device_read_per_pass / TARGET_BPS, 3),
                  pcie_ms_first_pass=round(1e3 * self.pcie_first_pass / PCIE_BPS, 3),
-                 pcie_ms_later_pass=round(1e3 * self.pcie_later_pass / PCIE_BPS, 3))
+                 pcie_ms_later_pass=round(1e3 * self.pcie_later_pass / PCIE_BPS, 3),
+                 pcie_ms_prefill_chunk=round(1e3 * self.pcie_prefill_chunk / PCIE_BPS, 3))
         return d
 
 
@@ -224,6 +227,11 @@ def make_plan(
     else:
         plan.pcie_first_pass = plan.block_set * (1 - plan.resident_fraction) * plan.slab_bytes
         plan.pcie_later_pass = max(0.0, plan.block_set - plan.slots) * plan.slab_bytes
+        # a chunk needs ≈ every expert; the cache's sweep-order eviction copies only those beyond the slots
+        # (runtime/cache_sim.py reaches this bound at 35B)
+        plan.prefill_chunk = min(prefill_chunk, context)
+        chunk_set = expected_distinct(e, k, plan.prefill_chunk) * n_layers
+        plan.pcie_prefill_chunk = max(0.0, chunk_set - plan.slots) * plan.slab_bytes
         if plan.slots < plan.block_set:
             plan.warnings.append(
                 f"the {plan.slots} slots cannot hold a block's ≈{plan.block_set:.0f} experts: every pass will "
