@@ -6,6 +6,7 @@
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   model/gpu_check.json         offloaded vs all-resident logits, counters, peak memory, optimistic vs syncing
 #   bench_uniform.json           the same with `--routing uniform` (a real block's expert load)
+#   bench_uniform_reveal.json    ... with `--routing uniform-reveal` (revealed rows rerouted: later passes miss)
 #   bench_uniform_unfused.json   ... with CLOVER_DISABLE_FUSED=1 (the model's PyTorch GDN preview, attention,
 #                                norms, router: the before of the fused kernels' after)
 #   bench_uniform_unpacked.json  ... with CLOVER_W4A16_FORM=unpacked (the W4A16 tiles' old form: the before of
@@ -21,7 +22,7 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep tune tuned, in the
+# (STAGES from: kernels model bench uniform reveal unfused unpacked unfolded eager sweep moesweep tune tuned, in the
 # order given;
 # default kernels,bench,model,sweep)
 set -u
@@ -62,6 +63,7 @@ for s in ${STAGES//,/ }; do
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1" ;;
     bench) stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'" ;;
     uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
+    reveal) stage reveal 150 bash -c "$B --routing uniform-reveal >'$OUT/bench_uniform_reveal.json' 2>>'$log'" ;;
     unfused) stage unfused 150 bash -c "CLOVER_DISABLE_FUSED=1 $B --routing uniform \
       >'$OUT/bench_uniform_unfused.json' 2>>'$log'" ;;
     unpacked) stage unpacked 150 bash -c "CLOVER_W4A16_FORM=unpacked $B --routing uniform \
@@ -79,7 +81,7 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model bench uniform unfused unpacked unfolded eager sweep moesweep tune \
+    *) echo "== unknown stage $s (known: kernels model bench uniform reveal unfused unpacked unfolded eager sweep moesweep tune \
 tuned)" | tee -a "$log" ;;
   esac
 done

@@ -59,7 +59,8 @@ def bench_lines(b: dict) -> list[str]:
     steady = statistics.median(each[2:]) if len(each) > 2 else None
     out = [f"  routing {b.get('routing')}, steady pass {_fmt(round(steady, 3)) if steady else '?'} ms "
            f"(passes {', '.join(_fmt(round(x, 2)) for x in each)}), first {_fmt(b.get('ms_per_pass_first'))} ms, "
-           f"{_fmt(b.get('tokens_per_s'))} tok/s at {_fmt(b.get('tokens_per_pass'))} tokens/pass"]
+           f"{_fmt(b.get('tokens_per_s'))} tok/s at {_fmt(b.get('tokens_per_pass'))} tokens/pass, misses/repairs "
+           f"per steady pass {_fmt(b.get('misses_per_steady_pass'))}/{_fmt(b.get('repairs_per_steady_pass'))}"]
     if isinstance(b.get("kernel_tuning"), dict):
         out.append(f"  kernel tuning: {b['kernel_tuning']}")
     g = b.get("graphs") or {}

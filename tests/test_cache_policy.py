@@ -145,6 +145,16 @@ def test_block_first_pass_copies_near_the_random_bound(full_scale):
     assert full_scale["block_later_passes"]["copies_per_pass"] < 0.1 * expected
 
 
+def test_a_block_with_fixed_routing_loads_its_set_once():
+    """No rows rerouted between passes: every later pass and the commit find the whole block set resident (it
+    is pinned); with 3 rows rerouted a pass (the tokens revealed), nearly every later pass misses a few."""
+    fixed = simulate(SimConfig(blocks=2, passes=4, prefix=512, drift=0.0)).to_dict()
+    for phase in ("block_later_passes", "commit"):
+        assert fixed[phase]["copies"] == 0 and fixed[phase]["missed"] == 0, phase
+    moving = simulate(SimConfig(blocks=2, passes=4, prefix=512, drift=3 / 32)).to_dict()
+    assert moving["block_later_passes"]["missed"] >= 6  # of 8
+
+
 def test_cache_sim_cli(capsys):
     assert cache_sim.main(["--slots", "300", "--layers", "8", "--experts", "64", "--prefix", "1024", "--blocks",
                            "2", "--passes", "3", "--json"]) == 0

@@ -162,6 +162,20 @@ def test_bench_uniform_routing_and_graph_profile_pairing(tmp_path, monkeypatch):
     assert model_r["graph_profile"] == "no CUDA graphs here" and model_r["projection_5070ti_graph_components"] is None
     with pytest.raises(CloverError, match="--routing"):
         bench.run_bench(folder, routing="random", **kw)
+    reveal = bench.run_bench(folder, routing="uniform-reveal", **kw)
+    assert reveal["routing"] == "uniform-reveal" and reveal["repairs_per_steady_pass"] == 0  # no graphs on CPU
+    assert reveal["synced_steady_passes"] == 0  # every expert resident: nothing to miss
+
+    # revealed rows get new experts, the others keep theirs, in the same tensors (a graph reads them)
+    model_u = bench.load_packed_model(folder, torch.device("cpu"), torch.float32, bench.RuntimeOptions(context=128))
+    routing = bench.UniformRouting(model_u, 32)
+    before = [i.clone() for i in routing.idx]
+    ptrs = [i.data_ptr() for i in routing.idx]
+    routing.redraw_rows(slice(3, 6), seed=7)
+    assert [i.data_ptr() for i in routing.idx] == ptrs
+    assert all(torch.equal(a[:3], b[:3]) and torch.equal(a[6:], b[6:]) for a, b in zip(routing.idx, before))
+    assert any(not torch.equal(a[3:6], b[3:6]) for a, b in zip(routing.idx, before))
+    routing.close()
 
     # pairing: the same calls' times as a "graph" profile give graph_ms equal to ms and the same projection
     from clover_local.runtime.load import RuntimeOptions, load_packed_model

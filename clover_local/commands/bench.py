@@ -31,9 +31,10 @@ def bench(
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="Replay a block's optimistic passes as one CUDA graph (GPU only); "
                                           "--no-cuda-graphs to compare with eager launches."),
-    routing: str = typer.Option("model", "--routing", help="model | uniform: uniform sends each block row to "
-                                "random experts (synthetic packs route to a few experts only; uniform gives a "
-                                "real block's expert load)."),
+    routing: str = typer.Option("model", "--routing", help="model | uniform | uniform-reveal: uniform sends "
+                                "each block row to random experts (synthetic packs route to a few experts only; "
+                                "uniform gives a real block's expert load); uniform-reveal also reroutes the 3 "
+                                "rows revealed after each pass, as a real decode does."),
     device: str = typer.Option("auto", "--device", help="cpu or cuda (auto: GPU if present)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:

@@ -13,7 +13,8 @@ copies it waited for and those it prefetched, its components; on CUDA after a tw
 prefill shapes' kernels, so `prefill_ms` is what a later prompt costs; the hooks add a little host time). The profiled pass takes the syncing path (it reads per-layer counters,
 the bytes of each part); on CUDA a graph-profiled pass (`_graph_profiled_pass`) adds each part's GPU time, since
 eager times at these sizes are mostly host launch cost. `--routing uniform` gives synthetic packs a real
-block's expert load (`UniformRouting`).
+block's expert load (`UniformRouting`); `uniform-reveal` also gives the 3 rows revealed after each pass new
+experts, as a real decode does (the later passes then miss a few experts each: `repairs_per_steady_pass`).
 """
 
 from __future__ import annotations
@@ -220,6 +221,13 @@ class UniformRouting:
             self.idx.append(idx)
         self.redraw(seed)
 
+    def redraw_rows(self, rows: slice, seed: int) -> None:
+        """New experts for some rows only (tokens just revealed: their routing changes, the rest stays)."""
+        g = torch.Generator().manual_seed(seed)
+        for moe, idx in zip(self.patched, self.idx):
+            n = len(range(*rows.indices(idx.shape[0])))
+            idx[rows] = torch.rand(n, moe.gate.out_features, generator=g).topk(moe.top_k, -1).indices.to(idx.device)
+
     def redraw(self, seed: int) -> None:
         """New experts for a new block, written into the same tensors: a CUDA graph of the preview reads them."""
         g = torch.Generator().manual_seed(seed)
@@ -245,7 +253,8 @@ class UniformRouting:
         self.patched = []
 
 
-ROUTINGS = ("model", "uniform")
+# uniform-reveal: uniform, and the rows revealed after each pass get new experts, as in a real decode
+ROUTINGS = ("model", "uniform", "uniform-reveal")
 
 
 def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | None, prefix: int, passes: int,
@@ -323,7 +332,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             # hold what chat holds between turns: a snapshot of the states after the prompt (the plan counts it)
             held.save(model, cache, ids[0].tolist(), last[0, -1])
         block = torch.full((1, bs), mask, dtype=torch.long, device=device)
-        rerouted = UniformRouting(model, bs) if routing == "uniform" else None
+        rerouted = UniformRouting(model, bs) if routing.startswith("uniform") else None
         rt.reset_stats()
 
         def denoise(block: Tensor, label: str) -> list:
@@ -336,6 +345,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                 model(block, cache, preview=True)
                 if revealed < bs - 3:
                     block[0, revealed : revealed + 3] = rand_ids(3)[0]
+                    if routing == "uniform-reveal":
+                        rerouted.redraw_rows(slice(revealed, revealed + 3), seed=1000 + len(rt.records))
                     revealed += 3
             return [r for r in list(rt.records)[n0:] if r.kind == "preview"]
 
@@ -438,6 +449,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "hit_rate_first_pass": round(first.hits / first.uses, 4) if first.uses else None,
         "misses_first_pass": first.misses,
         "misses_per_steady_pass": round(sum(r.misses for r in steady) / len(steady), 3),
+        "repairs_per_steady_pass": round(sum(r.repairs for r in steady) / len(steady), 3),
+        "synced_steady_passes": sum(1 for r in steady if r.synced),
         "distinct_experts_per_pass": round(distinct, 2),
         "pcie_bytes": pass_bytes,
         "pcie_gbps": round(pass_bytes / pass_seconds / 1e9, 3) if pass_seconds else 0.0,

@@ -57,6 +57,7 @@ class Phase:
     demand: int = 0  # copies a pass waited for (acquire's misses, repair's loads)
     prefetched: int = 0
     wasted: int = 0  # prefetched, evicted unused
+    missed: int = 0  # passes with a demand copy (a graph replay that missed: one more replay after its repair)
 
     @property
     def copies(self) -> int:
@@ -126,6 +127,7 @@ def _book(phase: Phase, before: np.ndarray, after: np.ndarray) -> int:
     phase.demand += int(d[1])
     phase.prefetched += int(d[2])
     phase.wasted += int(d[3])
+    phase.missed += int(d[1] > 0)
     return int(d[1] + d[2])
 
 
@@ -222,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, ph in out.items():
         if isinstance(ph, dict) and "copies" in ph:
             print(f"  {name:22s} {ph['passes']:4d} passes  {ph['copies_per_pass']:8.1f} copies/pass "
-                  f"({ph['demand']} demand, {ph['prefetched']} prefetched, {ph['wasted']} wasted)  "
+                  f"({ph['demand']} demand in {ph['missed']} passes, {ph['prefetched']} prefetched, "
+                  f"{ph['wasted']} wasted)  "
                   f"{ph['pcie_ms_per_pass']:7.2f} ms/pass")
     print(f"  first pass of each block: {out['first_pass_each']}")
     return 0
