@@ -8,13 +8,14 @@ projection follows: Σ over calls of max(measured, bytes / 896 GB/s) + PCIe byte
 
 `optimistic` (default on, as in the runtime) lets later passes of the block run without per-layer host syncs
 (`runtime/optimistic.py`), and on CUDA as one graph replay per pass (`runtime/graphs.py`); `--no-optimistic` and
-`--no-cuda-graphs` time the slower paths. The prefix's prefill is timed too (`prefill`: tokens/s, the expert
-copies it waited for and those it prefetched, its components; on CUDA after a two-chunk warm-up that compiles the
-prefill shapes' kernels, so `prefill_ms` is what a later prompt costs; the hooks add a little host time). The profiled pass takes the syncing path (it reads per-layer counters,
-the bytes of each part); on CUDA a graph-profiled pass (`_graph_profiled_pass`) adds each part's GPU time, since
-eager times at these sizes are mostly host launch cost. `--routing uniform` gives synthetic packs a real
-block's expert load (`UniformRouting`); `uniform-reveal` also gives the 3 rows revealed after each pass new
-experts, as a real decode does (the later passes then miss a few experts each: `repairs_per_steady_pass`).
+`--no-cuda-graphs` time the slower paths. The prefix's prefill is timed too (`prefill`: tokens/s, the expert copies
+it waited for and those it prefetched, its components; on CUDA after a two-chunk warm-up that compiles the prefill
+shapes' kernels, so `prefill_ms` is what a later prompt costs; the hooks add a little host time). The profiled pass
+takes the syncing path (it reads per-layer counters, the bytes of each part); on CUDA a graph-profiled pass
+(`_graph_profiled_pass`) adds each part's GPU time, since eager times at these sizes are mostly host launch cost.
+`--routing uniform` gives synthetic packs a real block's expert load (`UniformRouting`); `uniform-reveal` also
+gives the 3 rows revealed after each pass new experts, as a real decode does (the later passes then miss a few
+experts each: `repairs_per_steady_pass`).
 """
 
 from __future__ import annotations
