@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from clover_local.runtime.expert_cache import ExpertCache, dense_rows
+from clover_local.runtime.expert_cache import ExpertCache, LayerCounters, dense_rows
 from clover_local.runtime.expert_store import HostExpertStore
 from clover_local.runtime.slab import SlabLayout
 
@@ -116,19 +116,14 @@ def _cache(cfg: SimConfig) -> ExpertCache:
     return ExpertCache(TINY_SLAB, cfg.slots, layers, cfg.experts, torch.device("cpu"), host)
 
 
-def _totals(ec: ExpertCache) -> np.ndarray:
-    keys = ("misses", "copied", "prefetched", "prefetch_wasted")
-    return np.array([sum(getattr(c, k) for c in ec.counters.values()) for k in keys])
-
-
-def _book(phase: Phase, before: np.ndarray, after: np.ndarray) -> int:
-    d = after - before
+def _book(phase: Phase, before: LayerCounters, after: LayerCounters) -> int:
+    copied, prefetched = after.copied - before.copied, after.prefetched - before.prefetched
     phase.passes += 1
-    phase.demand += int(d[1])
-    phase.prefetched += int(d[2])
-    phase.wasted += int(d[3])
-    phase.missed += int(d[1] > 0)
-    return int(d[1] + d[2])
+    phase.demand += copied
+    phase.prefetched += prefetched
+    phase.wasted += after.prefetch_wasted - before.prefetch_wasted
+    phase.missed += int(copied > 0)
+    return copied + prefetched
 
 
 def _syncing_pass(ec: ExpertCache, counts: np.ndarray, history: dict[int, np.ndarray]) -> None:
@@ -168,13 +163,13 @@ def simulate(cfg: SimConfig) -> SimResult:
     for start in range(0, cfg.prefix, cfg.chunk):
         rows = min(cfg.chunk, cfg.prefix - start)
         counts = router.counts(router.rows(rows))
-        before = _totals(ec)
+        before = ec.totals()
         ec.end_block()
         ec.begin_pass(dense_rows(rows, cfg.top_k, cfg.experts))
         _syncing_pass(ec, counts, history)
         ec.end_pass()
         ec.end_block()
-        _book(res.phases["prefill_first_chunk" if start == 0 else "prefill_later_chunks"], before, _totals(ec))
+        _book(res.phases["prefill_first_chunk" if start == 0 else "prefill_later_chunks"], before, ec.totals())
     for b in range(cfg.blocks):
         routes = router.rows(cfg.block)
         for p in range(cfg.passes + 1):  # the block's previews, then its commit
@@ -182,7 +177,7 @@ def simulate(cfg: SimConfig) -> SimResult:
                 change = router.rng.random(cfg.block) < cfg.drift
                 routes[:, change] = router.rows(int(change.sum()))
             commit = p == cfg.passes
-            before = _totals(ec)
+            before = ec.totals()
             ec.begin_pass(False)
             if p == 0 and (b == 0 or not cfg.graphs):  # no graph (yet): a block's first pass is syncing
                 _syncing_pass(ec, router.counts(routes), history)
@@ -190,7 +185,7 @@ def simulate(cfg: SimConfig) -> SimResult:
                 _optimistic_pass(ec, router.counts(routes), commit, repair=cfg.graphs)
             ec.end_pass()
             n = _book(res.phases["commit" if commit else "block_first_pass" if p == 0 else "block_later_passes"],
-                      before, _totals(ec))
+                      before, ec.totals())
             if p == 0:
                 res.first_pass_each.append(n)
         ec.end_block()

@@ -142,6 +142,13 @@ class ExpertCache:
     def nbytes(self) -> int:
         return self.buf.numel()
 
+    def totals(self) -> LayerCounters:
+        """The counters summed over layers."""
+        tot = LayerCounters()
+        for c in self.counters.values():
+            tot.add(c)
+        return tot
+
     def resident(self) -> int:
         return int((self.owner >= 0).sum())
 

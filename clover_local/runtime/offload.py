@@ -388,7 +388,7 @@ class Runtime:
         else:
             self._end_block()
             kind = "prefill"
-        before = self._totals()
+        before = self.cache.totals()
         self._layer_events = []
         dense = kind == "prefill" and dense_rows(rows, self.config.num_experts_per_tok, self.config.num_experts)
         self.cache.begin_pass(dense)
@@ -415,7 +415,7 @@ class Runtime:
         ms = 1e3 * (time.perf_counter() - t0)
         self.cache.end_pass()
         self._resolve_layer_events()
-        after = self._totals()
+        after = self.cache.totals()
         self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                        after.hits - before.hits, after.misses - before.misses,
                                        after.bytes - before.bytes, state.optimistic, state.retried,
@@ -522,12 +522,6 @@ class Runtime:
         self._layer_events = []
 
     # ------------------------------------------------------------------ numbers
-    def _totals(self) -> LayerCounters:
-        tot = LayerCounters()
-        for c in self.cache.counters.values():
-            tot.add(c)
-        return tot
-
     def reset_stats(self) -> None:
         for i in self.cache.counters:
             self.cache.counters[i] = LayerCounters()
@@ -551,7 +545,7 @@ class Runtime:
 
     def stats(self) -> dict:
         """Counters for front ends and `bench`: hit rate, misses, PCIe bytes, pass times, per layer."""
-        tot = self._totals()
+        tot = self.cache.totals()
         recs = list(self.records)
 
         def rate(h: int, u: int) -> float | None:
