@@ -96,6 +96,18 @@ def test_prefetch_never_trades_a_layer_expert_for_another():
     ec.end_pass()
 
 
+def test_a_prefetch_into_a_pinned_slot_is_not_pinned():
+    """In a dense pass a prefetch may take a slot an expert of this pass pinned; the expert it loads there has not
+    been used, so it must not inherit the pin (it would count as the block's and as a pinned eviction later)."""
+    ec = small_cache(12)
+    ec.begin_pass(True)
+    fill(ec, range(3), e(0, 1, 2, 3))  # 12 slots, all pinned to this pass
+    assert ec.prefetch(3, e()) == 8
+    loaded = ec.slot_of[3][ec.slot_of[3] >= 0]
+    assert loaded.size == 8 and not (ec.pin_gen[loaded] == ec.gen).any()
+    ec.end_pass()
+
+
 def test_warm_fills_the_slots_in_sweep_order_once():
     ec = small_cache(20)
     assert ec.warm() == 20

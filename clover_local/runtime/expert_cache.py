@@ -312,6 +312,7 @@ class ExpertCache:
             c.prefetch_wasted += int(self.prefetched[slots[live]].sum())
             c.pinned_evictions += int((self.pin_gen[slots[live]] == self.gen).sum())
         self.owner[slots] = -1
+        self.pin_gen[slots] = -1  # a slot's next expert is not pinned by its last one's use
         self.prefetched[slots] = False
         self.repaired[slots] = False
 
