@@ -95,9 +95,11 @@ def _slot_layout(shapes: list[tuple[tuple[int, ...], torch.dtype]], align: int =
     return offsets, (pos + align - 1) // align * align + align  # a spare gap: slot stride > one slot's bytes
 
 
-def _cache_stacks(packs: list[dict[str, dict[str, torch.Tensor]]], bits: int, groups: tuple[int, int], device: str):
+def _cache_stacks(packs: list[dict[str, dict[str, torch.Tensor]]], bits: int, groups: tuple[int, int], device: str,
+                  pin: bool = False):
     """Lay each expert's gate_up / down tensors into one uint8 slab per slot (like the expert cache) and return
-    PackedStacks that view the slab with a slot stride larger than any one tensor."""
+    PackedStacks that view the slab with a slot stride larger than any one tensor. pin: in pinned host memory
+    (the host store's slabs, which CUDA kernels read in place)."""
     names = [(proj, t) for proj in ("gate_up", "down") for t in ("qweight", "scales", "qzeros")]
     first = packs[0]
     shapes = [(tuple(first[p][t].shape), first[p][t].dtype) for p, t in names]
@@ -109,7 +111,7 @@ def _cache_stacks(packs: list[dict[str, dict[str, torch.Tensor]]], bits: int, gr
             raw = pack[p][t].contiguous().view(torch.uint8).reshape(-1)
             start = base + s * slot_bytes + off
             buf[start : start + raw.numel()] = raw
-    buf = buf.to(device)
+    buf = buf.pin_memory() if pin else buf.to(device)
     views = {}
     for ((p, t), off), (shape, dtype) in zip(zip(names, offsets), shapes):
         itemsize = dtype.itemsize
@@ -275,6 +277,62 @@ def test_triton_moe_matches_reference(force_triton, m: int, bits: int, groups: t
     got = moe_w4a16(x, slot_ids, weights, gate_up, down)
     want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
     _assert_close(got, want, dtype)
+
+
+def _host_case(bits: int, groups: tuple[int, int], seed: int, resident: list[int]):
+    """Every expert in host stacks (indexed by expert id, like `HostExpertStore`) and a device cache whose slot s
+    holds expert resident[s]; returns (all experts on the device, the cache's stacks, the host stacks, the slot
+    map: expert e → its slot, or S + e when not resident)."""
+    gen, packs, all_gu, all_dn = _moe_case(bits, groups, seed, device=DEVICE)
+    host = _cache_stacks(packs, bits, groups, "cpu", pin=DEVICE == "cuda")
+    cache = _cache_stacks([packs[e] for e in resident], bits, groups, DEVICE)
+    slot_of = torch.tensor([resident.index(e) if e in resident else len(resident) + e for e in range(SLOTS)])
+    return gen, (all_gu, all_dn), cache, host, slot_of
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_moe_reads_non_resident_experts_from_host(dtype) -> None:
+    gen, everything, cache, host, slot_of = _host_case(4, (64, 32), 11, resident=[5, 1, 3])
+    x = _x(9, H, dtype, gen).to(DEVICE)
+    experts, weights = _route(9, gen)
+    assert (slot_of[experts] >= 3).any() and (slot_of[experts] < 3).any()  # both kinds in the call
+    weights = weights.to(dtype)
+    got = moe_w4a16_ref(x, slot_of[experts], weights, *cache, host=host)
+    assert torch.equal(got, moe_w4a16_ref(x, experts, weights, *everything))
+
+
+def test_host_stacks_must_match_the_cache_slabs() -> None:
+    _, _, cache, host, slot_of = _host_case(4, (64, 32), 12, resident=[0, 1])
+    _, _, other, _, _ = _host_case(4, (32, 32), 12, resident=[0, 1])  # other groups along H: other shapes
+    x = torch.randn(2, H)
+    ids, w = slot_of[:2].view(1, 2).expand(2, 2), torch.ones(2, 2)
+    with pytest.raises(ValueError, match="does not match"):
+        moe_w4a16_ref(x, ids, w, *cache, host=(other[0], host[1]))
+
+
+@needs_triton
+@pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (8, torch.float16), (4, torch.float32)])
+def test_triton_moe_reads_non_resident_experts_from_host(force_triton, bits: int, dtype) -> None:
+    """Slots past the cache's name host experts, read in place: the same output, bit for bit, as with every
+    expert on the device (each pair's sums do not depend on which runs the align made), also for a host expert
+    with more pairs than one BLOCK_M run and for the folded and unfolded forms."""
+    from clover_local.runtime.kernels.w4a16 import MoeConfig, moe_w4a16_triton
+
+    gen, everything, cache, host, slot_of = _host_case(bits, (64, 32), 13 + bits, resident=[4, 0, 2])
+    m = 24
+    x = _x(m, H, dtype, gen)
+    experts, weights = _route(m, gen)
+    experts[:20, 0] = 5  # expert 5 (on the host) in 20 rows: two runs of 16
+    experts[:20, 1] = torch.where(experts[:20, 1] == 5, 3, experts[:20, 1])
+    x, experts, weights = _dev(x, experts, weights.to(dtype))
+    slots = slot_of.to(experts.device)[experts]
+    want = moe_w4a16(x, experts, weights, *everything)
+    assert torch.equal(moe_w4a16(x, slots, weights, *cache, host=host), want)
+    _assert_close(want, moe_w4a16_ref(x, experts, weights, *everything), dtype)
+    for folded in (True, False):
+        cfg = MoeConfig(16, 32, 64, folded=folded)
+        assert torch.equal(moe_w4a16_triton(x, slots, weights, *cache, config=cfg, host=host),
+                           moe_w4a16_triton(x, experts, weights, *everything, config=cfg))
 
 
 @needs_triton

@@ -151,10 +151,28 @@ def linear_w4a16_ref(x: Tensor, qweight, scales, qzeros, group_size: int, bits: 
     return (x.float() @ w).to(x.dtype)
 
 
-def moe_w4a16_ref(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack) -> Tensor:
+def check_host_stacks(stacks: tuple[PackedStack, PackedStack], host: tuple[PackedStack, PackedStack]) -> None:
+    """A layer's host stacks (gate_up, down) must hold slabs shaped like the device stacks', with the same strides
+    inside a slab (the kernel takes one set of strides and a slot stride per stack). Raises ValueError."""
+    for name, dev, hst in zip(("gate_up", "down"), stacks, host):
+        for part in ("qweight", "scales", "qzeros"):
+            a, b = getattr(dev, part), getattr(hst, part)
+            if a.shape[1:] != b.shape[1:] or a.stride()[1:] != b.stride()[1:] or a.dtype != b.dtype:
+                raise ValueError(f"host {name}.{part} {b.dtype} {tuple(b.shape)} does not match the device "
+                                 f"stack's {a.dtype} {tuple(a.shape)} slab for slab")
+        if (dev.group_size, dev.bits) != (hst.group_size, hst.bits):
+            raise ValueError(f"host {name} is quantized differently from the device stack")
+    if host[0].num_slots != host[1].num_slots:
+        raise ValueError("host gate_up and down stacks must hold the same experts")
+
+
+def moe_w4a16_ref(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
+                  host: tuple[PackedStack, PackedStack] | None = None) -> Tensor:
     """x [M, H]; slot_ids int [M, topk] (which slot of the stacks serves each routed choice); weights [M, topk].
     gate_up: N = 2*I (gate columns 0..I-1, then up); down: K = I, N = H.
     out[m] = Σ_j weights[m,j] · down(silu(gate(x_m)) * up(x_m)) with the slot's weights. Returns [M, H] in x's dtype.
+    host (gate_up, down) over a layer's E experts, in host memory: slot S + e (S = the stacks' slots) is expert e
+    of those, read where it lies (the runtime's non-resident experts, `OptimisticPass`).
 
     The activation silu(gate)·up is rounded to x's dtype before the down projection, as the fused kernel stores
     it (and as a BF16 model computes it); everything else is fp32."""
@@ -173,12 +191,17 @@ def moe_w4a16_ref(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedS
     flat_slots = slot_ids.reshape(-1).long()
     flat_tokens = torch.arange(m, device=x.device).repeat_interleave(slot_ids.shape[1])
     flat_weights = weights.reshape(-1).float()
+    n_slots = gate_up.num_slots
+    if host is not None:
+        check_host_stacks((gate_up, down), host)
     for s in torch.unique(flat_slots).tolist():
         sel = (flat_slots == s).nonzero(as_tuple=True)[0]
         tokens = flat_tokens[sel]
         xs = x[tokens].float()
-        gu = xs @ dequantize_w(*gate_up.slot(s), gate_up.group_size, gate_up.bits)  # [n, 2I]
+        gu_st, dn_st, i = (gate_up, down, s) if s < n_slots or host is None else (*host, s - n_slots)
+        w_gu = dequantize_w(*gu_st.slot(i), gu_st.group_size, gu_st.bits).to(x.device)
+        gu = xs @ w_gu  # [n, 2I]
         act = (F.silu(gu[:, :inter]) * gu[:, inter:]).to(x.dtype).float()
-        y = act @ dequantize_w(*down.slot(s), down.group_size, down.bits)  # [n, H]
+        y = act @ dequantize_w(*dn_st.slot(i), dn_st.group_size, dn_st.bits).to(x.device)  # [n, H]
         out.index_add_(0, tokens, y * flat_weights[sel, None])
     return out.to(x.dtype)

@@ -39,7 +39,7 @@ import triton.language as tl
 from torch import Tensor
 
 from . import tuning
-from .reference import PackedStack, check_packed, field_major, repacked_input
+from .reference import PackedStack, check_host_stacks, check_packed, field_major, repacked_input
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -318,6 +318,7 @@ def _moe_kernel(
     N, K, T, UP_OFFSET,
     stride_am, stride_ak, stride_om, stride_on, stride_sum_m, stride_osum_m,
     stride_qs, stride_qk, stride_qn, stride_ss, stride_sg, stride_sn, stride_zs, stride_zg, stride_zn,
+    hqw_ptr, hsc_ptr, hqz_ptr, N_SLOTS, stride_hqs, stride_hss, stride_hzs, HOST: tl.constexpr,
     A_ROW_DIV: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -333,7 +334,9 @@ def _moe_kernel(
     A_SUM ≠ 0 (folded): asum [rows of a, K / BLOCK_K · A_SUM] fp32 holds a's sums, A_SUM partials per K tile (see
     `_folded_fields_dot`). OUT_SUM ≠ 0: out's values are rounded to the 16-bit dtype the next pass reads (bf16
     if OUT_BF16, else fp16) before they are stored, and each row's sums of them over every OUT_SUM columns go to
-    osum [T, N / OUT_SUM] (the next pass's A_SUM partials: sums of exactly the values its MMA reads)."""
+    osum [T, N / OUT_SUM] (the next pass's A_SUM partials: sums of exactly the values its MMA reads).
+    HOST: a slot ≥ N_SLOTS names expert slot − N_SLOTS of the host stack (hqw/hsc/hqz, the layer's pinned host
+    slabs, same strides within a slab), read in place over PCIe: a run of a non-resident expert needs no copy."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
@@ -348,6 +351,11 @@ def _moe_kernel(
     qw_base = qw_ptr + slot * stride_qs
     sc_base = sc_ptr + slot * stride_ss
     qz_base = qz_ptr + slot * stride_zs
+    if HOST:
+        if slot >= N_SLOTS:  # not resident: the expert's host slab, mapped into the device's address space
+            qw_base = hqw_ptr + (slot - N_SLOTS) * stride_hqs
+            sc_base = hsc_ptr + (slot - N_SLOTS) * stride_hss
+            qz_base = hqz_ptr + (slot - N_SLOTS) * stride_hzs
     PER: tl.constexpr = 32 // BITS
     asum_rows = asum_ptr + a_rows * stride_sum_m
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -766,9 +774,10 @@ def _moe_block_k(stack: PackedStack, cfg: MoeConfig) -> int:
 
 def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_div, gated, mul_weight, cfg,
                 a_fm=False, out_fm=0, out_per=1, a_sum: tuple[Tensor, int] | None = None,
-                out_sum: tuple[Tensor, int, torch.dtype] | None = None):
+                out_sum: tuple[Tensor, int, torch.dtype] | None = None, host: PackedStack | None = None):
     """One pass of `_moe_kernel`. a_sum = (sums, partials per K tile): a's precomputed row sums for the fold;
-    out_sum = (sums, columns per sum, 16-bit dtype): out rounded to that dtype and its row sums written."""
+    out_sum = (sums, columns per sum, 16-bit dtype): out rounded to that dtype and its row sums written; host:
+    the stack slots ≥ stack.num_slots index (their number minus num_slots)."""
     sorted_ids, block_slot, num_padded = align
     k = stack.in_features
     bk = _moe_block_k(stack, cfg)
@@ -776,6 +785,7 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
     magic = magic_bits(a.dtype, stack.bits)
     dot_f32, prec = _dot_mode(a)
     qw, sc, qz = stack.qweight, stack.scales, stack.qzeros
+    hs = host or stack  # without a host stack HOST=False compiles its branch out; these only fill the signature
     grid = (block_slot.numel(), triton.cdiv(n, cfg.block_n))
     fold = bool(fields and magic and cfg.folded)
     asum, parts = a_sum if fold and a_sum is not None else (rw, 0)
@@ -787,6 +797,8 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         a.stride(0), a.stride(1), out.stride(0), out.stride(1), asum.stride(0), osum.stride(0),
         qw.stride(0), qw.stride(1), qw.stride(2), sc.stride(0), sc.stride(1), sc.stride(2),
         qz.stride(0), qz.stride(1), qz.stride(2),
+        hs.qweight, hs.scales, hs.qzeros, stack.num_slots, hs.qweight.stride(0), hs.scales.stride(0),
+        hs.qzeros.stride(0), HOST=host is not None,
         A_ROW_DIV=a_row_div, GATED=gated, MUL_WEIGHT=mul_weight,
         GROUP=stack.group_size, BITS=stack.bits,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
@@ -824,10 +836,12 @@ def _sum_parts(y: Tensor, parts: int, m: int, n: int, stride_j: int, stride_m: i
 def moe_w4a16_triton(
     x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
     config: MoeConfig | None = None, down_config: MoeConfig | None = None,
+    host: tuple[PackedStack, PackedStack] | None = None,
 ) -> Tensor:
-    """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref`. config: the
-    gate/up pass's tiles (and BLOCK_M for both), down_config the down pass's (default: config); neither given:
-    `moe_configs` (this GPU's tuned entries, else the heuristic)."""
+    """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref` (host included:
+    slots ≥ S read the host stacks in place, which on CUDA must be pinned). config: the gate/up pass's tiles (and
+    BLOCK_M for both), down_config the down pass's (default: config); neither given: `moe_configs` (this GPU's
+    tuned entries, else the heuristic)."""
     m, h = x.shape
     if slot_ids.shape != weights.shape or slot_ids.shape[0] != m:
         raise ValueError(
@@ -846,6 +860,9 @@ def moe_w4a16_triton(
     if inter % (32 // gate_up.bits):
         raise ValueError(f"I={inter} must be a multiple of {32 // gate_up.bits} (gate/up halves split packed zeros)")
     num_slots = min(gate_up.num_slots, down.num_slots)
+    if host is not None:
+        check_host_stacks((gate_up, down), host)
+        num_slots += min(host[0].num_slots, host[1].num_slots)  # the align's slot numbers run past S into them
     topk = slot_ids.shape[1]
     t = m * topk
     if config is None and (rec := tuning.recording()) is not None:
@@ -854,8 +871,8 @@ def moe_w4a16_triton(
         def rerun(up: bool):  # one pass's config varied, the other at the heuristic's; on copies of the inputs
             xs, ids, ws = x.clone(), slot_ids.clone(), weights.clone()
             if up:
-                return lambda c: moe_w4a16_triton(xs, ids, ws, gate_up, down, c, base)
-            return lambda c: moe_w4a16_triton(xs, ids, ws, gate_up, down, base, c)
+                return lambda c: moe_w4a16_triton(xs, ids, ws, gate_up, down, c, base, host)
+            return lambda c: moe_w4a16_triton(xs, ids, ws, gate_up, down, base, c, host)
 
         up_sig, down_sig = _moe_signatures(m, topk, gate_up, down)
         rec.note(up_sig, base, lambda: rerun(True))
@@ -894,9 +911,11 @@ def moe_w4a16_triton(
         act_sums = (torch.empty(t, inter // per_sum, dtype=torch.float32, device=x.device), per_sum, x.dtype)
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
                 out_fm=bk_down if act_fm else 0, out_per=32 // down.bits,
-                a_sum=(x_sums, 1) if x_sums is not None else None, out_sum=act_sums)
+                a_sum=(x_sums, 1) if x_sums is not None else None, out_sum=act_sums,
+                host=host[0] if host is not None else None)
     act = act.to(x.dtype)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
     _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, down_cfg, a_fm=act_fm,
-                a_sum=(act_sums[0], bk_down // act_sums[1]) if act_sums is not None else None)
+                a_sum=(act_sums[0], bk_down // act_sums[1]) if act_sums is not None else None,
+                host=host[1] if host is not None else None)
     return _sum_parts(y, topk, m, h, h, topk * h, x.dtype)  # each token's topk rows
