@@ -833,6 +833,12 @@ def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
     assert torch.equal(slots, want_slots.clamp(min=0)) and slots.dtype == table.dtype
     assert torch.equal(w_out, w.masked_fill(want_slots < 0, 0))
     assert bool((want_slots < 0).any()) and bool((want_slots >= 0).any())
+    # host reads: a non-resident choice goes to host slot host_base + expert, its weight kept
+    counts.zero_()
+    slots, w_out = fused_layer_ops(torch.device(DEVICE)).optimistic_slots(idx, w, table, counts, row * e, 500)
+    assert torch.equal(counts, want_counts)
+    assert torch.equal(slots, torch.where(want_slots < 0, 500 + idx.to(table.dtype), want_slots))
+    assert torch.equal(w_out, w)
 
 
 # --- the split-window preview attention vs the model's SDPA path ---------------------------------------------

@@ -81,9 +81,10 @@ class SlotCopier:
 class LayerCounters:
     uses: int = 0  # distinct experts needed, summed over calls
     hits: int = 0
-    misses: int = 0  # = copied + cpu_runs
+    misses: int = 0  # = copied + cpu_runs + host_reads
     copied: int = 0  # demand copies
     cpu_runs: int = 0
+    host_reads: int = 0  # read in place from host memory by the MoE kernel (an optimistic pass's misses)
     prefetched: int = 0  # prefetch copies
     prefetch_used: int = 0
     prefetch_wasted: int = 0  # evicted before any use
@@ -198,15 +199,22 @@ class ExpertCache:
         """How many (layer, expert) pairs with counts [len(layer_ids), E] > 0 are not resident."""
         return int(((counts > 0) & (self.slot_of[self.layer_ids] < 0)).sum())
 
-    def commit_uses(self, counts: np.ndarray) -> None:
-        """Book a pass that ran on resident experts only (counts [len(layer_ids), E] of routed rows per expert):
+    def commit_uses(self, counts: np.ndarray, host_reads: bool = False) -> None:
+        """Book an optimistic pass that stood (counts [len(layer_ids), E] of routed rows per expert) for its hits:
         what `acquire` would have done for its hits, vectorised: counters, LRU ticks in layer order (as the
         per-layer calls would have set them), pins to the current block, prefetches marked used. Experts that
-        `repair` loaded for this pass were booked as misses then: they are uses, not hits."""
+        `repair` loaded for this pass were booked as misses then: they are uses, not hits.
+
+        host_reads: the pass read its non-resident experts in place from host memory (`OptimisticPass`); they
+        are booked as misses (`host_reads`, their bytes as PCIe bytes) and then copied into free or unpinned
+        slots (`install_missed`), so the block's later passes find them resident."""
         rows, experts = np.nonzero(counts)  # row-major: layers in sweep order
         slots = self.slot_of[self.layer_ids[rows], experts]
-        if (slots < 0).any():
+        absent = slots < 0
+        if absent.any() and not host_reads:
             raise RuntimeError("expert cache: commit_uses on a pass that used non-resident experts")
+        missed = rows[absent], experts[absent]
+        rows, experts, slots = rows[~absent], experts[~absent], slots[~absent]
         n = self.layer_ids.size
         uses = np.bincount(rows, minlength=n)
         used_prefetch = np.bincount(rows, weights=self.prefetched[slots], minlength=n).astype(np.int64)
@@ -222,6 +230,39 @@ class ExpertCache:
             c.uses += int(uses[r])
             c.hits += int(uses[r] - fresh[r])
             c.prefetch_used += int(used_prefetch[r])
+        if missed[0].size:  # after the hits are pinned: the installs must not evict what this pass used
+            self._book_host_reads(*missed)
+
+    def _book_host_reads(self, rows: np.ndarray, experts: np.ndarray) -> None:
+        """Misses a pass read from host memory (rows of the device table, expert ids), then their installs."""
+        per = np.bincount(rows, minlength=self.layer_ids.size)
+        for r in np.flatnonzero(per).tolist():
+            c = self.counters[int(self.layer_ids[r])]
+            c.uses += int(per[r])
+            c.misses += int(per[r])
+            c.host_reads += int(per[r])
+            c.bytes += int(per[r]) * self.layout.weight_bytes  # once per BLOCK_M run: more with many rows
+        self.install_missed(rows, experts)
+
+    def install_missed(self, rows: np.ndarray, experts: np.ndarray) -> int:
+        """Copy experts a pass used without having them (rows of the device table, expert ids; layer order) into
+        free or unpinned slots, pinned to the block like the rest of its set, marked prefetched (a copy for later
+        passes: used, or wasted if evicted first). As many as there is room for, earliest layers first (the next
+        pass needs them first); returns how many. The copies land before the next optimistic pass reads a slot
+        (`settle_copies`)."""
+        if self.host is None or rows.size == 0:
+            return 0
+        victims = self._victims(rows.size, allow_pinned=False, at=-0.5)  # the next pass starts at the first layer
+        k = victims.size
+        self.tick += 1
+        for r in np.unique(rows[:k]).tolist():
+            sel = np.flatnonzero(rows[:k] == r)
+            layer, slots = int(self.layer_ids[r]), victims[sel]
+            self._load(layer, experts[sel], slots)
+            self.pin_gen[slots] = self.gen
+            self.prefetched[slots] = True
+            self.counters[layer].prefetched += int(sel.size)
+        return int(k)
 
     def repair(self, counts: np.ndarray, last_of_block: bool = False) -> int | None:
         """After an optimistic pass that missed (counts [len(layer_ids), E] of routed rows per expert): pin what

@@ -1,5 +1,5 @@
 """Routed experts in host RAM: per layer one uint8 buffer [E, slab] (pinned when CUDA is available), so each
-expert is one contiguous slab and a cache miss is one host→device copy. Filled once at load; never copied again
+expert is one contiguous slab and a cache miss is one host→device copy, or a read in place by the MoE kernel. Filled once at load; never copied again
 on the host (peak pinned memory ≈ the expert bytes)."""
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ class HostExpertStore:
         self.pinned = pin and torch.cuda.is_available()
         self.buffers: dict[int, Tensor] = {}
         self._views: dict[int, dict[str, Tensor]] = {}
+        self._stacks: dict[int, tuple[PackedStack, PackedStack]] = {}
         for i in layers:
             buf = torch.empty(n_experts, layout.nbytes, dtype=torch.uint8, pin_memory=self.pinned)
             self.buffers[i] = buf
             self._views[i] = layout.views(buf)
+            self._stacks[i] = layout.stacks(buf)
 
     @property
     def nbytes(self) -> int:
@@ -34,5 +36,6 @@ class HostExpertStore:
         return self.buffers[layer][expert]
 
     def stacks(self, layer: int) -> tuple[PackedStack, PackedStack]:
-        """Host PackedStacks of a layer, indexed by expert id (the CPU path)."""
-        return self.layout.stacks(self.buffers[layer])
+        """Host PackedStacks of a layer, indexed by expert id: the CPU path's weights, and what the MoE kernel
+        reads in place for non-resident experts (pinned memory is in the GPU's address space)."""
+        return self._stacks[layer]

@@ -5,7 +5,8 @@
 - routed experts → one slab per expert in (pinned) host memory, served through the device `ExpertCache` whose
   slot count comes from the placement plan (`--vram-budget`, default: free memory minus a margin); when every
   expert fits, they are all installed on the device at load and no host copy is kept; when not, the slots start
-  filled with the first layers' experts (`ExpertCache.warm`).
+  filled with the first layers' experts (`ExpertCache.warm`), and the MoE kernel's reads of host slabs are checked
+  (`host_reads.check`: on, optimistic passes read a missing expert in place instead of being replayed).
 Packs with act-order (non-sequential g_idx) are refused.
 """
 
@@ -26,6 +27,7 @@ from clover_local.model.gdn import GatedDeltaNet
 from clover_local.model.moe import SparseMoe
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
+from clover_local.runtime import host_reads
 from clover_local.runtime.expert_store import HostExpertStore
 from clover_local.runtime.kernels import (dense_k_tile, fused_layer_ops, gdn_causal_kernel, gdn_preview_kernel,
                                           preview_attention_kernel)
@@ -52,6 +54,9 @@ class RuntimeOptions:
     time_layers: bool = True  # per-layer expert time (CUDA events on a GPU); not taken in optimistic passes
     optimistic: bool = True  # later passes of a block without per-layer host syncs (runtime/optimistic.py)
     cuda_graphs: bool = True  # ... replayed as one CUDA graph per block (runtime/graphs.py; CUDA only)
+    # ... reading non-resident experts in place from pinned host memory (host_reads.py). None: on a GPU (a CPU
+    # "device" is the host: nothing to save); True: also on the CPU (tests); either way only if the check passes
+    host_reads: bool | None = None
 
     def validate(self) -> None:
         if self.cpu_experts not in CPU_POLICIES:
@@ -180,6 +185,12 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
         layer.mlp.experts = OffloadedExperts(runtime, i)
     cache.warm()  # offloaded: the slots start with the first layers' experts, not empty
+    wanted = options.host_reads if options.host_reads is not None else device.type == "cuda"
+    if host is not None and options.optimistic and wanted:
+        error = host_reads.check(cache, dtype, cfg.diffusion.block_size, cfg.num_experts_per_tok)
+        runtime.set_host_reads(error is None, error)
+    elif host is not None and options.host_reads is False:
+        runtime.set_host_reads(False, "off (--no-host-reads)")
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     _install_kernels(model, device)
     model.has_preview_params = all(

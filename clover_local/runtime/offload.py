@@ -193,6 +193,7 @@ class PassRecord:
     captured: bool = False  # ... of a graph captured in this pass (ms includes the capture)
     repairs: int = 0  # replays after loading what the one before missed (`ExpertCache.repair`)
     synced: bool = False  # an optimistic attempt gave up: the pass ran through the syncing path
+    host_reads: int = 0  # misses the MoE kernel read in place from host memory (`RuntimeOptions.host_reads`)
 
 
 # Replays of a missing graphed preview, each after loading what the last one lacked, before the syncing path.
@@ -216,7 +217,7 @@ class PassState:
 class Runtime:
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
                  context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True,
-                 optimistic: bool = True, cuda_graphs: bool = True) -> None:
+                 optimistic: bool = True, cuda_graphs: bool = True, host_reads: bool = False) -> None:
         self.config, self.cache, self.plan = config, cache, plan
         self.device, self.dtype = device, dtype
         self.context = context
@@ -232,7 +233,9 @@ class Runtime:
         self.pass_in_block = 0
         self.records: deque[PassRecord] = deque(maxlen=4096)
         self._layer_events: list = []
-        self._opt = OptimisticPass(cache)
+        self._opt = OptimisticPass(cache, host_reads)
+        self.host_reads = self._opt.host_reads  # optimistic passes read non-resident experts in place
+        self.host_reads_error: str | None = None  # why they do not, where the load-time check said so
         self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
         self.commit_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and commits (one failing spares the other)
         self._optimistic_now = False  # layer calls take the resident-only path
@@ -327,6 +330,13 @@ class Runtime:
             state.synced = state.optimistic
             return fn(x)
 
+    def set_host_reads(self, on: bool, error: str | None = None) -> None:
+        """Switch host reads (`OptimisticPass.host_reads`) on or off, e.g. after the load-time check
+        (`runtime/host_reads.py`); `error` says why they are off."""
+        self._opt = OptimisticPass(self.cache, on)
+        self.host_reads = self._opt.host_reads
+        self.host_reads_error = error
+
     def _may_run_optimistically(self, kind: str) -> bool:
         if not self.optimistic:
             return False
@@ -334,17 +344,20 @@ class Runtime:
             return True
         if kind == "commit":
             # the block's experts are pinned by its previews, and its final tokens route mostly like the last
-            # one; a replay that misses is repaired, so worth it wherever a graph is (or can be) captured and
-            # the block's set stayed resident (else the commit's will not fit either: a wasted replay)
-            return self.commit_graphs.enabled and self._block_clean
+            # one; a replay that misses is read from the host or repaired, so worth it wherever a graph is (or
+            # can be) captured and, without host reads, the block's set stayed resident (else the commit's will
+            # not fit either: a wasted replay)
+            return self.commit_graphs.enabled and (self._block_clean or self.host_reads)
         if kind != "preview":
             return False
         if self.pass_in_block == 0:
             # a block's first pass: its experts are unknown, but most are the last block's, still resident, and
-            # a replay that misses is repaired for less than the syncing pass (27 vs ~250 ms at 35B). Eager, an
-            # attempt costs as much as the syncing pass, so only with a graph to replay.
-            return self.graphs.current is not None
-        return self._block_clean
+            # a replay that misses reads them from the host or is repaired, for less than the syncing pass (27 vs
+            # ~250 ms at 35B). Eager, an attempt costs as much as the syncing pass, so only with a graph to replay
+            # (captured by a later pass, once the first has compiled the preview kernels), or with host reads and
+            # no graphs (it cannot be thrown away then).
+            return self.graphs.current is not None or (self.host_reads and not self.graphs.enabled)
+        return self._block_clean or self.host_reads  # host reads: an attempt always stands
 
     def _settle_optimistic(self, state: PassState) -> bool:
         """The optimistic pass's one host sync: book it (True), or flag it for a rerun (False)."""
@@ -352,7 +365,7 @@ class Runtime:
         counts = self._opt.finish()
         if not state.retried:
             self.optimistic_passes += 1
-        if self.cache.missing(counts):
+        if self.cache.missing(counts) and not self._opt.host_reads:
             if state.kind == "prefill":  # a prefill is optimistic only with every expert resident
                 raise RuntimeError("an optimistic prefill pass used a non-resident expert")
             if not state.retried:
@@ -360,7 +373,7 @@ class Runtime:
             state.retried = True
             state.counts = counts
             return False
-        self.cache.commit_uses(counts)
+        self.cache.commit_uses(counts, host_reads=self._opt.host_reads)
         self.history.update(self._opt.history(counts))
         return True
 
@@ -419,7 +432,8 @@ class Runtime:
         self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                        after.hits - before.hits, after.misses - before.misses,
                                        after.bytes - before.bytes, state.optimistic, state.retried,
-                                       state.graphed, state.captured, state.repairs, state.synced))
+                                       state.graphed, state.captured, state.repairs, state.synced,
+                                       after.host_reads - before.host_reads))
         if preview:
             # what this pass used was pinned as it went: unless a pinned expert was evicted (the block's set does
             # not fit) or one ran on the CPU, all of it is resident now. A later pass must also have missed
@@ -569,6 +583,9 @@ class Runtime:
             "misses": tot.misses,
             "copied": tot.copied,
             "cpu_runs": tot.cpu_runs,
+            "host_reads": tot.host_reads,  # misses read in place from host memory (optimistic passes)
+            "host_reads_on": self.host_reads,
+            "host_reads_error": self.host_reads_error,
             "prefetched": tot.prefetched,
             "prefetch_used": tot.prefetch_used,
             "prefetch_wasted": tot.prefetch_wasted,

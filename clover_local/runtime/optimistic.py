@@ -5,15 +5,22 @@ pass at 35B, and a pass that cannot be captured as a CUDA graph. After the first
 block's experts are pinned and later passes almost never miss. So such a pass runs optimistically:
 
 - routing idx [N,k] → slots through the cache's device slot table (a gather on the device);
-- a choice routed to a non-resident expert gets slot 0 and weight 0 (the kernel never reads out of bounds; the
-  output is wrong, possibly NaN if slot 0 holds no expert, and the pass is thrown away);
+- a choice routed to a non-resident expert goes to the host: with `host_reads` the MoE kernel reads that
+  expert's slab in place from pinned host memory (slot S + expert; the output is right, the pass stands, and the
+  expert is copied into a slot after it for the block's later passes); without, it gets slot 0 and weight 0
+  (the kernel never reads out of bounds; the output is wrong, possibly NaN if slot 0 holds no expert, and the
+  pass is thrown away);
 - per (layer, expert) row counts accumulate on the device (`counts`, int32 [layers × E]).
 
 At the end of the pass ONE host read of `counts` says what the pass used; the host table (unchanged during the
 pass: nothing is copied or evicted in it) says whether any of that was missing. Nothing missed: the counts are
-booked as hits (LRU, pins, counters) and the result stands. Something missed: the caller reruns the pass (a
-preview pass writes nothing, so a rerun is safe): a graph replay after loading what the counts say it lacked
-(`ExpertCache.repair`), or the syncing path.
+booked as hits (LRU, pins, counters) and the result stands. Something missed: with host reads the result
+stands too (`ExpertCache.commit_uses(host_reads=True)` books the misses and installs them); without, the caller
+reruns the pass (a preview pass writes nothing, so a rerun is safe): a graph replay after loading what the counts
+say it lacked (`ExpertCache.repair`), or the syncing path. Why host reads: with routing that drifts as tokens
+are revealed, most later passes of a block miss a few experts (cache_sim `--drift`: 57 of 60), and each miss
+then cost a repair and a second replay (decode near 2× a steady pass); read in place, a miss costs its bytes
+over PCIe inside the one replay.
 
 On an H200 (2026-11-30, `gpu_check --stages model`) optimistic passes give the syncing path's logits exactly and
 raise nothing under `torch.cuda.set_sync_debug_mode("error")`. Eager, they save little (steady 141–211 ms vs
@@ -34,8 +41,9 @@ from clover_local.runtime.kernels import fused_layer_ops, moe_w4a16
 class OptimisticPass:
     """The device state of optimistic passes over one cache: use counts and the slot table in force."""
 
-    def __init__(self, cache: ExpertCache) -> None:
+    def __init__(self, cache: ExpertCache, host_reads: bool = False) -> None:
         self.cache = cache
+        self.host_reads = host_reads and cache.host is not None  # non-resident experts read from host memory
         self.n_experts = cache.n_experts
         self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
         self.counts = torch.zeros(len(self.row_of) * cache.n_experts, dtype=torch.int32, device=cache.device)
@@ -53,16 +61,21 @@ class OptimisticPass:
         """One layer's routed experts on resident slots: x [N,H], idx/weights [N,k] → [N,H]. No `.item()`,
         `.tolist()`, `.cpu()` or branch on a tensor value here (a test enforces it); the kernel on CUDA (Triton)
         is sync-free too, the CPU reference kernel is not (it loops over the slots it is given)."""
+        cache = self.cache
+        host = cache.host.stacks(layer) if self.host_reads else None
         if self._ops is not None:
             slots, w = self._ops.optimistic_slots(idx, weights, self.table, self.counts,
-                                                  self.row_of[layer] * self.n_experts)
-            return moe_w4a16(x, slots, w, self.cache.gate_up, self.cache.down)
+                                                  self.row_of[layer] * self.n_experts,
+                                                  cache.n_slots if host is not None else -1)
+            return moe_w4a16(x, slots, w, cache.gate_up, cache.down, host)
         flat = idx.reshape(-1).to(torch.int64) + self.row_of[layer] * self.n_experts
         self.counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
         slots = self.table.index_select(0, flat).view(idx.shape)
         resident = slots >= 0
-        return moe_w4a16(x, slots.clamp(min=0), weights.masked_fill(~resident, 0), self.cache.gate_up,
-                         self.cache.down)
+        if host is not None:
+            return moe_w4a16(x, torch.where(resident, slots, cache.n_slots + idx), weights, cache.gate_up,
+                             cache.down, host)
+        return moe_w4a16(x, slots.clamp(min=0), weights.masked_fill(~resident, 0), cache.gate_up, cache.down)
 
     def finish(self) -> np.ndarray:
         """The pass's one device→host read: counts [layers, E] (routed rows per expert)."""

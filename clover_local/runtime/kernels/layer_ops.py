@@ -9,7 +9,7 @@ however little it computes. Each op here keeps one row (or one block of pairs) i
 - `route_topk`: the router after its linear: softmax (fp32) → top-k → renormalise — 6 kernels → 1; top-k by k
   rounds of max, ties to the lower expert id, descending like `torch.topk`;
 - `optimistic_slots`: `OptimisticPass.run`'s mapping of (layer, expert) to cache slots with the use counts
-  (atomic adds) and non-resident choices zero-weighted on slot 0 — 9 kernels → 1;
+  (atomic adds), non-resident choices sent to the host stacks (or zero-weighted on slot 0) — 9 kernels → 1;
 - `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x), plus the decoder
   layer's residual — the gate's one-column linear, sigmoid, product and two sums: 5 kernels → 1;
 - `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1;
@@ -118,22 +118,28 @@ def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype) -> tuple[Tensor, 
 
 
 @triton.jit
-def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w_out_ptr, T, row_base,
-                             BLOCK: tl.constexpr):
+def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w_out_ptr, T, row_base, host_base,
+                             BLOCK: tl.constexpr, HOST: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < T
-    flat = tl.load(idx_ptr + i, mask=ok, other=0).to(tl.int64) + row_base
+    e = tl.load(idx_ptr + i, mask=ok, other=0).to(tl.int64)
+    flat = e + row_base
     tl.atomic_add(counts_ptr + flat, tl.full((BLOCK,), 1, tl.int32), mask=ok)
     s = tl.load(table_ptr + flat, mask=ok, other=-1)
     w = tl.load(w_ptr + i, mask=ok, other=0.0)
-    tl.store(slots_ptr + i, tl.maximum(s, 0).to(slots_ptr.dtype.element_ty), mask=ok)
-    tl.store(w_out_ptr + i, tl.where(s >= 0, w, tl.zeros_like(w)), mask=ok)
+    if HOST:
+        tl.store(slots_ptr + i, tl.where(s >= 0, s, host_base + e).to(slots_ptr.dtype.element_ty), mask=ok)
+        tl.store(w_out_ptr + i, w, mask=ok)
+    else:
+        tl.store(slots_ptr + i, tl.maximum(s, 0).to(slots_ptr.dtype.element_ty), mask=ok)
+        tl.store(w_out_ptr + i, tl.where(s >= 0, w, tl.zeros_like(w)), mask=ok)
 
 
-def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor, row_base: int
-                     ) -> tuple[Tensor, Tensor]:
+def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor, row_base: int,
+                     host_base: int = -1) -> tuple[Tensor, Tensor]:
     """(slots, weights) of `OptimisticPass.run`: counts[row_base + idx] += 1 for every choice; slot =
-    table[row_base + idx] clamped at 0; weight 0 where that slot is -1 (not resident). Shapes of idx."""
+    table[row_base + idx]; where that is -1 (not resident): host_base + idx with the weight kept (host reads,
+    host_base ≥ 0), else slot 0 with weight 0. Shapes of idx."""
     flat = idx.reshape(-1)
     flat = flat if flat.is_contiguous() else flat.contiguous()
     wf = weights.reshape(-1).contiguous()
@@ -143,7 +149,7 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
     if t:
         block = 256
         _optimistic_slots_kernel[(triton.cdiv(t, block),)](flat, wf, table, counts, slots, w_out, t, row_base,
-                                                           BLOCK=block)
+                                                           host_base, BLOCK=block, HOST=host_base >= 0)
     return slots.view(idx.shape), w_out.view(idx.shape)
 
 

@@ -1,0 +1,148 @@
+"""Host reads (`runtime/host_reads.py`): optimistic passes read non-resident experts in place from the host slabs
+instead of being thrown away and rerun. On the tiny pack (CPU: the "host" and the "device" are both RAM, so what
+is checked is the bookkeeping and the math, not PCIe): the same tokens as the syncing path, no pass rerun, a
+forced miss read once and installed for the next pass, counters that add up, no host sync in the layer call,
+and the load-time check that switches the path off when the kernel's host reads are wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from clover_local.runtime import host_reads, optimistic
+from clover_local.runtime.kernels import PackedStack
+from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
+from test_runtime_optimistic import block_passes, gather_moe, layer_calls, no_host_sync, previews
+
+TOTAL = N_EXPERTS * N_LAYERS
+
+
+def _close(got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
+    # the reference MoE sums a token's choices in slot order, and a host expert's number (S + e) sorts after
+    # the slots: the same math in another fp32 order
+    for a, b in zip(want, got):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_the_load_time_check_switches_host_reads_on(pack):
+    rt = runtime(pack, slots=14, host_reads=True).model.runtime
+    assert rt.host_reads and rt.host_reads_error is None
+    s = rt.stats()
+    assert s["host_reads_on"] is True and s["host_reads_error"] is None
+    off = runtime(pack, slots=14, host_reads=False).model.runtime
+    assert not off.host_reads and off.host_reads_error == "off (--no-host-reads)"
+    auto = runtime(pack, slots=14).model.runtime  # default: on a GPU only
+    assert not auto.host_reads and auto.host_reads_error is None
+    every = runtime(pack, host_reads=True).model.runtime  # all resident: nothing to read from the host
+    assert not every.host_reads
+
+
+def test_the_check_refuses_a_kernel_whose_host_reads_are_wrong(pack, monkeypatch):
+    rt = runtime(pack, slots=14, host_reads=False).model.runtime
+    cache = rt.cache
+    assert host_reads.check(cache, torch.float32, 8, 2) is None
+    real = host_reads.moe_w4a16
+
+    def ignores_host(x, slots, w, gu, dn, host=None):  # reads slot S + e as device slot e: wrong expert
+        if host is not None:
+            slots = slots - cache.n_slots
+        return real(x, slots, w, gu, dn)
+
+    monkeypatch.setattr(host_reads, "moe_w4a16", ignores_host)
+    assert host_reads.check(cache, torch.float32, 8, 2) == "the MoE kernel's host reads differ from its slot reads"
+
+    def raises(*a, **k):
+        raise RuntimeError("Pointer argument (at 8) cannot be accessed from Triton (cpu tensor?)\nmore")
+
+    monkeypatch.setattr(host_reads, "moe_w4a16", raises)
+    assert host_reads.check(cache, torch.float32, 8, 2) == (
+        "RuntimeError: Pointer argument (at 8) cannot be accessed from Triton (cpu tensor?)")
+
+
+@pytest.mark.parametrize("slots", [TOTAL - 1, 14, 9])
+def test_host_reads_decode_the_syncing_paths_tokens_without_reruns(pack, ref, slots):
+    """Three blocks of decoding with too few slots: the routing drifts as tokens are revealed, so passes miss
+    (the repair path reruns some, `test_runtime_optimistic`); read from the host, none is rerun and every preview
+    and commit runs optimistically (CPU: no graphs, so a block's first pass too)."""
+    ids = prompt(ref, 13, seed=2)
+    hr, sync = runtime(pack, slots=slots, host_reads=True), runtime(pack, slots=slots, optimistic=False)
+    assert decode(hr, ids) == decode(sync, ids)
+    s = hr.model.runtime_stats()
+    assert s["retried_passes"] == 0 and s["repair_replays"] == 0 and s["host_reads"] > 0
+    recs = list(hr.model.runtime.records)
+    assert all(r.optimistic and not r.retried for r in recs if r.kind == "preview")
+    assert sum(r.host_reads for r in recs) == s["host_reads"]
+    assert s["expert_uses"] == sync.model.runtime_stats()["expert_uses"]  # the same passes need the same experts
+
+
+def test_a_forced_miss_is_read_from_the_host_once_and_installed(pack, ref):
+    """Evict an expert the block uses after its first pass: the next pass reads it from the host (no rerun: one
+    sweep of layer calls), it is copied back into a slot after that pass, and the pass after hits everything."""
+    rt = runtime(pack, slots=14, prefetch=False, host_reads=True)
+    r = rt.model.runtime
+    calls = layer_calls(rt)
+    per_pass, victim = [], {}
+
+    def after(i: int) -> None:
+        per_pass.append(calls[0])
+        if i == 0:
+            layer = r.layers[1]
+            victim["layer"], victim["expert"] = layer, int(r.history[layer][0])
+            r.cache.evict(layer, np.array([victim["expert"]]))
+        if i == 1:  # read from the host, then installed for the next pass: resident, pinned, marked prefetched
+            slot = r.cache.slot_of[victim["layer"], victim["expert"]]
+            assert slot >= 0 and r.cache.pin_gen[slot] == r.cache.gen and r.cache.prefetched[slot]
+
+    got = block_passes(rt, previews=4, after_preview=after)
+    _close(got, block_passes(runtime(pack, slots=14, prefetch=False, optimistic=False), previews=4))
+    recs = previews(rt)
+    assert [(x.optimistic, x.retried, x.host_reads) for x in recs] == [
+        (True, False, recs[0].host_reads), (True, False, 1), (True, False, 0), (True, False, 0)]
+    assert recs[1].misses == 1 and recs[2].misses == recs[3].misses == 0 and recs[2].hits == recs[2].uses
+    assert np.diff(per_pass).tolist() == [N_LAYERS] * 3  # no pass swept the layers twice
+    layer = next(x for x in r.stats()["layers"] if x["layer"] == victim["layer"])
+    assert layer["prefetch_used"] >= 1  # the install was used by pass 2
+
+
+def test_counters_add_up_with_host_reads(pack, ref):
+    rt = runtime(pack, slots=TOTAL - 3, host_reads=True)
+    decode(rt, prompt(ref, 11, seed=5), n=24)
+    s = rt.model.runtime_stats()
+    cache = rt.model.runtime.cache
+    assert s["host_reads"] > 0 and s["hits"] + s["misses"] == s["expert_uses"] > 0
+    assert s["misses"] == s["copied"] + s["cpu_runs"] + s["host_reads"]
+    assert s["bytes_h2d"] == ((s["copied"] + s["prefetched"]) * cache.layout.nbytes
+                              + s["host_reads"] * cache.layout.weight_bytes)
+    assert s["prefetch_used"] + s["prefetch_wasted"] <= s["prefetched"]
+    for row in s["layers"]:
+        assert row["hits"] + row["misses"] == row["uses"]
+    assert not cache.locked.any()
+
+
+def gather_moe_host(x, slot_ids, weights, gate_up, down, host=None):
+    """`gather_moe` over the device stacks followed by the host ones (slot S + e = host expert e), no sync."""
+    if host is not None:
+        gate_up, down = (PackedStack(torch.cat([d.qweight, h.qweight]), torch.cat([d.scales, h.scales]),
+                                     torch.cat([d.qzeros, h.qzeros]), d.group_size, d.bits)
+                         for d, h in zip((gate_up, down), host))
+    return gather_moe(x, slot_ids, weights, gate_up, down)
+
+
+def test_a_host_reading_layer_call_never_syncs(pack, ref, monkeypatch):
+    rt = runtime(pack, slots=12, prefetch=False, host_reads=True)
+    monkeypatch.setattr(optimistic, "moe_w4a16", gather_moe_host)
+    guarded = []
+    run = optimistic.OptimisticPass.run
+
+    def run_guarded(self, *a):
+        with no_host_sync():
+            out = run(self, *a)
+        guarded.append(a[0])
+        return out
+
+    monkeypatch.setattr(optimistic.OptimisticPass, "run", run_guarded)
+    got = block_passes(rt)
+    _close(got, block_passes(runtime(pack, slots=12, prefetch=False, optimistic=False)))
+    assert guarded == rt.model.runtime.layers * 4  # four previews (a commit syncs where there are no graphs)
+    assert sum(x.host_reads for x in previews(rt)) > 0
