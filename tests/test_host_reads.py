@@ -33,9 +33,9 @@ def test_the_load_time_check_switches_host_reads_on(pack):
     off = runtime(pack, slots=14, host_reads=False).model.runtime
     assert not off.host_reads and off.host_reads_error == "off (--no-host-reads)"
     auto = runtime(pack, slots=14).model.runtime  # default: on a GPU only
-    assert not auto.host_reads and auto.host_reads_error is None
+    assert not auto.host_reads and "CPU device" in auto.host_reads_error
     every = runtime(pack, host_reads=True).model.runtime  # all resident: nothing to read from the host
-    assert not every.host_reads
+    assert not every.host_reads and every.host_reads_error == "every expert is resident"
 
 
 def test_the_check_refuses_a_kernel_whose_host_reads_are_wrong(pack, monkeypatch):

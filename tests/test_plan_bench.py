@@ -193,6 +193,27 @@ def test_bench_uniform_routing_and_graph_profile_pairing(tmp_path, monkeypatch):
     assert sum(r["calls"] for r in rows if r["component"] == "rest (norms, routers, glue)") == 4  # one per layer
 
 
+def test_bench_reports_host_reads(tmp_path, monkeypatch):
+    """Offloaded (24 of 64 experts), uniform-reveal routing: with host reads the steady passes' misses are read
+    in place (none rerun, none synced); with --no-host-reads the report says they are off."""
+    from clover_local.runtime import bench
+    from clover_local.runtime.synthetic_pack import ensure_synthetic, synthetic_index
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    folder = ensure_synthetic("small")
+    base = make_plan(synthetic_index("small"), GIB, None, 32 + 64, torch.float32)
+    budget = base.device_fixed + base.workspace + 24 * base.slab_bytes
+    kw = dict(label="s", synthetic=True, vram_budget=budget, prefix=32, passes=4, device=torch.device("cpu"),
+              dtype=torch.float32, routing="uniform-reveal")
+    on = bench.run_bench(folder, host_reads=True, **kw)
+    assert on["slots"] == 24 and on["host_reads"]["on"] and on["host_reads"]["error"] is None
+    assert on["host_reads_per_steady_pass"] > 0 and on["repairs_per_steady_pass"] == 0
+    assert on["synced_steady_passes"] == 0
+    off = bench.run_bench(folder, host_reads=False, **kw)
+    assert off["host_reads"] == {"on": False, "error": "off (--no-host-reads)", "first_pass": 0}
+    assert off["host_reads_per_steady_pass"] == 0
+
+
 def test_bench_bad_input(capsys):
     assert run_cli(["bench"]) == 2
     assert "--synthetic" in one_line_error(capsys)

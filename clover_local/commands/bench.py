@@ -31,6 +31,10 @@ def bench(
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="Replay a block's optimistic passes as one CUDA graph (GPU only); "
                                           "--no-cuda-graphs to compare with eager launches."),
+    host_reads: Optional[bool] = typer.Option(None, "--host-reads/--no-host-reads",
+                                              help="Let optimistic passes read a missing expert in place from "
+                                                   "pinned host memory instead of rerunning (default: on a GPU, "
+                                                   "if the load-time check passes); --no-host-reads to compare."),
     routing: str = typer.Option("model", "--routing", help="model | uniform | uniform-reveal: uniform sends "
                                 "each block row to random experts (synthetic packs route to a few experts only; "
                                 "uniform gives a real block's expert load); uniform-reveal also reroutes the 3 "
@@ -62,7 +66,8 @@ def bench(
     folder, label = pack_or_synthetic(model, synthetic, "bench", progress)
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
-                       optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, on_step=progress)
+                       optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, host_reads=host_reads,
+                       on_step=progress)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -96,6 +101,10 @@ def _print(r: dict) -> None:
             f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass ({r['tokens_per_pass_source']})")
     c.print(f"hit rate {r['hit_rate']} (first pass {r['hit_rate_first_pass']}, {r['misses_first_pass']} misses); "
             f"PCIe {fmt_bytes(r['pcie_bytes'])} at {r['pcie_gbps']} GB/s")
+    hr = r["host_reads"]
+    c.print(f"host reads: {'on' if hr['on'] else 'off'}" + (f" ({hr['error']})" if hr["error"] else "")
+            + (f"; {r['host_reads_per_steady_pass']} misses read in place per steady pass, {hr['first_pass']} in "
+               "the first" if hr["on"] else f"; {r['repairs_per_steady_pass']} repair replays per steady pass"))
     c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "
             f"{r['device_bandwidth_gbps']} GB/s ({r['bandwidth_source']}); measured/floor = {r['roofline_ratio']}")
     graph = r["projection_5070ti_graph_components"] is not None

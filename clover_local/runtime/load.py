@@ -185,12 +185,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
         layer.mlp.experts = OffloadedExperts(runtime, i)
     cache.warm()  # offloaded: the slots start with the first layers' experts, not empty
-    wanted = options.host_reads if options.host_reads is not None else device.type == "cuda"
-    if host is not None and options.optimistic and wanted:
-        error = host_reads.check(cache, dtype, cfg.diffusion.block_size, cfg.num_experts_per_tok)
-        runtime.set_host_reads(error is None, error)
-    elif host is not None and options.host_reads is False:
-        runtime.set_host_reads(False, "off (--no-host-reads)")
+    runtime.set_host_reads(*_host_reads(options, cache, device, dtype, cfg))
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     _install_kernels(model, device)
     model.has_preview_params = all(
@@ -202,6 +197,21 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     cfg.max_position_embeddings = min(cfg.max_position_embeddings, options.context)
     model.runtime = runtime
     return model.eval()
+
+
+def _host_reads(options: RuntimeOptions, cache: ExpertCache, device: torch.device, dtype: torch.dtype,
+                cfg) -> tuple[bool, str | None]:
+    """(on, why not) for `Runtime.set_host_reads`: the option, then the load-time check (`host_reads.check`)."""
+    if cache.host is None:
+        return False, "every expert is resident"
+    if options.host_reads is False:
+        return False, "off (--no-host-reads)"
+    if not options.optimistic:
+        return False, "off (no optimistic passes)"
+    if options.host_reads is None and device.type != "cuda":
+        return False, "off on a CPU device (its host memory is its device memory)"
+    error = host_reads.check(cache, dtype, cfg.diffusion.block_size, cfg.num_experts_per_tok)
+    return error is None, error
 
 
 def _install_kernels(model: CloverModel, device: torch.device) -> None:
