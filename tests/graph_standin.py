@@ -105,11 +105,13 @@ class CheckingGraph:
 
 
 def opaque_moe(moe):
-    """`moe_w4a16` as one recorded op that reads its inputs and the two expert stacks."""
+    """`moe_w4a16` as one recorded op that reads its inputs and the two expert stacks (and the host's, if given)."""
 
-    def run(x, slot_ids, weights, gate_up, down):
-        stacks = (gate_up.qweight, gate_up.scales, gate_up.qzeros, down.qweight, down.scales, down.qzeros)
-        return opaque("moe_w4a16", lambda *_: moe(x, slot_ids, weights, gate_up, down), x, slot_ids, weights,
-                      *stacks)
+    def run(x, slot_ids, weights, gate_up, down, host=None):
+        stacks = [gate_up.qweight, gate_up.scales, gate_up.qzeros, down.qweight, down.scales, down.qzeros]
+        if host is not None:  # the host slabs a graph reads in place
+            stacks += [t for st in host for t in (st.qweight, st.scales, st.qzeros)]
+        return opaque("moe_w4a16", lambda *_: moe(x, slot_ids, weights, gate_up, down, host), x, slot_ids,
+                      weights, *stacks)
 
     return run

@@ -336,6 +336,26 @@ def test_triton_moe_reads_non_resident_experts_from_host(force_triton, bits: int
 
 
 @needs_triton
+def test_gpu_check_host_reads_runs(force_triton, monkeypatch) -> None:
+    """gpu_check's host-read check on tiny shapes (interpreted; its timings stubbed): every expert resident in a
+    permuted cache, some read from the host, then all: equal to the all-resident call, and the check says so."""
+    from clover_local.runtime import gpu_check
+
+    resident = [3, 5, 0, 1, 4, 2]
+    gen, _, cache, host, slot_of = _host_case(4, (64, 32), 21, resident=resident)
+    slots = [resident.index(e) for e in range(SLOTS)]
+    x = _x(5, H, torch.bfloat16, gen)
+    idx, w = _route(5, gen)
+    x, w = _dev(x, w.to(torch.bfloat16))
+    want = moe_w4a16(x, torch.tensor(slots)[idx].to(x.device), w, *cache)
+    monkeypatch.setattr(gpu_check, "_flushed_ms", lambda dev, fn, reps=10: 1.0 + 0.1 * (fn() is None))
+    res = gpu_check.host_reads_check(torch.device(DEVICE), x, idx, w, slots, *cache, host, SLOTS, 1000, want)
+    assert res["ok"] and res["resident_equal"] and res["8_on_host_equal"] and res["all_on_host_equal"]
+    wrong = gpu_check.host_reads_check(torch.device(DEVICE), x, idx, w, slots, *cache, host, SLOTS, 1000, want * 2)
+    assert not wrong["ok"]
+
+
+@needs_triton
 @pytest.mark.parametrize(
     "bits,groups,dtype",
     [

@@ -275,3 +275,58 @@ def test_commit_replay_that_missed_is_repaired(pack, ref, stand_in):
     repaired = recs[1]
     assert repaired.repairs >= 1 and not repaired.synced and repaired.misses > 0
     assert rt.commit_graphs.captures == 1 and rt.commit_graphs.error is None
+
+
+def test_replay_that_missed_reads_from_the_host(pack, ref, stand_in):
+    """With host reads, a replay that needs an evicted expert reads it in place and stands (no repair, no second
+    replay); the expert is installed after it, so the next replay hits. The logits are the syncing path's."""
+    got = with_graphs(pack, slots=14, prefetch=False, host_reads=True)
+    rt = got.model.runtime
+
+    def after(i: int) -> None:
+        if i == 1:
+            layer = rt.layers[1]
+            rt.cache.evict(layer, np.array([int(rt.history[layer][0])]))
+
+    out = block_passes(got, previews=5, after_preview=after)
+    want = block_passes(runtime(pack, slots=14, prefetch=False, optimistic=False), previews=5)
+    for a, b in zip(want, out):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)  # host experts sum in another order (CPU ref)
+    flags = [(r.optimistic, r.graphed, r.retried, r.repairs, r.host_reads) for r in previews(got)]
+    # pass 0 syncs (no graph yet), 1 captures, 2 reads the evicted expert from the host, 3 and 4 hit
+    assert flags == [(False, False, False, 0, 0), (True, True, False, 0, 0), (True, True, False, 0, 1),
+                     (True, True, False, 0, 0), (True, True, False, 0, 0)]
+    s = got.model.runtime_stats()
+    assert s["repair_replays"] == s["retried_passes"] == 0
+    # the commit too: at 14 slots the block's final set does not fit, and what it lacks is read in place
+    (commit,) = commits(got)
+    assert commit.graphed and commit.host_reads > 0 and commit.repairs == 0 and not commit.synced
+    assert s["host_reads"] == 1 + commit.host_reads
+    assert s["graphs"]["replays"] == 4  # one replay per optimistic preview
+
+
+def test_gpu_check_host_read_modes_run_on_the_stand_in(pack, ref, stand_in, monkeypatch):
+    """gpu_check's comparisons with host reads on: their "repaired" modes still repair (host reads switched off
+    for them) and their "host_read" modes read the evicted experts in place, agreeing with the syncing path."""
+    from clover_local.runtime import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    for slots, check in ((14, "previews"), (TOTAL - 2, "commit")):
+        got = with_graphs(pack, slots=slots, prefetch=False, host_reads=True)
+        model, rt = got.model, got.model.runtime
+        cache = model.new_cache()
+        with torch.inference_mode():
+            model(torch.tensor([prompt(got, 40, seed=6)]), cache)
+        if check == "previews":
+            res = gpu_check.optimistic_vs_syncing(model, cache, torch.tensor([[5] * 8]), passes=4)
+            h = res["host_read"]["first"]
+            assert h["graphed"] and h["host_reads"] >= 1 and h["repairs"] == 0 and not h["synced"]
+            assert res["repaired"]["first"]["repairs"] >= 1
+        else:
+            res = gpu_check.commit_graph_vs_eager(model, cache, torch.tensor([[5] * 8]))
+            h = res["host_read"]
+            assert h["graphed"] and h["host_reads"] >= 1 and h["repairs"] == 0 and not h["synced"]
+            assert res["repaired"]["repairs"] >= 1
+        assert res["ok"], res
+        assert rt.host_reads and rt.host_reads_error is None  # restored after the check

@@ -4,8 +4,9 @@
 
 1. kernels at real shapes through the runtime's own data structures: experts copied host(pinned) → device cache
    slots on the copy stream (one at the last slot of a real-size cache, past 2^31 int32 elements), the fused MoE
-   on the slot views vs the dequantize-then-matmul reference; PackedLinear 4/8-bit at Clover's dense shapes and
-   the 8-bit LM head; timings with their GB/s;
+   on the slot views vs the dequantize-then-matmul reference, and reading experts in place from the pinned host
+   slabs (`host_reads_check`); PackedLinear 4/8-bit at Clover's dense shapes and the 8-bit LM head; timings with
+   their GB/s;
 2. the synthetic full pack (written once to ~/.cache/clover-local/synthetic): an offloaded runtime at a 16 GiB
    budget against an all-resident one: logits of a prefill, previews and a commit agree (bf16 tolerance), the
    offloaded one misses, the later passes of a block do not, counters add up, peak memory within the budget;
@@ -113,6 +114,11 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
             out[f"moe_{tag}_ms_32rows"] = round(_timed_ms(dev, call), 4)
         except Exception:
             out[f"moe_{tag}_rel_err"], out[f"moe_{tag}_error"] = 1.0, traceback.format_exc()[-2000:]
+    try:
+        out["host_reads"] = host_reads_check(dev, x, idx, w, slots, gu, dn, lay.stacks(host), n_slots,
+                                             lay.weight_bytes, got)
+    except Exception:
+        out["host_reads"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     lin = {}
     for name, k, n, bits in (("in_proj_qkv", 2048, 8192, 8), ("out_proj", 4096, 2048, 8), ("q_proj 4-bit", 2048, 8192, 4),
                              ("lm_head", 2048, vocab, 8)):
@@ -157,6 +163,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     except Exception:
         out["layer_ops"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     out["ok"] = bool(out["slabs_equal"] and out["moe_rel_err"] < 2e-2 and out["moe_unpacked_rel_err"] < 2e-2
+                     and out["host_reads"]["ok"]
                      and out["moe_unfolded_rel_err"] < 2e-2
                      and out["layer_ops"]["ok"] and out["preview_attention"]["ok"]
                      and all(v["rel_err"] < 2e-2 and v["unpacked_rel_err"] < 2e-2 and v["repacked_rel_err"] < 2e-2
@@ -164,6 +171,52 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                      and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"]
                      and out["gdn_causal"]["ok"])
     return out
+
+
+def _flushed_ms(dev: torch.device, fn, reps: int = 10) -> float:
+    """Mean GPU ms of `fn()` with L2 emptied before each call (a 256 MiB write): weights read cold, from device
+    memory or over PCIe, as a pass finds them."""
+    scratch = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    total = 0.0
+    for _ in range(reps):
+        scratch.zero_()
+        a = _ev()
+        fn()
+        b = _ev()
+        torch.cuda.synchronize(dev)
+        total += a.elapsed_time(b)
+    return total / reps
+
+
+def host_reads_check(dev: torch.device, x, idx, w, slots: list[int], gu, dn, host_stacks, n_slots: int,
+                     weight_bytes: int, want: torch.Tensor) -> dict:
+    """The MoE kernel reading experts in place from pinned host memory (`runtime/host_reads.py`): the 32-row
+    call with 8 of its experts on the host, then all of them, must equal the all-resident call bit for bit (a
+    pair's sums do not depend on where its weights lie); timed cold (L2 flushed) beside the resident call. The
+    all-host call's rate is the zero-copy read rate a miss pays (vs `h2d_gbps_64_experts`, a copy's)."""
+    from clover_local.runtime.kernels import moe_w4a16
+
+    e = torch.arange(len(slots))
+    where = torch.tensor(slots)
+    mixed = torch.where(e < 8, n_slots + e, where)[idx].to(dev)
+    every = (n_slots + idx).to(dev)
+    res: dict = {}
+    calls = {"resident": lambda: moe_w4a16(x, where[idx].to(dev), w, gu, dn),
+             "8_on_host": lambda: moe_w4a16(x, mixed, w, gu, dn, host_stacks),
+             "all_on_host": lambda: moe_w4a16(x, every, w, gu, dn, host_stacks)}
+    for name, call in calls.items():
+        got = call()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        res[f"{name}_equal"] = bool(torch.equal(got, want))
+        res[f"{name}_ms_cold"] = round(_flushed_ms(dev, call), 4)
+    distinct = int(idx.unique().numel())
+    res["experts"] = distinct
+    res["all_on_host_gbps"] = round(distinct * weight_bytes / res["all_on_host_ms_cold"] / 1e6, 1)
+    per_miss = (res["8_on_host_ms_cold"] - res["resident_ms_cold"]) / max(1, int((idx.unique() < 8).sum()))
+    res["ms_per_host_expert"] = round(per_miss, 4)
+    res["ok"] = all(res[f"{n}_equal"] for n in calls)
+    return res
 
 
 def preview_attention_check(dev: torch.device, window: int = 5120, committed: int = 4096, reps: int = 50) -> dict:
@@ -403,7 +456,9 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
             "placed": rt.placed_bytes(model, cache, held)["total"], "plan_predicted": rt.plan.device_predicted,
             "misses": s["misses"], "later_pass_misses": sum(r.misses for r in recs[1:]),
             "counters_add_up": s["hits"] + s["misses"] == s["expert_uses"]
-            and s["bytes_h2d"] == (s["copied"] + s["prefetched"]) * rt.cache.layout.nbytes,
+            and s["bytes_h2d"] == ((s["copied"] + s["prefetched"]) * rt.cache.layout.nbytes
+                                   + s["host_reads"] * rt.cache.layout.weight_bytes),
+            "host_reads": {"on": rt.host_reads, "error": rt.host_reads_error, "count": s["host_reads"]},
             "preview_ms": [round(r.ms, 2) for r in recs], "finite": all(bool(torch.isfinite(t).all()) for t in logits),
             "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
         }
@@ -446,15 +501,19 @@ def commit_graph_vs_eager(model, cache, block: torch.Tensor, previews: int = 2) 
     commit_used: dict = {}
     last = {}
     saved = rt.commit_graphs.enabled
+    reads = rt.host_reads, rt.host_reads_error
+    modes = ("syncing", "graphed", "graphed_again", "repaired") + (("host_read",) if reads[0] else ())
     try:
-        for mode in ("syncing", "graphed", "graphed_again", "repaired"):
+        for mode in modes:
             rt.commit_graphs.enabled = mode != "syncing"
+            if mode in ("syncing", "host_read"):  # repairs without host reads; read in place with (recaptured)
+                rt.set_host_reads(mode == "host_read" and reads[0], reads[1])
             cache.restore(snap)  # the runtime's caches copy the snapshot in: it can be restored again
             rt.reclaim(cache)
             with torch.inference_mode():
                 for _ in range(previews):
                     model(block, cache, preview=True)
-                if mode == "repaired":  # what the syncing commit used in a quarter of the layers: it will miss
+                if mode in ("repaired", "host_read"):  # the syncing commit's experts in a quarter of the layers
                     for layer, used in commit_used.items():
                         rt.cache.evict(layer, used)
                 commit = model(block, cache, rows=slice(-1, None))[0, -1]
@@ -466,19 +525,21 @@ def commit_graph_vs_eager(model, cache, block: torch.Tensor, previews: int = 2) 
             last[mode] = (commit.float().cpu(), after.float().cpu())
             res[mode] = {"commit_ms": round(rec.ms, 2), "kind": rec.kind, "optimistic": rec.optimistic,
                          "graphed": rec.graphed, "captured": rec.captured, "repairs": rec.repairs,
-                         "synced": rec.synced, "misses": rec.misses}
+                         "synced": rec.synced, "misses": rec.misses, "host_reads": rec.host_reads}
     finally:
         rt.commit_graphs.enabled = saved
+        rt.set_host_reads(*reads)
     res["commit_graphs"] = rt.commit_graphs.stats()
     ok = res["commit_graphs"]["error"] is None
-    for mode in ("graphed", "graphed_again", "repaired"):
+    for mode in modes[1:]:
         res[f"{mode}_commit_rel_err"] = round(_rel(last[mode][0], last["syncing"][0]), 6)
         res[f"{mode}_next_preview_rel_err"] = round(_rel(last[mode][1], last["syncing"][1]), 6)
         ok = ok and res[mode]["graphed"] and res[f"{mode}_commit_rel_err"] < 1e-3 \
             and res[f"{mode}_next_preview_rel_err"] < 1e-3
-    r = res["repaired"]
+    r, h = res["repaired"], res.get("host_read")
     res["ok"] = bool(ok and res["syncing"]["kind"] == "commit" and not res["graphed_again"]["captured"]
-                     and r["repairs"] >= 1 and not r["synced"])
+                     and r["repairs"] >= 1 and not r["synced"]
+                     and (h is None or (h["host_reads"] >= 1 and h["repairs"] == 0 and not h["synced"])))
     return res
 
 
@@ -506,17 +567,26 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
     res: dict = {}
     last = {}
     saved = rt.optimistic, rt.graphs.enabled
+    reads = rt.host_reads, rt.host_reads_error
+    modes = ("syncing", "optimistic", "graphed", "repaired") + (("host_read",) if reads[0] else ())
     try:
-        for mode in ("syncing", "optimistic", "graphed", "repaired"):
+        rt.set_host_reads(False, reads[1])  # the first four: misses repaired (the path without host reads)
+        for mode in modes:
             rt.optimistic = mode != "syncing"
-            rt.graphs.enabled = mode in ("graphed", "repaired")
+            rt.graphs.enabled = mode in ("graphed", "repaired", "host_read")
             optimistic.OptimisticPass.run = strict if mode == "optimistic" else run
-            if mode == "repaired":  # the graph exists: evict part of the block's set, so its first replay misses
-                for layer in rt.layers[::4]:
+            if mode == "host_read":  # a graph of the host-reading kernels first (two passes: the 2nd captures)
+                rt.set_host_reads(True, None)
+                rt.reclaim(cache)
+                with torch.inference_mode():
+                    for _ in range(2):
+                        model(block, cache, preview=True)
+            if mode in ("repaired", "host_read"):  # the graph exists: evict part of the block's set, so its
+                for layer in rt.layers[::4]:       # first replay misses
                     used = rt.history.get(layer)
                     if used is not None:
                         rt.cache.evict(layer, used[: max(1, used.size // 2)])
-            rt.reclaim(cache)  # a new block: its first pass loads the set (syncing, or a replay repaired)
+            rt.reclaim(cache)  # a new block: its first pass loads the set (syncing, or a replay repaired / read)
             n0 = len(rt.records)
             with torch.inference_mode():
                 for _ in range(passes):
@@ -530,13 +600,14 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
                 "optimistic": sum(r.optimistic for r in recs), "retried": sum(r.retried for r in recs),
                 "graphed": sum(r.graphed for r in recs), "misses_after_first": sum(r.misses for r in recs[1:]),
                 "first": {"graphed": recs[0].graphed, "repairs": recs[0].repairs, "synced": recs[0].synced,
-                          "misses": recs[0].misses},
+                          "misses": recs[0].misses, "host_reads": recs[0].host_reads},
             }
     finally:
         optimistic.OptimisticPass.run = run
         rt.optimistic, rt.graphs.enabled = saved
+        rt.set_host_reads(*reads)
     res["graphs"] = rt.graphs.stats()
-    for mode in ("optimistic", "graphed", "repaired"):
+    for mode in modes[1:]:
         res[f"{mode}_logit_rel_err"] = round(_rel(last[mode], last["syncing"]), 6)
         res[f"{mode}_logits_equal"] = bool(torch.equal(last[mode], last["syncing"]))
         o = res[mode]
@@ -547,6 +618,10 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
                      and res["graphed_logit_rel_err"] < 1e-3 and g["retried"] == 0 and g["graphed"] >= passes - 1
                      and res["repaired_logit_rel_err"] < 1e-3 and r["graphed"] == passes
                      and r["first"]["repairs"] >= 1 and not r["first"]["synced"])
+    h = res.get("host_read")  # the first replay read what it lacked in place: no repair, one replay
+    if h is not None:
+        res["ok"] = bool(res["ok"] and res["host_read_logit_rel_err"] < 1e-3 and h["graphed"] == passes
+                         and h["retried"] == 0 and h["first"]["host_reads"] >= 1 and h["first"]["repairs"] == 0)
     return res
 
 

@@ -332,10 +332,12 @@ class Runtime:
 
     def set_host_reads(self, on: bool, error: str | None = None) -> None:
         """Switch host reads (`OptimisticPass.host_reads`) on or off, e.g. after the load-time check
-        (`runtime/host_reads.py`); `error` says why they are off."""
-        self._opt = OptimisticPass(self.cache, on)
+        (`runtime/host_reads.py`); `error` says why they are off. Drops the captured graphs: their MoE launches
+        were captured with or without the host stacks."""
+        self._opt.host_reads = on and self.cache.host is not None
         self.host_reads = self._opt.host_reads
         self.host_reads_error = error
+        self._drop_graphs()
 
     def _may_run_optimistically(self, kind: str) -> bool:
         if not self.optimistic:
