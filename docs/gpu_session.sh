@@ -6,7 +6,9 @@
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   model/gpu_check.json         offloaded vs all-resident logits, counters, peak memory, optimistic vs syncing
 #   bench_uniform.json           the same with `--routing uniform` (a real block's expert load)
-#   bench_uniform_reveal.json    ... with `--routing uniform-reveal` (revealed rows rerouted: later passes miss)
+#   bench_uniform_reveal.json    ... with `--routing uniform-reveal` (revealed rows rerouted: later passes miss;
+#                                their misses read in place from host memory where the load-time check passes)
+#   bench_uniform_reveal_repair.json  ... and `--no-host-reads` (misses repaired: copied, the graph replayed again)
 #   bench_uniform_unfused.json   ... with CLOVER_DISABLE_FUSED=1 (the model's PyTorch GDN preview, attention,
 #                                norms, router: the before of the fused kernels' after)
 #   bench_uniform_unpacked.json  ... with CLOVER_W4A16_FORM=unpacked (the W4A16 tiles' old form: the before of
@@ -22,8 +24,8 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform reveal unfused unpacked unfolded eager sweep moesweep tune tuned, in the
-# order given;
+# (STAGES from: kernels model bench uniform reveal repair unfused unpacked unfolded eager sweep moesweep tune tuned,
+# in the order given;
 # default kernels,bench,model,sweep)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
@@ -64,6 +66,8 @@ for s in ${STAGES//,/ }; do
     bench) stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'" ;;
     uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
     reveal) stage reveal 150 bash -c "$B --routing uniform-reveal >'$OUT/bench_uniform_reveal.json' 2>>'$log'" ;;
+    repair) stage repair 150 bash -c "$B --routing uniform-reveal --no-host-reads \
+      >'$OUT/bench_uniform_reveal_repair.json' 2>>'$log'" ;;
     unfused) stage unfused 150 bash -c "CLOVER_DISABLE_FUSED=1 $B --routing uniform \
       >'$OUT/bench_uniform_unfused.json' 2>>'$log'" ;;
     unpacked) stage unpacked 150 bash -c "CLOVER_W4A16_FORM=unpacked $B --routing uniform \
@@ -81,8 +85,8 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model bench uniform reveal unfused unpacked unfolded eager sweep moesweep tune \
-tuned)" | tee -a "$log" ;;
+    *) echo "== unknown stage $s (known: kernels model bench uniform reveal repair unfused unpacked unfolded eager sweep \
+moesweep tune tuned)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1

@@ -33,6 +33,13 @@ def kernels_lines(k: dict) -> list[str]:
                  for f in ("", "repacked", "unpacked")]
         out.append(f"  {name}: " + ", ".join(f"{f or 'default'} {_fmt(ms)} ms (err {_fmt(e)})"
                                               for f, ms, e in forms if ms is not None))
+    hr = k.get("host_reads")
+    if isinstance(hr, dict):  # the MoE reading experts in place from pinned host memory
+        out.append(f"  MoE host reads: ok {hr.get('ok')}, cold ms resident {_fmt(hr.get('resident_ms_cold'))} / 8 on "
+                   f"host {_fmt(hr.get('8_on_host_ms_cold'))} / all on host {_fmt(hr.get('all_on_host_ms_cold'))} "
+                   f"({_fmt(hr.get('all_on_host_gbps'))} GB/s; copies {_fmt(k.get('h2d_gbps_64_experts'))} GB/s), "
+                   f"{_fmt(hr.get('ms_per_host_expert'))} ms per host expert"
+                   + (f", error {str(hr['error'])[-200:]!r}" if hr.get("error") else ""))
     for part in ("gdn_preview", "gdn_causal", "preview_attention", "layer_ops"):
         if isinstance(k.get(part), dict):
             v = k[part]
@@ -61,6 +68,11 @@ def bench_lines(b: dict) -> list[str]:
            f"(passes {', '.join(_fmt(round(x, 2)) for x in each)}), first {_fmt(b.get('ms_per_pass_first'))} ms, "
            f"{_fmt(b.get('tokens_per_s'))} tok/s at {_fmt(b.get('tokens_per_pass'))} tokens/pass, misses/repairs "
            f"per steady pass {_fmt(b.get('misses_per_steady_pass'))}/{_fmt(b.get('repairs_per_steady_pass'))}"]
+    hr = b.get("host_reads")
+    if isinstance(hr, dict):
+        out.append(f"  host reads {'on' if hr.get('on') else 'off'}" + (f" ({hr['error']})" if hr.get("error") else "")
+                   + f", read in place per steady pass {_fmt(b.get('host_reads_per_steady_pass'))}, first pass "
+                   f"{_fmt(hr.get('first_pass'))}")
     if isinstance(b.get("kernel_tuning"), dict):
         out.append(f"  kernel tuning: {b['kernel_tuning']}")
     g = b.get("graphs") or {}

@@ -39,3 +39,23 @@ def test_summary_reads_a_tune_report(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     assert "tune.json (tune, NVIDIA H200" in res.stdout and "saves 999.5" in res.stdout
     assert "moe_down/r32/k512/n2048/b4/g128/top8 ×40: 120 → 95 µs {'block_n': 128}" in res.stdout
+
+
+def test_summary_reads_host_read_figures(tmp_path) -> None:
+    import json
+
+    kernels = {"device": "NVIDIA H200", "kernels": {
+        "ok": True, "h2d_gbps_64_experts": 24.5,
+        "host_reads": {"ok": True, "resident_ms_cold": 0.5, "8_on_host_ms_cold": 0.9, "all_on_host_ms_cold": 4.25,
+                       "all_on_host_gbps": 26.1, "ms_per_host_expert": 0.05}}}
+    bench = {"device_name": "NVIDIA H200", "date": "2026-12-02", "ms_per_pass_each": [60.0, 30.0, 28.0, 29.0],
+             "routing": "uniform-reveal", "misses_per_steady_pass": 3.0, "repairs_per_steady_pass": 0.0,
+             "host_reads_per_steady_pass": 3.0, "host_reads": {"on": True, "error": None, "first_pass": 41}}
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "gpu_check.json").write_text(json.dumps(kernels))
+    (tmp_path / "bench_uniform_reveal.json").write_text(json.dumps(bench))
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert ("MoE host reads: ok True, cold ms resident 0.5 / 8 on host 0.9 / all on host 4.25 (26.1 GB/s; copies "
+            "24.5 GB/s), 0.05 ms per host expert") in res.stdout
+    assert "host reads on, read in place per steady pass 3, first pass 41" in res.stdout
