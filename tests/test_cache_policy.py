@@ -177,3 +177,17 @@ def test_cache_sim_cli(capsys):
     assert cache_sim.main(["--slots", "10", "--experts", "64"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "slots must be between" in err
+
+
+def test_host_reads_end_the_repair_replays():
+    """3 rows rerouted a pass: without host reads nearly every later pass misses and replays twice; with them no
+    pass repairs, what they lacked is read in place (as many as the repairs copied) and installed, and the
+    replay path's derived ms per later pass falls (one replay each, the PCIe bytes of read and install)."""
+    kw = dict(blocks=2, passes=4, prefix=512, drift=3 / 32)
+    repair = simulate(SimConfig(**kw)).to_dict()["block_later_passes"]
+    read = simulate(SimConfig(host_reads=True, **kw)).to_dict()["block_later_passes"]
+    assert repair["missed"] >= 6 and repair["host_read"] == 0
+    assert read["missed"] == read["demand"] == 0 and read["host_read"] > 0
+    assert 0.8 * repair["demand"] <= read["host_read"] <= 1.25 * repair["demand"]
+    assert read["prefetched"] >= 0.9 * read["host_read"]  # installed after the pass
+    assert read["replay_path_ms_per_pass"] < repair["replay_path_ms_per_pass"] - 0.5 * cache_sim.REPLAY_MS

@@ -8,9 +8,11 @@ or Zipf-skewed per layer), making the calls `Runtime` makes: a prefill chunk is 
 `acquire`, then `prefetch` of the next layer's last experts, `release`); a block's previews and its commit are
 graph replays (`missing` → `repair` → `commit_uses`, the commit with `last_of_block`), as on a GPU once the
 graph exists (the very first preview is a syncing pass: no graph yet; `--no-cuda-graphs`: every first pass,
-and a later one that missed is rerun syncing). It counts copies (demand and prefetch) per phase and turns them
-into PCIe bytes at the real slab size and milliseconds at 50 GB/s (targets.md's measured pinned rate): a
-derived figure, not a timing.
+and a later one that missed is rerun syncing; `--host-reads`: a replay reads what it lacks in place and stands,
+`commit_uses(host_reads=True)`, which installs it for later passes). It counts copies (demand and prefetch) and
+host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at 50 GB/s
+(targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
+replays twice) plus that PCIe time, all of it waited for. Derived figures, not timings.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from clover_local.runtime.expert_store import HostExpertStore
 from clover_local.runtime.slab import SlabLayout
 
 PCIE_BPS = 50e9
-REAL_SLAB = SlabLayout(hidden=2048, inter=512, bits=4, groups_gu=16, groups_down=4).nbytes  # 35B, group 128
+REAL_LAYOUT = SlabLayout(hidden=2048, inter=512, bits=4, groups_gu=16, groups_down=4)  # 35B, group 128
+REAL_SLAB = REAL_LAYOUT.nbytes
+REPLAY_MS = 26.8  # a graphed 32-row preview at 16 GiB on the H200 (BENCHMARKS.md, 2026-11-30)
 TINY_SLAB = SlabLayout(hidden=32, inter=16, bits=4, groups_gu=1, groups_down=1)
 
 
@@ -49,6 +53,7 @@ class SimConfig:
     seed: int = 0
     warm: bool = True  # the slots start filled at load (`ExpertCache.warm`), as the runtime's do
     graphs: bool = True  # False: as `--no-cuda-graphs` runs (every block's first pass syncing, no repairs)
+    host_reads: bool = False  # optimistic passes read what they lack in place (runtime/host_reads.py)
 
 
 @dataclass
@@ -58,6 +63,7 @@ class Phase:
     prefetched: int = 0
     wasted: int = 0  # prefetched, evicted unused
     missed: int = 0  # passes with a demand copy (a graph replay that missed: one more replay after its repair)
+    host_read: int = 0  # experts read in place from host memory (then installed: counted in prefetched)
 
     @property
     def copies(self) -> int:
@@ -73,10 +79,15 @@ class SimResult:
     def to_dict(self) -> dict:
         out = {"config": asdict(self.config), "slab_bytes": REAL_SLAB, "pcie_gbps_assumed": PCIE_BPS / 1e9}
         for name, ph in self.phases.items():
-            per = ph.copies / max(ph.passes, 1)
+            n = max(ph.passes, 1)
+            per = ph.copies / n
+            pcie = (ph.copies * REAL_SLAB + ph.host_read * REAL_LAYOUT.weight_bytes) / n
             out[name] = dict(asdict(ph), copies=ph.copies, copies_per_pass=round(per, 1),
-                             pcie_bytes_per_pass=int(per * REAL_SLAB),
-                             pcie_ms_per_pass=round(1e3 * per * REAL_SLAB / PCIE_BPS, 2))
+                             host_reads_per_pass=round(ph.host_read / n, 1), pcie_bytes_per_pass=int(pcie),
+                             pcie_ms_per_pass=round(1e3 * pcie / PCIE_BPS, 2))
+            if name == "block_later_passes":  # replays, one more per repaired pass, and PCIe time waited for
+                out[name]["replay_path_ms_per_pass"] = round(REPLAY_MS * (n + ph.missed) / n
+                                                             + 1e3 * pcie / PCIE_BPS, 2)
         out["first_pass_each"] = self.first_pass_each
         return out
 
@@ -123,6 +134,7 @@ def _book(phase: Phase, before: LayerCounters, after: LayerCounters) -> int:
     phase.prefetched += prefetched
     phase.wasted += after.prefetch_wasted - before.prefetch_wasted
     phase.missed += int(copied > 0)
+    phase.host_read += after.host_reads - before.host_reads
     return copied + prefetched
 
 
@@ -140,9 +152,13 @@ def _syncing_pass(ec: ExpertCache, counts: np.ndarray, history: dict[int, np.nda
         history[layer] = experts[np.argsort(-counts[layer, experts], kind="stable")]
 
 
-def _optimistic_pass(ec: ExpertCache, counts: np.ndarray, commit: bool, repair: bool) -> None:
-    """A pass on resident slots (a graph replay when `repair`): what it lacked is loaded by `repair`, else (or
-    when that does not fit) it reruns as a syncing pass; then booked by `commit_uses`."""
+def _optimistic_pass(ec: ExpertCache, counts: np.ndarray, commit: bool, repair: bool, host_reads: bool) -> None:
+    """A pass on resident slots (a graph replay when `repair`): what it lacked is read in place (`host_reads`),
+    or loaded by `repair`, else (or when that does not fit) it reruns as a syncing pass; then booked by
+    `commit_uses`."""
+    if host_reads:
+        ec.commit_uses(counts, host_reads=True)
+        return
     if ec.missing(counts):
         if not repair or ec.repair(counts, last_of_block=commit) is None:
             _syncing_pass(ec, counts, {})
@@ -179,10 +195,14 @@ def simulate(cfg: SimConfig) -> SimResult:
             commit = p == cfg.passes
             before = ec.totals()
             ec.begin_pass(False)
-            if p == 0 and (b == 0 or not cfg.graphs):  # no graph (yet): a block's first pass is syncing
+            # as `Runtime._may_run_optimistically`: a block's first pass syncs with no graph to replay (the very
+            # first, or every one when eager, unless host reads make an eager attempt stand); an eager commit syncs
+            if p == 0 and ((b == 0 and cfg.graphs) or not (cfg.graphs or cfg.host_reads)):
                 _syncing_pass(ec, router.counts(routes), history)
+            elif commit and not cfg.graphs:
+                _syncing_pass(ec, router.counts(routes), {})
             else:
-                _optimistic_pass(ec, router.counts(routes), commit, repair=cfg.graphs)
+                _optimistic_pass(ec, router.counts(routes), commit, repair=cfg.graphs, host_reads=cfg.host_reads)
             ec.end_pass()
             n = _book(res.phases["commit" if commit else "block_first_pass" if p == 0 else "block_later_passes"],
                       before, ec.totals())
@@ -203,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", dest="warm", action="store_false", help="start with empty slots (no warm fill)")
     ap.add_argument("--no-cuda-graphs", dest="graphs", action="store_false",
                     help="as an eager runtime: every block's first pass syncing, a pass that missed rerun")
+    ap.add_argument("--host-reads", action="store_true",
+                    help="optimistic passes read missing experts in place from host memory (no repairs)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     cfg = SimConfig(**{k: getattr(a, k) for k in asdict(d)})
@@ -220,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(ph, dict) and "copies" in ph:
             print(f"  {name:22s} {ph['passes']:4d} passes  {ph['copies_per_pass']:8.1f} copies/pass "
                   f"({ph['demand']} demand in {ph['missed']} passes, {ph['prefetched']} prefetched, "
-                  f"{ph['wasted']} wasted)  "
-                  f"{ph['pcie_ms_per_pass']:7.2f} ms/pass")
+                  f"{ph['wasted']} wasted, {ph['host_read']} read in place)  "
+                  f"{ph['pcie_ms_per_pass']:7.2f} ms/pass" + (f", replay path {ph['replay_path_ms_per_pass']:.1f} ms"
+                                                             if "replay_path_ms_per_pass" in ph else ""))
     print(f"  first pass of each block: {out['first_pass_each']}")
     return 0
 
