@@ -18,8 +18,9 @@ with the graph captured per block; this version keeps one graph across blocks an
   reads every tensor from outside the pass at the address the capture saw.
 
 The optimistic use counts are accumulated inside the graph, so the pass's single host read still says whether
-an expert was missing. A replay that used one is thrown away, what it lacked is loaded (`ExpertCache.repair`)
-and the graph replays again (up to `offload.MAX_REPAIRS` times, then the syncing path). That makes replays worth
+an expert was missing. With host reads (`host_reads.py`) the replay read it in place from pinned host memory and
+stands; without, a replay that used one is thrown away, what it lacked is loaded (`ExpertCache.repair`) and the
+graph replays again (up to `offload.MAX_REPAIRS` times, then the syncing path). That makes replays worth
 trying for a block's first pass too, whose experts are mostly the last block's: it is a replay (~27 ms at 35B)
 plus the copies of what is new, where the syncing pass took ~250 ms (not yet measured on a GPU).
 """

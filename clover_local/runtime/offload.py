@@ -13,9 +13,11 @@ Optimistic passes (`runtime/optimistic.py`, `RuntimeOptions.optimistic`): a late
 every layer on resident slots without a host sync, and syncs once at the end, when the block's previous pass had
 no miss (its routing was stable), or was the block's first pass and its whole set stayed resident (no pinned
 eviction, no CPU run: a first pass always misses, it loads the set). If it needed an expert that was not resident,
-its result is discarded and `run_pass` reruns it through the syncing path. With every expert resident (no host
-slabs) nothing can miss, so every pass runs that way. Per-layer expert times (`time_layers`) are not taken in
-optimistic passes.
+its result is discarded and `run_pass` reruns it through the syncing path (a graph replay is first repaired and
+replayed again). With host reads (`runtime/host_reads.py`, on a GPU where the load-time check passes) an
+optimistic pass reads what is not resident in place and always stands, so every preview and commit runs that
+way once a graph exists. With every expert resident (no host slabs) nothing can miss, so every pass runs that
+way. Per-layer expert times (`time_layers`) are not taken in optimistic passes.
 """
 
 from __future__ import annotations
