@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from clover_local.runtime import host_reads, optimistic
+from clover_local.runtime import host_reads
 from clover_local.runtime.kernels import PackedStack
 from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
-from test_runtime_optimistic import block_passes, gather_moe, layer_calls, no_host_sync, previews
+from test_runtime_optimistic import block_passes, gather_moe, guard_optimistic_calls, layer_calls, previews
 
 TOTAL = N_EXPERTS * N_LAYERS
 
@@ -131,17 +131,7 @@ def gather_moe_host(x, slot_ids, weights, gate_up, down, host=None):
 
 def test_a_host_reading_layer_call_never_syncs(pack, ref, monkeypatch):
     rt = runtime(pack, slots=12, prefetch=False, host_reads=True)
-    monkeypatch.setattr(optimistic, "moe_w4a16", gather_moe_host)
-    guarded = []
-    run = optimistic.OptimisticPass.run
-
-    def run_guarded(self, *a):
-        with no_host_sync():
-            out = run(self, *a)
-        guarded.append(a[0])
-        return out
-
-    monkeypatch.setattr(optimistic.OptimisticPass, "run", run_guarded)
+    guarded = guard_optimistic_calls(monkeypatch, gather_moe_host)
     got = block_passes(rt)
     _close(got, block_passes(runtime(pack, slots=12, prefetch=False, optimistic=False)))
     assert guarded == rt.model.runtime.layers * 4  # four previews (a commit syncs where there are no graphs)

@@ -220,16 +220,10 @@ def gather_moe(x, slot_ids, weights, gate_up, down):
     return y.view(m, k, -1).sum(1).to(x.dtype)
 
 
-def test_optimistic_layer_call_never_syncs(pack, ref, monkeypatch):
-    rt = runtime(pack, slots=14, prefetch=False)
-    r = rt.model.runtime
-    # the guard is real: the syncing layer call trips it at once
-    x, idx = torch.randn(3, 128), torch.tensor([[0, 1], [2, 3], [1, 4]])
-    with pytest.raises(AssertionError, match="host sync"), no_host_sync():
-        r.run_experts(r.layers[0], x, idx, torch.full((3, 2), 0.5))
-    r.cache.release()
-
-    monkeypatch.setattr(optimistic, "moe_w4a16", gather_moe)
+def guard_optimistic_calls(monkeypatch, moe) -> list:
+    """Run every optimistic layer call under `no_host_sync`, with `moe` as its MoE (sync-free on the CPU);
+    returns the live list of the layers so called."""
+    monkeypatch.setattr(optimistic, "moe_w4a16", moe)
     guarded = []
     run = optimistic.OptimisticPass.run
 
@@ -240,6 +234,19 @@ def test_optimistic_layer_call_never_syncs(pack, ref, monkeypatch):
         return out
 
     monkeypatch.setattr(optimistic.OptimisticPass, "run", run_guarded)
+    return guarded
+
+
+def test_optimistic_layer_call_never_syncs(pack, ref, monkeypatch):
+    rt = runtime(pack, slots=14, prefetch=False)
+    r = rt.model.runtime
+    # the guard is real: the syncing layer call trips it at once
+    x, idx = torch.randn(3, 128), torch.tensor([[0, 1], [2, 3], [1, 4]])
+    with pytest.raises(AssertionError, match="host sync"), no_host_sync():
+        r.run_experts(r.layers[0], x, idx, torch.full((3, 2), 0.5))
+    r.cache.release()
+
+    guarded = guard_optimistic_calls(monkeypatch, gather_moe)
     got = block_passes(rt)
     want = block_passes(runtime(pack, slots=14, prefetch=False, optimistic=False))
     for a, b in zip(want, got):
