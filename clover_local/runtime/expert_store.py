@@ -1,6 +1,6 @@
 """Routed experts in host RAM: per layer one uint8 buffer [E, slab] (pinned when CUDA is available), so each
-expert is one contiguous slab and a cache miss is one host→device copy, or a read in place by the MoE kernel. Filled once at load; never copied again
-on the host (peak pinned memory ≈ the expert bytes)."""
+expert is one contiguous slab and a cache miss is one host→device copy, or a read in place by the MoE kernel.
+Filled once at load; never copied again on the host (peak pinned memory ≈ the expert bytes)."""
 
 from __future__ import annotations
 
