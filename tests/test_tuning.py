@@ -187,6 +187,17 @@ def test_candidate_grids_hold_the_tile_rules():
     assert len(tuning.linear_candidates(lin, sig, quick=True)) < len(cands)
 
 
+def test_refinements_toggle_the_mask_register_only_where_it_acts():
+    from clover_local.runtime.kernels.w4a16 import MoeConfig
+
+    def toggles(best) -> bool:
+        return any(c.mask_reg != best.mask_reg for c in tuning.refinements(best))
+
+    assert toggles(MoeConfig(16))  # field-wise and folded: MASK_REG is live
+    assert not toggles(MoeConfig(16, fields=False)) and not toggles(MoeConfig(16, folded=False))
+    assert any(not c.fields for c in tuning.refinements(MoeConfig(16)))  # the other form is still tried
+
+
 # ---- the kernels record and use the table ------------------------------------------------------------------
 
 

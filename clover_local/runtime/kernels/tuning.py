@@ -327,7 +327,7 @@ def refinements(best: Any, quick: bool = False) -> list[Any]:
     the field mask as an immediate or in a register (`mask_reg`)."""
     out = [replace(best, num_warps=w, num_stages=s) for w in (4, 8) for s in ((2, 3, 4) if not quick else (2, 4))]
     out.append(replace(best, fields=not best.fields))
-    if hasattr(best, "mask_reg"):
+    if hasattr(best, "mask_reg") and best.fields and getattr(best, "folded", True):  # else MASK_REG is off anyway
         out.append(replace(best, mask_reg=not best.mask_reg))
     if hasattr(best, "folded") and best.fields:
         out.append(replace(best, folded=not best.folded))
