@@ -38,6 +38,18 @@ def test_the_load_time_check_switches_host_reads_on(pack):
     assert not every.host_reads and every.host_reads_error == "every expert is resident"
 
 
+def test_the_environment_switches_the_default_off(pack, monkeypatch):
+    from clover_local.runtime import load
+
+    monkeypatch.setenv("CLOVER_HOST_READS", "0")
+    monkeypatch.setattr(load, "_host_reads_default", lambda device: True)  # as on a GPU
+    rt = runtime(pack, slots=14).model.runtime
+    assert not rt.host_reads and rt.host_reads_error == "off (CLOVER_HOST_READS=0)"
+    monkeypatch.delenv("CLOVER_HOST_READS")
+    assert runtime(pack, slots=14).model.runtime.host_reads  # the GPU default, checked and on
+    assert runtime(pack, slots=14, host_reads=True).model.runtime.host_reads  # an explicit choice wins
+
+
 def test_the_check_refuses_a_kernel_whose_host_reads_are_wrong(pack, monkeypatch):
     rt = runtime(pack, slots=14, host_reads=False).model.runtime
     cache = rt.cache

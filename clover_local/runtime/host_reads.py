@@ -11,7 +11,8 @@ for the block's later passes (`ExpertCache.install_missed`).
 `check` runs at load: the MoE kernel once on a resident expert read from its slot and from the host, at the
 preview's shapes (which also compiles the kernels' host-reading variants before any graph capture: a capture
 must not compile). Any difference or error switches host reads off with its reason kept (`Runtime.stats()`
-`host_reads_error`), and passes repair as before. Not yet measured on a GPU: how fast the kernel reads host
+`host_reads_error`), and passes repair as before. Off by choice: `bench --no-host-reads`, `CLOVER_HOST_READS=0`
+(chat, generate, serve), `RuntimeOptions.host_reads=False`. Not yet measured on a GPU: how fast the kernel reads host
 memory (PCIe 4.0 / 5.0 x16: 25–50 GB/s by spec; zero-copy reads of whole 128-byte lines usually reach most of a
 copy's bandwidth), which `gpu_check` stage `host_reads` times.
 """

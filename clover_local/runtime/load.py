@@ -12,6 +12,7 @@ Packs with act-order (non-sequential g_idx) are refused.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,6 +200,11 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     return model.eval()
 
 
+def _host_reads_default(device: torch.device) -> bool:
+    """Host reads unless told: on a GPU (on a CPU "device" the host slabs already are device memory)."""
+    return device.type == "cuda"
+
+
 def _host_reads(options: RuntimeOptions, cache: ExpertCache, device: torch.device, dtype: torch.dtype,
                 cfg) -> tuple[bool, str | None]:
     """(on, why not) for `Runtime.set_host_reads`: the option, then the load-time check (`host_reads.check`)."""
@@ -206,9 +212,11 @@ def _host_reads(options: RuntimeOptions, cache: ExpertCache, device: torch.devic
         return False, "every expert is resident"
     if options.host_reads is False:
         return False, "off (--no-host-reads)"
+    if options.host_reads is None and os.environ.get("CLOVER_HOST_READS") == "0":  # chat, generate, serve
+        return False, "off (CLOVER_HOST_READS=0)"
     if not options.optimistic:
         return False, "off (no optimistic passes)"
-    if options.host_reads is None and device.type != "cuda":
+    if options.host_reads is None and not _host_reads_default(device):
         return False, "off on a CPU device (its host memory is its device memory)"
     error = host_reads.check(cache, dtype, cfg.diffusion.block_size, cfg.num_experts_per_tok)
     return error is None, error
