@@ -13,7 +13,8 @@ import torch
 from clover_local.runtime import host_reads
 from clover_local.runtime.kernels import PackedStack
 from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
-from test_runtime_optimistic import block_passes, gather_moe, guard_optimistic_calls, layer_calls, previews
+from test_runtime_optimistic import (block_passes, evict_most_used, gather_moe, guard_optimistic_calls, layer_calls,
+                                     previews)
 
 TOTAL = N_EXPERTS * N_LAYERS
 
@@ -100,8 +101,7 @@ def test_a_forced_miss_is_read_from_the_host_once_and_installed(pack, ref):
         per_pass.append(calls[0])
         if i == 0:
             layer = r.layers[1]
-            victim["layer"], victim["expert"] = layer, int(r.history[layer][0])
-            r.cache.evict(layer, np.array([victim["expert"]]))
+            victim["layer"], victim["expert"] = layer, evict_most_used(r, layer)
         if i == 1:  # read from the host, then installed for the next pass: resident, pinned, marked prefetched
             slot = r.cache.slot_of[victim["layer"], victim["expert"]]
             assert slot >= 0 and r.cache.pin_gen[slot] == r.cache.gen and r.cache.prefetched[slot]

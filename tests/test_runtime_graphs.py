@@ -19,7 +19,7 @@ from clover_local.runtime import graphs, optimistic
 from graph_standin import CheckingGraph as StandInGraph
 from graph_standin import opaque_moe
 from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
-from test_runtime_optimistic import block_passes, previews
+from test_runtime_optimistic import block_passes, evict_most_used, previews
 
 TOTAL = N_EXPERTS * N_LAYERS
 
@@ -145,8 +145,7 @@ def test_replay_that_missed_is_repaired(pack, ref, stand_in):
 
     def after(i: int) -> None:
         if i == 1:  # evict an expert the block uses, after the graph exists
-            layer = rt.layers[1]
-            rt.cache.evict(layer, np.array([int(rt.history[layer][0])]))
+            evict_most_used(rt, rt.layers[1])
 
     out = block_passes(got, previews=5, after_preview=after)
     want = block_passes(runtime(pack, slots=14, prefetch=False, optimistic=False), previews=5)
@@ -285,8 +284,7 @@ def test_replay_that_missed_reads_from_the_host(pack, ref, stand_in):
 
     def after(i: int) -> None:
         if i == 1:
-            layer = rt.layers[1]
-            rt.cache.evict(layer, np.array([int(rt.history[layer][0])]))
+            evict_most_used(rt, rt.layers[1])
 
     out = block_passes(got, previews=5, after_preview=after)
     want = block_passes(runtime(pack, slots=14, prefetch=False, optimistic=False), previews=5)

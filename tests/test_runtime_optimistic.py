@@ -38,6 +38,13 @@ def previews(loaded) -> list:
     return [r for r in loaded.model.runtime.records if r.kind == "preview"]
 
 
+def evict_most_used(rt, layer: int) -> int:
+    """Evict the expert `layer` routed most rows to in the last pass (the block uses it again); returns it."""
+    expert = int(rt.history[layer][0])
+    rt.cache.evict(layer, np.array([expert]))
+    return expert
+
+
 def layer_calls(loaded) -> list[int]:
     """A live count of routed-expert layer calls (forward hooks on the OffloadedExperts modules)."""
     calls = [0]
@@ -104,8 +111,7 @@ def test_forced_miss_reruns_the_pass_once(pack, ref):
         per_pass.append(calls[0])
         if i == 0:
             layer = r.layers[1]
-            victim["layer"], victim["expert"] = layer, int(r.history[layer][0])
-            r.cache.evict(layer, np.array([victim["expert"]]))
+            victim["layer"], victim["expert"] = layer, evict_most_used(r, layer)
             assert r.cache.slot_of[layer, victim["expert"]] < 0
         if i == 1:  # the rerun copied it back
             assert r.cache.slot_of[victim["layer"], victim["expert"]] >= 0

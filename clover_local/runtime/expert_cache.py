@@ -255,14 +255,20 @@ class ExpertCache:
         victims = self._victims(rows.size, allow_pinned=False, at=-0.5)  # the next pass starts at the first layer
         k = victims.size
         self.tick += 1
-        for r in np.unique(rows[:k]).tolist():
-            sel = np.flatnonzero(rows[:k] == r)
+        for layer, slots in self._load_by_layer(rows[:k], experts[:k], victims):
+            self.prefetched[slots] = True
+            self.counters[layer].prefetched += int(slots.size)
+        return int(k)
+
+    def _load_by_layer(self, rows: np.ndarray, experts: np.ndarray, victims: np.ndarray):
+        """Load experts (rows of the device table, expert ids) into `victims` one layer at a time, pinned to the
+        block; yields (layer, its slots) for the caller's counters."""
+        for r in np.unique(rows).tolist():
+            sel = rows == r
             layer, slots = int(self.layer_ids[r]), victims[sel]
             self._load(layer, experts[sel], slots)
             self.pin_gen[slots] = self.gen
-            self.prefetched[slots] = True
-            self.counters[layer].prefetched += int(sel.size)
-        return int(k)
+            yield layer, slots
 
     def repair(self, counts: np.ndarray, last_of_block: bool = False) -> int | None:
         """After an optimistic pass that missed (counts [len(layer_ids), E] of routed rows per expert): pin what
@@ -288,15 +294,11 @@ class ExpertCache:
         if victims.size < rows.size:
             return None
         self.tick += 1
-        for r in np.unique(rows).tolist():
-            sel = rows == r
-            layer, slots = int(self.layer_ids[r]), victims[sel]
-            self._load(layer, experts[sel], slots)
-            self.pin_gen[slots] = self.gen
+        for layer, slots in self._load_by_layer(rows, experts, victims[: rows.size]):
             self.repaired[slots] = True
             c = self.counters[layer]
-            c.misses += int(sel.sum())
-            c.copied += int(sel.sum())
+            c.misses += int(slots.size)
+            c.copied += int(slots.size)
         return int(rows.size)
 
     def evict(self, layer: int, experts: np.ndarray) -> None:

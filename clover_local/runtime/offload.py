@@ -219,7 +219,7 @@ class PassState:
 class Runtime:
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
                  context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True,
-                 optimistic: bool = True, cuda_graphs: bool = True, host_reads: bool = False) -> None:
+                 optimistic: bool = True, cuda_graphs: bool = True) -> None:
         self.config, self.cache, self.plan = config, cache, plan
         self.device, self.dtype = device, dtype
         self.context = context
@@ -235,9 +235,8 @@ class Runtime:
         self.pass_in_block = 0
         self.records: deque[PassRecord] = deque(maxlen=4096)
         self._layer_events: list = []
-        self._opt = OptimisticPass(cache, host_reads)
-        self.host_reads = self._opt.host_reads  # optimistic passes read non-resident experts in place
-        self.host_reads_error: str | None = None  # why they do not, where the load-time check said so
+        self._opt = OptimisticPass(cache)
+        self.host_reads_error: str | None = None  # why optimistic passes do not read from the host (set_host_reads)
         self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
         self.commit_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and commits (one failing spares the other)
         self._optimistic_now = False  # layer calls take the resident-only path
@@ -332,12 +331,16 @@ class Runtime:
             state.synced = state.optimistic
             return fn(x)
 
+    @property
+    def host_reads(self) -> bool:
+        """Whether optimistic passes read non-resident experts in place (`OptimisticPass.host_reads`)."""
+        return self._opt.host_reads
+
     def set_host_reads(self, on: bool, error: str | None = None) -> None:
         """Switch host reads (`OptimisticPass.host_reads`) on or off, e.g. after the load-time check
         (`runtime/host_reads.py`); `error` says why they are off. Drops the captured graphs: their MoE launches
         were captured with or without the host stacks."""
         self._opt.host_reads = on and self.cache.host is not None
-        self.host_reads = self._opt.host_reads
         self.host_reads_error = error
         self._drop_graphs()
 
@@ -369,7 +372,7 @@ class Runtime:
         counts = self._opt.finish()
         if not state.retried:
             self.optimistic_passes += 1
-        if self.cache.missing(counts) and not self._opt.host_reads:
+        if not self._opt.host_reads and self.cache.missing(counts):
             if state.kind == "prefill":  # a prefill is optimistic only with every expert resident
                 raise RuntimeError("an optimistic prefill pass used a non-resident expert")
             if not state.retried:

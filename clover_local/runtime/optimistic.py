@@ -41,9 +41,9 @@ from clover_local.runtime.kernels import fused_layer_ops, moe_w4a16
 class OptimisticPass:
     """The device state of optimistic passes over one cache: use counts and the slot table in force."""
 
-    def __init__(self, cache: ExpertCache, host_reads: bool = False) -> None:
+    def __init__(self, cache: ExpertCache) -> None:
         self.cache = cache
-        self.host_reads = host_reads and cache.host is not None  # non-resident experts read from host memory
+        self.host_reads = False  # non-resident experts read from host memory (`Runtime.set_host_reads`)
         self.n_experts = cache.n_experts
         self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
         self.counts = torch.zeros(len(self.row_of) * cache.n_experts, dtype=torch.int32, device=cache.device)
