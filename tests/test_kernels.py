@@ -983,6 +983,44 @@ def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, 
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
 
 
+@needs_triton
+@pytest.mark.parametrize("fused", [True, False], ids=["route_kernel", "route"])
+def test_uniform_routing_reaches_the_experts_through_either_router(force_triton, monkeypatch, fused) -> None:
+    """bench's `UniformRouting` works on the router's logits, so a block's rows reach the experts it drew whether
+    the fused top-k kernel (the path on CUDA) or `SparseMoe.route` routes them. It once patched `route`, which the
+    kernel bypasses: on a GPU `--routing uniform` (and `tune`'s uniform recording) would have timed the synthetic
+    model's own ~15 experts a layer instead of ~160."""
+    from clover_local.runtime.bench import UniformRouting
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.offload import OffloadedExperts
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    if not fused:
+        monkeypatch.setenv("CLOVER_DISABLE_FUSED", "1")
+    model = load_packed_model(ensure_synthetic("small"), torch.device(DEVICE), torch.float32,
+                              RuntimeOptions(context=128))
+    assert (model.layers[0].mlp.route_kernel is not None) == fused
+    seen: dict[int, torch.Tensor] = {}
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen.__setitem__(mod.layer, args[1].clone()))
+             for m in model.modules() if isinstance(m, OffloadedExperts)]
+    cfg = model.config
+    block = torch.full((1, cfg.diffusion.block_size), cfg.diffusion.mask_token_id, device=DEVICE)
+    routing = UniformRouting(model, cfg.diffusion.block_size, seed=3)
+    with torch.inference_mode():
+        cache = model.new_cache()
+        model(block, cache, preview=True)
+        drawn = [seen[layer].sort(-1).values for layer in sorted(seen)]
+        for got, want in zip(drawn, routing.idx):
+            assert torch.equal(got, want.sort(-1).values)
+        assert len({e for d in drawn for e in d[:, 0].tolist()}) > 4  # rows spread over the experts
+        routing.close()
+        model(block, cache, preview=True)
+    own = [seen[layer].sort(-1).values for layer in sorted(seen)]
+    assert all(not torch.equal(a, b) for a, b in zip(own, drawn))  # closed: the model's own routing again
+    for h in hooks:
+        h.remove()
+
+
 def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     """`compile_check`: each Triton kernel, launched by its own wrapper at the real model's shapes, compiles for
     sm_90 (H200) and sm_120 (RTX 5070 Ti) with the bundled ptxas and fits the arch's shared memory — what the

@@ -204,54 +204,69 @@ class ComponentProfiler:
 
 
 class UniformRouting:
-    """Preview rows routed to experts drawn uniformly at random (top-k distinct per row, fixed for the block); the
-    weights are the router's own probabilities there. For synthetic packs: the rows of a random model converge, so
-    its router sends a 32-row block to ~15 experts per layer (measured on the full pack, 2026-11-30), where
-    uniform routing touches 256·(1 − (248/256)^32) ≈ 163 — the byte load a real model's block is planned for.
-    Only calls with the block's row count are rerouted (a prefill chunk keeps the model's routing)."""
+    """Preview rows routed to experts drawn uniformly at random (top-k distinct per row, fixed for the block). For
+    synthetic packs: the rows of a random model converge, so its router sends a 32-row block to ~15 experts per
+    layer (measured on the full pack, 2026-11-30), where uniform routing touches 256·(1 − (248/256)^32) ≈ 163 —
+    the byte load a real model's block is planned for. Only calls with the block's row count are rerouted (a
+    prefill chunk keeps the model's routing).
+
+    Done on the router's logits, not its decision, so the pass routes through its own path (on CUDA the fused
+    top-k kernel, which a patched `route` would bypass; any restriction the runtime applies to the choice): each
+    row ranks the experts at random and a forward hook on the router replaces its logits by those ranks times
+    RANK_STEP (the router's matmul still runs and is timed; one add more), so the row's top-k are its k
+    highest-ranked experts among those it may choose, with smooth weights (a step small enough that softmax
+    never rounds a chosen expert's probability to zero, which would make top-k pick by index)."""
+
+    RANK_STEP = 0.25
 
     def __init__(self, model: nn.Module, rows: int, seed: int = 0) -> None:
         from clover_local.model.moe import SparseMoe
 
-        self.patched: list[nn.Module] = []
-        self.idx: list[Tensor] = []
+        self.handles = []
+        self.ranks: list[Tensor] = []  # per MoE layer [rows, E]: each row's random ranking, times RANK_STEP
+        self.top_k: list[int] = []
+        device = model.norm.weight.device
         for moe in (m for m in model.modules() if isinstance(m, SparseMoe)):
-            idx = torch.zeros(rows, moe.top_k, dtype=torch.long, device=model.norm.weight.device)
-            moe.route = self._route(moe, idx)  # an instance attribute shadows the method until close()
-            self.patched.append(moe)
-            self.idx.append(idx)
+            ranks = torch.zeros(rows, moe.gate.out_features, dtype=torch.float32, device=device)
+            self.handles.append(moe.gate.register_forward_hook(self._hook(ranks)))
+            self.ranks.append(ranks)
+            self.top_k.append(moe.top_k)
         self.redraw(seed)
+
+    @property
+    def idx(self) -> list[Tensor]:
+        """Per MoE layer, each row's k highest-ranked experts [rows, k] (what it routes to, unrestricted)."""
+        return [r.topk(m, -1).indices for r, m in zip(self.ranks, self.top_k)]
+
+    @staticmethod
+    def _hook(ranks: Tensor):
+        def add_ranks(_module, _inputs, logits: Tensor):
+            if logits.shape[0] != ranks.shape[0]:
+                return None
+            return torch.add(ranks, logits, alpha=0)  # fp32, the ranks alone
+
+        return add_ranks
+
+    def _draw(self, n: int, e: int, g: torch.Generator) -> Tensor:
+        return torch.rand(n, e, generator=g).argsort(-1).to(torch.float32) * self.RANK_STEP
 
     def redraw_rows(self, rows: slice, seed: int) -> None:
         """New experts for some rows only (tokens just revealed: their routing changes, the rest stays)."""
         g = torch.Generator().manual_seed(seed)
-        for moe, idx in zip(self.patched, self.idx):
-            n = len(range(*rows.indices(idx.shape[0])))
-            idx[rows] = torch.rand(n, moe.gate.out_features, generator=g).topk(moe.top_k, -1).indices.to(idx.device)
+        for ranks in self.ranks:
+            n = len(range(*rows.indices(ranks.shape[0])))
+            ranks[rows] = self._draw(n, ranks.shape[1], g).to(ranks.device)
 
     def redraw(self, seed: int) -> None:
         """New experts for a new block, written into the same tensors: a CUDA graph of the preview reads them."""
         g = torch.Generator().manual_seed(seed)
-        for moe, idx in zip(self.patched, self.idx):
-            idx.copy_(torch.rand(idx.shape[0], moe.gate.out_features, generator=g).topk(moe.top_k, -1).indices)
-
-    @staticmethod
-    def _route(moe: nn.Module, idx: Tensor):
-        original = type(moe).route.__get__(moe)
-
-        def route(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            if x.shape[0] != idx.shape[0]:
-                return original(x)
-            probs = torch.softmax(moe.gate(x).float(), -1)
-            w = probs.gather(1, idx)
-            return idx, (w / w.sum(-1, keepdim=True)).to(x.dtype), probs
-
-        return route
+        for ranks in self.ranks:
+            ranks.copy_(self._draw(*ranks.shape, g))
 
     def close(self) -> None:
-        for moe in self.patched:
-            del moe.route
-        self.patched = []
+        for h in self.handles:
+            h.remove()
+        self.handles = []
 
 
 # uniform-reveal: uniform, and the rows revealed after each pass get new experts, as in a real decode
