@@ -9,6 +9,9 @@
 #   bench_uniform_reveal.json    ... with `--routing uniform-reveal` (revealed rows rerouted: later passes miss;
 #                                their misses read in place from host memory where the load-time check passes)
 #   bench_uniform_reveal_repair.json  ... and `--no-host-reads` (misses repaired: copied, the graph replayed again)
+#   bench_uniform_reveal_resident.json  ... uniform-reveal with `--resident-routing` (later passes choose among
+#                                resident experts: nothing read in place, repaired or waited for; what they wanted
+#                                copied in behind the next pass)
 #   bench_uniform_unfused.json   ... with CLOVER_DISABLE_FUSED=1 (the model's PyTorch GDN preview, attention,
 #                                norms, router: the before of the fused kernels' after)
 #   bench_uniform_unpacked.json  ... with CLOVER_W4A16_FORM=unpacked (the W4A16 tiles' old form: the before of
@@ -24,7 +27,8 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform reveal repair unfused unpacked unfolded eager sweep moesweep tune tuned,
+# (STAGES from: kernels model bench uniform reveal repair resident unfused unpacked unfolded eager sweep moesweep
+# tune tuned,
 # in the order given;
 # default kernels,bench,model,sweep)
 set -u
@@ -68,6 +72,8 @@ for s in ${STAGES//,/ }; do
     reveal) stage reveal 150 bash -c "$B --routing uniform-reveal >'$OUT/bench_uniform_reveal.json' 2>>'$log'" ;;
     repair) stage repair 150 bash -c "$B --routing uniform-reveal --no-host-reads \
       >'$OUT/bench_uniform_reveal_repair.json' 2>>'$log'" ;;
+    resident) stage resident 150 bash -c "$B --routing uniform-reveal --resident-routing \
+      >'$OUT/bench_uniform_reveal_resident.json' 2>>'$log'" ;;
     unfused) stage unfused 150 bash -c "CLOVER_DISABLE_FUSED=1 $B --routing uniform \
       >'$OUT/bench_uniform_unfused.json' 2>>'$log'" ;;
     unpacked) stage unpacked 150 bash -c "CLOVER_W4A16_FORM=unpacked $B --routing uniform \
@@ -85,8 +91,8 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model bench uniform reveal repair unfused unpacked unfolded eager sweep \
-moesweep tune tuned)" | tee -a "$log" ;;
+    *) echo "== unknown stage $s (known: kernels model bench uniform reveal repair resident unfused unpacked unfolded \
+eager sweep moesweep tune tuned)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1

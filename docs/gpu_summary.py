@@ -73,6 +73,9 @@ def bench_lines(b: dict) -> list[str]:
         out.append(f"  host reads {'on' if hr.get('on') else 'off'}" + (f" ({hr['error']})" if hr.get("error") else "")
                    + f", read in place per steady pass {_fmt(b.get('host_reads_per_steady_pass'))}, first pass "
                    f"{_fmt(hr.get('first_pass'))}")
+    if b.get("resident_routing"):
+        out.append(f"  resident routing: {_fmt(b.get('substituted_per_steady_pass'))} choices substituted per "
+                   "steady pass")
     if isinstance(b.get("kernel_tuning"), dict):
         out.append(f"  kernel tuning: {b['kernel_tuning']}")
     g = b.get("graphs") or {}

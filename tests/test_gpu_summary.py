@@ -54,8 +54,11 @@ def test_summary_reads_host_read_figures(tmp_path) -> None:
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "gpu_check.json").write_text(json.dumps(kernels))
     (tmp_path / "bench_uniform_reveal.json").write_text(json.dumps(bench))
+    resident = bench | {"resident_routing": True, "substituted_per_steady_pass": 211.5, "misses_per_steady_pass": 0}
+    (tmp_path / "bench_uniform_reveal_resident.json").write_text(json.dumps(resident))
     res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert ("MoE host reads: ok True, cold ms resident 0.5 / 8 on host 0.9 / all on host 4.25 (26.1 GB/s; copies "
             "24.5 GB/s), 0.05 ms per host expert") in res.stdout
     assert "host reads on, read in place per steady pass 3, first pass 41" in res.stdout
+    assert res.stdout.count("resident routing: 211.5 choices substituted per steady pass") == 1

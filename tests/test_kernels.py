@@ -747,6 +747,53 @@ def test_fused_route_matches_sparse_moe_route(force_triton, n, e, k) -> None:
 
 
 @needs_triton
+@pytest.mark.parametrize("n,e,k", [(7, 24, 3), (32, 256, 8)])
+def test_restricted_route_chooses_among_allowed_experts(force_triton, n, e, k) -> None:
+    """Resident routing (`allowed`: a slot table's row, -1 = not resident): the kernel and `SparseMoe.route` pick
+    the same experts, all allowed, each row's k best of them by the unrestricted router, weighted by those
+    probabilities renormalised; fewer than k allowed leaves the routing as it was."""
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.moe import SparseMoe
+    from clover_local.runtime.kernels import fused_layer_ops
+
+    gen = torch.Generator().manual_seed(n * e + k + 1)
+    cfg = parse_config(tiny_config_dict(TinySpec(num_experts=e, num_experts_per_tok=k)))
+    moe = SparseMoe(cfg)
+    with torch.no_grad():
+        moe.gate.weight.copy_(torch.randn(moe.gate.weight.shape, generator=gen))
+    moe = moe.to(DEVICE)
+    x = _dev(_x(n, cfg.hidden_size, torch.float32, gen))[0]
+    ops = fused_layer_ops(torch.device(DEVICE))
+    _, _, probs = moe.route(x)
+    slots = torch.randint(0, 1000, (e,), generator=gen, dtype=torch.int32)
+    slots[torch.randperm(e, generator=gen)[: e // 2]] = -1  # half the experts not resident
+    allowed = _dev(slots)[0]
+    wanted_t, wanted_k = (torch.zeros(e, dtype=torch.int32, device=DEVICE) for _ in range(2))
+    want_idx, want_w, _ = moe.route(x, (allowed, wanted_t))
+    idx, w = ops.route_topk(moe.gate(x), k, x.dtype, (allowed, wanted_k))
+    assert torch.equal(idx, want_idx)
+    _assert_close(w, want_w, torch.float32)
+    ok = (slots >= 0).to(DEVICE)
+    assert bool(ok[idx].all())
+    best = probs.masked_fill(~ok, -1).topk(k, -1)  # k best allowed by the unrestricted probabilities
+    assert torch.equal(idx, best.indices)
+    _assert_close(w, best.values / best.values.sum(-1, keepdim=True), torch.float32)
+    free = moe.route(x)[0]
+    assert not torch.equal(idx, free)  # the restriction changed something
+    # wanted: per expert, the rows whose own top-k had it and lost it
+    lost = torch.bincount(free[~ok[free]], minlength=e).to(torch.int32)
+    assert int(lost.sum()) > 0 and torch.equal(wanted_k, lost) and torch.equal(wanted_t, lost)
+
+    few = torch.full((e,), -1, dtype=torch.int32, device=DEVICE)
+    few[: k - 1] = 0
+    counts = torch.zeros(e, dtype=torch.int32, device=DEVICE)
+    assert torch.equal(ops.route_topk(moe.gate(x), k, x.dtype, (few, counts))[0], free)
+    assert int(counts.sum()) == 0  # nothing was taken away
+    assert torch.equal(moe.route(x, (few, counts))[0], free) and int(counts.sum()) == 0
+
+
+@needs_triton
 @pytest.mark.parametrize("n,dtype", [(7, torch.float32), (32, torch.bfloat16)])
 def test_fused_shared_expert_path_matches_sparse_moe(force_triton, n, dtype) -> None:
     """`SparseMoe.forward` with the shared expert merged (`PackedMLP`: gate and up in one packed call, silu · up
@@ -985,40 +1032,41 @@ def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, 
 
 @needs_triton
 @pytest.mark.parametrize("fused", [True, False], ids=["route_kernel", "route"])
-def test_uniform_routing_reaches_the_experts_through_either_router(force_triton, monkeypatch, fused) -> None:
+def test_uniform_routing_reaches_the_experts_through_either_router(force_triton, fused) -> None:
     """bench's `UniformRouting` works on the router's logits, so a block's rows reach the experts it drew whether
-    the fused top-k kernel (the path on CUDA) or `SparseMoe.route` routes them. It once patched `route`, which the
-    kernel bypasses: on a GPU `--routing uniform` (and `tune`'s uniform recording) would have timed the synthetic
-    model's own ~15 experts a layer instead of ~160."""
+    the fused top-k kernel (the path on CUDA, installed by the runtime's loader) or `SparseMoe.route` routes
+    them. It once patched `route`, which the kernel bypasses: on a GPU `--routing uniform` (and `tune`'s uniform
+    recording) would have timed the synthetic model's own ~15 experts a layer instead of ~160."""
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.clover import CloverModel
+    from clover_local.model.moe import SparseMoe
     from clover_local.runtime.bench import UniformRouting
-    from clover_local.runtime.load import RuntimeOptions, load_packed_model
-    from clover_local.runtime.offload import OffloadedExperts
-    from clover_local.runtime.synthetic_pack import ensure_synthetic
+    from clover_local.runtime.kernels import fused_layer_ops
 
-    if not fused:
-        monkeypatch.setenv("CLOVER_DISABLE_FUSED", "1")
-    model = load_packed_model(ensure_synthetic("small"), torch.device(DEVICE), torch.float32,
-                              RuntimeOptions(context=128))
-    assert (model.layers[0].mlp.route_kernel is not None) == fused
+    cfg = parse_config(tiny_config_dict(TinySpec(num_experts=16, num_experts_per_tok=4)))
+    torch.manual_seed(0)
+    model = CloverModel(cfg).to(DEVICE)
+    moes = [m for m in model.modules() if isinstance(m, SparseMoe)]
     seen: dict[int, torch.Tensor] = {}
-    hooks = [m.register_forward_hook(lambda mod, args, out: seen.__setitem__(mod.layer, args[1].clone()))
-             for m in model.modules() if isinstance(m, OffloadedExperts)]
-    cfg = model.config
-    block = torch.full((1, cfg.diffusion.block_size), cfg.diffusion.mask_token_id, device=DEVICE)
-    routing = UniformRouting(model, cfg.diffusion.block_size, seed=3)
-    with torch.inference_mode():
-        cache = model.new_cache()
-        model(block, cache, preview=True)
-        drawn = [seen[layer].sort(-1).values for layer in sorted(seen)]
+    for i, moe in enumerate(moes):
+        moe.route_kernel = fused_layer_ops(torch.device(DEVICE)).route_topk if fused else None
+        moe.experts.register_forward_hook(lambda mod, args, out, i=i: seen.__setitem__(i, args[1].clone()))
+    rows = 32
+    x = torch.randn(rows, cfg.hidden_size, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    routing = UniformRouting(model, rows, seed=3)
+    with torch.no_grad():
+        for moe in moes:
+            moe(x)
+        drawn = [seen[i].sort(-1).values for i in range(len(moes))]
         for got, want in zip(drawn, routing.idx):
             assert torch.equal(got, want.sort(-1).values)
         assert len({e for d in drawn for e in d[:, 0].tolist()}) > 4  # rows spread over the experts
         routing.close()
-        model(block, cache, preview=True)
-    own = [seen[layer].sort(-1).values for layer in sorted(seen)]
+        for moe in moes:
+            moe(x)
+    own = [seen[i].sort(-1).values for i in range(len(moes))]
     assert all(not torch.equal(a, b) for a, b in zip(own, drawn))  # closed: the model's own routing again
-    for h in hooks:
-        h.remove()
 
 
 def test_every_kernel_compiles_for_h200_and_rtx50() -> None:

@@ -212,6 +212,14 @@ def test_bench_reports_host_reads(tmp_path, monkeypatch):
     off = bench.run_bench(folder, host_reads=False, **kw)
     assert off["host_reads"] == {"on": False, "error": "off (--no-host-reads)", "first_pass": 0}
     assert off["host_reads_per_steady_pass"] == 0
+    assert not off["resident_routing"] and off["substituted_per_steady_pass"] == 0
+    # resident routing: the rerouted rows choose among resident experts, so the steady passes miss nothing (at
+    # 52 slots every layer keeps top-k experts to choose from after the block's first pass; at 24 or 48 one
+    # does not, and chooses freely)
+    kw["vram_budget"] = base.device_fixed + base.workspace + 52 * base.slab_bytes
+    rr = bench.run_bench(folder, host_reads=False, resident_routing=True, **kw)
+    assert rr["resident_routing"] and rr["substituted_per_steady_pass"] > 0
+    assert rr["misses_per_steady_pass"] == 0 and rr["repairs_per_steady_pass"] == 0
 
 
 def test_bench_bad_input(capsys):

@@ -223,7 +223,7 @@ def test_gpu_check_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypa
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
-    got = with_graphs(pack, slots=14, prefetch=False)
+    got = with_graphs(pack, slots=20, prefetch=False)  # 20: a layer keeps top-k after the resident mode's eviction
     model = got.model
     cache = model.new_cache()
     with torch.inference_mode():
@@ -232,7 +232,11 @@ def test_gpu_check_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypa
     first = res["repaired"]["first"]
     assert first["graphed"] and first["repairs"] >= 1 and not first["synced"] and first["misses"] > 0
     assert res["repaired_logits_equal"] and res["graphed_logits_equal"] and res["optimistic_logits_equal"]
+    z = res["resident"]  # replayed, restricted after an eviction, exact again by the last pass
+    assert z["evicted"] and z["graphed"] >= 3 and z["misses_after_first"] == 0
+    assert z["substituted"][1] > 0 and z["substituted"][-1] == 0
     assert res["ok"], res
+    assert not model.runtime.resident_routing  # switched off again after the check
 
 
 def test_gpu_check_commit_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypatch):

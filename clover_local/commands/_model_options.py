@@ -1,4 +1,5 @@
-"""The loading options chat, generate and serve share: `--offload/--no-offload`, `--vram-budget`, `--context`.
+"""The loading options chat, generate and serve share: `--offload/--no-offload`, `--vram-budget`, `--context`
+(and `--resident-routing`, which score has no use for: it runs no previews).
 
 One definition of the flags and their help, and one function turning the parsed values into `loader.load`
 arguments, so the three commands cannot drift apart. (The leading underscore keeps this module out of the
@@ -43,9 +44,20 @@ def context_option() -> Any:
              "--vram-budget to the expert cache. Default for a BF16 checkpoint: the model's context.")
 
 
-def load_options(offload: bool, vram_budget: Optional[str], context: Optional[int]) -> dict[str, Any]:
-    """Keyword arguments for `clover_local.loader.load` from the three flags, checked before anything loads:
-    packs through the runtime ("auto") unless --no-offload."""
+def resident_routing_option() -> Any:
+    return typer.Option(
+        False, "--resident-routing", rich_help_panel=PANEL,
+        help="Faster offloaded decoding, approximately: after a block's first pass, its later passes choose "
+             "each token's experts among those already on the GPU (the router's best ones there), so they never "
+             "wait for an expert copy; the experts they wanted are copied in behind the next pass and chosen "
+             "from the pass after. The first pass and the committed block route exactly. Measured on the tiny "
+             "model in BENCHMARKS.md; no effect when every expert fits on the device.")
+
+
+def load_options(offload: bool, vram_budget: Optional[str], context: Optional[int],
+                 resident_routing: bool = False) -> dict[str, Any]:
+    """Keyword arguments for `clover_local.loader.load` from the flags, checked before anything loads: packs
+    through the runtime ("auto") unless --no-offload."""
     from clover_local.loader import AUTO
     from clover_local.runtime.sizes import parse_size
 
@@ -54,8 +66,12 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
     if not offload and vram_budget is not None:
         raise CloverError("--vram-budget sizes the offloading runtime; it has no effect with --no-offload "
                           "(drop one of them)")
+    if not offload and resident_routing:
+        raise CloverError("--resident-routing is a choice of the offloading runtime; it has no effect with "
+                          "--no-offload (drop one of them)")
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
-    return {"runtime": AUTO if offload else None, "vram_budget": budget, "context": context}
+    return {"runtime": AUTO if offload else None, "vram_budget": budget, "context": context,
+            "resident_routing": resident_routing}
 
 
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,

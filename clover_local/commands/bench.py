@@ -35,6 +35,10 @@ def bench(
                                               help="Let optimistic passes read a missing expert in place from "
                                                    "pinned host memory instead of rerunning (default: on a GPU, "
                                                    "if the load-time check passes); --no-host-reads to compare."),
+    resident_routing: bool = typer.Option(False, "--resident-routing",
+                                          help="A block's later passes choose among the experts on the device "
+                                               "only (an approximation: no copy waited for after its first pass; "
+                                               "`chat --help` says more); compare with and without."),
     routing: str = typer.Option("model", "--routing", help="model | uniform | uniform-reveal: uniform sends "
                                 "each block row to random experts (synthetic packs route to a few experts only; "
                                 "uniform gives a real block's expert load); uniform-reveal also reroutes the 3 "
@@ -67,7 +71,7 @@ def bench(
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
                        optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, host_reads=host_reads,
-                       on_step=progress)
+                       resident_routing=resident_routing, on_step=progress)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -105,6 +109,8 @@ def _print(r: dict) -> None:
     c.print(f"host reads: {'on' if hr['on'] else 'off'}" + (f" ({hr['error']})" if hr["error"] else "")
             + (f"; {r['host_reads_per_steady_pass']} misses read in place per steady pass, {hr['first_pass']} in "
                "the first" if hr["on"] else f"; {r['repairs_per_steady_pass']} repair replays per steady pass"))
+    if r["resident_routing"]:
+        c.print(f"resident routing: {r['substituted_per_steady_pass']} routing choices substituted per steady pass")
     c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "
             f"{r['device_bandwidth_gbps']} GB/s ({r['bandwidth_source']}); measured/floor = {r['roofline_ratio']}")
     graph = r["projection_5070ti_graph_components"] is not None

@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import context_option, load_options, offload_option, vram_budget_option
+from clover_local.commands._model_options import (context_option, load_options, offload_option,
+                                                  resident_routing_option, vram_budget_option)
 from clover_local.errors import CloverError
 
 
@@ -53,6 +54,7 @@ def chat(
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
+    resident_routing: bool = resident_routing_option(),
 ) -> None:
     """Chat in the terminal: answers stream as blocks commit, and the block being denoised is drawn live.
 
@@ -78,7 +80,7 @@ def chat(
         raise CloverError("--max-tokens must be at least 1")
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
-    options = load_options(offload, vram_budget, context)
+    options = load_options(offload, vram_budget, context, resident_routing)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     loaded = load_with_status(model, device, dtype, interactive, **options)
     settings = ChatSettings(

@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import context_option, load_options, offload_option, vram_budget_option
+from clover_local.commands._model_options import (context_option, load_options, offload_option,
+                                                  resident_routing_option, vram_budget_option)
 from clover_local.errors import CloverError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -41,6 +42,7 @@ def serve(
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
+    resident_routing: bool = resident_routing_option(),
 ) -> None:
     """Serve a model over an OpenAI-compatible API: /v1/chat/completions (streaming and not), /v1/models, /health.
 
@@ -68,7 +70,7 @@ def serve(
         raise CloverError("--max-tokens must be at least 1")
     if max_request_mb <= 0:
         raise CloverError("--max-request-mb must be above 0")
-    options = load_options(offload, vram_budget, context)
+    options = load_options(offload, vram_budget, context, resident_routing)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)
     ctx = loaded.config.max_context  # --context already applied by the loader

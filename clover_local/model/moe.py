@@ -77,6 +77,22 @@ def _swiglu(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def restrict_logits(logits: torch.Tensor, allowed: torch.Tensor, top_k: int,
+                    wanted: torch.Tensor | None = None) -> torch.Tensor:
+    """Router logits [N,E] with the experts `allowed` [E] does not allow (entries < 0: a slot table's row, -1 = not
+    resident) at -inf, so softmax → top-k → renormalise chooses among the others: the weights are then the
+    router's own probabilities of the chosen experts renormalised, as unrestricted. Fewer than top_k allowed:
+    unchanged (a row must have k experts to choose). `wanted` [E] int32: += 1 per row for each expert of its own
+    top-k that the restriction took away (what the runtime copies in for the block's next passes). Device ops
+    only, no sync (a CUDA graph captures it)."""
+    ok = allowed >= 0
+    ok = ok | (ok.sum() < top_k)
+    if wanted is not None:
+        free = logits.topk(top_k, -1).indices.reshape(-1)
+        wanted.index_add_(0, free, (~ok[free]).to(wanted.dtype))
+    return logits.masked_fill(~ok, float("-inf"))
+
+
 class SparseMoe(nn.Module):
     def __init__(self, cfg: CloverConfig) -> None:
         super().__init__()
@@ -91,10 +107,19 @@ class SparseMoe(nn.Module):
         # (routed [N,H], x [N,H], shared_expert_gate weight [1,H], shared [N,H], residual [N,H] | None) -> the
         # last lines of `forward` in one launch (kernels/layer_ops.py `shared_combine`); None: the lines themselves
         self.combine_kernel: Callable | None = None
+        # () -> (allowed, wanted) for `restrict_logits`: the experts this layer's router may choose now and where
+        # it counts the choices that took away; the runtime's resident routing (`RuntimeOptions.resident_routing`).
+        # None: no restriction
+        self.route_limit: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
 
-    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(top-k expert ids [N,k], renormalised weights [N,k], full router probabilities [N,E] fp32)."""
-        probs = torch.softmax(self.gate(x).float(), -1)
+    def route(self, x: torch.Tensor, limit: tuple[torch.Tensor, torch.Tensor] | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(top-k expert ids [N,k], renormalised weights [N,k], full router probabilities [N,E] fp32); `limit` =
+        (allowed, wanted): choose among the allowed experts only (`restrict_logits`)."""
+        logits = self.gate(x).float()
+        if limit is not None:
+            logits = restrict_logits(logits, limit[0], self.top_k, limit[1])
+        probs = torch.softmax(logits, -1)
         top_w, top_i = torch.topk(probs, self.top_k, -1)
         top_w = top_w / top_w.sum(-1, keepdim=True)
         return top_i, top_w.to(x.dtype), probs
@@ -103,10 +128,11 @@ class SparseMoe(nn.Module):
         """The MoE's output for x [..., H]; with `residual` (x's shape) residual + that output (one launch fused)."""
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
+        limit = self.route_limit() if self.route_limit is not None else None
         if self.route_kernel is not None:
-            idx, w = self.route_kernel(self.gate(flat), self.top_k, flat.dtype)
+            idx, w = self.route_kernel(self.gate(flat), self.top_k, flat.dtype, limit)
         else:
-            idx, w, _ = self.route(flat)
+            idx, w, _ = self.route(flat, limit)
         out = self.experts(flat, idx, w)
         shared = self.shared_expert(flat)
         if self.combine_kernel is not None:

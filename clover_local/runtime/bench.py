@@ -276,7 +276,8 @@ ROUTINGS = ("model", "uniform", "uniform-reveal")
 def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | None, prefix: int, passes: int,
               device: torch.device, dtype: torch.dtype, cpu_experts: str = "off", prefetch: bool = True,
               measure_tokens: bool = True, optimistic: bool = True, cuda_graphs: bool = True,
-              routing: str = "model", host_reads: bool | None = None, on_step=lambda msg: None) -> dict:
+              routing: str = "model", host_reads: bool | None = None, resident_routing: bool = False,
+              on_step=lambda msg: None) -> dict:
     if routing not in ROUTINGS:
         raise CloverError(f"--routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
     if passes < 2:
@@ -290,7 +291,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     bs = load_config(folder).diffusion.block_size
     context = prefix + 2 * bs + (256 if (measure_tokens and not synthetic) else 0)
     options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch,
-                             optimistic=optimistic, cuda_graphs=cuda_graphs, host_reads=host_reads)
+                             optimistic=optimistic, cuda_graphs=cuda_graphs, host_reads=host_reads,
+                             resident_routing=resident_routing)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model = load_packed_model(folder, device, dtype, options)
@@ -470,6 +472,9 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "host_reads_per_steady_pass": round(sum(r.host_reads for r in steady) / len(steady), 3),
         "host_reads": {"on": rt.host_reads, "error": rt.host_reads_error, "first_pass": first.host_reads},
         "synced_steady_passes": sum(1 for r in steady if r.synced),
+        # later passes choosing among resident experts only (`Runtime.route_limit`): on, and what it took away
+        "resident_routing": rt.resident_routing,
+        "substituted_per_steady_pass": round(sum(r.substituted for r in steady) / len(steady), 3),
         "distinct_experts_per_pass": round(distinct, 2),
         "pcie_bytes": pass_bytes,
         "pcie_gbps": round(pass_bytes / pass_seconds / 1e9, 3) if pass_seconds else 0.0,

@@ -9,7 +9,9 @@ or Zipf-skewed per layer), making the calls `Runtime` makes: a prefill chunk is 
 graph replays (`missing` → `repair` → `commit_uses`, the commit with `last_of_block`), as on a GPU once the
 graph exists (the very first preview is a syncing pass: no graph yet; `--no-cuda-graphs`: every first pass,
 and a later one that missed is rerun syncing; `--host-reads`: a replay reads what it lacks in place and stands,
-`commit_uses(host_reads=True)`, which installs it for later passes). It counts copies (demand and prefetch) and
+`commit_uses(host_reads=True)`, which installs it for later passes; `--resident-routing`: a block's later
+previews choose each row's best experts among those resident when the pass begins, the first pass and the
+commit choose freely, as `Runtime.route_limit` does). It counts copies (demand and prefetch) and
 host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at 50 GB/s
 (targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
 replays twice) plus that PCIe time, all of it waited for. Derived figures, not timings.
@@ -54,6 +56,7 @@ class SimConfig:
     warm: bool = True  # the slots start filled at load (`ExpertCache.warm`), as the runtime's do
     graphs: bool = True  # False: as `--no-cuda-graphs` runs (every block's first pass syncing, no repairs)
     host_reads: bool = False  # optimistic passes read what they lack in place (runtime/host_reads.py)
+    resident_routing: bool = False  # later previews choose among resident experts (`Runtime.route_limit`)
 
 
 @dataclass
@@ -64,6 +67,8 @@ class Phase:
     wasted: int = 0  # prefetched, evicted unused
     missed: int = 0  # passes with a demand copy (a graph replay that missed: one more replay after its repair)
     host_read: int = 0  # experts read in place from host memory (then installed: counted in prefetched)
+    background: int = 0  # of the prefetched, installs behind the next pass (resident routing): not waited for
+    substituted: int = 0  # routing choices resident routing took away
 
     @property
     def copies(self) -> int:
@@ -86,8 +91,9 @@ class SimResult:
                              host_reads_per_pass=round(ph.host_read / n, 1), pcie_bytes_per_pass=int(pcie),
                              pcie_ms_per_pass=round(1e3 * pcie / PCIE_BPS, 2))
             if name == "block_later_passes":  # replays, one more per repaired pass, and PCIe time waited for
+                waited = pcie - ph.background * REAL_SLAB / n
                 out[name]["replay_path_ms_per_pass"] = round(REPLAY_MS * (n + ph.missed) / n
-                                                             + 1e3 * pcie / PCIE_BPS, 2)
+                                                             + 1e3 * waited / PCIE_BPS, 2)
         out["first_pass_each"] = self.first_pass_each
         return out
 
@@ -106,13 +112,25 @@ class _Router:
         else:
             raise ValueError(f"routing must be uniform or zipf, got {cfg.routing!r}")
 
+    def scores(self, n: int) -> np.ndarray:
+        """[layers, n, experts] each row's preference: Gumbel-perturbed log popularity, whose top-k are k distinct
+        experts drawn by popularity (vectorised over rows and layers)."""
+        c = self.cfg
+        logp = np.zeros((c.layers, 1, c.experts)) if self.p is None else np.log(self.p)[:, None, :]
+        return logp - np.log(-np.log(self.rng.random((c.layers, n, c.experts))))
+
+    def top(self, g: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+        """[layers, n, top_k] the experts rows with scores g choose; `allowed` [layers, experts] bool: only
+        among those (a layer with fewer than top_k allowed chooses freely, as `restrict_logits`)."""
+        k = self.cfg.top_k
+        if allowed is not None:
+            allowed = allowed | (allowed.sum(1, keepdims=True) < k)
+            g = np.where(allowed[:, None, :], g, -np.inf)
+        return np.argpartition(-g, k - 1, axis=2)[:, :, :k]
+
     def rows(self, n: int) -> np.ndarray:
         """[layers, n, top_k] expert ids."""
-        c = self.cfg
-        # Gumbel top-k: k distinct experts per row, each drawn by popularity, vectorised over rows and layers
-        logp = np.zeros((c.layers, 1, c.experts)) if self.p is None else np.log(self.p)[:, None, :]
-        g = logp - np.log(-np.log(self.rng.random((c.layers, n, c.experts))))
-        return np.argpartition(-g, c.top_k - 1, axis=2)[:, :, : c.top_k]
+        return self.top(self.scores(n))
 
     def counts(self, routes: np.ndarray) -> np.ndarray:
         """[layers, experts] routed rows per expert."""
@@ -187,12 +205,20 @@ def simulate(cfg: SimConfig) -> SimResult:
         ec.end_block()
         _book(res.phases["prefill_first_chunk" if start == 0 else "prefill_later_chunks"], before, ec.totals())
     for b in range(cfg.blocks):
-        routes = router.rows(cfg.block)
+        scores = router.scores(cfg.block)
         for p in range(cfg.passes + 1):  # the block's previews, then its commit
             if p:  # a few rows route differently from one pass to the next (revealed tokens)
                 change = router.rng.random(cfg.block) < cfg.drift
-                routes[:, change] = router.rows(int(change.sum()))
+                scores[:, change] = router.scores(int(change.sum()))
             commit = p == cfg.passes
+            landing = ec.take_landing()
+            allowed = None
+            if cfg.resident_routing and p and not commit:
+                table = ec.slot_of[ec.layer_ids]
+                allowed = (table >= 0) & ~np.isin(table, landing)
+                if (allowed.sum(1) < cfg.top_k).any():
+                    allowed = table >= 0
+            routes = router.top(scores, allowed)
             before = ec.totals()
             ec.begin_pass(False)
             # as `Runtime._may_run_optimistically`: a block's first pass syncs with no graph to replay (the very
@@ -204,8 +230,14 @@ def simulate(cfg: SimConfig) -> SimResult:
             else:
                 _optimistic_pass(ec, router.counts(routes), commit, repair=cfg.graphs, host_reads=cfg.host_reads)
             ec.end_pass()
-            n = _book(res.phases["commit" if commit else "block_first_pass" if p == 0 else "block_later_passes"],
-                      before, ec.totals())
+            phase = res.phases["commit" if commit else "block_first_pass" if p == 0 else "block_later_passes"]
+            if allowed is not None:  # as `Runtime._install_wanted`: the rows' own choices it took away
+                kept = allowed | (allowed.sum(1, keepdims=True) < cfg.top_k)
+                lost = router.counts(router.top(scores)) * ~kept
+                phase.substituted += int(lost.sum())
+                rows, experts = np.nonzero((lost > 0) & (ec.slot_of[ec.layer_ids] < 0))
+                phase.background += ec.install_missed(rows, experts, background=True)
+            n = _book(phase, before, ec.totals())
             if p == 0:
                 res.first_pass_each.append(n)
         ec.end_block()
@@ -225,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="as an eager runtime: every block's first pass syncing, a pass that missed rerun")
     ap.add_argument("--host-reads", action="store_true",
                     help="optimistic passes read missing experts in place from host memory (no repairs)")
+    ap.add_argument("--resident-routing", action="store_true",
+                    help="a block's later previews choose among resident experts only (an approximation)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     cfg = SimConfig(**{k: getattr(a, k) for k in asdict(d)})

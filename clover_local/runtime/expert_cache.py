@@ -127,6 +127,7 @@ class ExpertCache:
         self.dense = False  # the pass in progress needs nearly every expert (`begin_pass`)
         self.ready: dict[int, object] = {}  # slot -> CUDA event of its pending copy
         self.pending = np.zeros(n_slots, dtype=bool)  # slots with an entry in `ready`
+        self.landing = np.zeros(0, dtype=np.int64)  # slots of background installs since `take_landing`
         self.copier = SlotCopier(device)
         self.gen = 0  # block generation: slots with pin_gen == gen are pinned
         self.tick = 0
@@ -187,13 +188,27 @@ class ExpertCache:
             self.table_uploads += 1
         return self._slot_table
 
-    def settle_copies(self) -> None:
-        """Make the compute stream wait for every pending slot copy (prefetches), so that a pass that reads
-        slots without `acquire` never reads a half-copied expert. GPU-side waits only; a no-op on CPU."""
+    def settle_copies(self, keep: np.ndarray | None = None) -> None:
+        """Make the compute stream wait for every pending slot copy (prefetches, installs), so that a pass that
+        reads slots without `acquire` never reads a half-copied expert; but not for those into the slots `keep`
+        names (a pass that will not read them: their copies overlap it). GPU-side waits only; a no-op on CPU."""
+        if keep is not None and self.ready:
+            names = set(keep.tolist())
+            kept = {s: ev for s, ev in self.ready.items() if s in names}
+            self.copier.wait([ev for s, ev in self.ready.items() if s not in kept])
+            self.ready = kept
+            self.pending[:] = False
+            self.pending[list(kept)] = True
+            return
         if self.ready:
             self.copier.wait(list(self.ready.values()))
             self.ready.clear()
         self.pending[:] = False
+
+    def take_landing(self) -> np.ndarray:
+        """The slots background installs (`install_missed(background=True)`) filled since the last call."""
+        out, self.landing = self.landing, self.landing[:0]
+        return out
 
     def missing(self, counts: np.ndarray) -> int:
         """How many (layer, expert) pairs with counts [len(layer_ids), E] > 0 are not resident."""
@@ -244,12 +259,13 @@ class ExpertCache:
             c.bytes += int(per[r]) * self.layout.weight_bytes  # once per BLOCK_M run: more with many rows
         self.install_missed(rows, experts)
 
-    def install_missed(self, rows: np.ndarray, experts: np.ndarray) -> int:
+    def install_missed(self, rows: np.ndarray, experts: np.ndarray, background: bool = False) -> int:
         """Copy experts a pass used without having them (rows of the device table, expert ids; layer order) into
         free or unpinned slots, pinned to the block like the rest of its set, marked prefetched (a copy for later
         passes: used, or wasted if evicted first). As many as there is room for, earliest layers first (the next
         pass needs them first); returns how many. The copies land before the next optimistic pass reads a slot
-        (`settle_copies`)."""
+        (`settle_copies`). `background`: experts a restricted pass wanted (resident routing); their slots are
+        kept in `landing` so the next pass can leave them out and not wait for their copies."""
         if self.host is None or rows.size == 0:
             return 0
         victims = self._victims(rows.size, allow_pinned=False, at=-0.5)  # the next pass starts at the first layer
@@ -258,6 +274,8 @@ class ExpertCache:
         for layer, slots in self._load_by_layer(rows[:k], experts[:k], victims):
             self.prefetched[slots] = True
             self.counters[layer].prefetched += int(slots.size)
+        if background:
+            self.landing = np.concatenate([self.landing, victims[:k]])
         return int(k)
 
     def _load_by_layer(self, rows: np.ndarray, experts: np.ndarray, victims: np.ndarray):

@@ -543,6 +543,21 @@ def commit_graph_vs_eager(model, cache, block: torch.Tensor, previews: int = 2) 
     return res
 
 
+def _evict_quarter(rt, keep: int) -> int:
+    """Evict a quarter (at least one) of what every 4th layer used in the last pass, where the layer keeps `keep`
+    resident experts (resident routing's restriction needs top-k to choose from); returns how many."""
+    n = 0
+    for layer in rt.layers[::4]:
+        used = rt.history.get(layer)
+        if used is None:
+            continue
+        drop = used[: max(1, used.size // 4)]
+        if int((rt.cache.slot_of[layer] >= 0).sum()) - drop.size >= keep:
+            rt.cache.evict(layer, drop)
+            n += int(drop.size)
+    return n
+
+
 def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) -> dict:
     """One block's preview passes through the syncing path, then (a fresh block at the same place each time)
     through eager optimistic passes, through optimistic passes replayed as a CUDA graph (`runtime/graphs.py`), and
@@ -568,12 +583,16 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
     last = {}
     saved = rt.optimistic, rt.graphs.enabled
     reads = rt.host_reads, rt.host_reads_error
-    modes = ("syncing", "optimistic", "graphed", "repaired") + (("host_read",) if reads[0] else ())
+    modes = ("syncing", "optimistic", "graphed", "repaired") + (("host_read",) if reads[0] else ()) + (
+        ("resident",) if rt.cache.host is not None else ())
     try:
         rt.set_host_reads(False, reads[1])  # the first four: misses repaired (the path without host reads)
         for mode in modes:
             rt.optimistic = mode != "syncing"
-            rt.graphs.enabled = mode in ("graphed", "repaired", "host_read")
+            rt.graphs.enabled = mode in ("graphed", "repaired", "host_read", "resident")
+            if mode == "resident":  # graphed, restricted to resident experts, host reads off
+                rt.set_host_reads(False, reads[1])
+                rt.set_resident_routing(True)
             optimistic.OptimisticPass.run = strict if mode == "optimistic" else run
             if mode == "host_read":  # a graph of the host-reading kernels first (two passes: the 2nd captures)
                 rt.set_host_reads(True, None)
@@ -589,8 +608,10 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
             rt.reclaim(cache)  # a new block: its first pass loads the set (syncing, or a replay repaired / read)
             n0 = len(rt.records)
             with torch.inference_mode():
-                for _ in range(passes):
+                for i in range(passes):
                     logits = model(block, cache, preview=True)
+                    if mode == "resident" and i == 0:  # later passes substitute these, copied in behind them
+                        evicted = _evict_quarter(rt, keep=model.config.num_experts_per_tok)
             torch.cuda.synchronize()
             recs = list(rt.records)[n0:]
             last[mode] = logits[0].float().cpu()
@@ -601,10 +622,14 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
                 "graphed": sum(r.graphed for r in recs), "misses_after_first": sum(r.misses for r in recs[1:]),
                 "first": {"graphed": recs[0].graphed, "repairs": recs[0].repairs, "synced": recs[0].synced,
                           "misses": recs[0].misses, "host_reads": recs[0].host_reads},
+                "substituted": [r.substituted for r in recs],
             }
+            if mode == "resident":
+                res[mode]["evicted"] = evicted
     finally:
         optimistic.OptimisticPass.run = run
         rt.optimistic, rt.graphs.enabled = saved
+        rt.set_resident_routing(False)
         rt.set_host_reads(*reads)
     res["graphs"] = rt.graphs.stats()
     for mode in modes[1:]:
@@ -622,6 +647,12 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
     if h is not None:
         res["ok"] = bool(res["ok"] and res["host_read_logit_rel_err"] < 1e-3 and h["graphed"] == passes
                          and h["retried"] == 0 and h["first"]["host_reads"] >= 1 and h["first"]["repairs"] == 0)
+    z = res.get("resident")  # substituted after the eviction, never missed, exact again once the copies landed
+    if z is not None:
+        sub = z["substituted"]
+        res["ok"] = bool(res["ok"] and res["resident_logit_rel_err"] < 1e-3 and z["misses_after_first"] == 0
+                         and z["retried"] == 0 and sub[0] == 0 and (sub[1] > 0 or not z["evicted"])
+                         and sub[-1] == 0)
     return res
 
 

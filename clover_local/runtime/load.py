@@ -58,6 +58,9 @@ class RuntimeOptions:
     # ... reading non-resident experts in place from pinned host memory (host_reads.py). None: on a GPU (a CPU
     # "device" is the host: nothing to save); True: also on the CPU (tests); either way only if the check passes
     host_reads: bool | None = None
+    # a block's later previews choose only among resident experts (`Runtime.route_limit`): an approximation
+    # that makes them copy nothing; off by default (exact routing)
+    resident_routing: bool = False
 
     def validate(self) -> None:
         if self.cpu_experts not in CPU_POLICIES:
@@ -164,7 +167,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
                         options.cpu_max_rows)
     runtime = Runtime(cfg, cache, plan, device, dtype, context=options.context, prefetch=options.prefetch,
                       prefill_chunk=options.prefill_chunk, time_layers=options.time_layers,
-                      optimistic=options.optimistic, cuda_graphs=options.cuda_graphs)
+                      optimistic=options.optimistic, cuda_graphs=options.cuda_graphs,
+                      resident_routing=options.resident_routing)
 
     _load_globals(model, pack, shards, device, dtype, options)
     staging = None if host is not None else torch.empty(n_exp, layout.nbytes, dtype=torch.uint8)
@@ -185,6 +189,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             experts = np.arange(n_exp, dtype=np.int64)
             cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
         layer.mlp.experts = OffloadedExperts(runtime, i)
+        if host is not None:  # None unless resident routing is on (`Runtime.set_resident_routing`)
+            layer.mlp.route_limit = lambda i=i: runtime.route_limit(i)
     cache.warm()  # offloaded: the slots start with the first layers' experts, not empty
     runtime.set_host_reads(*_host_reads(options, cache, device, dtype, cfg))
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)

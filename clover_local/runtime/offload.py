@@ -196,6 +196,7 @@ class PassRecord:
     repairs: int = 0  # replays after loading what the one before missed (`ExpertCache.repair`)
     synced: bool = False  # an optimistic attempt gave up: the pass ran through the syncing path
     host_reads: int = 0  # misses the MoE kernel read in place from host memory (`RuntimeOptions.host_reads`)
+    substituted: int = 0  # routing choices resident routing took away (`Runtime.route_limit`)
 
 
 # Replays of a missing graphed preview, each after loading what the last one lacked, before the syncing path.
@@ -219,7 +220,7 @@ class PassState:
 class Runtime:
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
                  context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True,
-                 optimistic: bool = True, cuda_graphs: bool = True) -> None:
+                 optimistic: bool = True, cuda_graphs: bool = True, resident_routing: bool = False) -> None:
         self.config, self.cache, self.plan = config, cache, plan
         self.device, self.dtype = device, dtype
         self.context = context
@@ -255,6 +256,17 @@ class Runtime:
         self.gdn_pending = {i: self._gdn_buffers() for i, kind in enumerate(config.layer_types)
                             if kind != "full_attention"}
         self._arena_user: weakref.ref | None = None  # the cache whose keys/values the arena holds
+        # resident routing: what each layer's router may choose in this pass (`route_limit`: 0 = may, -1 = not;
+        # for a block's later previews the experts resident when it began, else all) and the choices that took
+        # away (`wanted`, counted on the device, copied in after the pass); buffers graphs read, filled per pass
+        self.resident_routing = False
+        self._route_table: Tensor | None = None
+        self._wanted: Tensor | None = None
+        self.set_resident_routing(resident_routing)
+        self._restricted = False  # the pass in progress routes among resident experts
+        self.restricted_passes = 0  # passes resident routing restricted
+        self.substituted = 0  # choices it took away, over all passes
+        self.background_installs = 0  # ... and the wanted experts copied in after them
 
     def _gdn_buffers(self) -> tuple[Tensor, Tensor]:
         cfg = self.config
@@ -344,6 +356,64 @@ class Runtime:
         self.host_reads_error = error
         self._drop_graphs()
 
+    def set_resident_routing(self, on: bool) -> None:
+        """Switch resident routing (`route_limit`) on or off; moot with every expert resident. Drops the captured
+        graphs: their routers were captured with or without the restriction."""
+        self.resident_routing = on and self.cache.host is not None
+        if self.resident_routing and self._route_table is None:
+            n = len(self._opt.row_of) * self.cache.n_experts
+            self._route_table = torch.zeros(n, dtype=torch.int32, device=self.device)
+            self._wanted = torch.zeros(n, dtype=torch.int32, device=self.device)
+        self._drop_graphs()
+
+    def route_limit(self, layer: int) -> tuple[Tensor, Tensor] | None:
+        """The `SparseMoe.route_limit` hook: (allowed, wanted) [E] int32 views of layer's row, or None without
+        resident routing. With it, a block's later previews choose only among the experts resident when the
+        pass began (the block's first pass loaded its own), so they never wait for a copy; the experts a row
+        wanted and could not have are copied in behind the next pass (`_install_wanted`) and may be chosen
+        from the pass after it. The first pass, commits and prefills choose freely. An approximation (for a
+        pass or two a choice the router ranks lower stands in for one not resident), measured in BENCHMARKS.md."""
+        if not self.resident_routing:
+            return None
+        n = self.cache.n_experts
+        row = slice(self._opt.row_of[layer] * n, (self._opt.row_of[layer] + 1) * n)
+        return self._route_table[row], self._wanted[row]
+
+    def _restrict_routing(self, kind: str) -> np.ndarray | None:
+        """Fill the route table for the pass about to run; returns the slots whose copies it need not wait for
+        (the last pass's background installs, which it may not choose), or None (wait for every copy)."""
+        if not self.resident_routing:
+            self._restricted = False
+            return None
+        cache = self.cache
+        landing = cache.take_landing()
+        self._restricted = kind == "preview" and self.pass_in_block > 0
+        if not self._restricted:
+            self._route_table.zero_()
+            return None
+        table = cache.slot_of[cache.layer_ids]
+        allowed = (table >= 0) & ~np.isin(table, landing)
+        if (allowed.sum(1) < self.config.num_experts_per_tok).any():  # a layer would choose freely: wait for all
+            landing, allowed = landing[:0], table >= 0
+        host = np.where(allowed, 0, -1).astype(np.int32).reshape(-1)
+        self._route_table.copy_(torch.from_numpy(host))
+        self._wanted.zero_()
+        return landing if landing.size else None
+
+    def _install_wanted(self) -> int:
+        """After a restricted pass: count what it took away and start copying the experts rows wanted into free
+        or unpinned slots (`ExpertCache.install_missed(background=True)`); returns the choices taken away."""
+        self._restricted = False
+        self.restricted_passes += 1
+        cache = self.cache
+        wanted = self._wanted.view(cache.layer_ids.size, cache.n_experts).cpu().numpy()
+        lost = int(wanted.sum())
+        self.substituted += lost
+        rows, experts = np.nonzero((wanted > 0) & (cache.slot_of[cache.layer_ids] < 0))
+        if rows.size:
+            self.background_installs += cache.install_missed(rows, experts, background=True)
+        return lost
+
     def _may_run_optimistically(self, kind: str) -> bool:
         if not self.optimistic:
             return False
@@ -364,7 +434,8 @@ class Runtime:
             # (captured by a later pass, once the first has compiled the preview kernels), or with host reads and
             # no graphs (it cannot be thrown away then).
             return self.graphs.current is not None or (self.host_reads and not self.graphs.enabled)
-        return self._block_clean or self.host_reads  # host reads: an attempt always stands
+        # host reads: an attempt always stands; resident routing: it chooses nothing that is not resident
+        return self._block_clean or self.host_reads or self.resident_routing
 
     def _settle_optimistic(self, state: PassState) -> bool:
         """The optimistic pass's one host sync: book it (True), or flag it for a rerun (False)."""
@@ -412,10 +483,11 @@ class Runtime:
         self._layer_events = []
         dense = kind == "prefill" and dense_rows(rows, self.config.num_experts_per_tok, self.config.num_experts)
         self.cache.begin_pass(dense)
+        landing = self._restrict_routing(kind)
         state = PassState(kind, optimistic=allow_optimistic and self._may_run_optimistically(kind))
         t0 = time.perf_counter()
         if state.optimistic:
-            self._opt.begin()
+            self._opt.begin(keep=landing)
             self._optimistic_now = True
         try:
             yield state
@@ -435,12 +507,13 @@ class Runtime:
         ms = 1e3 * (time.perf_counter() - t0)
         self.cache.end_pass()
         self._resolve_layer_events()
+        substituted = self._install_wanted() if self._restricted else 0
         after = self.cache.totals()
         self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                        after.hits - before.hits, after.misses - before.misses,
                                        after.bytes - before.bytes, state.optimistic, state.retried,
                                        state.graphed, state.captured, state.repairs, state.synced,
-                                       after.host_reads - before.host_reads))
+                                       after.host_reads - before.host_reads, substituted))
         if preview:
             # what this pass used was pinned as it went: unless a pinned expert was evicted (the block's set does
             # not fit) or one ran on the CPU, all of it is resident now. A later pass must also have missed
@@ -454,6 +527,7 @@ class Runtime:
             self._end_block()
 
     def _abandon(self) -> None:
+        self._restricted = False
         self.cache.reset()
         self._drop_graphs()
         self.block_key, self.pass_in_block = None, 0
@@ -548,6 +622,7 @@ class Runtime:
             self.cache.counters[i] = LayerCounters()
         self.records.clear()
         self.optimistic_passes = self.retried_passes = self.repair_replays = 0
+        self.restricted_passes = self.substituted = self.background_installs = 0
 
     def placed_bytes(self, model: nn.Module, cache: PrefixCache | None = None, prompt_cache=None) -> dict[str, int]:
         """Bytes this runtime holds on the compute device, by what they are (the plan's prediction's twin);
@@ -593,6 +668,10 @@ class Runtime:
             "host_reads": tot.host_reads,  # misses read in place from host memory (optimistic passes)
             "host_reads_on": self.host_reads,
             "host_reads_error": self.host_reads_error,
+            "resident_routing": self.resident_routing,  # later previews choose among resident experts only
+            "restricted_passes": self.restricted_passes,
+            "substituted": self.substituted,  # ... the choices that took away
+            "background_installs": self.background_installs,  # ... and the wanted experts copied in behind
             "prefetched": tot.prefetched,
             "prefetch_used": tot.prefetch_used,
             "prefetch_wasted": tot.prefetch_wasted,

@@ -50,11 +50,12 @@ class OptimisticPass:
         self.table: Tensor | None = None
         self._ops = fused_layer_ops(cache.device)  # the mapping below in one launch (CUDA; tests: interpreted)
 
-    def begin(self) -> None:
+    def begin(self, keep=None) -> None:
         """Before the pass: the table reflects every install/evict so far, pending copies have landed (GPU-side
-        wait), counts start at zero. Host work only, no sync."""
+        wait) but those into the slots `keep` names (a restricted pass never reads them: `Runtime.route_limit`),
+        counts start at zero. Host work only, no sync."""
         self.table = self.cache.device_slot_table()
-        self.cache.settle_copies()
+        self.cache.settle_copies(keep)
         self.counts.zero_()
 
     def run(self, layer: int, x: Tensor, idx: Tensor, weights: Tensor) -> Tensor:

@@ -6,6 +6,13 @@ Prompts are rendered as the chat template does by default, thinking on (the mode
 addition and letter counting are trained to work through a scratchpad there); `--no-think` pre-fills an empty
 thinking block, `--history` asks each prompt as a chat's second turn.
 
+    python -m clover_local.tiny.evaluate PACK --slots 40 --resident-routing
+
+runs a pack through the offloading runtime with 40 expert slots, twice — exact routing, then resident routing
+(a block's later passes choose among resident experts only, `RuntimeOptions.resident_routing`) — and reports
+both, the share of prompts whose output is identical, and the expert bytes each copied: what the approximation
+costs in answers against what it saves in copies.
+
 Used by the tests (the shipped model must still answer) and by quantization (a pack must keep its accuracy).
 Held-out prompts come from `corpus.make_heldout`, which never overlaps training.
 """
@@ -42,9 +49,12 @@ class EvalReport:
     seconds: float
     chat: list[dict[str, str]] = field(default_factory=list)
     failures: list[dict[str, str]] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list, repr=False)  # each held-out prompt's output tokens
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        del d["outputs"]
+        return d
 
 
 @dataclass
@@ -83,6 +93,7 @@ def evaluate(
     right: dict[str, list[bool]] = defaultdict(list)
     total_tokens = total_decoded = total_passes = total_revealed = 0
     failures = []
+    outputs: list[list[int]] = []
     for ex in corpus.make_heldout(n, seed, history=history):
         run = run_prompt(decoder, tok, corpus.render_prompt(ex, enable_thinking), settings)
         text = tok.decode(run.ids)
@@ -90,6 +101,7 @@ def evaluate(
         right[ex.task].append(ok)
         if not ok and len(failures) < 20:
             failures.append({"prompt": ex.prompt, "expected": ex.answer, "got": text})
+        outputs.append(run.ids)
         total_tokens += len(run.ids)
         total_decoded += run.decoded
         total_passes += run.passes
@@ -113,6 +125,7 @@ def evaluate(
         seconds=time.perf_counter() - t0,
         chat=chat,
         failures=failures,
+        outputs=outputs,
     )
 
 
@@ -180,9 +193,18 @@ def main() -> None:
     parser.add_argument("--traces", default=None,
                         help="worked traces for --masked-ce, comma-separated (default: the model folder's "
                              "training.json; a pack has none, so give its source's, e.g. add,count_match)")
+    parser.add_argument("--slots", type=int, default=None,
+                        help="run a pack through the offloading runtime with this many expert slots")
+    parser.add_argument("--resident-routing", action="store_true",
+                        help="with --slots: evaluate exact and resident routing and compare them")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.resident_routing and args.slots is None:
+        parser.error("--resident-routing needs --slots (the runtime's expert cache decides what is resident)")
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.slots is not None:
+        _compare_routing(parser, args)
+        return
     loaded = load(args.model, "cpu", args.dtype)
     ce = None
     traces = trained_traces(loaded.path) if args.traces is None else tuple(t for t in args.traces.split(",") if t)
@@ -199,15 +221,63 @@ def main() -> None:
     else:
         if ce is not None:
             print(f"held-out masked-token cross-entropy {ce:.4f} (traces: {','.join(traces) or 'none'})")
-        mode = ("thinking on" if report.thinking else "no thinking") + (", second turn" if report.history else "")
-        print(f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts ({mode}), "
-              f"{report.answer_tokens_per_pass:.2f} answer tokens/pass incl. the stop token "
-              f"({report.tokens_per_pass:.2f} without it, {report.revealed_per_pass:.2f} positions incl. padding), "
-              f"{report.seconds:.1f}s")
+        print(_summary(report))
         for task, acc in report.per_task.items():
             print(f"  {task:14s} {acc:.3f}")
         for c in report.chat:
             print(f"  chat {c['user']!r} -> {c['assistant']!r}")
+
+
+def _summary(report: EvalReport) -> str:
+    mode = ("thinking on" if report.thinking else "no thinking") + (", second turn" if report.history else "")
+    return (f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts ({mode}), "
+            f"{report.answer_tokens_per_pass:.2f} answer tokens/pass incl. the stop token "
+            f"({report.tokens_per_pass:.2f} without it, {report.revealed_per_pass:.2f} positions incl. padding), "
+            f"{report.seconds:.1f}s")
+
+
+def _compare_routing(parser: argparse.ArgumentParser, args) -> None:
+    """`--slots N [--resident-routing]`: the pack through the runtime, exact routing and (asked) resident."""
+    from clover_local.errors import CloverError
+    from clover_local.loader import load
+    from clover_local.runtime.load import RuntimeOptions
+
+    runs = {}
+
+    def name_of(resident: bool) -> str:
+        return "resident" if resident else "exact"
+
+    for resident in (False, True) if args.resident_routing else (False,):
+        options = RuntimeOptions(slots=args.slots, context=4096, resident_routing=resident)
+        try:
+            loaded = load(args.model, "cpu", args.dtype, options)
+        except (CloverError, ValueError) as exc:
+            parser.error(str(exc))
+        report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
+                          enable_thinking=args.think, history=args.history)
+        st = loaded.model.runtime.stats()
+        runs[name_of(resident)] = (report, {
+            "slots": st["slots"], "experts_total": st["experts_total"], "bytes_h2d": st["bytes_h2d"],
+            "later_pass_hit_rate": st["later_pass_hit_rate"], "resident_routing": st["resident_routing"],
+            "substituted": st["substituted"], "background_installs": st["background_installs"],
+            "restricted_passes": st["restricted_passes"]})
+        cfg = loaded.model.config
+        choices = st["restricted_passes"] * cfg.diffusion.block_size * cfg.num_experts_per_tok * len(st["layers"])
+        runs[name_of(resident)][1]["substituted_share"] = round(st["substituted"] / choices, 5) if choices else 0.0
+    out = {name: r.to_dict() | {"runtime": rt} for name, (r, rt) in runs.items()}
+    if "resident" in runs:
+        a, b = runs["exact"][0].outputs, runs["resident"][0].outputs
+        out["identical_outputs"] = sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+        return
+    for name, (report, rt) in runs.items():
+        print(f"{name} routing, {rt['slots']} of {rt['experts_total']} expert slots: {_summary(report)}; "
+              f"later-pass hit rate {rt['later_pass_hit_rate']}, {rt['bytes_h2d']:,} bytes copied"
+              + (f", {rt['substituted']} routing choices substituted ({100 * rt['substituted_share']:.2f} % of "
+                 f"those of its {rt['restricted_passes']} restricted passes)" if rt["resident_routing"] else ""))
+    if "identical_outputs" in out:
+        print(f"identical outputs: {out['identical_outputs']:.3f} of {runs['exact'][0].n} prompts")
 
 
 if __name__ == "__main__":

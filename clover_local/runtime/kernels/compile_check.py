@@ -157,6 +157,10 @@ def capture_launches() -> list[Launch]:
         layer_ops.rms_norm_zc(x, torch.zeros(h, dtype=bf), 1e-6)
         layer_ops.add_rms_norm_zc(x, x, torch.zeros(h, dtype=bf), 1e-6)
         layer_ops.route_topk(torch.zeros(m, cfg.num_experts, dtype=bf), topk, bf)
+        label["case"] = f"{m} rows, resident routing"
+        table = torch.zeros(cfg.num_experts, dtype=torch.int32)
+        layer_ops.route_topk(torch.zeros(m, cfg.num_experts, dtype=bf), topk, bf, (table, table))
+        label["case"] = f"{m} rows"
         layer_ops.optimistic_slots(torch.zeros(m, topk, dtype=torch.int64), wts, torch.zeros(10240, dtype=torch.int32),
                                    torch.zeros(10240, dtype=torch.int32), 0)
         layer_ops.shared_combine(x, x, torch.zeros(1, h, dtype=bf), x, x)

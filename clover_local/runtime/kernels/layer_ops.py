@@ -81,14 +81,28 @@ def add_rms_norm_zc(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> 
 
 
 @triton.jit
-def _route_topk_kernel(logits_ptr, idx_ptr, w_ptr, E, stride_l, TOPK: tl.constexpr, BLOCK_E: tl.constexpr,
-                       BLOCK_K: tl.constexpr):
+def _route_topk_kernel(logits_ptr, idx_ptr, w_ptr, allowed_ptr, wanted_ptr, E, stride_l, TOPK: tl.constexpr,
+                       BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, ALLOWED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     e = tl.arange(0, BLOCK_E)
-    p = tl.load(logits_ptr + row * stride_l + e, mask=e < E, other=float("-inf")).to(tl.float32)
+    valid = e < E
+    keep = valid
+    raw = tl.load(logits_ptr + row * stride_l + e, mask=valid, other=float("-inf")).to(tl.float32)
+    if ALLOWED:  # `restrict_logits`: experts with allowed < 0 out, unless fewer than TOPK are left
+        ok = tl.load(allowed_ptr + e, mask=valid, other=-1) >= 0
+        few = tl.sum(tl.where(ok, 1, 0), 0) < TOPK
+        keep = tl.where(few, valid, valid & ok)
+        q = raw  # ... and the choices it took away, counted in wanted (the router's own top-k, by logit)
+        for i in tl.static_range(TOPK):
+            top = tl.max(q, 0)
+            pick = tl.min(tl.where(q == top, e, BLOCK_E), 0)
+            lost = tl.sum(tl.where((e == pick) & ~keep, 1, 0), 0)
+            tl.atomic_add(wanted_ptr + pick, lost, mask=lost > 0)
+            q = tl.where(e == pick, float("-inf"), q)
+    p = tl.where(keep, raw, float("-inf"))
     p = tl.exp(p - tl.max(p, 0))
     p = p / tl.sum(p, 0)  # the router's probabilities (rounded as softmax rounds them), -inf rows are 0
-    p = tl.where(e < E, p, -1.0)
+    p = tl.where(keep, p, -1.0)
     slot = tl.arange(0, BLOCK_K)
     vals = tl.zeros((BLOCK_K,), dtype=tl.float32)
     ids = tl.zeros((BLOCK_K,), dtype=tl.int64)
@@ -104,16 +118,23 @@ def _route_topk_kernel(logits_ptr, idx_ptr, w_ptr, E, stride_l, TOPK: tl.constex
     tl.store(w_ptr + row * TOPK + slot, vals.to(w_ptr.dtype.element_ty), mask=keep)
 
 
-def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype, limit: tuple[Tensor, Tensor] | None = None
+               ) -> tuple[Tensor, Tensor]:
     """Router logits [N, E] → (expert ids int64 [N, k], renormalised weights [N, k] in `dtype`): what
-    `SparseMoe.route` returns first and second."""
+    `SparseMoe.route` returns first and second, `limit` = (allowed, wanted) as `restrict_logits` takes it."""
     n, e = logits.shape
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     idx = torch.empty(n, top_k, dtype=torch.int64, device=logits.device)
     w = torch.empty(n, top_k, dtype=dtype, device=logits.device)
+    if limit is not None:
+        for name, t in zip(("allowed", "wanted"), limit):
+            if t.shape != (e,) or t.stride(0) != 1 or t.dtype != torch.int32:
+                raise ValueError(f"route_topk: {name} {tuple(t.shape)} {t.dtype} must be a contiguous int32 [{e}]")
+    allowed, wanted = limit if limit is not None else (idx, idx)
     if n:
-        _route_topk_kernel[(n,)](logits, idx, w, e, logits.stride(0), TOPK=top_k,
-                                 BLOCK_E=triton.next_power_of_2(e), BLOCK_K=triton.next_power_of_2(top_k))
+        _route_topk_kernel[(n,)](logits, idx, w, allowed, wanted, e, logits.stride(0), TOPK=top_k,
+                                 BLOCK_E=triton.next_power_of_2(e), BLOCK_K=triton.next_power_of_2(top_k),
+                                 ALLOWED=limit is not None)
     return idx, w
 
 
