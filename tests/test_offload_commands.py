@@ -83,6 +83,11 @@ def test_generate_through_the_runtime_matches_no_offload(pack, placed, capsys):
     assert len(placed) == 1  # --no-offload never touched the runtime
     assert offloaded["token_ids"] and offloaded["token_ids"] == dequantized["token_ids"]
     assert offloaded["text"] == dequantized["text"]
+    # --resident-routing reaches the runtime: its later passes choose among resident experts (never missing)
+    generate_json(capsys, pack, "--vram-budget", budget_for(pack, 22, 256), "--context", "256", "--resident-routing")
+    rt = placed[-1].runtime
+    assert rt.resident_routing and rt.restricted_passes > 0
+    assert all(r.misses == 0 for r in rt.records if r.kind == "preview" and r.pass_in_block > 0)
 
 
 def test_score_through_the_runtime_matches_no_offload(pack, placed, capsys, monkeypatch):
@@ -115,6 +120,8 @@ def test_load_errors_are_one_line(pack, capsys):
     assert "--vram-budget 'lots' is not a size" in line
     line = one_error_line(capsys, run_cli(base + ["--no-offload", "--vram-budget", "8GB"]))
     assert "--no-offload" in line
+    line = one_error_line(capsys, run_cli(base + ["--no-offload", "--resident-routing"]))
+    assert "--resident-routing" in line and "--no-offload" in line
     line = one_error_line(capsys, run_cli(base + ["--context", "1"]))
     assert "--context must be at least 2" in line
     for command in (["chat", pack], ["serve", pack, "--port", "0"]):
