@@ -713,22 +713,27 @@ def test_fused_rms_norm_matches_the_model_norm(force_triton, shape, dtype) -> No
     _assert_close(got_norm, want_norm, dtype)
 
 
-@needs_triton
-@pytest.mark.parametrize("n,e,k", [(7, 24, 3), (32, 256, 8), (1, 16, 1)])
-def test_fused_route_matches_sparse_moe_route(force_triton, n, e, k) -> None:
-    """Same experts in the same (descending) order and the same renormalised weights as `SparseMoe.route`."""
+def _random_moe(n: int, e: int, k: int, gen: torch.Generator):
+    """A SparseMoe of e experts, top-k, with a random router on the test device, and n random rows for it."""
     from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
     from clover_local.config import parse_config
     from clover_local.model.moe import SparseMoe
-    from clover_local.runtime.kernels import fused_layer_ops
 
-    gen = torch.Generator().manual_seed(n * e + k)
     cfg = parse_config(tiny_config_dict(TinySpec(num_experts=e, num_experts_per_tok=k)))
     moe = SparseMoe(cfg)
     with torch.no_grad():
         moe.gate.weight.copy_(torch.randn(moe.gate.weight.shape, generator=gen))
-    moe = moe.to(DEVICE)
-    x = _dev(_x(n, cfg.hidden_size, torch.float32, gen))[0]
+    return moe.to(DEVICE), _dev(_x(n, cfg.hidden_size, torch.float32, gen))[0]
+
+
+@needs_triton
+@pytest.mark.parametrize("n,e,k", [(7, 24, 3), (32, 256, 8), (1, 16, 1)])
+def test_fused_route_matches_sparse_moe_route(force_triton, n, e, k) -> None:
+    """Same experts in the same (descending) order and the same renormalised weights as `SparseMoe.route`."""
+    from clover_local.runtime.kernels import fused_layer_ops
+
+    gen = torch.Generator().manual_seed(n * e + k)
+    moe, x = _random_moe(n, e, k, gen)
     want_idx, want_w, _ = moe.route(x)
     idx, w = fused_layer_ops(torch.device(DEVICE)).route_topk(moe.gate(x), k, x.dtype)
     assert idx.dtype == torch.int64 and torch.equal(idx, want_idx)
@@ -752,18 +757,10 @@ def test_restricted_route_chooses_among_allowed_experts(force_triton, n, e, k) -
     """Resident routing (`allowed`: a slot table's row, -1 = not resident): the kernel and `SparseMoe.route` pick
     the same experts, all allowed, each row's k best of them by the unrestricted router, weighted by those
     probabilities renormalised; fewer than k allowed leaves the routing as it was."""
-    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
-    from clover_local.config import parse_config
-    from clover_local.model.moe import SparseMoe
     from clover_local.runtime.kernels import fused_layer_ops
 
     gen = torch.Generator().manual_seed(n * e + k + 1)
-    cfg = parse_config(tiny_config_dict(TinySpec(num_experts=e, num_experts_per_tok=k)))
-    moe = SparseMoe(cfg)
-    with torch.no_grad():
-        moe.gate.weight.copy_(torch.randn(moe.gate.weight.shape, generator=gen))
-    moe = moe.to(DEVICE)
-    x = _dev(_x(n, cfg.hidden_size, torch.float32, gen))[0]
+    moe, x = _random_moe(n, e, k, gen)
     ops = fused_layer_ops(torch.device(DEVICE))
     _, _, probs = moe.route(x)
     slots = torch.randint(0, 1000, (e,), generator=gen, dtype=torch.int32)
