@@ -18,7 +18,8 @@ replayed again). With host reads (`runtime/host_reads.py`, on a GPU where the lo
 optimistic pass reads what is not resident in place and always stands, so every preview and commit runs that
 way once a graph exists. With resident routing (`route_limit`, an opt-in approximation) a block's later previews
 choose only among resident experts, so they cannot miss either; what they wanted is copied in behind the next
-pass. With every expert resident (no host slabs) nothing can miss, so every pass runs that way. Per-layer expert times (`time_layers`) are not taken in optimistic passes.
+pass. With every expert resident (no host slabs) nothing can miss, so every pass runs that way. Per-layer
+expert times (`time_layers`) are not taken in optimistic passes.
 """
 
 from __future__ import annotations
