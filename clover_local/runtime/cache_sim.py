@@ -211,13 +211,11 @@ def simulate(cfg: SimConfig) -> SimResult:
                 change = router.rng.random(cfg.block) < cfg.drift
                 scores[:, change] = router.scores(int(change.sum()))
             commit = p == cfg.passes
-            landing = ec.take_landing()
             allowed = None
-            if cfg.resident_routing and p and not commit:
-                table = ec.slot_of[ec.layer_ids]
-                allowed = (table >= 0) & ~np.isin(table, landing)
-                if (allowed.sum(1) < cfg.top_k).any():
-                    allowed = table >= 0
+            if cfg.resident_routing and p and not commit:  # as `Runtime._restrict_routing`
+                allowed = ec.restricted_choice(cfg.top_k)[0]
+            else:
+                ec.take_landing()
             routes = router.top(scores, allowed)
             before = ec.totals()
             ec.begin_pass(False)

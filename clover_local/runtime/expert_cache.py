@@ -192,23 +192,30 @@ class ExpertCache:
         """Make the compute stream wait for every pending slot copy (prefetches, installs), so that a pass that
         reads slots without `acquire` never reads a half-copied expert; but not for those into the slots `keep`
         names (a pass that will not read them: their copies overlap it). GPU-side waits only; a no-op on CPU."""
-        if keep is not None and self.ready:
-            names = set(keep.tolist())
-            kept = {s: ev for s, ev in self.ready.items() if s in names}
+        names = set(keep.tolist()) if keep is not None else set()
+        kept = {s: ev for s, ev in self.ready.items() if s in names}
+        if len(kept) < len(self.ready):
             self.copier.wait([ev for s, ev in self.ready.items() if s not in kept])
-            self.ready = kept
-            self.pending[:] = False
-            self.pending[list(kept)] = True
-            return
-        if self.ready:
-            self.copier.wait(list(self.ready.values()))
-            self.ready.clear()
+        self.ready = kept
         self.pending[:] = False
+        self.pending[list(kept)] = True
 
     def take_landing(self) -> np.ndarray:
         """The slots background installs (`install_missed(background=True)`) filled since the last call."""
         out, self.landing = self.landing, self.landing[:0]
         return out
+
+    def restricted_choice(self, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """For a pass that chooses among resident experts only (resident routing): (allowed [len(layer_ids), E]
+        bool, the slots whose copies it need not wait for). Allowed: resident, but not the background installs
+        since the last call (`take_landing`: their copies may still be landing); when that leaves a layer fewer
+        than top_k, every resident expert and every copy waited for (that layer chooses freely anyway)."""
+        table = self.slot_of[self.layer_ids]
+        landing = self.take_landing()
+        allowed = (table >= 0) & ~np.isin(table, landing)
+        if (allowed.sum(1) < top_k).any():
+            return table >= 0, landing[:0]
+        return allowed, landing
 
     def missing(self, counts: np.ndarray) -> int:
         """How many (layer, expert) pairs with counts [len(layer_ids), E] > 0 are not resident."""

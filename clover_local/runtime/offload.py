@@ -387,18 +387,13 @@ class Runtime:
         if not self.resident_routing:
             self._restricted = False
             return None
-        cache = self.cache
-        landing = cache.take_landing()
         self._restricted = kind == "preview" and self.pass_in_block > 0
         if not self._restricted:
+            self.cache.take_landing()  # an exact pass waits for every copy
             self._route_table.zero_()
             return None
-        table = cache.slot_of[cache.layer_ids]
-        allowed = (table >= 0) & ~np.isin(table, landing)
-        if (allowed.sum(1) < self.config.num_experts_per_tok).any():  # a layer would choose freely: wait for all
-            landing, allowed = landing[:0], table >= 0
-        host = np.where(allowed, 0, -1).astype(np.int32).reshape(-1)
-        self._route_table.copy_(torch.from_numpy(host))
+        allowed, landing = self.cache.restricted_choice(self.config.num_experts_per_tok)
+        self._route_table.copy_(torch.from_numpy(np.where(allowed, 0, -1).astype(np.int32).reshape(-1)))
         self._wanted.zero_()
         return landing if landing.size else None
 
