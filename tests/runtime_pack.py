@@ -93,12 +93,13 @@ def prompt(loaded, n: int, seed: int = 0) -> list[int]:
     return [i if i != loaded.mask_token_id else 0 for i in ids]
 
 
-def decode(loaded, ids: list[int], n: int = 24) -> list[int]:
-    """Greedy block-diffusion output of `n` tokens (no stop tokens)."""
+def decode(loaded, ids: list[int], n: int = 24, merge: bool = True) -> list[int]:
+    """Greedy block-diffusion output of `n` tokens (no stop tokens); `merge`: commits merged with the next
+    block's first preview (the decoder's default)."""
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import Finished
 
-    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id, merge_commits=merge)
     events = list(dec.generate(ids, DecodeSettings(max_new_tokens=n, stop_token_ids=[])))
     assert isinstance(events[-1], Finished)
     return events[-1].token_ids

@@ -300,3 +300,40 @@ def test_bad_settings_raise_clover_errors(loaded):
         next(decoder.generate([], DecodeSettings()))
     with pytest.raises(CloverError):
         next(decoder.generate([1, 2], DecodeSettings(max_new_tokens=0)))
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_merged_commits_decode_the_same_tokens_in_fewer_passes(loaded, monkeypatch, shifted):
+    """A commit merged with the next block's first preview (`merge_commits`, the default) decodes exactly what
+    the two passes did, event for event, and the model runs one pass less per commit."""
+    monkeypatch.setattr(loaded.model.config.diffusion, "logits_shifted", shifted)
+    prompt = prompt_ids(loaded, 11, 13)  # a prompt tail: block 0 commits tail + generated rows
+    calls = []
+    real_forward, real_merged = loaded.model.forward, loaded.model.commit_and_preview
+    monkeypatch.setattr(loaded.model, "forward", lambda *a, **k: calls.append("pass") or real_forward(*a, **k))
+    monkeypatch.setattr(loaded.model, "commit_and_preview",
+                        lambda *a, **k: calls.append("merged") or real_merged(*a, **k))
+    out = {}
+    for merge in (False, True):
+        calls.clear()
+        dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id, merge_commits=merge)
+        events = list(dec.generate(prompt, DecodeSettings(max_new_tokens=30, threshold=0.3, stop_token_ids=[])))
+        check_event_invariants(events, events[-1])
+        out[merge] = (events, list(calls))
+    (plain, plain_calls), (merged, merged_calls) = out[False], out[True]
+    fin = merged[-1]
+    assert fin.token_ids == plain[-1].token_ids and len(fin.token_ids) == 30
+    assert len(merged) == len(plain)
+    for m, p in zip(merged[:-1], plain[:-1]):  # the same events; confidences to float rounding (64-row matmuls)
+        assert type(m) is type(p)
+        if isinstance(m, PassDone):
+            assert (m.block, m.pass_index, m.tokens, m.fixed) == (p.block, p.pass_index, p.tokens, p.fixed)
+            assert [(r.position, r.token_id) for r in m.revealed] == [(r.position, r.token_id) for r in p.revealed]
+            assert [r.confidence for r in m.revealed] == pytest.approx([r.confidence for r in p.revealed], rel=1e-4)
+        else:
+            assert m == p
+    n_commits = fin.stats.commits
+    assert n_commits == plain[-1].stats.commits == fin.stats.merged_commits >= 2
+    assert plain[-1].stats.merged_commits == 0
+    assert merged_calls.count("merged") == n_commits
+    assert len(merged_calls) == len(plain_calls) - n_commits  # prefill + previews + commits, one fewer per commit

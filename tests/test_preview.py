@@ -126,6 +126,37 @@ def test_commit_after_previews_equals_causal_passes(model):
         assert (model(nxt, a, preview=True) - model(nxt, b, preview=True)).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("prefix_len,commit_len", [(PREFIX, None), (0, None), (PREFIX, 5)])
+def test_merged_pass_equals_commit_then_preview(model, prefix_len, commit_len):
+    """`commit_and_preview`: one pass, the same logits and the same cache as the commit and the preview run
+    one after the other (with no prefix too: block 0's commit)."""
+    bs = model.config.diffusion.block_size
+    prefix, block, nxt = _ids(model, prefix_len, 8), _ids(model, commit_len or bs, 9), _ids(model, bs, 10)
+    with torch.no_grad():
+        a = _prefilled(model, prefix) if prefix_len else model.new_cache()
+        last_a = model(block, a)[0, -1]
+        preview_a = model(nxt, a, preview=True)[0]
+        b = _prefilled(model, prefix) if prefix_len else model.new_cache()
+        last_b, preview_b = model.commit_and_preview(block, nxt, b)
+    assert preview_a.abs().max() > 1e-3 and last_a.abs().max() > 1e-3
+    assert (last_b[0] - last_a).abs().max().item() <= 1e-4
+    assert (preview_b[0] - preview_a).abs().max().item() <= 1e-4
+    assert a.length == b.length == prefix_len + block.shape[1]
+    for x, y in zip(a.tensors(), b.tensors(), strict=True):
+        assert x.shape == y.shape and (x - y).abs().max().item() <= 1e-5
+    later = _ids(model, bs, 11)  # the merged pass left a working prefix
+    with torch.no_grad():
+        assert (model(later, a, preview=True) - model(later, b, preview=True)).abs().max().item() <= 1e-4
+
+
+def test_merged_pass_refuses_what_is_not_a_block_commit(model):
+    bs = model.config.diffusion.block_size
+    with pytest.raises(ValueError, match="merged pass"):
+        model.commit_and_preview(_ids(model, bs + 1, 1), _ids(model, bs, 2), model.new_cache())
+    with pytest.raises(ValueError, match="merged pass"):
+        model.commit_and_preview(_ids(model, bs, 1), _ids(model, bs, 2), None)
+
+
 # ---------------------------------------------------------------------------------------------- preview_mix
 
 

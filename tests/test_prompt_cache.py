@@ -93,7 +93,7 @@ def test_offloaded_runtime_resumes_in_its_arena(offloaded):
     assert three.stats.reused_tokens == 0  # the saved cache lost the arena: not resumed
     assert three.token_ids == decode(offloaded, prompt2 + scratch.token_ids + then).token_ids
     passes = offloaded.model.runtime.stats()["passes"]
-    assert set(passes) >= {"prefill", "preview", "commit"}
+    assert set(passes) >= {"prefill", "preview", "merged"}
 
 
 def test_offloaded_runtime_resumes_from_the_same_prompt(offloaded):

@@ -8,6 +8,7 @@ free, and the counters."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from clover_local.runtime.offload import OffloadedExperts
@@ -79,22 +80,24 @@ def test_a_missing_expert_is_substituted_then_installed_behind_the_next_pass(pac
     assert not torch.allclose(out[2], want[2], rtol=1e-5, atol=1e-5)  # a substituted pass is an approximation
 
 
-def test_restricted_passes_never_miss_while_decoding(pack, ref):
+@pytest.mark.parametrize("merge,slots", [(False, 22), (True, 26)])
+def test_restricted_passes_never_miss_while_decoding(pack, ref, merge, slots):
     """Three blocks of a real decode with too few slots (the routing drifts as tokens are revealed): every later
     preview runs optimistically and stands, none misses; what they took away is counted and installed. (22 of
     32: a layer keeps at least k experts after a block's first pass; with fewer, as at 9, that layer chooses
-    freely and may miss.)"""
+    freely and may miss. A first pass merged with the last block's commit uses both blocks' experts, 31 of
+    32 here: 26 slots keep k a layer.)"""
     ids = prompt(ref, 13, seed=2)
-    got = runtime(pack, slots=22, resident_routing=True)
-    tokens = decode(got, ids)
+    got = runtime(pack, slots=slots, resident_routing=True)
+    tokens = decode(got, ids, merge=merge)
     assert len(tokens) > 8
     later = [r for r in previews(got) if r.pass_in_block > 0]
     assert later and all(r.misses == 0 and r.optimistic and not r.retried for r in later)
     s = got.model.runtime_stats()
     assert s["substituted"] > 0 and s["background_installs"] > 0
     assert s["later_pass_hit_rate"] == 1.0
-    exact = runtime(pack, slots=22)
-    decode(exact, ids)
+    exact = runtime(pack, slots=slots)
+    decode(exact, ids, merge=merge)
     assert [r for r in previews(exact) if r.pass_in_block > 0 and r.misses]  # exact routing would have missed
 
 

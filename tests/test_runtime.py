@@ -130,7 +130,7 @@ def test_counters_add_up(pack, ref):
             assert row["hits"] + row["misses"] == row["uses"]
             assert row["bytes"] == (row["copied"] + row["prefetched"]) * slab
         assert sum(r["uses"] for r in s["layers"]) == s["expert_uses"]
-        assert set(s["passes"]) == {"prefill", "preview", "commit"}
+        assert set(s["passes"]) == {"prefill", "preview", "merged"}
 
 
 def test_block_set_is_loaded_once(pack, ref):

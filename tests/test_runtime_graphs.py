@@ -37,7 +37,8 @@ def stand_in(monkeypatch):
 def with_graphs(pack, **kw):
     loaded = runtime(pack, **kw)
     rt = loaded.model.runtime
-    rt.graphs.enabled = rt.commit_graphs.enabled = True  # on a CPU the runtime never turns them on by itself
+    # on a CPU the runtime never turns them on by itself
+    rt.graphs.enabled = rt.commit_graphs.enabled = rt.merged_graphs.enabled = True
     return loaded
 
 
@@ -45,30 +46,36 @@ def commits(loaded) -> list:
     return [r for r in loaded.model.runtime.records if r.kind == "commit"]
 
 
+@pytest.mark.parametrize("merge", [False, True])
 @pytest.mark.parametrize("slots", [TOTAL, TOTAL - 1])
-def test_graph_replays_decode_the_same_tokens(pack, ref, stand_in, slots):
+def test_graph_replays_decode_the_same_tokens(pack, ref, stand_in, slots, merge):
     """A few blocks of decoding. All resident, every preview and commit is a replay; one slot short, some
     replays miss and are repaired (or rerun through the syncing path). Tokens equal the eager runtime's
-    either way."""
+    either way. With commits merged into the next block's first preview (`merge`), those passes are replays of
+    one graph of their own, from the second on (the first runs eagerly: it compiles the 64-row kernels)."""
     ids = prompt(ref, 13, seed=2)
     got = with_graphs(pack, slots=slots)
-    assert decode(got, ids) == decode(runtime(pack, slots=slots), ids)
+    assert decode(got, ids, merge=merge) == decode(runtime(pack, slots=slots), ids, merge=False)
     stats = got.model.runtime_stats()
-    s, c = stats["graphs"], stats["commit_graphs"]
+    s, c = stats["graphs"], stats["merged_graphs" if merge else "commit_graphs"]
     recs = previews(got)
     graphed = [r for r in recs if r.graphed]
     # a replay that missed is repaired: the expert loaded, the graph replayed again
     assert s["error"] is None and s["replays"] == sum(1 + r.repairs for r in graphed) > 0
-    committed = [r for r in commits(got) if r.graphed]
+    done = [r for r in got.model.runtime.records if r.kind == ("merged" if merge else "commit")]
+    assert len(done) == 3 and not [r for r in got.model.runtime.records if r.kind == ("commit" if merge else "merged")]
+    committed = [r for r in done if r.graphed]
     assert c["error"] is None and c["replays"] == sum(1 + r.repairs for r in committed) > 0
     assert stand_in.replays == s["replays"] + c["replays"]
-    blocks = sum(r.pass_in_block == 0 for r in recs)
+    blocks = sum(r.pass_in_block == 0 for r in recs) + merge * len(done)
     assert 0 < s["captures"] <= blocks  # at most one per block: reused by the block's passes
     assert c["captures"] == 1 and stand_in.made == s["captures"] + 1  # one commit graph serves every block
     assert all(r.optimistic for r in graphed + committed)
-    if slots == TOTAL:  # nothing can miss: every pass is optimistic, every commit a replay
-        assert all(r.optimistic and not r.retried for r in recs + commits(got))
-        assert len(graphed) == len(recs) and len(committed) == len(commits(got)) > 1
+    if merge:
+        assert not done[0].optimistic and done[1].captured and not done[2].captured
+    if slots == TOTAL:  # nothing can miss: every pass is optimistic, every commit after the first merged a replay
+        assert all(r.optimistic and not r.retried for r in recs + done[merge:])
+        assert len(graphed) == len(recs) and len(committed) == len(done) - merge > 1
 
 
 def run_blocks(loaded, blocks=([5] * 8, [7, 3] * 4), previews: int = 4, before_commit=lambda i: None,

@@ -6,12 +6,17 @@ preview pass, reveal every masked position whose confidence reaches the threshol
 confident one); when none is masked, commit the block with a causal pass. Output stops at a stop token (what
 follows it is dropped) or at `max_new_tokens`. Cost unit: one pass over `block_size` rows.
 
+A commit that another block follows is merged with that block's first preview (all masks, so known in advance)
+into one pass (`CloverModel.commit_and_preview`: same tokens, each weight read once for both); `merge_commits=
+False` or `CLOVER_MERGE_COMMITS=0` runs them as two passes.
+
 With a `PromptCache` (`reuse=`), the prefill resumes after the longest saved block-aligned prefix of the prompt
 and the cache is saved again at a block boundary of this prompt (generate/prompt_cache.py).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,9 +52,12 @@ def check_context(prompt_len: int, max_new_tokens: int, limit: int) -> None:
 class BlockDiffusionDecoder:
     """Drives a model's causal and preview passes; yields events, prints nothing."""
 
-    def __init__(self, model: CloverModel, mask_token_id: int) -> None:
+    def __init__(self, model: CloverModel, mask_token_id: int, merge_commits: bool | None = None) -> None:
         self.model = model
         self.mask_id = mask_token_id
+        if merge_commits is None:
+            merge_commits = os.environ.get("CLOVER_MERGE_COMMITS", "1") != "0"
+        self.merge_commits = merge_commits
         self.cfg = model.config
         self.block_size = self.cfg.diffusion.block_size
         self.shifted = self.cfg.diffusion.logits_shifted
@@ -101,6 +109,7 @@ class BlockDiffusionDecoder:
         tail = prompt_ids[prefill:]
         out: list[int] = []
         block_no = 0
+        first_preview = None  # logits of this block's first preview, from the last block's merged commit
         while len(out) < settings.max_new_tokens:
             fixed = len(tail) if block_no == 0 else 0
             room = settings.max_new_tokens - len(out)
@@ -109,8 +118,11 @@ class BlockDiffusionDecoder:
             passes = 0
             while (any(tokens[p] is None for p in targets)
                    and self._settled_stop(tokens, targets, stops) is None):
-                block = [self.mask_id if t is None else t for t in tokens]
-                logits = self.model(self._ids(block), cache, preview=True)[0]
+                if first_preview is not None:
+                    logits, first_preview = first_preview, None
+                else:
+                    block = [self.mask_id if t is None else t for t in tokens]
+                    logits = self.model(self._ids(block), cache, preview=True)[0]
                 if self.shifted:
                     first = last_logits if last_logits is not None else torch.zeros_like(logits[0])
                     logits = torch.cat([first[None], logits[:-1]], 0)
@@ -134,7 +146,14 @@ class BlockDiffusionDecoder:
             stats.blocks += 1
             done = finished or len(out) >= settings.max_new_tokens
             if not done:  # commit the finished block: the next one previews against it
-                last_logits = self._causal([int(t) for t in tokens], cache)  # type: ignore[misc]
+                finished_block = [int(t) for t in tokens]  # type: ignore[arg-type]
+                if self.merge_commits:  # ... in the same pass as the next one's first preview (all masks)
+                    last, first = self.model.commit_and_preview(self._ids(finished_block),
+                                                                self._ids([self.mask_id] * bs), cache)
+                    last_logits, first_preview = last[0], first[0]
+                    stats.merged_commits += 1
+                else:
+                    last_logits = self._causal(finished_block, cache)
                 stats.commits += 1
             yield BlockCommitted(block_no, new, passes)
             if done:

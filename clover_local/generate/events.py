@@ -37,6 +37,7 @@ class DecodeStats:
     tokens: int = 0
     passes: int = 0
     commits: int = 0
+    merged_commits: int = 0  # of the commits, those run in one pass with the next block's first preview
     blocks: int = 0
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens resumed from a PromptCache instead of prefilled (not in to_dict:

@@ -86,25 +86,36 @@ class Attention(nn.Module):
         """The block's rows (q, and its own k/v) over the keys before it, `past` = (k, v [B,Hkv,W,D], mask [W]
         over them or None = all), and over its own keys: all of them (a preview) or each row up to itself
         (`causal`: a commit written in place). Output gate and o_proj included."""
+        return self.o_proj(self.window_heads(q, k, v, gate, past, causal))
+
+    def window_heads(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None], causal: bool,
+    ) -> torch.Tensor:
+        """`window_attention` before o_proj: the gated heads [B,T,H·D]."""
         b, _, t, _ = q.shape
         if self.preview_kernel is not None:  # the output gate inside the kernel
             out = self.preview_kernel(q, k, v, *past, self.head_dim**-0.5, gate=gate, causal=causal)
-            return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+            return out.transpose(1, 2).reshape(b, t, -1)
         k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
         if past[2] is None and not causal:
-            return self.attend(q, k, v, gate, None)
+            return self.gated_heads(self.softmax_attention(q, k, v, None), gate)
         window = past[2] if past[2] is not None else q.new_ones(past[0].shape[2], dtype=torch.bool)
         if causal:  # [T, S]: the window's committed keys, then the block's up to the row's own
             own = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
             mask = torch.cat([window[None, :].expand(t, -1), own], 1)
         else:  # [1, S]: every row alike
             mask = torch.cat([window, window.new_ones(t)])[None, :]
-        return self.finish(self.grouped_attention(q, k, v, mask), gate)
+        return self.gated_heads(self.grouped_attention(q, k, v, mask), gate)
+
+    def gated_heads(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """Heads [B,H,T,D] times the output gate (gate [B,T,H,D]) → [B,T,H·D], o_proj's input."""
+        b, _, t, _ = out.shape
+        return (out.transpose(1, 2) * torch.sigmoid(gate)).reshape(b, t, -1)
 
     def finish(self, out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """Heads [B,H,T,D] → output gate (gate [B,T,H,D]) → o_proj."""
-        b, _, t, _ = out.shape
-        return self.o_proj((out.transpose(1, 2) * torch.sigmoid(gate)).reshape(b, t, -1))
+        return self.o_proj(self.gated_heads(out, gate))
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: AttentionCache | None, preview: bool
@@ -135,6 +146,19 @@ class Attention(nn.Module):
                 rows = torch.arange(t, device=x.device)[:, None] + n_past
                 mask = torch.arange(n_past + t, device=x.device)[None, :] <= rows
         return self.attend(q, k_all, v_all, gate, mask)
+
+    def forward_merged(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: AttentionCache, n_commit: int
+    ) -> torch.Tensor:
+        """A merged pass (`CloverModel.commit_and_preview`): rows [:n_commit] commit a block (causal, their keys
+        and values go to the cache), the rest preview the next block against the cache with them in it. The
+        projections and o_proj run once over both; the attention itself once per part."""
+        q, k, v, gate = self.project(x, cos, sin)
+        c = n_commit
+        past_c, past_p = cache.write_merged(k[:, :, :c], v[:, :, :c])
+        heads_c = self.window_heads(q[:, :, :c], k[:, :, :c], v[:, :, :c], gate[:, :c], past_c, causal=True)
+        heads_p = self.window_heads(q[:, :, c:], k[:, :, c:], v[:, :, c:], gate[:, c:], past_p, causal=False)
+        return self.o_proj(torch.cat([heads_c, heads_p], 1))
 
     def forward_all_blocks(
         self, clean: torch.Tensor, noisy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, block_size: int,

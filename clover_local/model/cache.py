@@ -42,6 +42,14 @@ class AttentionCache:
     def write_block(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         raise NotImplementedError("only caches whose writes_in_place() is True write blocks in place")
 
+    def write_merged(self, k: torch.Tensor, v: torch.Tensor) -> tuple[tuple, tuple]:
+        """A merged pass's commit rows k/v [B,Hkv,T,D] go in (`Attention.forward_merged`); returns what they
+        attend to before themselves and what the next block's preview attends to before its own rows (the
+        committed keys with these), each as `preview_keys_values` gives it."""
+        before = self.preview_keys_values() or (k[:, :, :0], v[:, :, :0], None)
+        self.append(k, v)  # views taken before stay valid: a reallocation keeps the old buffer alive under them
+        return before, self.preview_keys_values()
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write new keys/values; capacity grows geometrically so appends stay amortised O(1)."""
         n = k.shape[2]

@@ -2,6 +2,7 @@
 
 - causal pass (`preview=False`): prompt prefill and block commit; appends to the prefix cache.
 - preview pass (`preview=True`): a denoising step over the block being generated; reads the cache, writes nothing.
+- merged pass (`commit_and_preview`): a block's commit and the next block's first preview as one pass.
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin, cache, preview: bool, n_prefix: int | torch.Tensor) -> torch.Tensor:
         x, h = self.post_attention_layernorm.add_forward(x, self.mix(x, cos, sin, cache, preview, n_prefix))
+        return self.mlp(h, residual=x)
+
+    def forward_merged(self, x, cos, sin, cache, n_prefix: int | torch.Tensor, n_commit: int) -> torch.Tensor:
+        """A merged pass (`CloverModel.commit_and_preview`): the mixer commits rows [:n_commit] and previews the
+        rest against the cache they leave; norms, router and experts are row-wise, so one call serves both."""
+        h = self.input_layernorm(x)
+        if self.is_attention:
+            m = self.self_attn.forward_merged(h, cos, sin, cache, n_commit)
+        else:
+            m = self.linear_attn.forward_merged(h, cache, n_prefix, n_commit)
+        x, h = self.post_attention_layernorm.add_forward(x, m)
         return self.mlp(h, residual=x)
 
     def mix_all_blocks(
@@ -113,8 +125,10 @@ class CloverModel(nn.Module):
         """Expert-cache counters (hit rate, misses, PCIe bytes, pass times) when loaded with the runtime."""
         return self.runtime.stats() if self.runtime is not None else None
 
-    def hidden(self, ids: torch.Tensor, cache: PrefixCache | None = None, preview: bool = False) -> torch.Tensor:
-        """Final-norm hidden states [B,T,H] for token ids [B,T] placed right after the cached prefix."""
+    def hidden(self, ids: torch.Tensor, cache: PrefixCache | None = None, preview: bool = False,
+               commit_rows: int = 0) -> torch.Tensor:
+        """Final-norm hidden states [B,T,H] for token ids [B,T] placed right after the cached prefix. With
+        `commit_rows`, a merged pass (`commit_and_preview`): the first rows commit, the rest preview after them."""
         start = cache.length if cache is not None else 0
         n = ids.shape[1]
 
@@ -125,7 +139,11 @@ class CloverModel(nn.Module):
             positions = torch.arange(n, device=x.device) + base
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
             for i, layer in enumerate(self.layers):
-                x = layer(x, cos, sin, cache.layers[i] if cache is not None else None, preview, base)
+                c = cache.layers[i] if cache is not None else None
+                if commit_rows:
+                    x = layer.forward_merged(x, cos, sin, c, base, commit_rows)
+                else:
+                    x = layer(x, cos, sin, c, preview, base)
             return self.norm(x)
 
         x = self.embed_tokens(ids)  # outside `run`: the runtime's table lives on the host
@@ -135,10 +153,25 @@ class CloverModel(nn.Module):
             # the runtime brackets the pass and may run it more than once: an optimistic pass that needed a
             # non-resident expert is discarded and rerun (a preview writes nothing to the cache; a commit writes
             # keys/values at fixed rows and holds its GDN states aside until `settle`, so that is safe too)
-            out = self.runtime.run_pass(preview, start, x, cache, run)
+            out = self.runtime.run_pass(preview, start, x, cache, run, commit_rows=commit_rows)
         if cache is not None and not preview:
-            cache.settle(start + n)  # outside `run`: a host-side step a CUDA graph of the pass would not replay
+            # outside `run`: a host-side step a CUDA graph of the pass would not replay
+            cache.settle(start + (commit_rows or n))
         return out
+
+    def commit_and_preview(self, commit_ids: torch.Tensor, preview_ids: torch.Tensor, cache: PrefixCache
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Commit a finished block and run the next block's first preview in ONE pass (clover-model.md's "known
+        speed-up"): (logits of the commit's last row [B,V], of the preview's rows [B,T,V]), fp32. Exact: per
+        layer the commit's rows go first and write the cache, the preview's read it; every row-wise weight
+        (projections, router, experts) is read once for both, which is what a pass costs. Equals `forward`
+        over `commit_ids` (causal) then `forward(preview_ids, preview=True)`."""
+        c = commit_ids.shape[1]
+        if cache is None or not 0 < c <= self.config.diffusion.block_size:
+            raise ValueError(f"a merged pass commits 1…{self.config.diffusion.block_size} rows to a cache")
+        h = self.hidden(torch.cat([commit_ids, preview_ids], 1), cache, commit_rows=c)
+        logits = self.lm_head(h[:, c - 1 :]).float()
+        return logits[:, 0], logits[:, 1:]
 
     def forward(
         self,

@@ -204,16 +204,23 @@ class GatedDeltaNet(nn.Module):
             q, k = q.repeat_interleave(rep, 2), k.repeat_interleave(rep, 2)
         return q, k, v
 
-    def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        beta = torch.sigmoid(self.in_proj_b(x).float())
-        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias.float())
+    def gates(self, x: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(g, β) of rows x, or of their projections `a`, `b` when given."""
+        a = self.in_proj_a(x) if a is None else a
+        b = self.in_proj_b(x) if b is None else b
+        beta = torch.sigmoid(b.float())
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         return g, beta
 
     def output(self, o: torch.Tensor, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        return self.out_proj(self.gated_norm(o, x, z))
+
+    def gated_norm(self, o: torch.Tensor, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        """`output` before out_proj: the gated RMSNorm of o [B,T,Hv,Dv] with z (from x when None), [B,T,Hv·Dv]."""
         b, t = x.shape[:2]
         z = (self.in_proj_z(x) if z is None else z).reshape(b, t, self.hv, self.dv)
-        normed = self.norm(o.to(x.dtype), z)
-        return self.out_proj(normed.reshape(b, t, -1))
+        return self.norm(o.to(x.dtype), z).reshape(b, t, -1)
 
     def delta_rule(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -255,17 +262,59 @@ class GatedDeltaNet(nn.Module):
                 self.bd_softmax_history_c, n, self.block_size,
             )
             return self.output(o, x)
-        if short_causal:
-            o, new_state = self.causal_kernel(self, rows, ring, state, self.in_proj_a(x), self.in_proj_b(x))
-        else:
-            q, k, v = self.split_heads(self.conv(rows, ring, right=False))
-            g, beta = self.gates(x)
-            o, new_state = self.delta_rule(q, k, v, g, beta, state)
-        if cache is not None:
-            prev = ring if ring is not None else rows.new_zeros(b, self.kernel - 1, rows.shape[-1])
-            cache.write(torch.cat([prev.to(rows.dtype), rows], 1)[:, -(self.kernel - 1) :].clone(), new_state)
+        o, _, _ = self.causal(x, rows, ring, state, cache, short_causal)
         return self.output(o, x, z)
 
+    def causal(
+        self, x: torch.Tensor, rows: torch.Tensor, ring: torch.Tensor | None, state: torch.Tensor,
+        cache: GDNCache | None, fused: bool, a: torch.Tensor | None = None, b: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The causal core over pre-conv rows after (ring, state): (o [B,T,Hv,Dv] fp32, new ring, new state),
+        which go to `cache` too; `fused`: the runtime's kernel. `a`, `b`: x's gate projections, if made."""
+        a = self.in_proj_a(x) if a is None else a
+        b = self.in_proj_b(x) if b is None else b
+        if fused:
+            o, new_state = self.causal_kernel(self, rows, ring, state, a, b)
+        else:
+            q, k, v = self.split_heads(self.conv(rows, ring, right=False))
+            g, beta = self.gates(x, a, b)
+            o, new_state = self.delta_rule(q, k, v, g, beta, state)
+        k1 = self.kernel - 1
+        if rows.shape[1] >= k1:  # the last pre-conv rows (not a concatenation: a prefill chunk has 512)
+            new_ring = rows[:, -k1:].clone()
+        else:
+            prev = ring if ring is not None else rows.new_zeros(rows.shape[0], k1, rows.shape[-1])
+            new_ring = torch.cat([prev.to(rows.dtype), rows], 1)[:, -k1:].clone()
+        if cache is not None:
+            cache.write(new_ring, new_state)
+        return o, new_ring, new_state
+
+    def forward_merged(
+        self, x: torch.Tensor, cache: GDNCache, n_prefix: int | torch.Tensor, n_commit: int
+    ) -> torch.Tensor:
+        """A merged pass (`CloverModel.commit_and_preview`): rows [:n_commit] commit a block (causal; the new
+        ring and state go to the cache), the rest preview the next block from that ring and state, `n_prefix`
+        + n_commit rows after the start. The projections run once over both parts."""
+        c = n_commit
+        fused = self.preview_kernel is not None and self.causal_kernel is not None and c <= self.block_size
+        if fused and self.in_proj_qkvz is not None:
+            rows, z = self.in_proj_qkvz(x).split([self.in_proj_qkv.out_features, self.in_proj_z.out_features], -1)
+        else:
+            rows, z = self.in_proj_qkv(x), self.in_proj_z(x)
+        a, b = self.in_proj_a(x[:, :c]), self.in_proj_b(x[:, :c])
+        state = cache.state if cache.state is not None else x.new_zeros(
+            x.shape[0], self.hv, self.dk, self.dv, dtype=torch.float32)
+        o_c, ring, state = self.causal(x[:, :c], rows[:, :c], cache.ring, state, cache, fused, a, b)
+        n = n_prefix + c
+        n = n.expand(x.shape[0]) if torch.is_tensor(n) else torch.full((x.shape[0],), n, device=x.device)
+        if fused:
+            normed_p = self.preview_kernel(self, rows[:, c:], ring, state, n, z[:, c:])
+        else:
+            q, k, v = self.split_heads(self.conv(rows[:, c:], ring, right=True))
+            o_p = preview_mix(q, k, v, state, self.bd_softmax_logit_scale, self.bd_softmax_history_bias,
+                              self.bd_softmax_history_c, n, self.block_size)
+            normed_p = self.gated_norm(o_p, x[:, c:], z[:, c:])
+        return self.out_proj(torch.cat([self.gated_norm(o_c, x[:, :c], z[:, :c]), normed_p], 1))
 
     def forward_all_blocks(
         self, clean: torch.Tensor, noisy: torch.Tensor, block_size: int, row: torch.Tensor, blk: torch.Tensor

@@ -87,12 +87,24 @@ class ArenaAttentionCache(AttentionCache):
         """Write a commit's keys/values [1,Hkv,T,D] at rows length_t … length_t+T−1 (device-side positions:
         writing them again, as a rerun of the pass does, writes the same rows) and return what the block attends
         to before itself: the window and its committed mask, as a preview reads them."""
+        self._write(k, v)
+        w = self.window(k.shape[2])
+        return self.k[:, :, :w], self.v[:, :, :w], torch.arange(w, device=self.k.device) < self.length_t
+
+    def write_merged(self, k: Tensor, v: Tensor) -> tuple[tuple, tuple]:
+        """`write_block` for a merged pass: one window for both parts, wide enough for the next block's preview
+        (the committed keys with these), masked for the commit before them and for the preview after them."""
+        self._write(k, v)
+        n = k.shape[2]
+        w = self.window(n + 1)
+        kw, vw, rows = self.k[:, :, :w], self.v[:, :, :w], torch.arange(w, device=self.k.device)
+        return (kw, vw, rows < self.length_t), (kw, vw, rows < self.length_t + n)
+
+    def _write(self, k: Tensor, v: Tensor) -> None:
         n = k.shape[2]  # room for them: checked by `Runtime.run_pass` before the pass (a replay runs no Python)
         pos = self.length_t + torch.arange(n, device=self.k.device)
         self.k.index_copy_(2, pos, k.to(self.k.dtype))
         self.v.index_copy_(2, pos, v.to(self.v.dtype))
-        w = self.window(n)
-        return self.k[:, :, :w], self.v[:, :, :w], torch.arange(w, device=self.k.device) < self.length_t
 
     def check_room(self, rows: int) -> None:
         """Before a causal pass of `rows` rows (`ArenaPrefixCache.check_room`): the arena never grows."""
@@ -183,7 +195,7 @@ class OffloadedExperts(nn.Module):
 
 @dataclass
 class PassRecord:
-    kind: str  # preview | commit | prefill
+    kind: str  # preview | commit | merged (a commit + the next block's first preview) | prefill
     pass_in_block: int
     rows: int
     ms: float
@@ -242,6 +254,8 @@ class Runtime:
         self.host_reads_error: str | None = None  # why optimistic passes do not read from the host (set_host_reads)
         self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
         self.commit_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and commits (one failing spares the other)
+        self.merged_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and merged commit + first preview passes
+        self._merged_compiled = False  # a merged pass ran (eagerly: its 64-row kernels are compiled; graphs may capture)
         self._optimistic_now = False  # layer calls take the resident-only path
         self._block_clean = False  # the block's previous pass makes an optimistic one worth trying
         self.optimistic_passes = 0
@@ -311,27 +325,35 @@ class Runtime:
     def _drop_graphs(self) -> None:
         self.graphs.drop()
         self.commit_graphs.drop()
+        self.merged_graphs.drop()
 
     def _graph_key(self, cache, x: Tensor, kind: str) -> tuple:
-        """What a captured preview or commit depends on: the cache object (its buffers), the rows, the attention
-        window it reads (a commit's covers its own rows too)."""
+        """What a captured preview, commit or merged pass depends on: the cache object (its buffers), the rows,
+        the attention window it reads (a commit's covers its own rows too; a merged pass's, the preview after
+        them: `ArenaAttentionCache.write_merged`)."""
         att = next((c for c in cache.layers if isinstance(c, ArenaAttentionCache)), None)
-        window = 0 if att is None else att.window(x.shape[1] if kind == "commit" else 1)
+        rows = {"commit": x.shape[1], "merged": x.shape[1] - self.block_size + 1}.get(kind, 1)
+        window = 0 if att is None else att.window(rows)
         return id(cache), tuple(x.shape), x.dtype, window
 
-    def run_pass(self, preview: bool, start: int, x: Tensor, cache, fn: Callable[[Tensor], T]) -> T:
+    def run_pass(self, preview: bool, start: int, x: Tensor, cache, fn: Callable[[Tensor], T],
+                 commit_rows: int = 0) -> T:
         """Run one pass `fn(x)` (the model's layers over embedded rows x [B,T,H], `CloverModel.hidden`) inside
         `pass_scope`. An optimistic preview or commit runs as a CUDA graph replay where it can
         (`runtime/graphs.py`). An optimistic attempt that needed a non-resident expert is thrown away (a preview
         writes nothing to the prefix cache; a commit writes its keys/values at fixed rows, which a rerun writes
         again, and holds its GDN states aside until the model settles the cache); a replay is repaired — what it
         lacked is loaded and it replays again, up to MAX_REPAIRS times — and anything else, or a repair that
-        does not fit, reruns through the syncing path."""
+        does not fit, reruns through the syncing path. `commit_rows`: a merged pass (`CloverModel.
+        commit_and_preview`), which is a commit of the block at `start` and the next block's first pass."""
         if not preview and isinstance(cache, ArenaPrefixCache):
-            cache.check_room(x.shape[1])  # the one check, before the pass: a graph replay runs no Python
-        with self.pass_scope(preview, start, x.shape[1], cache, allow_optimistic=True) as state:
+            # the one check, before the pass: a graph replay runs no Python
+            cache.check_room(commit_rows or x.shape[1])
+        with self.pass_scope(preview, start, x.shape[1], cache, allow_optimistic=True,
+                             next_block=start + commit_rows if commit_rows else None) as state:
             while state.optimistic:
-                graphs = {"preview": self.graphs, "commit": self.commit_graphs}.get(state.kind)
+                graphs = {"preview": self.graphs, "commit": self.commit_graphs,
+                          "merged": self.merged_graphs}.get(state.kind)
                 if graphs is not None:
                     out, graphed, captured = graphs.run(self._graph_key(cache, x, state.kind), x, fn)
                     state.graphed, state.captured = state.graphed or graphed, state.captured or captured
@@ -414,6 +436,14 @@ class Runtime:
     def _may_run_optimistically(self, kind: str) -> bool:
         if not self.optimistic:
             return False
+        if kind == "merged":
+            # a commit (the block's pinned experts) and a block's first pass (experts unknown, most of them
+            # resident, as for a first preview): a replay where a graph is or can be captured, the capture not
+            # before one merged pass ran eagerly (it compiles the 64-row kernels); without graphs, where an
+            # attempt stands (every expert resident, or host reads)
+            if self.merged_graphs.enabled:
+                return self._merged_compiled
+            return self.cache.host is None or self.host_reads
         if self.cache.host is None:  # every expert is resident: nothing can miss
             return True
         if kind == "commit":
@@ -463,11 +493,17 @@ class Runtime:
         return True
 
     @contextmanager
-    def pass_scope(self, preview: bool, start: int, rows: int, cache=None, allow_optimistic: bool = False):
+    def pass_scope(self, preview: bool, start: int, rows: int, cache=None, allow_optimistic: bool = False,
+                   next_block: int | None = None):
         """Bracket one pass: block bookkeeping, timing, the pass record. `allow_optimistic`: the caller can rerun
-        the body (`run_pass`), so the pass may start optimistically (`PassState.optimistic`)."""
+        the body (`run_pass`), so the pass may start optimistically (`PassState.optimistic`). `next_block`: a
+        merged pass, committing the current block and the first pass of the one starting there (the current
+        block's experts are unpinned before it, what it uses is pinned to the next)."""
         key = (id(cache), start) if cache is not None else None
-        if preview:
+        if next_block is not None:
+            self._end_block((id(cache), next_block))
+            kind = "merged"
+        elif preview:
             if key is None or key != self.block_key:
                 self._end_block(key)
             kind = "preview"
@@ -511,7 +547,12 @@ class Runtime:
                                        after.bytes - before.bytes, state.optimistic, state.retried,
                                        state.graphed, state.captured, state.repairs, state.synced,
                                        after.host_reads - before.host_reads, substituted))
-        if preview:
+        if kind == "merged":
+            # its commit rows' experts were pinned with the preview rows' (one set of use counts): unpinned now,
+            # the block's next pass pins its own set, so the last block's experts do not crowd this one's
+            self.cache.end_block()
+            self._merged_compiled = True
+        if preview or kind == "merged":
             # what this pass used was pinned as it went: unless a pinned expert was evicted (the block's set does
             # not fit) or one ran on the CPU, all of it is resident now. A later pass must also have missed
             # nothing (a sign of stable routing; after a syncing rerun that means one syncing pass before trying
@@ -645,9 +686,9 @@ class Runtime:
             return round(h / u, 4) if u else None
 
         later = [r for r in recs if r.kind == "preview" and r.pass_in_block > 0]
-        first = [r for r in recs if r.kind == "preview" and r.pass_in_block == 0]
+        first = [r for r in recs if r.kind == "merged" or (r.kind == "preview" and r.pass_in_block == 0)]
         by_kind = {}
-        for kind in ("preview", "commit", "prefill"):
+        for kind in ("preview", "commit", "merged", "prefill"):
             rs = [r for r in recs if r.kind == kind]
             if rs:
                 by_kind[kind] = {"count": len(rs), "mean_ms": round(sum(r.ms for r in rs) / len(rs), 3)}
@@ -682,6 +723,7 @@ class Runtime:
             "repair_replays": self.repair_replays,  # graph replays after loading what the replay before lacked
             "graphs": self.graphs.stats(),  # optimistic previews captured / replayed as CUDA graphs
             "commit_graphs": self.commit_graphs.stats(),  # ... and commits
+            "merged_graphs": self.merged_graphs.stats(),  # ... and merged passes (a commit + the next first preview)
             "passes": by_kind,
             "last_pass": asdict(recs[-1]) if recs else None,
             "layers": [self._layer_dict(i) for i in self.layers],
