@@ -83,8 +83,9 @@ def test_generate_through_the_runtime_matches_no_offload(pack, placed, capsys):
     assert len(placed) == 1  # --no-offload never touched the runtime
     assert offloaded["token_ids"] and offloaded["token_ids"] == dequantized["token_ids"]
     assert offloaded["text"] == dequantized["text"]
-    # --resident-routing reaches the runtime: its later passes choose among resident experts (never missing)
-    generate_json(capsys, pack, "--vram-budget", budget_for(pack, 22, 256), "--context", "256", "--resident-routing")
+    # --resident-routing reaches the runtime: its later passes choose among resident experts (never missing; 26
+    # slots: a layer keeps k experts after a first pass merged with a commit, test_resident_routing.py)
+    generate_json(capsys, pack, "--vram-budget", budget_for(pack, 26, 256), "--context", "256", "--resident-routing")
     rt = placed[-1].runtime
     assert rt.resident_routing and rt.restricted_passes > 0
     assert all(r.misses == 0 for r in rt.records if r.kind == "preview" and r.pass_in_block > 0)
