@@ -97,6 +97,10 @@ def bench_lines(b: dict) -> list[str]:
     commits = b.get("commits")
     if isinstance(commits, dict):
         out.append("  commits: " + json.dumps(commits)[:300])
+    mg = b.get("merged")
+    if isinstance(mg, dict):
+        out.append("  merged: " + ", ".join(f"{k} {_fmt(v)}" for k, v in mg.items() if k not in ("each", "rule"))
+                   + "; each " + json.dumps(mg.get("each"))[:300])
     pf = b.get("prefill")
     if isinstance(pf, dict):
         cache = pf.get("cache") or {}

@@ -191,3 +191,20 @@ def test_host_reads_end_the_repair_replays():
     assert 0.8 * repair["demand"] <= read["host_read"] <= 1.25 * repair["demand"]
     assert read["prefetched"] >= 0.9 * read["host_read"]  # installed after the pass
     assert read["replay_path_ms_per_pass"] < repair["replay_path_ms_per_pass"] - 0.5 * cache_sim.REPLAY_MS
+
+
+def test_merged_commits_read_fewer_experts_and_copy_less():
+    """`--merge-commits`: every commit but the last block's is one pass with the next block's first preview;
+    that pass uses the union of the two passes' experts (fewer than both together) and copies less than they
+    did, and the blocks' later passes copy about as much as without it."""
+    kw = dict(layers=8, experts=64, top_k=4, slots=400, blocks=4, passes=4, prefix=512, drift=3 / 32)
+    apart = simulate(SimConfig(**kw)).to_dict()
+    merged = simulate(SimConfig(merge_commits=True, **kw)).to_dict()
+    assert apart["merged"]["passes"] == 0 and merged["merged"]["passes"] == 3
+    assert merged["commit"]["passes"] == merged["block_first_pass"]["passes"] == 1
+    assert len(merged["first_pass_each"]) == 4
+    two = apart["block_first_pass"]["distinct_per_pass"] + apart["commit"]["distinct_per_pass"]
+    assert apart["block_first_pass"]["distinct_per_pass"] < merged["merged"]["distinct_per_pass"] < 0.9 * two
+    later_firsts = sum(apart["first_pass_each"][1:]) / 3 + apart["commit"]["copies_per_pass"]
+    assert merged["merged"]["copies_per_pass"] < later_firsts
+    assert merged["block_later_passes"]["copies_per_pass"] <= 1.5 * apart["block_later_passes"]["copies_per_pass"] + 2

@@ -1059,6 +1059,14 @@ def test_uniform_routing_reaches_the_experts_through_either_router(force_triton,
         for got, want in zip(drawn, routing.idx):
             assert torch.equal(got, want.sort(-1).values)
         assert len({e for d in drawn for e in d[:, 0].tolist()}) > 4  # rows spread over the experts
+        # a merged pass (2 × rows: the block's commit, then the next block's rows) routes by the merged table
+        routing.redraw_merged(seed=4)
+        x2 = torch.cat([x, x.flip(0)])
+        for moe in moes:
+            moe(x2)
+        for i, (m, k) in enumerate(zip(routing.merged, routing.top_k)):
+            assert torch.equal(seen[i].sort(-1).values, m.topk(k, -1).indices.sort(-1).values)
+            assert torch.equal(seen[i][:rows].sort(-1).values, drawn[i])  # the commit rows keep the block's
         routing.close()
         for moe in moes:
             moe(x)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from clover_local.errors import CloverError
+from clover_local.runtime.bench import bench_context
 from clover_local.runtime.placement import expected_distinct, make_plan
 from clover_local.runtime.sizes import GIB, MIB, parse_size
 from conftest import read_json, run_cli
@@ -122,6 +123,11 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     commits = r["commits"]["each"]  # no CUDA graphs on a CPU: two eager commits, all experts resident
     assert len(commits) == 2 and all(c["ms"] > 0 and not c["graphed"] and c["misses"] == 0 for c in commits)
     assert r["commits"]["enabled"] is False and r["next_block"]["commit_ms"] == commits[1]["ms"]
+    mg = r["merged"]  # three commits merged with the next block's first preview: eager, all resident
+    assert [m["misses"] for m in mg["each"]] == [0, 0, 0] and not any(m["graphed"] for m in mg["each"])
+    assert mg["ms"] == mg["each"][-1]["ms"] > 0 and mg["separate_ms"] > 0 and not mg["replayed"]
+    assert 0 < mg["uses_vs_separate"][0] <= mg["uses_vs_separate"][1]  # one pass reads their union
+    assert mg["block_ms"] > mg["ms"] and mg["tokens_per_s"] > 0
     assert (tmp_path / "cache" / "synthetic" / "small-v1" / ".complete").is_file()
     pf = r["prefill"]  # the prefix's prefill, timed and split (no warm-up on a CPU: nothing compiles)
     assert pf["chunks"] == 1 and pf["warmup_ms"] is None and pf["tokens_per_s"] > 0
@@ -133,7 +139,7 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     from clover_local.runtime.synthetic_pack import synthetic_index
 
     info = synthetic_index("small")
-    base = make_plan(info, GIB, None, 64 + 64, torch.float32)
+    base = make_plan(info, GIB, None, bench_context(64, 32), torch.float32)
     budget = base.device_fixed + base.workspace + 24 * base.slab_bytes
     assert run_cli(args[:-1] + ["--vram-budget", f"{budget}B", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -175,6 +181,14 @@ def test_bench_uniform_routing_and_graph_profile_pairing(tmp_path, monkeypatch):
     assert [r.data_ptr() for r in routing.ranks] == ptrs
     assert all(torch.equal(a[:3], b[:3]) and torch.equal(a[6:], b[6:]) for a, b in zip(routing.idx, before))
     assert any(not torch.equal(a[3:6], b[3:6]) for a, b in zip(routing.idx, before))
+    # a merged pass: its commit rows keep the block's experts, its preview rows get the next block's, which the
+    # next block's passes then keep
+    block = routing.idx
+    routing.redraw_merged(seed=8)
+    assert [r.data_ptr() for r in routing.ranks] == ptrs
+    for m, old, new, k in zip(routing.merged, block, routing.idx, routing.top_k):
+        top = m.topk(k, -1).indices
+        assert torch.equal(top[:32], old) and torch.equal(top[32:], new) and not torch.equal(new, old)
     routing.close()
 
     # pairing: the same calls' times as a "graph" profile give graph_ms equal to ms and the same projection
@@ -201,7 +215,7 @@ def test_bench_reports_host_reads(tmp_path, monkeypatch):
 
     monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
     folder = ensure_synthetic("small")
-    base = make_plan(synthetic_index("small"), GIB, None, 32 + 64, torch.float32)
+    base = make_plan(synthetic_index("small"), GIB, None, bench_context(32, 32), torch.float32)
     budget = base.device_fixed + base.workspace + 24 * base.slab_bytes
     kw = dict(label="s", synthetic=True, vram_budget=budget, prefix=32, passes=4, device=torch.device("cpu"),
               dtype=torch.float32, routing="uniform-reveal")

@@ -173,7 +173,11 @@ def test_a_generation_that_raises_leaves_nothing_saved(loaded, monkeypatch):
             raise torch.OutOfMemoryError("CUDA out of memory")
         return real(ids_, cache, preview, rows)
 
+    def failing_merged(*args, **kwargs):  # the first commit, merged with the next block's first preview
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
     monkeypatch.setattr(loaded.model, "forward", failing)
+    monkeypatch.setattr(loaded.model, "commit_and_preview", failing_merged)
     with pytest.raises(torch.OutOfMemoryError):
         decode(loaded, prompt2, pc, n=20)
     monkeypatch.undo()

@@ -264,6 +264,26 @@ def test_gpu_check_commit_comparison_runs_on_the_stand_in(pack, ref, stand_in, m
     assert res["ok"], res
 
 
+def test_gpu_check_merged_comparison_runs_on_the_stand_in(pack, ref, stand_in, monkeypatch):
+    """`gpu_check.merged_vs_separate` through the stand-in: a merged pass (eager, captured, replayed) gives the
+    commit's and the next block's first preview's logits of the two passes, and leaves the same cache behind."""
+    from clover_local.runtime import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
+    model = got.model
+    cache = model.new_cache()
+    with torch.inference_mode():
+        model(torch.tensor([prompt(got, 40, seed=6)]), cache)
+    res = gpu_check.merged_vs_separate(model, cache, torch.tensor([[5, 9, 2, 7, 1, 3, 8, 4]]))
+    assert res["separate"]["kinds"] == ["commit", "preview"] and res["merged_eager"]["kinds"] == ["merged"]
+    assert not res["merged_eager"]["graphed"] and res["merged_graphed"]["captured"]
+    assert res["merged_again"]["graphed"] and not res["merged_again"]["captured"]
+    assert res["merged_again_next_preview_vs_eager_rel_err"] == 0.0
+    assert max(v for k, v in res.items() if k.endswith("_rel_err")) < 1e-4
+    assert res["ok"], res
+
+
 def test_commit_replay_that_missed_is_repaired(pack, ref, stand_in):
     """A commit is a graph replay too (captured at the first block's commit, replayed at every later start). One
     that needed an evicted expert (here: every expert of a layer, evicted after the block's last preview) is

@@ -145,6 +145,9 @@ def _print(r: dict) -> None:
             f"{nb['captured']} graph captures, steady {nb['steady_ms']:.2f} ms, commit {nb['commit_ms']:.1f} ms: "
             f"{nb['block_ms']:.0f} ms per {r['rows']}-token block at {r['tokens_per_pass']} tokens/pass, "
             f"{nb['tokens_per_s']:.1f} tok/s")
+    mg = r["merged"]
+    c.print(f"merged commit + first preview: {mg['ms']:.1f} ms{' (replayed)' if mg['replayed'] else ''} vs "
+            f"{mg['separate_ms']:.1f} ms apart: {mg['block_ms']:.0f} ms per block, {mg['tokens_per_s']:.1f} tok/s")
     m = r["memory"]
     c.print(f"memory: placed {fmt_bytes(m['placed']['total'])} vs plan {fmt_bytes(m['plan_predicted'])} "
             f"({100 * m['plan_error']:+.2f}%)" + (f"; peak allocated {fmt_bytes(m['peak_allocated'])} vs plan peak "

@@ -224,12 +224,15 @@ class UniformRouting:
 
         self.handles = []
         self.ranks: list[Tensor] = []  # per MoE layer [rows, E]: each row's random ranking, times RANK_STEP
+        self.merged: list[Tensor] = []  # ... [2·rows, E] for a merged pass (a commit, then the next block's rows)
         self.top_k: list[int] = []
         device = model.norm.weight.device
         for moe in (m for m in model.modules() if isinstance(m, SparseMoe)):
             ranks = torch.zeros(rows, moe.gate.out_features, dtype=torch.float32, device=device)
-            self.handles.append(moe.gate.register_forward_hook(self._hook(ranks)))
+            merged = torch.zeros(2 * rows, moe.gate.out_features, dtype=torch.float32, device=device)
+            self.handles.append(moe.gate.register_forward_hook(self._hook(ranks, merged)))
             self.ranks.append(ranks)
+            self.merged.append(merged)
             self.top_k.append(moe.top_k)
         self.redraw(seed)
 
@@ -239,11 +242,12 @@ class UniformRouting:
         return [r.topk(m, -1).indices for r, m in zip(self.ranks, self.top_k)]
 
     @staticmethod
-    def _hook(ranks: Tensor):
+    def _hook(ranks: Tensor, merged: Tensor):
         def add_ranks(_module, _inputs, logits: Tensor):
-            if logits.shape[0] != ranks.shape[0]:
-                return None
-            return torch.add(ranks, logits, alpha=0)  # fp32, the ranks alone
+            for table in (ranks, merged):
+                if logits.shape[0] == table.shape[0]:
+                    return torch.add(table, logits, alpha=0)  # fp32, the ranks alone
+            return None
 
         return add_ranks
 
@@ -263,6 +267,16 @@ class UniformRouting:
         for ranks in self.ranks:
             ranks.copy_(self._draw(*ranks.shape, g))
 
+    def redraw_merged(self, seed: int) -> None:
+        """Before a merged pass: its commit rows keep the block's experts, its preview rows (the next block) get
+        new ones, which the next block's later passes keep (`ranks`, not read by the merged pass)."""
+        g = torch.Generator().manual_seed(seed)
+        for ranks, merged in zip(self.ranks, self.merged):
+            n = ranks.shape[0]
+            merged[:n].copy_(ranks)
+            ranks.copy_(self._draw(n, ranks.shape[1], g))
+            merged[n:].copy_(ranks)
+
     def close(self) -> None:
         for h in self.handles:
             h.remove()
@@ -271,6 +285,15 @@ class UniformRouting:
 
 # uniform-reveal: uniform, and the rows revealed after each pass get new experts, as in a real decode
 ROUTINGS = ("model", "uniform", "uniform-reveal")
+
+
+MERGED_PASSES = 3  # the first runs eagerly (compiles the 64-row kernels), the second captures, the third replays
+
+
+def bench_context(prefix: int, block: int, measure_tokens: bool = False) -> int:
+    """The context bench loads the runtime with: the prefix, the blocks it commits (two, then the merged
+    passes'), and a 64-token decode's room when it measures tokens per pass on a real pack."""
+    return prefix + (2 + MERGED_PASSES) * block + (256 if measure_tokens else 0)
 
 
 def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | None, prefix: int, passes: int,
@@ -289,7 +312,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     from clover_local.config import load_config
 
     bs = load_config(folder).diffusion.block_size
-    context = prefix + 2 * bs + (256 if (measure_tokens and not synthetic) else 0)
+    context = bench_context(prefix, bs, measure_tokens and not synthetic)
     options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch,
                              optimistic=optimistic, cuda_graphs=cuda_graphs, host_reads=host_reads,
                              resident_routing=resident_routing)
@@ -396,6 +419,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         model(block, cache)
         commit2_rec = rt.records[-1]
         commit2_ms = commit2_rec.ms
+        merged_recs = _merged_passes(model, rt, cache, bs, mask, rerouted, rand_ids, on_step)
         placed = rt.placed_bytes(model, cache, held)
         if rerouted is not None:
             rerouted.close()
@@ -516,6 +540,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"], "repair_replays": stats["repair_replays"]},
         "next_block": _next_block(recs2, commit2_ms, bs, tpp),
+        "merged": _merged_summary(merged_recs, recs2, commit2_rec, rt.stats()["merged_graphs"], bs, tpp),
         "commits": {  # a block's causal pass; the first one captures the commit graph, the second replays it
             **rt.stats()["commit_graphs"],
             "each": [{"ms": round(r.ms, 3), "graphed": r.graphed, "captured": r.captured, "repairs": r.repairs,
@@ -543,6 +568,42 @@ def _next_block(recs: list, commit_ms: float, rows: int, tpp: float) -> dict:
         "steady_ms": round(steady, 3), "commit_ms": round(commit_ms, 3), "passes_per_block": n,
         "block_ms": round(block_ms, 3), "tokens_per_s": round(rows * 1e3 / block_ms, 2),
         "rule": "first pass + (ceil(rows / tokens per pass) − 1) × steady ms + commit",
+    }
+
+
+def _merged_passes(model, rt, cache, bs: int, mask: int, rerouted, rand_ids, on_step) -> list:
+    """MERGED_PASSES merged passes (`CloverModel.commit_and_preview`: a finished block's commit and the next
+    block's first preview in one pass, as decoding runs them), each committing random tokens; their records."""
+    out = []
+    masks = torch.full_like(rand_ids(bs), mask)
+    for i in range(MERGED_PASSES):
+        on_step(f"merged commit + first preview {i + 1}/{MERGED_PASSES}")
+        if rerouted is not None:
+            rerouted.redraw_merged(seed=2000 + i)
+        model.commit_and_preview(rand_ids(bs), masks, cache)
+        out.append(rt.records[-1])
+    return out
+
+
+def _merged_summary(recs: list, block2: list, commit2, graphs: dict, rows: int, tpp: float) -> dict:
+    """The merged passes, beside what one replaces (the second block's commit and first pass, as bench ran
+    them apart), and a block's cost with it: (ceil(rows / tpp) − 1) later passes at their steady time plus the
+    merged pass (a replay where one stood)."""
+    stood = [r for r in recs if r.graphed and not r.captured and not r.synced]
+    each = [{"ms": round(r.ms, 3), "optimistic": r.optimistic, "graphed": r.graphed, "captured": r.captured,
+             "repairs": r.repairs, "synced": r.synced, "uses": r.uses, "misses": r.misses,
+             "host_reads": r.host_reads} for r in recs]
+    ms = (stood or recs)[-1].ms
+    later = block2[1:]
+    steady = sum(r.ms for r in later) / len(later)
+    n = max(1, math.ceil(rows / tpp))
+    block_ms = ms + (n - 1) * steady
+    return {
+        **graphs, "each": each, "ms": round(ms, 3), "replayed": bool(stood),
+        "separate_ms": round(commit2.ms + block2[0].ms, 3),  # the commit and first pass it stands for
+        "uses_vs_separate": [recs[-1].uses, commit2.uses + block2[0].uses],
+        "block_ms": round(block_ms, 3), "tokens_per_s": round(rows * 1e3 / block_ms, 2),
+        "rule": "merged pass + (ceil(rows / tokens per pass) − 1) × steady ms",
     }
 
 

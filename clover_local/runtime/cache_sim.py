@@ -11,7 +11,9 @@ graph exists (the very first preview is a syncing pass: no graph yet; `--no-cuda
 and a later one that missed is rerun syncing; `--host-reads`: a replay reads what it lacks in place and stands,
 `commit_uses(host_reads=True)`, which installs it for later passes; `--resident-routing`: a block's later
 previews choose each row's best experts among those resident when the pass begins, the first pass and the
-commit choose freely, as `Runtime.route_limit` does). It counts copies (demand and prefetch) and
+commit choose freely, as `Runtime.route_limit` does; `--merge-commits`: a block's commit and the next block's
+first pass are one pass over both row sets, as decoding runs them by default, the first such pass syncing when
+there are graphs, its experts unpinned after it, as `Runtime.pass_scope` does). It counts copies (demand and prefetch) and
 host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at 50 GB/s
 (targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
 replays twice) plus that PCIe time, all of it waited for. Derived figures, not timings.
@@ -57,6 +59,7 @@ class SimConfig:
     graphs: bool = True  # False: as `--no-cuda-graphs` runs (every block's first pass syncing, no repairs)
     host_reads: bool = False  # optimistic passes read what they lack in place (runtime/host_reads.py)
     resident_routing: bool = False  # later previews choose among resident experts (`Runtime.route_limit`)
+    merge_commits: bool = False  # a commit and the next block's first pass as one pass (`commit_and_preview`)
 
 
 @dataclass
@@ -69,6 +72,7 @@ class Phase:
     host_read: int = 0  # experts read in place from host memory (then installed: counted in prefetched)
     background: int = 0  # of the prefetched, installs behind the next pass (resident routing): not waited for
     substituted: int = 0  # routing choices resident routing took away
+    distinct: int = 0  # (layer, expert) pairs the passes used, summed: the expert bytes they read
 
     @property
     def copies(self) -> int:
@@ -89,6 +93,7 @@ class SimResult:
             pcie = (ph.copies * REAL_SLAB + ph.host_read * REAL_LAYOUT.weight_bytes) / n
             out[name] = dict(asdict(ph), copies=ph.copies, copies_per_pass=round(per, 1),
                              host_reads_per_pass=round(ph.host_read / n, 1), pcie_bytes_per_pass=int(pcie),
+                             distinct_per_pass=round(ph.distinct / n, 1),
                              pcie_ms_per_pass=round(1e3 * pcie / PCIE_BPS, 2))
             if name == "block_later_passes":  # replays, one more per repaired pass, and PCIe time waited for
                 waited = pcie - ph.background * REAL_SLAB / n
@@ -192,7 +197,7 @@ def simulate(cfg: SimConfig) -> SimResult:
         ec.warm()  # as `runtime.load` does
     history: dict[int, np.ndarray] = {}
     for name in ("prefill_first_chunk", "prefill_later_chunks", "block_first_pass", "block_later_passes",
-                 "commit"):
+                 "commit", "merged"):
         res.phases[name] = Phase()
     for start in range(0, cfg.prefix, cfg.chunk):
         rows = min(cfg.chunk, cfg.prefix - start)
@@ -203,32 +208,55 @@ def simulate(cfg: SimConfig) -> SimResult:
         _syncing_pass(ec, counts, history)
         ec.end_pass()
         ec.end_block()
-        _book(res.phases["prefill_first_chunk" if start == 0 else "prefill_later_chunks"], before, ec.totals())
+        phase = res.phases["prefill_first_chunk" if start == 0 else "prefill_later_chunks"]
+        phase.distinct += int((counts > 0).sum())
+        _book(phase, before, ec.totals())
+    next_scores = None  # the next block's rows, routed by the merged pass that committed the last block
+    compiled = False  # a merged pass ran (the runtime's first one syncs when there are graphs: it compiles)
     for b in range(cfg.blocks):
-        scores = router.scores(cfg.block)
-        for p in range(cfg.passes + 1):  # the block's previews, then its commit
+        scores = router.scores(cfg.block) if next_scores is None else next_scores
+        opened = next_scores is not None  # this block's first pass already ran, merged with the last commit
+        next_scores = None
+        for p in range(int(opened), cfg.passes + 1):  # the block's previews, then its commit
             if p:  # a few rows route differently from one pass to the next (revealed tokens)
                 change = router.rng.random(cfg.block) < cfg.drift
                 scores[:, change] = router.scores(int(change.sum()))
             commit = p == cfg.passes
+            merged = commit and cfg.merge_commits and b + 1 < cfg.blocks
             allowed = None
             if cfg.resident_routing and p and not commit:  # as `Runtime._restrict_routing`
                 allowed = ec.restricted_choice(cfg.top_k)[0]
             else:
                 ec.take_landing()
             routes = router.top(scores, allowed)
+            if merged:  # the commit's rows, then the next block's first pass
+                ec.end_block()  # as `Runtime.pass_scope`: the block's experts unpinned before it
+                next_scores = router.scores(cfg.block)
+                routes = np.concatenate([routes, router.top(next_scores)], axis=1)
+            counts = router.counts(routes)
             before = ec.totals()
             ec.begin_pass(False)
             # as `Runtime._may_run_optimistically`: a block's first pass syncs with no graph to replay (the very
-            # first, or every one when eager, unless host reads make an eager attempt stand); an eager commit syncs
-            if p == 0 and ((b == 0 and cfg.graphs) or not (cfg.graphs or cfg.host_reads)):
-                _syncing_pass(ec, router.counts(routes), history)
+            # first, or every one when eager, unless host reads make an eager attempt stand); an eager commit syncs;
+            # a merged pass syncs the first time with graphs (compiles), every time without unless host reads
+            if merged:
+                if (cfg.graphs and not compiled) or not (cfg.graphs or cfg.host_reads):
+                    _syncing_pass(ec, counts, history)
+                else:
+                    _optimistic_pass(ec, counts, False, repair=cfg.graphs, host_reads=cfg.host_reads)
+                compiled = True
+            elif p == 0 and ((b == 0 and cfg.graphs) or not (cfg.graphs or cfg.host_reads)):
+                _syncing_pass(ec, counts, history)
             elif commit and not cfg.graphs:
-                _syncing_pass(ec, router.counts(routes), {})
+                _syncing_pass(ec, counts, {})
             else:
-                _optimistic_pass(ec, router.counts(routes), commit, repair=cfg.graphs, host_reads=cfg.host_reads)
+                _optimistic_pass(ec, counts, commit, repair=cfg.graphs, host_reads=cfg.host_reads)
             ec.end_pass()
-            phase = res.phases["commit" if commit else "block_first_pass" if p == 0 else "block_later_passes"]
+            if merged:
+                ec.end_block()  # its experts unpinned after it: the next block's passes pin their own
+            phase = res.phases["merged" if merged else "commit" if commit else "block_first_pass" if p == 0
+                               else "block_later_passes"]
+            phase.distinct += int((counts > 0).sum())
             if allowed is not None:  # as `Runtime._install_wanted`: the rows' own choices it took away
                 kept = allowed | (allowed.sum(1, keepdims=True) < cfg.top_k)
                 lost = router.counts(router.top(scores)) * ~kept
@@ -236,9 +264,10 @@ def simulate(cfg: SimConfig) -> SimResult:
                 rows, experts = np.nonzero((lost > 0) & (ec.slot_of[ec.layer_ids] < 0))
                 phase.background += ec.install_missed(rows, experts, background=True)
             n = _book(phase, before, ec.totals())
-            if p == 0:
+            if p == 0 or merged:
                 res.first_pass_each.append(n)
-        ec.end_block()
+        if next_scores is None:  # (a merged commit ended the block already)
+            ec.end_block()
     return res
 
 
@@ -257,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="optimistic passes read missing experts in place from host memory (no repairs)")
     ap.add_argument("--resident-routing", action="store_true",
                     help="a block's later previews choose among resident experts only (an approximation)")
+    ap.add_argument("--merge-commits", action="store_true",
+                    help="a block's commit and the next block's first pass as one pass (decoding's default)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     cfg = SimConfig(**{k: getattr(a, k) for k in asdict(d)})
@@ -274,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(ph, dict) and "copies" in ph:
             print(f"  {name:22s} {ph['passes']:4d} passes  {ph['copies_per_pass']:8.1f} copies/pass "
                   f"({ph['demand']} demand in {ph['missed']} passes, {ph['prefetched']} prefetched, "
-                  f"{ph['wasted']} wasted, {ph['host_read']} read in place)  "
+                  f"{ph['wasted']} wasted, {ph['host_read']} read in place, {ph['distinct_per_pass']:.0f} "
+                  f"experts used)  "
                   f"{ph['pcie_ms_per_pass']:7.2f} ms/pass" + (f", replay path {ph['replay_path_ms_per_pass']:.1f} ms"
                                                              if "replay_path_ms_per_pass" in ph else ""))
     print(f"  first pass of each block: {out['first_pass_each']}")

@@ -464,7 +464,8 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
         }
         if name == "offloaded":
             for key, check in (("optimistic_vs_syncing", optimistic_vs_syncing),
-                               ("commit_graph_vs_eager", commit_graph_vs_eager)):
+                               ("commit_graph_vs_eager", commit_graph_vs_eager),
+                               ("merged_vs_separate", merged_vs_separate)):
                 try:
                     out[key] = check(model, cache, block)
                 except Exception:  # report, keep the rest of the stage
@@ -483,7 +484,8 @@ def stage_model(dev: torch.device, kind: str = "full", budget_gib: float = 16, v
     out["ok"] = bool(max(errs) < 3e-2 and off["misses"] > 0 and off["later_pass_misses"] == 0 and off["counters_add_up"]
                      and off["finite"] and off["peak_allocated"] <= off["budget"]
                      and abs(off["placed"] / off["plan_predicted"] - 1) < 0.05
-                     and out["optimistic_vs_syncing"]["ok"] and out["commit_graph_vs_eager"]["ok"])
+                     and out["optimistic_vs_syncing"]["ok"] and out["commit_graph_vs_eager"]["ok"]
+                     and out["merged_vs_separate"]["ok"])
     return out
 
 
@@ -540,6 +542,55 @@ def commit_graph_vs_eager(model, cache, block: torch.Tensor, previews: int = 2) 
     res["ok"] = bool(ok and res["syncing"]["kind"] == "commit" and not res["graphed_again"]["captured"]
                      and r["repairs"] >= 1 and not r["synced"]
                      and (h is None or (h["host_reads"] >= 1 and h["repairs"] == 0 and not h["synced"])))
+    return res
+
+
+def merged_vs_separate(model, cache, block: torch.Tensor, previews: int = 2) -> dict:
+    """A block's commit and the next block's first preview as two passes, then (the cache rewound to before the
+    block each time) as one merged pass (`CloverModel.commit_and_preview`) three times: eager (the runtime's
+    first merged pass syncs: it compiles the 64-row kernels), captured, replayed (`Runtime.merged_graphs`).
+    Their logits must agree (the commit's last row, the preview's rows: merged vs apart within bf16 rounding, as
+    64-row calls may take other tiles; the merged modes among themselves exactly), and so must one more preview
+    after each, which says the merged pass left the cache as the two passes do. Reports ms and flags per mode."""
+    rt = model.runtime
+    snap = cache.snapshot()
+    nxt = block.roll(1, 1)
+    modes = ("separate", "merged_eager", "merged_graphed", "merged_again")
+    res: dict = {}
+    got = {}
+    for mode in modes:
+        cache.restore(snap)
+        rt.reclaim(cache)
+        with torch.inference_mode():
+            for _ in range(previews):
+                model(block, cache, preview=True)
+            n0 = len(rt.records)
+            if mode == "separate":
+                last = model(block, cache, rows=slice(-1, None))[0, -1]
+                first = model(nxt, cache, preview=True)[0]
+            else:
+                last, first = model.commit_and_preview(block, nxt, cache)
+                last, first = last[0], first[0]
+            recs = list(rt.records)[n0:]
+            after = model(nxt.roll(1, 1), cache, preview=True)[0]
+        torch.cuda.synchronize()
+        got[mode] = [t.float().cpu() for t in (last, first, after)]
+        r = recs[-1]
+        res[mode] = {"ms": round(sum(x.ms for x in recs), 2), "kinds": [x.kind for x in recs],
+                     "optimistic": r.optimistic, "graphed": r.graphed, "captured": r.captured, "repairs": r.repairs,
+                     "synced": r.synced, "uses": sum(x.uses for x in recs), "misses": sum(x.misses for x in recs),
+                     "host_reads": sum(x.host_reads for x in recs)}
+    res["merged_graphs"] = rt.merged_graphs.stats()
+    ok = res["merged_graphs"]["error"] is None
+    for mode in modes[1:]:
+        for i, part in enumerate(("commit", "first_preview", "next_preview")):
+            err = _rel(got[mode][i], got["separate"][i])
+            res[f"{mode}_{part}_rel_err"] = round(err, 6)
+            res[f"{mode}_{part}_vs_eager_rel_err"] = round(_rel(got[mode][i], got["merged_eager"][i]), 6)
+            ok = ok and err < 3e-2 and res[f"{mode}_{part}_vs_eager_rel_err"] < 1e-3
+    res["ok"] = bool(ok and res["separate"]["kinds"] == ["commit", "preview"]
+                     and res["merged_eager"]["kinds"] == ["merged"] and res["merged_again"]["graphed"]
+                     and not res["merged_again"]["captured"])
     return res
 
 
