@@ -1,6 +1,6 @@
 """How many device launches one steady preview pass makes, counted on a CPU: the launch-bound part of a pass.
 
-    python docs/launch_count.py [--dtype bf16] [--by-line] [--pass preview|commit]
+    python docs/launch_count.py [--dtype bf16] [--by-line] [--pass preview|commit|merged]
 
 Why: in a CUDA-graphed pass every launch costs a few µs of GPU time however little it computes (BENCHMARKS.md:
 "the rest of each layer" took 4.0 ms of 26.8), so launches per layer are a figure a machine without a GPU can
@@ -63,8 +63,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--by-line", action="store_true", help="name the source line of each aten op")
-    ap.add_argument("--pass", dest="kind", choices=("preview", "commit"), default="preview",
-                    help="count a steady preview pass (default) or the block's commit (its causal pass)")
+    ap.add_argument("--pass", dest="kind", choices=("preview", "commit", "merged"), default="preview",
+                    help="count a steady preview pass (default), the block's commit (its causal pass), or the "
+                         "commit merged with the next block's first preview (`commit_and_preview`)")
     args = ap.parse_args()
     counter = _Count(args.by_line)
     run = InterpretedFunction.run
@@ -92,8 +93,10 @@ def main() -> None:
         with counter:
             if args.kind == "preview":
                 model(block, cache, preview=True)
-            else:  # the LM head on the last row, as the decoder asks; the cache's settle copies included
+            elif args.kind == "commit":  # the LM head on the last row, as the decoder asks; settle copies included
                 model(block, cache, rows=slice(-1, None))
+            else:  # the commit's rows, then the next block's masks
+                model.commit_and_preview(torch.randint(0, mask, block.shape, generator=gen), block, cache)
     n_layers = cfg.num_hidden_layers
     total = sum(counter.ops.values())
     aten = sum(v for k, v in counter.ops.items() if k.startswith("aten."))
