@@ -51,8 +51,14 @@ def test_summary_reads_host_read_figures(tmp_path) -> None:
     bench = {"device_name": "NVIDIA H200", "date": "2026-12-02", "ms_per_pass_each": [60.0, 30.0, 28.0, 29.0],
              "routing": "uniform-reveal", "misses_per_steady_pass": 3.0, "repairs_per_steady_pass": 0.0,
              "host_reads_per_steady_pass": 3.0, "host_reads": {"on": True, "error": None, "first_pass": 41}}
+    merged = {"ok": True, "separate": {"ms": 55.1}, "merged_eager": {"ms": 260.0}, "merged_graphed": {"ms": 190.0},
+              "merged_again": {"ms": 31.5}, "merged_again_commit_rel_err": 0.004,
+              "merged_again_commit_vs_eager_rel_err": 0.0}
+    model = {"device": "NVIDIA H200", "model": {"ok": True, "merged_vs_separate": merged}}
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "gpu_check.json").write_text(json.dumps(kernels))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "gpu_check.json").write_text(json.dumps(model))
     (tmp_path / "bench_uniform_reveal.json").write_text(json.dumps(bench))
     resident = bench | {"resident_routing": True, "substituted_per_steady_pass": 211.5, "misses_per_steady_pass": 0}
     (tmp_path / "bench_uniform_reveal_resident.json").write_text(json.dumps(resident))
@@ -62,3 +68,5 @@ def test_summary_reads_host_read_figures(tmp_path) -> None:
             "24.5 GB/s), 0.05 ms per host expert") in res.stdout
     assert "host reads on, read in place per steady pass 3, first pass 41" in res.stdout
     assert res.stdout.count("resident routing: 211.5 choices substituted per steady pass") == 1
+    assert ("merged vs separate: separate 55.1 ms, merged_eager 260 ms, merged_graphed 190 ms, merged_again 31.5 ms; "
+            "largest rel err vs separate 0.004") in res.stdout
