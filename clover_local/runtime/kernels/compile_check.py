@@ -168,6 +168,23 @@ def capture_launches() -> list[Launch]:
         qg = torch.zeros(1, m, cfg.num_attention_heads, 2 * cfg.head_dim, dtype=bf)[..., : cfg.head_dim]
         rot = torch.zeros(m, cfg.rotary_dim, dtype=bf)
         layer_ops.norm_rope(qg, torch.zeros(cfg.head_dim, dtype=bf), 1e-6, rot, rot)
+        # a merged pass (a commit and the next block's first preview, `CloverModel.commit_and_preview`): the calls
+        # whose shapes follow the rows run at twice the block, in their default tiles
+        m2 = 2 * m
+        x2 = torch.zeros(m2, h, dtype=bf)
+        for bits, n, k in ((8, cfg.gdn_conv_dim, h), (4, cfg.gdn_conv_dim, h), (8, h, cfg.gdn_value_dim)):
+            per = 32 // bits
+            label["case"] = f"W{bits}A16 {k}->{n}, {m2} rows (merged pass)"
+            w4a16.linear_w4a16_triton(torch.zeros(m2, k, dtype=bf), torch.zeros(k // per, n, dtype=torch.int32),
+                                      torch.zeros(k // 128, n, dtype=torch.float16),
+                                      torch.zeros(k // 128, n // per, dtype=torch.int32), 128, bits,
+                                      config=w4a16.linear_config(m2, n, k, 128, bits, torch.device("cpu")))
+        ids2, wts2 = torch.zeros(m2, topk, dtype=torch.int32), torch.zeros(m2, topk, dtype=bf)
+        label["case"] = f"MoE 4-bit H{h} I{inter}, {m2} rows (merged pass)"
+        w4a16.moe_w4a16_triton(x2, ids2, wts2, gu, dn, config=w4a16.moe_config(m2, topk, 8515))
+        label["case"] = f"{m2} rows (merged pass)"
+        layer_ops.route_topk(torch.zeros(m2, cfg.num_experts, dtype=bf), topk, bf)
+        layer_ops.add_rms_norm_zc(x2, x2, torch.zeros(h, dtype=bf), 1e-6)
     for launch in sink:  # the MoE wrapper's two launches: name the pass
         if launch.kernel == "_moe_kernel":
             launch.case += " gate/up" if launch.args["GATED"] else " down"

@@ -512,7 +512,9 @@ def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: to
     k_tile ≠ 0 (rows repacked at load): BLOCK_K is that tile."""
     bm = _block_m(m)
     bk = k_tile or _block_k(k, group_size, bits)
-    bn = 64 if n <= 4096 else 128
+    # BLOCK_N 128 at BLOCK_M 64 spills on sm_90 (255 registers, 32 B of stack for W8A16 2048→8192: compile_check),
+    # so a merged pass's 64-row calls take 64; a prefill chunk's (512 rows) keep 128, not re-measured
+    bn = 64 if n <= 4096 or 32 < m <= 64 else 128
     tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
     k_tiles = k // bk
     target = 2 * _num_sms(device)
