@@ -122,3 +122,39 @@ def test_the_route_table_leaves_out_landing_slots_only_for_one_pass(pack):
     for kind, at in (("preview", 0), ("commit", 3), ("prefill", 0)):
         rt.pass_in_block = at
         assert rt._restrict_routing(kind) is None and int(rt._route_table.min()) == 0
+
+
+def test_a_restricted_pass_run_twice_counts_its_substitutions_once(pack, ref, monkeypatch):
+    """A restricted attempt thrown away (here forced; in a decode: a layer left with fewer than k experts chose
+    freely and missed) and rerun through the syncing path counts what it took away once, not once a run."""
+    from clover_local.runtime.offload import Runtime
+
+    def substituted(force: bool) -> list:
+        got = runtime(pack, slots=14, prefetch=False, resident_routing=True)
+        rt = got.model.runtime
+        real, forced = Runtime._settle_optimistic, []
+
+        def settle(self, state):
+            if force and self._restricted and not forced:  # throw the first restricted attempt away
+                forced.append(state)
+                self._optimistic_now = False
+                self._opt.finish()
+                state.retried = True
+                return False
+            return real(self, state)
+
+        monkeypatch.setattr(Runtime, "_settle_optimistic", settle)
+
+        def after(i: int) -> None:
+            if i == 0:  # as above: the most-kept layer loses an expert its rows want
+                layer = max(rt.layers, key=lambda li: int((rt.cache.slot_of[li] >= 0).sum()))
+                evict_most_used(rt, layer)
+
+        block_passes(got, previews=3, after_preview=after)
+        monkeypatch.undo()
+        recs = previews(got)
+        assert recs[1].retried == force
+        return [r.substituted for r in recs]
+
+    plain, rerun = substituted(False), substituted(True)
+    assert plain[1] > 0 and rerun == plain

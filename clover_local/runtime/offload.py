@@ -362,6 +362,8 @@ class Runtime:
                 if self._settle_optimistic(state):
                     return out
                 del out
+                if self._restricted:  # the attempt thrown away counted choices too: the next run counts afresh
+                    self._wanted.zero_()
                 if not (state.graphed and self._repair(state)):
                     break
             state.synced = state.optimistic
