@@ -992,8 +992,9 @@ def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, 
     fp32) with every fused kernel installed — norms with and without the residual, RoPE, router, shared-expert
     path, combine, GDN preview with its merged input projection, preview attention with its output gate — against
     the same runtime with CLOVER_DISABLE_FUSED=1 (the model's PyTorch path, W4A16 kernels kept): the logits of a
-    prefill, two previews, the block's commit and the next block's preview agree. Pins the pieces' interplay
-    (the hooks' contracts, views, residuals) that the per-op tests do not."""
+    prefill, two previews, the block's commit, the next block's preview, a merged commit + first preview and a
+    preview after it agree. Pins the pieces' interplay (the hooks' contracts, views, residuals) that the per-op
+    tests do not."""
     from clover_local.runtime.load import RuntimeOptions, load_packed_model
     from clover_local.runtime.synthetic_pack import ensure_synthetic
 
@@ -1020,6 +1021,10 @@ def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, 
             out.append(model(block, cache, preview=True))
             out.append(model(block, cache))
             out.append(model(torch.full_like(block, mask), cache, preview=True))
+            # a commit merged with the next block's first preview (the fused GDN causal + preview kernels on the
+            # commit's new state, the preview attention over the window with the commit's keys in it)
+            out.extend(model.commit_and_preview(block.flip(1), torch.full_like(block, mask), cache))
+            out.append(model(block, cache, preview=True))
         return out
 
     for got, want in zip(passes(True), passes(False)):

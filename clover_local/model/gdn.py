@@ -204,13 +204,9 @@ class GatedDeltaNet(nn.Module):
             q, k = q.repeat_interleave(rep, 2), k.repeat_interleave(rep, 2)
         return q, k, v
 
-    def gates(self, x: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(g, β) of rows x, or of their projections `a`, `b` when given."""
-        a = self.in_proj_a(x) if a is None else a
-        b = self.in_proj_b(x) if b is None else b
-        beta = torch.sigmoid(b.float())
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+    def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        beta = torch.sigmoid(self.in_proj_b(x).float())
+        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias.float())
         return g, beta
 
     def output(self, o: torch.Tensor, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
@@ -267,17 +263,15 @@ class GatedDeltaNet(nn.Module):
 
     def causal(
         self, x: torch.Tensor, rows: torch.Tensor, ring: torch.Tensor | None, state: torch.Tensor,
-        cache: GDNCache | None, fused: bool, a: torch.Tensor | None = None, b: torch.Tensor | None = None,
+        cache: GDNCache | None, fused: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The causal core over pre-conv rows after (ring, state): (o [B,T,Hv,Dv] fp32, new ring, new state),
-        which go to `cache` too; `fused`: the runtime's kernel. `a`, `b`: x's gate projections, if made."""
-        a = self.in_proj_a(x) if a is None else a
-        b = self.in_proj_b(x) if b is None else b
+        """The causal core of rows x over their pre-conv rows after (ring, state): (o [B,T,Hv,Dv] fp32, new ring,
+        new state), which go to `cache` too; `fused`: the runtime's kernel."""
         if fused:
-            o, new_state = self.causal_kernel(self, rows, ring, state, a, b)
+            o, new_state = self.causal_kernel(self, rows, ring, state, self.in_proj_a(x), self.in_proj_b(x))
         else:
             q, k, v = self.split_heads(self.conv(rows, ring, right=False))
-            g, beta = self.gates(x, a, b)
+            g, beta = self.gates(x)
             o, new_state = self.delta_rule(q, k, v, g, beta, state)
         k1 = self.kernel - 1
         if rows.shape[1] >= k1:  # the last pre-conv rows (not a concatenation: a prefill chunk has 512)
@@ -294,17 +288,16 @@ class GatedDeltaNet(nn.Module):
     ) -> torch.Tensor:
         """A merged pass (`CloverModel.commit_and_preview`): rows [:n_commit] commit a block (causal; the new
         ring and state go to the cache), the rest preview the next block from that ring and state, `n_prefix`
-        + n_commit rows after the start. The projections run once over both parts."""
+        + n_commit rows after the start. in_proj_qkv/z and out_proj run once over both parts."""
         c = n_commit
         fused = self.preview_kernel is not None and self.causal_kernel is not None and c <= self.block_size
         if fused and self.in_proj_qkvz is not None:
             rows, z = self.in_proj_qkvz(x).split([self.in_proj_qkv.out_features, self.in_proj_z.out_features], -1)
         else:
             rows, z = self.in_proj_qkv(x), self.in_proj_z(x)
-        a, b = self.in_proj_a(x[:, :c]), self.in_proj_b(x[:, :c])
         state = cache.state if cache.state is not None else x.new_zeros(
             x.shape[0], self.hv, self.dk, self.dv, dtype=torch.float32)
-        o_c, ring, state = self.causal(x[:, :c], rows[:, :c], cache.ring, state, cache, fused, a, b)
+        o_c, ring, state = self.causal(x[:, :c], rows[:, :c], cache.ring, state, cache, fused)
         n = n_prefix + c
         n = n.expand(x.shape[0]) if torch.is_tensor(n) else torch.full((x.shape[0],), n, device=x.device)
         if fused:
