@@ -58,7 +58,8 @@ def model_lines(m: dict) -> list[str]:
             out.append(f"  {key}: ok {v['ok']}" + (f", error {str(v['error'])[-200:]!r}" if v.get("error") else ""))
     mv = m.get("merged_vs_separate")
     if isinstance(mv, dict) and isinstance(mv.get("separate"), dict):  # a commit + first preview, apart vs merged
-        modes = [k for k in ("separate", "merged_eager", "merged_graphed", "merged_again") if isinstance(mv.get(k), dict)]
+        modes = [k for k in ("separate", "merged_eager", "merged_graphed", "merged_again")
+                 if isinstance(mv.get(k), dict)]
         errs = [v for k, v in mv.items() if k.endswith("_rel_err") and not k.endswith("_vs_eager_rel_err")]
         out.append("  merged vs separate: " + ", ".join(f"{k} {_fmt(mv[k].get('ms'))} ms" for k in modes)
                    + (f"; largest rel err vs separate {_fmt(max(errs))}" if errs else ""))

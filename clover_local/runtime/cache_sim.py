@@ -13,8 +13,8 @@ and a later one that missed is rerun syncing; `--host-reads`: a replay reads wha
 previews choose each row's best experts among those resident when the pass begins, the first pass and the
 commit choose freely, as `Runtime.route_limit` does; `--merge-commits`: a block's commit and the next block's
 first pass are one pass over both row sets, as decoding runs them by default, the first such pass syncing when
-there are graphs, its experts unpinned after it, as `Runtime.pass_scope` does). It counts copies (demand and prefetch) and
-host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at 50 GB/s
+there are graphs, its experts unpinned after it, as `Runtime.pass_scope` does). It counts copies (demand and
+prefetch) and host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at 50 GB/s
 (targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
 replays twice) plus that PCIe time, all of it waited for. Derived figures, not timings.
 """

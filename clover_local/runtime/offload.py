@@ -255,7 +255,8 @@ class Runtime:
         self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
         self.commit_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and commits (one failing spares the other)
         self.merged_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and merged commit + first preview passes
-        self._merged_compiled = False  # a merged pass ran (eagerly: its 64-row kernels are compiled; graphs may capture)
+        # a merged pass ran (eagerly: its 64-row kernels are compiled, so a graph of one may be captured)
+        self._merged_compiled = False
         self._optimistic_now = False  # layer calls take the resident-only path
         self._block_clean = False  # the block's previous pass makes an optimistic one worth trying
         self.optimistic_passes = 0
