@@ -12,10 +12,10 @@ and a later one that missed is rerun syncing; `--host-reads`: a replay reads wha
 `commit_uses(host_reads=True)`, which installs it for later passes; `--resident-routing`: a block's later
 previews choose each row's best experts among those resident when the pass begins, the first pass and the
 commit choose freely, as `Runtime.route_limit` does; `--merge-commits`: a block's commit and the next block's
-first pass are one pass over both row sets, as decoding runs them by default, the first such pass syncing when
-there are graphs, its experts unpinned after it, as `Runtime.pass_scope` does). It counts copies (demand and
-prefetch) and host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at 50 GB/s
-(targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
+first pass are one pass over both row sets, as decoding runs them by default, the first such pass an eager
+attempt, its experts unpinned after it, as `Runtime.pass_scope` does). It counts copies (demand and
+prefetch) and host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at
+50 GB/s (targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
 replays twice) plus that PCIe time, all of it waited for. Derived figures, not timings.
 """
 
@@ -212,7 +212,7 @@ def simulate(cfg: SimConfig) -> SimResult:
         phase.distinct += int((counts > 0).sum())
         _book(phase, before, ec.totals())
     next_scores = None  # the next block's rows, routed by the merged pass that committed the last block
-    compiled = False  # a merged pass ran (the runtime's first one syncs when there are graphs: it compiles)
+    compiled = False  # a merged pass ran (the runtime's first is an eager attempt: it compiles, no graph)
     for b in range(cfg.blocks):
         scores = router.scores(cfg.block) if next_scores is None else next_scores
         opened = next_scores is not None  # this block's first pass already ran, merged with the last commit
@@ -238,12 +238,12 @@ def simulate(cfg: SimConfig) -> SimResult:
             ec.begin_pass(False)
             # as `Runtime._may_run_optimistically`: a block's first pass syncs with no graph to replay (the very
             # first, or every one when eager, unless host reads make an eager attempt stand); an eager commit syncs;
-            # a merged pass syncs the first time with graphs (compiles), every time without unless host reads
-            if merged:
-                if (cfg.graphs and not compiled) or not (cfg.graphs or cfg.host_reads):
+            # a merged pass: the first an eager attempt (compiles), then replays; syncing without graphs or host reads
+            if merged:  # an eager attempt first (a miss reruns syncing), then replays (a miss is repaired)
+                if not (cfg.graphs or cfg.host_reads):
                     _syncing_pass(ec, counts, history)
                 else:
-                    _optimistic_pass(ec, counts, False, repair=cfg.graphs, host_reads=cfg.host_reads)
+                    _optimistic_pass(ec, counts, False, repair=cfg.graphs and compiled, host_reads=cfg.host_reads)
                 compiled = True
             elif p == 0 and ((b == 0 and cfg.graphs) or not (cfg.graphs or cfg.host_reads)):
                 _syncing_pass(ec, counts, history)

@@ -255,7 +255,7 @@ class Runtime:
         self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
         self.commit_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and commits (one failing spares the other)
         self.merged_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and merged commit + first preview passes
-        # a merged pass ran (eagerly: its 64-row kernels are compiled, so a graph of one may be captured)
+        # a merged pass ran (the first is an eager attempt: its 64-row kernels compiled, later ones are graphed)
         self._merged_compiled = False
         self._optimistic_now = False  # layer calls take the resident-only path
         self._block_clean = False  # the block's previous pass makes an optimistic one worth trying
@@ -354,7 +354,7 @@ class Runtime:
                              next_block=start + commit_rows if commit_rows else None) as state:
             while state.optimistic:
                 graphs = {"preview": self.graphs, "commit": self.commit_graphs,
-                          "merged": self.merged_graphs}.get(state.kind)
+                          "merged": self.merged_graphs if self._merged_compiled else None}.get(state.kind)
                 if graphs is not None:
                     out, graphed, captured = graphs.run(self._graph_key(cache, x, state.kind), x, fn)
                     state.graphed, state.captured = state.graphed or graphed, state.captured or captured
@@ -441,12 +441,11 @@ class Runtime:
             return False
         if kind == "merged":
             # a commit (the block's pinned experts) and a block's first pass (experts unknown, most of them
-            # resident, as for a first preview): a replay where a graph is or can be captured, the capture not
-            # before one merged pass ran eagerly (it compiles the 64-row kernels); without graphs, where an
-            # attempt stands (every expert resident, or host reads)
-            if self.merged_graphs.enabled:
-                return self._merged_compiled
-            return self.cache.host is None or self.host_reads
+            # resident, as for a first preview): a replay where a graph is or can be captured, except the first
+            # merged pass, an eager attempt (it compiles the 64-row optimistic kernels before any capture; one
+            # that missed reruns syncing, once); without graphs, where an attempt stands (every expert resident,
+            # or host reads)
+            return self.merged_graphs.enabled or self.cache.host is None or self.host_reads
         if self.cache.host is None:  # every expert is resident: nothing can miss
             return True
         if kind == "commit":
