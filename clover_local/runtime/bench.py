@@ -555,9 +555,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
 def _next_block(recs: list, commit_ms: float, rows: int, tpp: float) -> dict:
     """The second block's passes, and what a whole block costs at `tpp` tokens per pass: its first pass, the
     later ones at their steady time (ceil(rows / tpp) passes in all), and the commit."""
-    later = recs[1:]
-    steady = sum(r.ms for r in later) / len(later)
-    n = max(1, math.ceil(rows / tpp))
+    steady, n = _later_passes(recs, rows, tpp)
     block_ms = recs[0].ms + (n - 1) * steady + commit_ms
     return {
         "ms_per_pass_each": [round(r.ms, 3) for r in recs], "first_ms": round(recs[0].ms, 3),
@@ -569,6 +567,12 @@ def _next_block(recs: list, commit_ms: float, rows: int, tpp: float) -> dict:
         "block_ms": round(block_ms, 3), "tokens_per_s": round(rows * 1e3 / block_ms, 2),
         "rule": "first pass + (ceil(rows / tokens per pass) − 1) × steady ms + commit",
     }
+
+
+def _later_passes(block: list, rows: int, tpp: float) -> tuple[float, int]:
+    """A block's steady ms (its passes after the first, averaged) and its passes at `tpp` tokens per pass."""
+    later = block[1:]
+    return sum(r.ms for r in later) / len(later), max(1, math.ceil(rows / tpp))
 
 
 def _merged_passes(model, rt, cache, bs: int, mask: int, rerouted, rand_ids, on_step) -> list:
@@ -594,9 +598,7 @@ def _merged_summary(recs: list, block2: list, commit2, graphs: dict, rows: int, 
              "repairs": r.repairs, "synced": r.synced, "uses": r.uses, "misses": r.misses,
              "host_reads": r.host_reads} for r in recs]
     ms = (stood or recs)[-1].ms
-    later = block2[1:]
-    steady = sum(r.ms for r in later) / len(later)
-    n = max(1, math.ceil(rows / tpp))
+    steady, n = _later_passes(block2, rows, tpp)
     block_ms = ms + (n - 1) * steady
     return {
         **graphs, "each": each, "ms": round(ms, 3), "replayed": bool(stood),

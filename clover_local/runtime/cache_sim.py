@@ -238,8 +238,9 @@ def simulate(cfg: SimConfig) -> SimResult:
             ec.begin_pass(False)
             # as `Runtime._may_run_optimistically`: a block's first pass syncs with no graph to replay (the very
             # first, or every one when eager, unless host reads make an eager attempt stand); an eager commit syncs;
-            # a merged pass: the first an eager attempt (compiles), then replays; syncing without graphs or host reads
-            if merged:  # an eager attempt first (a miss reruns syncing), then replays (a miss is repaired)
+            # a merged pass is an eager attempt first (compiles; a miss reruns syncing), then replays (a miss is
+            # repaired), syncing without graphs or host reads
+            if merged:
                 if not (cfg.graphs or cfg.host_reads):
                     _syncing_pass(ec, counts, history)
                 else:

@@ -548,7 +548,8 @@ def commit_graph_vs_eager(model, cache, block: torch.Tensor, previews: int = 2) 
 def merged_vs_separate(model, cache, block: torch.Tensor, previews: int = 2) -> dict:
     """A block's commit and the next block's first preview as two passes, then (the cache rewound to before the
     block each time) as one merged pass (`CloverModel.commit_and_preview`) three times: eager (the runtime's
-    first merged pass is an eager attempt: it compiles the 64-row kernels), captured, replayed (`Runtime.merged_graphs`).
+    first merged pass is an eager attempt: it compiles the 64-row kernels), captured, replayed
+    (`Runtime.merged_graphs`).
     Their logits must agree (the commit's last row, the preview's rows: merged vs apart within bf16 rounding, as
     64-row calls may take other tiles; the merged modes among themselves exactly), and so must one more preview
     after each, which says the merged pass left the cache as the two passes do. Reports ms and flags per mode."""
