@@ -236,19 +236,12 @@ class GatedDeltaNet(nn.Module):
     def forward(
         self, x: torch.Tensor, cache: GDNCache | None, preview: bool, n_prefix: int | torch.Tensor
     ) -> torch.Tensor:
-        b = x.shape[0]
         short_causal = not preview and self.causal_kernel is not None and x.shape[1] <= self.block_size
         fused = (preview and self.preview_kernel is not None) or short_causal
-        if fused and self.in_proj_qkvz is not None:  # one projection call for the rows and the gate z
-            rows, z = self.in_proj_qkvz(x).split([self.in_proj_qkv.out_features, self.in_proj_z.out_features], -1)
-        else:
-            rows, z = self.in_proj_qkv(x), None
-        ring = cache.ring if cache is not None else None
-        state = cache.state if cache is not None and cache.state is not None else None
-        if state is None:
-            state = x.new_zeros(b, self.hv, self.dk, self.dv, dtype=torch.float32)
-        if preview:  # n_prefix: an int, or the runtime's 0-dim device tensor (a CUDA graph reads it)
-            n = n_prefix.expand(b) if torch.is_tensor(n_prefix) else torch.full((b,), n_prefix, device=x.device)
+        rows, z = self.project_rows(x, fused)
+        ring, state = self.start(cache, x)
+        if preview:
+            n = self.prefix_rows(n_prefix, x)
             if fused:
                 z = self.in_proj_z(x) if z is None else z
                 return self.out_proj(self.preview_kernel(self, rows, ring, state, n, z))
@@ -260,6 +253,28 @@ class GatedDeltaNet(nn.Module):
             return self.output(o, x)
         o, _, _ = self.causal(x, rows, ring, state, cache, short_causal)
         return self.output(o, x, z)
+
+    def project_rows(self, x: torch.Tensor, fused: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(pre-conv rows, the gate z or None = not made yet): with a fused kernel one projection call for both
+        (the runtime's packed merge, `in_proj_qkvz`)."""
+        if fused and self.in_proj_qkvz is not None:
+            return self.in_proj_qkvz(x).split([self.in_proj_qkv.out_features, self.in_proj_z.out_features], -1)
+        return self.in_proj_qkv(x), None
+
+    def start(self, cache: GDNCache | None, x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The committed ring (None: nothing committed) and state (zeros when none) that rows x follow."""
+        ring = cache.ring if cache is not None else None
+        state = cache.state if cache is not None else None
+        if state is None:
+            state = x.new_zeros(x.shape[0], self.hv, self.dk, self.dv, dtype=torch.float32)
+        return ring, state
+
+    @staticmethod
+    def prefix_rows(n_prefix: int | torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Committed rows before the block, [B]: from an int, or the runtime's 0-dim device tensor (a CUDA graph
+        reads it)."""
+        b = x.shape[0]
+        return n_prefix.expand(b) if torch.is_tensor(n_prefix) else torch.full((b,), n_prefix, device=x.device)
 
     def causal(
         self, x: torch.Tensor, rows: torch.Tensor, ring: torch.Tensor | None, state: torch.Tensor,
@@ -291,15 +306,10 @@ class GatedDeltaNet(nn.Module):
         + n_commit rows after the start. in_proj_qkv/z and out_proj run once over both parts."""
         c = n_commit
         fused = self.preview_kernel is not None and self.causal_kernel is not None and c <= self.block_size
-        if fused and self.in_proj_qkvz is not None:
-            rows, z = self.in_proj_qkvz(x).split([self.in_proj_qkv.out_features, self.in_proj_z.out_features], -1)
-        else:
-            rows, z = self.in_proj_qkv(x), self.in_proj_z(x)
-        state = cache.state if cache.state is not None else x.new_zeros(
-            x.shape[0], self.hv, self.dk, self.dv, dtype=torch.float32)
-        o_c, ring, state = self.causal(x[:, :c], rows[:, :c], cache.ring, state, cache, fused)
-        n = n_prefix + c
-        n = n.expand(x.shape[0]) if torch.is_tensor(n) else torch.full((x.shape[0],), n, device=x.device)
+        rows, z = self.project_rows(x, fused)
+        z = self.in_proj_z(x) if z is None else z
+        o_c, ring, state = self.causal(x[:, :c], rows[:, :c], *self.start(cache, x), cache, fused)
+        n = self.prefix_rows(n_prefix + c, x)
         if fused:
             normed_p = self.preview_kernel(self, rows[:, c:], ring, state, n, z[:, c:])
         else:
