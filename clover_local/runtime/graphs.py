@@ -15,7 +15,8 @@ with the graph captured per block; this version keeps one graph across blocks an
 - capture happens on the first optimistic preview (the kernels are compiled by then: the prefill or the block's
   first pass ran them eagerly). If capture fails, the reason is kept (`error`), graphs are switched off for the
   runtime's life, and passes run eagerly as before. `tests/graph_standin.py` checks on the CPU that a replay
-  reads every tensor from outside the pass at the address the capture saw.
+  reads every tensor from outside the pass at the address the capture saw, that nothing relies on the capture
+  having run (it executes nothing), and that no op in the pass syncs with the host.
 
 The optimistic use counts are accumulated inside the graph, so the pass's single host read still says whether
 an expert was missing. With host reads (`host_reads.py`) the replay read it in place from pinned host memory and
