@@ -259,3 +259,21 @@ def test_optimistic_layer_call_never_syncs(pack, ref, monkeypatch):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
     assert guarded == r.layers * 3  # three optimistic passes, every layer guarded
     assert [x.optimistic for x in previews(rt)] == [False, True, True, True]
+
+
+def test_routing_history_sorts_a_layer_when_asked():
+    """`RoutingHistory`: an optimistic pass's counts become each layer's experts, most rows first, ties by lower
+    id, unused ones left out — sorted on first access; a syncing layer call's own order replaces its layer's, and
+    the next pass's counts replace both."""
+    from clover_local.runtime.optimistic import RoutingHistory
+
+    h = RoutingHistory()
+    assert 3 not in h and h.get(3) is None
+    counts = np.array([[0, 2, 5, 2, 0, 1], [1, 0, 0, 0, 0, 0]], dtype=np.int32)
+    h.record(counts, {3: 0, 7: 1})
+    assert 3 in h and 7 in h and 5 not in h
+    assert h[3].tolist() == [2, 1, 3, 5] and h.get(7).tolist() == [0]
+    h[7] = np.array([4, 2])
+    assert h[7].tolist() == [4, 2] and h[3].tolist() == [2, 1, 3, 5]
+    h.record(counts[::-1].copy(), {3: 0, 7: 1})
+    assert h[3].tolist() == [0] and h[7].tolist() == [2, 1, 3, 5]

@@ -41,7 +41,7 @@ from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
 from clover_local.runtime.expert_cache import ExpertCache, LayerCounters, dense_rows
 from clover_local.runtime.kernels import moe_w4a16
 from clover_local.runtime.graphs import PassGraphs
-from clover_local.runtime.optimistic import OptimisticPass
+from clover_local.runtime.optimistic import OptimisticPass, RoutingHistory
 from clover_local.runtime.sizes import fmt_bytes
 
 _OOM = torch_out_of_memory()
@@ -245,7 +245,7 @@ class Runtime:
         self.block_size = config.diffusion.block_size
         self.cuda = device.type == "cuda"
         self.layers = sorted(cache.counters)
-        self.history: dict[int, np.ndarray] = {}
+        self.history = RoutingHistory()
         self.block_key: tuple | None = None
         self.pass_in_block = 0
         self.records: deque[PassRecord] = deque(maxlen=4096)
@@ -481,7 +481,7 @@ class Runtime:
             state.counts = counts
             return False
         self.cache.commit_uses(counts, host_reads=self._opt.host_reads)
-        self.history.update(self._opt.history(counts))
+        self.history.record(counts, self._opt.row_of)
         return True
 
     def _repair(self, state: PassState) -> bool:

@@ -83,11 +83,37 @@ class OptimisticPass:
         host = self.counts.view(len(self.row_of), self.n_experts).cpu()
         return host.numpy().copy()  # on CPU `.cpu()` is the counts tensor itself, zeroed by the next pass
 
-    def history(self, counts: np.ndarray) -> dict[int, np.ndarray]:
-        """Per layer, the experts it used, most rows first (ties: lower id): what the syncing path records for
-        the next pass's prefetch."""
-        out = {}
-        for layer, r in self.row_of.items():
-            row = counts[r]
-            out[layer] = np.argsort(-row, kind="stable")[: int(np.count_nonzero(row))].astype(np.int64)
-        return out
+
+class RoutingHistory:
+    """Per layer, the experts its last pass used, most rows first (ties: lower id): what a syncing pass
+    prefetches for the next layer. A syncing layer call sets its own (`h[layer] = ...`); an optimistic pass
+    leaves its use counts (`record`) and a layer's order is sorted when something asks for it. Why lazy: a
+    decode's passes are graph replays, which read no history, and sorting 40 layers' counts after each one cost
+    ≈ 0.3 ms of host time between two replays at 35B (`docs/host_overhead.py`)."""
+
+    def __init__(self) -> None:
+        self._order: dict[int, np.ndarray] = {}
+        self._counts: np.ndarray | None = None
+        self._pending: dict[int, int] = {}  # layer → its row of _counts, not sorted yet
+
+    def record(self, counts: np.ndarray, row_of: dict[int, int]) -> None:
+        """An optimistic pass's counts [layers, E] (rows: `row_of`): every layer's history is now this pass's."""
+        self._counts = counts
+        self._pending = dict(row_of)
+
+    def __setitem__(self, layer: int, experts: np.ndarray) -> None:
+        self._pending.pop(layer, None)
+        self._order[layer] = experts
+
+    def __contains__(self, layer: int) -> bool:
+        return layer in self._pending or layer in self._order
+
+    def __getitem__(self, layer: int) -> np.ndarray:
+        r = self._pending.pop(layer, None)
+        if r is not None:
+            row = self._counts[r]
+            self._order[layer] = np.argsort(-row, kind="stable")[: int(np.count_nonzero(row))]
+        return self._order[layer]
+
+    def get(self, layer: int, default: np.ndarray | None = None) -> np.ndarray | None:
+        return self[layer] if layer in self else default
