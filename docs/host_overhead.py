@@ -1,6 +1,6 @@
 """The host's share of a steady graphed preview pass at the real counts, timed on a CPU.
 
-    python docs/host_overhead.py [--resident-routing] [--passes 300]
+    python docs/host_overhead.py [--resident-routing] [--passes 300] [--draw]
 
 Why: a graph replay runs no Python, but around it the runtime books the pass on the host (`Runtime.pass_scope`,
 `_settle_optimistic`): counters, the expert cache's LRU ticks and pins, the next pass's slot table, the routing
@@ -9,6 +9,10 @@ This drives the real `ExpertCache` (40 layers × 256 experts, 8,860 slots, tiny 
 `OptimisticPass` and `RoutingHistory` with one block's uniform routing (≈ 6,500 experts used a pass, all resident
 after its first pass), making the host calls of a steady pass in the runtime's order, and times each. The
 device work (the replay, the 40 KB read of the use counts) is not in it: on the CPU those tensors are host ones.
+
+`--draw` also times the decoder's choice of tokens from one pass's logits at the real vocabulary (32 masked rows ×
+248,320; `generate.sampling.choose`): greedy, sampled, sampled with top-p. On a GPU that runs on the device; here
+it shows what the host pays where it does not.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--resident-routing", action="store_true", help="fill the route table before each pass")
     parser.add_argument("--passes", type=int, default=300)
+    parser.add_argument("--draw", action="store_true", help="also time the decoder's token choice (32 × 248,320)")
     args = parser.parse_args()
     cfg = SimConfig()
     ec = _cache(cfg)
@@ -67,6 +72,22 @@ def main() -> None:
         total += us
         print(f"{name:40s} {us:8.1f} µs")
     print(f"{'host time per steady pass':40s} {total:8.1f} µs  ({len(np.flatnonzero(counts))} experts used)")
+    if args.draw:
+        draw()
+
+
+def draw(rows: int = 32, vocab: int = 248_320, reps: int = 5) -> None:
+    from clover_local.generate.sampling import choose
+
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 4
+    for temperature, top_p in ((0.0, 1.0), (1.0, 1.0), (0.7, 0.9)):
+        gen = torch.Generator().manual_seed(1)
+        choose(logits, temperature, top_p, gen)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            choose(logits, temperature, top_p, gen)
+        ms = 1e3 * (time.perf_counter() - t0) / reps
+        print(f"{f'choose {rows}x{vocab}, temperature {temperature}, top-p {top_p}':40s} {ms:8.1f} ms")
 
 
 if __name__ == "__main__":

@@ -222,6 +222,25 @@ def test_sampling_seeded_reproducible_and_seed_dependent(loaded):
     assert any(o != tuple(greedy.token_ids) for o in outs)
 
 
+def test_sampling_draws_each_token_at_its_probability():
+    """`choose` draws on the logits' device by an exponential race (argmax of p / E): an exact categorical draw,
+    so over many rows each token comes up at its probability, a token of probability 0 never, and top-p
+    renormalises what it keeps."""
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    logits = torch.log(p).expand(40_000, 5).contiguous()  # log 0 = -inf: the mask token's treatment
+    gen = torch.Generator().manual_seed(0)
+    ids, conf = choose(logits, 1.0, 1.0, gen)
+    freq = torch.bincount(ids, minlength=5).double() / ids.numel()
+    assert torch.allclose(freq, p.double(), atol=0.01) and freq[4] == 0  # 0.01 ≈ 4 standard errors at p = 0.5
+    assert torch.allclose(conf, p[ids])
+    ids, conf = choose(logits, 1.0, 0.8, gen)  # keeps 0.5 and 0.3 (0.5 + 0.3 reaches 0.8), renormalised
+    freq = torch.bincount(ids, minlength=5).double() / ids.numel()
+    assert torch.allclose(freq, torch.tensor([0.625, 0.375, 0, 0, 0], dtype=torch.double), atol=0.01)
+    assert torch.allclose(conf, torch.tensor([0.625, 0.375])[ids])
+    again = choose(logits, 1.0, 1.0, torch.Generator().manual_seed(0))[0]  # seeded: the same draws
+    assert torch.equal(again, choose(logits, 1.0, 1.0, torch.Generator().manual_seed(0))[0])
+
+
 def test_tiny_top_p_is_greedy_on_tokens(loaded):
     g = torch.Generator().manual_seed(9)
     logits = torch.randn(50, 40, generator=g) * 3

@@ -26,7 +26,7 @@ import torch
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, Reveal
 from clover_local.generate.prompt_cache import PromptCache
-from clover_local.generate.sampling import choose, pick_reveals
+from clover_local.generate.sampling import choose, device_generator, pick_reveals
 from clover_local.model.cache import PrefixCache
 from clover_local.model.clover import CloverModel
 
@@ -98,7 +98,7 @@ class BlockDiffusionDecoder:
     def _generate(self, prompt_ids: list[int], settings: DecodeSettings, reuse: PromptCache | None,
                   snapshot_at: int | None) -> Iterator[Event]:
         bs, stops = self.block_size, set(settings.stop_token_ids)
-        gen = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
+        gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
@@ -128,11 +128,14 @@ class BlockDiffusionDecoder:
                     logits = torch.cat([first[None], logits[:-1]], 0)
                 logits[:, self.mask_id] = float("-inf")
                 masked = [p for p in targets if tokens[p] is None]
+                if gen is None and settings.temperature > 0:
+                    gen = device_generator(settings.seed, logits.device)
                 ids, conf = choose(logits[masked], settings.temperature, settings.top_p, gen)
+                ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
                 reveals = []
-                for j in pick_reveals(conf, settings.threshold):
-                    tokens[masked[j]] = int(ids[j])
-                    reveals.append(Reveal(masked[j], int(ids[j]), float(conf[j])))
+                for j in pick_reveals(conf_h, settings.threshold):
+                    tokens[masked[j]] = ids_h[j]
+                    reveals.append(Reveal(masked[j], ids_h[j], conf_h[j]))
                 reveals.sort(key=lambda r: r.position)
                 stats.passes += 1
                 yield PassDone(block_no, passes, reveals, list(tokens), fixed)
