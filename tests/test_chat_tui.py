@@ -263,3 +263,47 @@ def test_live_view_draws_the_block_as_cells():
     assert view.content.pending == "More"
     view.on_commit(2)
     assert view.cells.revealed == 0 and view.cells.block == 3
+
+
+def test_decode_thread_hands_over_events_raises_failures_and_stops():
+    """`DecodeThread`: the chat's decoder runs on a worker thread (so drawing overlaps its GPU waits); the
+    consumer gets the events in order, an exception where it happened (same object), and `close()` stops the
+    decoder at its next event and joins, so the model is never used by two threads."""
+    import threading
+
+    from clover_local.chat.turn import DecodeThread
+
+    where: list[str] = []
+
+    def events(stop, fail_at=None, n=50):
+        for i in range(n):
+            where.append(threading.current_thread().name)
+            if i == fail_at:
+                raise MemoryError("out of host RAM")
+            yield i
+            if stop():
+                return
+
+    t = DecodeThread(lambda stop: events(stop))
+    assert list(t) == list(range(50)) and set(where) == {"clover-decode"}
+    t.close()
+
+    got, boom = [], None
+    t = DecodeThread(lambda stop: events(stop, fail_at=7))
+    try:
+        for ev in t:
+            got.append(ev)
+    except MemoryError as exc:
+        boom = exc
+    finally:
+        t.close()
+    assert got == list(range(7)) and str(boom) == "out of host RAM"
+
+    where.clear()
+    t = DecodeThread(lambda stop: events(stop, n=10_000), lockstep=True)  # at most one event ahead
+    it = iter(t)
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    time.sleep(0.2)
+    assert len(where) <= 5  # waited for the consumer
+    t.close()
+    assert not t._thread.is_alive() and len(where) <= 6  # stopped at its next event, not run to the end

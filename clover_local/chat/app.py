@@ -19,8 +19,8 @@ from rich.text import Text
 from clover_local.chat.conversation import SETTABLE, ChatSettings, Conversation, set_value
 from clover_local.chat.display import TurnView, think_lines
 from clover_local.chat.stats import format_gib, format_hit_rate, gpu_memory, runtime_stats, scalar_stats
-from clover_local.chat.turn import (TURN_FAILURES, TurnStats, TurnText, decode_events, history_tokens,
-                                    is_out_of_memory, release_memory)
+from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
+                                    history_tokens, is_out_of_memory, release_memory)
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
@@ -369,11 +369,14 @@ class ChatApp:
         """The runtime's counters, read at most twice a second (the status line redraws far more often)."""
         now = time.perf_counter()
         if now - self._rt[0] > 0.5:
-            self._rt = (now, runtime_stats(self.loaded.model))
+            try:
+                self._rt = (now, runtime_stats(self.loaded.model))
+            except RuntimeError:  # read while the decoding thread changed them (a dict resized): next time
+                pass
         return self._rt[1]
 
-    def _events(self, ids: list[int], settings, history: int | None):
-        return decode_events(self.decoder, ids, settings, reuse=self.prompt_cache, snapshot_at=history)
+    def _events(self, ids: list[int], settings, history: int | None, should_stop=None):
+        return decode_events(self.decoder, ids, settings, should_stop, reuse=self.prompt_cache, snapshot_at=history)
 
     def _answer_live(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
         view = TurnView(lambda i: self.tok.decode([i]), self.decoder.block_size, self.settings.show_thinking,
@@ -382,7 +385,8 @@ class ChatApp:
         self.console.print(Text("clover", style="bold magenta"))
         live = Live(view, console=self.console, auto_refresh=False, transient=True)
         last_draw = 0.0
-        events = self._events(ids, settings, history)
+        # the decoder on its own thread: drawing here overlaps its waits for the GPU instead of delaying them
+        events = DecodeThread(lambda stop: self._events(ids, settings, history, stop), lockstep=self.pace > 0)
         with live, closing(events):
             try:
                 for ev in events:

@@ -10,6 +10,8 @@ that went away in serve).
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +52,72 @@ def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callabl
                 return
     finally:
         gen.close()
+
+
+class _Failed:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_DONE = object()
+
+
+class DecodeThread:
+    """A turn's events made on a worker thread and handed over a queue: `events(should_stop)` runs there, the
+    caller iterates here. Why: the live display draws between events (≈ 2 ms a pass on a 2-core host:
+    `docs/chat_overhead.py`), and on the decoding thread each of those milliseconds is one the GPU waits; on
+    its own thread the drawing happens while the decoder waits for the GPU (a CUDA wait frees the GIL).
+
+    The decoder and the model are the worker's until `close()` returns (it stops the decoder at its next event
+    and joins). An exception in the worker is raised here, at the point in the stream where it happened.
+    `lockstep`: the worker runs at most one event ahead of the consumer (the demo's paced display)."""
+
+    def __init__(self, events: Callable[[Callable[[], bool]], Iterator[Event]], lockstep: bool = False) -> None:
+        self._stop = threading.Event()
+        self._queue: queue.Queue = queue.Queue(maxsize=1 if lockstep else 0)
+        self._thread = threading.Thread(target=self._run, args=(events,), name="clover-decode", daemon=True)
+        self._thread.start()
+
+    def _run(self, events) -> None:
+        try:
+            for event in events(self._stop.is_set):
+                self._put(event)
+        except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which raises it
+            self._put(_Failed(exc))
+        finally:
+            self._put(_DONE)
+
+    def _put(self, item) -> None:
+        while True:
+            try:
+                self._queue.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                if self._stop.is_set():  # nobody will take it
+                    return
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            try:
+                item = self._queue.get(timeout=0.1)  # a timeout, so Ctrl-C is seen while waiting
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                return
+            if isinstance(item, _Failed):
+                exc, item.exc = item.exc, None
+                raise exc
+            yield item
+
+    def close(self) -> None:
+        """Stop the decoder after its current pass and wait for the worker to end."""
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get_nowait()  # a lockstep worker may wait to put its last event
+            except queue.Empty:
+                pass
+            self._thread.join(0.05)
 
 
 def history_tokens(tokenizer, messages: list[dict], **template_kwargs) -> int | None:
