@@ -369,10 +369,9 @@ class ChatApp:
         """The runtime's counters, read at most twice a second (the status line redraws far more often)."""
         now = time.perf_counter()
         if now - self._rt[0] > 0.5:
-            try:
-                self._rt = (now, runtime_stats(self.loaded.model))
-            except RuntimeError:  # read while the decoding thread changed them (a dict resized): next time
-                pass
+            # read while the decoding thread books passes: host counters only, no CUDA call (a graph may be
+            # capturing there); a read that fails gives {} for half a second (`runtime_stats`)
+            self._rt = (now, runtime_stats(self.loaded.model))
         return self._rt[1]
 
     def _events(self, ids: list[int], settings, history: int | None, should_stop=None):
