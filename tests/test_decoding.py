@@ -241,6 +241,23 @@ def test_sampling_draws_each_token_at_its_probability():
     assert torch.equal(again, choose(logits, 1.0, 1.0, torch.Generator().manual_seed(0))[0])
 
 
+@pytest.mark.parametrize("scale", [4.0, 0.3], ids=["peaked", "flat"])
+def test_top_p_from_the_most_likely_tokens_draws_what_a_full_sort_draws(scale, monkeypatch):
+    """Top-p sorts only the TOP_P_CUT most likely tokens when they cover top_p in every row (peaked logits),
+    else the whole vocabulary (flat ones): the same tokens kept, so the same draws and confidences."""
+    from clover_local.generate import sampling
+
+    logits = torch.randn(8, 5000, generator=torch.Generator().manual_seed(0)) * scale
+    head = torch.softmax(logits / 0.8, -1).topk(sampling.TOP_P_CUT, -1)[0].sum(-1)
+    assert bool((head >= 0.9).all()) == (scale == 4.0)  # the cut is taken for peaked rows only
+    for top_p in (0.5, 0.9):
+        cut = choose(logits, 0.8, top_p, torch.Generator().manual_seed(3))
+        monkeypatch.setattr(sampling, "TOP_P_CUT", 10**9)
+        full = choose(logits, 0.8, top_p, torch.Generator().manual_seed(3))
+        monkeypatch.undo()
+        assert torch.equal(cut[0], full[0]) and torch.allclose(cut[1], full[1])
+
+
 def test_tiny_top_p_is_greedy_on_tokens(loaded):
     g = torch.Generator().manual_seed(9)
     logits = torch.randn(50, 40, generator=g) * 3

@@ -26,7 +26,7 @@ def choose(
         return ids, conf
     probs = torch.softmax(logits / temperature, -1)
     if top_p < 1.0:
-        sorted_p, order = probs.sort(-1, descending=True)
+        sorted_p, order = _most_likely(probs, top_p)
         keep = sorted_p.cumsum(-1) - sorted_p < top_p
         keep[..., 0] = True  # always keep the top token (top_p = 0 would otherwise keep nothing: 0/0 = NaN)
         sorted_p = sorted_p * keep
@@ -37,6 +37,22 @@ def choose(
     race = torch.rand(probs.shape, generator=generator, device=probs.device).log_().neg_()
     ids = torch.div(probs, race).argmax(-1)
     return ids, probs.gather(-1, ids[:, None]).squeeze(-1)
+
+
+# top-p keeps the most likely tokens up to a mass: they are nearly always among the first TOP_P_CUT
+TOP_P_CUT = 1024
+
+
+def _most_likely(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's probabilities in descending order with their token ids, far enough to cover `top_p`: the first
+    TOP_P_CUT when their mass reaches top_p in every row (everything past them would be cut: the same tokens
+    kept as with the whole vocabulary sorted), else the whole row. Why: sorting 248,320 tokens a row each pass
+    is the costliest part of a draw (1 s a pass on a 2-core CPU; a top-1024 selection 24 ms)."""
+    if probs.shape[-1] > TOP_P_CUT:
+        head, order = probs.topk(TOP_P_CUT, -1)
+        if bool((head.sum(-1) >= top_p).all()):
+            return head, order
+    return probs.sort(-1, descending=True)
 
 
 def device_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
