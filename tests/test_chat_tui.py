@@ -307,3 +307,33 @@ def test_decode_thread_hands_over_events_raises_failures_and_stops():
     assert len(where) <= 5  # waited for the consumer
     t.close()
     assert not t._thread.is_alive() and len(where) <= 6  # stopped at its next event, not run to the end
+
+
+def test_decode_thread_interrupt_stops_a_long_prefill_at_once():
+    """Ctrl-C in the chat (`DecodeThread.interrupt`) raises KeyboardInterrupt inside the decoder wherever it is,
+    as the signal did before the decoder had a thread: a prefill that would run 5 s more ends at once, and the
+    decoder's own cleanup runs."""
+    from clover_local.chat.turn import DecodeThread
+
+    seen: list[str] = []
+
+    def events(stop):
+        try:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 5:  # a long prefill (Python between short C calls)
+                time.sleep(0.001)
+            yield 1
+        except KeyboardInterrupt:
+            seen.append("interrupted")
+            raise
+        finally:
+            seen.append("cleaned up")
+
+    t = DecodeThread(events)
+    time.sleep(0.2)
+    t0 = time.perf_counter()
+    t.interrupt()
+    t.close()
+    assert time.perf_counter() - t0 < 1.0 and not t._thread.is_alive()
+    assert seen == ["interrupted", "cleaned up"]
+    t.interrupt()  # after the end: nothing to interrupt, no error

@@ -409,6 +409,7 @@ class ChatApp:
                         break
             except KeyboardInterrupt:
                 stopped = True
+                events.interrupt()  # into the decoder, wherever it is (a prefill too), as before it had a thread
         if stopped:
             stats.end("cancelled")
         dr, dc = turn.finish()

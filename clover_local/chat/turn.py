@@ -9,6 +9,7 @@ that went away in serve).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import threading
@@ -70,22 +71,49 @@ class DecodeThread:
 
     The decoder and the model are the worker's until `close()` returns (it stops the decoder at its next event
     and joins). An exception in the worker is raised here, at the point in the stream where it happened.
-    `lockstep`: the worker runs at most one event ahead of the consumer (the demo's paced display)."""
+    `interrupt()` (Ctrl-C) raises KeyboardInterrupt inside the decoder, wherever it is — a long prefill
+    included — as the signal did when the decoder ran on the main thread. `lockstep`: the worker runs at most
+    one event ahead of the consumer (the demo's paced display)."""
 
     def __init__(self, events: Callable[[Callable[[], bool]], Iterator[Event]], lockstep: bool = False) -> None:
         self._stop = threading.Event()
         self._queue: queue.Queue = queue.Queue(maxsize=1 if lockstep else 0)
+        self._lock = threading.Lock()
+        self._decoding = False  # inside the decoder (not handing an event over): where an interrupt may land
+        self._interrupted = False
         self._thread = threading.Thread(target=self._run, args=(events,), name="clover-decode", daemon=True)
         self._thread.start()
 
     def _run(self, events) -> None:
         try:
-            for event in events(self._stop.is_set):
-                self._put(event)
-        except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which raises it
-            self._put(_Failed(exc))
-        finally:
-            self._put(_DONE)
+            try:
+                it = iter(events(self._stop.is_set))
+                while True:
+                    with self._lock:
+                        self._decoding = True
+                    try:
+                        event = next(it)
+                    except StopIteration:
+                        break
+                    finally:
+                        with self._lock:
+                            self._decoding = False
+                    self._put(event)
+            except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which raises it
+                self._put(_Failed(exc))
+            finally:
+                self._put(_DONE)
+        except KeyboardInterrupt:  # an interrupt that landed just after the decoder returned: nothing to stop
+            pass
+
+    def interrupt(self) -> None:
+        """Stop now: KeyboardInterrupt raised in the decoder's thread (once), as Ctrl-C did in the decoder."""
+        self._stop.set()
+        with self._lock:
+            if self._decoding and not self._interrupted and self._thread.ident is not None:
+                self._interrupted = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
+                                                           ctypes.py_object(KeyboardInterrupt))
 
     def _put(self, item) -> None:
         while True:
