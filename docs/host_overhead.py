@@ -37,7 +37,8 @@ def main() -> None:
     ec = _cache(cfg)
     ec.warm()
     opt, history = OptimisticPass(ec), RoutingHistory()
-    counts = _Router(cfg).counts(_Router(cfg).rows(cfg.block)).astype(np.int32)
+    router = _Router(cfg)
+    counts = router.counts(router.rows(cfg.block)).astype(np.int32)
     ec.begin_pass(False)  # the block's first pass loads its set
     ec.repair(counts, False)
     ec.commit_uses(counts)

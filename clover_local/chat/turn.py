@@ -55,11 +55,6 @@ def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callabl
         gen.close()
 
 
-class _Failed:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
 _DONE = object()
 
 
@@ -100,7 +95,7 @@ class DecodeThread:
                             self._decoding = False
                     self._put(event)
             except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which raises it
-                self._put(_Failed(exc))
+                self._put(exc)
             finally:
                 self._put(_DONE)
         except KeyboardInterrupt:  # an interrupt that landed just after the decoder returned: nothing to stop
@@ -110,7 +105,7 @@ class DecodeThread:
         """Stop now: KeyboardInterrupt raised in the decoder's thread (once), as Ctrl-C did in the decoder."""
         self._stop.set()
         with self._lock:
-            if self._decoding and not self._interrupted and self._thread.ident is not None:
+            if self._decoding and not self._interrupted:
                 self._interrupted = True
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
                                                            ctypes.py_object(KeyboardInterrupt))
@@ -132,9 +127,8 @@ class DecodeThread:
                 continue
             if item is _DONE:
                 return
-            if isinstance(item, _Failed):
-                exc, item.exc = item.exc, None
-                raise exc
+            if isinstance(item, BaseException):  # the decoder's failure (an event is never one)
+                raise item
             yield item
 
     def close(self) -> None:
