@@ -72,7 +72,8 @@ def bench_lines(b: dict) -> list[str]:
     each = b.get("ms_per_pass_each") or []
     steady = statistics.median(each[2:]) if len(each) > 2 else None
     out = [f"  routing {b.get('routing')}, steady pass {_fmt(round(steady, 3)) if steady else '?'} ms "
-           f"(passes {', '.join(_fmt(round(x, 2)) for x in each)}), first {_fmt(b.get('ms_per_pass_first'))} ms, "
+           f"(passes {', '.join(_fmt(round(x, 2)) for x in each)}; with LM head {_fmt(b.get('ms_per_call'))} mean), "
+           f"first {_fmt(b.get('ms_per_pass_first'))} ms, "
            f"{_fmt(b.get('tokens_per_s'))} tok/s at {_fmt(b.get('tokens_per_pass'))} tokens/pass, misses/repairs "
            f"per steady pass {_fmt(b.get('misses_per_steady_pass'))}/{_fmt(b.get('repairs_per_steady_pass'))}"]
     hr = b.get("host_reads")

@@ -148,3 +148,97 @@ def test_a_host_reading_layer_call_never_syncs(pack, ref, monkeypatch):
     _close(got, block_passes(runtime(pack, slots=12, prefetch=False, optimistic=False)))
     assert guarded == rt.model.runtime.layers * 4  # four previews (a commit syncs where there are no graphs)
     assert sum(x.host_reads for x in previews(rt)) > 0
+
+
+# ------------------------------------------------------------------ booking a pass after the LM head is queued
+# A pass that stands whatever it used (host reads on, or every expert resident) is booked by
+# `Runtime.finish_pass`, which the model calls once its LM head is queued: on a GPU the host's bookkeeping then
+# overlaps the LM head instead of leaving the device idle between the pass and it.
+
+
+def _fields(recs) -> list[tuple]:
+    return [tuple(v for k, v in vars(r).items() if k != "ms") for r in recs]
+
+
+@pytest.mark.parametrize("slots", [TOTAL, 12])
+def test_a_booking_put_off_changes_nothing_it_books(pack, ref, slots, monkeypatch):
+    """The same decode booked at once (the runtime told no pass stands unseen) and put off: the same tokens, pass
+    records (all but the times), counters and cache state."""
+    from clover_local.runtime.offload import Runtime
+
+    ids = prompt(ref, 13, seed=3)
+    late = runtime(pack, slots=slots, host_reads=slots < TOTAL)
+    seen = []
+    real_finish = Runtime.finish_pass
+    monkeypatch.setattr(Runtime, "finish_pass",
+                        lambda self: (seen.append(self._deferred is not None), real_finish(self))[1])
+    tokens_late = decode(late, ids)
+    monkeypatch.undo()
+    assert sum(seen) > 10  # the decode's previews and merged passes were put off and booked
+    monkeypatch.setattr(Runtime, "_stands_whatever_it_used", lambda self: False)
+    now = runtime(pack, slots=slots, host_reads=slots < TOTAL)
+    assert decode(now, ids) == tokens_late
+    a, b = late.model.runtime, now.model.runtime
+    assert _fields(a.records) == _fields(b.records)
+    sa, sb = a.stats(), b.stats()
+    for s in (sa, sb):
+        s.pop("last_pass"), s.pop("passes")
+        for row in s["layers"]:
+            row.pop("ms")
+    assert sa == sb
+    for name in ("slot_of", "last_use", "pin_gen", "prefetched"):
+        assert np.array_equal(getattr(a.cache, name), getattr(b.cache, name)), name
+
+
+def test_a_pass_put_off_is_booked_before_anything_reads_the_runtime(pack, ref):
+    """`hidden` alone (no LM head after it) leaves the pass unbooked: counters unchanged; the next way into the
+    runtime (records, stats on the decoding thread, the next pass) books it; stats from another thread (chat's
+    status line) do not, and see the counters as of the last booked pass."""
+    import threading
+
+    loaded = runtime(pack, host_reads=False)  # every expert resident: every optimistic pass stands unseen
+    rt, model = loaded.model.runtime, loaded.model
+    cache = model.new_cache()
+    with torch.inference_mode():
+        model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)
+        uses, n = rt.cache.totals().uses, len(rt.records)
+        model.hidden(torch.tensor([[5] * 8]), cache, preview=True)
+        assert rt._deferred is not None and rt.cache.totals().uses == uses
+        other: list = []
+        t = threading.Thread(target=lambda: other.append(rt.stats()["expert_uses"]))
+        t.start()
+        t.join()
+        assert other == [uses] and rt._deferred is not None  # another thread: a pass behind, nothing booked
+        assert rt.stats()["expert_uses"] > uses and rt._deferred is None  # this thread: booked
+        assert len(rt.records) == n + 1 and rt.records[-1].kind == "preview" and rt.records[-1].optimistic
+        model.hidden(torch.tensor([[5] * 8]), cache, preview=True)
+        assert rt._deferred is not None
+        model.hidden(torch.tensor([[6] * 8]), cache, preview=True)  # the next pass books the one before first
+        assert [r.pass_in_block for r in list(rt._records)[-2:]] == [0, 1] and rt._deferred is not None
+
+
+def test_a_booking_that_fails_is_one_line_and_the_runtime_goes_on(pack, ref, monkeypatch):
+    """Out of device memory while booking a pass (its installs): one clear line, the runtime's pass state
+    forgotten as for a failed pass, and the next pass runs."""
+    from clover_local.errors import CloverError
+    from clover_local.runtime.expert_cache import ExpertCache
+
+    loaded = runtime(pack, slots=12, prefetch=False, host_reads=True)
+    rt, model = loaded.model.runtime, loaded.model
+    cache = model.new_cache()
+    with torch.inference_mode():
+        model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)
+        model.hidden(torch.tensor([[5] * 8]), cache, preview=True)
+    real = ExpertCache.commit_uses
+
+    def oom(self, counts, host_reads=False):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+
+    monkeypatch.setattr(ExpertCache, "commit_uses", oom)
+    with pytest.raises(CloverError, match=r"^the GPU ran out of memory after a pass \(budget .*lower --vram-budget"):
+        rt.finish_pass()
+    assert rt._deferred is None and rt.block_key is None and not rt.cache.locked.any()
+    monkeypatch.setattr(ExpertCache, "commit_uses", real)
+    with torch.inference_mode():
+        logits = model(torch.tensor([[5] * 8]), cache, preview=True)
+    assert torch.isfinite(logits).all() and rt.records[-1].kind == "preview"

@@ -101,7 +101,8 @@ def _print(r: dict) -> None:
                                              f"; a {pf['warmup_tokens']}-token warm-up first: {pf['warmup_ms']:.0f} ms")
                 + f"); experts copied {pf['cache']['copied']} waited for, {pf['cache']['prefetched']} prefetched "
                 f"({fmt_bytes(pf['cache']['bytes_h2d'])}); largest parts (ms): {top}")
-    c.print(f"ms per pass: {r['ms_per_pass']:.2f} steady, {r['ms_per_pass_first']:.2f} first; "
+    c.print(f"ms per pass: {r['ms_per_pass']:.2f} steady ({r['ms_per_call']:.2f} with its LM head), "
+            f"{r['ms_per_pass_first']:.2f} first; "
             f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass ({r['tokens_per_pass_source']})")
     c.print(f"hit rate {r['hit_rate']} (first pass {r['hit_rate_first_pass']}, {r['misses_first_pass']} misses); "
             f"PCIe {fmt_bytes(r['pcie_bytes'])} at {r['pcie_gbps']} GB/s")

@@ -171,6 +171,7 @@ class CloverModel(nn.Module):
             raise ValueError(f"a merged pass commits 1…{self.config.diffusion.block_size} rows to a cache")
         h = self.hidden(torch.cat([commit_ids, preview_ids], 1), cache, commit_rows=c)
         logits = self.lm_head(h[:, c - 1 :]).float()
+        self._finish_pass()
         return logits[:, 0], logits[:, 1:]
 
     def forward(
@@ -188,7 +189,15 @@ class CloverModel(nn.Module):
             h = self.hidden(ids, cache, preview)
         if rows is not None:
             h = h[:, rows]
-        return self.lm_head(h).float()
+        logits = self.lm_head(h).float()
+        self._finish_pass()
+        return logits
+
+    def _finish_pass(self) -> None:
+        """With the runtime: book the pass now that the LM head is queued after it, so the host's bookkeeping
+        overlaps the LM head on the device (`Runtime.finish_pass`)."""
+        if self.runtime is not None:
+            self.runtime.finish_pass()
 
     def forward_all_blocks(
         self, clean_ids: torch.Tensor, noisy_ids: torch.Tensor, blocks: torch.Tensor | None = None

@@ -19,11 +19,13 @@ optimistic pass reads what is not resident in place and always stands, so every 
 way once a graph exists. With resident routing (`route_limit`, an opt-in approximation) a block's later previews
 choose only among resident experts, so they cannot miss either; what they wanted is copied in behind the next
 pass. With every expert resident (no host slabs) nothing can miss, so every pass runs that way. Per-layer
-expert times (`time_layers`) are not taken in optimistic passes.
+expert times (`time_layers`) are not taken in optimistic passes. An optimistic pass that stands whatever it
+used (host reads, or every expert resident) is booked after the model has queued its LM head (`finish_pass`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections import deque
@@ -229,6 +231,7 @@ class PassState:
     repairs: int = 0
     synced: bool = False
     counts: np.ndarray | None = None  # the last optimistic attempt's use counts
+    deferred: bool = False  # it stands whatever it used: booked later (`Runtime.finish_pass`)
 
 
 class Runtime:
@@ -248,7 +251,9 @@ class Runtime:
         self.history = RoutingHistory()
         self.block_key: tuple | None = None
         self.pass_in_block = 0
-        self.records: deque[PassRecord] = deque(maxlen=4096)
+        self._records: deque[PassRecord] = deque(maxlen=4096)
+        self._deferred: Callable[[], None] | None = None  # the last pass's booking, when it was put off
+        self._deferred_thread = 0  # ... by this thread
         self._layer_events: list = []
         self._opt = OptimisticPass(cache)
         self.host_reads_error: str | None = None  # why optimistic passes do not read from the host (set_host_reads)
@@ -294,6 +299,7 @@ class Runtime:
     # ------------------------------------------------------------------ model hooks
     def new_cache(self) -> PrefixCache:
         """A prefix cache over the preallocated KV arena (one live sequence at a time: batch 1)."""
+        self.finish_pass()
         cfg = self.config
         layers: list = []
         for i, kind in enumerate(cfg.layer_types):
@@ -312,6 +318,7 @@ class Runtime:
         """Ready an earlier cache of ours for more passes (a reused prompt prefix). False when a newer cache has
         been handed the arena since, overwriting its keys/values. Ends the runtime's notion of the current block,
         so the first pass on the reclaimed cache is not taken for a continuation of its last (uncommitted) one."""
+        self.finish_pass()
         if self._arena_user is None or self._arena_user() is not cache:
             return False
         self._end_block()
@@ -360,6 +367,11 @@ class Runtime:
                     state.graphed, state.captured = state.graphed or graphed, state.captured or captured
                 else:
                     out = fn(x)
+                if self._stands_whatever_it_used():  # its counts are read and booked later (`finish_pass`)
+                    self._optimistic_now = False
+                    self._opt.finish_async()
+                    state.deferred = True
+                    return out
                 if self._settle_optimistic(state):
                     return out
                 del out
@@ -379,6 +391,7 @@ class Runtime:
         """Switch host reads (`OptimisticPass.host_reads`) on or off, e.g. after the load-time check
         (`runtime/host_reads.py`); `error` says why they are off. Drops the captured graphs: their MoE launches
         were captured with or without the host stacks."""
+        self.finish_pass()
         self._opt.host_reads = on and self.cache.host is not None
         self.host_reads_error = error
         self._drop_graphs()
@@ -386,6 +399,7 @@ class Runtime:
     def set_resident_routing(self, on: bool) -> None:
         """Switch resident routing (`route_limit`) on or off; moot with every expert resident. Drops the captured
         graphs: their routers were captured with or without the restriction."""
+        self.finish_pass()
         self.resident_routing = on and self.cache.host is not None
         if self.resident_routing and self._route_table is None:
             n = len(self._opt.row_of) * self.cache.n_experts
@@ -466,10 +480,17 @@ class Runtime:
         # host reads: an attempt always stands; resident routing: it chooses nothing that is not resident
         return self._block_clean or self.host_reads or self.resident_routing
 
+    def _stands_whatever_it_used(self) -> bool:
+        """An optimistic attempt stands before its counts are read: what was not resident was read from the host,
+        or nothing is off the device."""
+        return self._opt.host_reads or self.cache.host is None
+
     def _settle_optimistic(self, state: PassState) -> bool:
         """The optimistic pass's one host sync: book it (True), or flag it for a rerun (False)."""
         self._optimistic_now = False
-        counts = self._opt.finish()
+        return self._book(state, self._opt.finish())
+
+    def _book(self, state: PassState, counts: np.ndarray) -> bool:
         if not state.retried:
             self.optimistic_passes += 1
         if not self._opt.host_reads and self.cache.missing(counts):
@@ -500,7 +521,9 @@ class Runtime:
         """Bracket one pass: block bookkeeping, timing, the pass record. `allow_optimistic`: the caller can rerun
         the body (`run_pass`), so the pass may start optimistically (`PassState.optimistic`). `next_block`: a
         merged pass, committing the current block and the first pass of the one starting there (the current
-        block's experts are unpinned before it, what it uses is pinned to the next)."""
+        block's experts are unpinned before it, what it uses is pinned to the next). A pass that stands whatever
+        it used (`PassState.deferred`) is booked later, by `finish_pass`."""
+        self.finish_pass()
         key = (id(cache), start) if cache is not None else None
         if next_block is not None:
             self._end_block((id(cache), next_block))
@@ -524,27 +547,59 @@ class Runtime:
         if state.optimistic:
             self._opt.begin(keep=landing)
             self._optimistic_now = True
-        try:
+        with self._failures(f"during a {rows}-row {kind} pass"):
             yield state
+        if state.deferred:
+            self._deferred = lambda: self._close_pass(state, rows, preview, before, t0)
+            self._deferred_thread = threading.get_ident()
+        else:
+            self._close_pass(state, rows, preview, before, t0)
+
+    def finish_pass(self) -> None:
+        """Book the last pass if its booking was put off (`PassState.deferred`): wait for its use counts (not for
+        what was queued after it) and do the host's bookkeeping — counters, LRU ticks, pins, installs of what it
+        read from the host, its record. The model calls this once its LM head is queued behind the pass
+        (`CloverModel._finish_pass`), so the ≈ 0.5 ms of bookkeeping at 35B (`docs/host_overhead.py`) runs while
+        the device computes the LM head (≈ 0.36 ms at 32 rows on an H200), not between the pass and the LM head
+        with the device idle. Every other way into the runtime calls it first, so nothing sees a pass half booked
+        (but `stats` from another thread, which sees the counters as of the pass before)."""
+        close, self._deferred = self._deferred, None
+        if close is not None:
+            with self._failures("after a pass"):  # e.g. the installs of what it read from the host
+                close()
+
+    @contextmanager
+    def _failures(self, when: str):
+        """A failed pass: the runtime forgets its pass state (`_abandon`); out of device memory → one line."""
+        try:
+            yield
         except _OOM:
             self._abandon()
             if self.cuda:
                 torch.cuda.empty_cache()
             raise CloverError(
-                f"the GPU ran out of memory during a {rows}-row {kind} pass (budget "
+                f"the GPU ran out of memory {when} (budget "
                 f"{fmt_bytes(self.plan.vram_budget)}): other programs may be using the card; lower --vram-budget "
                 "or --context and retry") from None
         except BaseException:
             self._abandon()
             raise
-        if self.cuda:
+
+    def _close_pass(self, state: PassState, rows: int, preview: bool, before: LayerCounters, t0: float) -> None:
+        """The pass is over: its record, and what the next pass of the block may assume."""
+        kind = state.kind
+        if state.deferred:
+            counts = self._opt.collect()  # the pass is over on the device: its time ends here
+        elif self.cuda:
             torch.cuda.synchronize(self.device)
         ms = 1e3 * (time.perf_counter() - t0)
+        if state.deferred:
+            self._book(state, counts)  # it stands: booked as hits and host reads
         self.cache.end_pass()
         self._resolve_layer_events()
         substituted = self._install_wanted() if self._restricted else 0
         after = self.cache.totals()
-        self.records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
+        self._records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                        after.hits - before.hits, after.misses - before.misses,
                                        after.bytes - before.bytes, state.optimistic, state.retried,
                                        state.graphed, state.captured, state.repairs, state.synced,
@@ -657,10 +712,17 @@ class Runtime:
         self._layer_events = []
 
     # ------------------------------------------------------------------ numbers
+    @property
+    def records(self) -> deque[PassRecord]:
+        """The last 4,096 passes, each booked (`finish_pass`)."""
+        self.finish_pass()
+        return self._records
+
     def reset_stats(self) -> None:
+        self.finish_pass()
         for i in self.cache.counters:
             self.cache.counters[i] = LayerCounters()
-        self.records.clear()
+        self._records.clear()
         self.optimistic_passes = self.retried_passes = self.repair_replays = 0
         self.restricted_passes = self.substituted = self.background_installs = 0
 
@@ -680,9 +742,13 @@ class Runtime:
                 "expert_slots": self.cache.nbytes, "total": weights + kv + gdn + snapshot + self.cache.nbytes}
 
     def stats(self) -> dict:
-        """Counters for front ends and `bench`: hit rate, misses, PCIe bytes, pass times, per layer."""
+        """Counters for front ends and `bench`: hit rate, misses, PCIe bytes, pass times, per layer. From another
+        thread than the one decoding (chat's status line) they may be a pass behind: only the decoding thread
+        books a pass (`finish_pass`)."""
+        if self._deferred is not None and self._deferred_thread == threading.get_ident():
+            self.finish_pass()
         tot = self.cache.totals()
-        recs = list(self.records)
+        recs = list(self._records)
 
         def rate(h: int, u: int) -> float | None:
             return round(h / u, 4) if u else None

@@ -48,6 +48,8 @@ class OptimisticPass:
         self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
         self.counts = torch.zeros(len(self.row_of) * cache.n_experts, dtype=torch.int32, device=cache.device)
         self.table: Tensor | None = None
+        self._host: Tensor | None = None  # where the counts are read to (`finish_async`)
+        self._done = None  # ... and the CUDA event after that read
         self._ops = fused_layer_ops(cache.device)  # the mapping below in one launch (CUDA; tests: interpreted)
 
     def begin(self, keep=None) -> None:
@@ -80,8 +82,27 @@ class OptimisticPass:
 
     def finish(self) -> np.ndarray:
         """The pass's one device→host read: counts [layers, E] (routed rows per expert)."""
-        host = self.counts.view(len(self.row_of), self.n_experts).cpu()
-        return host.numpy().copy()  # on CPU `.cpu()` is the counts tensor itself, zeroed by the next pass
+        self.finish_async()
+        return self.collect()
+
+    def finish_async(self) -> None:
+        """Queue the read of the counts behind the pass (into pinned host memory, with an event on CUDA) without
+        waiting for it: what comes after the pass on the stream (the LM head, the decoder's draw) can be queued
+        before the host waits (`collect`). Queued before the next pass's `begin` zeroes them, so it reads these."""
+        if self._host is None:
+            cuda = self.counts.device.type == "cuda"
+            self._host = torch.empty(self.counts.shape, dtype=self.counts.dtype, pin_memory=cuda)
+            self._done = torch.cuda.Event() if cuda else None
+        self._host.copy_(self.counts, non_blocking=True)
+        if self._done is not None:
+            self._done.record()
+
+    def collect(self) -> np.ndarray:
+        """The counts `finish_async` queued, once they have landed (waits for the pass, not for what followed)."""
+        if self._done is not None:
+            self._done.synchronize()
+        # a copy: the routing history keeps it, and the next pass's read lands in the same buffer
+        return self._host.numpy().reshape(len(self.row_of), self.n_experts).copy()
 
 
 class RoutingHistory:
