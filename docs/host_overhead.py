@@ -4,7 +4,9 @@
 
 Why: a graph replay runs no Python, but around it the runtime books the pass on the host (`Runtime.pass_scope`,
 `_settle_optimistic`): counters, the expert cache's LRU ticks and pins, the next pass's slot table, the routing
-history. The GPU waits for that (the next replay starts after it), so at a 12 ms pass every 0.1 ms of it is ~1 %.
+history. The GPU waits for what comes before the replay, so at a 12 ms pass every 0.1 ms of it is ~1 %; the booking
+after the pass waits too, except where the pass stands whatever it used (host reads, or every expert resident):
+there it runs while the device computes the LM head (`Runtime.finish_pass`).
 This drives the real `ExpertCache` (40 layers × 256 experts, 8,860 slots, tiny slabs as `cache_sim` does),
 `OptimisticPass` and `RoutingHistory` with one block's uniform routing (≈ 6,500 experts used a pass, all resident
 after its first pass), making the host calls of a steady pass in the runtime's order, and times each. The
@@ -46,19 +48,23 @@ def main() -> None:
     assert ec.missing(counts) == 0
     opt.counts.copy_(torch.from_numpy(counts.reshape(-1)))
 
-    steps = {
+    steps = {  # before the replay is launched: the device waits for these
         "totals (before)": ec.totals,
         "begin_pass": lambda: ec.begin_pass(False),
         "route table (resident routing)": (lambda: ec.restricted_choice(cfg.top_k)) if args.resident_routing
         else None,
         "slot table, settle copies, zero counts": opt.begin,
+    }
+    after_pass = {  # the booking: after the pass, while the LM head runs where the pass stands unseen
         "read counts": opt.finish,
-        "missing": lambda: ec.missing(counts),
+        "missing (only where a pass can be rerun)": lambda: ec.missing(counts),
         "commit_uses": lambda: ec.commit_uses(counts),
         "history": lambda: history.record(counts, opt.row_of),
         "end_pass": ec.end_pass,
         "totals (after)": ec.totals,
     }
+    first_after = next(iter(after_pass))
+    steps.update(after_pass)
     spent = {name: 0.0 for name, fn in steps.items() if fn is not None}
     for i in range(args.passes + 20):  # the first 20 warm up
         for name in spent:
@@ -67,11 +73,15 @@ def main() -> None:
             if i >= 20:
                 spent[name] += time.perf_counter() - t0
         opt.counts.copy_(torch.from_numpy(counts.reshape(-1)))  # begin zeroed them
-    total = 0.0
+    total = before = 0.0
     for name, s in spent.items():
+        if name == first_after:
+            before = total
+            print(f"{'  before the replay':40s} {before:8.1f} µs")
         us = 1e6 * s / args.passes
         total += us
         print(f"{name:40s} {us:8.1f} µs")
+    print(f"{'  after the pass (the booking)':40s} {total - before:8.1f} µs")
     print(f"{'host time per steady pass':40s} {total:8.1f} µs  ({len(np.flatnonzero(counts))} experts used)")
     if args.draw:
         draw()

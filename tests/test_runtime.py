@@ -69,6 +69,21 @@ def test_modules_are_packed_and_embeddings_on_host(pack):
     assert not any(t.is_meta for t in list(m.parameters()) + list(m.buffers()))
 
 
+def test_the_decoder_makes_token_ids_where_the_embedding_table_is(pack):
+    """With the table on the host the decoder's ids are made there, whatever device the activations use (on a
+    GPU that spares each pass a copy of its ids to the card and a synchronising copy back)."""
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder
+    from clover_local.runtime.packed_linear import HostEmbedding
+
+    loaded = runtime(pack, slots=4)
+    m = loaded.model
+    table = m.embed_tokens.table
+    m.embed_tokens = HostEmbedding(table, torch.device("meta"))  # activations "elsewhere"
+    assert BlockDiffusionDecoder(m, loaded.mask_token_id).device == torch.device("cpu")
+    m.embed_tokens = torch.nn.Embedding(4, 2, device="meta")
+    assert BlockDiffusionDecoder(m, loaded.mask_token_id).device == torch.device("meta")  # a plain table
+
+
 # ------------------------------------------------------------------------------------------ correctness
 
 

@@ -69,7 +69,10 @@ class BlockDiffusionDecoder:
 
     @property
     def device(self) -> torch.device:
-        return self.model.embed_tokens.weight.device
+        """Where token ids are made: the embedding table's device. The runtime keeps that table on the host
+        (`HostEmbedding.table`), so ids made there skip a copy to the GPU and a synchronising copy back."""
+        emb = self.model.embed_tokens
+        return getattr(emb, "table", emb.weight).device
 
     def _ids(self, tokens: list[int]) -> torch.Tensor:
         return torch.tensor([tokens], dtype=torch.long, device=self.device)
