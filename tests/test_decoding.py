@@ -368,8 +368,42 @@ def test_merged_commits_decode_the_same_tokens_in_fewer_passes(loaded, monkeypat
             assert [r.confidence for r in m.revealed] == pytest.approx([r.confidence for r in p.revealed], rel=1e-4)
         else:
             assert m == p
-    n_commits = fin.stats.commits
-    assert n_commits == plain[-1].stats.commits == fin.stats.merged_commits >= 2
-    assert plain[-1].stats.merged_commits == 0
-    assert merged_calls.count("merged") == n_commits
-    assert len(merged_calls) == len(plain_calls) - n_commits  # prefill + previews + commits, one fewer per commit
+    n_commits, n_merged = fin.stats.commits, fin.stats.merged_commits
+    assert n_commits == plain[-1].stats.commits >= 3
+    # shifted, the last block needs one token, which the commit's last row predicts: no preview to merge with
+    assert n_merged == n_commits - shifted and plain[-1].stats.merged_commits == 0
+    assert merged_calls.count("merged") == n_merged
+    assert len(merged_calls) == len(plain_calls) - n_merged  # prefill + previews + commits, one fewer per merge
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_the_lm_head_sees_only_the_rows_that_predict_masked_positions(loaded, monkeypatch, shifted):
+    """Each preview's LM head runs over the rows whose logits predict a masked position (shifted: the row before
+    each, and none for position 0, which the last committed row predicts), not the whole block; the tokens are
+    those of a decoder that takes every row's logits and picks the masked ones."""
+    monkeypatch.setattr(loaded.model.config.diffusion, "logits_shifted", shifted)
+    bs = loaded.model.config.diffusion.block_size
+    prompt = prompt_ids(loaded, 2 * bs, 5)  # block-aligned: position 0 of each block starts masked
+    model, real_forward = loaded.model, loaded.model.forward
+    calls: list[tuple[list[int], list[int]]] = []  # per preview: (masked positions, LM head rows)
+
+    def forward(ids, cache=None, preview=False, rows=None):
+        if preview:
+            masked = (ids[0] == loaded.mask_token_id).nonzero().flatten().tolist()
+            calls.append((masked, list(range(bs))[rows] if isinstance(rows, slice) else list(rows)))
+        return real_forward(ids, cache, preview, rows)
+
+    monkeypatch.setattr(model, "forward", forward)
+    _, fin = run(loaded, prompt, max_new_tokens=2 * bs, threshold=0.5)
+    assert len(calls) >= 3
+    for masked, rows in calls:
+        assert rows == ([p - 1 for p in masked if p > 0] if shifted else masked)
+    assert any(len(rows) < bs - 1 for _, rows in calls)  # rows were left out
+
+    def every_row(ids, cache=None, preview=False, rows=None):  # the whole block through the LM head, then pick
+        out = real_forward(ids, cache, preview)
+        return out[:, rows] if rows is not None else out
+
+    monkeypatch.setattr(model, "forward", every_row)
+    _, ref_fin = run(loaded, prompt, max_new_tokens=2 * bs, threshold=0.5)
+    assert ref_fin.token_ids == fin.token_ids

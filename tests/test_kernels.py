@@ -991,20 +991,23 @@ def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, 
     """The whole runtime on a packed model (synthetic small pack: GDN and attention layers, offloading machinery,
     fp32) with every fused kernel installed — norms with and without the residual, RoPE, router, shared-expert
     path, combine, GDN preview with its merged input projection, preview attention with its output gate — against
-    the same runtime with CLOVER_DISABLE_FUSED=1 (the model's PyTorch path, W4A16 kernels kept): the logits of a
-    prefill, two previews, the block's commit, the next block's preview, a merged commit + first preview and a
-    preview after it agree. Pins the pieces' interplay (the hooks' contracts, views, residuals) that the per-op
-    tests do not."""
+    the same runtime with CLOVER_DISABLE_TRITON=1 (the model's PyTorch path and the reference W4A16 matmuls in the
+    GPTQ row order: no Triton at all; it kept the W4A16 kernels until 2026-12-03, which under the interpreter made
+    the test take 458 s instead of 259 s on a busy 2-core machine):
+    the logits of a prefill, two previews, the block's commit, the next block's preview, a merged commit + first
+    preview and a preview after it agree. Pins the pieces' interplay (the hooks' contracts, views, residuals,
+    repacked rows) that the per-op tests do not."""
     from clover_local.runtime.load import RuntimeOptions, load_packed_model
     from clover_local.runtime.synthetic_pack import ensure_synthetic
 
     folder = ensure_synthetic("small")
 
     def passes(fused: bool) -> list[torch.Tensor]:
+        monkeypatch.delenv("CLOVER_DISABLE_FUSED", raising=False)
         if fused:
-            monkeypatch.delenv("CLOVER_DISABLE_FUSED", raising=False)
+            monkeypatch.delenv("CLOVER_DISABLE_TRITON", raising=False)
         else:
-            monkeypatch.setenv("CLOVER_DISABLE_FUSED", "1")
+            monkeypatch.setenv("CLOVER_DISABLE_TRITON", "1")
         model = load_packed_model(folder, torch.device(DEVICE), torch.float32, RuntimeOptions(context=256))
         cfg = model.config
         assert (model.layers[0].linear_attn.in_proj_qkvz is not None) and (

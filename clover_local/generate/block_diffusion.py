@@ -41,6 +41,15 @@ class DecodeSettings:
     stop_token_ids: list[int] = field(default_factory=list)
 
 
+def _index(rows: list[int]) -> slice | list[int]:
+    """Ascending row numbers as an index: a slice when they are consecutive (a view, no copy), else the list."""
+    if not rows:
+        return slice(0, 0)
+    if rows[-1] - rows[0] == len(rows) - 1:
+        return slice(rows[0], rows[-1] + 1)
+    return rows
+
+
 def check_context(prompt_len: int, max_new_tokens: int, limit: int) -> None:
     if prompt_len + max_new_tokens > limit:
         raise CloverError(
@@ -121,19 +130,25 @@ class BlockDiffusionDecoder:
             passes = 0
             while (any(tokens[p] is None for p in targets)
                    and self._settled_stop(tokens, targets, stops) is None):
+                masked = [p for p in targets if tokens[p] is None]
+                # the rows whose logits predict the masked positions (shifted: a position's come from the row
+                # before it; position 0's from the last committed row): only they go through the LM head
+                src = [p - 1 for p in masked] if self.shifted else masked
+                rows = _index(src[1:] if src[0] < 0 else src)
                 if first_preview is not None:
-                    logits, first_preview = first_preview, None
+                    logits, first_preview = first_preview[rows], None
+                elif rows == slice(0, 0) and last_logits is not None:
+                    logits = None  # only position 0 is masked: its logits do not depend on the block, no pass
                 else:
                     block = [self.mask_id if t is None else t for t in tokens]
-                    logits = self.model(self._ids(block), cache, preview=True)[0]
-                if self.shifted:
+                    logits = self.model(self._ids(block), cache, preview=True, rows=rows)[0]
+                if src[0] < 0:
                     first = last_logits if last_logits is not None else torch.zeros_like(logits[0])
-                    logits = torch.cat([first[None], logits[:-1]], 0)
+                    logits = first[None] if logits is None else torch.cat([first[None], logits], 0)
                 logits[:, self.mask_id] = float("-inf")
-                masked = [p for p in targets if tokens[p] is None]
                 if gen is None and settings.temperature > 0:
                     gen = device_generator(settings.seed, logits.device)
-                ids, conf = choose(logits[masked], settings.temperature, settings.top_p, gen)
+                ids, conf = choose(logits, settings.temperature, settings.top_p, gen)
                 ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
                 reveals = []
                 for j in pick_reveals(conf_h, settings.threshold):
@@ -153,7 +168,10 @@ class BlockDiffusionDecoder:
             done = finished or len(out) >= settings.max_new_tokens
             if not done:  # commit the finished block: the next one previews against it
                 finished_block = [int(t) for t in tokens]  # type: ignore[arg-type]
-                if self.merge_commits:  # ... in the same pass as the next one's first preview (all masks)
+                # ... in the same pass as the next one's first preview (all masks), unless the next block needs
+                # no pass: one token, whose (shifted) logits are the commit's last row's
+                needs_pass = not (self.shifted and settings.max_new_tokens - len(out) == 1)
+                if self.merge_commits and needs_pass:
                     last, first = self.model.commit_and_preview(self._ids(finished_block),
                                                                 self._ids([self.mask_id] * bs), cache)
                     last_logits, first_preview = last[0], first[0]

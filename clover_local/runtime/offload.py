@@ -493,7 +493,7 @@ class Runtime:
     def _book(self, state: PassState, counts: np.ndarray) -> bool:
         if not state.retried:
             self.optimistic_passes += 1
-        if not self._stands_whatever_it_used() and self.cache.missing(counts):
+        if not self._opt.host_reads and self.cache.host is not None and self.cache.missing(counts):
             if state.kind == "prefill":  # a prefill is optimistic only with every expert resident
                 raise RuntimeError("an optimistic prefill pass used a non-resident expert")
             if not state.retried:
