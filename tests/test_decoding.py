@@ -258,6 +258,16 @@ def test_top_p_from_the_most_likely_tokens_draws_what_a_full_sort_draws(scale, m
         assert torch.equal(cut[0], full[0]) and torch.allclose(cut[1], full[1])
 
 
+def test_greedy_confidence_is_the_argmax_softmax_probability():
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(16, 3000, generator=g) * torch.tensor([0.1, 1.0, 8.0, 30.0]).repeat(4)[:, None]
+    logits[:, 7] = float("-inf")  # the mask token's column, as the decoder sets it
+    ids, conf = choose(logits, 0.0, 1.0, None)
+    want_conf, want_ids = torch.softmax(logits, -1).max(-1)
+    assert torch.equal(ids, want_ids)
+    torch.testing.assert_close(conf, want_conf, rtol=1e-5, atol=1e-7)
+
+
 def test_tiny_top_p_is_greedy_on_tokens(loaded):
     g = torch.Generator().manual_seed(9)
     logits = torch.randn(50, 40, generator=g) * 3
