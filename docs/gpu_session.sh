@@ -5,6 +5,8 @@
 #   kernels/gpu_check.json       W4A16/W8A16 kernels at real shapes through the cache's own slabs
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   model/gpu_check.json         offloaded vs all-resident logits, counters, peak memory, optimistic vs syncing
+#   decode/gpu_check.json        a real decode loop as chat runs it (worker thread, graphs, merged commits, host
+#                                reads, sampling): graphed vs eager tokens, the loop's ms per pass vs the records'
 #   bench_uniform.json           the same with `--routing uniform` (a real block's expert load)
 #   bench_uniform_reveal.json    ... with `--routing uniform-reveal` (revealed rows rerouted: later passes miss;
 #                                their misses read in place from host memory where the load-time check passes)
@@ -27,8 +29,8 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model bench uniform reveal repair resident unfused unpacked unfolded eager sweep moesweep
-# tune tuned,
+# (STAGES from: kernels model decode bench uniform reveal repair resident unfused unpacked unfolded eager sweep
+# moesweep tune tuned,
 # in the order given;
 # default kernels,bench,model,sweep)
 set -u
@@ -67,6 +69,8 @@ for s in ${STAGES//,/ }; do
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
     model) stage model 180 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1" ;;
+    decode) stage decode 150 bash -c \
+      "python3 -m clover_local.runtime.gpu_check --out '$OUT/decode' --stages decode >>'$log' 2>&1" ;;
     bench) stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'" ;;
     uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
     reveal) stage reveal 150 bash -c "$B --routing uniform-reveal >'$OUT/bench_uniform_reveal.json' 2>>'$log'" ;;
@@ -91,7 +95,7 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model bench uniform reveal repair resident unfused unpacked unfolded \
+    *) echo "== unknown stage $s (known: kernels model decode bench uniform reveal repair resident unfused unpacked unfolded \
 eager sweep moesweep tune tuned)" | tee -a "$log" ;;
   esac
 done

@@ -133,6 +133,26 @@ def tune_lines(t: dict) -> list[str]:
     return out
 
 
+def decode_lines(d: dict) -> list[str]:
+    """gpu_check's decode stage: its checks, and per decode the loop's ms per steady pass beside the records'."""
+    if "error" in d:
+        return [f"  FAILED: {d['error'][-600:]}"]
+    out = [f"  ok {d.get('ok')}; checks {d.get('checks')}; host reads {d.get('host_reads')}; peak "
+           f"{_fmt(d.get('peak_allocated'))} of {_fmt(d.get('budget'))} B; load {_fmt(d.get('load_s'))} s"]
+    for name in ("first_greedy", "greedy", "sampled", "eager"):
+        r = d.get(name)
+        if isinstance(r, dict):
+            out.append(f"  {name}: loop {_fmt(r.get('loop_ms_median'))} ms vs record {_fmt(r.get('record_ms_median'))}"
+                       f" ms per steady pass ({_fmt(r.get('steady_passes'))}), {_fmt(r.get('passes'))} passes in "
+                       f"{_fmt(r.get('seconds'))} s (prefill {_fmt(r.get('prefill_s'))} s)")
+    g = d.get("graphs")
+    if isinstance(g, dict):
+        out.append("  graphs " + ", ".join(f"{k}: {v.get('captures')} captures, {v.get('replays')} replays"
+                                            + (f", error {v['error']}" if v.get("error") else "")
+                                            for k, v in g.items() if isinstance(v, dict)))
+    return out
+
+
 def summary(folder: Path) -> str:
     lines: list[str] = []
     for path in sorted(folder.rglob("*.json")):
@@ -148,6 +168,8 @@ def summary(folder: Path) -> str:
             lines += [f"{rel} (kernels, {data.get('device')})", *kernels_lines(data["kernels"])]
         elif "model" in data and isinstance(data["model"], dict):
             lines += [f"{rel} (model, {data.get('device')})", *model_lines(data["model"])]
+        elif "decode" in data and isinstance(data["decode"], dict):
+            lines += [f"{rel} (decode, {data.get('device')})", *decode_lines(data["decode"])]
         elif "saved_us_per_pass" in data and isinstance(data.get("calls"), list):
             lines += [f"{rel} (tune, {data.get('device')}, {data.get('date')})", *tune_lines(data)]
         elif "ms_per_pass_each" in data:

@@ -425,3 +425,29 @@ def test_graphed_restricted_passes_count_their_substitutions_once(pack, ref, sta
     assert [(r.graphed, r.captured) for r in later] == [(True, True), (True, False)]
     assert all(r.substituted > 0 for r in later)
     assert _counted(got) == _counted(want)
+
+
+def test_gpu_check_decode_stage_runs_on_the_stand_in(stand_in, monkeypatch, tmp_path):
+    """gpu_check's decode stage (a real decode loop on chat's worker thread) on the synthetic small pack, its
+    graphs stood in: greedy tokens with graphs equal the eager ones, a seeded sampled decode repeats, the loop's
+    steady passes are timed beside the runtime's records."""
+    from clover_local.runtime import gpu_check
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    real_init = graphs.PassGraphs.__init__
+
+    def enabled(self, device, enabled=True):  # on a CPU the runtime never turns them on by itself
+        real_init(self, device, enabled)
+        self.enabled = enabled
+
+    monkeypatch.setattr(graphs.PassGraphs, "__init__", enabled)
+    r = gpu_check.stage_decode(torch.device("cpu"), kind="small", prompt_len=40, new_tokens=40)
+    assert r["ok"], r
+    assert r["checks"]["graphed_equals_eager"] and r["checks"]["sampled_repeats"]
+    g = r["graphs"]
+    assert g["graphs"]["replays"] > 0 and g["merged_graphs"]["replays"] > 0 and g["graphs"]["error"] is None
+    # (counted after the two greedy decodes; the sampled ones replay too)
+    assert stand_in.replays > g["graphs"]["replays"] + g["merged_graphs"]["replays"] + g["commit_graphs"]["replays"]
+    for d in (r["greedy"], r["eager"], r["sampled"]):
+        assert d["steady_passes"] > 0 and d["loop_ms_median"] > 0 and d["record_ms_median"] > 0

@@ -13,7 +13,8 @@
    then, on the offloaded one, the same block's preview passes through the syncing path, optimistically
    (`runtime/optimistic.py`) and as CUDA graph replays (`runtime/graphs.py`): ms per pass of each, logits
    agree, and the eager optimistic layer calls run under `torch.cuda.set_sync_debug_mode("error")`;
-3. `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8` (its JSON is saved).
+3. `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8` (its JSON is saved);
+4. (`--stages decode`) a real decode loop on the synthetic full pack as chat runs it (`stage_decode`).
 Each stage prints one JSON line; everything lands in OUT/gpu_check.json. Exit code 1 if a check failed.
 """
 
@@ -708,6 +709,110 @@ def optimistic_vs_syncing(model, cache, block: torch.Tensor, passes: int = 6) ->
     return res
 
 
+def stage_decode(dev: torch.device, kind: str = "full", budget_gib: float = 16, prompt_len: int = 1040,
+                 new_tokens: int = 96) -> dict:
+    """A real decode loop on the synthetic pack, run as chat runs it: `BlockDiffusionDecoder` on chat's worker
+    thread (`chat.turn.DecodeThread`: the graph captures happen there), merged commits, host reads where the
+    load-time check passes, the booking behind the LM head, token ids made on the host, the LM head over the
+    masked rows. Checks: greedy tokens with CUDA graphs equal the eager runtime's; a seeded temperature-1 decode
+    repeats (the CUDA generator) and differs from greedy; every pass finite; peak memory within the budget.
+    Times: the loop's wall ms between two passes of a block (host work, LM head and draw included) beside the
+    runtime's own ms for the same passes. Random weights reveal about one token a pass, so tok/s here is the
+    pass rate, not a decoding speed."""
+    from clover_local.chat.turn import DecodeThread
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.events import Finished, PassDone
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.sizes import GIB
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    t0 = time.perf_counter()
+    folder = ensure_synthetic(kind, on_shard=lambda i, n: None)
+    out: dict = {"pack_ready_s": round(time.perf_counter() - t0, 1)}
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    t0 = time.perf_counter()
+    context = -(-(prompt_len + new_tokens + 64) // 1024) * 1024
+    model = load_packed_model(folder, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32,
+                              RuntimeOptions(vram_budget=int(budget_gib * GIB), context=context))
+    out["load_s"] = round(time.perf_counter() - t0, 1)
+    rt, cfg = model.runtime, model.config
+    mask = cfg.diffusion.mask_token_id
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, min(mask, cfg.vocab_size), (prompt_len,), generator=g).tolist()
+
+    def decode(settings: DecodeSettings) -> dict:
+        """One decode on a worker thread: tokens, and the loop's wall ms per steady pass vs the records'."""
+        dec = BlockDiffusionDecoder(model, mask)
+        stamps: list[tuple[float, PassDone]] = []
+        n0 = len(rt.records)
+
+        def events(stop):
+            for e in dec.generate(prompt, settings):
+                if isinstance(e, PassDone):
+                    stamps.append((time.perf_counter(), e))
+                yield e
+                if stop():
+                    return
+
+        t = time.perf_counter()
+        worker = DecodeThread(events)
+        try:
+            fin = [e for e in worker if isinstance(e, Finished)][-1]
+        finally:
+            worker.close()
+        wall = time.perf_counter() - t
+        loop = [b[0] - a[0] for a, b in zip(stamps, stamps[1:])
+                if b[1].block == a[1].block and b[1].pass_index >= 2]
+        recs = [r.ms for r in list(rt.records)[n0:] if r.kind == "preview" and r.pass_in_block >= 2]
+
+        def median(xs):
+            return round(sorted(xs)[len(xs) // 2], 3) if xs else None
+
+        return {"token_ids": fin.token_ids, "seconds": round(wall, 3), "passes": fin.stats.passes,
+                "prefill_s": round(fin.stats.prefill_seconds, 3), "steady_passes": len(loop),
+                "loop_ms_median": median([1e3 * x for x in loop]), "record_ms_median": median(recs),
+                "passes_per_s_after_prefill": round(fin.stats.passes / max(wall - fin.stats.prefill_seconds, 1e-9), 2)}
+
+    greedy = DecodeSettings(max_new_tokens=new_tokens, stop_token_ids=[])
+    with torch.inference_mode():
+        out["first_greedy"] = decode(greedy)  # compiles the kernels, captures the graphs
+        out["greedy"] = decode(greedy)
+        out["graphs"] = {k: rt.stats()[k] for k in ("graphs", "merged_graphs", "commit_graphs")}
+        sampled = DecodeSettings(max_new_tokens=new_tokens, stop_token_ids=[], temperature=1.0, seed=7)
+        a, b = decode(sampled), decode(sampled)
+        out["sampled"] = {k: v for k, v in a.items() if k != "token_ids"}
+        enabled = [x.enabled for x in (rt.graphs, rt.commit_graphs, rt.merged_graphs)]
+        for x in (rt.graphs, rt.commit_graphs, rt.merged_graphs):
+            x.enabled = False
+        rt._drop_graphs()
+        try:
+            out["eager"] = decode(greedy)
+        finally:
+            for x, on in zip((rt.graphs, rt.commit_graphs, rt.merged_graphs), enabled):
+                x.enabled = on
+    toks = out["greedy"]["token_ids"]
+    out["checks"] = {
+        "lengths": all(len(d["token_ids"]) == new_tokens for d in (out["greedy"], out["eager"], a, b)),
+        "first_equals_second": out["first_greedy"]["token_ids"] == toks,
+        "graphed_equals_eager": out["eager"]["token_ids"] == toks,
+        "eager_agreement": round(sum(x == y for x, y in zip(toks, out["eager"]["token_ids"])) / len(toks), 4),
+        "sampled_repeats": a["token_ids"] == b["token_ids"],
+        "sampled_differs_from_greedy": a["token_ids"] != toks,
+    }
+    for d in (out["first_greedy"], out["greedy"], out["eager"]):
+        d.pop("token_ids")
+    s = rt.stats()
+    out["host_reads"] = {"on": s["host_reads_on"], "error": s["host_reads_error"], "count": s["host_reads"]}
+    out["peak_allocated"] = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
+    out["budget"] = rt.plan.vram_budget
+    graphs_ok = dev.type != "cuda" or (out["graphs"]["graphs"]["error"] is None
+                                        and out["graphs"]["graphs"]["replays"] > 0)
+    out["ok"] = bool(all(v for k, v in out["checks"].items() if k != "eager_agreement") and graphs_ok
+                     and out["peak_allocated"] <= out["budget"])
+    return out
+
+
 def stage_bench(out_dir: Path) -> dict:
     import subprocess
     import sys
@@ -747,7 +852,7 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             res = {"kernels": lambda: stage_kernels(dev), "model": lambda: stage_model(dev),
-                   "bench": lambda: stage_bench(out_dir)}[stage]()
+                   "decode": lambda: stage_decode(dev), "bench": lambda: stage_bench(out_dir)}[stage]()
         except Exception:  # report and go on: a later stage may still say something useful
             res = {"ok": False, "error": traceback.format_exc()[-3000:]}
         res["seconds"] = round(time.perf_counter() - t0, 1)
