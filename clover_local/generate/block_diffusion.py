@@ -144,7 +144,8 @@ class BlockDiffusionDecoder:
                     logits = self.model(self._ids(block), cache, preview=True, rows=rows)[0]
                 if src[0] < 0:
                     first = last_logits if last_logits is not None else torch.zeros_like(logits[0])
-                    logits = first[None] if logits is None else torch.cat([first[None], logits], 0)
+                    # (a copy either way: the mask column is set below, and `first` may be a prompt cache's)
+                    logits = first[None].clone() if logits is None else torch.cat([first[None], logits], 0)
                 logits[:, self.mask_id] = float("-inf")
                 if gen is None and settings.temperature > 0:
                     gen = device_generator(settings.seed, logits.device)

@@ -559,7 +559,7 @@ class Runtime:
         """Book the last pass if its booking was put off (`PassState.deferred`): wait for its use counts (not for
         what was queued after it) and do the host's bookkeeping — counters, LRU ticks, pins, installs of what it
         read from the host, its record. The model calls this once its LM head is queued behind the pass
-        (`CloverModel._finish_pass`), so the ≈ 0.5 ms of bookkeeping at 35B (`docs/host_overhead.py`) runs while
+        (`CloverModel._finish_pass`), so the ≈ 0.25 ms of booking at 35B (`docs/host_overhead.py`) runs while
         the device computes the LM head (≈ 0.36 ms at 32 rows on an H200), not between the pass and the LM head
         with the device idle. Every other way into the runtime calls it first, so nothing sees a pass half booked
         (but `stats` from another thread, which sees the counters as of the pass before)."""
@@ -600,10 +600,10 @@ class Runtime:
         substituted = self._install_wanted() if self._restricted else 0
         after = self.cache.totals()
         self._records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
-                                       after.hits - before.hits, after.misses - before.misses,
-                                       after.bytes - before.bytes, state.optimistic, state.retried,
-                                       state.graphed, state.captured, state.repairs, state.synced,
-                                       after.host_reads - before.host_reads, substituted))
+                                        after.hits - before.hits, after.misses - before.misses,
+                                        after.bytes - before.bytes, state.optimistic, state.retried,
+                                        state.graphed, state.captured, state.repairs, state.synced,
+                                        after.host_reads - before.host_reads, substituted))
         if kind == "merged":
             # its commit rows' experts were pinned with the preview rows' (one set of use counts): unpinned now,
             # the block's next pass pins its own set, so the last block's experts do not crowd this one's
