@@ -21,6 +21,8 @@
 #   bench_uniform_unfolded.json  ... with CLOVER_W4A16_FOLD=0 CLOVER_W4A16_REPACK=0 (the routed experts' form
 #                                before the zero fold, dense weights in the GPTQ row order: the before of both)
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
+#   routings/bench_uniform*.json the uniform, reveal, repair and resident stages' four JSONs from ONE load of the
+#                                pack (`gpu_check --stages routings`: ≈ 20 s of loading each saved three times)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
 #   tune.json, tuning_table.json `clover-local tune --synthetic full --vram-budget 16GB --quick --json` and the
@@ -29,8 +31,8 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
-# (STAGES from: kernels model decode bench uniform reveal repair resident unfused unpacked unfolded eager sweep
-# moesweep tune tuned,
+# (STAGES from: kernels model decode routings bench uniform reveal repair resident unfused unpacked unfolded eager
+# sweep moesweep tune tuned,
 # in the order given;
 # default kernels,bench,model,sweep)
 set -u
@@ -71,6 +73,8 @@ for s in ${STAGES//,/ }; do
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1" ;;
     decode) stage decode 150 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/decode' --stages decode >>'$log' 2>&1" ;;
+    routings) stage routings 240 bash -c \
+      "python3 -m clover_local.runtime.gpu_check --out '$OUT/routings' --stages routings >>'$log' 2>&1" ;;
     bench) stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'" ;;
     uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
     reveal) stage reveal 150 bash -c "$B --routing uniform-reveal >'$OUT/bench_uniform_reveal.json' 2>>'$log'" ;;
@@ -95,7 +99,7 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model decode bench uniform reveal repair resident unfused unpacked unfolded \
+    *) echo "== unknown stage $s (known: kernels model decode routings bench uniform reveal repair resident unfused unpacked unfolded \
 eager sweep moesweep tune tuned)" | tee -a "$log" ;;
   esac
 done

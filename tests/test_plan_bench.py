@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -235,6 +236,55 @@ def test_bench_reports_host_reads(tmp_path, monkeypatch):
     rr = bench.run_bench(folder, host_reads=False, resident_routing=True, **kw)
     assert rr["resident_routing"] and rr["substituted_per_steady_pass"] > 0
     assert rr["misses_per_steady_pass"] == 0 and rr["repairs_per_steady_pass"] == 0
+
+
+def test_bench_variants_on_one_load_report_what_separate_loads_do(tmp_path, monkeypatch):
+    """`run_variants` (gpu_check's routings stage: four routing variants on one 35B load) starts each variant
+    from the state a load leaves: every counter, miss and host read of each variant equals a fresh load's."""
+    from clover_local.runtime import bench
+    from clover_local.runtime.synthetic_pack import ensure_synthetic, synthetic_index
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    folder = ensure_synthetic("small")
+    base = make_plan(synthetic_index("small"), GIB, None, bench_context(32, 32), torch.float32)
+    kw = dict(label="s", synthetic=True, vram_budget=base.device_fixed + base.workspace + 52 * base.slab_bytes,
+              prefix=32, passes=4, device=torch.device("cpu"), dtype=torch.float32)
+    variants = {"reveal": dict(routing="uniform-reveal", host_reads=True),
+                "repair": dict(routing="uniform-reveal", host_reads=False),
+                "resident": dict(routing="uniform-reveal", host_reads=False, resident_routing=True),
+                "model": dict(prefetch=False)}
+    got = bench.run_variants(folder, variants, **kw)
+    assert list(got) == list(variants)
+    keys = ("slots", "misses_first_pass", "misses_per_steady_pass", "host_reads_per_steady_pass", "host_reads",
+            "resident_routing", "substituted_per_steady_pass", "distinct_experts_per_pass", "pcie_bytes", "cache",
+            "optimistic", "hit_rate", "hit_rate_first_pass")
+    for name, options in variants.items():
+        fresh = bench.run_bench(folder, **kw, **options)
+        assert {k: got[name][k] for k in keys} == {k: fresh[k] for k in keys}, name
+        assert [c["misses"] for c in got[name]["commits"]["each"]] == [c["misses"] for c in fresh["commits"]["each"]]
+        assert got[name]["load_s"] > 0 and got[name]["variant"] == name
+    assert got["reveal"]["host_reads_per_steady_pass"] > 0 and got["resident"]["substituted_per_steady_pass"] > 0
+
+
+def test_gpu_check_routings_stage_writes_each_variants_bench_json(tmp_path, monkeypatch):
+    """gpu_check's routings stage writes the four bench JSONs of gpu_session.sh's routing stages, which
+    docs/gpu_summary.py reads as it reads theirs."""
+    import subprocess
+    import sys
+
+    from clover_local.runtime import gpu_check
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "routings"
+    out.mkdir()
+    r = gpu_check.stage_routings(torch.device("cpu"), out, kind="small", prefix=32, passes=3)
+    assert r["ok"] and set(gpu_check.ROUTING_VARIANTS) <= set(r)
+    for name, options in gpu_check.ROUTING_VARIANTS.items():
+        data = json.loads((out / f"{name}.json").read_text())
+        assert data["routing"] == options["routing"] and data["variant"] == name and data["ms_per_pass"] > 0
+    summary = subprocess.run([sys.executable, "docs/gpu_summary.py", str(tmp_path)], capture_output=True, text=True,
+                             cwd=Path(__file__).parents[1])
+    assert summary.returncode == 0 and summary.stdout.count("(bench, ") == 4, summary.stdout
 
 
 def test_bench_bad_input(capsys):

@@ -33,7 +33,8 @@ from torch import Tensor, nn
 from clover_local.errors import CloverError
 from clover_local.generate.prompt_cache import PromptCache
 from clover_local.runtime.kernels import _triton_on, tuning
-from clover_local.runtime.load import RuntimeOptions, load_packed_model
+from clover_local.model.clover import CloverModel
+from clover_local.runtime.load import RuntimeOptions, load_packed_model, reconfigure
 from clover_local.runtime.offload import OffloadedExperts
 from clover_local.runtime.packed_linear import PackedLinear
 from clover_local.runtime.placement import ASSUMED_TOKENS_PER_PASS, PCIE_BPS, TARGET_BPS
@@ -300,7 +301,10 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
               device: torch.device, dtype: torch.dtype, cpu_experts: str = "off", prefetch: bool = True,
               measure_tokens: bool = True, optimistic: bool = True, cuda_graphs: bool = True,
               routing: str = "model", host_reads: bool | None = None, resident_routing: bool = False,
-              on_step=lambda msg: None) -> dict:
+              on_step=lambda msg: None, model: CloverModel | None = None) -> dict:
+    """`bench`'s measurements (its docstring). `model`: the pack at `folder` loaded before at the same budget and
+    a context of at least `bench_context` (`run_variants`), set to these options (`runtime.load.reconfigure`)
+    instead of loaded again; `load_s` is then that reconfiguration's time."""
     if routing not in ROUTINGS:
         raise CloverError(f"--routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
     if passes < 2:
@@ -318,7 +322,10 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                              resident_routing=resident_routing)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    model = load_packed_model(folder, device, dtype, options)
+    if model is None:
+        model = load_packed_model(folder, device, dtype, options)
+    else:
+        reconfigure(model, options)
     rt = model.runtime
     cfg = model.config
     load_s = time.perf_counter() - t0
@@ -560,6 +567,30 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                    "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
                    "capture_pass_ms": [round(r.ms, 3) for r in recs if r.captured]},
     }
+
+
+def run_variants(folder: Path, variants: dict[str, dict], *, label: str, synthetic: bool, vram_budget: int | None,
+                 prefix: int, passes: int, device: torch.device, dtype: torch.dtype,
+                 on_step=lambda msg: None) -> dict[str, dict]:
+    """`run_bench` once per variant (name → its keyword options: routing, host_reads, resident_routing, prefetch,
+    optimistic, cuda_graphs, cpu_experts) on ONE load of the pack: each variant starts from the state a load
+    leaves (`runtime.load.reconfigure`: cache emptied and warmed, counters and graphs reset, host reads checked
+    again) and runs its own prefill. Why: a 35B load takes ≈ 20 s, and a GPU session has 15 minutes for every
+    stage; four routing variants cost one load instead of four. Each result's `load_s` is the one load's."""
+    from clover_local.config import load_config
+
+    t0 = time.perf_counter()
+    on_step("loading")
+    context = bench_context(prefix, load_config(folder).diffusion.block_size, not synthetic)
+    model = load_packed_model(folder, device, dtype, RuntimeOptions(vram_budget=vram_budget, context=context))
+    load_s = time.perf_counter() - t0
+    out = {}
+    for name, kw in variants.items():
+        on_step(f"variant {name}")
+        r = run_bench(folder, label=label, synthetic=synthetic, vram_budget=vram_budget, prefix=prefix, passes=passes,
+                      device=device, dtype=dtype, on_step=on_step, model=model, **kw)
+        out[name] = {**r, "load_s": round(load_s, 3), "reconfigure_s": r["load_s"], "variant": name}
+    return out
 
 
 def _next_block(recs: list, commit_ms: float, rows: int, tpp: float) -> dict:

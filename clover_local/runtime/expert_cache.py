@@ -420,6 +420,18 @@ class ExpertCache:
         self._table_stale = True
         self.owner[slots] = layer * self.n_experts + experts
 
+    def empty(self) -> None:
+        """Forget every resident expert, pin, lock and pending copy: the cache as loading made it before `warm`
+        (`runtime.load.reconfigure`: several bench runs on one load). Counters are left to the caller."""
+        self.settle_copies()  # (a GPU-side wait) no copy still lands in a slot about to be reused
+        for a, v in ((self.slot_of, -1), (self.owner, -1), (self.last_use, -1), (self.pin_gen, -1),
+                     (self.use_gen, -1), (self.locked, False), (self.prefetched, False), (self.repaired, False)):
+            a[:] = v
+        self.landing = self.landing[:0]
+        self.dense = False
+        self.gen = self.tick = 0
+        self._table_stale = True
+
     def warm(self) -> int:
         """Fill an empty cache from the host slabs at load, layer by layer in sweep order until the slots run out;
         returns how many. Why: an empty cache makes the first prompt's first prefill chunk copy every expert

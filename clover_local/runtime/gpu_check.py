@@ -14,7 +14,8 @@
    (`runtime/optimistic.py`) and as CUDA graph replays (`runtime/graphs.py`): ms per pass of each, logits
    agree, and the eager optimistic layer calls run under `torch.cuda.set_sync_debug_mode("error")`;
 3. `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8` (its JSON is saved);
-4. (`--stages decode`) a real decode loop on the synthetic full pack as chat runs it (`stage_decode`).
+4. (`--stages decode`) a real decode loop on the synthetic full pack as chat runs it (`stage_decode`);
+5. (`--stages routings`) bench's four routing variants on one load of that pack (`stage_routings`).
 Each stage prints one JSON line; everything lands in OUT/gpu_check.json. Exit code 1 if a check failed.
 """
 
@@ -813,6 +814,38 @@ def stage_decode(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     return out
 
 
+ROUTING_VARIANTS = {  # gpu_session.sh's uniform, reveal, repair and resident stages, on one load
+    "bench_uniform": {"routing": "uniform"},
+    "bench_uniform_reveal": {"routing": "uniform-reveal"},
+    "bench_uniform_reveal_repair": {"routing": "uniform-reveal", "host_reads": False},
+    "bench_uniform_reveal_resident": {"routing": "uniform-reveal", "resident_routing": True},
+}
+
+
+def stage_routings(dev: torch.device, out_dir: Path, kind: str = "full", budget_gib: float = 16,
+                   prefix: int = 4096, passes: int = 8) -> dict:
+    """`bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8` with each of ROUTING_VARIANTS, on one
+    load (`bench.run_variants`); each variant's JSON as the bench stage of that name writes it."""
+    from clover_local.runtime.bench import run_variants
+    from clover_local.runtime.sizes import GIB
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    folder = ensure_synthetic(kind, on_shard=lambda i, n: None)
+    res = run_variants(folder, ROUTING_VARIANTS, label=f"synthetic:{kind}", synthetic=True,
+                       vram_budget=int(budget_gib * GIB), prefix=prefix, passes=passes, device=dev,
+                       dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    out: dict = {"ok": True}
+    for name, r in res.items():
+        (out_dir / f"{name}.json").write_text(json.dumps(r, indent=2))
+        peak = r["memory"]["peak_allocated"]
+        out[name] = {k: r.get(k) for k in ("ms_per_pass", "ms_per_call", "tokens_per_s", "misses_per_steady_pass",
+                                           "host_reads_per_steady_pass", "repairs_per_steady_pass",
+                                           "substituted_per_steady_pass", "reconfigure_s")}
+        out["ok"] &= bool(peak is None or peak <= r["vram_budget"])
+    out["load_s"] = next(iter(res.values()))["load_s"]
+    return out
+
+
 def stage_bench(out_dir: Path) -> dict:
     import subprocess
     import sys
@@ -852,7 +885,8 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             res = {"kernels": lambda: stage_kernels(dev), "model": lambda: stage_model(dev),
-                   "decode": lambda: stage_decode(dev), "bench": lambda: stage_bench(out_dir)}[stage]()
+                   "decode": lambda: stage_decode(dev), "routings": lambda: stage_routings(dev, out_dir),
+                   "bench": lambda: stage_bench(out_dir)}[stage]()
         except Exception:  # report and go on: a later stage may still say something useful
             res = {"ok": False, "error": traceback.format_exc()[-3000:]}
         res["seconds"] = round(time.perf_counter() - t0, 1)

@@ -206,6 +206,29 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     return model.eval()
 
 
+def reconfigure(model: CloverModel, options: RuntimeOptions) -> None:
+    """A loaded runtime set to `options` as if loaded with them, for what does not change what was loaded
+    (`bench`'s variants on one load: a 35B load takes ≈ 20 s of a GPU session's minutes): prefetch, optimistic
+    passes, CUDA graphs, host reads (the load-time check run again), resident routing, the CPU-experts policy;
+    the expert cache emptied and warmed as at load, the counters reset. The budget, context and pin settings are
+    the load's: a different one needs a new load."""
+    rt = model.runtime
+    rt.restart()
+    rt.prefetch, rt.optimistic, rt.time_layers = options.prefetch, options.optimistic, options.time_layers
+    for graphs in (rt.graphs, rt.commit_graphs, rt.merged_graphs):
+        graphs.enabled = options.cuda_graphs and rt.cuda and graphs.error is None
+    cache = rt.cache
+    if cache.host is not None:
+        if options.cpu_experts not in CPU_POLICIES:
+            raise CloverError(f"cpu_experts must be one of {CPU_POLICIES}")
+        cache.cpu_experts, cache.cpu_max_rows = options.cpu_experts, options.cpu_max_rows
+        cache.empty()
+        cache.warm()
+    rt.set_resident_routing(options.resident_routing)
+    rt.set_host_reads(*_host_reads(options, cache, rt.device, rt.dtype, model.config))  # drops the graphs
+    rt.reset_stats()
+
+
 def _host_reads_default(device: torch.device) -> bool:
     """Host reads unless told: on a GPU (on a CPU "device" the host slabs already are device memory)."""
     return device.type == "cuda"

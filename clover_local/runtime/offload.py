@@ -324,6 +324,15 @@ class Runtime:
         self._end_block()
         return True
 
+    def restart(self) -> None:
+        """Forget every pass so far (the block, the routing history, the graphs), as a fresh load would have none:
+        `runtime.load.reconfigure`, after the expert cache was emptied and warmed again."""
+        self.finish_pass()
+        self._end_block()
+        self._drop_graphs()
+        self.history = RoutingHistory()
+        self._block_clean = False
+
     def _end_block(self, key: tuple | None = None) -> None:
         """The current block is over: unpin its experts; `key` starts the next one. The preview graph stays: it
         reads the cache's fixed buffers and its device length, so it serves the next block too."""
