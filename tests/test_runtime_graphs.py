@@ -451,3 +451,37 @@ def test_gpu_check_decode_stage_runs_on_the_stand_in(stand_in, monkeypatch, tmp_
     assert stand_in.replays > g["graphs"]["replays"] + g["merged_graphs"]["replays"] + g["commit_graphs"]["replays"]
     for d in (r["greedy"], r["eager"], r["sampled"]):
         assert d["steady_passes"] > 0 and d["loop_ms_median"] > 0 and d["record_ms_median"] > 0
+
+
+def test_bench_variants_on_one_load_capture_as_fresh_loads_do(stand_in, monkeypatch, tmp_path):
+    """With graphs (stood in), each of `run_variants`' runs on one load captures, replays and runs its first
+    merged pass eagerly as a fresh load's run does: graph counters and the merged passes' records alike."""
+    from clover_local.runtime import bench
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    real_init = graphs.PassGraphs.reset
+
+    def enabled(self, on):  # on a CPU the runtime never turns them on by itself
+        real_init(self, on)
+        self.enabled = on
+
+    monkeypatch.setattr(graphs.PassGraphs, "reset", enabled)
+    folder = ensure_synthetic("small")
+    kw = dict(label="s", synthetic=True, vram_budget=None, prefix=32, passes=3, device=torch.device("cpu"),
+              dtype=torch.float32)
+    variants = {"uniform": dict(routing="uniform"), "model": dict(routing="model")}
+    got = bench.run_variants(folder, variants, **kw)
+    for name, options in variants.items():
+        fresh = bench.run_bench(folder, **kw, **options)
+        for key in ("graphs", "commits", "merged"):
+            a, b = dict(got[name][key]), dict(fresh[key])
+            for d in (a, b):  # times differ
+                d.pop("ms_per_pass_graphed", None), d.pop("capture_pass_ms", None)
+                for k in [k for k in d if k.endswith("_ms") or k in ("ms", "tokens_per_s")]:
+                    d.pop(k)
+                for e in d.get("each", []):
+                    e.pop("ms", None)
+            assert a == b, (name, key)
+        assert got[name]["graphs"]["captures"] > 0 and got[name]["graphs"]["replays"] > 0

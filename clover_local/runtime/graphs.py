@@ -65,12 +65,16 @@ class PassGraphs:
 
     def __init__(self, device: torch.device, enabled: bool = True) -> None:
         self.device = device
-        self.enabled = enabled and device.type == "cuda"
+        self._stream = None
+        self.reset(enabled)
+
+    def reset(self, enabled: bool) -> None:
+        """As constructed: no graph, no counts, no capture error."""
+        self.enabled = enabled and self.device.type == "cuda"
         self.current: PassGraph | None = None
         self.captures = 0
         self.replays = 0
         self.error: str | None = None
-        self._stream = None
 
     def drop(self) -> None:
         self.current = None

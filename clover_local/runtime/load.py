@@ -213,10 +213,8 @@ def reconfigure(model: CloverModel, options: RuntimeOptions) -> None:
     the expert cache emptied and warmed as at load, the counters reset. The budget, context and pin settings are
     the load's: a different one needs a new load."""
     rt = model.runtime
-    rt.restart()
+    rt.restart(options.cuda_graphs)
     rt.prefetch, rt.optimistic, rt.time_layers = options.prefetch, options.optimistic, options.time_layers
-    for graphs in (rt.graphs, rt.commit_graphs, rt.merged_graphs):
-        graphs.enabled = options.cuda_graphs and rt.cuda and graphs.error is None
     cache = rt.cache
     if cache.host is not None:
         if options.cpu_experts not in CPU_POLICIES:

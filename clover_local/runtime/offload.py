@@ -324,14 +324,16 @@ class Runtime:
         self._end_block()
         return True
 
-    def restart(self) -> None:
-        """Forget every pass so far (the block, the routing history, the graphs), as a fresh load would have none:
-        `runtime.load.reconfigure`, after the expert cache was emptied and warmed again."""
+    def restart(self, cuda_graphs: bool) -> None:
+        """Forget every pass so far — the block, the routing history, the graphs and their counters, whether a
+        merged pass ran — as a fresh load has none (`runtime.load.reconfigure`, which then empties and warms the
+        expert cache); `cuda_graphs` as the load option."""
         self.finish_pass()
         self._end_block()
-        self._drop_graphs()
+        for graphs in (self.graphs, self.commit_graphs, self.merged_graphs):
+            graphs.reset(cuda_graphs)
         self.history = RoutingHistory()
-        self._block_clean = False
+        self._block_clean = self._merged_compiled = False
 
     def _end_block(self, key: tuple | None = None) -> None:
         """The current block is over: unpin its experts; `key` starts the next one. The preview graph stays: it
