@@ -160,14 +160,16 @@ def _fields(recs) -> list[tuple]:
     return [tuple(v for k, v in vars(r).items() if k != "ms") for r in recs]
 
 
-@pytest.mark.parametrize("slots", [TOTAL, 12])
-def test_a_booking_put_off_changes_nothing_it_books(pack, ref, slots, monkeypatch):
+@pytest.mark.parametrize("slots,resident", [(TOTAL, False), (12, False), (26, True)])
+def test_a_booking_put_off_changes_nothing_it_books(pack, ref, slots, resident, monkeypatch):
     """The same decode booked at once (the runtime told no pass stands unseen) and put off: the same tokens, pass
-    records (all but the times), counters and cache state."""
+    records (all but the times), counters and cache state; with resident routing, the same choices taken away and
+    installed behind the passes (read with the counts when put off)."""
     from clover_local.runtime.offload import Runtime
 
     ids = prompt(ref, 13, seed=3)
-    late = runtime(pack, slots=slots, host_reads=slots < TOTAL)
+    opts = dict(slots=slots, host_reads=slots < TOTAL, resident_routing=resident)
+    late = runtime(pack, **opts)
     seen = []
     real_finish = Runtime.finish_pass
     monkeypatch.setattr(Runtime, "finish_pass",
@@ -176,7 +178,7 @@ def test_a_booking_put_off_changes_nothing_it_books(pack, ref, slots, monkeypatc
     monkeypatch.undo()
     assert sum(seen) > 10  # the decode's previews and merged passes were put off and booked
     monkeypatch.setattr(Runtime, "_stands_whatever_it_used", lambda self: False)
-    now = runtime(pack, slots=slots, host_reads=slots < TOTAL)
+    now = runtime(pack, **opts)
     assert decode(now, ids) == tokens_late
     a, b = late.model.runtime, now.model.runtime
     assert _fields(a.records) == _fields(b.records)
@@ -188,6 +190,8 @@ def test_a_booking_put_off_changes_nothing_it_books(pack, ref, slots, monkeypatc
     assert sa == sb
     for name in ("slot_of", "last_use", "pin_gen", "prefetched"):
         assert np.array_equal(getattr(a.cache, name), getattr(b.cache, name)), name
+    if resident:
+        assert sa["restricted_passes"] > 0 and sa["substituted"] > 0 and sa["background_installs"] > 0
 
 
 def test_a_pass_put_off_is_booked_before_anything_reads_the_runtime(pack, ref):

@@ -284,6 +284,7 @@ class Runtime:
         self.resident_routing = False
         self._route_table: Tensor | None = None
         self._wanted: Tensor | None = None
+        self._wanted_host: Tensor | None = None  # ... read behind a pass whose booking is put off
         self.set_resident_routing(resident_routing)
         self._restricted = False  # the pass in progress routes among resident experts
         self.restricted_passes = 0  # passes resident routing restricted
@@ -380,6 +381,8 @@ class Runtime:
                     out = fn(x)
                 if self._stands_whatever_it_used():  # its counts are read and booked later (`finish_pass`)
                     self._optimistic_now = False
+                    if self._restricted:  # lands with the counts (`finish_async` records the event after both)
+                        self._wanted_host.copy_(self._wanted, non_blocking=True)
                     self._opt.finish_async()
                     state.deferred = True
                     return out
@@ -416,6 +419,7 @@ class Runtime:
             n = len(self._opt.row_of) * self.cache.n_experts
             self._route_table = torch.zeros(n, dtype=torch.int32, device=self.device)
             self._wanted = torch.zeros(n, dtype=torch.int32, device=self.device)
+            self._wanted_host = torch.zeros(n, dtype=torch.int32, pin_memory=self.cuda)
         self._drop_graphs()
 
     def route_limit(self, layer: int) -> tuple[Tensor, Tensor] | None:
@@ -447,13 +451,15 @@ class Runtime:
         self._wanted.zero_()
         return landing if landing.size else None
 
-    def _install_wanted(self) -> int:
+    def _install_wanted(self, landed: bool) -> int:
         """After a restricted pass: count what it took away and start copying the experts rows wanted into free
-        or unpinned slots (`ExpertCache.install_missed(background=True)`); returns the choices taken away."""
+        or unpinned slots (`ExpertCache.install_missed(background=True)`); returns the choices taken away.
+        `landed`: the choices were read behind the pass (its booking put off), else they are read now."""
         self._restricted = False
         self.restricted_passes += 1
         cache = self.cache
-        wanted = self._wanted.view(cache.layer_ids.size, cache.n_experts).cpu().numpy()
+        wanted = (self._wanted_host if landed else self._wanted.cpu()).view(cache.layer_ids.size, cache.n_experts)
+        wanted = wanted.numpy()
         lost = int(wanted.sum())
         self.substituted += lost
         rows, experts = np.nonzero((wanted > 0) & (cache.slot_of[cache.layer_ids] < 0))
@@ -608,7 +614,7 @@ class Runtime:
             self._book(state, counts)  # it stands: booked as hits and host reads
         self.cache.end_pass()
         self._resolve_layer_events()
-        substituted = self._install_wanted() if self._restricted else 0
+        substituted = self._install_wanted(state.deferred) if self._restricted else 0
         after = self.cache.totals()
         self._records.append(PassRecord(kind, self.pass_in_block, rows, ms, after.uses - before.uses,
                                         after.hits - before.hits, after.misses - before.misses,
