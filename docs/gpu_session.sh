@@ -30,11 +30,11 @@
 #   bench_uniform_tuned.json     bench uniform with that table (every other stage runs with CLOVER_TUNING=off,
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
-# Usage (from the repository root): OUT=/some/dir TOTAL_S=470 STAGES=kernels,bench,model bash docs/gpu_session.sh
+# Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
 # (STAGES from: kernels model decode routings bench uniform reveal repair resident unfused unpacked unfolded eager
 # sweep moesweep tune tuned,
 # in the order given;
-# default kernels,bench,model,sweep)
+# default kernels,routings,decode,model,tune,tuned)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -62,7 +62,7 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
 }
 
-STAGES=${STAGES:-kernels,bench,model,sweep}
+STAGES=${STAGES:-kernels,routings,decode,model,tune,tuned}
 B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json"
 # stages run in the order STAGES lists them: put first what the session most needs
 for s in ${STAGES//,/ }; do
