@@ -162,7 +162,7 @@ def _fields(recs) -> list[tuple]:
 
 @pytest.mark.parametrize("slots,resident", [(TOTAL, False), (12, False), (26, True)])
 def test_a_booking_put_off_changes_nothing_it_books(pack, ref, slots, resident, monkeypatch):
-    """The same decode booked at once (the runtime told no pass stands unseen) and put off: the same tokens, pass
+    """The same decode booked at once (`Runtime.defer_booking` off) and put off: the same tokens, pass
     records (all but the times), counters and cache state; with resident routing, the same choices taken away and
     installed behind the passes (read with the counts when put off)."""
     from clover_local.runtime.offload import Runtime
@@ -177,7 +177,7 @@ def test_a_booking_put_off_changes_nothing_it_books(pack, ref, slots, resident, 
     tokens_late = decode(late, ids)
     monkeypatch.undo()
     assert sum(seen) > 10  # the decode's previews and merged passes were put off and booked
-    monkeypatch.setattr(Runtime, "_stands_whatever_it_used", lambda self: False)
+    monkeypatch.setattr(Runtime, "defer_booking", False)
     now = runtime(pack, **opts)
     assert decode(now, ids) == tokens_late
     a, b = late.model.runtime, now.model.runtime

@@ -783,15 +783,8 @@ def stage_decode(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
         sampled = DecodeSettings(max_new_tokens=new_tokens, stop_token_ids=[], temperature=1.0, seed=7)
         a, b = decode(sampled), decode(sampled)
         out["sampled"] = {k: v for k, v in a.items() if k != "token_ids"}
-        enabled = [x.enabled for x in (rt.graphs, rt.commit_graphs, rt.merged_graphs)]
-        for x in (rt.graphs, rt.commit_graphs, rt.merged_graphs):
-            x.enabled = False
-        rt._drop_graphs()
-        try:
-            out["eager"] = decode(greedy)
-        finally:
-            for x, on in zip((rt.graphs, rt.commit_graphs, rt.merged_graphs), enabled):
-                x.enabled = on
+        rt.restart(cuda_graphs=False)  # the eager runtime for the stage's last decode
+        out["eager"] = decode(greedy)
     toks = out["greedy"]["token_ids"]
     out["checks"] = {
         "lengths": all(len(d["token_ids"]) == new_tokens for d in (out["greedy"], out["eager"], a, b)),

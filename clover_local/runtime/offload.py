@@ -235,6 +235,10 @@ class PassState:
 
 
 class Runtime:
+    # a pass that stands whatever it used is booked after the model queues its LM head (`finish_pass`); False
+    # books every pass at once (tests compare the two)
+    defer_booking = True
+
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
                  context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True,
                  optimistic: bool = True, cuda_graphs: bool = True, resident_routing: bool = False) -> None:
@@ -379,7 +383,7 @@ class Runtime:
                     state.graphed, state.captured = state.graphed or graphed, state.captured or captured
                 else:
                     out = fn(x)
-                if self._stands_whatever_it_used():  # its counts are read and booked later (`finish_pass`)
+                if self.defer_booking and self._stands_whatever_it_used():  # booked later (`finish_pass`)
                     self._optimistic_now = False
                     if self._restricted:  # lands with the counts (`finish_async` records the event after both)
                         self._wanted_host.copy_(self._wanted, non_blocking=True)
@@ -510,7 +514,7 @@ class Runtime:
     def _book(self, state: PassState, counts: np.ndarray) -> bool:
         if not state.retried:
             self.optimistic_passes += 1
-        if not self._opt.host_reads and self.cache.host is not None and self.cache.missing(counts):
+        if not self._stands_whatever_it_used() and self.cache.missing(counts):
             if state.kind == "prefill":  # a prefill is optimistic only with every expert resident
                 raise RuntimeError("an optimistic prefill pass used a non-resident expert")
             if not state.retried:
