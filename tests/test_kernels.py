@@ -335,6 +335,76 @@ def test_triton_moe_reads_non_resident_experts_from_host(force_triton, bits: int
                            moe_w4a16_triton(x, experts, weights, *everything, config=cfg))
 
 
+def _read_through_case(bits: int, dtype, seed: int):
+    """A cache of 5 slots: experts 4, 0, 2 resident in slots 0–2, slots 3 and 4 free (holding other bytes); the
+    rest on the host. 24 rows: expert 5 (host) in 20 of them (two runs of 16), experts 1 and 3 (host) in the other
+    four. install: expert 5 → slot 3, expert 1 → slot 4; expert 3 is read in place only."""
+    gen, packs, all_gu, all_dn = _moe_case(bits, (64, 32), seed, device=DEVICE)
+    host = _cache_stacks(packs, bits, (64, 32), "cpu", pin=DEVICE == "cuda")
+    resident = [4, 0, 2]
+    cache = _cache_stacks([packs[e] for e in resident] + [packs[3], packs[5]], bits, (64, 32), DEVICE)
+    n = len(resident) + 2
+    slot_of = torch.tensor([resident.index(e) if e in resident else n + e for e in range(SLOTS)])
+    m = 24
+    x = _x(m, H, dtype, gen)
+    experts, weights = _route(m, gen)
+    experts[:20, 0] = 5
+    experts[:20, 1] = torch.where(experts[:20, 1] == 5, 3, experts[:20, 1])
+    experts[20:, 0], experts[20:, 1] = 1, 3
+    install = torch.zeros(SLOTS, dtype=torch.int32)
+    install[5], install[1] = 1 + 3, 1 + 4
+    x, experts, weights, install = _dev(x, experts, weights.to(dtype), install)
+    return (all_gu, all_dn), cache, host, slot_of.to(experts.device)[experts], experts, x, weights, install
+
+
+def _assert_read_through(cache, host, before) -> None:
+    """Slots 3 and 4 now hold host experts 5 and 1, bit for bit; slots 0–2 are as they were."""
+    for dev, hst, old in zip(cache, host, before):
+        for part in ("qweight", "scales", "qzeros"):
+            got, src = getattr(dev, part), getattr(hst, part)
+            assert torch.equal(got[3].cpu(), src[5].cpu()) and torch.equal(got[4].cpu(), src[1].cpu())
+            assert torch.equal(got[:3].cpu(), old[part][:3])
+
+
+def _stack_copies(cache):
+    return [{p: getattr(st, p).cpu().clone() for p in ("qweight", "scales", "qzeros")} for st in cache]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_moe_reads_through_into_free_slots(dtype) -> None:
+    """install: the host experts it names are copied into their free slots as they are read; the output is the
+    same as reading them in place."""
+    everything, cache, host, slots, experts, x, w, install = _read_through_case(4, dtype, 31)
+    before = _stack_copies(cache)
+    want = moe_w4a16_ref(x, slots, w, *cache, host=host)
+    assert torch.equal(want, moe_w4a16_ref(x, experts, w, *everything))
+    assert torch.equal(moe_w4a16_ref(x, slots, w, *cache, host=host, install=install), want)
+    _assert_read_through(cache, host, before)
+
+
+@needs_triton
+@pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (8, torch.float16), (4, torch.float32)])
+def test_triton_moe_reads_through_into_free_slots(force_triton, bits: int, dtype) -> None:
+    """The kernel's read-through install: each program of a host run with a target copies its columns of the host
+    slab into the free slot and computes from there. The output equals reading in place (bit for bit), the slots
+    end whole (every part of gate/up and down, both gate and up halves, an expert with two runs), the resident
+    slots untouched; folded and unfolded forms."""
+    from clover_local.runtime.kernels.w4a16 import MoeConfig, moe_w4a16_triton
+
+    everything, cache, host, slots, experts, x, w, install = _read_through_case(bits, dtype, 41 + bits)
+    want = moe_w4a16(x, slots, w, *cache, host=host)
+    assert torch.equal(want, moe_w4a16(x, experts, w, *everything))
+    for folded in (True, False):
+        cfg = MoeConfig(16, 32, 64, folded=folded)
+        for st in cache:  # the free slots' old bytes back (other experts'), so each form copies afresh
+            for part in ("qweight", "scales", "qzeros"):
+                getattr(st, part)[3:].copy_(torch.randint_like(getattr(st, part)[3:], -100, 100))
+        before = _stack_copies(cache)
+        got = moe_w4a16_triton(x, slots, w, *cache, config=cfg, host=host, install=install)
+        assert torch.equal(got, moe_w4a16_triton(x, slots, w, *cache, config=cfg, host=host))
+        _assert_read_through(cache, host, before)
+
+
 @needs_triton
 def test_gpu_check_host_reads_runs(force_triton, monkeypatch) -> None:
     """gpu_check's host-read check on tiny shapes (interpreted; its timings stubbed): every expert resident in a

@@ -106,14 +106,15 @@ def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> in
 
 
 def moe_w4a16(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
-              host: tuple[PackedStack, PackedStack] | None = None) -> Tensor:
+              host: tuple[PackedStack, PackedStack] | None = None, install: Tensor | None = None) -> Tensor:
     """Routed experts of one layer: x [M, H], slot_ids/weights [M, topk] → [M, H]; see `moe_w4a16_ref`. host: the
-    layer's experts in (pinned) host memory, read in place for slots ≥ S."""
+    layer's experts in (pinned) host memory, read in place for slots ≥ S; install: where they are read through
+    into (a read-through install)."""
     if _use_triton(x):
         from .w4a16 import moe_w4a16_triton
 
-        return moe_w4a16_triton(x, slot_ids, weights, gate_up, down, host=host)
-    return moe_w4a16_ref(x, slot_ids, weights, gate_up, down, host)
+        return moe_w4a16_triton(x, slot_ids, weights, gate_up, down, host=host, install=install)
+    return moe_w4a16_ref(x, slot_ids, weights, gate_up, down, host, install)
 
 
 def _fused_on(device: torch.device) -> bool:

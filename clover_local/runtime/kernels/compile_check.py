@@ -129,6 +129,9 @@ def capture_launches() -> list[Launch]:
             w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=cfg_m)
         label["case"] = f"MoE 4-bit H{h} I{inter} host reads"  # non-resident experts read in place (HOST)
         w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=base_moe, host=(gu, dn))
+        label["case"] = f"MoE 4-bit H{h} I{inter} host reads, read-through"  # ... copied into free slots (INSTALL)
+        w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=base_moe, host=(gu, dn),
+                               install=torch.zeros(cfg.num_experts, dtype=torch.int32))
         label["case"] = "moe_align 256 pairs, 8515 slots, x field-major"
         w4a16.moe_align_triton(ids, 8515, base_moe.block_m,
                                (x, torch.empty_like(x), torch.empty(m, h // 128), 128, 8))

@@ -167,12 +167,15 @@ def check_host_stacks(stacks: tuple[PackedStack, PackedStack], host: tuple[Packe
 
 
 def moe_w4a16_ref(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
-                  host: tuple[PackedStack, PackedStack] | None = None) -> Tensor:
+                  host: tuple[PackedStack, PackedStack] | None = None, install: Tensor | None = None) -> Tensor:
     """x [M, H]; slot_ids int [M, topk] (which slot of the stacks serves each routed choice); weights [M, topk].
     gate_up: N = 2*I (gate columns 0..I-1, then up); down: K = I, N = H.
     out[m] = Σ_j weights[m,j] · down(silu(gate(x_m)) * up(x_m)) with the slot's weights. Returns [M, H] in x's dtype.
     host (gate_up, down) over a layer's E experts, in host memory: slot S + e (S = the stacks' slots) is expert e
-    of those, read where it lies (the runtime's non-resident experts, `OptimisticPass`).
+    of those, read where it lies (the runtime's non-resident experts, `OptimisticPass`). install int32 [E] (with
+    host): 1 + the slot host expert e is copied into when a choice reads it (0: none), before it is used — a
+    read-through install, which the Triton kernel does with the bytes it reads anyway; the slot must be one no
+    choice of this call reads (a free one).
 
     The activation silu(gate)·up is rounded to x's dtype before the down projection, as the fused kernel stores
     it (and as a BF16 model computes it); everything else is fp32."""
@@ -194,7 +197,15 @@ def moe_w4a16_ref(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedS
     n_slots = gate_up.num_slots
     if host is not None:
         check_host_stacks((gate_up, down), host)
-    for s in torch.unique(flat_slots).tolist():
+    used = torch.unique(flat_slots).tolist()
+    if host is not None and install is not None:
+        for s in used:
+            to = int(install[s - n_slots]) - 1 if s >= n_slots else -1
+            if to >= 0:
+                for dev, hst in zip((gate_up, down), host):
+                    for part in ("qweight", "scales", "qzeros"):
+                        getattr(dev, part)[to].copy_(getattr(hst, part)[s - n_slots])
+    for s in used:
         sel = (flat_slots == s).nonzero(as_tuple=True)[0]
         tokens = flat_tokens[sel]
         xs = x[tokens].float()

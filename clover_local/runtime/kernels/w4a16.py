@@ -312,6 +312,28 @@ def _rounded16(v, BF16: tl.constexpr):
 
 
 @triton.jit
+def _copy_columns(src_qw, src_sc, src_qz, dst_qw, dst_sc, dst_qz, n0, N, K,
+                  stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                  GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Copy one matrix's columns n0 … n0+BLOCK_N (every input row: qweight, scales, qzeros) from src to dst, bit
+    for bit: what the K loop then reads of them. A read-through install (`_moe_kernel` INSTALL): src is a host
+    slab. Its own column offsets, not the K loop's: shared, their layout followed this loop's and the K loop
+    grew (compile_check --sass, sm_90: down 4.06 → 4.47 instructions per weight)."""
+    PER: tl.constexpr = 32 // BITS
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    for k0 in range(0, K, BLOCK_K):
+        offs_kp = k0 // PER + tl.arange(0, BLOCK_K // PER)
+        at = offs_kp[:, None] * stride_qk + offs_n[None, :] * stride_qn
+        tl.store(dst_qw + at, tl.load(src_qw + at, mask=n_mask[None, :], other=0), mask=n_mask[None, :])
+    for g in range(0, K // GROUP):
+        sc_at = g * stride_sg + offs_n * stride_sn
+        tl.store(dst_sc + sc_at, tl.load(src_sc + sc_at, mask=n_mask, other=0.0), mask=n_mask)
+        zw_at = g * stride_zg + (offs_n // PER) * stride_zn  # PER lanes store the same word: the same value
+        tl.store(dst_qz + zw_at, tl.load(src_qz + zw_at, mask=n_mask, other=0), mask=n_mask)
+
+
+@triton.jit
 def _moe_kernel(
     a_ptr, out_ptr, qw_ptr, sc_ptr, qz_ptr, rw_ptr, asum_ptr, osum_ptr,
     sorted_ids_ptr, block_slot_ptr, num_padded_ptr,
@@ -319,6 +341,9 @@ def _moe_kernel(
     stride_am, stride_ak, stride_om, stride_on, stride_sum_m, stride_osum_m,
     stride_qs, stride_qk, stride_qn, stride_ss, stride_sg, stride_sn, stride_zs, stride_zg, stride_zn,
     hqw_ptr, hsc_ptr, hqz_ptr, N_SLOTS, stride_hqs, stride_hss, stride_hzs, HOST: tl.constexpr,
+    inst_ptr, down_slot_ptr, dqw_ptr, dsc_ptr, dqz_ptr, hdqw_ptr, hdsc_ptr, hdqz_ptr, DN, DK,
+    stride_dqs, stride_dqk, stride_dqn, stride_dss, stride_dsg, stride_dsn, stride_dzs, stride_dzg, stride_dzn,
+    stride_hdqs, stride_hdss, stride_hdzs, INSTALL: tl.constexpr, DGROUP: tl.constexpr, DBLOCK_K: tl.constexpr,
     A_ROW_DIV: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
     GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -336,7 +361,17 @@ def _moe_kernel(
     if OUT_BF16, else fp16) before they are stored, and each row's sums of them over every OUT_SUM columns go to
     osum [T, N / OUT_SUM] (the next pass's A_SUM partials: sums of exactly the values its MMA reads).
     HOST: a slot ≥ N_SLOTS names expert slot − N_SLOTS of the host stack (hqw/hsc/hqz, the layer's pinned host
-    slabs, same strides within a slab), read in place over PCIe: a run of a non-resident expert needs no copy."""
+    slabs, same strides within a slab), read in place over PCIe: a run of a non-resident expert needs no copy.
+    INSTALL (the gate/up pass, with HOST): inst[e] = 1 + the free cache slot host expert e goes to (0: none). Such
+    a run's programs first copy the host slab into that slot — each its own gate and up columns, which its K loop
+    then reads from there, and a share of the down matrix (dqw/dsc/dqz: the down stack, hd*: its host slabs) —
+    and record the slot in down_slot[pid_m], the block slots the down pass takes: it reads the expert from the
+    device. The expert crosses PCIe once and is resident for the next pass (a read-through install), where a copy
+    after the pass moved it a second time. Runs of one expert write the same values. Where the code sits is
+    ptxas's doing (compile_check --sass, sm_90, K-loop instructions per weight against plain host reads): any of
+    it in the down pass's kernel made its K loop 4.06 → 4.45, the down copy before the gate/up K loop 3.21 → 3.6;
+    as here (gate/up copies and selects before the loop, the down copy after it) 3.21 → 3.25 and down unchanged,
+    at 151 registers instead of 128 (loading `to` again after the loop keeps 128 but costs 3.54)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
@@ -351,12 +386,28 @@ def _moe_kernel(
     qw_base = qw_ptr + slot * stride_qs
     sc_base = sc_ptr + slot * stride_ss
     qz_base = qz_ptr + slot * stride_zs
+    PER: tl.constexpr = 32 // BITS
     if HOST:
         if slot >= N_SLOTS:  # not resident: the expert's host slab, mapped into the device's address space
             qw_base = hqw_ptr + (slot - N_SLOTS) * stride_hqs
             sc_base = hsc_ptr + (slot - N_SLOTS) * stride_hss
             qz_base = hqz_ptr + (slot - N_SLOTS) * stride_hzs
-    PER: tl.constexpr = 32 // BITS
+    if INSTALL:  # a static shape: copy loops of K rows or of none, bases chosen by select, no branch
+        e = tl.maximum(slot - N_SLOTS, 0)
+        to = tl.where(slot >= N_SLOTS, tl.load(inst_ptr + e).to(tl.int64), 0) - 1
+        rows = tl.where(to >= 0, K, 0)
+        slot_to = tl.maximum(to, 0)
+        gqw, gsc, gqz = qw_ptr + slot_to * stride_qs, sc_ptr + slot_to * stride_ss, qz_ptr + slot_to * stride_zs
+        for half in tl.static_range(2):  # gate, then up (UP_OFFSET columns on)
+            _copy_columns(qw_base + half * UP_OFFSET * stride_qn, sc_base + half * UP_OFFSET * stride_sn,
+                          qz_base + (half * UP_OFFSET // PER) * stride_zn, gqw + half * UP_OFFSET * stride_qn,
+                          gsc + half * UP_OFFSET * stride_sn, gqz + (half * UP_OFFSET // PER) * stride_zn,
+                          pid_n * BLOCK_N, N, rows, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg,
+                          stride_zn, GROUP, BITS, BLOCK_K, BLOCK_N)
+        tl.debug_barrier()  # the program's own stores, before its threads read them back
+        qw_base = tl.where(to >= 0, gqw, qw_base)
+        sc_base = tl.where(to >= 0, gsc, sc_base)
+        qz_base = tl.where(to >= 0, gqz, qz_base)
     asum_rows = asum_ptr + a_rows * stride_sum_m
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -408,6 +459,15 @@ def _moe_kernel(
         cols = _field_major_col(offs_n, OUT_FM, OUT_PER)
     out = out_ptr + ids[:, None] * stride_om + cols[None, :] * stride_on
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
+    if INSTALL:  # after the K loop (see the docstring)
+        # the down matrix, which the down pass reads from the slot: this program's share of its column tiles
+        down_rows = tl.where(to >= 0, DK, 0)
+        for c0 in range(pid_n * BLOCK_N, DN, tl.num_programs(1) * BLOCK_N):
+            _copy_columns(hdqw_ptr + e * stride_hdqs, hdsc_ptr + e * stride_hdss, hdqz_ptr + e * stride_hdzs,
+                          dqw_ptr + slot_to * stride_dqs, dsc_ptr + slot_to * stride_dss,
+                          dqz_ptr + slot_to * stride_dzs, c0, DN, down_rows, stride_dqk, stride_dqn, stride_dsg,
+                          stride_dsn, stride_dzg, stride_dzn, DGROUP, BITS, DBLOCK_K, BLOCK_N)
+        tl.store(down_slot_ptr + pid_m, tl.where(to >= 0, to, slot).to(down_slot_ptr.dtype.element_ty))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -776,10 +836,13 @@ def _moe_block_k(stack: PackedStack, cfg: MoeConfig) -> int:
 
 def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_div, gated, mul_weight, cfg,
                 a_fm=False, out_fm=0, out_per=1, a_sum: tuple[Tensor, int] | None = None,
-                out_sum: tuple[Tensor, int, torch.dtype] | None = None, host: PackedStack | None = None):
+                out_sum: tuple[Tensor, int, torch.dtype] | None = None, host: PackedStack | None = None,
+                install: tuple[Tensor, Tensor, PackedStack, PackedStack] | None = None):
     """One pass of `_moe_kernel`. a_sum = (sums, partials per K tile): a's precomputed row sums for the fold;
     out_sum = (sums, columns per sum, 16-bit dtype): out rounded to that dtype and its row sums written; host:
-    the stack slots ≥ stack.num_slots index (their number minus num_slots)."""
+    the stack slots ≥ stack.num_slots index (their number minus num_slots); install (gate/up pass only): (int32 [E]
+    1 + the slot each host expert is read through into or 0, the down pass's block slots to write, the down stack,
+    its host stack; see `_moe_kernel`)."""
     sorted_ids, block_slot, num_padded = align
     k = stack.in_features
     bk = _moe_block_k(stack, cfg)
@@ -792,6 +855,10 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
     fold = bool(fields and magic and cfg.folded)
     asum, parts = a_sum if fold and a_sum is not None else (rw, 0)
     osum, per_sum, sum_dtype = out_sum if out_sum is not None else (rw, 0, None)
+    if install is not None and not (gated and host is not None):
+        raise ValueError("a read-through install is the gate/up pass's, with host stacks")
+    # without INSTALL these only fill the signature (its code is compiled out)
+    inst, down_slot, d, hd = install if install is not None else (rw, block_slot, stack, hs)
     _moe_kernel[grid](
         a, out, qw, sc, qz, rw, asum, osum,
         sorted_ids, block_slot, num_padded,
@@ -800,7 +867,14 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         qw.stride(0), qw.stride(1), qw.stride(2), sc.stride(0), sc.stride(1), sc.stride(2),
         qz.stride(0), qz.stride(1), qz.stride(2),
         hs.qweight, hs.scales, hs.qzeros, stack.num_slots, hs.qweight.stride(0), hs.scales.stride(0),
-        hs.qzeros.stride(0), HOST=host is not None,
+        hs.qzeros.stride(0), HOST=host is not None, inst_ptr=inst, down_slot_ptr=down_slot,
+        dqw_ptr=d.qweight, dsc_ptr=d.scales, dqz_ptr=d.qzeros, hdqw_ptr=hd.qweight, hdsc_ptr=hd.scales,
+        hdqz_ptr=hd.qzeros, DN=d.out_features, DK=d.in_features, stride_dqs=d.qweight.stride(0),
+        stride_dqk=d.qweight.stride(1), stride_dqn=d.qweight.stride(2), stride_dss=d.scales.stride(0),
+        stride_dsg=d.scales.stride(1), stride_dsn=d.scales.stride(2), stride_dzs=d.qzeros.stride(0),
+        stride_dzg=d.qzeros.stride(1), stride_dzn=d.qzeros.stride(2), stride_hdqs=hd.qweight.stride(0),
+        stride_hdss=hd.scales.stride(0), stride_hdzs=hd.qzeros.stride(0), INSTALL=install is not None,
+        DGROUP=d.group_size, DBLOCK_K=_block_k(d.in_features, d.group_size, d.bits),
         A_ROW_DIV=a_row_div, GATED=gated, MUL_WEIGHT=mul_weight,
         GROUP=stack.group_size, BITS=stack.bits,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
@@ -838,10 +912,10 @@ def _sum_parts(y: Tensor, parts: int, m: int, n: int, stride_j: int, stride_m: i
 def moe_w4a16_triton(
     x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,
     config: MoeConfig | None = None, down_config: MoeConfig | None = None,
-    host: tuple[PackedStack, PackedStack] | None = None,
+    host: tuple[PackedStack, PackedStack] | None = None, install: Tensor | None = None,
 ) -> Tensor:
-    """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref` (host included:
-    slots ≥ S read the host stacks in place, which on CUDA must be pinned). config: the gate/up pass's tiles (and
+    """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref` (host and install
+    included: slots ≥ S read the host stacks in place, which on CUDA must be pinned). config: the gate/up pass's tiles (and
     BLOCK_M for both), down_config the down pass's (default: config); neither given: `moe_configs` (this GPU's
     tuned entries, else the heuristic)."""
     m, h = x.shape
@@ -897,6 +971,8 @@ def moe_w4a16_triton(
         copy = (xc, x_field_major, x_sums, bk_up, 32 // gate_up.bits)
         xc = x_field_major
     align = moe_align(slot_ids, num_slots, cfg.block_m, copy)
+    read_through = install is not None and host is not None
+    down_slots = torch.empty_like(align[1]) if read_through else None  # written by the gate/up pass
     rw = weights.reshape(-1).contiguous()
     # interpreted, silu(gate)·up stays fp32 and torch rounds it (the interpreter's fp32 → bf16 cast truncates: a
     # bias toward zero that the down pass sums up; a GPU rounds to nearest)
@@ -914,9 +990,12 @@ def moe_w4a16_triton(
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
                 out_fm=bk_down if act_fm else 0, out_per=32 // down.bits,
                 a_sum=(x_sums, 1) if x_sums is not None else None, out_sum=act_sums,
-                host=host[0] if host is not None else None)
+                host=host[0] if host is not None else None,
+                install=(install, down_slots, down, host[1]) if read_through else None)
     act = act.to(x.dtype)
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
+    if read_through:  # the down pass reads the experts read through from their new slots
+        align = (align[0], down_slots, align[2])
     _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, down_cfg, a_fm=act_fm,
                 a_sum=(act_sums[0], bk_down // act_sums[1]) if act_sums is not None else None,
                 host=host[1] if host is not None else None)
