@@ -113,9 +113,10 @@ class OutsideReads(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.capture:
             self._save_written(func, args, kwargs)
-        if self.paused:
+        if self.paused:  # inside an opaque op: not recorded; a view or in-place result of its inputs is not new
             out = func(*args, **kwargs)
-            self._mark_made(out, set())
+            self._mark_made(out, {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                                  if isinstance(t, torch.Tensor)})
             return out
         if _syncs(func, args, kwargs):
             raise SyncInGraph(f"{func} inside a captured pass: on a GPU it syncs, and the capture fails")
@@ -178,11 +179,13 @@ class CheckingGraph:
 def opaque_moe(moe):
     """`moe_w4a16` as one recorded op that reads its inputs and the two expert stacks (and the host's, if given)."""
 
-    def run(x, slot_ids, weights, gate_up, down, host=None):
+    def run(x, slot_ids, weights, gate_up, down, host=None, install=None):
         stacks = [gate_up.qweight, gate_up.scales, gate_up.qzeros, down.qweight, down.scales, down.qzeros]
         if host is not None:  # the host slabs a graph reads in place
             stacks += [t for st in host for t in (st.qweight, st.scales, st.qzeros)]
-        return opaque("moe_w4a16", lambda *_: moe(x, slot_ids, weights, gate_up, down, host), x, slot_ids,
+        if install is not None:  # where it reads them through to (it writes the cache's stacks, read above)
+            stacks.append(install)
+        return opaque("moe_w4a16", lambda *_: moe(x, slot_ids, weights, gate_up, down, host, install), x, slot_ids,
                       weights, *stacks)
 
     return run

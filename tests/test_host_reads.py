@@ -89,10 +89,13 @@ def test_host_reads_decode_the_syncing_paths_tokens_without_reruns(pack, ref, sl
     assert s["expert_uses"] == sync.model.runtime_stats()["expert_uses"]  # the same passes need the same experts
 
 
-def test_a_forced_miss_is_read_from_the_host_once_and_installed(pack, ref):
+@pytest.mark.parametrize("read_through", [False, True])
+def test_a_forced_miss_is_read_from_the_host_once_and_installed(pack, ref, read_through):
     """Evict an expert the block uses after its first pass: the next pass reads it from the host (no rerun: one
-    sweep of layer calls), it is copied back into a slot after that pass, and the pass after hits everything."""
-    rt = runtime(pack, slots=14, prefetch=False, host_reads=True)
+    sweep of layer calls), it is copied back into a slot after that pass — or, reading through, into a slot of
+    the layer before that the pass did not use, as it reads it (one transfer of its bytes, not two) — and the
+    pass after hits everything."""
+    rt = runtime(pack, slots=14, prefetch=False, host_reads=True, read_through=read_through)
     r = rt.model.runtime
     calls = layer_calls(rt)
     per_pass, victim = [], {}
@@ -102,9 +105,13 @@ def test_a_forced_miss_is_read_from_the_host_once_and_installed(pack, ref):
         if i == 0:
             layer = r.layers[1]
             victim["layer"], victim["expert"] = layer, evict_most_used(r, layer)
-        if i == 1:  # read from the host, then installed for the next pass: resident, pinned, marked prefetched
+            victim["offered"] = set(r.cache.slot_of[r.layers[0]][r.cache.slot_of[r.layers[0]] >= 0].tolist())
+        if i == 1:  # read from the host, then installed for the next pass: resident, pinned (a copy: prefetched)
             slot = r.cache.slot_of[victim["layer"], victim["expert"]]
-            assert slot >= 0 and r.cache.pin_gen[slot] == r.cache.gen and r.cache.prefetched[slot]
+            assert slot >= 0 and r.cache.pin_gen[slot] == r.cache.gen
+            assert r.cache.prefetched[slot] != read_through
+            if read_through:  # a slot the layer before held (an expert of its that the pass did not use)
+                assert slot in victim["offered"]
 
     got = block_passes(rt, previews=4, after_preview=after)
     _close(got, block_passes(runtime(pack, slots=14, prefetch=False, optimistic=False), previews=4))
@@ -113,8 +120,42 @@ def test_a_forced_miss_is_read_from_the_host_once_and_installed(pack, ref):
         (True, False, recs[0].host_reads), (True, False, 1), (True, False, 0), (True, False, 0)]
     assert recs[1].misses == 1 and recs[2].misses == recs[3].misses == 0 and recs[2].hits == recs[2].uses
     assert np.diff(per_pass).tolist() == [N_LAYERS] * 3  # no pass swept the layers twice
+    layout = r.cache.layout  # PCIe: the read, and the copy after it unless it read through
+    assert recs[1].bytes == layout.weight_bytes + (0 if read_through else layout.nbytes)
+    assert recs[1].read_through == int(read_through)
     layer = next(x for x in r.stats()["layers"] if x["layer"] == victim["layer"])
-    assert layer["prefetch_used"] >= 1  # the install was used by pass 2
+    assert layer["prefetch_used"] >= (0 if read_through else 1)  # the install was used by pass 2
+
+
+@pytest.mark.parametrize("slots", [14, 9])
+def test_reading_through_decodes_the_same_tokens_with_one_transfer_per_miss(pack, ref, slots):
+    """Three blocks of decoding with host reads, reading through and not: the same tokens; reading through,
+    misses are installed as they are read (fewer bytes over PCIe, fewer copies after passes), the counters add
+    up, and every resident slot holds its expert's bytes exactly (the kernel's copies are whole)."""
+    ids = prompt(ref, 13, seed=2)
+    on = runtime(pack, slots=slots, host_reads=True)
+    off = runtime(pack, slots=slots, host_reads=True, read_through=False)
+    assert decode(on, ids) == decode(off, ids)
+    s_on, s_off = on.model.runtime_stats(), off.model.runtime_stats()
+    assert s_on["read_through_on"] and not s_off["read_through_on"] and s_off["read_through"] == 0
+    assert 0 < s_on["read_through"] <= s_on["host_reads"]
+    assert s_on["bytes_h2d"] < s_off["bytes_h2d"] and s_on["prefetched"] < s_off["prefetched"]
+    cache = on.model.runtime.cache
+    assert s_on["bytes_h2d"] == ((s_on["copied"] + s_on["prefetched"]) * cache.layout.nbytes
+                                 + s_on["host_reads"] * cache.layout.weight_bytes)
+    assert sum(r.read_through for r in on.model.runtime.records) == s_on["read_through"]
+    assert_slots_hold_their_experts(cache)
+
+
+def assert_slots_hold_their_experts(cache) -> None:
+    """Every resident slot holds its registered expert's bytes (each part of the slab)."""
+    dev = cache.layout.views(cache.buf)
+    for slot in np.flatnonzero(cache.owner >= 0).tolist():
+        layer, expert = divmod(int(cache.owner[slot]), cache.n_experts)
+        assert cache.slot_of[layer, expert] == slot
+        host = cache.layout.views(cache.host.buffers[layer])
+        for part in dev:
+            assert torch.equal(dev[part][slot], host[part][expert]), (slot, layer, expert, part)
 
 
 def test_counters_add_up_with_host_reads(pack, ref):
@@ -132,8 +173,17 @@ def test_counters_add_up_with_host_reads(pack, ref):
     assert not cache.locked.any()
 
 
-def gather_moe_host(x, slot_ids, weights, gate_up, down, host=None):
-    """`gather_moe` over the device stacks followed by the host ones (slot S + e = host expert e), no sync."""
+def gather_moe_host(x, slot_ids, weights, gate_up, down, host=None, install=None):
+    """`gather_moe` over the device stacks followed by the host ones (slot S + e = host expert e), no sync; with
+    `install`, host experts copied into their slots first (every one it names, used or not: the runtime names
+    only used ones), through a scatter with a sink row instead of a boolean index."""
+    if host is not None and install is not None:
+        for d, h in zip((gate_up, down), host):
+            for part in ("qweight", "scales", "qzeros"):
+                dev, src = getattr(d, part), getattr(h, part)
+                to = torch.where(install > 0, install.long() - 1, dev.shape[0])
+                room = torch.cat([dev, dev[:1]]).index_copy_(0, to, src)
+                dev.copy_(room[:-1])
     if host is not None:
         gate_up, down = (PackedStack(torch.cat([d.qweight, h.qweight]), torch.cat([d.scales, h.scales]),
                                      torch.cat([d.qzeros, h.qzeros]), d.group_size, d.bits)
@@ -223,7 +273,8 @@ def test_a_pass_put_off_is_booked_before_anything_reads_the_runtime(pack, ref):
 
 def test_a_booking_that_fails_is_one_line_and_the_runtime_goes_on(pack, ref, monkeypatch):
     """Out of device memory while booking a pass (its installs): one clear line, the runtime's pass state
-    forgotten as for a failed pass, and the next pass runs."""
+    forgotten as for a failed pass, and the next pass runs. The pass had read experts through into slots that
+    held others: those slots are dropped, so no slot is left holding what the host does not know of."""
     from clover_local.errors import CloverError
     from clover_local.runtime.expert_cache import ExpertCache
 
@@ -235,13 +286,15 @@ def test_a_booking_that_fails_is_one_line_and_the_runtime_goes_on(pack, ref, mon
         model.hidden(torch.tensor([[5] * 8]), cache, preview=True)
     real = ExpertCache.commit_uses
 
-    def oom(self, counts, host_reads=False):
+    def oom(self, counts, host_reads=False, installed=None):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
 
     monkeypatch.setattr(ExpertCache, "commit_uses", oom)
     with pytest.raises(CloverError, match=r"^the GPU ran out of memory after a pass \(budget .*lower --vram-budget"):
         rt.finish_pass()
     assert rt._deferred is None and rt.block_key is None and not rt.cache.locked.any()
+    assert (rt._opt.installed > 0).any()  # it had read some through: unregistered, then dropped
+    assert_slots_hold_their_experts(rt.cache)
     monkeypatch.setattr(ExpertCache, "commit_uses", real)
     with torch.inference_mode():
         logits = model(torch.tensor([[5] * 8]), cache, preview=True)

@@ -975,6 +975,55 @@ def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
     assert torch.equal(w_out, w)
 
 
+@needs_triton
+def test_fused_optimistic_slots_offer_slots_as_the_cache_says(force_triton) -> None:
+    """Read-through: per layer, the missing experts by id take, in order, the offered slots (the layer before's
+    unpinned ones; free ones for the first) whose expert the pass did not use — the kernel (one program over
+    2,400 choices a layer) against `ExpertCache.read_through_targets`, and against the PyTorch twin
+    `OptimisticPass` runs off the GPU; the slot mapping and counts as without."""
+    import numpy as np
+
+    from clover_local.runtime.expert_cache import ExpertCache
+    from clover_local.runtime.kernels import fused_layer_ops
+    from clover_local.runtime.optimistic import OptimisticPass
+    from clover_local.runtime.slab import SlabLayout
+
+    gen = torch.Generator().manual_seed(6)
+    n_layers, e = 3, 40
+    n_slots = 100
+    cache = ExpertCache(SlabLayout(64, 32, 4, 1, 1), n_slots, list(range(n_layers)), e, torch.device(DEVICE), None)
+    flat = torch.randperm(n_layers * e, generator=gen)[: n_slots - 4].numpy()  # 4 slots free
+    cache.slot_of.reshape(-1)[flat] = np.arange(flat.size)
+    cache.owner[: flat.size] = flat
+    cache.pin_gen[:30] = cache.gen  # some pinned: not offered
+    cache.set_spares(True)
+    spares = cache.reserve_spares()
+    table = torch.from_numpy(cache.slot_of.reshape(-1).astype(np.int32))
+    assert (cache.spares[0, 0] >= 0).sum() == 4 and (cache.spares[0, 1:] >= 0).sum() > 10
+    idx = [torch.randint(0, e, (300, 8), generator=gen) for _ in range(n_layers)]
+    w = torch.rand(300, 8, generator=gen).bfloat16()
+    table_d, w = _dev(table, w)
+    ops = fused_layer_ops(torch.device(DEVICE))
+    counts, install, scratch = (torch.zeros(n_layers * e, dtype=torch.int32, device=DEVICE) for _ in range(3))
+    for row in range(n_layers):
+        ids = idx[row].to(DEVICE)
+        slots, w_out = ops.optimistic_slots(ids, w, table_d, counts, row * e, n_slots, (install, spares, scratch, e))
+        want_slots = table_d[ids + row * e]
+        assert torch.equal(slots, torch.where(want_slots < 0, n_slots + ids.to(table.dtype), want_slots))
+        assert torch.equal(w_out, w)
+    want = cache.read_through_targets(counts.cpu().numpy().reshape(n_layers, e))
+    assert np.array_equal(install.cpu().numpy().reshape(n_layers, e), want)
+    missing = (counts.cpu().numpy().reshape(n_layers, e) > 0) & (cache.slot_of < 0)
+    assert 0 < (want > 0).sum() < missing.sum()  # some read through, and the offers ran out for others
+    # the PyTorch twin (`OptimisticPass` without the fused ops), same counts and offers
+    opt = OptimisticPass(cache)
+    opt.counts.copy_(counts)
+    opt.table = table_d
+    for row in range(n_layers):
+        opt._assign_spares(row * e, spares, opt.install[row * e : (row + 1) * e])
+    assert torch.equal(opt.install, install)
+
+
 # --- the split-window preview attention vs the model's SDPA path ---------------------------------------------
 
 

@@ -35,6 +35,10 @@ def bench(
                                               help="Let optimistic passes read a missing expert in place from "
                                                    "pinned host memory instead of rerunning (default: on a GPU, "
                                                    "if the load-time check passes); --no-host-reads to compare."),
+    read_through: bool = typer.Option(True, "--read-through/--no-read-through",
+                                      help="With host reads, copy each expert read from the host into a slot as "
+                                           "it is read (one PCIe transfer instead of two: read, then copied "
+                                           "after the pass); --no-read-through to compare."),
     resident_routing: bool = typer.Option(False, "--resident-routing",
                                           help="A block's later passes choose among the experts on the device "
                                                "only (an approximation: no copy waited for after its first pass; "
@@ -71,7 +75,7 @@ def bench(
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
                        optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, host_reads=host_reads,
-                       resident_routing=resident_routing, on_step=progress)
+                       resident_routing=resident_routing, read_through=read_through, on_step=progress)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -109,7 +113,9 @@ def _print(r: dict) -> None:
     hr = r["host_reads"]
     c.print(f"host reads: {'on' if hr['on'] else 'off'}" + (f" ({hr['error']})" if hr["error"] else "")
             + (f"; {r['host_reads_per_steady_pass']} misses read in place per steady pass, {hr['first_pass']} in "
-               "the first" if hr["on"] else f"; {r['repairs_per_steady_pass']} repair replays per steady pass"))
+               "the first" if hr["on"] else f"; {r['repairs_per_steady_pass']} repair replays per steady pass")
+            + (f"; read through into slots: {hr['read_through_per_steady_pass']} per steady pass, "
+               f"{hr['read_through_first_pass']} in the first" if hr.get("read_through_on") else ""))
     if r["resident_routing"]:
         c.print(f"resident routing: {r['substituted_per_steady_pass']} routing choices substituted per steady pass")
     c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "

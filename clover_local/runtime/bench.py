@@ -301,7 +301,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
               device: torch.device, dtype: torch.dtype, cpu_experts: str = "off", prefetch: bool = True,
               measure_tokens: bool = True, optimistic: bool = True, cuda_graphs: bool = True,
               routing: str = "model", host_reads: bool | None = None, resident_routing: bool = False,
-              on_step=lambda msg: None, model: CloverModel | None = None) -> dict:
+              read_through: bool | None = None, on_step=lambda msg: None, model: CloverModel | None = None) -> dict:
     """`bench`'s measurements (its docstring). `model`: the pack at `folder` loaded before at the same budget and
     a context of at least `bench_context` (`run_variants`), set to these options (`runtime.load.reconfigure`)
     instead of loaded again; `load_s` is then that reconfiguration's time."""
@@ -319,7 +319,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     context = bench_context(prefix, bs, measure_tokens and not synthetic)
     options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch,
                              optimistic=optimistic, cuda_graphs=cuda_graphs, host_reads=host_reads,
-                             resident_routing=resident_routing)
+                             resident_routing=resident_routing, read_through=read_through)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     if model is None:
@@ -511,7 +511,10 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "repairs_per_steady_pass": round(sum(r.repairs for r in steady) / len(steady), 3),
         # misses read in place from host memory (runtime/host_reads.py), and whether that path is on (why not)
         "host_reads_per_steady_pass": round(sum(r.host_reads for r in steady) / len(steady), 3),
-        "host_reads": {"on": rt.host_reads, "error": rt.host_reads_error, "first_pass": first.host_reads},
+        "host_reads": {"on": rt.host_reads, "error": rt.host_reads_error, "first_pass": first.host_reads,
+                       # ... of them copied into a slot as they were read (one PCIe transfer, not two)
+                       "read_through_on": rt.read_through, "read_through_first_pass": first.read_through,
+                       "read_through_per_steady_pass": round(sum(r.read_through for r in steady) / len(steady), 3)},
         "synced_steady_passes": sum(1 for r in steady if r.synced),
         # later passes choosing among resident experts only (`Runtime.route_limit`): on, and what it took away
         "resident_routing": rt.resident_routing,
@@ -637,7 +640,7 @@ def _merged_summary(recs: list, block2: list, commit2, graphs: dict, rows: int, 
     stood = [r for r in recs if r.graphed and not r.captured and not r.synced]
     each = [{"ms": round(r.ms, 3), "optimistic": r.optimistic, "graphed": r.graphed, "captured": r.captured,
              "repairs": r.repairs, "synced": r.synced, "uses": r.uses, "misses": r.misses,
-             "host_reads": r.host_reads} for r in recs]
+             "host_reads": r.host_reads, "read_through": r.read_through} for r in recs]
     ms = (stood or recs)[-1].ms
     steady, n = _later_passes(block2, rows, tpp)
     block_ms = ms + (n - 1) * steady

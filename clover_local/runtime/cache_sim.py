@@ -13,7 +13,8 @@ and a later one that missed is rerun syncing; `--host-reads`: a replay reads wha
 previews choose each row's best experts among those resident when the pass begins, the first pass and the
 commit choose freely, as `Runtime.route_limit` does; `--merge-commits`: a block's commit and the next block's
 first pass are one pass over both row sets, as decoding runs them by default, the first such pass an eager
-attempt, its experts unpinned after it, as `Runtime.pass_scope` does). It counts copies (demand and
+attempt, its experts unpinned after it, as `Runtime.pass_scope` does; `--read-through`: with host reads, a replay
+copies the experts it reads into slots it did not use, as `OptimisticPass` does). It counts copies (demand and
 prefetch) and host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at
 50 GB/s (targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
 replays twice) plus that PCIe time, all of it waited for. Derived figures, not timings.
@@ -60,6 +61,7 @@ class SimConfig:
     host_reads: bool = False  # optimistic passes read what they lack in place (runtime/host_reads.py)
     resident_routing: bool = False  # later previews choose among resident experts (`Runtime.route_limit`)
     merge_commits: bool = False  # a commit and the next block's first pass as one pass (`commit_and_preview`)
+    read_through: bool = False  # with host_reads: read-through installs into offered slots (`set_spares`)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Phase:
     wasted: int = 0  # prefetched, evicted unused
     missed: int = 0  # passes with a demand copy (a graph replay that missed: one more replay after its repair)
     host_read: int = 0  # experts read in place from host memory (then installed: counted in prefetched)
+    read_through: int = 0  # of those, copied into a spare slot as they were read (no copy of their own)
     background: int = 0  # of the prefetched, installs behind the next pass (resident routing): not waited for
     substituted: int = 0  # routing choices resident routing took away
     distinct: int = 0  # (layer, expert) pairs the passes used, summed: the expert bytes they read
@@ -158,6 +161,7 @@ def _book(phase: Phase, before: LayerCounters, after: LayerCounters) -> int:
     phase.wasted += after.prefetch_wasted - before.prefetch_wasted
     phase.missed += int(copied > 0)
     phase.host_read += after.host_reads - before.host_reads
+    phase.read_through += after.read_through - before.read_through
     return copied + prefetched
 
 
@@ -180,7 +184,11 @@ def _optimistic_pass(ec: ExpertCache, counts: np.ndarray, commit: bool, repair: 
     or loaded by `repair`, else (or when that does not fit) it reruns as a syncing pass; then booked by
     `commit_uses`."""
     if host_reads:
-        ec.commit_uses(counts, host_reads=True)
+        installed = None
+        if ec.spare_target:  # as `OptimisticPass.begin` and the kernels' assignment during the pass
+            ec.reserve_spares()
+            installed = ec.read_through_targets(counts)
+        ec.commit_uses(counts, host_reads=True, installed=installed)
         return
     if ec.missing(counts):
         if not repair or ec.repair(counts, last_of_block=commit) is None:
@@ -195,6 +203,8 @@ def simulate(cfg: SimConfig) -> SimResult:
     ec, router, res = _cache(cfg), _Router(cfg), SimResult(cfg)
     if cfg.warm:
         ec.warm()  # as `runtime.load` does
+    if cfg.host_reads:
+        ec.set_spares(cfg.read_through)
     history: dict[int, np.ndarray] = {}
     for name in ("prefill_first_chunk", "prefill_later_chunks", "block_first_pass", "block_later_passes",
                  "commit", "merged"):
@@ -224,6 +234,8 @@ def simulate(cfg: SimConfig) -> SimResult:
             commit = p == cfg.passes
             merged = commit and cfg.merge_commits and b + 1 < cfg.blocks
             allowed = None
+            if cfg.host_reads and ec.spare_target:  # as `Runtime.pass_scope`: spares before resident routing
+                ec.reserve_spares()
             if cfg.resident_routing and p and not commit:  # as `Runtime._restrict_routing`
                 allowed = ec.restricted_choice(cfg.top_k)[0]
             else:
@@ -289,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a block's later previews choose among resident experts only (an approximation)")
     ap.add_argument("--merge-commits", action="store_true",
                     help="a block's commit and the next block's first pass as one pass (decoding's default)")
+    ap.add_argument("--read-through", action="store_true",
+                    help="with --host-reads: a replay copies what it reads into a slot the layer before it did not "
+                         "use (a read-through install: one PCIe transfer, not two)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     cfg = SimConfig(**{k: getattr(a, k) for k in asdict(d)})
@@ -306,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(ph, dict) and "copies" in ph:
             print(f"  {name:22s} {ph['passes']:4d} passes  {ph['copies_per_pass']:8.1f} copies/pass "
                   f"({ph['demand']} demand in {ph['missed']} passes, {ph['prefetched']} prefetched, "
-                  f"{ph['wasted']} wasted, {ph['host_read']} read in place, {ph['distinct_per_pass']:.0f} "
+                  f"{ph['wasted']} wasted, {ph['host_read']} read in place ({ph['read_through']} through), "
+                  f"{ph['distinct_per_pass']:.0f} "
                   f"experts used)  "
                   f"{ph['pcie_ms_per_pass']:7.2f} ms/pass" + (f", replay path {ph['replay_path_ms_per_pass']:.1f} ms"
                                                              if "replay_path_ms_per_pass" in ph else ""))

@@ -58,6 +58,9 @@ class RuntimeOptions:
     # ... reading non-resident experts in place from pinned host memory (host_reads.py). None: on a GPU (a CPU
     # "device" is the host: nothing to save); True: also on the CPU (tests); either way only if the check passes
     host_reads: bool | None = None
+    # ... and copying what they read into slots as they go: one PCIe transfer per missed expert, not two
+    # (`Runtime.set_read_through`). None: with host reads, unless CLOVER_READ_THROUGH=0
+    read_through: bool | None = None
     # a block's later previews choose only among resident experts (`Runtime.route_limit`): an approximation
     # that makes them copy nothing; off by default (exact routing)
     resident_routing: bool = False
@@ -193,6 +196,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             layer.mlp.route_limit = lambda i=i: runtime.route_limit(i)
     cache.warm()  # offloaded: the slots start with the first layers' experts, not empty
     runtime.set_host_reads(*_host_reads(options, cache, device, dtype, cfg))
+    runtime.set_read_through(_read_through(options) and runtime.host_reads)
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     _install_kernels(model, device)
     model.has_preview_params = all(
@@ -209,7 +213,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
 def reconfigure(model: CloverModel, options: RuntimeOptions) -> None:
     """A loaded runtime set to `options` as if loaded with them, for what does not change what was loaded
     (`bench`'s variants on one load: a 35B load takes ≈ 20 s of a GPU session's minutes): prefetch, optimistic
-    passes, CUDA graphs, host reads (the load-time check run again), resident routing, the CPU-experts policy;
+    passes, CUDA graphs, host reads (the load-time check run again) and read-through installs, resident routing,
+    the CPU-experts policy;
     the expert cache emptied and warmed as at load, the counters reset. The budget, context and pin settings are
     the load's: a different one needs a new load."""
     rt = model.runtime
@@ -224,6 +229,7 @@ def reconfigure(model: CloverModel, options: RuntimeOptions) -> None:
         cache.warm()
     rt.set_resident_routing(options.resident_routing)
     rt.set_host_reads(*_host_reads(options, cache, rt.device, rt.dtype, model.config))  # drops the graphs
+    rt.set_read_through(_read_through(options) and rt.host_reads)
     rt.reset_stats()
 
 
@@ -247,6 +253,13 @@ def _host_reads(options: RuntimeOptions, cache: ExpertCache, device: torch.devic
         return False, "off on a CPU device (its host memory is its device memory)"
     error = host_reads.check(cache, dtype, cfg.diffusion.block_size, cfg.num_experts_per_tok)
     return error is None, error
+
+
+def _read_through(options: RuntimeOptions) -> bool:
+    """Read-through installs unless told not to (they act only where host reads are on)."""
+    if options.read_through is not None:
+        return options.read_through
+    return os.environ.get("CLOVER_READ_THROUGH") != "0"  # chat, generate, serve
 
 
 def _install_kernels(model: CloverModel, device: torch.device) -> None:

@@ -213,6 +213,7 @@ class PassRecord:
     synced: bool = False  # an optimistic attempt gave up: the pass ran through the syncing path
     host_reads: int = 0  # misses the MoE kernel read in place from host memory (`RuntimeOptions.host_reads`)
     substituted: int = 0  # routing choices resident routing took away (`Runtime.route_limit`)
+    read_through: int = 0  # of host_reads, those copied into a slot as they were read (`set_read_through`)
 
 
 # Replays of a missing graphed preview, each after loading what the last one lacked, before the syncing path.
@@ -414,6 +415,21 @@ class Runtime:
         self.host_reads_error = error
         self._drop_graphs()
 
+    @property
+    def read_through(self) -> bool:
+        """Whether passes that read from the host copy what they read into slots as they go (`set_read_through`)."""
+        return self._opt.read_through and self._opt.host_reads
+
+    def set_read_through(self, on: bool) -> None:
+        """Switch read-through installs on or off (they act with host reads only): a pass that reads a missing
+        expert from host memory copies it into a slot its layer's predecessor did not use, instead of the copy
+        after the pass that moved it over PCIe a second time (`ExpertCache.reserve_spares`, `kernels.moe_w4a16`
+        install). Drops the captured graphs: their MoE launches were captured with or without it."""
+        self.finish_pass()
+        self._opt.read_through = on
+        self.cache.set_spares(on)
+        self._drop_graphs()
+
     def set_resident_routing(self, on: bool) -> None:
         """Switch resident routing (`route_limit`) on or off; moot with every expert resident. Drops the captured
         graphs: their routers were captured with or without the restriction."""
@@ -522,7 +538,7 @@ class Runtime:
             state.retried = True
             state.counts = counts
             return False
-        self.cache.commit_uses(counts, host_reads=self._opt.host_reads)
+        self.cache.commit_uses(counts, host_reads=self._opt.host_reads, installed=self._opt.installed)
         self.history.record(counts, self._opt.row_of)
         return True
 
@@ -624,7 +640,8 @@ class Runtime:
                                         after.hits - before.hits, after.misses - before.misses,
                                         after.bytes - before.bytes, state.optimistic, state.retried,
                                         state.graphed, state.captured, state.repairs, state.synced,
-                                        after.host_reads - before.host_reads, substituted))
+                                        after.host_reads - before.host_reads, substituted,
+                                        after.read_through - before.read_through))
         if kind == "merged":
             # its commit rows' experts were pinned with the preview rows' (one set of use counts): unpinned now,
             # the block's next pass pins its own set, so the last block's experts do not crowd this one's
@@ -645,6 +662,7 @@ class Runtime:
     def _abandon(self) -> None:
         self._restricted = False
         self.cache.reset()
+        self.cache.drop_offers()  # slots a failed pass may have read experts through into, unregistered
         self._drop_graphs()
         self.block_key, self.pass_in_block = None, 0
         self._layer_events = []
@@ -795,6 +813,8 @@ class Runtime:
             "host_reads": tot.host_reads,  # misses read in place from host memory (optimistic passes)
             "host_reads_on": self.host_reads,
             "host_reads_error": self.host_reads_error,
+            "read_through": tot.read_through,  # ... of those, copied into a slot as they were read (one transfer)
+            "read_through_on": self.read_through,
             "resident_routing": self.resident_routing,  # later previews choose among resident experts only
             "restricted_passes": self.restricted_passes,
             "substituted": self.substituted,  # ... the choices that took away

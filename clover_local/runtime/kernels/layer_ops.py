@@ -10,6 +10,7 @@ however little it computes. Each op here keeps one row (or one block of pairs) i
   rounds of max, ties to the lower expert id, descending like `torch.topk`;
 - `optimistic_slots`: `OptimisticPass.run`'s mapping of (layer, expert) to cache slots with the use counts
   (atomic adds), non-resident choices sent to the host stacks (or zero-weighted on slot 0) — 9 kernels → 1;
+  with read-through installs, also the layer's spare-slot assignment (`ExpertCache.read_through_targets`);
 - `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x), plus the decoder
   layer's residual — the gate's one-column linear, sigmoid, product and two sums: 5 kernels → 1;
 - `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1;
@@ -140,37 +141,75 @@ def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype, limit: tuple[Tens
 
 @triton.jit
 def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w_out_ptr, T, row_base, host_base,
-                             BLOCK: tl.constexpr, HOST: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = i < T
-    e = tl.load(idx_ptr + i, mask=ok, other=0).to(tl.int64)
-    flat = e + row_base
-    tl.atomic_add(counts_ptr + flat, tl.full((BLOCK,), 1, tl.int32), mask=ok)
-    s = tl.load(table_ptr + flat, mask=ok, other=-1)
-    w = tl.load(w_ptr + i, mask=ok, other=0.0)
-    if HOST:
-        tl.store(slots_ptr + i, tl.where(s >= 0, s, host_base + e).to(slots_ptr.dtype.element_ty), mask=ok)
-        tl.store(w_out_ptr + i, w, mask=ok)
+                             install_ptr, spares_ptr, scratch_ptr, E, OWNERS,
+                             BLOCK: tl.constexpr, HOST: tl.constexpr, READ_THROUGH: tl.constexpr,
+                             BLOCK_E: tl.constexpr):
+    if READ_THROUGH:  # one program: every choice, then the layer's assignment of its offered slots
+        n_chunks = tl.cdiv(T, BLOCK)
     else:
-        tl.store(slots_ptr + i, tl.maximum(s, 0).to(slots_ptr.dtype.element_ty), mask=ok)
-        tl.store(w_out_ptr + i, tl.where(s >= 0, w, tl.zeros_like(w)), mask=ok)
+        n_chunks = 1
+    for chunk in range(0, n_chunks):
+        i = (tl.program_id(0) + chunk) * BLOCK + tl.arange(0, BLOCK)
+        ok = i < T
+        e = tl.load(idx_ptr + i, mask=ok, other=0).to(tl.int64)
+        flat = e + row_base
+        tl.atomic_add(counts_ptr + flat, tl.full((BLOCK,), 1, tl.int32), mask=ok)
+        s = tl.load(table_ptr + flat, mask=ok, other=-1)
+        w = tl.load(w_ptr + i, mask=ok, other=0.0)
+        if HOST:
+            tl.store(slots_ptr + i, tl.where(s >= 0, s, host_base + e).to(slots_ptr.dtype.element_ty), mask=ok)
+            tl.store(w_out_ptr + i, w, mask=ok)
+        else:
+            tl.store(slots_ptr + i, tl.maximum(s, 0).to(slots_ptr.dtype.element_ty), mask=ok)
+            tl.store(w_out_ptr + i, tl.where(s >= 0, w, tl.zeros_like(w)), mask=ok)
+    if READ_THROUGH:
+        tl.debug_barrier()  # every choice's count added before they are read (volatile: from L2, not L1)
+        ex = tl.arange(0, BLOCK_E)
+        in_row = ex < E
+        # the offered slots still usable: free, or their expert (a layer before: its counts are final) unused
+        cslot = tl.load(spares_ptr + row_base + ex, mask=in_row, other=-1)
+        cown = tl.load(spares_ptr + OWNERS + row_base + ex, mask=in_row, other=-1)
+        cused = tl.load(counts_ptr + tl.maximum(cown, 0), mask=in_row & (cown >= 0), other=0, volatile=True)
+        valid = (cslot >= 0) & ((cown < 0) | (cused == 0))
+        v32 = valid.to(tl.int32)
+        tl.store(scratch_ptr + row_base + tl.cumsum(v32, 0) - 1, cslot, mask=valid)  # compacted, in order
+        c = tl.load(counts_ptr + row_base + ex, mask=in_row, other=0, volatile=True)
+        t = tl.load(table_ptr + row_base + ex, mask=in_row, other=0)
+        missing = (c > 0) & (t < 0) & in_row
+        rank = tl.cumsum(missing.to(tl.int32), 0) - 1
+        tl.debug_barrier()  # the compacted slots stored before they are read
+        take = missing & (rank < tl.sum(v32, 0))
+        slot = tl.load(scratch_ptr + row_base + rank, mask=take, other=-1)
+        tl.store(install_ptr + row_base + ex, tl.where(take, slot + 1, 0), mask=in_row)
 
 
 def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor, row_base: int,
-                     host_base: int = -1) -> tuple[Tensor, Tensor]:
+                     host_base: int = -1, read_through: tuple[Tensor, Tensor, Tensor, int] | None = None,
+                     ) -> tuple[Tensor, Tensor]:
     """(slots, weights) of `OptimisticPass.run`: counts[row_base + idx] += 1 for every choice; slot =
     table[row_base + idx]; where that is -1 (not resident): host_base + idx with the weight kept (host reads,
-    host_base ≥ 0), else slot 0 with weight 0. Shapes of idx."""
+    host_base ≥ 0), else slot 0 with weight 0. Shapes of idx.
+
+    read_through = (install, spares, scratch, E), with host reads: then also, once the layer's counts are in,
+    its non-resident experts by id take its offered slots (spares [2, rows, E]: slots, −1 pads, and their
+    experts as indices of counts, −1 free) that are free or whose expert the pass did not use, in order:
+    install[row_base + e] = 1 + slot, or 0 when they run out (`ExpertCache.read_through_targets`). One program
+    does it all, so the layer's counts are complete when it reads them; scratch [≥ rows × E] int32."""
     flat = idx.reshape(-1)
     flat = flat if flat.is_contiguous() else flat.contiguous()
     wf = weights.reshape(-1).contiguous()
     slots = torch.empty(flat.shape, dtype=table.dtype, device=idx.device)
     w_out = torch.empty_like(wf)
     t = flat.numel()
+    through = read_through is not None and host_base >= 0
+    install, spares, scratch, n_exp = read_through if through else (table, table, table, 1)
     if t:
         block = 256
-        _optimistic_slots_kernel[(triton.cdiv(t, block),)](flat, wf, table, counts, slots, w_out, t, row_base,
-                                                           host_base, BLOCK=block, HOST=host_base >= 0)
+        grid = (1,) if through else (triton.cdiv(t, block),)
+        _optimistic_slots_kernel[grid](flat, wf, table, counts, slots, w_out, t, row_base, host_base, install,
+                                       spares, scratch, n_exp, spares[0].numel() if through else 0, BLOCK=block,
+                                       HOST=host_base >= 0, READ_THROUGH=through,
+                                       BLOCK_E=triton.next_power_of_2(n_exp))
     return slots.view(idx.shape), w_out.view(idx.shape)
 
 
