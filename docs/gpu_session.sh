@@ -22,7 +22,9 @@
 #                                before the zero fold, dense weights in the GPTQ row order: the before of both)
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   routings/bench_uniform*.json the uniform, reveal, repair and resident stages' four JSONs from ONE load of the
-#                                pack (`gpu_check --stages routings`: ≈ 20 s of loading each saved three times)
+#                                pack (`gpu_check --stages routings`: ≈ 20 s of loading each saved three times), and
+#                                bench_uniform_reveal_copy.json: reveal with `--no-read-through` (host reads whose
+#                                misses are copied after the pass, the before of read-through installs)
 #   kernels_sweep.json           `bench_kernels --sweep small`: tile configs, cuBLAS bf16, CUDA-graph capture
 #   moe_sweep.json               `bench_kernels --quick --only moe --sweep full`: the MoE kernel's tiles at 32 rows
 #   tune.json, tuning_table.json `clover-local tune --synthetic full --vram-budget 16GB --quick --json` and the

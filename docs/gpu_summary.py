@@ -38,7 +38,9 @@ def kernels_lines(k: dict) -> list[str]:
         out.append(f"  MoE host reads: ok {hr.get('ok')}, cold ms resident {_fmt(hr.get('resident_ms_cold'))} / 8 on "
                    f"host {_fmt(hr.get('8_on_host_ms_cold'))} / all on host {_fmt(hr.get('all_on_host_ms_cold'))} "
                    f"({_fmt(hr.get('all_on_host_gbps'))} GB/s; copies {_fmt(k.get('h2d_gbps_64_experts'))} GB/s), "
-                   f"{_fmt(hr.get('ms_per_host_expert'))} ms per host expert"
+                   f"{_fmt(hr.get('ms_per_host_expert'))} ms per host expert; read through into slots: "
+                   f"equal {hr.get('read_through_equal')}, slabs {hr.get('read_through_slabs_equal')}, cold "
+                   f"{_fmt(hr.get('read_through_ms_cold'))} ms"
                    + (f", error {str(hr['error'])[-200:]!r}" if hr.get("error") else ""))
     for part in ("gdn_preview", "gdn_causal", "preview_attention", "layer_ops"):
         if isinstance(k.get(part), dict):
@@ -80,7 +82,9 @@ def bench_lines(b: dict) -> list[str]:
     if isinstance(hr, dict):
         out.append(f"  host reads {'on' if hr.get('on') else 'off'}" + (f" ({hr['error']})" if hr.get("error") else "")
                    + f", read in place per steady pass {_fmt(b.get('host_reads_per_steady_pass'))}, first pass "
-                   f"{_fmt(hr.get('first_pass'))}")
+                   f"{_fmt(hr.get('first_pass'))}; read through {'on' if hr.get('read_through_on') else 'off'}: "
+                   f"{_fmt(hr.get('read_through_per_steady_pass'))} per steady pass, "
+                   f"{_fmt(hr.get('read_through_first_pass'))} in the first; PCIe {_fmt(b.get('pcie_bytes'))} B")
     if b.get("resident_routing"):
         out.append(f"  resident routing: {_fmt(b.get('substituted_per_steady_pass'))} choices substituted per "
                    "steady pass")

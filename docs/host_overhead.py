@@ -1,6 +1,6 @@
 """The host's share of a steady graphed preview pass at the real counts, timed on a CPU.
 
-    python docs/host_overhead.py [--resident-routing] [--passes 300] [--draw]
+    python docs/host_overhead.py [--resident-routing] [--read-through] [--passes 300] [--draw]
 
 Why: a graph replay runs no Python, but around it the runtime books the pass on the host (`Runtime.pass_scope`,
 `_settle_optimistic`): counters, the expert cache's LRU ticks and pins, the next pass's slot table, the routing
@@ -32,6 +32,8 @@ from clover_local.runtime.optimistic import OptimisticPass, RoutingHistory
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--resident-routing", action="store_true", help="fill the route table before each pass")
+    parser.add_argument("--read-through", action="store_true",
+                        help="host reads with read-through installs: each pass is offered slots (`reserve_spares`)")
     parser.add_argument("--passes", type=int, default=300)
     parser.add_argument("--draw", action="store_true", help="also time the decoder's token choice (32 × 248,320)")
     args = parser.parse_args()
@@ -47,6 +49,9 @@ def main() -> None:
     ec.end_pass()
     assert ec.missing(counts) == 0
     opt.counts.copy_(torch.from_numpy(counts.reshape(-1)))
+    if args.read_through:
+        opt.host_reads = opt.read_through = True
+        ec.set_spares(True)
 
     steps = {  # before the replay is launched: the device waits for these
         "totals (before)": ec.totals,

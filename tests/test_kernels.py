@@ -408,7 +408,8 @@ def test_triton_moe_reads_through_into_free_slots(force_triton, bits: int, dtype
 @needs_triton
 def test_gpu_check_host_reads_runs(force_triton, monkeypatch) -> None:
     """gpu_check's host-read check on tiny shapes (interpreted; its timings stubbed): every expert resident in a
-    permuted cache, some read from the host, then all: equal to the all-resident call, and the check says so."""
+    permuted cache, some read from the host, then all, then all read through into other slots: equal to the
+    all-resident call, the slabs whole where they went, the cache as it was after, and the check says so."""
     from clover_local.runtime import gpu_check
 
     resident = [3, 5, 0, 1, 4, 2]
@@ -421,6 +422,8 @@ def test_gpu_check_host_reads_runs(force_triton, monkeypatch) -> None:
     monkeypatch.setattr(gpu_check, "_flushed_ms", lambda dev, fn, reps=10: 1.0 + 0.1 * (fn() is None))
     res = gpu_check.host_reads_check(torch.device(DEVICE), x, idx, w, slots, *cache, host, SLOTS, 1000, want)
     assert res["ok"] and res["resident_equal"] and res["8_on_host_equal"] and res["all_on_host_equal"]
+    assert res["read_through_equal"] and res["read_through_slabs_equal"]  # each expert into the next one's slot
+    assert torch.equal(moe_w4a16(x, torch.tensor(slots)[idx].to(x.device), w, *cache), want)  # and back after
     wrong = gpu_check.host_reads_check(torch.device(DEVICE), x, idx, w, slots, *cache, host, SLOTS, 1000, want * 2)
     assert not wrong["ok"]
 

@@ -225,8 +225,16 @@ def test_bench_reports_host_reads(tmp_path, monkeypatch):
     assert on["slots"] == 24 and on["host_reads"]["on"] and on["host_reads"]["error"] is None
     assert on["host_reads_per_steady_pass"] > 0 and on["repairs_per_steady_pass"] == 0
     assert on["synced_steady_passes"] == 0
+    # reading through (the default with host reads; here, at 24 of 64 slots, a block pins every resident expert,
+    # so no slot is offered: `test_host_reads` shows the copies themselves)
+    assert on["host_reads"]["read_through_on"]
+    assert on["host_reads"]["read_through_per_steady_pass"] <= on["host_reads_per_steady_pass"]
+    plain = bench.run_bench(folder, host_reads=True, read_through=False, **kw)
+    assert not plain["host_reads"]["read_through_on"] and plain["host_reads"]["read_through_per_steady_pass"] == 0
     off = bench.run_bench(folder, host_reads=False, **kw)
-    assert off["host_reads"] == {"on": False, "error": "off (--no-host-reads)", "first_pass": 0}
+    assert off["host_reads"] == {"on": False, "error": "off (--no-host-reads)", "first_pass": 0,
+                                 "read_through_on": False, "read_through_first_pass": 0,
+                                 "read_through_per_steady_pass": 0.0}
     assert off["host_reads_per_steady_pass"] == 0
     assert not off["resident_routing"] and off["substituted_per_steady_pass"] == 0
     # resident routing: the rerouted rows choose among resident experts, so the steady passes miss nothing (at
@@ -267,8 +275,8 @@ def test_bench_variants_on_one_load_report_what_separate_loads_do(tmp_path, monk
 
 
 def test_gpu_check_routings_stage_writes_each_variants_bench_json(tmp_path, monkeypatch):
-    """gpu_check's routings stage writes the four bench JSONs of gpu_session.sh's routing stages, which
-    docs/gpu_summary.py reads as it reads theirs."""
+    """gpu_check's routings stage writes the bench JSONs of gpu_session.sh's routing stages (and one more:
+    reveal without read-through), which docs/gpu_summary.py reads as it reads theirs."""
     import subprocess
     import sys
 
@@ -284,7 +292,8 @@ def test_gpu_check_routings_stage_writes_each_variants_bench_json(tmp_path, monk
         assert data["routing"] == options["routing"] and data["variant"] == name and data["ms_per_pass"] > 0
     summary = subprocess.run([sys.executable, "docs/gpu_summary.py", str(tmp_path)], capture_output=True, text=True,
                              cwd=Path(__file__).parents[1])
-    assert summary.returncode == 0 and summary.stdout.count("(bench, ") == 4, summary.stdout
+    assert summary.returncode == 0 and summary.stdout.count("(bench, ") == len(gpu_check.ROUTING_VARIANTS), \
+        summary.stdout
 
 
 def test_bench_bad_input(capsys):

@@ -195,7 +195,8 @@ def host_reads_check(dev: torch.device, x, idx, w, slots: list[int], gu, dn, hos
     """The MoE kernel reading experts in place from pinned host memory (`runtime/host_reads.py`): the 32-row
     call with 8 of its experts on the host, then all of them, must equal the all-resident call bit for bit (a
     pair's sums do not depend on where its weights lie); timed cold (L2 flushed) beside the resident call. The
-    all-host call's rate is the zero-copy read rate a miss pays (vs `h2d_gbps_64_experts`, a copy's)."""
+    all-host call's rate is the zero-copy read rate a miss pays (vs `h2d_gbps_64_experts`, a copy's); and the
+    all-host call reading its experts through into slots (a read-through install)."""
     from clover_local.runtime.kernels import moe_w4a16
 
     e = torch.arange(len(slots))
@@ -217,7 +218,26 @@ def host_reads_check(dev: torch.device, x, idx, w, slots: list[int], gu, dn, hos
     res["all_on_host_gbps"] = round(distinct * weight_bytes / res["all_on_host_ms_cold"] / 1e6, 1)
     per_miss = (res["8_on_host_ms_cold"] - res["resident_ms_cold"]) / max(1, int((idx.unique() < 8).sum()))
     res["ms_per_host_expert"] = round(per_miss, 4)
-    res["ok"] = all(res[f"{n}_equal"] for n in calls)
+    # read through (`_moe_kernel` INSTALL): all on the host, each expert copied as it is read into the slot of
+    # the next one (no slot the call reads): the same output, whole slabs in their new slots, and its cold time
+    # beside `all_on_host` (the copies' cost); then every slot gets its own expert back
+    n = len(slots)
+    install = torch.tensor([1 + slots[(i + 1) % n] for i in range(n)], dtype=torch.int32, device=dev)
+    parts = [(st, hst, part) for st, hst in zip((gu, dn), host_stacks) for part in ("qweight", "scales", "qzeros")]
+    try:
+        got = moe_w4a16(x, every, w, gu, dn, host_stacks, install)
+        used = idx.unique().tolist()
+        res["read_through_equal"] = bool(torch.equal(got, want))
+        res["read_through_slabs_equal"] = all(
+            torch.equal(getattr(st, part)[slots[(i + 1) % n]].cpu(), getattr(hst, part)[i].cpu())
+            for i in used for st, hst, part in parts)
+        res["read_through_ms_cold"] = round(_flushed_ms(dev, lambda: moe_w4a16(x, every, w, gu, dn, host_stacks,
+                                                                               install)), 4)
+    finally:
+        for i, slot in enumerate(slots):
+            for st, hst, part in parts:
+                getattr(st, part)[slot].copy_(getattr(hst, part)[i])
+    res["ok"] = all(res[f"{n}_equal"] for n in calls) and res["read_through_equal"] and res["read_through_slabs_equal"]
     return res
 
 
@@ -807,10 +827,12 @@ def stage_decode(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     return out
 
 
-ROUTING_VARIANTS = {  # gpu_session.sh's uniform, reveal, repair and resident stages, on one load
+ROUTING_VARIANTS = {  # gpu_session.sh's uniform, reveal, repair and resident stages (and one more), on one load
     "bench_uniform": {"routing": "uniform"},
     "bench_uniform_reveal": {"routing": "uniform-reveal"},
     "bench_uniform_reveal_repair": {"routing": "uniform-reveal", "host_reads": False},
+    # host reads without read-through installs: each miss read in place, then copied after the pass
+    "bench_uniform_reveal_copy": {"routing": "uniform-reveal", "read_through": False},
     "bench_uniform_reveal_resident": {"routing": "uniform-reveal", "resident_routing": True},
 }
 
@@ -832,7 +854,7 @@ def stage_routings(dev: torch.device, out_dir: Path, kind: str = "full", budget_
         (out_dir / f"{name}.json").write_text(json.dumps(r, indent=2))
         peak = r["memory"]["peak_allocated"]
         out[name] = {k: r.get(k) for k in ("ms_per_pass", "ms_per_call", "tokens_per_s", "misses_per_steady_pass",
-                                           "host_reads_per_steady_pass", "repairs_per_steady_pass",
+                                           "host_reads_per_steady_pass", "repairs_per_steady_pass", "pcie_bytes",
                                            "substituted_per_steady_pass", "reconfigure_s")}
         out["ok"] &= bool(peak is None or peak <= r["vram_budget"])
     out["load_s"] = next(iter(res.values()))["load_s"]
