@@ -73,6 +73,33 @@ def test_the_check_refuses_a_kernel_whose_host_reads_are_wrong(pack, monkeypatch
         "RuntimeError: Pointer argument (at 8) cannot be accessed from Triton (cpu tensor?)")
 
 
+def test_the_read_through_check_at_load(pack, monkeypatch):
+    """Read-through installs are on where host reads are, once the load-time check has read a host expert into
+    another's slot and found the output and the slab right (and put the slot's own expert back); a kernel that
+    does not copy, or copies wrong, switches them off with the reason; the option and the environment too."""
+    rt = runtime(pack, slots=14, host_reads=True).model.runtime
+    assert rt.read_through and rt.read_through_error is None and rt.stats()["read_through_on"]
+    assert_slots_hold_their_experts(rt.cache)  # the check's target slot holds its own expert again
+    cache = rt.cache
+    assert host_reads.check_read_through(cache, torch.float32, 8, 2) is None
+    real = host_reads.moe_w4a16
+    monkeypatch.setattr(host_reads, "moe_w4a16", lambda *a: real(*a[:6]))  # reads in place, copies nothing
+    assert host_reads.check_read_through(cache, torch.float32, 8, 2) == (
+        "the MoE kernel's read-through left the slot's slab incomplete")
+    monkeypatch.setattr(host_reads, "moe_w4a16", lambda *a: real(*a) * (2 if len(a) > 6 else 1))
+    assert host_reads.check_read_through(cache, torch.float32, 8, 2) == (
+        "the MoE kernel's read-through output differs from its slot reads")
+    monkeypatch.undo()
+    assert_slots_hold_their_experts(cache)
+    off = runtime(pack, slots=14, host_reads=True, read_through=False).model.runtime
+    assert not off.read_through and off.read_through_error == "off (--no-read-through)"
+    monkeypatch.setenv("CLOVER_READ_THROUGH", "0")
+    env = runtime(pack, slots=14, host_reads=True).model.runtime
+    assert not env.read_through and env.read_through_error == "off (CLOVER_READ_THROUGH=0)"
+    none = runtime(pack, slots=14, host_reads=False).model.runtime
+    assert not none.read_through and none.read_through_error == "no host reads"
+
+
 @pytest.mark.parametrize("slots", [TOTAL - 1, 14, 9])
 def test_host_reads_decode_the_syncing_paths_tokens_without_reruns(pack, ref, slots):
     """Three blocks of decoding with too few slots: the routing drifts as tokens are revealed, so passes miss

@@ -233,7 +233,8 @@ def test_bench_reports_host_reads(tmp_path, monkeypatch):
     assert not plain["host_reads"]["read_through_on"] and plain["host_reads"]["read_through_per_steady_pass"] == 0
     off = bench.run_bench(folder, host_reads=False, **kw)
     assert off["host_reads"] == {"on": False, "error": "off (--no-host-reads)", "first_pass": 0,
-                                 "read_through_on": False, "read_through_first_pass": 0,
+                                 "read_through_on": False, "read_through_error": "no host reads",
+                                 "read_through_first_pass": 0,
                                  "read_through_per_steady_pass": 0.0}
     assert off["host_reads_per_steady_pass"] == 0
     assert not off["resident_routing"] and off["substituted_per_steady_pass"] == 0

@@ -513,7 +513,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "host_reads_per_steady_pass": round(sum(r.host_reads for r in steady) / len(steady), 3),
         "host_reads": {"on": rt.host_reads, "error": rt.host_reads_error, "first_pass": first.host_reads,
                        # ... of them copied into a slot as they were read (one PCIe transfer, not two)
-                       "read_through_on": rt.read_through, "read_through_first_pass": first.read_through,
+                       "read_through_on": rt.read_through, "read_through_error": rt.read_through_error,
+                       "read_through_first_pass": first.read_through,
                        "read_through_per_steady_pass": round(sum(r.read_through for r in steady) / len(steady), 3)},
         "synced_steady_passes": sum(1 for r in steady if r.synced),
         # later passes choosing among resident experts only (`Runtime.route_limit`): on, and what it took away

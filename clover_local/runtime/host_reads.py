@@ -15,6 +15,11 @@ must not compile). Any difference or error switches host reads off with its reas
 (chat, generate, serve), `RuntimeOptions.host_reads=False`. Not yet measured on a GPU: how fast the kernel reads host
 memory (PCIe 4.0 / 5.0 x16: 25–50 GB/s by spec; zero-copy reads of whole 128-byte lines usually reach most of a
 copy's bandwidth), which `gpu_check` stage `host_reads` times.
+
+`check_read_through` runs after it: a read-through install (the kernel copying a host expert into a slot as it
+reads it, `Runtime.set_read_through`) into another resident expert's slot, whose slab is put back after; a
+difference or error switches read-through off (`Runtime.stats()` `read_through_error`) and passes copy their
+misses after the pass as before.
 """
 
 from __future__ import annotations
@@ -64,3 +69,54 @@ def check(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k: int) -> str 
     except Exception as err:  # a driver or compiler refusing host pointers: off, with the reason
         return f"{type(err).__name__}: {err}".splitlines()[0][:300]
     return None if same else "the MoE kernel's host reads differ from its slot reads"
+
+
+def check_read_through(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k: int) -> str | None:
+    """None when the MoE kernel reads a host expert through into a slot right (`_moe_kernel` INSTALL): the same
+    output as reading it from its own slot, and the target slot then holding its slab's parts bit for bit; else
+    why not (one line). Run at load after `check`, on two resident slots: expert A of a layer read from the host
+    into the slot of another resident expert B, whose slab is copied back after. Also compiles the read-through
+    variants of the kernels (the MoE's and the slot mapping's) before any graph capture."""
+    table = cache.slot_of[cache.layer_ids]
+    at, experts = np.nonzero(table >= 0)
+    if at.size < 2:
+        return "fewer than two experts resident to check with"
+    layer, expert = int(cache.layer_ids[at[0]]), int(experts[0])
+    slot = int(table[at[0], experts[0]])
+    target = int(table[at[-1], experts[-1]])  # another resident expert's slot, restored below
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(rows, cache.layout.hidden, generator=gen).to(cache.device, dtype)
+    w = torch.rand(rows, top_k, generator=gen).to(cache.device, dtype)
+    on_slot = torch.full((rows, top_k), slot, dtype=torch.int32, device=cache.device)
+    on_host = torch.full((rows, top_k), cache.n_slots + expert, dtype=torch.int32, device=cache.device)
+    install = torch.zeros(cache.n_experts, dtype=torch.int32, device=cache.device)
+    install[expert] = target + 1
+    host = cache.host.stacks(layer)
+    try:
+        cache.settle_copies()
+        want = moe_w4a16(x, on_slot, w, cache.gate_up, cache.down)
+        try:
+            got = moe_w4a16(x, on_host, w, cache.gate_up, cache.down, host, install)
+            whole = all(torch.equal(getattr(dev, part)[target].cpu(), getattr(hst, part)[expert].cpu())
+                        for dev, hst in zip((cache.gate_up, cache.down), host)
+                        for part in ("qweight", "scales", "qzeros"))
+        finally:  # the target's own expert back
+            owner = int(cache.owner[target])
+            cache.buf[target].copy_(cache.host.slab(owner // cache.n_experts, owner % cache.n_experts))
+        ops = fused_layer_ops(cache.device)
+        if ops is not None:  # the slot mapping's read-through variant, compiled now (at the real shapes)
+            n = cache.layer_ids.size * cache.n_experts
+            idx = torch.full((rows, top_k), expert, dtype=torch.int64, device=cache.device)
+            spares = torch.full((2, cache.layer_ids.size, cache.n_experts), -1, dtype=torch.int32,
+                                device=cache.device)
+            counts = torch.zeros(n, dtype=torch.int32, device=cache.device)
+            ops.optimistic_slots(idx, w, torch.full((n,), -1, dtype=torch.int32, device=cache.device), counts, 0,
+                                 cache.n_slots, (torch.zeros_like(counts), spares, torch.zeros_like(counts),
+                                                 cache.n_experts))
+        same = torch.equal(got, want)
+    except Exception as err:  # a compiler or driver refusing it: off, with the reason
+        return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    if not same:
+        return "the MoE kernel's read-through output differs from its slot reads"
+    return None if whole else "the MoE kernel's read-through left the slot's slab incomplete"
+

@@ -196,7 +196,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
             layer.mlp.route_limit = lambda i=i: runtime.route_limit(i)
     cache.warm()  # offloaded: the slots start with the first layers' experts, not empty
     runtime.set_host_reads(*_host_reads(options, cache, device, dtype, cfg))
-    runtime.set_read_through(_read_through(options) and runtime.host_reads)
+    runtime.set_read_through(*_read_through(options, runtime, dtype, cfg))
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     _install_kernels(model, device)
     model.has_preview_params = all(
@@ -229,7 +229,7 @@ def reconfigure(model: CloverModel, options: RuntimeOptions) -> None:
         cache.warm()
     rt.set_resident_routing(options.resident_routing)
     rt.set_host_reads(*_host_reads(options, cache, rt.device, rt.dtype, model.config))  # drops the graphs
-    rt.set_read_through(_read_through(options) and rt.host_reads)
+    rt.set_read_through(*_read_through(options, rt, rt.dtype, model.config))
     rt.reset_stats()
 
 
@@ -255,11 +255,16 @@ def _host_reads(options: RuntimeOptions, cache: ExpertCache, device: torch.devic
     return error is None, error
 
 
-def _read_through(options: RuntimeOptions) -> bool:
-    """Read-through installs unless told not to (they act only where host reads are on)."""
-    if options.read_through is not None:
-        return options.read_through
-    return os.environ.get("CLOVER_READ_THROUGH") != "0"  # chat, generate, serve
+def _read_through(options: RuntimeOptions, runtime: Runtime, dtype: torch.dtype, cfg) -> tuple[bool, str | None]:
+    """(on, why not) for `Runtime.set_read_through`: with host reads, unless told not to, if the load-time check
+    (`host_reads.check_read_through`) passes."""
+    if not runtime.host_reads:
+        return False, "no host reads"
+    if options.read_through is False or (options.read_through is None
+                                         and os.environ.get("CLOVER_READ_THROUGH") == "0"):
+        return False, "off (--no-read-through)" if options.read_through is False else "off (CLOVER_READ_THROUGH=0)"
+    error = host_reads.check_read_through(runtime.cache, dtype, cfg.diffusion.block_size, cfg.num_experts_per_tok)
+    return error is None, error
 
 
 def _install_kernels(model: CloverModel, device: torch.device) -> None:

@@ -262,6 +262,7 @@ class Runtime:
         self._layer_events: list = []
         self._opt = OptimisticPass(cache)
         self.host_reads_error: str | None = None  # why optimistic passes do not read from the host (set_host_reads)
+        self.read_through_error: str | None = None  # ... nor read through into slots (set_read_through)
         self.graphs = PassGraphs(device, enabled=cuda_graphs)  # optimistic preview passes as graph replays
         self.commit_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and commits (one failing spares the other)
         self.merged_graphs = PassGraphs(device, enabled=cuda_graphs)  # ... and merged commit + first preview passes
@@ -420,13 +421,15 @@ class Runtime:
         """Whether passes that read from the host copy what they read into slots as they go (`set_read_through`)."""
         return self._opt.read_through and self._opt.host_reads
 
-    def set_read_through(self, on: bool) -> None:
+    def set_read_through(self, on: bool, error: str | None = None) -> None:
         """Switch read-through installs on or off (they act with host reads only): a pass that reads a missing
         expert from host memory copies it into a slot its layer's predecessor did not use, instead of the copy
         after the pass that moved it over PCIe a second time (`ExpertCache.reserve_spares`, `kernels.moe_w4a16`
-        install). Drops the captured graphs: their MoE launches were captured with or without it."""
+        install); `error` says why it is off. Drops the captured graphs: their MoE launches were captured with or
+        without it."""
         self.finish_pass()
         self._opt.read_through = on
+        self.read_through_error = None if on else error
         self.cache.set_spares(on)
         self._drop_graphs()
 
@@ -815,6 +818,7 @@ class Runtime:
             "host_reads_error": self.host_reads_error,
             "read_through": tot.read_through,  # ... of those, copied into a slot as they were read (one transfer)
             "read_through_on": self.read_through,
+            "read_through_error": self.read_through_error,
             "resident_routing": self.resident_routing,  # later previews choose among resident experts only
             "restricted_passes": self.restricted_passes,
             "substituted": self.substituted,  # ... the choices that took away
