@@ -33,7 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--resident-routing", action="store_true", help="fill the route table before each pass")
     parser.add_argument("--read-through", action="store_true",
-                        help="host reads with read-through installs: each pass is offered slots (`reserve_spares`)")
+                        help="host reads with read-through installs: each pass is offered slots (`offer_slots`)")
     parser.add_argument("--passes", type=int, default=300)
     parser.add_argument("--draw", action="store_true", help="also time the decoder's token choice (32 × 248,320)")
     args = parser.parse_args()
@@ -51,7 +51,7 @@ def main() -> None:
     opt.counts.copy_(torch.from_numpy(counts.reshape(-1)))
     if args.read_through:
         opt.host_reads = opt.read_through = True
-        ec.set_spares(True)
+        ec.set_read_through(True)
 
     steps = {  # before the replay is launched: the device waits for these
         "totals (before)": ec.totals,

@@ -999,10 +999,10 @@ def test_fused_optimistic_slots_offer_slots_as_the_cache_says(force_triton) -> N
     cache.slot_of.reshape(-1)[flat] = np.arange(flat.size)
     cache.owner[: flat.size] = flat
     cache.pin_gen[:30] = cache.gen  # some pinned: not offered
-    cache.set_spares(True)
-    spares = cache.reserve_spares()
+    cache.set_read_through(True)
+    offers = cache.offer_slots()
     table = torch.from_numpy(cache.slot_of.reshape(-1).astype(np.int32))
-    assert (cache.spares[0, 0] >= 0).sum() == 4 and (cache.spares[0, 1:] >= 0).sum() > 10
+    assert (cache.offers[0, 0] >= 0).sum() == 4 and (cache.offers[0, 1:] >= 0).sum() > 10
     idx = [torch.randint(0, e, (300, 8), generator=gen) for _ in range(n_layers)]
     w = torch.rand(300, 8, generator=gen).bfloat16()
     table_d, w = _dev(table, w)
@@ -1010,7 +1010,7 @@ def test_fused_optimistic_slots_offer_slots_as_the_cache_says(force_triton) -> N
     counts, install, scratch = (torch.zeros(n_layers * e, dtype=torch.int32, device=DEVICE) for _ in range(3))
     for row in range(n_layers):
         ids = idx[row].to(DEVICE)
-        slots, w_out = ops.optimistic_slots(ids, w, table_d, counts, row * e, n_slots, (install, spares, scratch, e))
+        slots, w_out = ops.optimistic_slots(ids, w, table_d, counts, row * e, n_slots, (install, offers, scratch, e))
         want_slots = table_d[ids + row * e]
         assert torch.equal(slots, torch.where(want_slots < 0, n_slots + ids.to(table.dtype), want_slots))
         assert torch.equal(w_out, w)
@@ -1023,7 +1023,7 @@ def test_fused_optimistic_slots_offer_slots_as_the_cache_says(force_triton) -> N
     opt.counts.copy_(counts)
     opt.table = table_d
     for row in range(n_layers):
-        opt._assign_spares(row * e, spares, opt.install[row * e : (row + 1) * e])
+        opt._assign_offers(row * e, offers, opt.install[row * e : (row + 1) * e])
     assert torch.equal(opt.install, install)
 
 

@@ -61,7 +61,7 @@ class SimConfig:
     host_reads: bool = False  # optimistic passes read what they lack in place (runtime/host_reads.py)
     resident_routing: bool = False  # later previews choose among resident experts (`Runtime.route_limit`)
     merge_commits: bool = False  # a commit and the next block's first pass as one pass (`commit_and_preview`)
-    read_through: bool = False  # with host_reads: read-through installs into offered slots (`set_spares`)
+    read_through: bool = False  # with host_reads: read-through installs into offered slots (`set_read_through`)
 
 
 @dataclass
@@ -72,7 +72,7 @@ class Phase:
     wasted: int = 0  # prefetched, evicted unused
     missed: int = 0  # passes with a demand copy (a graph replay that missed: one more replay after its repair)
     host_read: int = 0  # experts read in place from host memory (then installed: counted in prefetched)
-    read_through: int = 0  # of those, copied into a spare slot as they were read (no copy of their own)
+    read_through: int = 0  # of those, copied into a slot as they were read (no copy of their own)
     background: int = 0  # of the prefetched, installs behind the next pass (resident routing): not waited for
     substituted: int = 0  # routing choices resident routing took away
     distinct: int = 0  # (layer, expert) pairs the passes used, summed: the expert bytes they read
@@ -185,8 +185,8 @@ def _optimistic_pass(ec: ExpertCache, counts: np.ndarray, commit: bool, repair: 
     `commit_uses`."""
     if host_reads:
         installed = None
-        if ec.spare_target:  # as `OptimisticPass.begin` and the kernels' assignment during the pass
-            ec.reserve_spares()
+        if ec.read_through_on:  # as `OptimisticPass.begin` and the kernels' assignment during the pass
+            ec.offer_slots()
             installed = ec.read_through_targets(counts)
         ec.commit_uses(counts, host_reads=True, installed=installed)
         return
@@ -204,7 +204,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     if cfg.warm:
         ec.warm()  # as `runtime.load` does
     if cfg.host_reads:
-        ec.set_spares(cfg.read_through)
+        ec.set_read_through(cfg.read_through)
     history: dict[int, np.ndarray] = {}
     for name in ("prefill_first_chunk", "prefill_later_chunks", "block_first_pass", "block_later_passes",
                  "commit", "merged"):
@@ -234,8 +234,6 @@ def simulate(cfg: SimConfig) -> SimResult:
             commit = p == cfg.passes
             merged = commit and cfg.merge_commits and b + 1 < cfg.blocks
             allowed = None
-            if cfg.host_reads and ec.spare_target:  # as `Runtime.pass_scope`: spares before resident routing
-                ec.reserve_spares()
             if cfg.resident_routing and p and not commit:  # as `Runtime._restrict_routing`
                 allowed = ec.restricted_choice(cfg.top_k)[0]
             else:

@@ -85,7 +85,7 @@ class LayerCounters:
     copied: int = 0  # demand copies
     cpu_runs: int = 0
     host_reads: int = 0  # read in place from host memory by the MoE kernel (an optimistic pass's misses)
-    read_through: int = 0  # of those, copied into a spare slot by the kernel as it read them (no second copy)
+    read_through: int = 0  # of those, copied into an offered slot by the kernel as it read them (no second copy)
     prefetched: int = 0  # prefetch copies
     prefetch_used: int = 0
     prefetch_wasted: int = 0  # evicted before any use
@@ -143,10 +143,10 @@ class ExpertCache:
         self._slot_table = torch.full((self.layer_ids.size * n_experts,), -1, dtype=torch.int32, device=device)
         self._table_stale = False
         self.table_uploads = 0
-        # a pass with host reads may read experts through into slots (`set_spares`, `reserve_spares`)
-        self.spare_target = 0
-        self.spares = np.zeros((0, 2), dtype=np.int32)  # [2, rows, E]: what the pass in progress may fill
-        self._spare_table = torch.zeros(0, dtype=torch.int32, device=device)  # its device twin
+        # a pass with host reads may read experts through into slots (`set_read_through`, `offer_slots`)
+        self.read_through_on = False
+        self.offers = np.zeros((0, 2), dtype=np.int32)  # [2, rows, E]: what the pass in progress may fill
+        self._offer_table = torch.zeros(0, dtype=torch.int32, device=device)  # its device twin
 
     # ------------------------------------------------------------------ state
     @property
@@ -198,19 +198,19 @@ class ExpertCache:
         return self._slot_table
 
     # ------------------------------------------------------------------ read-through installs
-    def set_spares(self, on: bool) -> None:
-        """Offer slots a pass with host reads may read experts through into (`reserve_spares`): an expert it needs
+    def set_read_through(self, on: bool) -> None:
+        """Offer slots a pass with host reads may read experts through into (`offer_slots`): an expert it needs
         and lacks is copied into one as it is read (`kernels.moe_w4a16` install), so it crosses PCIe once
         instead of twice (read in place, then `install_missed` after the pass). No capacity is set aside."""
-        self.spare_target = self.n_experts if on else 0
+        self.read_through_on = bool(on)
         n, e = self.layer_ids.size, self.n_experts
-        if on and self._spare_table.numel() < 2 * n * e:
-            self._spare_table = torch.full((2, n, e), -1, dtype=torch.int32, device=self.device)
+        if on and self._offer_table.numel() < 2 * n * e:
+            self._offer_table = torch.full((2, n, e), -1, dtype=torch.int32, device=self.device)
             self._offer = np.full((2, n, e), -1, dtype=np.int32)  # built in place each pass
             self._owner_ids = (np.arange(n - 1)[:, None] * e + np.arange(e)).astype(np.int32)
-        self.spares = np.zeros((0, 2), dtype=np.int32)
+        self.offers = np.zeros((0, 2), dtype=np.int32)
 
-    def reserve_spares(self) -> Tensor:
+    def offer_slots(self) -> Tensor:
         """Before an optimistic pass with host reads: per layer, the slots it may read its missing experts
         through into — the slots of the layer before it (in sweep order) whose experts are not pinned to the
         block (the ones `install_missed` would evict), and for the first layer the free slots; never a locked one
@@ -231,21 +231,21 @@ class ExpertCache:
         free = np.flatnonzero((self.owner < 0) & ok)[:e]
         offer[:, 0] = -1
         offer[0, 0, : free.size] = free
-        if not np.array_equal(offer, self.spares):
-            self.spares = offer.copy()
-            self._spare_table.copy_(torch.from_numpy(self.spares))
-        return self._spare_table
+        if not np.array_equal(offer, self.offers):
+            self.offers = offer.copy()
+            self._offer_table.copy_(torch.from_numpy(self.offers))
+        return self._offer_table
 
     def read_through_targets(self, counts: np.ndarray) -> np.ndarray:
         """Where a pass that used counts [len(layer_ids), E] reads its non-resident experts through to: int32
         [len(layer_ids), E], 1 + a slot, or 0 (read in place only). The rule the device applies during the pass
         (`layer_ops.optimistic_slots`, `OptimisticPass.run`): per layer, its missing experts by id take, in
-        order, its offered slots (`reserve_spares`) that are free or hold an expert the pass did not use. The
+        order, its offered slots (`offer_slots`) that are free or hold an expert the pass did not use. The
         spec the kernels are tested against; `cache_sim` uses it."""
         out = np.zeros(counts.shape, dtype=np.int32)
-        if self.spares.size == 0:
+        if self.offers.size == 0:
             return out
-        slots, owners = self.spares
+        slots, owners = self.offers
         missing = (counts > 0) & (self.slot_of[self.layer_ids] < 0)
         valid = (slots >= 0) & ((owners < 0) | (counts.reshape(-1)[np.maximum(owners, 0)] == 0))
         for r in np.flatnonzero(missing.any(1)).tolist():
@@ -258,20 +258,20 @@ class ExpertCache:
         """After a pass that failed (or whose booking did): the slots it was offered may hold an expert it read
         through and was never registered, where the host believes another one lives. Evicted, all of them (the
         pass's install targets may not be readable after a failure); they fill again on demand. Returns how many."""
-        if self.spares.size == 0:
+        if self.offers.size == 0:
             return 0
-        slots = np.unique(self.spares[0][self.spares[0] >= 0]).astype(np.int64)
+        slots = np.unique(self.offers[0][self.offers[0] >= 0]).astype(np.int64)
         slots = slots[self.owner[slots] >= 0]
         for layer in np.unique(self.owner[slots] // self.n_experts).tolist():
             self._evict(slots[self.owner[slots] // self.n_experts == layer], int(layer))
-        self.spares = np.zeros((0, 2), dtype=np.int32)
+        self.offers = np.zeros((0, 2), dtype=np.int32)
         return int(slots.size)
 
     def _adopt(self, rows: np.ndarray, experts: np.ndarray, slots: np.ndarray) -> None:
         """Experts a pass read through into offered slots (rows of the device table, expert ids, their slots):
         the slots' old experts are evicted (the pass used none of them), the new ones resident, pinned to the
         block like the rest of its set, with no copy of their own."""
-        if not np.isin(slots, self.spares[0]).all() or np.unique(slots).size < slots.size:
+        if not np.isin(slots, self.offers[0]).all() or np.unique(slots).size < slots.size:
             raise RuntimeError("expert cache: a read-through install into a slot that was not offered")
         layers = self.layer_ids[rows]
         for layer in np.unique(layers).tolist():
@@ -327,7 +327,7 @@ class ExpertCache:
         host_reads: the pass read its non-resident experts in place from host memory (`OptimisticPass`); they
         are booked as misses (`host_reads`, their bytes as PCIe bytes) and then copied into free or unpinned
         slots (`install_missed`), so the block's later passes find them resident; `installed` [len(layer_ids), E]
-        (1 + slot, or 0): the ones the pass read through into spare slots already (`read_through_targets`), which
+        (1 + slot, or 0): the ones the pass read through into offered slots already (`read_through_targets`), which
         are registered there instead of copied."""
         flat = np.flatnonzero(counts)  # row-major: layers in sweep order
         rows, experts = np.divmod(flat, self.n_experts)
@@ -358,7 +358,7 @@ class ExpertCache:
 
     def _book_host_reads(self, rows: np.ndarray, experts: np.ndarray, installed: np.ndarray | None = None) -> None:
         """Misses a pass read from host memory (rows of the device table, expert ids), then their installs: those
-        it read through into spare slots (`installed`) are registered there, the rest copied."""
+        it read through into offered slots (`installed`) are registered there, the rest copied."""
         per = np.bincount(rows, minlength=self.layer_ids.size)
         for r in np.flatnonzero(per).tolist():
             c = self.counters[int(self.layer_ids[r])]
@@ -530,7 +530,7 @@ class ExpertCache:
                      (self.use_gen, -1), (self.locked, False), (self.prefetched, False), (self.repaired, False)):
             a[:] = v
         self.landing = self.landing[:0]
-        self.spares = np.zeros((0, 2), dtype=np.int32)
+        self.offers = np.zeros((0, 2), dtype=np.int32)
         self.dense = False
         self.gen = self.tick = 0
         self._table_stale = True

@@ -424,13 +424,13 @@ class Runtime:
     def set_read_through(self, on: bool, error: str | None = None) -> None:
         """Switch read-through installs on or off (they act with host reads only): a pass that reads a missing
         expert from host memory copies it into a slot its layer's predecessor did not use, instead of the copy
-        after the pass that moved it over PCIe a second time (`ExpertCache.reserve_spares`, `kernels.moe_w4a16`
+        after the pass that moved it over PCIe a second time (`ExpertCache.offer_slots`, `kernels.moe_w4a16`
         install); `error` says why it is off. Drops the captured graphs: their MoE launches were captured with or
         without it."""
         self.finish_pass()
         self._opt.read_through = on
         self.read_through_error = None if on else error
-        self.cache.set_spares(on)
+        self.cache.set_read_through(on)
         self._drop_graphs()
 
     def set_resident_routing(self, on: bool) -> None:

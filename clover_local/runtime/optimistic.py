@@ -46,7 +46,7 @@ class OptimisticPass:
         self.host_reads = False  # non-resident experts read from host memory (`Runtime.set_host_reads`)
         self.n_experts = cache.n_experts
         self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
-        self.read_through = False  # ... copying each into a spare slot as it is read (`Runtime.set_read_through`)
+        self.read_through = False  # ... copying each into an offered slot as it is read (`Runtime.set_read_through`)
         n = len(self.row_of) * cache.n_experts
         # one buffer, zeroed at once: use counts, read-through targets (1 + slot, or 0)
         self._state = torch.zeros(2 * n, dtype=torch.int32, device=cache.device)
@@ -55,7 +55,7 @@ class OptimisticPass:
         self.installed: np.ndarray | None = None  # the last collected pass's targets (`collect`), if it read through
         self._through = False  # the pass whose counts were queued read through (`finish_async`)
         self.table: Tensor | None = None
-        self.spares: Tensor | None = None
+        self.offers: Tensor | None = None
         self._host: Tensor | None = None  # where the counts are read to (`finish_async`)
         self._done = None  # ... and the CUDA event after that read
         self._ops = fused_layer_ops(cache.device)  # the mapping below in one launch (CUDA; tests: interpreted)
@@ -65,13 +65,13 @@ class OptimisticPass:
         wait) but those into the slots `keep` names (a restricted pass never reads them: `Runtime.route_limit`),
         counts start at zero. Host work only, no sync."""
         self.cache.settle_copies(keep)
-        # after the settle: a spare may be a slot whose copy was still landing (the pass waits for it anyway)
-        self.spares = self.cache.reserve_spares() if self._reads_through() else None
+        # after the settle: an offered slot may be one whose copy was still landing (the pass waits for it anyway)
+        self.offers = self.cache.offer_slots() if self._reads_through() else None
         self.table = self.cache.device_slot_table()
         self._state.zero_()
 
     def _reads_through(self) -> bool:
-        return self.host_reads and self.read_through and self.cache.spare_target > 0
+        return self.host_reads and self.read_through and self.cache.read_through_on
 
     def run(self, layer: int, x: Tensor, idx: Tensor, weights: Tensor) -> Tensor:
         """One layer's routed experts on resident slots: x [N,H], idx/weights [N,k] → [N,H]. No `.item()`,
@@ -80,32 +80,32 @@ class OptimisticPass:
         cache = self.cache
         host = cache.host.stacks(layer) if self.host_reads else None
         base = self.row_of[layer] * self.n_experts
-        spares = self.spares if host is not None else None
-        install = self.install[base : base + self.n_experts] if spares is not None else None
+        offers = self.offers if host is not None else None
+        install = self.install[base : base + self.n_experts] if offers is not None else None
         if self._ops is not None:
             slots, w = self._ops.optimistic_slots(idx, weights, self.table, self.counts, base,
                                                   cache.n_slots if host is not None else -1,
-                                                  (self.install, spares, self._scratch, self.n_experts)
-                                                  if spares is not None else None)
+                                                  (self.install, offers, self._scratch, self.n_experts)
+                                                  if offers is not None else None)
             return moe_w4a16(x, slots, w, cache.gate_up, cache.down, host, install)
         flat = idx.reshape(-1).to(torch.int64) + base
         self.counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
         slots = self.table.index_select(0, flat).view(idx.shape)
         resident = slots >= 0
         if host is not None:
-            if spares is not None:
-                self._assign_spares(base, spares, install)
+            if offers is not None:
+                self._assign_offers(base, offers, install)
             return moe_w4a16(x, torch.where(resident, slots, cache.n_slots + idx), weights, cache.gate_up,
                              cache.down, host, install)
         return moe_w4a16(x, slots.clamp(min=0), weights.masked_fill(~resident, 0), cache.gate_up, cache.down)
 
-    def _assign_spares(self, base: int, spares: Tensor, install: Tensor) -> None:
+    def _assign_offers(self, base: int, offers: Tensor, install: Tensor) -> None:
         """The layer's missing experts (by id) take its offered slots that are free or whose expert the pass did
         not use (`ExpertCache.read_through_targets`): the PyTorch twin of `layer_ops.optimistic_slots`'s
         assignment, on device tensors, no host read (a compaction by scatter, not a boolean index)."""
         e = self.n_experts
         r = base // e
-        cs, co = spares[0, r].to(torch.int64), spares[1, r].to(torch.int64)
+        cs, co = offers[0, r].to(torch.int64), offers[1, r].to(torch.int64)
         valid = (cs >= 0) & ((co < 0) | (self.counts.index_select(0, co.clamp(min=0)) == 0))
         compact = torch.full((e + 1,), -1, dtype=torch.int64, device=cs.device)
         compact.scatter_(0, torch.where(valid, torch.cumsum(valid, 0) - 1, e), cs)
@@ -128,7 +128,7 @@ class OptimisticPass:
             cuda = self.counts.device.type == "cuda"
             self._host = torch.empty(self._state.shape, dtype=self._state.dtype, pin_memory=cuda)
             self._done = torch.cuda.Event() if cuda else None
-        self._through = self.spares is not None and self.host_reads
+        self._through = self.offers is not None and self.host_reads
         n = self.counts.numel() * (2 if self._through else 1)  # and the targets where it read through
         self._host[:n].copy_(self._state[:n], non_blocking=True)
         if self._done is not None:

@@ -10,7 +10,7 @@ however little it computes. Each op here keeps one row (or one block of pairs) i
   rounds of max, ties to the lower expert id, descending like `torch.topk`;
 - `optimistic_slots`: `OptimisticPass.run`'s mapping of (layer, expert) to cache slots with the use counts
   (atomic adds), non-resident choices sent to the host stacks (or zero-weighted on slot 0) — 9 kernels → 1;
-  with read-through installs, also the layer's spare-slot assignment (`ExpertCache.read_through_targets`);
+  with read-through installs, also the layer's assignment of offered slots (`ExpertCache.read_through_targets`);
 - `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x), plus the decoder
   layer's residual — the gate's one-column linear, sigmoid, product and two sums: 5 kernels → 1;
 - `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1;
@@ -141,7 +141,7 @@ def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype, limit: tuple[Tens
 
 @triton.jit
 def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w_out_ptr, T, row_base, host_base,
-                             install_ptr, spares_ptr, scratch_ptr, E, OWNERS,
+                             install_ptr, offers_ptr, scratch_ptr, E, OWNERS,
                              BLOCK: tl.constexpr, HOST: tl.constexpr, READ_THROUGH: tl.constexpr,
                              BLOCK_E: tl.constexpr):
     if READ_THROUGH:  # one program: every choice, then the layer's assignment of its offered slots
@@ -167,8 +167,8 @@ def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w
         ex = tl.arange(0, BLOCK_E)
         in_row = ex < E
         # the offered slots still usable: free, or their expert (a layer before: its counts are final) unused
-        cslot = tl.load(spares_ptr + row_base + ex, mask=in_row, other=-1)
-        cown = tl.load(spares_ptr + OWNERS + row_base + ex, mask=in_row, other=-1)
+        cslot = tl.load(offers_ptr + row_base + ex, mask=in_row, other=-1)
+        cown = tl.load(offers_ptr + OWNERS + row_base + ex, mask=in_row, other=-1)
         cused = tl.load(counts_ptr + tl.maximum(cown, 0), mask=in_row & (cown >= 0), other=0, volatile=True)
         valid = (cslot >= 0) & ((cown < 0) | (cused == 0))
         v32 = valid.to(tl.int32)
@@ -190,8 +190,8 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
     table[row_base + idx]; where that is -1 (not resident): host_base + idx with the weight kept (host reads,
     host_base ≥ 0), else slot 0 with weight 0. Shapes of idx.
 
-    read_through = (install, spares, scratch, E), with host reads: then also, once the layer's counts are in,
-    its non-resident experts by id take its offered slots (spares [2, rows, E]: slots, −1 pads, and their
+    read_through = (install, offers, scratch, E), with host reads: then also, once the layer's counts are in,
+    its non-resident experts by id take its offered slots (offers [2, rows, E]: slots, −1 pads, and their
     experts as indices of counts, −1 free) that are free or whose expert the pass did not use, in order:
     install[row_base + e] = 1 + slot, or 0 when they run out (`ExpertCache.read_through_targets`). One program
     does it all, so the layer's counts are complete when it reads them; scratch [≥ rows × E] int32."""
@@ -202,12 +202,12 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
     w_out = torch.empty_like(wf)
     t = flat.numel()
     through = read_through is not None and host_base >= 0
-    install, spares, scratch, n_exp = read_through if through else (table, table, table, 1)
+    install, offers, scratch, n_exp = read_through if through else (table, table, table, 1)
     if t:
         block = 256
         grid = (1,) if through else (triton.cdiv(t, block),)
         _optimistic_slots_kernel[grid](flat, wf, table, counts, slots, w_out, t, row_base, host_base, install,
-                                       spares, scratch, n_exp, spares[0].numel() if through else 0, BLOCK=block,
+                                       offers, scratch, n_exp, offers[0].numel() if through else 0, BLOCK=block,
                                        HOST=host_base >= 0, READ_THROUGH=through,
                                        BLOCK_E=triton.next_power_of_2(n_exp))
     return slots.view(idx.shape), w_out.view(idx.shape)
