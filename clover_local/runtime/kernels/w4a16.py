@@ -317,8 +317,7 @@ def _copy_columns(src_qw, src_sc, src_qz, dst_qw, dst_sc, dst_qz, n0, N, K,
                   GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
     """Copy one matrix's columns n0 … n0+BLOCK_N (every input row: qweight, scales, qzeros) from src to dst, bit
     for bit: what the K loop then reads of them. A read-through install (`_moe_kernel` INSTALL): src is a host
-    slab. Its own column offsets, not the K loop's: shared, their layout followed this loop's and the K loop
-    grew (compile_check --sass, sm_90: down 4.06 → 4.47 instructions per weight)."""
+    slab, dst a cache slot."""
     PER: tl.constexpr = 32 // BITS
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
@@ -362,7 +361,8 @@ def _moe_kernel(
     osum [T, N / OUT_SUM] (the next pass's A_SUM partials: sums of exactly the values its MMA reads).
     HOST: a slot ≥ N_SLOTS names expert slot − N_SLOTS of the host stack (hqw/hsc/hqz, the layer's pinned host
     slabs, same strides within a slab), read in place over PCIe: a run of a non-resident expert needs no copy.
-    INSTALL (the gate/up pass, with HOST): inst[e] = 1 + the free cache slot host expert e goes to (0: none). Such
+    INSTALL (the gate/up pass, with HOST): inst[e] = 1 + the cache slot host expert e goes to (0: none): one no
+    program of this launch reads (free, or an earlier layer's expert this pass did not use: `offer_slots`). Such
     a run's programs first copy the host slab into that slot — each its own gate and up columns, which its K loop
     then reads from there, and a share of the down matrix (dqw/dsc/dqz: the down stack, hd*: its host slabs) —
     and record the slot in down_slot[pid_m], the block slots the down pass takes: it reads the expert from the
@@ -915,9 +915,9 @@ def moe_w4a16_triton(
     host: tuple[PackedStack, PackedStack] | None = None, install: Tensor | None = None,
 ) -> Tensor:
     """Routed experts of one layer, experts addressed by slot; same contract as `moe_w4a16_ref` (host and install
-    included: slots ≥ S read the host stacks in place, which on CUDA must be pinned). config: the gate/up pass's tiles (and
-    BLOCK_M for both), down_config the down pass's (default: config); neither given: `moe_configs` (this GPU's
-    tuned entries, else the heuristic)."""
+    included: slots ≥ S read the host stacks in place, which on CUDA must be pinned; install names where they are
+    read through to). config: the gate/up pass's tiles (and BLOCK_M for both), down_config the down pass's
+    (default: config); neither given: `moe_configs` (this GPU's tuned entries, else the heuristic)."""
     m, h = x.shape
     if slot_ids.shape != weights.shape or slot_ids.shape[0] != m:
         raise ValueError(
