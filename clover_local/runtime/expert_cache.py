@@ -145,7 +145,7 @@ class ExpertCache:
         self.table_uploads = 0
         # a pass with host reads may read experts through into slots (`set_read_through`, `offer_slots`)
         self.read_through_on = False
-        self.offers = np.zeros((0, 2), dtype=np.int32)  # [2, rows, E]: what the pass in progress may fill
+        self.offers = np.zeros((0, 0), dtype=np.int32)  # [rows, E]: the slots the pass in progress may fill
         self._offer_table = torch.zeros(0, dtype=torch.int32, device=device)  # its device twin
 
     # ------------------------------------------------------------------ state
@@ -204,11 +204,10 @@ class ExpertCache:
         instead of twice (read in place, then `install_missed` after the pass). No capacity is set aside."""
         self.read_through_on = bool(on)
         n, e = self.layer_ids.size, self.n_experts
-        if on and self._offer_table.numel() < 2 * n * e:
-            self._offer_table = torch.full((2, n, e), -1, dtype=torch.int32, device=self.device)
-            self._offer = np.full((2, n, e), -1, dtype=np.int32)  # built in place each pass
-            self._owner_ids = (np.arange(n - 1)[:, None] * e + np.arange(e)).astype(np.int32)
-        self.offers = np.zeros((0, 2), dtype=np.int32)
+        if on and self._offer_table.numel() < n * e:
+            self._offer_table = torch.full((n, e), -1, dtype=torch.int32, device=self.device)
+            self._offer = np.full((n, e), -1, dtype=np.int32)  # built in place each pass
+        self.offers = np.zeros((0, 0), dtype=np.int32)
 
     def offer_slots(self) -> Tensor:
         """Before an optimistic pass with host reads: per layer, the slots it may read its missing experts
@@ -218,19 +217,17 @@ class ExpertCache:
         use its expert (that layer is done by then: its count says so), so nothing it reads is overwritten and
         what it leaves stays resident. A layer takes its predecessor's: each layer's few misses a pass evict the
         experts needed furthest ahead (Belady's order for the sweep), and a block's later passes do not use up
-        the early layers' slots. Returns the device table [2, layers, E]: slots (−1 pads), their experts (device
-        slot table index, −1 free); uploaded when it changed (`read_through_targets` is the rule)."""
-        n, e = self.layer_ids.size, self.n_experts
+        the early layers' slots. Returns the device table [layers, E] of slots (−1: none), uploaded when it
+        changed: row r ≥ 1 offers at column e the slot of row r − 1's expert e (its owner is implied: the kernel
+        checks that expert's count), row 0 the free slots (`read_through_targets` is the rule)."""
+        e = self.n_experts
         ok = (self.pin_gen != self.gen) & ~self.locked & ~self.pending
         prev = self.slot_of[self.layer_ids[:-1]]  # row r − 1's slots, offered to row r (not compacted: the
-        usable = (prev >= 0) & ok[prev]  # kernel takes the usable ones in order; prev = −1 reads the last slot)
-        offer = self._offer
-        offer[:, 1:] = -1
-        np.copyto(offer[0, 1:], prev, where=usable, casting="unsafe")
-        np.copyto(offer[1, 1:], self._owner_ids, where=usable)
+        offer = self._offer  # kernel takes the usable ones in order; prev = −1 reads the last slot's flag)
+        offer[1:] = (prev + 1) * ((prev >= 0) & ok[prev]) - 1
         free = np.flatnonzero((self.owner < 0) & ok)[:e]
-        offer[:, 0] = -1
-        offer[0, 0, : free.size] = free
+        offer[0] = -1
+        offer[0, : free.size] = free
         if not np.array_equal(offer, self.offers):
             self.offers = offer.copy()
             self._offer_table.copy_(torch.from_numpy(self.offers))
@@ -245,9 +242,11 @@ class ExpertCache:
         out = np.zeros(counts.shape, dtype=np.int32)
         if self.offers.size == 0:
             return out
-        slots, owners = self.offers
+        slots = self.offers
         missing = (counts > 0) & (self.slot_of[self.layer_ids] < 0)
-        valid = (slots >= 0) & ((owners < 0) | (counts.reshape(-1)[np.maximum(owners, 0)] == 0))
+        unused = np.ones(counts.shape, dtype=bool)
+        unused[1:] = counts[:-1] == 0  # row r's offer at e holds row r − 1's expert e (row 0's are free)
+        valid = (slots >= 0) & unused
         for r in np.flatnonzero(missing.any(1)).tolist():
             offered = slots[r, valid[r]]
             need = np.flatnonzero(missing[r])[: offered.size]
@@ -260,18 +259,18 @@ class ExpertCache:
         pass's install targets may not be readable after a failure); they fill again on demand. Returns how many."""
         if self.offers.size == 0:
             return 0
-        slots = np.unique(self.offers[0][self.offers[0] >= 0]).astype(np.int64)
+        slots = np.unique(self.offers[self.offers >= 0]).astype(np.int64)
         slots = slots[self.owner[slots] >= 0]
         for layer in np.unique(self.owner[slots] // self.n_experts).tolist():
             self._evict(slots[self.owner[slots] // self.n_experts == layer], int(layer))
-        self.offers = np.zeros((0, 2), dtype=np.int32)
+        self.offers = np.zeros((0, 0), dtype=np.int32)
         return int(slots.size)
 
     def _adopt(self, rows: np.ndarray, experts: np.ndarray, slots: np.ndarray) -> None:
         """Experts a pass read through into offered slots (rows of the device table, expert ids, their slots):
         the slots' old experts are evicted (the pass used none of them), the new ones resident, pinned to the
         block like the rest of its set, with no copy of their own."""
-        if not np.isin(slots, self.offers[0]).all() or np.unique(slots).size < slots.size:
+        if not np.isin(slots, self.offers).all() or np.unique(slots).size < slots.size:
             raise RuntimeError("expert cache: a read-through install into a slot that was not offered")
         layers = self.layer_ids[rows]
         for layer in np.unique(layers).tolist():
@@ -530,7 +529,7 @@ class ExpertCache:
                      (self.use_gen, -1), (self.locked, False), (self.prefetched, False), (self.repaired, False)):
             a[:] = v
         self.landing = self.landing[:0]
-        self.offers = np.zeros((0, 2), dtype=np.int32)
+        self.offers = np.zeros((0, 0), dtype=np.int32)
         self.dense = False
         self.gen = self.tick = 0
         self._table_stale = True

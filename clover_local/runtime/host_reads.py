@@ -107,8 +107,7 @@ def check_read_through(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k:
         if ops is not None:  # the slot mapping's read-through variant, compiled now (at the real shapes)
             n = cache.layer_ids.size * cache.n_experts
             idx = torch.full((rows, top_k), expert, dtype=torch.int64, device=cache.device)
-            offers = torch.full((2, cache.layer_ids.size, cache.n_experts), -1, dtype=torch.int32,
-                                device=cache.device)
+            offers = torch.full((cache.layer_ids.size, cache.n_experts), -1, dtype=torch.int32, device=cache.device)
             counts = torch.zeros(n, dtype=torch.int32, device=cache.device)
             ops.optimistic_slots(idx, w, torch.full((n,), -1, dtype=torch.int32, device=cache.device), counts, 0,
                                  cache.n_slots, (torch.zeros_like(counts), offers, torch.zeros_like(counts),

@@ -105,8 +105,10 @@ class OptimisticPass:
         assignment, on device tensors, no host read (a compaction by scatter, not a boolean index)."""
         e = self.n_experts
         r = base // e
-        cs, co = offers[0, r].to(torch.int64), offers[1, r].to(torch.int64)
-        valid = (cs >= 0) & ((co < 0) | (self.counts.index_select(0, co.clamp(min=0)) == 0))
+        cs = offers[r].to(torch.int64)
+        valid = cs >= 0
+        if r > 0:  # the offer at e holds the layer before's expert e: usable if this pass did not use it
+            valid &= self.counts[base - e : base] == 0
         compact = torch.full((e + 1,), -1, dtype=torch.int64, device=cs.device)
         compact.scatter_(0, torch.where(valid, torch.cumsum(valid, 0) - 1, e), cs)
         missing = (self.counts[base : base + e] > 0) & (self.table[base : base + e] < 0)

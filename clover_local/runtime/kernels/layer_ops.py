@@ -141,7 +141,7 @@ def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype, limit: tuple[Tens
 
 @triton.jit
 def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w_out_ptr, T, row_base, host_base,
-                             install_ptr, offers_ptr, scratch_ptr, E, OWNERS,
+                             install_ptr, offers_ptr, scratch_ptr, E,
                              BLOCK: tl.constexpr, HOST: tl.constexpr, READ_THROUGH: tl.constexpr,
                              BLOCK_E: tl.constexpr):
     if READ_THROUGH:  # one program: every choice, then the layer's assignment of its offered slots
@@ -166,11 +166,12 @@ def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w
         tl.debug_barrier()  # every choice's count added before they are read (volatile: from L2, not L1)
         ex = tl.arange(0, BLOCK_E)
         in_row = ex < E
-        # the offered slots still usable: free, or their expert (a layer before: its counts are final) unused
+        # the offered slots still usable: free (row 0's), or holding the layer before's expert ex, which this
+        # pass did not use (that layer is done: its count is final)
         cslot = tl.load(offers_ptr + row_base + ex, mask=in_row, other=-1)
-        cown = tl.load(offers_ptr + OWNERS + row_base + ex, mask=in_row, other=-1)
-        cused = tl.load(counts_ptr + tl.maximum(cown, 0), mask=in_row & (cown >= 0), other=0, volatile=True)
-        valid = (cslot >= 0) & ((cown < 0) | (cused == 0))
+        before = in_row & (row_base + ex >= E)  # not row 0 (row_base ≥ E), as a tensor
+        cused = tl.load(counts_ptr + tl.maximum(row_base - E, 0) + ex, mask=before, other=0, volatile=True)
+        valid = (cslot >= 0) & (cused == 0)
         v32 = valid.to(tl.int32)
         tl.store(scratch_ptr + row_base + tl.cumsum(v32, 0) - 1, cslot, mask=valid)  # compacted, in order
         c = tl.load(counts_ptr + row_base + ex, mask=in_row, other=0, volatile=True)
@@ -191,8 +192,8 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
     host_base ≥ 0), else slot 0 with weight 0. Shapes of idx.
 
     read_through = (install, offers, scratch, E), with host reads: then also, once the layer's counts are in,
-    its non-resident experts by id take its offered slots (offers [2, rows, E]: slots, −1 pads, and their
-    experts as indices of counts, −1 free) that are free or whose expert the pass did not use, in order:
+    its non-resident experts by id take its offered slots (offers [rows, E], −1 none: row r's column e holds
+    row r − 1's expert e, row 0's are free) that are free or whose expert the pass did not use, in order:
     install[row_base + e] = 1 + slot, or 0 when they run out (`ExpertCache.read_through_targets`). One program
     does it all, so the layer's counts are complete when it reads them; scratch [≥ rows × E] int32."""
     flat = idx.reshape(-1)
@@ -207,7 +208,7 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
         block = 256
         grid = (1,) if through else (triton.cdiv(t, block),)
         _optimistic_slots_kernel[grid](flat, wf, table, counts, slots, w_out, t, row_base, host_base, install,
-                                       offers, scratch, n_exp, offers[0].numel() if through else 0, BLOCK=block,
+                                       offers, scratch, n_exp, BLOCK=block,
                                        HOST=host_base >= 0, READ_THROUGH=through,
                                        BLOCK_E=triton.next_power_of_2(n_exp))
     return slots.view(idx.shape), w_out.view(idx.shape)
