@@ -180,7 +180,7 @@ def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w
         rank = tl.cumsum(missing.to(tl.int32), 0) - 1
         tl.debug_barrier()  # the compacted slots stored before they are read
         take = missing & (rank < tl.sum(v32, 0))
-        slot = tl.load(scratch_ptr + row_base + rank, mask=take, other=-1)
+        slot = tl.load(scratch_ptr + row_base + rank, mask=take, other=-1, volatile=True)
         tl.store(install_ptr + row_base + ex, tl.where(take, slot + 1, 0), mask=in_row)
 
 
