@@ -575,12 +575,13 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
 
 def run_variants(folder: Path, variants: dict[str, dict], *, label: str, synthetic: bool, vram_budget: int | None,
                  prefix: int, passes: int, device: torch.device, dtype: torch.dtype,
-                 on_step=lambda msg: None) -> dict[str, dict]:
+                 on_step=lambda msg: None, on_result=lambda name, result: None) -> dict[str, dict]:
     """`run_bench` once per variant (name → its keyword options: routing, host_reads, resident_routing, prefetch,
     optimistic, cuda_graphs, cpu_experts) on ONE load of the pack: each variant starts from the state a load
     leaves (`runtime.load.reconfigure`: cache emptied and warmed, counters and graphs reset, host reads checked
     again) and runs its own prefill. Why: a 35B load takes ≈ 20 s, and a GPU session has 15 minutes for every
-    stage; four routing variants cost one load instead of four. Each result's `load_s` is the one load's."""
+    stage; four routing variants cost one load instead of four. Each result's `load_s` is the one load's;
+    `on_result(name, result)` gets each as it is done (a stage killed at its time limit keeps those)."""
     from clover_local.config import load_config
 
     t0 = time.perf_counter()
@@ -594,6 +595,7 @@ def run_variants(folder: Path, variants: dict[str, dict], *, label: str, synthet
         r = run_bench(folder, label=label, synthetic=synthetic, vram_budget=vram_budget, prefix=prefix, passes=passes,
                       device=device, dtype=dtype, on_step=on_step, model=model, **kw)
         out[name] = {**r, "load_s": round(load_s, 3), "reconfigure_s": r["load_s"], "variant": name}
+        on_result(name, out[name])
     return out
 
 

@@ -840,7 +840,8 @@ ROUTING_VARIANTS = {  # gpu_session.sh's uniform, reveal, repair and resident st
 def stage_routings(dev: torch.device, out_dir: Path, kind: str = "full", budget_gib: float = 16,
                    prefix: int = 4096, passes: int = 8) -> dict:
     """`bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8` with each of ROUTING_VARIANTS, on one
-    load (`bench.run_variants`); each variant's JSON as the bench stage of that name writes it."""
+    load (`bench.run_variants`); each variant's JSON as the bench stage of that name writes it, as soon as that
+    variant is done."""
     from clover_local.runtime.bench import run_variants
     from clover_local.runtime.sizes import GIB
     from clover_local.runtime.synthetic_pack import ensure_synthetic
@@ -848,10 +849,10 @@ def stage_routings(dev: torch.device, out_dir: Path, kind: str = "full", budget_
     folder = ensure_synthetic(kind, on_shard=lambda i, n: None)
     res = run_variants(folder, ROUTING_VARIANTS, label=f"synthetic:{kind}", synthetic=True,
                        vram_budget=int(budget_gib * GIB), prefix=prefix, passes=passes, device=dev,
-                       dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
+                       dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32,
+                       on_result=lambda name, r: (out_dir / f"{name}.json").write_text(json.dumps(r, indent=2)))
     out: dict = {"ok": True}
-    for name, r in res.items():
-        (out_dir / f"{name}.json").write_text(json.dumps(r, indent=2))
+    for name, r in res.items():  # each JSON written as its variant finished (the stage has a time limit)
         peak = r["memory"]["peak_allocated"]
         out[name] = {k: r.get(k) for k in ("ms_per_pass", "ms_per_call", "tokens_per_s", "misses_per_steady_pass",
                                            "host_reads_per_steady_pass", "repairs_per_steady_pass", "pcie_bytes",
