@@ -292,13 +292,15 @@ def test_moe_passes_are_tuned_apart(force_triton, table_file, monkeypatch):
 # ---- the command ---------------------------------------------------------------------------------------------
 
 
-def test_tune_refuses_where_no_triton_kernel_runs(tmp_path):
+@pytest.mark.parametrize("synthetic", ["small", "full"])
+def test_tune_refuses_where_no_triton_kernel_runs(tmp_path, synthetic):
+    """Before anything is written: `--synthetic full` would write a ≈ 20 GB pack first (it did, until 2026-12-03)."""
     env = {**os.environ, "CLOVER_LOCAL_CACHE": str(tmp_path), "CLOVER_DISABLE_TRITON": "1"}
-    res = subprocess.run([sys.executable, "-m", "clover_local", "tune", "--synthetic", "small", "--device", "cpu"],
+    res = subprocess.run([sys.executable, "-m", "clover_local", "tune", "--synthetic", synthetic, "--device", "cpu"],
                          env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("error: tune times the Triton kernels")
-    assert not (tmp_path / "tuning").exists()
+    assert not (tmp_path / "tuning").exists() and not (tmp_path / "synthetic").exists()
 
 
 _E2E = r"""

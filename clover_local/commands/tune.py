@@ -41,8 +41,10 @@ def tune(
     from clover_local.commands._model_options import pack_or_synthetic
     from clover_local.loader import pick_device, pick_dtype
     from clover_local.runtime.sizes import parse_size
+    from clover_local.runtime.tune import check_device
 
     dev = pick_device(device)
+    check_device(dev)  # before a synthetic pack is written or a pack downloaded
     dtype = pick_dtype(None, dev)
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
     say = (lambda msg: None) if as_json else (lambda msg: print(f"… {msg}", file=sys.stderr, flush=True))

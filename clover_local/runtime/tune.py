@@ -48,6 +48,16 @@ def record_preview_calls(model, block_size: int, device: torch.device, uniform: 
     return rec
 
 
+def check_device(device: torch.device) -> None:
+    """Refuse (one line) where the Triton kernels do not run: before anything is loaded or written (`tune
+    --synthetic full` writes a ≈ 20 GB pack first)."""
+    from clover_local.runtime.kernels import _triton_on
+
+    if not _triton_on(device):
+        raise CloverError("tune times the Triton kernels' tiles, which run on a CUDA GPU; on this device the "
+                          "PyTorch reference runs (no tiles to tune). Run it on the machine that will chat.")
+
+
 def run_tune(folder: Path, *, label: str, device: torch.device, dtype: torch.dtype, vram_budget: int | None,
              quick: bool = False, write: bool = True, uniform: bool = False, timer: Callable | None = None,
              on_step: Callable[[str], None] = lambda msg: None,
@@ -56,11 +66,8 @@ def run_tune(folder: Path, *, label: str, device: torch.device, dtype: torch.dty
     write=False). uniform: route the recorded pass uniformly (synthetic packs, see `record_preview_calls`).
     on_trial(call, calls, trial, trials, key) reports progress; timer(fn) → µs replaces the GPU timer (tests)."""
     from clover_local.config import load_config
-    from clover_local.runtime.kernels import _triton_on
 
-    if not _triton_on(device):
-        raise CloverError("tune times the Triton kernels' tiles, which run on a CUDA GPU; on this device the "
-                          "PyTorch reference runs (no tiles to tune). Run it on the machine that will chat.")
+    check_device(device)
     bs = load_config(folder).diffusion.block_size
     if vram_budget is None and device.type == "cuda":  # room beside the runtime for the timing's graphs and flush
         vram_budget = default_budget(device, margin=TIMING_HEADROOM)
