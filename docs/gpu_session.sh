@@ -65,7 +65,7 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
 }
 
 STAGES=${STAGES:-kernels,routings,decode,model,tune,tuned}
-B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json"
+B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json --device cuda"
 # stages run in the order STAGES lists them: put first what the session most needs
 for s in ${STAGES//,/ }; do
   case $s in
