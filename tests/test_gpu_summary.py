@@ -70,3 +70,29 @@ def test_summary_reads_host_read_figures(tmp_path) -> None:
     assert res.stdout.count("resident routing: 211.5 choices substituted per steady pass") == 1
     assert ("merged vs separate: separate 55.1 ms, merged_eager 260 ms, merged_graphed 190 ms, merged_again 31.5 ms; "
             "largest rel err vs separate 0.004") in res.stdout
+
+
+def test_the_gpu_session_script_on_a_machine_without_a_gpu_writes_nothing_big(tmp_path) -> None:
+    """`docs/gpu_session.sh` run where there is no CUDA (a dry run of its stages and summary): every stage ends
+    at once and none writes the ≈ 20 GB synthetic pack (the `tune` and bench-based stages did, until
+    2026-12-03: they wrote the pack before finding no GPU)."""
+    import os
+    import re
+
+    import torch
+
+    if torch.cuda.is_available():  # pragma: no cover - on a GPU these stages are the real thing
+        import pytest
+
+        pytest.skip("a GPU is present: the stages would run for real")
+    stages = "kernels,routings,decode,model,tune,tuned,uniform"
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "TOTAL_S": "300", "STAGES": stages,
+           "CLOVER_LOCAL_CACHE": str(tmp_path / "cache")}
+    res = subprocess.run(["bash", str(ROOT / "docs" / "gpu_session.sh")], env=env, capture_output=True, text=True,
+                         timeout=400, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    ended = dict(re.findall(r"== (\w+) rc=\d+ in (\d+)s", res.stdout))
+    assert set(ended) == set(stages.split(",")), res.stdout[-2000:]
+    assert all(int(s) < 60 for s in ended.values()), ended
+    assert not (tmp_path / "cache" / "synthetic" / "full-v1").exists()
+    assert (tmp_path / "out" / "summary.txt").exists()
