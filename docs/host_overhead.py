@@ -50,7 +50,7 @@ def main() -> None:
     assert ec.missing(counts) == 0
     opt.counts.copy_(torch.from_numpy(counts.reshape(-1)))
     if args.read_through:
-        opt.host_reads = opt.read_through = True
+        opt.host_reads = True
         ec.set_read_through(True)
 
     steps = {  # before the replay is launched: the device waits for these

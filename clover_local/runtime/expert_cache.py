@@ -274,15 +274,15 @@ class ExpertCache:
             raise RuntimeError("expert cache: a read-through install into a slot that was not offered")
         layers = self.layer_ids[rows]
         for layer in np.unique(layers).tolist():
-            self._evict(slots[layers == layer], int(layer))
+            mine = layers == layer
+            self._evict(slots[mine], int(layer))
+            self.counters[int(layer)].read_through += int(mine.sum())
         self.slot_of[layers, experts] = slots
         self._table_stale = True
         self.owner[slots] = layers * self.n_experts + experts
         self.last_use[slots] = self.tick
         self.use_gen[slots] = self.gen
         self.pin_gen[slots] = self.gen
-        for layer in np.unique(layers).tolist():
-            self.counters[int(layer)].read_through += int((layers == layer).sum())
 
     def settle_copies(self, keep: np.ndarray | None = None) -> None:
         """Make the compute stream wait for every pending slot copy (prefetches, installs), so that a pass that

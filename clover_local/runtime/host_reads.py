@@ -31,6 +31,22 @@ from clover_local.runtime.expert_cache import ExpertCache
 from clover_local.runtime.kernels import fused_layer_ops, moe_w4a16
 
 
+def _calls(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k: int, slot: int, expert: int, seed: int):
+    """A check's MoE inputs: x [rows, H], weights [rows, top_k] (random), and every choice sent to
+    `slot` or to host expert `expert` (slot S + expert)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cache.layout.hidden, generator=gen).to(cache.device, dtype)
+    w = torch.rand(rows, top_k, generator=gen).to(cache.device, dtype)
+    on_slot = torch.full((rows, top_k), slot, dtype=torch.int32, device=cache.device)
+    on_host = torch.full((rows, top_k), cache.n_slots + expert, dtype=torch.int32, device=cache.device)
+    return x, w, on_slot, on_host
+
+
+def _reason(err: Exception) -> str:
+    """An error as the one line a check reports."""
+    return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+
+
 def check(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k: int) -> str | None:
     """None when the MoE kernel's host reads give what its slot reads give, else why not (one line)."""
     if cache.host is None:
@@ -46,13 +62,7 @@ def check(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k: int) -> str 
     if at.size == 0:
         return "no expert is resident to compare with"
     layer, expert = int(cache.layer_ids[at[0]]), int(experts[0])
-    slot = int(cache.slot_of[layer, expert])
-    gen = torch.Generator().manual_seed(0)
-    hidden = cache.layout.hidden
-    x = torch.randn(rows, hidden, generator=gen).to(cache.device, dtype)
-    w = torch.rand(rows, top_k, generator=gen).to(cache.device, dtype)
-    on_slot = torch.full((rows, top_k), slot, dtype=torch.int32, device=cache.device)
-    on_host = torch.full((rows, top_k), cache.n_slots + expert, dtype=torch.int32, device=cache.device)
+    x, w, on_slot, on_host = _calls(cache, dtype, rows, top_k, int(cache.slot_of[layer, expert]), expert, seed=0)
     try:
         cache.settle_copies()
         want = moe_w4a16(x, on_slot, w, cache.gate_up, cache.down)
@@ -67,7 +77,7 @@ def check(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k: int) -> str 
                 return "the slot mapping does not send a non-resident expert to the host"
         same = torch.equal(got, want)
     except Exception as err:  # a driver or compiler refusing host pointers: off, with the reason
-        return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+        return _reason(err)
     return None if same else "the MoE kernel's host reads differ from its slot reads"
 
 
@@ -82,13 +92,8 @@ def check_read_through(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k:
     if at.size < 2:
         return "fewer than two experts resident to check with"
     layer, expert = int(cache.layer_ids[at[0]]), int(experts[0])
-    slot = int(table[at[0], experts[0]])
     target = int(table[at[-1], experts[-1]])  # another resident expert's slot, restored below
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(rows, cache.layout.hidden, generator=gen).to(cache.device, dtype)
-    w = torch.rand(rows, top_k, generator=gen).to(cache.device, dtype)
-    on_slot = torch.full((rows, top_k), slot, dtype=torch.int32, device=cache.device)
-    on_host = torch.full((rows, top_k), cache.n_slots + expert, dtype=torch.int32, device=cache.device)
+    x, w, on_slot, on_host = _calls(cache, dtype, rows, top_k, int(table[at[0], experts[0]]), expert, seed=1)
     install = torch.zeros(cache.n_experts, dtype=torch.int32, device=cache.device)
     install[expert] = target + 1
     host = cache.host.stacks(layer)
@@ -114,7 +119,7 @@ def check_read_through(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k:
                                                  cache.n_experts))
         same = torch.equal(got, want)
     except Exception as err:  # a compiler or driver refusing it: off, with the reason
-        return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+        return _reason(err)
     if not same:
         return "the MoE kernel's read-through output differs from its slot reads"
     return None if whole else "the MoE kernel's read-through left the slot's slab incomplete"

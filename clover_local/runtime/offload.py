@@ -419,7 +419,7 @@ class Runtime:
     @property
     def read_through(self) -> bool:
         """Whether passes that read from the host copy what they read into slots as they go (`set_read_through`)."""
-        return self._opt.read_through and self._opt.host_reads
+        return self.cache.read_through_on and self._opt.host_reads
 
     def set_read_through(self, on: bool, error: str | None = None) -> None:
         """Switch read-through installs on or off (they act with host reads only): a pass that reads a missing
@@ -428,7 +428,6 @@ class Runtime:
         install); `error` says why it is off. Drops the captured graphs: their MoE launches were captured with or
         without it."""
         self.finish_pass()
-        self._opt.read_through = on
         self.read_through_error = None if on else error
         self.cache.set_read_through(on)
         self._drop_graphs()

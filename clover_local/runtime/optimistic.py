@@ -46,12 +46,11 @@ class OptimisticPass:
         self.host_reads = False  # non-resident experts read from host memory (`Runtime.set_host_reads`)
         self.n_experts = cache.n_experts
         self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
-        self.read_through = False  # ... copying each into an offered slot as it is read (`Runtime.set_read_through`)
         n = len(self.row_of) * cache.n_experts
         # one buffer, zeroed at once: use counts, read-through targets (1 + slot, or 0)
         self._state = torch.zeros(2 * n, dtype=torch.int32, device=cache.device)
         self.counts, self.install = self._state[:n], self._state[n:]
-        self._scratch = torch.empty(n + 1, dtype=torch.int32, device=cache.device)  # the assignment's compaction
+        self._scratch = torch.empty(n, dtype=torch.int32, device=cache.device)  # the assignment's compaction
         self.installed: np.ndarray | None = None  # the last collected pass's targets (`collect`), if it read through
         self._through = False  # the pass whose counts were queued read through (`finish_async`)
         self.table: Tensor | None = None
@@ -71,7 +70,8 @@ class OptimisticPass:
         self._state.zero_()
 
     def _reads_through(self) -> bool:
-        return self.host_reads and self.read_through and self.cache.read_through_on
+        """Host reads that copy what they read into offered slots (`ExpertCache.set_read_through`)."""
+        return self.host_reads and self.cache.read_through_on
 
     def run(self, layer: int, x: Tensor, idx: Tensor, weights: Tensor) -> Tensor:
         """One layer's routed experts on resident slots: x [N,H], idx/weights [N,k] → [N,H]. No `.item()`,
@@ -130,7 +130,7 @@ class OptimisticPass:
             cuda = self.counts.device.type == "cuda"
             self._host = torch.empty(self._state.shape, dtype=self._state.dtype, pin_memory=cuda)
             self._done = torch.cuda.Event() if cuda else None
-        self._through = self.offers is not None and self.host_reads
+        self._through = self.offers is not None  # (offered only with host reads: `begin`)
         n = self.counts.numel() * (2 if self._through else 1)  # and the targets where it read through
         self._host[:n].copy_(self._state[:n], non_blocking=True)
         if self._done is not None:
