@@ -197,6 +197,7 @@ def host_reads_check(dev: torch.device, x, idx, w, slots: list[int], gu, dn, hos
     pair's sums do not depend on where its weights lie); timed cold (L2 flushed) beside the resident call. The
     all-host call's rate is the zero-copy read rate a miss pays (vs `h2d_gbps_64_experts`, a copy's); and the
     all-host call reading its experts through into slots (a read-through install)."""
+    from clover_local.runtime.host_reads import slot_holds
     from clover_local.runtime.kernels import moe_w4a16
 
     e = torch.arange(len(slots))
@@ -228,9 +229,7 @@ def host_reads_check(dev: torch.device, x, idx, w, slots: list[int], gu, dn, hos
         got = moe_w4a16(x, every, w, gu, dn, host_stacks, install)
         used = idx.unique().tolist()
         res["read_through_equal"] = bool(torch.equal(got, want))
-        res["read_through_slabs_equal"] = all(
-            torch.equal(getattr(st, part)[slots[(i + 1) % n]].cpu(), getattr(hst, part)[i].cpu())
-            for i in used for st, hst, part in parts)
+        res["read_through_slabs_equal"] = all(slot_holds((gu, dn), host_stacks, slots[(i + 1) % n], i) for i in used)
         res["read_through_ms_cold"] = round(_flushed_ms(dev, lambda: moe_w4a16(x, every, w, gu, dn, host_stacks,
                                                                                install)), 4)
     finally:

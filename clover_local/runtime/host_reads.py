@@ -42,6 +42,13 @@ def _calls(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k: int, slot: 
     return x, w, on_slot, on_host
 
 
+def slot_holds(stacks, host, slot: int, expert: int) -> bool:
+    """Whether slot `slot` of the (gate_up, down) stacks holds host expert `expert`'s parts bit for bit: what a
+    read-through install must leave (the slab's padding aside)."""
+    return all(torch.equal(getattr(dev, part)[slot].cpu(), getattr(hst, part)[expert].cpu())
+               for dev, hst in zip(stacks, host) for part in ("qweight", "scales", "qzeros"))
+
+
 def _reason(err: Exception) -> str:
     """An error as the one line a check reports."""
     return f"{type(err).__name__}: {err}".splitlines()[0][:300]
@@ -102,9 +109,7 @@ def check_read_through(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k:
         want = moe_w4a16(x, on_slot, w, cache.gate_up, cache.down)
         try:
             got = moe_w4a16(x, on_host, w, cache.gate_up, cache.down, host, install)
-            whole = all(torch.equal(getattr(dev, part)[target].cpu(), getattr(hst, part)[expert].cpu())
-                        for dev, hst in zip((cache.gate_up, cache.down), host)
-                        for part in ("qweight", "scales", "qzeros"))
+            whole = slot_holds((cache.gate_up, cache.down), host, target, expert)
         finally:  # the target's own expert back
             owner = int(cache.owner[target])
             cache.buf[target].copy_(cache.host.slab(owner // cache.n_experts, owner % cache.n_experts))
