@@ -980,10 +980,12 @@ def test_fused_optimistic_slots_match_the_torch_mapping(force_triton) -> None:
 
 @needs_triton
 def test_fused_optimistic_slots_offer_slots_as_the_cache_says(force_triton) -> None:
-    """Read-through: per layer, the missing experts by id take, in order, the offered slots (the layer before's
-    unpinned ones; free ones for the first) whose expert the pass did not use — the kernel (one program over
-    2,400 choices a layer) against `ExpertCache.read_through_targets`, and against the PyTorch twin
-    `OptimisticPass` runs off the GPU; the slot mapping and counts as without."""
+    """Read-through: per layer, the missing experts by id take, in order, the offered slots whose expert the pass
+    did not use (the layer before's: unpinned ones, then what earlier layers left over, then pinned ones; free ones
+    for the first) — the kernel (one program over up to 2,400 choices a layer) against
+    `ExpertCache.read_through_targets`, and against the PyTorch twin `OptimisticPass` runs off the GPU; the slot
+    mapping and counts as without. The layers' routing is built so that every source is taken from and the
+    candidates run out: few experts used in rows 0, 1 and 4 (spare slots, carried on), almost all in 2 and 3."""
     import numpy as np
 
     from clover_local.runtime.expert_cache import ExpertCache
@@ -992,32 +994,48 @@ def test_fused_optimistic_slots_offer_slots_as_the_cache_says(force_triton) -> N
     from clover_local.runtime.slab import SlabLayout
 
     gen = torch.Generator().manual_seed(6)
-    n_layers, e = 3, 40
+    n_layers, e = 5, 40
     n_slots = 100
     cache = ExpertCache(SlabLayout(64, 32, 4, 1, 1), n_slots, list(range(n_layers)), e, torch.device(DEVICE), None)
-    flat = torch.randperm(n_layers * e, generator=gen)[: n_slots - 4].numpy()  # 4 slots free
+    flat = torch.randperm(n_layers * e, generator=gen)[: n_slots - 4].numpy()  # half resident, 4 slots free
     cache.slot_of.reshape(-1)[flat] = np.arange(flat.size)
     cache.owner[: flat.size] = flat
-    cache.pin_gen[:30] = cache.gen  # some pinned: not offered
+    cache.pin_gen[torch.randperm(flat.size, generator=gen)[:40].numpy()] = cache.gen  # pinned: offered last
     cache.set_read_through(True)
     offers = cache.offer_slots()
     table = torch.from_numpy(cache.slot_of.reshape(-1).astype(np.int32))
     assert (cache.offers[0] >= 0).sum() == 4 and (cache.offers[1:] >= 0).sum() > 10
-    idx = [torch.randint(0, e, (300, 8), generator=gen) for _ in range(n_layers)]
+    assert (cache.offers[1:] <= -2).sum() > 10
+    used = [10, 10, 38, 38, 10]  # experts each layer routes to
+    idx = [torch.randperm(e, generator=gen)[:k][torch.randint(0, k, (300, 8), generator=gen)] for k in used]
     w = torch.rand(300, 8, generator=gen).bfloat16()
     table_d, w = _dev(table, w)
     ops = fused_layer_ops(torch.device(DEVICE))
-    counts, install, scratch = (torch.zeros(n_layers * e, dtype=torch.int32, device=DEVICE) for _ in range(3))
+    counts, install = (torch.zeros(n_layers * e, dtype=torch.int32, device=DEVICE) for _ in range(2))
+    rt = ops.ReadThrough(install, offers, torch.zeros(2 * e, dtype=torch.int32, device=DEVICE),
+                         torch.zeros(1 + e, dtype=torch.int32, device=DEVICE), e)
     for row in range(n_layers):
         ids = idx[row].to(DEVICE)
-        slots, w_out = ops.optimistic_slots(ids, w, table_d, counts, row * e, n_slots, (install, offers, scratch, e))
+        slots, w_out = ops.optimistic_slots(ids, w, table_d, counts, row * e, n_slots, rt)
         want_slots = table_d[ids + row * e]
         assert torch.equal(slots, torch.where(want_slots < 0, n_slots + ids.to(table.dtype), want_slots))
         assert torch.equal(w_out, w)
-    want = cache.read_through_targets(counts.cpu().numpy().reshape(n_layers, e))
+    c = counts.cpu().numpy().reshape(n_layers, e)
+    want = cache.read_through_targets(c)
     assert np.array_equal(install.cpu().numpy().reshape(n_layers, e), want)
-    missing = (counts.cpu().numpy().reshape(n_layers, e) > 0) & (cache.slot_of < 0)
-    assert 0 < (want > 0).sum() < missing.sum()  # some read through, and the offers ran out for others
+    missing = (c > 0) & (cache.slot_of < 0)
+    assert (want[missing] > 0).any() and (want[missing] == 0).any()  # some read through, some ran out
+    assert not want[~missing].any()  # only missing experts install
+    taken = want[want > 0] - 1
+    assert np.unique(taken).size == taken.size  # no slot twice
+    own = [set(cache.offers[r][cache.offers[r] >= 0]) | set(-2 - cache.offers[r][cache.offers[r] <= -2])
+           for r in range(n_layers)]
+    assert any(s not in own[r] for r in range(n_layers) for s in want[r][want[r] > 0] - 1)  # carried
+    assert any(-2 - s in cache.offers[r] for r in range(n_layers) for s in want[r][want[r] > 0] - 1)  # pinned
+    for r in range(n_layers):  # nothing this pass used is overwritten: a taken slot's expert is unused
+        for s in want[r][want[r] > 0] - 1:
+            o = cache.owner[s]
+            assert o < 0 or (o // e < r and c[o // e, o % e] == 0)
     # the PyTorch twin (`OptimisticPass` without the fused ops), same counts and offers
     opt = OptimisticPass(cache)
     opt.counts.copy_(counts)

@@ -211,20 +211,25 @@ class ExpertCache:
 
     def offer_slots(self) -> Tensor:
         """Before an optimistic pass with host reads: per layer, the slots it may read its missing experts
-        through into — the slots of the layer before it (in sweep order) whose experts are not pinned to the
-        block (the ones `install_missed` would evict), and for the first layer the free slots; never a locked one
-        or one with a copy still landing. Nothing is evicted here: the pass takes such a slot only if it did not
-        use its expert (that layer is done by then: its count says so), so nothing it reads is overwritten and
-        what it leaves stays resident. A layer takes its predecessor's: each layer's few misses a pass evict the
-        experts needed furthest ahead (Belady's order for the sweep), and a block's later passes do not use up
-        the early layers' slots. Returns the device table [layers, E] of slots (−1: none), uploaded when it
-        changed: row r ≥ 1 offers at column e the slot of row r − 1's expert e (its owner is implied: the kernel
-        checks that expert's count), row 0 the free slots (`read_through_targets` is the rule)."""
+        through into — the slots of the layer before it (in sweep order), and for the first layer the free slots;
+        never a locked one or one with a copy still landing. Nothing is evicted here: the pass takes such a slot
+        only if it did not use its expert (that layer is done by then: its count says so), so nothing it reads is
+        overwritten and what it leaves stays resident. A layer takes its predecessor's: each layer's few misses a
+        pass evict the experts needed furthest ahead (Belady's order for the sweep), and a block's later passes do
+        not use up the early layers' slots. Two tiers: slots whose expert is not pinned to the block first; then
+        (after the slots earlier layers left over) those pinned but unused by this pass — experts of rows that
+        have since routed elsewhere, which a tight cache (15 GiB) otherwise keeps while the pass reads the rows'
+        new experts from the host every pass (`cache_sim --slots 7805`). Returns the device table [layers, E]
+        (int32), uploaded when it changed: row r ≥ 1 at column e holds row r − 1's expert e's slot s as s (not
+        pinned), −2 − s (pinned) or −1 (none or unusable; its owner is implied: the kernel checks that expert's
+        count); row 0 the free slots. `read_through_targets` is the rule."""
         e = self.n_experts
-        ok = (self.pin_gen != self.gen) & ~self.locked & ~self.pending
+        ok = ~self.locked & ~self.pending
+        pinned = self.pin_gen == self.gen
         prev = self.slot_of[self.layer_ids[:-1]]  # row r − 1's slots, offered to row r (not compacted: the
-        offer = self._offer  # kernel takes the usable ones in order; prev = −1 reads the last slot's flag)
-        offer[1:] = (prev + 1) * ((prev >= 0) & ok[prev]) - 1
+        offer = self._offer  # kernel takes the usable ones in order; prev = −1 reads the last slot's flags)
+        usable = (prev >= 0) & ok[prev]
+        offer[1:] = np.where(usable, np.where(pinned[prev], -2 - prev, prev), -1)
         free = np.flatnonzero((self.owner < 0) & ok)[:e]
         offer[0] = -1
         offer[0, : free.size] = free
@@ -236,22 +241,32 @@ class ExpertCache:
     def read_through_targets(self, counts: np.ndarray) -> np.ndarray:
         """Where a pass that used counts [len(layer_ids), E] reads its non-resident experts through to: int32
         [len(layer_ids), E], 1 + a slot, or 0 (read in place only). The rule the device applies during the pass
-        (`layer_ops.optimistic_slots`, `OptimisticPass.run`): per layer, its missing experts by id take, in
-        order, its offered slots (`offer_slots`) that are free or hold an expert the pass did not use. The
-        spec the kernels are tested against; `cache_sim` uses it."""
+        (`layer_ops.optimistic_slots`, `OptimisticPass._assign_offers`), layer by layer in sweep order: a layer's
+        candidates are its offered slots (`offer_slots`) that are free or hold an expert the pass did not use —
+        the unpinned ones by column, then the ones earlier layers left over (at most E, carried from layer to
+        layer: still unused, their layers done), then the pinned ones by column; its missing experts by id take
+        them in that order, and what is left (up to E) carries to the next layer. The spec the kernels are
+        tested against; `cache_sim` uses it."""
         out = np.zeros(counts.shape, dtype=np.int32)
         if self.offers.size == 0:
             return out
-        slots = self.offers
+        offers, e = self.offers, self.n_experts
         missing = (counts > 0) & (self.slot_of[self.layer_ids] < 0)
         unused = np.ones(counts.shape, dtype=bool)
         unused[1:] = counts[:-1] == 0  # row r's offer at e holds row r − 1's expert e (row 0's are free)
-        valid = (slots >= 0) & unused
-        for r in np.flatnonzero(missing.any(1)).tolist():
-            offered = slots[r, valid[r]]
-            need = np.flatnonzero(missing[r])[: offered.size]
-            out[r, need] = offered[: need.size] + 1
+        carry = np.zeros(0, dtype=np.int32)
+        for r in range(counts.shape[0]):
+            row, ok = offers[r], unused[r]
+            cands = np.concatenate([row[ok & (row >= 0)], carry, -2 - row[ok & (row <= -2)]])
+            need = np.flatnonzero(missing[r])[: cands.size]
+            out[r, need] = cands[: need.size] + 1
+            carry = cands[need.size :][:e]
         return out
+
+    def _offered(self) -> np.ndarray:
+        """The slots the pass in progress was offered (either tier of `offer_slots`)."""
+        o = self.offers
+        return np.concatenate([o[o >= 0], -2 - o[o <= -2]]).astype(np.int64)
 
     def drop_offers(self) -> int:
         """After a pass that failed (or whose booking did): the slots it was offered may hold an expert it read
@@ -259,7 +274,7 @@ class ExpertCache:
         pass's install targets may not be readable after a failure); they fill again on demand. Returns how many."""
         if self.offers.size == 0:
             return 0
-        slots = np.unique(self.offers[self.offers >= 0]).astype(np.int64)
+        slots = np.unique(self._offered())
         slots = slots[self.owner[slots] >= 0]
         for layer in np.unique(self.owner[slots] // self.n_experts).tolist():
             self._evict(slots[self.owner[slots] // self.n_experts == layer], int(layer))
@@ -270,7 +285,7 @@ class ExpertCache:
         """Experts a pass read through into offered slots (rows of the device table, expert ids, their slots):
         the slots' old experts are evicted (the pass used none of them), the new ones resident, pinned to the
         block like the rest of its set, with no copy of their own."""
-        if not np.isin(slots, self.offers).all() or np.unique(slots).size < slots.size:
+        if not np.isin(slots, self._offered()).all() or np.unique(slots).size < slots.size:
             raise RuntimeError("expert cache: a read-through install into a slot that was not offered")
         layers = self.layer_ids[rows]
         for layer in np.unique(layers).tolist():

@@ -115,13 +115,14 @@ def check_read_through(cache: ExpertCache, dtype: torch.dtype, rows: int, top_k:
             cache.buf[target].copy_(cache.host.slab(owner // cache.n_experts, owner % cache.n_experts))
         ops = fused_layer_ops(cache.device)
         if ops is not None:  # the slot mapping's read-through variant, compiled now (at the real shapes)
-            n = cache.layer_ids.size * cache.n_experts
+            n, e = cache.layer_ids.size * cache.n_experts, cache.n_experts
+
+            def full(k: int, v: int = 0) -> torch.Tensor:
+                return torch.full((k,), v, dtype=torch.int32, device=cache.device)
+
             idx = torch.full((rows, top_k), expert, dtype=torch.int64, device=cache.device)
-            offers = torch.full((cache.layer_ids.size, cache.n_experts), -1, dtype=torch.int32, device=cache.device)
-            counts = torch.zeros(n, dtype=torch.int32, device=cache.device)
-            ops.optimistic_slots(idx, w, torch.full((n,), -1, dtype=torch.int32, device=cache.device), counts, 0,
-                                 cache.n_slots, (torch.zeros_like(counts), offers, torch.zeros_like(counts),
-                                                 cache.n_experts))
+            ops.optimistic_slots(idx, w, full(n, -1), full(n), 0, cache.n_slots,
+                                 ops.ReadThrough(full(n), full(n, -1), full(2 * e), full(1 + e), e))
         same = torch.equal(got, want)
     except Exception as err:  # a compiler or driver refusing it: off, with the reason
         return _reason(err)

@@ -47,10 +47,12 @@ class OptimisticPass:
         self.n_experts = cache.n_experts
         self.row_of = {int(layer): r for r, layer in enumerate(cache.layer_ids.tolist())}
         n = len(self.row_of) * cache.n_experts
-        # one buffer, zeroed at once: use counts, read-through targets (1 + slot, or 0)
-        self._state = torch.zeros(2 * n, dtype=torch.int32, device=cache.device)
-        self.counts, self.install = self._state[:n], self._state[n:]
-        self._scratch = torch.empty(n, dtype=torch.int32, device=cache.device)  # the assignment's compaction
+        # one buffer, zeroed at once: use counts, read-through targets (1 + slot, or 0), the offered slots a
+        # layer left over for the next (count, then up to E slots)
+        e = cache.n_experts
+        self._state = torch.zeros(2 * n + 1 + e, dtype=torch.int32, device=cache.device)
+        self.counts, self.install, self.carry = self._state[:n], self._state[n : 2 * n], self._state[2 * n :]
+        self._scratch = torch.empty(2 * e, dtype=torch.int32, device=cache.device)  # the candidates, compacted
         self.installed: np.ndarray | None = None  # the last collected pass's targets (`collect`), if it read through
         self._through = False  # the pass whose counts were queued read through (`finish_async`)
         self.table: Tensor | None = None
@@ -85,7 +87,8 @@ class OptimisticPass:
         if self._ops is not None:
             slots, w = self._ops.optimistic_slots(idx, weights, self.table, self.counts, base,
                                                   cache.n_slots if host is not None else -1,
-                                                  (self.install, offers, self._scratch, self.n_experts)
+                                                  self._ops.ReadThrough(self.install, offers, self._scratch,
+                                                                        self.carry, self.n_experts)
                                                   if offers is not None else None)
             return moe_w4a16(x, slots, w, cache.gate_up, cache.down, host, install)
         flat = idx.reshape(-1).to(torch.int64) + base
@@ -100,22 +103,31 @@ class OptimisticPass:
         return moe_w4a16(x, slots.clamp(min=0), weights.masked_fill(~resident, 0), cache.gate_up, cache.down)
 
     def _assign_offers(self, base: int, offers: Tensor, install: Tensor) -> None:
-        """The layer's missing experts (by id) take its offered slots that are free or whose expert the pass did
-        not use (`ExpertCache.read_through_targets`): the PyTorch twin of `layer_ops.optimistic_slots`'s
-        assignment, on device tensors, no host read (a compaction by scatter, not a boolean index)."""
+        """The layer's missing experts (by id) take its usable offered slots — unpinned, then those earlier layers
+        left over (`carry`), then pinned — and leave the rest (up to E) to the next layer
+        (`ExpertCache.read_through_targets`): the PyTorch twin of `layer_ops.optimistic_slots`'s assignment, on
+        device tensors, no host read (compactions by scatter, not boolean indexing)."""
         e = self.n_experts
         r = base // e
-        cs = offers[r].to(torch.int64)
-        valid = cs >= 0
-        if r > 0:  # the offer at e holds the layer before's expert e: usable if this pass did not use it
-            valid &= self.counts[base - e : base] == 0
-        compact = torch.full((e + 1,), -1, dtype=torch.int64, device=cs.device)
-        compact.scatter_(0, torch.where(valid, torch.cumsum(valid, 0) - 1, e), cs)
+        cv = offers[r].to(torch.int64)
+        unused = self.counts[base - e : base] == 0 if r > 0 else torch.ones_like(cv, dtype=torch.bool)
+        first, second = (cv >= 0) & unused, (cv <= -2) & unused
+        n_first, n_carry = first.sum(), self.carry[0].to(torch.int64)
+        at = torch.arange(e, device=cv.device)
+        dump = 3 * e  # where the scatters send what they do not place
+        cands = torch.full((3 * e + 1,), -1, dtype=torch.int64, device=cv.device)
+        cands.scatter_(0, torch.where(first, torch.cumsum(first, 0) - 1, dump), cv)
+        cands.scatter_(0, torch.where(at < n_carry, n_first + at, dump), self.carry[1:].to(torch.int64))
+        cands.scatter_(0, torch.where(second, n_first + n_carry + torch.cumsum(second, 0) - 1, dump), -2 - cv)
+        total = n_first + n_carry + second.sum()
         missing = (self.counts[base : base + e] > 0) & (self.table[base : base + e] < 0)
         rank = torch.cumsum(missing, 0) - 1
-        take = missing & (rank < valid.sum())
-        slot = compact.index_select(0, rank.clamp(0, e))
+        take = missing & (rank < total)
+        slot = cands.index_select(0, rank.clamp(0, dump))
         install.copy_(torch.where(take, slot + 1, torch.zeros_like(slot)))
+        taken = torch.minimum(missing.sum(), total)
+        self.carry[1:].copy_(cands.index_select(0, (taken + at).clamp(max=dump)))
+        self.carry[0].copy_(torch.clamp(total - taken, max=e))
 
     def finish(self) -> np.ndarray:
         """The pass's one device→host read: counts [layers, E] (routed rows per expert)."""

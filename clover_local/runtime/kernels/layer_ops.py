@@ -22,6 +22,8 @@ installs these on CUDA (`runtime/load.py`), tests pin each to its definition thr
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -139,9 +141,22 @@ def route_topk(logits: Tensor, top_k: int, dtype: torch.dtype, limit: tuple[Tens
     return idx, w
 
 
+class ReadThrough(NamedTuple):
+    """`optimistic_slots`'s device buffers for read-through installs (`OptimisticPass` owns them): the pass's
+    targets install [rows × E] (1 + slot, or 0), the offered slots [rows, E] (`ExpertCache.offer_slots`), a
+    scratch [≥ 2E] for the compacted candidates, and carry [1 + E] (count, then slots) zeroed before the pass:
+    the offered slots a layer left over, for the next."""
+
+    install: Tensor
+    offers: Tensor
+    scratch: Tensor
+    carry: Tensor
+    n_experts: int
+
+
 @triton.jit
 def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w_out_ptr, T, row_base, host_base,
-                             install_ptr, offers_ptr, scratch_ptr, E,
+                             install_ptr, offers_ptr, scratch_ptr, carry_ptr, E,
                              BLOCK: tl.constexpr, HOST: tl.constexpr, READ_THROUGH: tl.constexpr,
                              BLOCK_E: tl.constexpr):
     if READ_THROUGH:  # one program: every choice, then the layer's assignment of its offered slots
@@ -167,35 +182,47 @@ def _optimistic_slots_kernel(idx_ptr, w_ptr, table_ptr, counts_ptr, slots_ptr, w
         ex = tl.arange(0, BLOCK_E)
         in_row = ex < E
         # the offered slots still usable: free (row 0's), or holding the layer before's expert ex, which this
-        # pass did not use (that layer is done: its count is final)
-        cslot = tl.load(offers_ptr + row_base + ex, mask=in_row, other=-1)
+        # pass did not use (that layer is done: its count is final); s ≥ 0 not pinned, −2 − s pinned
+        cval = tl.load(offers_ptr + row_base + ex, mask=in_row, other=-1)
         before = in_row & (row_base + ex >= E)  # not row 0 (row_base ≥ E), as a tensor
         cused = tl.load(counts_ptr + tl.maximum(row_base - E, 0) + ex, mask=before, other=0, volatile=True)
-        valid = (cslot >= 0) & (cused == 0)
-        v32 = valid.to(tl.int32)
-        tl.store(scratch_ptr + row_base + tl.cumsum(v32, 0) - 1, cslot, mask=valid)  # compacted, in order
+        first = (cval >= 0) & (cused == 0)
+        second = (cval <= -2) & (cused == 0)
+        n_first = tl.sum(first.to(tl.int32), 0)
+        n_carry = tl.load(carry_ptr, volatile=True)  # what earlier layers left over, at most E (this pass's)
+        carried = tl.load(carry_ptr + 1 + ex, mask=ex < n_carry, other=-1, volatile=True)
+        # the candidates compacted in order: unpinned, carried, pinned
+        tl.store(scratch_ptr + tl.cumsum(first.to(tl.int32), 0) - 1, cval, mask=first)
+        tl.store(scratch_ptr + n_first + ex, carried, mask=ex < n_carry)
+        tl.store(scratch_ptr + n_first + n_carry + tl.cumsum(second.to(tl.int32), 0) - 1, -2 - cval, mask=second)
+        total = n_first + n_carry + tl.sum(second.to(tl.int32), 0)
         c = tl.load(counts_ptr + row_base + ex, mask=in_row, other=0, volatile=True)
         t = tl.load(table_ptr + row_base + ex, mask=in_row, other=0)
         missing = (c > 0) & (t < 0) & in_row
         rank = tl.cumsum(missing.to(tl.int32), 0) - 1
-        tl.debug_barrier()  # the compacted slots stored before they are read
-        take = missing & (rank < tl.sum(v32, 0))
-        slot = tl.load(scratch_ptr + row_base + rank, mask=take, other=-1, volatile=True)
+        tl.debug_barrier()  # the candidates stored (and the carry read) before they are read (or overwritten)
+        take = missing & (rank < total)
+        slot = tl.load(scratch_ptr + rank, mask=take, other=-1, volatile=True)
         tl.store(install_ptr + row_base + ex, tl.where(take, slot + 1, 0), mask=in_row)
+        taken = tl.minimum(tl.sum(missing.to(tl.int32), 0), total)
+        left = tl.minimum(total - taken, E)
+        rest = tl.load(scratch_ptr + taken + ex, mask=ex < left, other=-1, volatile=True)
+        tl.store(carry_ptr + 1 + ex, rest, mask=ex < left)
+        tl.store(carry_ptr, left)
 
 
 def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor, row_base: int,
-                     host_base: int = -1, read_through: tuple[Tensor, Tensor, Tensor, int] | None = None,
-                     ) -> tuple[Tensor, Tensor]:
+                     host_base: int = -1, read_through: ReadThrough | None = None) -> tuple[Tensor, Tensor]:
     """(slots, weights) of `OptimisticPass.run`: counts[row_base + idx] += 1 for every choice; slot =
     table[row_base + idx]; where that is -1 (not resident): host_base + idx with the weight kept (host reads,
     host_base ≥ 0), else slot 0 with weight 0. Shapes of idx.
 
-    read_through = (install, offers, scratch, E), with host reads: then also, once the layer's counts are in,
-    its non-resident experts by id take its offered slots (offers [rows, E], −1 none: row r's column e holds
-    row r − 1's expert e, row 0's are free) that are free or whose expert the pass did not use, in order:
-    install[row_base + e] = 1 + slot, or 0 when they run out (`ExpertCache.read_through_targets`). One program
-    does it all, so the layer's counts are complete when it reads them; scratch [≥ rows × E] int32."""
+    read_through (`ReadThrough`), with host reads: then also, once the layer's counts are in, its non-resident
+    experts by id take its offered slots in the order `ExpertCache.read_through_targets` gives (offers [rows, E]:
+    row r's column e holds row r − 1's expert e's slot s as s or, pinned, −2 − s; row 0's are free; −1 none) that
+    are free or whose expert the pass did not use, after the unpinned ones what earlier layers left over (`carry`),
+    then the pinned ones: install[row_base + e] = 1 + slot, or 0 when they run out; what is left is carried to the
+    next layer's call. One program does it all, so the layer's counts are complete when it reads them."""
     flat = idx.reshape(-1)
     flat = flat if flat.is_contiguous() else flat.contiguous()
     wf = weights.reshape(-1).contiguous()
@@ -203,14 +230,17 @@ def optimistic_slots(idx: Tensor, weights: Tensor, table: Tensor, counts: Tensor
     w_out = torch.empty_like(wf)
     t = flat.numel()
     through = read_through is not None and host_base >= 0
-    install, offers, scratch, n_exp = read_through if through else (table, table, table, 1)
+    rt = read_through if through else ReadThrough(table, table, table, table, 1)
+    if through and (rt.scratch.numel() < 2 * rt.n_experts or rt.carry.numel() < 1 + rt.n_experts):
+        raise ValueError(f"optimistic_slots: scratch needs ≥ {2 * rt.n_experts} and carry ≥ {1 + rt.n_experts} "
+                         "int32 elements")
     if t:
         block = 256
         grid = (1,) if through else (triton.cdiv(t, block),)
-        _optimistic_slots_kernel[grid](flat, wf, table, counts, slots, w_out, t, row_base, host_base, install,
-                                       offers, scratch, n_exp, BLOCK=block,
+        _optimistic_slots_kernel[grid](flat, wf, table, counts, slots, w_out, t, row_base, host_base, rt.install,
+                                       rt.offers, rt.scratch, rt.carry, rt.n_experts, BLOCK=block,
                                        HOST=host_base >= 0, READ_THROUGH=through,
-                                       BLOCK_E=triton.next_power_of_2(n_exp))
+                                       BLOCK_E=triton.next_power_of_2(rt.n_experts))
     return slots.view(idx.shape), w_out.view(idx.shape)
 
 
