@@ -207,6 +207,8 @@ class ExpertCache:
         if on and self._offer_table.numel() < n * e:
             self._offer_table = torch.full((n, e), -1, dtype=torch.int32, device=self.device)
             self._offer = np.full((n, e), -1, dtype=np.int32)  # built in place each pass
+            self._slot_ids = np.arange(self.n_slots, dtype=np.int32)
+            self._offer_code = np.full(self.n_slots + 1, -1, dtype=np.int32)
         self.offers = np.zeros((0, 0), dtype=np.int32)
 
     def offer_slots(self) -> Tensor:
@@ -224,13 +226,14 @@ class ExpertCache:
         pinned), −2 − s (pinned) or −1 (none or unusable; its owner is implied: the kernel checks that expert's
         count); row 0 the free slots. `read_through_targets` is the rule."""
         e = self.n_experts
-        ok = ~self.locked & ~self.pending
-        pinned = self.pin_gen == self.gen
-        prev = self.slot_of[self.layer_ids[:-1]]  # row r − 1's slots, offered to row r (not compacted: the
-        offer = self._offer  # kernel takes the usable ones in order; prev = −1 reads the last slot's flags)
-        usable = (prev >= 0) & ok[prev]
-        offer[1:] = np.where(usable, np.where(pinned[prev], -2 - prev, prev), -1)
-        free = np.flatnonzero((self.owner < 0) & ok)[:e]
+        busy = self.locked | self.pending
+        ids = self._slot_ids
+        code = self._offer_code  # each slot as offered, and a last −1 that slot_of's −1 ("none") reads
+        code[:-1] = np.where(self.pin_gen == self.gen, -2 - ids, ids)
+        code[:-1][busy] = -1
+        offer = self._offer  # (not compacted: the kernel takes the usable ones in order)
+        offer[1:] = code[self.slot_of[self.layer_ids[:-1]]]  # row r − 1's slots, offered to row r
+        free = np.flatnonzero((self.owner < 0) & ~busy)[:e]
         offer[0] = -1
         offer[0, : free.size] = free
         if not np.array_equal(offer, self.offers):

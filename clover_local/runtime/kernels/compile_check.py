@@ -169,8 +169,11 @@ def capture_launches() -> list[Launch]:
         label["case"] = f"{m} rows, host reads read through"
         layer_ops.optimistic_slots(torch.zeros(m, topk, dtype=torch.int64), wts, torch.zeros(10240, dtype=torch.int32),
                                    torch.zeros(10240, dtype=torch.int32), 0, 8860,
-                                   (torch.zeros(10240, dtype=torch.int32), torch.zeros(40, cfg.num_experts,
-                                    dtype=torch.int32), torch.zeros(10240, dtype=torch.int32), cfg.num_experts))
+                                   layer_ops.ReadThrough(torch.zeros(10240, dtype=torch.int32),
+                                                         torch.zeros(40, cfg.num_experts, dtype=torch.int32),
+                                                         torch.zeros(2 * cfg.num_experts, dtype=torch.int32),
+                                                         torch.zeros(1 + cfg.num_experts, dtype=torch.int32),
+                                                         cfg.num_experts))
         label["case"] = f"{m} rows"
         layer_ops.shared_combine(x, x, torch.zeros(1, h, dtype=bf), x, x)
         layer_ops.silu_mul(torch.zeros(m, 2 * cfg.shared_expert_intermediate_size, dtype=bf))
