@@ -298,12 +298,18 @@ def test_a_pass_put_off_is_booked_before_anything_reads_the_runtime(pack, ref):
         assert [r.pass_in_block for r in list(rt._records)[-2:]] == [0, 1] and rt._deferred is not None
 
 
-def test_a_booking_that_fails_is_one_line_and_the_runtime_goes_on(pack, ref, monkeypatch):
+@pytest.mark.parametrize("readable", [True, False], ids=["targets-read", "device-error"])
+def test_a_booking_that_fails_is_one_line_and_the_runtime_goes_on(pack, ref, monkeypatch, readable):
     """Out of device memory while booking a pass (its installs): one clear line, the runtime's pass state
     forgotten as for a failed pass, and the next pass runs. The pass had read experts through into slots that
-    held others: those slots are dropped, so no slot is left holding what the host does not know of."""
+    held others: those slots are dropped, so no slot is left holding what the host does not know of — only those
+    (its targets read back), or every slot it was offered where they cannot be read (a device error)."""
     from clover_local.errors import CloverError
     from clover_local.runtime.expert_cache import ExpertCache
+    from clover_local.runtime.optimistic import OptimisticPass
+
+    if not readable:
+        monkeypatch.setattr(OptimisticPass, "taken_slots", lambda self: None)
 
     loaded = runtime(pack, slots=12, prefetch=False, host_reads=True)
     rt, model = loaded.model.runtime, loaded.model
@@ -317,10 +323,17 @@ def test_a_booking_that_fails_is_one_line_and_the_runtime_goes_on(pack, ref, mon
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
 
     monkeypatch.setattr(ExpertCache, "commit_uses", oom)
+    offered = np.unique(rt.cache._offered())
+    owner = rt.cache.owner.copy()
     with pytest.raises(CloverError, match=r"^the GPU ran out of memory after a pass \(budget .*lower --vram-budget"):
         rt.finish_pass()
     assert rt._deferred is None and rt.block_key is None and not rt.cache.locked.any()
-    assert (rt._opt.installed > 0).any()  # it had read some through: unregistered, then dropped
+    taken = rt._opt.installed[rt._opt.installed > 0] - 1
+    assert taken.size  # it had read some through: unregistered, then dropped — those slots only
+    dropped = np.flatnonzero((owner >= 0) & (rt.cache.owner < 0))
+    suspect = taken if readable else offered
+    assert np.array_equal(dropped, np.unique(suspect[owner[suspect] >= 0]))
+    assert dropped.size < offered[owner[offered] >= 0].size if readable else dropped.size > taken.size
     assert_slots_hold_their_experts(rt.cache)
     monkeypatch.setattr(ExpertCache, "commit_uses", real)
     with torch.inference_mode():

@@ -271,13 +271,15 @@ class ExpertCache:
         o = self.offers
         return np.concatenate([o[o >= 0], -2 - o[o <= -2]]).astype(np.int64)
 
-    def drop_offers(self) -> int:
+    def drop_offers(self, taken: np.ndarray | None = None) -> int:
         """After a pass that failed (or whose booking did): the slots it was offered may hold an expert it read
-        through and was never registered, where the host believes another one lives. Evicted, all of them (the
-        pass's install targets may not be readable after a failure); they fill again on demand. Returns how many."""
+        through and was never registered, where the host believes another one lives. taken: the slots its
+        targets named (`OptimisticPass.taken_slots`, read back once the device finished it), evicted; None (they
+        could not be read: a device error) evicts every offered slot — with the pinned tier nearly the whole
+        cache, refilled on demand. Returns how many were evicted."""
         if self.offers.size == 0:
             return 0
-        slots = np.unique(self._offered())
+        slots = np.unique(self._offered() if taken is None else taken.astype(np.int64))
         slots = slots[self.owner[slots] >= 0]
         for layer in np.unique(self.owner[slots] // self.n_experts).tolist():
             self._evict(slots[self.owner[slots] // self.n_experts == layer], int(layer))

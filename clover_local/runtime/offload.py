@@ -664,7 +664,8 @@ class Runtime:
     def _abandon(self) -> None:
         self._restricted = False
         self.cache.reset()
-        self.cache.drop_offers()  # slots a failed pass may have read experts through into, unregistered
+        if self.cache.offers.size:  # slots a failed pass read experts through into, unregistered
+            self.cache.drop_offers(self._opt.taken_slots())
         self._drop_graphs()
         self.block_key, self.pass_in_block = None, 0
         self._layer_events = []

@@ -129,6 +129,16 @@ class OptimisticPass:
         self.carry[1:].copy_(cands.index_select(0, (taken + at).clamp(max=dump)))
         self.carry[0].copy_(torch.clamp(total - taken, max=e))
 
+    def taken_slots(self) -> np.ndarray | None:
+        """After a pass that failed: the slots its layers were told to read experts through into (what the MoE
+        kernel may have written), once the device has finished what was queued; None where they cannot be read
+        (a device error: then every offered slot is suspect, `ExpertCache.drop_offers`)."""
+        try:
+            install = self.install.cpu().numpy()
+        except Exception:  # a CUDA error poisons every later device call
+            return None
+        return install[install > 0] - 1
+
     def finish(self) -> np.ndarray:
         """The pass's one device→host read: counts [layers, E] (routed rows per expert)."""
         self.finish_async()
