@@ -47,6 +47,8 @@ def kernels_lines(k: dict) -> list[str]:
             v = k[part]
             times = {kk: vv for kk, vv in v.items() if kk.endswith(("_us", "_ms")) and not isinstance(vv, dict)}
             out.append(f"  {part}: ok {v.get('ok')}" + ("".join(f", {kk} {_fmt(vv)}" for kk, vv in times.items())))
+            if isinstance(v.get("slot_mapping"), dict):  # the read-through assignment over a pass, real counts
+                out.append("    slot mapping: " + ", ".join(f"{kk} {vv}" for kk, vv in v["slot_mapping"].items()))
     return out
 
 
