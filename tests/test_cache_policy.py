@@ -208,3 +208,41 @@ def test_merged_commits_read_fewer_experts_and_copy_less():
     later_firsts = sum(apart["first_pass_each"][1:]) / 3 + apart["commit"]["copies_per_pass"]
     assert merged["merged"]["copies_per_pass"] < later_firsts
     assert merged["block_later_passes"]["copies_per_pass"] <= 1.5 * apart["block_later_passes"]["copies_per_pass"] + 2
+
+
+def test_pinned_offers_stop_a_tight_cache_rereading_the_rows_new_experts(monkeypatch):
+    """A cache that barely holds a block's set (400 of 512 experts, 3 of 32 rows rerouted a pass): with
+    read-through the rows' new experts take the slots of experts the
+    pass no longer uses — the layer before's unpinned ones, then what earlier layers left over, then its pinned
+    ones — so later passes read fewer experts from the host than if only the unpinned could be taken, which is
+    what an offer table without the pinned tier (as before 2026-12-03) gives."""
+    import torch
+
+    from clover_local.runtime.expert_cache import ExpertCache
+
+    kw = dict(layers=8, experts=64, top_k=4, slots=400, blocks=3, passes=8, prefix=512, drift=3 / 32,
+              host_reads=True, read_through=True, merge_commits=True)
+    now = simulate(SimConfig(**kw)).to_dict()["block_later_passes"]
+    real = ExpertCache.offer_slots
+
+    def unpinned_only(self):
+        table = real(self)
+        self.offers[self.offers <= -2] = -1
+        table.copy_(torch.from_numpy(self.offers))
+        return table
+
+    monkeypatch.setattr(ExpertCache, "offer_slots", unpinned_only)
+    before = simulate(SimConfig(**kw)).to_dict()["block_later_passes"]
+    assert now["read_through"] > before["read_through"]
+    assert now["host_read"] < 0.9 * before["host_read"] and now["pcie_ms_per_pass"] < before["pcie_ms_per_pass"]
+
+
+def test_jitter_moves_every_rows_choices_at_the_margin():
+    """`--jitter`: every row's scores step a little each pass, so later passes use experts the block had not
+    (more reads from the host) where without it only the rerouted rows do; the first block's first pass is the
+    same."""
+    kw = dict(layers=8, experts=64, top_k=4, slots=400, blocks=2, passes=6, prefix=512, drift=3 / 32,
+              host_reads=True, read_through=True)
+    calm, moving = (simulate(SimConfig(jitter=j, **kw)).to_dict() for j in (0.0, 0.3))
+    assert moving["block_later_passes"]["host_read"] > 1.1 * calm["block_later_passes"]["host_read"]
+    assert moving["first_pass_each"][0] == calm["first_pass_each"][0]  # before any pass moved

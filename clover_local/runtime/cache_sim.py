@@ -53,6 +53,7 @@ class SimConfig:
     blocks: int = 6
     passes: int = 11  # per block: ≈ 32 tokens at 3 per pass
     drift: float = 0.03  # share of a block's rows whose routing changes from one of its passes to the next
+    jitter: float = 0.0  # every row's scores take a Gaussian step of this size a pass (choices at the margin)
     routing: str = "uniform"  # or "zipf"
     zipf: float = 1.0  # exponent of the per-layer popularity for routing "zipf"
     seed: int = 0
@@ -231,6 +232,8 @@ def simulate(cfg: SimConfig) -> SimResult:
             if p:  # a few rows route differently from one pass to the next (revealed tokens)
                 change = router.rng.random(cfg.block) < cfg.drift
                 scores[:, change] = router.scores(int(change.sum()))
+                if cfg.jitter:  # and every row's scores move a little (the context changed)
+                    scores = scores + cfg.jitter * router.rng.standard_normal(scores.shape)
             commit = p == cfg.passes
             merged = commit and cfg.merge_commits and b + 1 < cfg.blocks
             allowed = None
@@ -288,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     for f in ("slots", "prefix", "chunk", "block", "blocks", "passes", "layers", "experts", "top_k", "seed"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(d, f))
     ap.add_argument("--drift", type=float, default=d.drift)
+    ap.add_argument("--jitter", type=float, default=d.jitter,
+                    help="every row's routing scores take a Gaussian step of this size each pass (Gumbel scores: "
+                         "scale ≈ 1.3), so its choices at the margin change")
     ap.add_argument("--routing", choices=("uniform", "zipf"), default=d.routing)
     ap.add_argument("--zipf", type=float, default=d.zipf)
     ap.add_argument("--cold", dest="warm", action="store_false", help="start with empty slots (no warm fill)")
