@@ -298,6 +298,24 @@ def test_a_pass_put_off_is_booked_before_anything_reads_the_runtime(pack, ref):
         assert [r.pass_in_block for r in list(rt._records)[-2:]] == [0, 1] and rt._deferred is not None
 
 
+def test_a_booked_pass_leaves_no_slot_in_doubt(pack, ref):
+    """Once a read-through pass is booked its offers are settled: a later failure (here an abandoned prefill,
+    as a Ctrl-C leaves it) evicts nothing on their account — the slots they named hold registered experts."""
+    loaded = runtime(pack, slots=12, prefetch=False, host_reads=True)
+    rt, model = loaded.model.runtime, loaded.model
+    cache = model.new_cache()
+    with torch.inference_mode():
+        model(torch.tensor([prompt(loaded, 40, seed=6)]), cache)
+        model(torch.tensor([[5] * 8]), cache, preview=True)
+        model(torch.tensor([[5] * 8]), cache, preview=True)
+    assert rt.records[-1].read_through > 0 or rt.records[-2].read_through > 0  # it did read some through
+    assert rt.cache.offers.size == 0  # booked
+    held = rt.cache.owner.copy()
+    rt._abandon()
+    assert np.array_equal(rt.cache.owner, held)
+    assert_slots_hold_their_experts(rt.cache)
+
+
 @pytest.mark.parametrize("readable", [True, False], ids=["targets-read", "device-error"])
 def test_a_booking_that_fails_is_one_line_and_the_runtime_goes_on(pack, ref, monkeypatch, readable):
     """Out of device memory while booking a pass (its installs): one clear line, the runtime's pass state

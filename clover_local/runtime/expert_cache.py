@@ -146,6 +146,7 @@ class ExpertCache:
         # a pass with host reads may read experts through into slots (`set_read_through`, `offer_slots`)
         self.read_through_on = False
         self.offers = np.zeros((0, 0), dtype=np.int32)  # [rows, E]: the slots the pass in progress may fill
+        self._offers_sent = self.offers  # the table last uploaded (`offer_slots` uploads only a changed one)
         self._offer_table = torch.zeros(0, dtype=torch.int32, device=device)  # its device twin
 
     # ------------------------------------------------------------------ state
@@ -209,6 +210,7 @@ class ExpertCache:
             self._offer = np.full((n, e), -1, dtype=np.int32)  # built in place each pass
             self._slot_ids = np.arange(self.n_slots, dtype=np.int32)
             self._offer_code = np.full(self.n_slots + 1, -1, dtype=np.int32)
+            self._offers_sent = np.zeros((0, 0), dtype=np.int32)  # (the new device table holds none)
         self.offers = np.zeros((0, 0), dtype=np.int32)
 
     def offer_slots(self) -> Tensor:
@@ -236,8 +238,9 @@ class ExpertCache:
         free = np.flatnonzero((self.owner < 0) & ~busy)[:e]
         offer[0] = -1
         offer[0, : free.size] = free
-        if not np.array_equal(offer, self.offers):
-            self.offers = offer.copy()
+        self.offers = offer.copy()  # until the pass is booked (`commit_uses`) or dropped (`drop_offers`)
+        if not np.array_equal(offer, self._offers_sent):
+            self._offers_sent = self.offers
             self._offer_table.copy_(torch.from_numpy(self.offers))
         return self._offer_table
 
@@ -374,6 +377,7 @@ class ExpertCache:
             c.prefetch_used += p
         if missed[0].size:  # after the hits are pinned: the installs must not evict what this pass used
             self._book_host_reads(*missed, installed)
+        self.offers = self._offers_sent[:0]  # booked: no slot of it is in doubt any more (`drop_offers`)
 
     def _book_host_reads(self, rows: np.ndarray, experts: np.ndarray, installed: np.ndarray | None = None) -> None:
         """Misses a pass read from host memory (rows of the device table, expert ids), then their installs: those
