@@ -1,6 +1,6 @@
 """How many device launches one steady preview pass makes, counted on a CPU: the launch-bound part of a pass.
 
-    python docs/launch_count.py [--dtype bf16] [--by-line] [--pass preview|commit|merged]
+    python docs/launch_count.py [--dtype bf16] [--by-line] [--pass preview|commit|merged|prefill]
 
 Why: in a CUDA-graphed pass every launch costs a few µs of GPU time however little it computes (BENCHMARKS.md:
 "the rest of each layer" took 4.0 ms of 26.8), so launches per layer are a figure a machine without a GPU can
@@ -63,9 +63,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--by-line", action="store_true", help="name the source line of each aten op")
-    ap.add_argument("--pass", dest="kind", choices=("preview", "commit", "merged"), default="preview",
-                    help="count a steady preview pass (default), the block's commit (its causal pass), or the "
-                         "commit merged with the next block's first preview (`commit_and_preview`)")
+    ap.add_argument("--pass", dest="kind", choices=("preview", "commit", "merged", "prefill"), default="preview",
+                    help="count a steady preview pass (default), the block's commit (its causal pass), the "
+                         "commit merged with the next block's first preview (`commit_and_preview`), or one "
+                         "prompt prefill chunk (the runtime's 512 rows, after the 64-token prefix)")
     args = ap.parse_args()
     counter = _Count(args.by_line)
     run = InterpretedFunction.run
@@ -80,7 +81,7 @@ def main() -> None:
 
     InterpretedFunction.run = counted_run
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = load_packed_model(ensure_synthetic("small"), torch.device("cpu"), dtype, RuntimeOptions(context=600))
+    model = load_packed_model(ensure_synthetic("small"), torch.device("cpu"), dtype, RuntimeOptions(context=640))
     cfg = model.config
     mask = cfg.diffusion.mask_token_id if cfg.diffusion.mask_token_id is not None else cfg.vocab_size - 1
     gen = torch.Generator().manual_seed(0)
@@ -95,8 +96,11 @@ def main() -> None:
                 model(block, cache, preview=True)
             elif args.kind == "commit":  # the LM head on the last row, as the decoder asks; settle copies included
                 model(block, cache, rows=slice(-1, None))
-            else:  # the commit's rows, then the next block's masks
+            elif args.kind == "merged":  # the commit's rows, then the next block's masks
                 model.commit_and_preview(torch.randint(0, mask, block.shape, generator=gen), block, cache)
+            else:  # a prompt chunk: a syncing pass (per layer the host reads the routing), LM head on its last row
+                chunk = model.runtime.prefill_chunk
+                model(torch.randint(0, mask, (1, chunk), generator=gen), model.new_cache(), rows=slice(-1, None))
     n_layers = cfg.num_hidden_layers
     total = sum(counter.ops.values())
     aten = sum(v for k, v in counter.ops.items() if k.startswith("aten."))
