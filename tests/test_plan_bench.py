@@ -103,6 +103,18 @@ def test_plan_synthetic_real_shapes(capsys):
     assert not small.fits and "--vram" in small.refusal
     assert run_cli(["plan", "synthetic:small", "--vram", "1GB", "--ram", "8GB", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["experts_total"] == 64
+    # --prefill-chunk: a longer chunk's activations take slots; per prompt token it copies fewer experts
+    plans = []
+    for rows in (512, 2048):
+        assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--ram", "32GB", "--prefill-chunk", str(rows),
+                        "--json"]) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    short, long = plans
+    assert short["slots"] == p.slots and long["prefill_chunk"] == 2048 and long["slots"] < short["slots"]
+    assert long["workspace"] > short["workspace"]
+    assert long["pcie_prefill_chunk"] / 2048 < short["pcie_prefill_chunk"] / 512
+    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--prefill-chunk", "0"]) == 2
+    assert one_line_error(capsys) == "error: --prefill-chunk must be at least 1, got 0"
 
 
 def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
@@ -137,19 +149,21 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     assert {"routed experts", "GDN core", "attention core"} <= {c["component"] for c in pf["components"]}
     assert 0 < sum(c["ms"] for c in pf["components"]) <= r["prefill_ms"]
 
-    # a budget that holds 24 of the 64 experts: offloaded, and the block's later passes still hit
+    # a budget that holds 24 of the 64 experts with 32-row prefill chunks: offloaded, and the block's later
+    # passes still hit; the 64-token prefix is prefilled in two chunks
     from clover_local.runtime.synthetic_pack import synthetic_index
 
     info = synthetic_index("small")
-    base = make_plan(info, GIB, None, bench_context(64, 32), torch.float32)
+    base = make_plan(info, GIB, None, bench_context(64, 32), torch.float32, prefill_chunk=32)
     budget = base.device_fixed + base.workspace + 24 * base.slab_bytes
-    assert run_cli(args[:-1] + ["--vram-budget", f"{budget}B", "--json"]) == 0
+    assert run_cli(args[:-1] + ["--vram-budget", f"{budget}B", "--prefill-chunk", "32", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["slots"] == 24 and r["memory"]["host_experts"] == 64 * base.slab_bytes
+    assert r["prefill"]["chunks"] == 2
     assert r["misses_first_pass"] > 0 and r["pcie_bytes"] > 0
     c = r["prefill"]["cache"]  # the slots start warm (24 experts): the prefill copies only what it lacks
     assert c["bytes_h2d"] == (c["copied"] + c["prefetched"]) * base.slab_bytes and c["misses"] == c["copied"]
-    assert c["copied"] + c["prefetched"] <= 64
+    assert c["copied"] + c["prefetched"] <= 64 * 2  # each chunk copies at most the experts it lacks
     assert abs(r["memory"]["plan_error"]) < 0.05
 
 
@@ -300,5 +314,7 @@ def test_gpu_check_routings_stage_writes_each_variants_bench_json(tmp_path, monk
 def test_bench_bad_input(capsys):
     assert run_cli(["bench"]) == 2
     assert "--synthetic" in one_line_error(capsys)
+    assert run_cli(["bench", "--synthetic", "small", "--prefill-chunk", "-1"]) == 2
+    assert one_line_error(capsys) == "error: --prefill-chunk must be at least 1, got -1"
     assert run_cli(["bench", "--synthetic", "huge"]) == 2
     assert "full, small" in one_line_error(capsys)

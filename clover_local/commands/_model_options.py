@@ -13,7 +13,7 @@ from typing import Any, Optional
 import typer
 
 from clover_local.errors import CloverError
-from clover_local.runtime.placement import DEFAULT_CONTEXT
+from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK
 
 PANEL = "Loading a pack"
 
@@ -52,6 +52,21 @@ def resident_routing_option() -> Any:
              "wait for an expert copy; the experts they wanted are copied in behind the next pass and chosen "
              "from the pass after. The first pass and the committed block route exactly. Measured on the tiny "
              "model in BENCHMARKS.md; no effect when every expert fits on the device.")
+
+
+PREFILL_CHUNK_HELP = (f"Prompt tokens per prefill pass (default {DEFAULT_PREFILL_CHUNK}). Each pass needs nearly "
+                      "every expert, so a longer chunk copies fewer experts per prompt token, but its activations "
+                      "take device memory from the expert cache for good (fewer slots for decoding); `plan` shows "
+                      "both.")
+
+
+def prefill_chunk_rows(value: Optional[int]) -> int:
+    """--prefill-chunk checked, or the runtime's default."""
+    if value is None:
+        return DEFAULT_PREFILL_CHUNK
+    if value < 1:
+        raise CloverError(f"--prefill-chunk must be at least 1, got {value}")
+    return value
 
 
 def load_options(offload: bool, vram_budget: Optional[str], context: Optional[int],

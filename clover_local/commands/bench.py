@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
+from clover_local.commands._model_options import PREFILL_CHUNK_HELP, prefill_chunk_rows
 
 
 @app.command(short_help=(
@@ -23,6 +24,7 @@ def bench(
                                               "16GB (binary units). Default: free memory minus a margin."),
     prefix: int = typer.Option(4096, "--prefix", help="Tokens of context before the block."),
     passes: int = typer.Option(8, "--passes", help="Preview passes over the block (the first one loads its experts)."),
+    prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk", metavar="ROWS", help=PREFILL_CHUNK_HELP),
     cpu_experts: str = typer.Option("off", "--cpu-experts", help="off | auto | misses: run missed experts on the CPU."),
     prefetch: bool = typer.Option(True, "--prefetch/--no-prefetch", help="Prefetch the next layer's experts."),
     optimistic: bool = typer.Option(True, "--optimistic/--no-optimistic",
@@ -75,7 +77,8 @@ def bench(
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
                        optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, host_reads=host_reads,
-                       resident_routing=resident_routing, read_through=read_through, on_step=progress)
+                       resident_routing=resident_routing, read_through=read_through,
+                       prefill_chunk=prefill_chunk_rows(prefill_chunk), on_step=progress)
     if as_json:
         print(json.dumps(result, indent=2))
     else:

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
+from clover_local.commands._model_options import PREFILL_CHUNK_HELP, prefill_chunk_rows
 from clover_local.errors import CloverError
 
 
@@ -39,6 +40,7 @@ def plan(
     ram: Optional[str] = typer.Option(None, "--ram", help="Host RAM to plan for, e.g. 32GB. Default: what this "
                                       "machine has available."),
     context: int = typer.Option(32768, "--context", help="Tokens of context the KV cache is sized for."),
+    prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk", metavar="ROWS", help=PREFILL_CHUNK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
 ) -> None:
     """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the
@@ -52,6 +54,8 @@ def plan(
       clover-local plan ./clover-int4 --vram 16GB --ram 32GB
 
       clover-local plan synthetic:full --vram 12GB --context 8192 --json
+
+      clover-local plan synthetic:full --vram 16GB --prefill-chunk 2048   # what a longer prefill chunk costs
     """
     import torch
 
@@ -66,7 +70,7 @@ def plan(
     else:
         raise CloverError("no GPU here: give --vram, the memory of the card to plan for (e.g. --vram 16GB)")
     ram_bytes = parse_size(ram, "--ram") if ram is not None else host_available_bytes()
-    p = make_plan(pack, vram_bytes, ram_bytes, context)
+    p = make_plan(pack, vram_bytes, ram_bytes, context, prefill_chunk=prefill_chunk_rows(prefill_chunk))
     if as_json:
         print(json.dumps({"model": model, **p.to_dict()}, indent=2))
     else:

@@ -37,7 +37,7 @@ from clover_local.model.clover import CloverModel
 from clover_local.runtime.load import RuntimeOptions, load_packed_model, reconfigure
 from clover_local.runtime.offload import OffloadedExperts
 from clover_local.runtime.packed_linear import PackedLinear
-from clover_local.runtime.placement import ASSUMED_TOKENS_PER_PASS, PCIE_BPS, TARGET_BPS
+from clover_local.runtime.placement import ASSUMED_TOKENS_PER_PASS, DEFAULT_PREFILL_CHUNK, PCIE_BPS, TARGET_BPS
 from clover_local.runtime.sizes import cpu_count
 
 # memory bandwidth by device name (vendor specs), for the roofline; anything else is measured with a copy
@@ -301,7 +301,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
               device: torch.device, dtype: torch.dtype, cpu_experts: str = "off", prefetch: bool = True,
               measure_tokens: bool = True, optimistic: bool = True, cuda_graphs: bool = True,
               routing: str = "model", host_reads: bool | None = None, resident_routing: bool = False,
-              read_through: bool | None = None, on_step=lambda msg: None, model: CloverModel | None = None) -> dict:
+              read_through: bool | None = None, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+              on_step=lambda msg: None, model: CloverModel | None = None) -> dict:
     """`bench`'s measurements (its docstring). `model`: the pack at `folder` loaded before at the same budget and
     a context of at least `bench_context` (`run_variants`), set to these options (`runtime.load.reconfigure`)
     instead of loaded again; `load_s` is then that reconfiguration's time."""
@@ -319,11 +320,14 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     context = bench_context(prefix, bs, measure_tokens and not synthetic)
     options = RuntimeOptions(vram_budget=vram_budget, context=context, cpu_experts=cpu_experts, prefetch=prefetch,
                              optimistic=optimistic, cuda_graphs=cuda_graphs, host_reads=host_reads,
-                             resident_routing=resident_routing, read_through=read_through)
+                             resident_routing=resident_routing, read_through=read_through,
+                             prefill_chunk=prefill_chunk)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     if model is None:
         model = load_packed_model(folder, device, dtype, options)
+    elif model.runtime.prefill_chunk != prefill_chunk:  # it sized the workspace: a load's setting
+        raise CloverError(f"bench variants share one load: prefill chunk {prefill_chunk} needs a load of its own")
     else:
         reconfigure(model, options)
     rt = model.runtime

@@ -71,7 +71,7 @@ class RuntimeOptions:
         if self.context < 1:
             raise CloverError(f"--context must be at least 1, got {self.context}")
         if self.prefill_chunk < 1:
-            raise CloverError(f"--prefill-chunk must be at least 1, got {self.prefill_chunk}")
+            raise CloverError(f"prefill_chunk must be at least 1, got {self.prefill_chunk}")
         if self.slots is not None and self.slots < 1:
             raise CloverError(f"slots must be at least 1, got {self.slots}")
 
