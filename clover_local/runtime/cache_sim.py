@@ -14,7 +14,9 @@ previews choose each row's best experts among those resident when the pass begin
 commit choose freely, as `Runtime.route_limit` does; `--merge-commits`: a block's commit and the next block's
 first pass are one pass over both row sets, as decoding runs them by default, the first such pass an eager
 attempt, its experts unpinned after it, as `Runtime.pass_scope` does; `--read-through`: with host reads, a replay
-copies the experts it reads into slots it did not use, as `OptimisticPass` does). It counts copies (demand and
+copies the experts it reads into slots it did not use, as `OptimisticPass` does; `--drift`: the share of a
+block's rows rerouted from one pass to the next, as revealed tokens are; `--jitter`: every row's scores also move
+a little each pass, so choices at the margin change). It counts copies (demand and
 prefetch) and host reads per phase and turns them into PCIe bytes at the real slab size and milliseconds at
 50 GB/s (targets.md's measured pinned rate), and a replay-path figure per pass: REPLAY_MS per replay (a repaired pass
 replays twice) plus that PCIe time, all of it waited for. Derived figures, not timings.
