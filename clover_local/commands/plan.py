@@ -108,7 +108,8 @@ def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:
         f"PCIe: first pass of a block ≈{fmt_bytes(p.pcie_first_pass)} "
         f"({1e3 * p.pcie_first_pass / pcie_bps:.1f} ms at 50 GB/s); later passes of the block "
         f"≈{fmt_bytes(p.pcie_later_pass)} ({1e3 * p.pcie_later_pass / pcie_bps:.1f} ms) — the block's experts stay "
-        "pinned until it commits.")
+        "pinned until it commits; the ≈3 rows a pass reveals route anew, and those of their experts not on the "
+        "device cross once.")
     if p.pcie_prefill_chunk:
         console.print(
             f"Prefill: a {p.prefill_chunk}-row chunk copies ≈{fmt_bytes(p.pcie_prefill_chunk)} "

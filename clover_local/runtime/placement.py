@@ -226,7 +226,11 @@ def make_plan(
         plan.pcie_first_pass = plan.pcie_later_pass = 0.0
     else:
         plan.pcie_first_pass = plan.block_set * (1 - plan.resident_fraction) * plan.slab_bytes
-        plan.pcie_later_pass = max(0.0, plan.block_set - plan.slots) * plan.slab_bytes
+        # the block's set overflowing the slots, plus the rows a pass reveals: they route anew, and those of their
+        # experts not on the device are read from host memory once (read through into a slot: `host_reads`);
+        # uniform routing, ASSUMED_TOKENS_PER_PASS rows a pass (cache_sim, 35B, 16 GiB: within 7 %, BENCHMARKS.md)
+        revealed = ASSUMED_TOKENS_PER_PASS * k * n_layers * (1 - plan.resident_fraction)
+        plan.pcie_later_pass = (max(0.0, plan.block_set - plan.slots) + revealed) * plan.slab_bytes
         # a chunk needs ≈ every expert; the cache's sweep-order eviction copies only those beyond the slots
         # (runtime/cache_sim.py reaches this bound at 35B)
         plan.prefill_chunk = min(prefill_chunk, context)
