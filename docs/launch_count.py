@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--pass", dest="kind", choices=("preview", "commit", "merged", "prefill"), default="preview",
                     help="count a steady preview pass (default), the block's commit (its causal pass), the "
                          "commit merged with the next block's first preview (`commit_and_preview`), or one "
-                         "prompt prefill chunk (the runtime's 512 rows, after the 64-token prefix)")
+                         "prompt prefill chunk (the runtime's 512 rows, on a fresh cache)")
     args = ap.parse_args()
     counter = _Count(args.by_line)
     run = InterpretedFunction.run
@@ -98,7 +98,8 @@ def main() -> None:
                 model(block, cache, rows=slice(-1, None))
             elif args.kind == "merged":  # the commit's rows, then the next block's masks
                 model.commit_and_preview(torch.randint(0, mask, block.shape, generator=gen), block, cache)
-            else:  # a prompt chunk: a syncing pass (per layer the host reads the routing), LM head on its last row
+            else:  # a prompt chunk on a fresh cache, LM head on its last row (every expert of this pack is
+                # resident, so it runs optimistically; with experts offloaded it is a syncing pass)
                 chunk = model.runtime.prefill_chunk
                 model(torch.randint(0, mask, (1, chunk), generator=gen), model.new_cache(), rows=slice(-1, None))
     n_layers = cfg.num_hidden_layers

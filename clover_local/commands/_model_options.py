@@ -2,8 +2,9 @@
 (and `--resident-routing`, which score has no use for: it runs no previews).
 
 One definition of the flags and their help, and one function turning the parsed values into `loader.load`
-arguments, so the three commands cannot drift apart. (The leading underscore keeps this module out of the
-command registry: it defines no command.)
+arguments, so the three commands cannot drift apart; likewise what bench, plan and tune share (`--prefill-chunk`,
+a pack or `--synthetic`). (The leading underscore keeps this module out of the command registry: it defines no
+command.)
 """
 
 from __future__ import annotations
