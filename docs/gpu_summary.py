@@ -42,11 +42,12 @@ def kernels_lines(k: dict) -> list[str]:
                    f"equal {hr.get('read_through_equal')}, slabs {hr.get('read_through_slabs_equal')}, cold "
                    f"{_fmt(hr.get('read_through_ms_cold'))} ms"
                    + (f", error {str(hr['error'])[-200:]!r}" if hr.get("error") else ""))
-    for part in ("gdn_preview", "gdn_causal", "preview_attention", "layer_ops"):
+    for part in ("gdn_preview", "gdn_causal", "gdn_prefill", "preview_attention", "layer_ops"):
         if isinstance(k.get(part), dict):
             v = k[part]
             times = {kk: vv for kk, vv in v.items() if kk.endswith(("_us", "_ms")) and not isinstance(vv, dict)}
-            out.append(f"  {part}: ok {v.get('ok')}" + ("".join(f", {kk} {_fmt(vv)}" for kk, vv in times.items())))
+            rows = f" ({v['rows']} rows, against {v['torch_path']})" if "torch_path" in v else ""
+            out.append(f"  {part}: ok {v.get('ok')}{rows}" + "".join(f", {kk} {_fmt(vv)}" for kk, vv in times.items()))
             if isinstance(v.get("slot_mapping"), dict):  # the read-through assignment over a pass, real counts
                 out.append("    slot mapping: " + ", ".join(f"{kk} {vv}" for kk, vv in v["slot_mapping"].items()))
     return out

@@ -745,6 +745,9 @@ def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
     assert res["installed"] and res["ok"], res
     res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2, causal=True, rows=8)  # 32 rows: 30 s
     assert res["installed"] and res["ok"], res
+    # a prefill chunk's chunked kernels (the GPU check runs 512 rows; 40 here: one chunk, 13 s interpreted)
+    res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2, causal=True, rows=40, eager=True)
+    assert res["installed"] and res["ok"] and res["rows"] == 40, res
     res = gpu_check.layer_ops_check(torch.device(DEVICE))
     assert res["ok"] and res["route_ids_equal"] > 0.9, res
     mapping = res["slot_mapping"]  # a whole pass of read-through assignments: some through, some ran out
@@ -1244,7 +1247,7 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     assert not bad, bad
     kernels = {r["kernel"] for r in report["results"]}
     assert {"_moe_kernel", "_linear_kernel", "_gdn_preview_kernel", "_gdn_causal_kernel", "_partial_kernel",
-            "_route_topk_kernel"} <= kernels
+            "_route_topk_kernel", "_gdn_chunk_prep_kernel", "_gdn_chunk_scan_kernel"} <= kernels
     assert any(r["kernel"] == "_partial_kernel" and r["case"].endswith("causal") for r in report["results"])
     assert all(r["specialized"] for r in report["results"])  # compiled as a launch would compile them
     # The default (field-wise) W4A16 tiles turn codes into floats without int→float instructions (I2F runs at a
@@ -1308,3 +1311,78 @@ def test_fused_gdn_causal_matches_model(force_triton, spec_kw, b, t, ring, dtype
     assert torch.equal(caches[0].ring, caches[1].ring)
     _assert_close(caches[1].state, caches[0].state, torch.float32 if dtype == torch.float32 else torch.bfloat16)
     assert not torch.equal(caches[1].state, state)  # the state moved
+
+
+# --- the long causal GDN pass (a prefill chunk), chunked, vs the model's chunked path --------------------------
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "spec_kw,b,t,chunk,ring,repeat,dtype",
+    [
+        # three chunks, the last one partial; two value heads per key head; a ring and a state
+        ({"linear_key_head_dim": 16, "linear_value_head_dim": 32, "block_size": 8}, 1, 40, 16, True, False,
+         torch.float32),
+        # the real chunk of 64 rows, a partial second one; no ring yet; one value head per key head; two sequences
+        ({"linear_num_key_heads": 2, "linear_num_value_heads": 2, "block_size": 16}, 2, 100, 64, False, False,
+         torch.float32),
+        # runs of one repeated row: keys repeat, the case where a Neumann product form of (I + A)^-1 cancels
+        ({"linear_key_head_dim": 16, "linear_value_head_dim": 16, "block_size": 8}, 1, 64, 32, True, True,
+         torch.float32),
+        # bf16 activations (the runtime's dtype), value channels over two scan programs (Dv 64 > 32)
+        ({"linear_key_head_dim": 32, "linear_value_head_dim": 64, "block_size": 32}, 1, 77, 32, True, False,
+         torch.bfloat16),
+    ],
+)
+def test_fused_gdn_chunked_matches_model(force_triton, spec_kw, b, t, chunk, ring, repeat, dtype) -> None:
+    """The chunked kernels' output and new state are the model's (conv, norms, gates, `chunk_delta_rule`)."""
+    from clover_local.runtime.kernels.gdn_chunked import fused_gdn_chunked
+
+    gen = torch.Generator().manual_seed(t + b + chunk)
+    gdn = _random_gdn(spec_kw, dtype, gen).to(DEVICE)
+    with torch.no_grad():  # decays and gates in the model's range
+        gdn.A_log.copy_(torch.randn(gdn.hv, generator=gen).to(gdn.A_log) * 0.5 - 1)
+        gdn.dt_bias.copy_(torch.randn(gdn.hv, generator=gen).to(gdn.dt_bias))
+        if repeat:  # a strong β: the corrections compound
+            gdn.in_proj_b.weight.mul_(4)
+    x, r, state = _gdn_inputs(gdn, b, t, dtype, gen)
+    if repeat:
+        x = x[:, torch.arange(t, device=x.device) // 16 * 16]
+    with torch.no_grad():
+        rows = gdn.in_proj_qkv(x)
+        want, _, want_state = gdn.causal(x, rows, r if ring else None, state, None, False)
+        got, got_state = fused_gdn_chunked(gdn, rows, r if ring else None, state, gdn.in_proj_a(x),
+                                           gdn.in_proj_b(x), chunk=chunk)
+    assert want.abs().max() > 0.1 and not torch.equal(want_state, state)  # something to compare
+    tol = torch.float32 if dtype == torch.float32 else torch.bfloat16
+    _assert_close(got, want, tol)
+    _assert_close(got_state, want_state, tol)
+
+
+@needs_triton
+def test_causal_kernel_runs_a_prefill_chunked(force_triton, monkeypatch) -> None:
+    """The runtime's causal kernel takes a block row by row and anything longer to the chunked kernels, and the
+    layer's prefill with it installed gives the model's output, ring and state."""
+    from clover_local.model.cache import GDNCache
+    from clover_local.runtime.kernels import gdn_causal, gdn_causal_kernel
+
+    calls = []
+    chunked = gdn_causal.fused_gdn_chunked
+    monkeypatch.setattr(gdn_causal, "fused_gdn_chunked", lambda *a, **k: calls.append(a[1].shape[1]) or chunked(*a, **k))
+    gen = torch.Generator().manual_seed(5)
+    gdn = _random_gdn({"linear_key_head_dim": 16, "linear_value_head_dim": 16, "block_size": 8}, torch.float32,
+                      gen).to(DEVICE)
+    kernel = gdn_causal_kernel(gdn, torch.device(DEVICE))
+    assert kernel is not None
+    for t in (gdn_causal.SHORT_ROWS, gdn_causal.SHORT_ROWS + 9):
+        x, r, state = _gdn_inputs(gdn, 1, t, torch.float32, gen)
+        caches, outs = [], []
+        with torch.no_grad():
+            for impl in (None, kernel):
+                gdn.causal_kernel = impl
+                caches.append(GDNCache(r.clone(), state.clone()))
+                outs.append(gdn(x, caches[-1], preview=False, n_prefix=0))
+        _assert_close(outs[1], outs[0], torch.float32)
+        assert torch.equal(caches[0].ring, caches[1].ring)
+        _assert_close(caches[1].state, caches[0].state, torch.float32)
+    assert calls == [gdn_causal.SHORT_ROWS + 9]  # the block ran row by row, the longer pass chunked

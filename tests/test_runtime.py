@@ -314,9 +314,10 @@ pack = sys.argv[1]
 ref = load(pack, "cpu", "float32")
 rt = load(pack, "cpu", "float32", runtime=RuntimeOptions(slots=28, context=64))  # of 32: offloaded
 gdns = [l.linear_attn for l in rt.model.layers if hasattr(l, "linear_attn")]
-assert gdns and all(m.preview_kernel is not None for m in gdns)  # the fused GDN preview is in the comparison
+# the fused GDN preview and causal pass are in the comparison (a 40-row prefill: the chunked kernels)
+assert gdns and all(m.preview_kernel is not None and m.causal_kernel is not None for m in gdns)
 g = torch.Generator().manual_seed(0)
-ids, blk = torch.randint(0, 300, (1, 8), generator=g), torch.randint(0, 300, (1, 8), generator=g)
+ids, blk = torch.randint(0, 300, (1, 40), generator=g), torch.randint(0, 300, (1, 8), generator=g)
 c1, c2 = ref.model.new_cache(), rt.model.new_cache()
 with torch.inference_mode():
     for args in ((ids,), (blk,), (blk,)):  # prefill, a block's first preview, a later one (optimistic)
@@ -335,8 +336,8 @@ print("ok")
 
 def test_triton_kernels_on_cache_slot_views(pack):
     """The fast path: the Triton kernels (under TRITON_INTERPRET, in a fresh process so the kernels are defined
-    interpreted) read experts through the strided slab views of an offloading cache, run the GDN previews, preview
-    attention, norms, router and optimistic slot mapping fused, read every dense packed linear with its rows
+    interpreted) read experts through the strided slab views of an offloading cache, run the GDN prefill (chunked)
+    and previews, preview attention, norms, router and optimistic slot mapping fused, read every dense packed linear with its rows
     repacked field-major at load, and match the reference."""
     import os
     import subprocess

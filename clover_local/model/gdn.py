@@ -162,10 +162,10 @@ class GatedDeltaNet(nn.Module):
         # n_prefix [B], z) -> [B,T,Hv·Dv]: the runtime installs its Triton kernel on CUDA
         # (runtime/kernels/gdn_preview.py); None: the PyTorch path below, which is the definition.
         self.preview_kernel: Callable | None = None
-        # A fused replacement for a short causal pass (at most a block: a commit) from pre-conv rows to the mixed
+        # A fused replacement for a causal pass (a commit, a prefill chunk) from pre-conv rows to the mixed
         # output and new state, (self, rows, ring, state, a, b) -> (o [B,T,Hv,Dv] fp32, state): the runtime
-        # installs its Triton kernel on CUDA (runtime/kernels/gdn_causal.py); None: `delta_rule` and the pieces
-        # before it, which are the definition. A prefill keeps them (the chunked form is parallel over rows).
+        # installs its Triton kernels on CUDA (runtime/kernels/gdn_causal.py: row by row for a block,
+        # gdn_chunked.py's chunked form past it); None: `delta_rule` and the pieces before it, the definition.
         self.causal_kernel: Callable | None = None
         # With a fused kernel: one projection computing [in_proj_qkv(x), in_proj_z(x)] (the runtime's packed
         # merge, whose columns the two modules then view); None: the two calls
@@ -236,8 +236,8 @@ class GatedDeltaNet(nn.Module):
     def forward(
         self, x: torch.Tensor, cache: GDNCache | None, preview: bool, n_prefix: int | torch.Tensor
     ) -> torch.Tensor:
-        short_causal = not preview and self.causal_kernel is not None and x.shape[1] <= self.block_size
-        fused = (preview and self.preview_kernel is not None) or short_causal
+        fused_causal = not preview and self.causal_kernel is not None
+        fused = (preview and self.preview_kernel is not None) or fused_causal
         rows, z = self.project_rows(x, fused)
         ring, state = self.start(cache, x)
         if preview:
@@ -251,7 +251,7 @@ class GatedDeltaNet(nn.Module):
                 self.bd_softmax_history_c, n, self.block_size,
             )
             return self.output(o, x)
-        o, _, _ = self.causal(x, rows, ring, state, cache, short_causal)
+        o, _, _ = self.causal(x, rows, ring, state, cache, fused_causal)
         return self.output(o, x, z)
 
     def project_rows(self, x: torch.Tensor, fused: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -151,9 +151,9 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     out["linear"] = lin
     del cache
     torch.cuda.empty_cache()
-    for key, causal in (("gdn_preview", False), ("gdn_causal", True)):
-        try:
-            out[key] = gdn_preview_check(dev, causal=causal)
+    for key, causal, rows in (("gdn_preview", False, None), ("gdn_causal", True, None), ("gdn_prefill", True, 512)):
+        try:  # the prefill: a 512-row chunk, launched as the runtime launches it (not a graph)
+            out[key] = gdn_preview_check(dev, reps=20 if rows else 50, causal=causal, rows=rows, eager=rows is not None)
         except Exception:  # report, keep the rest of the stage
             out[key] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     try:
@@ -171,7 +171,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                      and all(v["rel_err"] < 2e-2 and v["unpacked_rel_err"] < 2e-2 and v["repacked_rel_err"] < 2e-2
                              for v in lin.values())
                      and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"]
-                     and out["gdn_causal"]["ok"])
+                     and out["gdn_causal"]["ok"] and out["gdn_prefill"]["ok"])
     return out
 
 
@@ -408,11 +408,14 @@ def slot_mapping_check(dev: torch.device, ops) -> dict:
     return res
 
 
-def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, rows: int | None = None) -> dict:
-    """The fused GDN preview (`kernels/gdn_preview.py`), or with `causal` the fused short causal pass of a commit
-    (`kernels/gdn_causal.py`: output and new state), against the model's PyTorch path at the real layer's shapes
-    (Hk 16, Hv 32, Dk = Dv = 128, 32 block rows, bf16, random weights and state), and on CUDA both timed as a
-    CUDA graph of one layer's pass (in_proj_qkv, in_proj_z and out_proj included, as bf16 nn.Linear).
+def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, rows: int | None = None,
+                      eager: bool = False) -> dict:
+    """The fused GDN preview (`kernels/gdn_preview.py`), or with `causal` the fused causal pass of a commit
+    (`kernels/gdn_causal.py`: output and new state; more than 32 `rows`, a prefill chunk: `kernels/gdn_chunked.py`),
+    against the model's PyTorch path (`fla`'s kernels where installed) at the real layer's shapes (Hk 16, Hv 32,
+    Dk = Dv = 128, 32 block rows, bf16, random weights and state), and on CUDA both timed as a CUDA graph of one
+    layer's pass (in_proj_qkv, in_proj_z and out_proj included, as bf16 nn.Linear), or with `eager` as the
+    runtime runs a prefill chunk: launched one by one (`*_layer_ms`, launches included).
     Runs on CPU too (no timing; tests, with the kernel interpreted, and fewer `rows`: the causal kernel's
     recurrence is sequential over them, slow in the interpreter)."""
     from clover_local.model.cache import GDNCache
@@ -435,7 +438,11 @@ def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, r
     state = torch.randn(1, gdn.hv, gdn.dk, gdn.dv, generator=g).to(dev)
     n = torch.tensor(4096, device=dev)
     kernel = (gdn_causal_kernel if causal else gdn_preview_kernel)(gdn, dev)
-    res: dict = {"installed": kernel is not None}
+    res: dict = {"installed": kernel is not None, "rows": t}
+    if causal:
+        from clover_local.model import gdn as gdn_mod
+
+        res["torch_path"] = "fla" if dev.type == "cuda" and gdn_mod._fla_chunk is not None else "torch"
     times = {}
     states = {}
 
@@ -452,6 +459,10 @@ def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, r
             if causal:
                 res[f"{name}_state"] = states[name].float().clone()
             if dev.type != "cuda":
+                continue
+            if eager:
+                layer_pass()
+                times[f"{name}_layer_ms"] = round(_timed_ms(dev, layer_pass, reps), 3)
                 continue
             graph = torch.cuda.CUDAGraph()
             s = torch.cuda.Stream(dev)

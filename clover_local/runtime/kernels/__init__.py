@@ -1,6 +1,7 @@
 """The runtime's Triton kernels: W4A16 / W8A16 on the GPTQ layout (a dense linear for small M, a fused MoE
 addressed by cache slot: `w4a16.py`), the preview pass's fused GDN core (`gdn_preview.py`) and split-window
-attention (`preview_attention.py`), and a layer's small ops (`layer_ops.py`). `compile_check.py` compiles them
+attention (`preview_attention.py`), the causal GDN pass (`gdn_causal.py`; a prefill's chunked form:
+`gdn_chunked.py`), and a layer's small ops (`layer_ops.py`). `compile_check.py` compiles them
 all for sm_90 / sm_120 on a machine without a GPU.
 
 `linear_w4a16` and `moe_w4a16` pick the Triton kernels (`w4a16.py`) when the inputs are on CUDA and triton
@@ -132,8 +133,9 @@ def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:
 
 
 def gdn_causal_kernel(gdn, device: torch.device) -> Callable | None:
-    """The fused short causal GDN pass (a commit) for `GatedDeltaNet.causal_kernel` where the Triton kernels run
-    on `device` and the layer's head dims suit it; None keeps the model's PyTorch path."""
+    """The fused causal GDN pass for `GatedDeltaNet.causal_kernel` (a commit row by row, `gdn_causal.py`; a prefill
+    chunk in the chunked form, `gdn_chunked.py`) where the Triton kernels run on `device` and the layer's head
+    dims suit it; None keeps the model's PyTorch path."""
     if not _fused_on(device):
         return None
     from .gdn_causal import fused_gdn_causal, supports

@@ -75,9 +75,10 @@ def capture_launches() -> list[Launch]:
 
     from clover_local.config import parse_config
     from clover_local.model.gdn import GatedDeltaNet
+    from clover_local.runtime.placement import DEFAULT_PREFILL_CHUNK
     from clover_local.runtime.synthetic_pack import _config
 
-    from . import gdn_causal, gdn_preview, layer_ops, preview_attention, w4a16
+    from . import gdn_causal, gdn_chunked, gdn_preview, layer_ops, preview_attention, w4a16
     from .reference import PackedStack
 
     sink: list[Launch] = []
@@ -87,6 +88,7 @@ def capture_launches() -> list[Launch]:
         w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel", "_sum_parts_kernel"],
         gdn_preview: ["_gdn_preview_kernel"],
         gdn_causal: ["_gdn_causal_kernel"],
+        gdn_chunked: ["_gdn_chunk_prep_kernel", "_gdn_chunk_scan_kernel"],
         preview_attention: ["_partial_kernel", "_merge_kernel"],
         layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel", "_shared_combine_kernel",
                     "_silu_mul_kernel", "_norm_rope_kernel"],
@@ -97,6 +99,7 @@ def capture_launches() -> list[Launch]:
     with _intercepted(w4a16, kernels[w4a16], sink, case), \
             _intercepted(gdn_preview, kernels[gdn_preview], sink, case), \
             _intercepted(gdn_causal, kernels[gdn_causal], sink, case), \
+            _intercepted(gdn_chunked, kernels[gdn_chunked], sink, case), \
             _intercepted(preview_attention, kernels[preview_attention], sink, case), \
             _intercepted(layer_ops, kernels[layer_ops], sink, case):
         x = torch.zeros(m, h, dtype=bf)
@@ -148,6 +151,12 @@ def capture_launches() -> list[Launch]:
             gdn, torch.zeros(1, t, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
             torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, t, gdn.hv, dtype=bf),
             torch.zeros(1, t, gdn.hv, dtype=bf))
+        pre = DEFAULT_PREFILL_CHUNK  # a prompt's prefill chunk: the chunked form
+        label["case"] = f"Hk{gdn.hk} Hv{gdn.hv} Dk{gdn.dk} Dv{gdn.dv}, {pre} rows (prefill chunk)"
+        gdn_causal.fused_gdn_causal(
+            gdn, torch.zeros(1, pre, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
+            torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, pre, gdn.hv, dtype=bf),
+            torch.zeros(1, pre, gdn.hv, dtype=bf))
         del gdn
         hq, hkv, d, w = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, 5120
         blk, win = torch.zeros(1, hkv, t, d, dtype=bf), torch.zeros(1, hkv, w, d, dtype=bf)

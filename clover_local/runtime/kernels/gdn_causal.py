@@ -8,8 +8,8 @@ whose arithmetic is tiny (32 rows). Its state columns are independent (column j 
 so each program owns one (sequence, value head, slice of value channels): it computes what does not depend on
 the state for every row at once (conv, norms, gates), then keeps that [Dk, BLOCK_DV] slice of the state in
 registers and runs the recurrence of `model.gdn.recurrent_delta_rule` over the rows: S ← S·e^g;
-S ← S + k ⊗ β(v − Sᵀk); o = Sᵀq. A long causal pass (prefill) keeps the chunked form, whose work is parallel
-over the rows where this kernel's is sequential.
+S ← S + k ⊗ β(v − Sᵀk); o = Sᵀq. A longer causal pass (a prefill chunk) goes to the chunked form
+(`gdn_chunked.py`, two launches), whose work is parallel over the rows where this kernel's is sequential.
 
 The math is the model's (`GatedDeltaNet.conv`, `split_heads`, `gates`, `delta_rule`): tests pin it there
 (interpreted on CPU; `gpu_check` at the real shapes). fp32 throughout, where the eager path rounds the conv
@@ -26,7 +26,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .gdn_chunked import fused_gdn_chunked
 from .gdn_preview import _conv_silu, conv_inputs, supports  # noqa: F401 (supports: the same head-dim rule)
+
+SHORT_ROWS = 32  # the longest pass run row by row (a block of the real model); longer ones run chunked
 
 
 @triton.jit
@@ -99,8 +102,10 @@ def fused_gdn_causal(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, a: T
                      ) -> tuple[Tensor, Tensor]:
     """`GatedDeltaNet`'s causal core from the pre-conv rows [B,T,C]: (o [B,T,Hv,Dv] fp32 before the gated norm,
     the new state [B,Hv,Dk,Dv] fp32). ring [B,K-1,C] (None: zeros), state [B,Hv,Dk,Dv] (only read),
-    a = in_proj_a(x), b = in_proj_b(x) [B,T,Hv]."""
+    a = in_proj_a(x), b = in_proj_b(x) [B,T,Hv]. Passes longer than SHORT_ROWS go to `fused_gdn_chunked`."""
     bsz, t, _ = rows.shape
+    if t > SHORT_ROWS:
+        return fused_gdn_chunked(gdn, rows, ring, state, a, b)
     rows, ring, cw = conv_inputs(gdn, rows, ring)
     a = a if a.stride(-1) == 1 else a.contiguous()
     b = b if b.stride(-1) == 1 else b.contiguous()

@@ -24,14 +24,15 @@ from torch import Tensor
 @triton.jit
 def _conv_silu(
     rows_b, ring_b, cw_ptr, rw_ptr, ch0, T, stride_rt, stride_gt,
-    D: tl.constexpr, BLOCK_T: tl.constexpr, KER: tl.constexpr, RIGHT: tl.constexpr = True,
+    D: tl.constexpr, BLOCK_T: tl.constexpr, KER: tl.constexpr, RIGHT: tl.constexpr = True, t0=0,
 ):
-    """silu(conv) of channels ch0 … ch0+D of the block rows, fp32 [BLOCK_T, D] (rows ≥ T are zero).
+    """silu(conv) of channels ch0 … ch0+D of rows t0 … t0+BLOCK_T-1, fp32 [BLOCK_T, D] (rows ≥ T are zero).
 
     Left tap j of row t reads xs[t + j] where xs = [ring (KER-1 rows); rows]; with RIGHT (a preview), right tap
     d (1 … KER-1) reads rows[t + d] inside the block; without (a causal pass, kernels/gdn_causal.py) rw_ptr is
-    not read. Weights: cw [C, KER], rw [C, KER-1], both contiguous."""
-    t = tl.arange(0, BLOCK_T)
+    not read. Weights: cw [C, KER], rw [C, KER-1], both contiguous. t0 > 0: a later chunk of a long causal pass
+    (kernels/gdn_chunked.py), whose left taps read the rows before it."""
+    t = t0 + tl.arange(0, BLOCK_T)
     ch = ch0 + tl.arange(0, D)
     inside = t < T
     acc = tl.zeros((BLOCK_T, D), dtype=tl.float32)
