@@ -1386,3 +1386,35 @@ def test_causal_kernel_runs_a_prefill_chunked(force_triton, monkeypatch) -> None
         assert torch.equal(caches[0].ring, caches[1].ring)
         _assert_close(caches[1].state, caches[0].state, torch.float32)
     assert calls == [gdn_causal.SHORT_ROWS + 9]  # the block ran row by row, the longer pass chunked
+
+
+@needs_triton
+@pytest.mark.parametrize("shape,dtype", [((2, 5, 3, 32), torch.float32), ((1, 40, 4, 128), torch.bfloat16)])
+def test_fused_gated_rms_norm_matches_the_model_norm(force_triton, shape, dtype) -> None:
+    """A GDN layer's output norm after a causal pass, from the fp32 mix: the kernel's one launch gives the
+    model's cast-then-norm-then-gate, in the gate's dtype."""
+    from clover_local.model.norm import GatedRMSNorm
+    from clover_local.runtime.kernels import fused_layer_ops
+
+    gen = torch.Generator().manual_seed(shape[1])
+    norm = GatedRMSNorm(shape[-1], eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1], generator=gen) * 0.3 + 1)
+    norm = norm.to(DEVICE, dtype)
+    rows = int(torch.tensor(shape[:-1]).prod())
+    o = _dev(torch.randn(shape, generator=gen) * 3)[0]  # the mix, fp32
+    z = _dev(_x(rows, shape[-1], dtype, gen).reshape(shape) * 2)[0]
+    want = norm(o.to(dtype), z)
+    norm.kernel = fused_layer_ops(torch.device(DEVICE)).gated_rms_norm
+    got = norm(o, z)
+    assert got.dtype == dtype
+    _assert_close(got, want, dtype)
+    wide = torch.cat([z, z], -1)[..., : shape[-1]]  # a gate whose rows are not contiguous (a view of a wider one)
+    _assert_close(norm(o, wide), want, dtype)
+    # a column slice of a packed projection (in_proj_qkvz's z), split into heads: strided heads, read in place
+    packed = torch.cat([z.flatten(-2), z.flatten(-2)[..., :8]], -1)
+    sliced = packed[..., : shape[-2] * shape[-1]].unflatten(-1, shape[-2:])
+    assert sliced.stride(-2) == shape[-1] and not sliced.is_contiguous()
+    _assert_close(norm(o, sliced), want, dtype)
+    with pytest.raises(ValueError, match="power of two"):
+        norm.kernel(o[..., :24], z[..., :24], norm.weight[:24], 1e-6)

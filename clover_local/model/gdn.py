@@ -216,6 +216,8 @@ class GatedDeltaNet(nn.Module):
         """`output` before out_proj: the gated RMSNorm of o [B,T,Hv,Dv] with z (from x when None), [B,T,Hv·Dv]."""
         b, t = x.shape[:2]
         z = (self.in_proj_z(x) if z is None else z).reshape(b, t, self.hv, self.dv)
+        if self.norm.kernel is not None:  # casts o itself, in the same launch
+            return self.norm(o, z.to(x.dtype)).reshape(b, t, -1)
         return self.norm(o.to(x.dtype), z).reshape(b, t, -1)
 
     def delta_rule(

@@ -45,8 +45,13 @@ class GatedRMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        # (x, gate, weight, eps) -> the same in gate's dtype, in one launch, x read as given (a causal pass's
+        # fp32 mix): the runtime's Triton kernel on CUDA (kernels/layer_ops.py); None: the steps below
+        self.kernel: Callable | None = None
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None:
+            return self.kernel(x, gate, self.weight, self.eps)
         dtype = x.dtype
         normed = self.weight * rms_normalize(x, self.eps).to(dtype)
         return (normed * torch.nn.functional.silu(gate.float())).to(dtype)

@@ -26,7 +26,7 @@ from clover_local.model.clover import CloverModel, _set_param, fill_layer
 from clover_local.model.attention import Attention
 from clover_local.model.gdn import GatedDeltaNet
 from clover_local.model.moe import SparseMoe
-from clover_local.model.norm import ZeroCenteredRMSNorm
+from clover_local.model.norm import GatedRMSNorm, ZeroCenteredRMSNorm
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime import host_reads
 from clover_local.runtime.expert_store import HostExpertStore
@@ -268,9 +268,9 @@ def _read_through(options: RuntimeOptions, runtime: Runtime, dtype: torch.dtype,
 
 
 def _install_kernels(model: CloverModel, device: torch.device) -> None:
-    """The fused kernels on the model's hooks where they run (CUDA): GDN preview and short causal pass (a
-    commit), preview attention, norms (with the rotary embedding for attention's q and k), router, the shared
-    expert's silu · up and its combine.
+    """The fused kernels on the model's hooks where they run (CUDA): GDN preview and causal pass (a commit, a
+    prefill chunk) with its output norm, preview attention, norms (with the rotary embedding for attention's q and
+    k), router, the shared expert's silu · up and its combine.
     A hook left None keeps that module's PyTorch path (CPU, or CLOVER_DISABLE_FUSED=1)."""
     ops = fused_layer_ops(device)
     for mod in model.modules():
@@ -283,6 +283,8 @@ def _install_kernels(model: CloverModel, device: torch.device) -> None:
                 mod.norm_rope_kernel = ops.norm_rope
         elif ops is not None and isinstance(mod, ZeroCenteredRMSNorm):
             mod.kernel, mod.add_kernel = ops.rms_norm_zc, ops.add_rms_norm_zc
+        elif ops is not None and isinstance(mod, GatedRMSNorm) and mod.weight.numel() & (mod.weight.numel() - 1) == 0:
+            mod.kernel = ops.gated_rms_norm
         elif ops is not None and isinstance(mod, SparseMoe):
             mod.route_kernel = ops.route_topk
             mod.combine_kernel = ops.shared_combine

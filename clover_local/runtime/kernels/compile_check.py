@@ -91,7 +91,7 @@ def capture_launches() -> list[Launch]:
         gdn_chunked: ["_gdn_chunk_prep_kernel", "_gdn_chunk_scan_kernel"],
         preview_attention: ["_partial_kernel", "_merge_kernel"],
         layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel", "_shared_combine_kernel",
-                    "_silu_mul_kernel", "_norm_rope_kernel"],
+                    "_silu_mul_kernel", "_norm_rope_kernel", "_gated_rms_norm_kernel"],
     }
     cfg = parse_config(_config("full"))
     bf = torch.bfloat16
@@ -189,6 +189,8 @@ def capture_launches() -> list[Launch]:
         qg = torch.zeros(1, m, cfg.num_attention_heads, 2 * cfg.head_dim, dtype=bf)[..., : cfg.head_dim]
         rot = torch.zeros(m, cfg.rotary_dim, dtype=bf)
         layer_ops.norm_rope(qg, torch.zeros(cfg.head_dim, dtype=bf), 1e-6, rot, rot)
+        mix = torch.zeros(1, m, cfg.linear_num_value_heads, cfg.linear_value_head_dim)  # a commit's GDN output norm
+        layer_ops.gated_rms_norm(mix, mix.to(bf), torch.zeros(cfg.linear_value_head_dim, dtype=bf), 1e-6)
         # a merged pass (a commit and the next block's first preview, `CloverModel.commit_and_preview`): the calls
         # whose shapes follow the rows run at twice the block, in their default tiles
         m2 = 2 * m

@@ -14,7 +14,9 @@ however little it computes. Each op here keeps one row (or one block of pairs) i
 - `shared_combine`: `SparseMoe`'s routed + sigmoid(shared_expert_gate(x)) · shared_expert(x), plus the decoder
   layer's residual — the gate's one-column linear, sigmoid, product and two sums: 5 kernels → 1;
 - `silu_mul`: the shared expert's silu(gate) · up from its merged gate/up projection (`PackedMLP`) — 2 → 1;
-- `norm_rope`: an attention layer's q or k head norm and partial rotary embedding (`Attention.project`) — 7 → 1.
+- `norm_rope`: an attention layer's q or k head norm and partial rotary embedding (`Attention.project`) — 7 → 1;
+- `gated_rms_norm`: a GDN layer's output norm after a causal pass (`GatedRMSNorm`: w · rmsnorm(o) · silu(z), read
+  from the fp32 mix) — the cast, 7 kernels of the norm and the gate → 1 (the preview's is inside its kernel).
 
 The definitions stay where they were (`model/norm.py`, `SparseMoe.route`, `runtime/optimistic.py`); the runtime
 installs these on CUDA (`runtime/load.py`), tests pin each to its definition through Triton's interpreter.
@@ -362,3 +364,46 @@ def norm_rope(x: Tensor, weight: Tensor, eps: float, cos: Tensor, sin: Tensor) -
                                     cos2.stride(0), out.stride(0), out.stride(1), out.stride(2), float(eps),
                                     D=d, R=r, BLOCK_H=triton.next_power_of_2(h), num_warps=4)
     return out.transpose(1, 2)
+
+
+@triton.jit
+def _gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, N, H, stride_xn, stride_xh, stride_zn, stride_zh, eps,
+                           D: tl.constexpr, BLOCK_R: tl.constexpr):
+    """BLOCK_R of the N·H rows of D (row r: head r % H of row r // H): x rounded to the output dtype (as the eager
+    path casts the fp32 mix first), then w · x / rms(x) · silu(z) in fp32, rounded once."""
+    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    n = r // H
+    h = r % H
+    d = tl.arange(0, D)
+    ok = (r < N * H)[:, None]
+    x = tl.load(x_ptr + (n * stride_xn + h * stride_xh)[:, None] + d[None, :], mask=ok, other=0.0)
+    x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
+    z = tl.load(z_ptr + (n * stride_zn + h * stride_zh)[:, None] + d[None, :], mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + d).to(tl.float32)
+    y = x / tl.sqrt(tl.sum(x * x, 1) / D + eps)[:, None] * w[None, :] * (z / (1.0 + tl.exp(-z)))
+    tl.store(out_ptr + r[:, None] * D + d[None, :], y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _heads(t: Tensor) -> Tensor:
+    """t [..., H, D] as [N, H, D] with a unit last stride: a view where it can be (a column slice of a wider
+    projection, as z is in a packed in_proj_qkvz, stays a view: its heads are strided, not copied)."""
+    t = t.reshape(-1, t.shape[-2], t.shape[-1]) if t.dim() != 3 else t
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def gated_rms_norm(x: Tensor, gate: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """`GatedRMSNorm.forward` over the last dim (a power of two: a GDN value head) in one launch: x [..., H, D]
+    (the fp32 mix, read as is), gate [..., H, D] → gate's shape and dtype."""
+    d = x.shape[-1]
+    if d & (d - 1) or gate.shape != x.shape or x.dim() < 2:
+        raise ValueError(f"gated_rms_norm: x {tuple(x.shape)} and gate {tuple(gate.shape)} must match as [..., H, "
+                         "D], D a power of two")
+    x3, z3 = _heads(x), _heads(gate)
+    n, h = x3.shape[:2]
+    out = torch.empty(n, h, d, dtype=gate.dtype, device=gate.device)
+    if n * h:
+        block_r = max(1, min(16, 2048 // d))
+        _gated_rms_norm_kernel[(triton.cdiv(n * h, block_r),)](
+            x3, z3, weight, out, n, h, x3.stride(0), x3.stride(1), z3.stride(0), z3.stride(1), float(eps),
+            D=d, BLOCK_R=block_r, num_warps=4)
+    return out.view(gate.shape)
