@@ -3,7 +3,8 @@
 Causal form (backbone, known): `in_proj_qkv` → depthwise causal conv (kernel 4) → SiLU → q, k, v; each key head
 serves `Hv/Hk` consecutive value heads; q, k L2-normalised, q scaled by Dk^-0.5; β = sigmoid(b);
 g = -exp(A_log)·softplus(a + dt_bias). Per token: S ← S·exp(g); S ← S + k ⊗ β(v − Sᵀk); o = Sᵀq.
-Many rows use the chunked (WY) form, one row the recurrent form; `fla`'s kernels replace both on CUDA.
+Many rows use the chunked (WY) form, one row the recurrent form; `fla`'s kernels replace both on CUDA where
+installed, and the runtime's own Triton kernels replace the whole causal core through `causal_kernel`.
 
 Preview form (reconstructed, see `preview_mix`): reads the conv ring and state, never writes them.
 """
