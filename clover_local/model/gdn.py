@@ -217,9 +217,7 @@ class GatedDeltaNet(nn.Module):
         """`output` before out_proj: the gated RMSNorm of o [B,T,Hv,Dv] with z (from x when None), [B,T,Hv·Dv]."""
         b, t = x.shape[:2]
         z = (self.in_proj_z(x) if z is None else z).reshape(b, t, self.hv, self.dv)
-        if self.norm.kernel is not None:  # casts o itself, in the same launch
-            return self.norm(o, z.to(x.dtype)).reshape(b, t, -1)
-        return self.norm(o.to(x.dtype), z).reshape(b, t, -1)
+        return self.norm(o, z).reshape(b, t, -1)  # in z's dtype, x's
 
     def delta_rule(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -308,7 +306,7 @@ class GatedDeltaNet(nn.Module):
         ring and state go to the cache), the rest preview the next block from that ring and state, `n_prefix`
         + n_commit rows after the start. in_proj_qkv/z and out_proj run once over both parts."""
         c = n_commit
-        fused = self.preview_kernel is not None and self.causal_kernel is not None and c <= self.block_size
+        fused = self.preview_kernel is not None and self.causal_kernel is not None
         rows, z = self.project_rows(x, fused)
         z = self.in_proj_z(x) if z is None else z
         o_c, ring, state = self.causal(x[:, :c], rows[:, :c], *self.start(cache, x), cache, fused)

@@ -45,13 +45,15 @@ class GatedRMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
-        # (x, gate, weight, eps) -> the same in gate's dtype, in one launch, x read as given (a causal pass's
-        # fp32 mix): the runtime's Triton kernel on CUDA (kernels/layer_ops.py); None: the steps below
+        # (x, gate, weight, eps) -> the same in one launch: the runtime's Triton kernel on CUDA
+        # (kernels/layer_ops.py); None: the steps below
         self.kernel: Callable | None = None
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """In gate's dtype; x (a GDN layer's fp32 mix) is rounded to it first."""
         if self.kernel is not None:
             return self.kernel(x, gate, self.weight, self.eps)
-        dtype = x.dtype
+        dtype = gate.dtype
+        x = x.to(dtype)
         normed = self.weight * rms_normalize(x, self.eps).to(dtype)
         return (normed * torch.nn.functional.silu(gate.float())).to(dtype)

@@ -36,6 +36,7 @@ from torch import Tensor
 from .gdn_preview import _conv_silu, conv_inputs
 
 CHUNK = 64  # rows per chunk: the forward substitution is C sequential steps, the scan one step per C rows
+PREC = "tf32"  # the dots' inputs on tensor cores (fp32 FMA dots spilled 8–18 KB a thread; error: docs/gdn_tf32_error.py)
 
 
 @triton.jit
@@ -144,7 +145,7 @@ def _gdn_chunk_scan_kernel(
 
 
 def fused_gdn_chunked(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, a: Tensor, b: Tensor,
-                      chunk: int = CHUNK, prec: str = "tf32") -> tuple[Tensor, Tensor]:
+                      chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
     """`GatedDeltaNet`'s causal core over any number of rows, from the pre-conv rows [B,T,C]: (o [B,T,Hv,Dv] fp32
     before the gated norm, the new state [B,Hv,Dk,Dv] fp32). ring [B,K-1,C] (None: zeros), state [B,Hv,Dk,Dv]
     (only read), a = in_proj_a(x), b = in_proj_b(x) [B,T,Hv]. `chunk`: rows per chunk, a power of two ≥ 16.
@@ -166,7 +167,7 @@ def fused_gdn_chunked(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, a: 
         t, nc, gdn.hk * dk, hv // gdn.hk, 1e-6,
         rows.stride(0), rows.stride(1), ring.stride(0), ring.stride(1), a.stride(0), a.stride(1),
         b.stride(0), b.stride(1),
-        HV=hv, DK=dk, DV=dv, C=chunk, KER=gdn.kernel, PREC=prec, num_warps=8 if big else 4, num_stages=1,
+        HV=hv, DK=dk, DV=dv, C=chunk, KER=gdn.kernel, PREC=PREC, num_warps=8 if big else 4, num_stages=1,
     )
     o = torch.empty(bsz, t, hv, dv, **f32)
     new = torch.empty(bsz, hv, dk, dv, **f32)
@@ -175,6 +176,6 @@ def fused_gdn_chunked(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, a: 
         qd, kd, w, u, p, eg, state, o, new,
         t, nc,
         state.stride(0), state.stride(1), state.stride(2), state.stride(3), o.stride(0), o.stride(1),
-        HV=hv, DK=dk, DV=dv, BLOCK_DV=block_dv, C=chunk, PREC=prec, num_warps=4, num_stages=1,
+        HV=hv, DK=dk, DV=dv, BLOCK_DV=block_dv, C=chunk, PREC=PREC, num_warps=4, num_stages=1,
     )
     return o, new
