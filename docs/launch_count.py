@@ -66,7 +66,8 @@ def main() -> None:
     ap.add_argument("--pass", dest="kind", choices=("preview", "commit", "merged", "prefill"), default="preview",
                     help="count a steady preview pass (default), the block's commit (its causal pass), the "
                          "commit merged with the next block's first preview (`commit_and_preview`), or one "
-                         "prompt prefill chunk (the runtime's 512 rows, on a fresh cache)")
+                         "prompt prefill chunk (the runtime's 512 rows: the second of a 1,024-token prompt, "
+                         "over the first's keys and states)")
     args = ap.parse_args()
     counter = _Count(args.by_line)
     run = InterpretedFunction.run
@@ -81,7 +82,8 @@ def main() -> None:
 
     InterpretedFunction.run = counted_run
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = load_packed_model(ensure_synthetic("small"), torch.device("cpu"), dtype, RuntimeOptions(context=640))
+    context = 1152 if args.kind == "prefill" else 640  # room for two prefill chunks
+    model = load_packed_model(ensure_synthetic("small"), torch.device("cpu"), dtype, RuntimeOptions(context=context))
     cfg = model.config
     mask = cfg.diffusion.mask_token_id if cfg.diffusion.mask_token_id is not None else cfg.vocab_size - 1
     gen = torch.Generator().manual_seed(0)
@@ -90,6 +92,10 @@ def main() -> None:
         model(torch.randint(0, mask, (1, 64), generator=gen), cache, rows=slice(-1, None))
         block = torch.full((1, cfg.diffusion.block_size), mask, dtype=torch.long)
         model(block, cache, preview=True)
+        chunk = model.runtime.prefill_chunk
+        if args.kind == "prefill":  # a prompt's first chunk, not counted (the cache and its buffers are new)
+            prompt_cache = model.new_cache()
+            model(torch.randint(0, mask, (1, chunk), generator=gen), prompt_cache, rows=slice(-1, None))
         counter.ops.clear()
         with counter:
             if args.kind == "preview":
@@ -98,10 +104,9 @@ def main() -> None:
                 model(block, cache, rows=slice(-1, None))
             elif args.kind == "merged":  # the commit's rows, then the next block's masks
                 model.commit_and_preview(torch.randint(0, mask, block.shape, generator=gen), block, cache)
-            else:  # a prompt chunk on a fresh cache, LM head on its last row (every expert of this pack is
-                # resident, so it runs optimistically; with experts offloaded it is a syncing pass)
-                chunk = model.runtime.prefill_chunk
-                model(torch.randint(0, mask, (1, chunk), generator=gen), model.new_cache(), rows=slice(-1, None))
+            else:  # the prompt's next chunk, LM head on its last row (every expert of this pack is resident, so
+                # it runs optimistically; with experts offloaded it is a syncing pass)
+                model(torch.randint(0, mask, (1, chunk), generator=gen), prompt_cache, rows=slice(-1, None))
     n_layers = cfg.num_hidden_layers
     total = sum(counter.ops.values())
     aten = sum(v for k, v in counter.ops.items() if k.startswith("aten."))

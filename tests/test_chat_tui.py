@@ -265,6 +265,42 @@ def test_live_view_draws_the_block_as_cells():
     assert view.cells.revealed == 0 and view.cells.block == 3
 
 
+def test_live_view_shows_a_long_prompt_being_read():
+    """While a prompt takes more than one prefill pass the cells give way to a progress line; the first pass
+    brings them back. The answer's tok/s leaves the prompt's reading out (shown apart in the summary)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from clover_local.chat.display import TurnView
+    from clover_local.chat.turn import TurnStats
+    from clover_local.generate.events import BlockCommitted, PassDone, PrefillProgress
+
+    view = TurnView(str, block_size=4, show_thinking=True, status=lambda: Text("STATUS"), width=80)
+    stats = TurnStats(prompt_tokens=3000)
+
+    def draw() -> list[str]:
+        console = Console(width=80, record=True, force_terminal=True)
+        console.print(view)
+        return console.export_text().splitlines()
+
+    for ev in (PrefillProgress(0, 2048), PrefillProgress(512, 2048)):
+        view.on_prefill(ev)
+        stats.on_event(ev)
+    lines = draw()
+    assert lines[0].startswith("reading the prompt ") and "512/2,048 tokens" in lines[0]
+    assert lines[0].count("━") == 20 and lines[1] == "STATUS"
+    time.sleep(0.05)
+    view.on_prefill(PrefillProgress(2048, 2048))
+    stats.on_event(PrefillProgress(2048, 2048))
+    assert not any("reading" in line for line in draw())  # done: the block's cells again
+    assert draw()[0].startswith("block 0 · pass 0")
+    view.on_pass(PassDone(0, 0, [], [None, None, 1, None], 0))
+    stats.on_event(BlockCommitted(0, [1, 2, 3, 4], 1))
+    stats.end("stop")
+    assert stats.prefilled == 2048 and 0.05 <= stats.prefill_seconds < stats.seconds
+    assert stats.tokens_per_second == pytest.approx(4 / (stats.seconds - stats.prefill_seconds))
+
+
 def test_decode_thread_hands_over_events_raises_failures_and_stops():
     """`DecodeThread`: the chat's decoder runs on a worker thread (so drawing overlaps its GPU waits); the
     consumer gets the events in order, an exception where it happened (same object), and `close()` stops the

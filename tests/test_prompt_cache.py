@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-from clover_local.generate.events import BlockCommitted, Finished
+from clover_local.generate.events import BlockCommitted, Finished, PassDone, PrefillProgress
 from clover_local.generate.prompt_cache import PromptCache
 from clover_local.loader import SHORT_NAMES, load
 from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
@@ -314,3 +314,30 @@ def test_serve_worker_resumes_consecutive_requests(tiny):
         assert use["prompt_tokens_details"] == {"cached_tokens": second["cached_tokens"]}
     finally:
         engine.stop()
+
+
+def test_a_long_prefill_reports_progress_and_counts_only_what_it_reads(offloaded, monkeypatch):
+    """A prompt longer than one prefill pass (the runtime's `prefill_chunk` rows) comes with PrefillProgress
+    events, before any preview pass; a resumed turn counts only the tokens it prefills; and the passes decode
+    the tokens one pass over the whole prompt does."""
+    settings = DecodeSettings(max_new_tokens=12, threshold=0.9, stop_token_ids=[])
+    dec = BlockDiffusionDecoder(offloaded.model, offloaded.mask_token_id)
+    first = ids(offloaded, 27, 5)  # 24 block-aligned tokens to prefill
+    whole = dec.generate(first, settings)  # 512 rows a pass: one pass, no progress events
+    whole_events = list(whole)
+    assert not any(isinstance(e, PrefillProgress) for e in whole_events)
+
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 8)
+    pc = PromptCache()
+    events = list(dec.generate(first, settings, reuse=pc))
+    progress = [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)]
+    assert progress == [(0, 24), (8, 24), (16, 24), (24, 24)]
+    assert all(isinstance(e, PrefillProgress) for e in events[:4]) and isinstance(events[4], PassDone)
+    assert events[-1].token_ids == whole_events[-1].token_ids
+
+    second = first + events[-1].token_ids + ids(offloaded, 13, 6)  # 52 tokens: 48 to prefill, 24 of them reused
+    events = list(dec.generate(second, settings, reuse=pc))
+    assert [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)] == [
+        (0, 24), (8, 24), (16, 24), (24, 24)]
+    assert events[-1].stats.reused_tokens == 24
+    assert events[-1].token_ids == decode(offloaded, second).token_ids  # as from scratch (8-row passes too)

@@ -96,6 +96,27 @@ def test_logits_match_dequantizing_reference(pack, ref):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
 
 
+def test_a_chunked_prefill_keeps_only_the_rows_asked_for(pack):
+    """A prompt longer than `prefill_chunk` runs in passes of that many rows; what comes back is the rows asked
+    for (as a slice, an index tensor in any order, a bool mask), as from all rows, and nothing else is held (the
+    decoder asks for one row)."""
+    rt = runtime(pack, slots=TOTAL, prefill_chunk=8)
+    ids = torch.tensor([prompt(rt, 21, seed=7)])
+    mask = torch.zeros(21, dtype=torch.bool)
+    mask[[2, 9, 20]] = True
+    with torch.inference_mode():
+        every = rt.model(ids, rt.model.new_cache())
+        assert every.shape[1] == 21
+        for rows in (slice(-1, None), slice(3, 12), torch.tensor([17, 3, 3, -1]), mask):
+            cache = rt.model.new_cache()
+            got = rt.model(ids, cache, rows=rows)
+            want = every[:, rows]
+            assert got.shape == want.shape and cache.length == 21
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # (the LM head's sums vary with its rows)
+        cache = rt.model.new_cache()
+        assert rt.model(ids, cache, rows=slice(0, 0)).shape[1] == 0 and cache.length == 21
+
+
 def test_offloaded_and_resident_decode_identical_tokens(pack, ref):
     ids = prompt(ref, 13, seed=2)
     want = decode(ref, ids)

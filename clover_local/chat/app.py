@@ -23,7 +23,7 @@ from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, Turn
                                     history_tokens, is_out_of_memory, release_memory)
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
-from clover_local.generate.events import BlockCommitted, Finished, PassDone
+from clover_local.generate.events import BlockCommitted, Finished, PassDone, PrefillProgress
 
 HELP = (
     "[bold]Type a message[/] and press Enter. Multi-line: end a line with [bold]\\\\[/] to continue on the next, "
@@ -346,7 +346,7 @@ class ChatApp:
 
     def _status(self, stats: TurnStats, view: TurnView | None = None) -> Text:
         live_tokens = stats.tokens + (view.cells.revealed if view is not None else 0)
-        secs = stats.seconds
+        secs = stats.decode_seconds
         t = Text()
         if view is not None:
             t.append("● ", style="green")
@@ -390,7 +390,9 @@ class ChatApp:
             try:
                 for ev in events:
                     stats.on_event(ev)
-                    if isinstance(ev, PassDone):
+                    if isinstance(ev, PrefillProgress):
+                        view.on_prefill(ev)
+                    elif isinstance(ev, PassDone):
                         view.on_pass(ev)
                         if self.pace:
                             live.refresh()
@@ -426,6 +428,8 @@ class ChatApp:
         t.append(f"{stats.tokens} tokens · {stats.passes} passes · {stats.tokens_per_pass:.2f} tok/pass · "
                  f"{stats.tokens_per_second:.1f} tok/s · {stats.seconds:.1f} s · "
                  f"expert cache {format_hit_rate(runtime_stats(self.loaded.model))}")
+        if stats.prefilled:
+            t.append(f" · read {stats.prefilled:,} prompt tokens in {stats.prefill_seconds:.1f} s")
         if stats.stop_reason == "length":
             t.append(" · reached max_tokens")
         return t

@@ -7,12 +7,14 @@ Two parts, so a long answer scrolls like any terminal output while the work in p
   across two renderings: a forced cut closes it and reopens it in what follows);
 - redrawn in place (a Rich `Live` region): the unsettled tail of the text, the block being denoised as a row
   of cells that start masked and fill in as positions are revealed, coloured by the confidence they were
-  revealed with (newly revealed ones underlined), and a status line.
+  revealed with (newly revealed ones underlined), and a status line; while a long prompt is read (more than one
+  prefill pass), a progress line in place of the cells.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 from rich.cells import cell_len, set_cell_size
@@ -21,7 +23,7 @@ from rich.markdown import Markdown
 from rich.style import Style
 from rich.text import Text
 
-from clover_local.generate.events import PassDone
+from clover_local.generate.events import PassDone, PrefillProgress
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
@@ -241,9 +243,17 @@ class TurnView:
         self.printed_content = False
         self.committed_blocks = 0
         self.max_tail = max(200, width * 4)
+        self.prefill: PrefillProgress | None = None  # a long prompt being read: drawn instead of the cells
+        self.prefill_started = 0.0
 
     # ------------------------------------------------------------------ events
+    def on_prefill(self, ev: PrefillProgress) -> None:
+        if self.prefill is None:
+            self.prefill_started = time.perf_counter()
+        self.prefill = ev if ev.done < ev.total else None
+
     def on_pass(self, ev: PassDone) -> None:
+        self.prefill = None
         self.cells.update(ev)
 
     def on_commit(self, block: int) -> None:
@@ -316,9 +326,26 @@ class TurnView:
                 parts.append(Text(f"thinking… {self.reasoning_tokens} tokens", style="grey50 italic"))
         if self.content.pending.strip():
             parts.append(Text(self.content.pending.strip("\n")))
-        parts.append(self.cells)
+        if self.prefill is not None:
+            parts.append(prefill_line(self.prefill, time.perf_counter() - self.prefill_started))
+        else:
+            parts.append(self.cells)
         parts.append(self.status())
         return Group(*parts)
+
+
+def prefill_line(ev: PrefillProgress, seconds: float, width: int = 20) -> Text:
+    """`reading the prompt ━━━━━━━━━━━━━━━━━━━━ 2,048/30,720 tokens · 1,850 tok/s` (the rate once it means
+    something: half a second in)."""
+    filled = round(width * ev.done / ev.total) if ev.total else width
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append("reading the prompt ", style="bold")
+    t.append("━" * filled, style="magenta")
+    t.append("━" * (width - filled), style="grey27")
+    t.append(f" {ev.done:,}/{ev.total:,} tokens", style="grey70")
+    if ev.done and seconds >= 0.5:
+        t.append(f" · {ev.done / seconds:,.0f} tok/s", style="grey50")
+    return t
 
 
 def thought_summary(tokens: int) -> Text:

@@ -1,10 +1,10 @@
 """One assistant turn, shared by chat, demo and serve: the decoder's events, stoppable between passes, turned
 into text that is split into thinking (between `<think>` and `</think>`) and the answer.
 
-Front ends only consume the decoder's events (PassDone / BlockCommitted / Finished). Stopping a turn is
-stopping the iteration: the decoder is a generator, so once the consumer stops asking for events no further
-pass runs. `decode_events` does that between passes when `should_stop()` turns true (Ctrl-C in chat, a client
-that went away in serve).
+Front ends only consume the decoder's events (PrefillProgress / PassDone / BlockCommitted / Finished).
+Stopping a turn is stopping the iteration: the decoder is a generator, so once the consumer stops asking for
+events no further pass runs. `decode_events` does that between passes (a long prompt's prefill passes too) when
+`should_stop()` turns true (Ctrl-C in chat, a client that went away in serve).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from clover_local.errors import CloverError, torch_out_of_memory
-from clover_local.generate.events import BlockCommitted, Event, Finished, PassDone
+from clover_local.generate.events import BlockCommitted, Event, Finished, PassDone, PrefillProgress
 from clover_local.tokenizer import THINK_END, THINK_START
 
 # Seconds to sleep after every preview pass. For tests and screen recordings of the live display (a tiny
@@ -292,9 +292,14 @@ class TurnStats:
     ended: float | None = None
     stop_reason: str = "running"  # stop | length | cancelled | running
     paused: float = 0.0  # time a front end slowed the display down on purpose (demo pacing), not counted
+    prefilled: int = 0  # prompt tokens read in more than one pass (PrefillProgress), and the time that took
+    prefill_seconds: float = 0.0
 
     def on_event(self, event: Event) -> None:
-        if isinstance(event, PassDone):
+        if isinstance(event, PrefillProgress):
+            self.prefilled = event.done
+            self.prefill_seconds = time.perf_counter() - self.started
+        elif isinstance(event, PassDone):
             self.passes += 1
         elif isinstance(event, BlockCommitted):
             self.tokens += len(event.token_ids)
@@ -319,8 +324,13 @@ class TurnStats:
         return self.tokens / self.passes if self.passes else 0.0
 
     @property
+    def decode_seconds(self) -> float:
+        """The answer's time after a long prompt was read (that shown apart: `prefilled`, `prefill_seconds`)."""
+        return self.seconds - self.prefill_seconds
+
+    @property
     def tokens_per_second(self) -> float:
-        s = self.seconds
+        s = self.decode_seconds
         return self.tokens / s if s > 0 else 0.0
 
     def to_dict(self) -> dict:

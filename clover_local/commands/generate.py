@@ -54,7 +54,7 @@ def generate(
       clover-local generate ./clover-int4 -p "Hello" --vram-budget 14GB --context 4096
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-    from clover_local.generate.events import BlockCommitted, Finished
+    from clover_local.generate.events import BlockCommitted, Finished, PrefillProgress
     from clover_local.loader import load
 
     _check_range("--temperature", temperature, 0.0, 10.0)
@@ -81,8 +81,13 @@ def generate(
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     ids: list[int] = []
     shown = ""
+    show_prefill = not as_json and sys.stderr.isatty()  # a long prompt's progress, on one line that goes away
     for event in decoder.generate(tok.encode(text), settings):
-        if isinstance(event, BlockCommitted) and not as_json:
+        if isinstance(event, PrefillProgress) and show_prefill:
+            done = event.done == event.total
+            sys.stderr.write("\r\033[K" if done else f"\rreading the prompt: {event.done:,}/{event.total:,} tokens")
+            sys.stderr.flush()
+        elif isinstance(event, BlockCommitted) and not as_json:
             ids.extend(event.token_ids)
             full = tok.decode(ids)
             if full.endswith("\ufffd"):  # wait for the rest of a multi-byte character

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 from clover_local.errors import CloverError
-from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, Reveal
+from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, PrefillProgress, Reveal
 from clover_local.generate.prompt_cache import PromptCache
 from clover_local.generate.sampling import choose, device_generator, pick_reveals
 from clover_local.model.cache import PrefixCache
@@ -116,7 +116,7 @@ class BlockDiffusionDecoder:
 
         prefill = (len(prompt_ids) // bs) * bs
         # last_logits: of the last committed row; predicts the next block's first token when shifted
-        cache, last_logits, stats.reused_tokens = self._prefill(prompt_ids[:prefill], reuse, snapshot_at)
+        cache, last_logits, stats.reused_tokens = yield from self._prefill(prompt_ids[:prefill], reuse, snapshot_at)
         stats.prefill_seconds = time.perf_counter() - t0
         tail = prompt_ids[prefill:]
         out: list[int] = []
@@ -193,25 +193,46 @@ class BlockDiffusionDecoder:
         return self.model(self._ids(tokens), cache, rows=slice(-1, None))[0, -1]
 
     def _prefill(self, prefix: list[int], reuse: PromptCache | None, snapshot_at: int | None
-                 ) -> tuple[PrefixCache, torch.Tensor | None, int]:
-        """(cache holding `prefix`, logits of its last row, tokens taken from `reuse`). With `reuse`, the prefill
-        runs in two parts around the save point, which is never before what was reused."""
+                 ) -> Generator[PrefillProgress, None, tuple[PrefixCache, torch.Tensor | None, int]]:
+        """(cache holding `prefix`, logits of its last row, tokens taken from `reuse`), with progress events on
+        the way. With `reuse`, the prefill runs in two parts around the save point, which is never before what
+        was reused."""
         resume = reuse.take(self.model, prefix) if reuse is not None else None
         if resume is None:
             cache, last, done = self.model.new_cache(), None, 0
         else:
             cache, last, done = resume.cache, resume.last_logits, resume.length
         reused = done
+        step = self.model.prefill_rows or len(prefix)
+        progress = len(prefix) - reused > step  # more than one pass: worth showing
+        if progress:
+            yield PrefillProgress(0, len(prefix) - reused)
         if reuse is not None:
             upto = len(prefix) if snapshot_at is None else min(max(snapshot_at, 0), len(prefix))
             save_at = max(done, upto // self.block_size * self.block_size)
             if save_at > done:
-                last, done = self._causal(prefix[done:save_at], cache), save_at
+                last = yield from self._prefill_part(prefix, done, save_at, cache, reused, progress)
+                done = save_at
             if save_at:
                 reuse.save(self.model, cache, prefix[:save_at], last)
         if len(prefix) > done:
-            last = self._causal(prefix[done:], cache)
+            last = yield from self._prefill_part(prefix, done, len(prefix), cache, reused, progress)
         return cache, last, reused
+
+    def _prefill_part(self, prefix: list[int], start: int, end: int, cache: PrefixCache, reused: int,
+                      progress: bool) -> Generator[PrefillProgress, None, torch.Tensor]:
+        """prefix[start:end] into the cache, one causal pass per `prefill_rows` rows (the LM head on the last
+        pass's last row only); the logits of that row."""
+        step = self.model.prefill_rows or end - start
+        for s in range(start, end, step):
+            e = min(s + step, end)
+            if e < end:
+                self.model.advance(self._ids(prefix[s:e]), cache)
+            else:
+                last = self.model(self._ids(prefix[s:e]), cache, rows=slice(-1, None))[0, -1]
+            if progress:
+                yield PrefillProgress(e - reused, len(prefix) - reused)
+        return last
 
     @staticmethod
     def _settled_stop(tokens: list[int | None], targets: list[int], stops: set[int]) -> int | None:

@@ -13,6 +13,17 @@ class Reveal:
 
 
 @dataclass
+class PrefillProgress:
+    """A long prompt's prefill moved on: `done` of its `total` tokens are in the cache (tokens resumed from a
+    prompt cache not counted). Sent before its first pass and after each one, only when the prompt takes more
+    than one pass (the runtime's `--prefill-chunk` rows each): a 30K-token prompt on a 16 GB card is seconds of
+    work a front end can show."""
+
+    done: int
+    total: int
+
+
+@dataclass
 class PassDone:
     """One preview pass over the block finished and revealed some positions."""
 
@@ -70,4 +81,4 @@ class Finished:
     stats: DecodeStats = field(default_factory=DecodeStats)
 
 
-Event = PassDone | BlockCommitted | Finished
+Event = PrefillProgress | PassDone | BlockCommitted | Finished

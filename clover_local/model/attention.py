@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.bias import CausalBias, causal_lower_right
 
 from clover_local.config import CloverConfig
 from clover_local.model.cache import AttentionCache
@@ -55,13 +56,15 @@ class Attention(nn.Module):
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v, gate
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor, mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor,
+        mask: torch.Tensor | CausalBias | None,
     ) -> torch.Tensor:
-        """Softmax attention of q over k/v (bool mask: True = may attend), then the output gate and o_proj."""
+        """Softmax attention of q over k/v (bool mask: True = may attend; or a causal bias), then the output
+        gate and o_proj."""
         return self.finish(self.softmax_attention(q, k, v, mask), gate)
 
     def softmax_attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | CausalBias | None
     ) -> torch.Tensor:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=self.n_heads != self.n_kv
@@ -122,29 +125,25 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         q, k, v, gate = self.project(x, cos, sin)
         t = x.shape[1]
-        mask = None
-        if preview and cache is not None:
-            past = cache.preview_keys_values()
+        if preview:  # over the cached prefix (none: the block alone), every row over every row of the block
+            past = cache.preview_keys_values() if cache is not None else None
             if past is not None:
                 return self.window_attention(q, k, v, gate, past, causal=False)
             return self.attend(q, k, v, gate, None)
-        if not preview and cache is not None and cache.writes_in_place(t):
+        if cache is not None and cache.writes_in_place(t):
             # the runtime's arena: the block's keys/values go to the rows at the cache's device-side length, and
             # the block attends to the committed window before it and causally to itself (no host-side length
             # in the pass: a CUDA graph of a commit replays for every block)
             return self.window_attention(q, k, v, gate, cache.write_block(k, v), causal=True)
-        past = cache.keys_values() if cache is not None else None
-        n_past = 0 if past is None else past[0].shape[2]
-        if past is not None:
-            k_all, v_all = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        else:
+        if cache is None:
             k_all, v_all = k, v
-        if not preview:
-            if cache is not None:
-                cache.append(k, v)
-            if t > 1:
-                rows = torch.arange(t, device=x.device)[:, None] + n_past
-                mask = torch.arange(n_past + t, device=x.device)[None, :] <= rows
+        else:  # appended first, then read back: no concatenated copy of the window
+            cache.append(k, v)
+            k_all, v_all = cache.keys_values()
+        # each row up to itself, aligned at the last key: no [T, S] mask, so on CUDA a prompt chunk over a long
+        # window stays on flash attention (with a mask and grouped heads SDPA may take its math path, which holds
+        # heads × T × S fp32 scores: 1 GiB for a 512-row chunk at 32K)
+        mask = causal_lower_right(t, k_all.shape[2]) if t > 1 else None
         return self.attend(q, k_all, v_all, gate, mask)
 
     def forward_merged(

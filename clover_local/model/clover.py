@@ -182,16 +182,44 @@ class CloverModel(nn.Module):
         rows: slice | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [B,T',V] in fp32; `rows` picks which rows get the LM head (the vocabulary is 248K wide)."""
-        chunk = self.runtime.prefill_chunk if self.runtime is not None and cache is not None and not preview else 0
-        if chunk and ids.shape[1] > chunk:  # bounded activation memory; the cache carries state across chunks
-            h = torch.cat([self.hidden(ids[:, s : s + chunk], cache) for s in range(0, ids.shape[1], chunk)], 1)
+        chunk = self.prefill_rows if cache is not None and not preview else 0
+        if chunk and ids.shape[1] > chunk:
+            h = self._chunked_hidden(ids, cache, chunk, rows)
         else:
             h = self.hidden(ids, cache, preview)
-        if rows is not None:
-            h = h[:, rows]
+            if rows is not None:
+                h = h[:, rows]
         logits = self.lm_head(h).float()
         self._finish_pass()
         return logits
+
+    @property
+    def prefill_rows(self) -> int:
+        """Rows per causal pass of a long prompt (the runtime's `--prefill-chunk`), 0 for no limit: a pass's
+        activations grow with its rows, and the cache carries the state from one chunk to the next exactly."""
+        return self.runtime.prefill_chunk if self.runtime is not None else 0
+
+    def advance(self, ids: torch.Tensor, cache: PrefixCache) -> None:
+        """A causal pass whose logits nobody reads (a prompt chunk before the last): the cache moves on, no LM
+        head runs."""
+        self.hidden(ids, cache)
+        self._finish_pass()
+
+    def _chunked_hidden(self, ids: torch.Tensor, cache: PrefixCache, chunk: int,
+                        rows: slice | torch.Tensor | None) -> torch.Tensor:
+        """`hidden(ids, cache)[:, rows]` in causal passes of `chunk` rows, keeping only the rows asked for (a
+        whole prompt's hidden states would be 4 KB a token: 128 MiB at 32K, for the one row decoding reads)."""
+        n = ids.shape[1]
+        every = torch.arange(n)
+        wanted = every if rows is None else every[rows.cpu() if torch.is_tensor(rows) else rows]
+        order, inverse = wanted.sort()[0], wanted.argsort().argsort()  # chunk by chunk, then as asked
+        kept = []
+        for s in range(0, n, chunk):
+            h = self.hidden(ids[:, s : s + chunk], cache)
+            here = order[(order >= s) & (order < s + chunk)] - s
+            if here.numel():
+                kept.append(h[:, here.to(h.device)])
+        return torch.cat(kept, 1)[:, inverse.to(h.device)] if kept else h[:, :0]
 
     def _finish_pass(self) -> None:
         """With the runtime: book the pass now that the LM head is queued after it, so the host's bookkeeping
