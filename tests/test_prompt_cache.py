@@ -341,3 +341,19 @@ def test_a_long_prefill_reports_progress_and_counts_only_what_it_reads(offloaded
         (0, 24), (8, 24), (16, 24), (24, 24)]
     assert events[-1].stats.reused_tokens == 24
     assert events[-1].token_ids == decode(offloaded, second).token_ids  # as from scratch (8-row passes too)
+
+
+def test_a_stop_during_a_long_prefill_runs_no_further_pass(offloaded, monkeypatch):
+    """`decode_events` asks `should_stop()` after each prefill pass too (a serve client that went away while its
+    30K-token prompt was being read): no pass runs after the stop, and nothing half-read is kept for reuse."""
+    from clover_local.chat.turn import decode_events
+
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 8)
+    dec = BlockDiffusionDecoder(offloaded.model, offloaded.mask_token_id)
+    settings = DecodeSettings(max_new_tokens=12, threshold=0.9, stop_token_ids=[])
+    prefills = lambda: offloaded.model.runtime_stats()["passes"].get("prefill", {}).get("count", 0)  # noqa: E731
+    before, pc, seen = prefills(), PromptCache(), []
+    for ev in decode_events(dec, ids(offloaded, 27, 5), settings, should_stop=lambda: len(seen) >= 2, reuse=pc):
+        seen.append(ev)
+    assert [(e.done, e.total) for e in seen] == [(0, 24), (8, 24)]
+    assert prefills() - before == 1 and pc.saved_tokens == 0
