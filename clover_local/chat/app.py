@@ -266,6 +266,8 @@ class ChatApp:
             rows += [("last answer", f"{ls.tokens} tokens, {ls.passes} passes, {ls.tokens_per_pass:.2f} tokens/pass, "
                                      f"{ls.tokens_per_second:.1f} tokens/s, {ls.stop_reason}"),
                      ("prompt reused", f"{ls.reused_tokens} of {ls.prompt_tokens} tokens (not prefilled again)"),
+                     *([("prompt read", f"{ls.prefilled} tokens in {ls.prefill_seconds:.1f} s")] if ls.prefilled
+                       else []),
                      ("context used", f"{ls.prompt_tokens + ls.tokens} of {self.loaded.config.max_context}")]
         pc = self.prompt_cache.stats
         rows.append(("prompt cache", f"{pc.hits} of {pc.lookups} answers resumed, {pc.reused_tokens} tokens reused"))
@@ -340,7 +342,7 @@ class ChatApp:
         self.totals["turns"] += 1
         self.totals["tokens"] += stats.tokens
         self.totals["passes"] += stats.passes
-        self.totals["seconds"] += stats.seconds
+        self.totals["seconds"] += stats.decode_seconds  # (tokens/s: a long prompt's reading shown apart)
         self.totals["stopped"] += int(stopped)
         return stats
 
