@@ -93,7 +93,8 @@ AUTO = "auto"  # `load(..., runtime=AUTO)`: packs through the offloading runtime
 
 
 def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | str | None" = None, *,
-         vram_budget: int | None = None, context: int | None = None, resident_routing: bool = False) -> Loaded:
+         vram_budget: int | None = None, context: int | None = None, resident_routing: bool = False,
+         prefill_chunk: int | None = None) -> Loaded:
     """Load config, tokenizer and weights for the commands.
 
     `runtime` picks how a GPTQ pack is loaded:
@@ -101,7 +102,8 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     - a `clover_local.runtime.load.RuntimeOptions`: in packed form, experts offloaded to host memory behind a
       device expert cache (`model.runtime_stats()` reports it), with exactly those options; a pack is required;
     - "auto" (what chat, generate and serve use): the runtime for a pack, with `RuntimeOptions(vram_budget,
-      context, resident_routing)`; a BF16 checkpoint loads plainly, as only a pack can be offloaded.
+      context, resident_routing, prefill_chunk)`; a BF16 checkpoint loads plainly, as only a pack can be
+      offloaded.
     `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path."""
     from clover_local.pack.reader import is_pack
 
@@ -110,7 +112,7 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     tokenizer = ChatTokenizer.from_folder(path)
     dev = pick_device(device)
     if runtime == AUTO:
-        runtime = auto_runtime(config, vram_budget, context, resident_routing) if is_pack(path) else None
+        runtime = auto_runtime(config, vram_budget, context, resident_routing, prefill_chunk) if is_pack(path) else None
     elif isinstance(runtime, str):
         raise ValueError(f"runtime must be None, {AUTO!r} or RuntimeOptions, not {runtime!r}")
     if runtime is not None:
@@ -123,13 +125,15 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer))
 
 
-def auto_runtime(config: CloverConfig, vram_budget: int | None, context: int | None, resident_routing: bool = False):
+def auto_runtime(config: CloverConfig, vram_budget: int | None, context: int | None, resident_routing: bool = False,
+                 prefill_chunk: int | None = None):
     """The runtime options of `runtime="auto"`: a KV cache no longer than the model can use."""
     from clover_local.runtime.load import RuntimeOptions
-    from clover_local.runtime.placement import DEFAULT_CONTEXT
+    from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK
 
     ctx = min(context if context is not None else DEFAULT_CONTEXT, config.max_context)
-    return RuntimeOptions(vram_budget=vram_budget, context=ctx, resident_routing=resident_routing)
+    return RuntimeOptions(vram_budget=vram_budget, context=ctx, resident_routing=resident_routing,
+                          prefill_chunk=prefill_chunk or DEFAULT_PREFILL_CHUNK)
 
 
 def _load_offloaded(arg: str, path: Path, dev: torch.device, dtype: torch.dtype, options):

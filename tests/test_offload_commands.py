@@ -89,6 +89,12 @@ def test_generate_through_the_runtime_matches_no_offload(pack, placed, capsys):
     rt = placed[-1].runtime
     assert rt.resident_routing and rt.restricted_passes > 0
     assert all(r.misses == 0 for r in rt.records if r.kind == "preview" and r.pass_in_block > 0)
+    # --prefill-chunk reaches the runtime: the prompt is read in passes of that many rows, same answer
+    chunked = generate_json(capsys, pack, "--vram-budget", budget_for(pack, 12, 256), "--context", "256",
+                            "--prefill-chunk", "8")
+    rt = placed[-1].runtime
+    assert rt.prefill_chunk == 8 and chunked["token_ids"] == offloaded["token_ids"]
+    assert sum(r.kind == "prefill" for r in rt.records) >= 2
 
 
 def test_score_through_the_runtime_matches_no_offload(pack, placed, capsys, monkeypatch):
@@ -123,6 +129,10 @@ def test_load_errors_are_one_line(pack, capsys):
     assert "--no-offload" in line
     line = one_error_line(capsys, run_cli(base + ["--no-offload", "--resident-routing"]))
     assert "--resident-routing" in line and "--no-offload" in line
+    line = one_error_line(capsys, run_cli(base + ["--no-offload", "--prefill-chunk", "64"]))
+    assert "--prefill-chunk" in line and "--no-offload" in line
+    line = one_error_line(capsys, run_cli(base + ["--prefill-chunk", "0"]))
+    assert "--prefill-chunk must be at least 1" in line
     line = one_error_line(capsys, run_cli(base + ["--context", "1"]))
     assert "--context must be at least 2" in line
     for command in (["chat", pack], ["serve", pack, "--port", "0"]):

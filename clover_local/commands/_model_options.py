@@ -1,5 +1,6 @@
 """The loading options chat, generate and serve share: `--offload/--no-offload`, `--vram-budget`, `--context`
-(and `--resident-routing`, which score has no use for: it runs no previews).
+(and `--resident-routing` and `--prefill-chunk`, which score has no use for: it runs no previews and reads its
+text in chunks of its own).
 
 One definition of the flags and their help, and one function turning the parsed values into `loader.load`
 arguments, so the three commands cannot drift apart; likewise what bench, plan and tune share (`--prefill-chunk`,
@@ -61,6 +62,10 @@ PREFILL_CHUNK_HELP = (f"Prompt tokens per prefill pass (default {DEFAULT_PREFILL
                       "both.")
 
 
+def prefill_chunk_option(panel: Optional[str] = PANEL) -> Any:
+    return typer.Option(None, "--prefill-chunk", metavar="ROWS", rich_help_panel=panel, help=PREFILL_CHUNK_HELP)
+
+
 def prefill_chunk_rows(value: Optional[int]) -> int:
     """--prefill-chunk checked, or the runtime's default."""
     if value is None:
@@ -71,7 +76,7 @@ def prefill_chunk_rows(value: Optional[int]) -> int:
 
 
 def load_options(offload: bool, vram_budget: Optional[str], context: Optional[int],
-                 resident_routing: bool = False) -> dict[str, Any]:
+                 resident_routing: bool = False, prefill_chunk: Optional[int] = None) -> dict[str, Any]:
     """Keyword arguments for `clover_local.loader.load` from the flags, checked before anything loads: packs
     through the runtime ("auto") unless --no-offload."""
     from clover_local.loader import AUTO
@@ -85,9 +90,12 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
     if not offload and resident_routing:
         raise CloverError("--resident-routing is a choice of the offloading runtime; it has no effect with "
                           "--no-offload (drop one of them)")
+    if not offload and prefill_chunk is not None:
+        raise CloverError("--prefill-chunk sizes the offloading runtime's prompt passes; it has no effect with "
+                          "--no-offload (drop one of them)")
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
     return {"runtime": AUTO if offload else None, "vram_budget": budget, "context": context,
-            "resident_routing": resident_routing}
+            "resident_routing": resident_routing, "prefill_chunk": prefill_chunk_rows(prefill_chunk)}
 
 
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import PREFILL_CHUNK_HELP, prefill_chunk_rows
+from clover_local.commands._model_options import prefill_chunk_option, prefill_chunk_rows
 
 
 @app.command(short_help=(
@@ -24,7 +24,7 @@ def bench(
                                               "16GB (binary units). Default: free memory minus a margin."),
     prefix: int = typer.Option(4096, "--prefix", help="Tokens of context before the block."),
     passes: int = typer.Option(8, "--passes", help="Preview passes over the block (the first one loads its experts)."),
-    prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk", metavar="ROWS", help=PREFILL_CHUNK_HELP),
+    prefill_chunk: Optional[int] = prefill_chunk_option(None),
     cpu_experts: str = typer.Option("off", "--cpu-experts", help="off | auto | misses: run missed experts on the CPU."),
     prefetch: bool = typer.Option(True, "--prefetch/--no-prefetch", help="Prefetch the next layer's experts."),
     optimistic: bool = typer.Option(True, "--optimistic/--no-optimistic",

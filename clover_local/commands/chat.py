@@ -10,7 +10,8 @@ import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, load_options, offload_option,
-                                                  resident_routing_option, vram_budget_option)
+                                                  prefill_chunk_option, resident_routing_option,
+                                                  vram_budget_option)
 from clover_local.errors import CloverError
 
 
@@ -55,6 +56,7 @@ def chat(
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
     resident_routing: bool = resident_routing_option(),
+    prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
     """Chat in the terminal: answers stream as blocks commit, and the block being denoised is drawn live.
 
@@ -80,7 +82,7 @@ def chat(
         raise CloverError("--max-tokens must be at least 1")
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
-    options = load_options(offload, vram_budget, context, resident_routing)
+    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     loaded = load_with_status(model, device, dtype, interactive, **options)
     settings = ChatSettings(

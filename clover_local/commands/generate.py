@@ -10,7 +10,8 @@ import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, load_options, offload_option,
-                                                  resident_routing_option, vram_budget_option)
+                                                  prefill_chunk_option, resident_routing_option,
+                                                  vram_budget_option)
 from clover_local.errors import CloverError
 
 
@@ -42,6 +43,7 @@ def generate(
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
     resident_routing: bool = resident_routing_option(),
+    prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
     """Generate one answer by block diffusion: each block of masks is denoised in a few parallel passes.
 
@@ -63,7 +65,7 @@ def generate(
         _check_range("--threshold", threshold, 0.0, 1.0)
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
-    loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing))
+    loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
     tok = loaded.tokenizer
     if raw:
         text = prompt

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import PREFILL_CHUNK_HELP, prefill_chunk_rows
+from clover_local.commands._model_options import prefill_chunk_option, prefill_chunk_rows
 from clover_local.errors import CloverError
 
 
@@ -40,7 +40,7 @@ def plan(
     ram: Optional[str] = typer.Option(None, "--ram", help="Host RAM to plan for, e.g. 32GB. Default: what this "
                                       "machine has available."),
     context: int = typer.Option(32768, "--context", help="Tokens of context the KV cache is sized for."),
-    prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk", metavar="ROWS", help=PREFILL_CHUNK_HELP),
+    prefill_chunk: Optional[int] = prefill_chunk_option(None),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
 ) -> None:
     """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the

@@ -11,7 +11,8 @@ import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, load_options, offload_option,
-                                                  resident_routing_option, vram_budget_option)
+                                                  prefill_chunk_option, resident_routing_option,
+                                                  vram_budget_option)
 from clover_local.errors import CloverError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -43,6 +44,7 @@ def serve(
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
     resident_routing: bool = resident_routing_option(),
+    prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
     """Serve a model over an OpenAI-compatible API: /v1/chat/completions (streaming and not), /v1/models, /health.
 
@@ -70,7 +72,7 @@ def serve(
         raise CloverError("--max-tokens must be at least 1")
     if max_request_mb <= 0:
         raise CloverError("--max-request-mb must be above 0")
-    options = load_options(offload, vram_budget, context, resident_routing)
+    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)
     ctx = loaded.config.max_context  # --context already applied by the loader
