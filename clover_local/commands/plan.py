@@ -113,7 +113,9 @@ def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:
     if p.pcie_prefill_chunk:
         console.print(
             f"Prefill: a {p.prefill_chunk}-row chunk copies ≈{fmt_bytes(p.pcie_prefill_chunk)} "
-            f"({1e3 * p.pcie_prefill_chunk / pcie_bps:.1f} ms at 50 GB/s), prefetched while the layer before runs.")
+            f"({1e3 * p.pcie_prefill_chunk / pcie_bps:.1f} ms at 50 GB/s, "
+            f"≈{p.pcie_prefill_chunk / p.prefill_chunk / 1e6:.1f} MB a prompt token), prefetched while the layer "
+            "before runs; chat, generate and serve take the same --prefill-chunk.")
     for w in p.warnings:
         console.print(f"[yellow]note:[/yellow] {w}")
     if p.fits:
