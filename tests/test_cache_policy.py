@@ -130,19 +130,32 @@ def test_dense_rows_rule():
 
 @pytest.fixture(scope="module")
 def full_scale():
-    return simulate(SimConfig(blocks=4, passes=4)).to_dict()
+    return simulate(SimConfig(blocks=4, passes=4, prefix=8192)).to_dict()
 
 
 def test_prefill_copies_only_what_does_not_fit(full_scale):
-    """40 × 256 experts, 8,860 slots, uniform routing: every 512-row chunk needs all 10,240 experts, so at
-    least 1,380 copies a chunk; the sweep order reaches that bound, and the prefetch (the whole next layer in a
-    dense pass) makes them all copies no layer waits for. (Least-recently-used eviction: 1,736 a chunk, 10,360 of
-    the 12,152 waited for.) The first chunk too: the slots start warm."""
+    """40 × 256 experts, 8,860 slots, uniform routing: every prefill pass (4,096 rows, each layer over them in
+    512-row chunks) needs all 10,240 experts, so at least 1,380 copies a pass; the sweep order reaches that bound,
+    and the prefetch (the whole next layer in a dense pass) makes them all copies no layer waits for.
+    (Least-recently-used eviction, chunk after chunk: 1,736 a chunk, 10,360 of the 12,152 waited for.) The first
+    pass too: the slots start warm."""
     deficit = 40 * 256 - 8860
-    for phase in ("prefill_first_chunk", "prefill_later_chunks"):
+    for phase in ("prefill_first_pass", "prefill_later_passes"):
         ph = full_scale[phase]
-        assert ph["copies_per_pass"] == deficit, phase
+        assert ph["passes"] == 1 and ph["copies_per_pass"] == deficit, phase
         assert ph["demand"] == 0 and ph["wasted"] == 0, phase
+
+
+def test_a_prefill_pass_layer_by_layer_copies_once_where_chunks_copy_once_each():
+    """The same 4,096-token prompt chunk after chunk through every layer (span = chunk: 8 passes) copies the
+    1,380 experts that do not fit once a chunk; layer by layer over the whole span, once: 8× less PCIe."""
+    deficit = 40 * 256 - 8860
+    by_chunk = simulate(SimConfig(blocks=1, passes=1, span=512)).to_dict()
+    by_layer = simulate(SimConfig(blocks=1, passes=1)).to_dict()
+    assert by_chunk["prefill_first_pass"]["passes"] + by_chunk["prefill_later_passes"]["passes"] == 8
+    assert by_chunk["prefill_first_pass"]["copies"] + by_chunk["prefill_later_passes"]["copies"] == 8 * deficit
+    assert by_layer["prefill_first_pass"]["copies"] == deficit and by_layer["prefill_later_passes"]["passes"] == 0
+    assert by_layer["prefill_first_pass"]["demand"] == 0
 
 
 def test_block_first_pass_copies_near_the_random_bound(full_scale):
@@ -168,12 +181,12 @@ def test_a_block_with_fixed_routing_loads_its_set_once():
 
 
 def test_cache_sim_cli(capsys):
-    assert cache_sim.main(["--slots", "300", "--layers", "8", "--experts", "64", "--prefix", "1024", "--blocks",
-                           "2", "--passes", "3", "--json"]) == 0
+    assert cache_sim.main(["--slots", "300", "--layers", "8", "--experts", "64", "--prefix", "1024", "--span",
+                           "512", "--blocks", "2", "--passes", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["config"]["slots"] == 300 and out["prefill_later_chunks"]["passes"] == 1
-    assert out["prefill_later_chunks"]["pcie_bytes_per_pass"] == int(
-        out["prefill_later_chunks"]["copies_per_pass"] * cache_sim.REAL_SLAB)
+    assert out["config"]["slots"] == 300 and out["prefill_later_passes"]["passes"] == 1
+    assert out["prefill_later_passes"]["pcie_bytes_per_pass"] == int(
+        out["prefill_later_passes"]["copies_per_pass"] * cache_sim.REAL_SLAB)
     assert cache_sim.main(["--slots", "10", "--experts", "64"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "slots must be between" in err

@@ -89,12 +89,11 @@ def test_generate_through_the_runtime_matches_no_offload(pack, placed, capsys):
     rt = placed[-1].runtime
     assert rt.resident_routing and rt.restricted_passes > 0
     assert all(r.misses == 0 for r in rt.records if r.kind == "preview" and r.pass_in_block > 0)
-    # --prefill-chunk reaches the runtime: the prompt is read in passes of that many rows, same answer
+    # --prefill-chunk reaches the runtime: each layer takes the prompt that many rows at a time, same answer
     chunked = generate_json(capsys, pack, "--vram-budget", budget_for(pack, 12, 256), "--context", "256",
                             "--prefill-chunk", "8")
     rt = placed[-1].runtime
     assert rt.prefill_chunk == 8 and chunked["token_ids"] == offloaded["token_ids"]
-    assert sum(r.kind == "prefill" for r in rt.records) >= 2
 
 
 def test_score_through_the_runtime_matches_no_offload(pack, placed, capsys, monkeypatch):

@@ -317,7 +317,7 @@ def test_serve_worker_resumes_consecutive_requests(tiny):
 
 
 def test_a_long_prefill_reports_progress_and_counts_only_what_it_reads(offloaded, monkeypatch):
-    """A prompt longer than one prefill pass (the runtime's `prefill_chunk` rows) comes with PrefillProgress
+    """A prompt longer than one prefill pass (the runtime's `prefill_span` rows) comes with PrefillProgress
     events, before any preview pass; a resumed turn counts only the tokens it prefills; and the passes decode
     the tokens one pass over the whole prompt does."""
     settings = DecodeSettings(max_new_tokens=12, threshold=0.9, stop_token_ids=[])
@@ -327,7 +327,8 @@ def test_a_long_prefill_reports_progress_and_counts_only_what_it_reads(offloaded
     whole_events = list(whole)
     assert not any(isinstance(e, PrefillProgress) for e in whole_events)
 
-    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 8)
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_span", 8)  # a prefill pass: 8 rows, layer by layer
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 4)  # ... 4 at a time
     pc = PromptCache()
     events = list(dec.generate(first, settings, reuse=pc))
     progress = [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)]
@@ -348,7 +349,8 @@ def test_a_stop_during_a_long_prefill_runs_no_further_pass(offloaded, monkeypatc
     30K-token prompt was being read): no pass runs after the stop, and nothing half-read is kept for reuse."""
     from clover_local.chat.turn import decode_events
 
-    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 8)
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_span", 8)  # a prefill pass: 8 rows, layer by layer
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 4)  # ... 4 at a time
     dec = BlockDiffusionDecoder(offloaded.model, offloaded.mask_token_id)
     settings = DecodeSettings(max_new_tokens=12, threshold=0.9, stop_token_ids=[])
     prefills = lambda: offloaded.model.runtime_stats()["passes"].get("prefill", {}).get("count", 0)  # noqa: E731

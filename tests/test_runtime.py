@@ -100,7 +100,7 @@ def test_a_chunked_prefill_keeps_only_the_rows_asked_for(pack):
     """A prompt longer than `prefill_chunk` runs in passes of that many rows; what comes back is the rows asked
     for (as a slice, an index tensor in any order, a bool mask), as from all rows, and nothing else is held (the
     decoder asks for one row)."""
-    rt = runtime(pack, slots=TOTAL, prefill_chunk=8)
+    rt = runtime(pack, slots=TOTAL, prefill_chunk=8, prefill_span=8)
     ids = torch.tensor([prompt(rt, 21, seed=7)])
     mask = torch.zeros(21, dtype=torch.bool)
     mask[[2, 9, 20]] = True
@@ -115,6 +115,32 @@ def test_a_chunked_prefill_keeps_only_the_rows_asked_for(pack):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # (the LM head's sums vary with its rows)
         cache = rt.model.new_cache()
         assert rt.model(ids, cache, rows=slice(0, 0)).shape[1] == 0 and cache.length == 21
+
+
+def test_a_long_prefill_goes_layer_by_layer_and_copies_each_expert_once(pack, ref):
+    """A prefill pass longer than a chunk runs each layer over all its rows, chunk after chunk, before the next
+    layer (`prefill_span`): the same logits, cache and decode as chunk after chunk through every layer, and an
+    offloaded cache copies a layer's experts once for the span instead of once a chunk."""
+    ids = prompt(ref, 40, seed=8)  # 5 chunks of 8 rows
+    runs = {}
+    for span in (8, 64):  # chunk by chunk through all layers; all 40 rows layer by layer
+        rt = runtime(pack, slots=12, prefill_chunk=8, prefill_span=span, prefetch=False)
+        before = rt.model.runtime_stats()["copied"]
+        logits, cache = passes_logits(rt, ids, prompt(ref, 8, seed=9), previews=1)
+        runs[span] = (logits, cache, rt.model.runtime_stats()["copied"] - before,
+                      [r.kind for r in rt.model.runtime.records])
+    (by_chunk, c_chunk, copied_chunk, kinds_chunk), (by_layer, c_layer, copied_layer, kinds_layer) = runs[8], runs[64]
+    assert kinds_chunk.count("prefill") == 5 and kinds_layer.count("prefill") == 1
+    for a, b in zip(by_chunk, by_layer):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert c_chunk.length == c_layer.length == 40 + 8
+    for a, b in zip(c_chunk.tensors(), c_layer.tensors()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert copied_layer < copied_chunk / 2, (copied_layer, copied_chunk)
+    want, _ = passes_logits(ref, ids, prompt(ref, 8, seed=9), previews=1)
+    for a, b in zip(want, by_layer):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+    assert decode(runtime(pack, slots=12, prefill_chunk=8, prefill_span=64), ids) == decode(ref, ids)
 
 
 def test_offloaded_and_resident_decode_identical_tokens(pack, ref):

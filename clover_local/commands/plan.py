@@ -112,9 +112,10 @@ def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:
         "device cross once.")
     if p.pcie_prefill_chunk:
         console.print(
-            f"Prefill: a {p.prefill_chunk}-row chunk copies ≈{fmt_bytes(p.pcie_prefill_chunk)} "
+            f"Prefill: a pass takes up to {p.prefill_span} prompt tokens, each layer over all of them "
+            f"{p.prefill_chunk} rows at a time, and copies ≈{fmt_bytes(p.pcie_prefill_chunk)} "
             f"({1e3 * p.pcie_prefill_chunk / pcie_bps:.1f} ms at 50 GB/s, "
-            f"≈{p.pcie_prefill_chunk / p.prefill_chunk / 1e6:.1f} MB a prompt token), prefetched while the layer "
+            f"≈{p.pcie_prefill_chunk / p.prefill_span / 1e6:.2f} MB a prompt token), prefetched while the layer "
             "before runs; chat, generate and serve take the same --prefill-chunk.")
     for w in p.warnings:
         console.print(f"[yellow]note:[/yellow] {w}")

@@ -66,6 +66,14 @@ class AttentionCache:
         self.v[:, :, self.length : need] = v
         self.length = need
 
+    def chained(self) -> "AttentionCache":
+        """A cache over the same keys/values that a long pass's chunks append to one after another, before the
+        pass is settled (`CloverModel._layer_by_layer`); `adopt` takes it back."""
+        return AttentionCache(self.k, self.v, self.length)
+
+    def adopt(self, own: "AttentionCache") -> None:
+        self.k, self.v, self.length = own.k, own.v, own.length
+
     def truncate(self, length: int) -> None:
         """Forget every token from `length` on; the buffer keeps its capacity (and rows past `length` are
         simply overwritten by the next append)."""
@@ -91,6 +99,14 @@ class GDNCache:
         """What a causal pass leaves: here it takes effect at once; the runtime's caches hold it aside until the
         pass is settled (`PrefixCache.settle`), so a pass thrown away midway can run again from the same state."""
         self.update(ring, state)
+
+    def chained(self) -> "GDNCache":
+        """A cache that a long pass's chunks advance one after another, each reading the state the last one
+        left (`CloverModel._layer_by_layer`); `adopt` hands the last one's to this cache as the pass's."""
+        return GDNCache(self.ring, self.state)
+
+    def adopt(self, own: "GDNCache") -> None:
+        self.write(own.ring, own.state)
 
 
 def _clone(t: torch.Tensor | None) -> torch.Tensor | None:

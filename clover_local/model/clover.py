@@ -132,12 +132,19 @@ class CloverModel(nn.Module):
         start = cache.length if cache is not None else 0
         n = ids.shape[1]
 
+        # a prompt's pass longer than a prefill chunk goes layer by layer; never a block's commit (a graph replay
+        # at device-side positions), whatever --prefill-chunk says
+        chunk = self.runtime.prefill_chunk if self.runtime is not None and not preview and not commit_rows else 0
+        chunk = chunk if n > max(chunk, self.config.diffusion.block_size) else 0
+
         def run(x: torch.Tensor) -> torch.Tensor:
             # positions and rotary tables inside, from the cache's start: for the runtime's caches a device
             # tensor, so one CUDA graph of a preview or a commit (runtime/graphs.py) serves every block
             base = cache.preview_start() if cache is not None else start
             positions = torch.arange(n, device=x.device) + base
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
+            if chunk and cache is not None:
+                return self.norm(self._layer_by_layer(x, cos, sin, cache, base, chunk))
             for i, layer in enumerate(self.layers):
                 c = cache.layers[i] if cache is not None else None
                 if commit_rows:
@@ -193,11 +200,36 @@ class CloverModel(nn.Module):
         self._finish_pass()
         return logits
 
+    def _layer_by_layer(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: PrefixCache,
+                        base: int | torch.Tensor, chunk: int) -> torch.Tensor:
+        """A long causal pass (a prompt's span) one layer at a time, each over all the rows, `chunk` rows after
+        chunk: activations stay one chunk's, and the layer's experts — nearly all of them at 512 rows — are
+        loaded once for the span instead of once a chunk (chunk after chunk through every layer, an offloaded
+        cache copies every expert it cannot hold once a chunk). Each layer's chunks advance a cache of its own
+        (`chained`), handed back when the layer is done (`adopt`): the runtime's caches hold a pass's GDN
+        states aside until it is settled, where the next chunk must read them."""
+        n = x.shape[1]
+        bufs = (torch.empty_like(x), torch.empty_like(x))  # not x itself: a rerun of the pass reads it again
+        try:
+            for i, layer in enumerate(self.layers):
+                own, out = cache.layers[i].chained(), bufs[i % 2]
+                for s in range(0, n, chunk):
+                    self.runtime.hold_prefetch = s + chunk < n  # the next layer's copies after its last chunk
+                    out[:, s : s + chunk] = layer(x[:, s : s + chunk], cos[s : s + chunk], sin[s : s + chunk],
+                                                  own, False, base)
+                self.runtime.hold_prefetch = False
+                cache.layers[i].adopt(own)
+                x = out
+        finally:
+            self.runtime.hold_prefetch = False
+        return x
+
     @property
     def prefill_rows(self) -> int:
-        """Rows per causal pass of a long prompt (the runtime's `--prefill-chunk`), 0 for no limit: a pass's
-        activations grow with its rows, and the cache carries the state from one chunk to the next exactly."""
-        return self.runtime.prefill_chunk if self.runtime is not None else 0
+        """Rows per causal pass of a long prompt (the runtime's prefill span: its chunks go layer by layer), 0
+        for no limit: a pass's memory grows with its rows, and the cache carries the state from one pass to the
+        next exactly."""
+        return self.runtime.prefill_span if self.runtime is not None else 0
 
     def advance(self, ids: torch.Tensor, cache: PrefixCache) -> None:
         """A causal pass whose logits nobody reads (a prompt chunk before the last): the cache moves on, no LM

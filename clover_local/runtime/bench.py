@@ -373,6 +373,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             after = rt.stats()
             prefill = {
                 "chunks": -(-prefix // rt.prefill_chunk),
+                "span": rt.prefill_span,  # rows a pass takes layer by layer (CLOVER_PREFILL_SPAN)
+                "passes": -(-prefix // rt.prefill_span),
                 "tokens_per_s": round(prefix * 1e3 / prefill_ms, 1),
                 "warmup_ms": None if warmup_ms is None else round(warmup_ms, 3),
                 "warmup_tokens": warmup_tokens,

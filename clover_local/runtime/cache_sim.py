@@ -4,8 +4,10 @@ clover_local.runtime.cache_sim`.
 Why: a cache policy is judged by its copies at 40 layers × 256 experts and ≈ 8,900 slots, which no CPU test can
 load; the copies depend only on the routing and on the calls the runtime makes, not on the weights. This drives
 the real `ExpertCache` with slabs of a few hundred bytes and a routing trace (uniform, the bench's worst case,
-or Zipf-skewed per layer), making the calls `Runtime` makes: a prefill chunk is a syncing pass (per layer
-`acquire`, then `prefetch` of the next layer's last experts, `release`); a block's previews and its commit are
+or Zipf-skewed per layer), making the calls `Runtime` makes: a prefill pass is a syncing pass over up to `span`
+prompt rows, each layer over all of them `chunk` rows at a time (per chunk `acquire`, `release`; with the last
+one `prefetch` of the next layer's last experts: `CloverModel._layer_by_layer`; `--span` equal to `--chunk`: chunk
+after chunk through every layer, as before 2026-12-03); a block's previews and its commit are
 graph replays (`missing` → `repair` → `commit_uses`, the commit with `last_of_block`), as on a GPU once the
 graph exists (the very first preview is a syncing pass: no graph yet; `--no-cuda-graphs`: every first pass,
 and a later one that missed is rerun syncing; `--host-reads`: a replay reads what it lacks in place and stands,
@@ -51,6 +53,7 @@ class SimConfig:
     slots: int = 8860  # the 16 GiB plan's slot count on the H200 runs (BENCHMARKS.md)
     prefix: int = 4096
     chunk: int = 512
+    span: int = 4096  # prompt rows a prefill pass takes layer by layer (the runtime's prefill_span)
     block: int = 32
     blocks: int = 6
     passes: int = 11  # per block: ≈ 32 tokens at 3 per pass
@@ -168,18 +171,21 @@ def _book(phase: Phase, before: LayerCounters, after: LayerCounters) -> int:
     return copied + prefetched
 
 
-def _syncing_pass(ec: ExpertCache, counts: np.ndarray, history: dict[int, np.ndarray]) -> None:
-    """Runtime._run_group per layer: acquire, prefetch the next layer's last experts, release."""
-    n_layers = counts.shape[0]
+def _syncing_pass(ec: ExpertCache, counts: np.ndarray | list[np.ndarray], history: dict[int, np.ndarray]) -> None:
+    """Runtime._run_group per layer: acquire, prefetch the next layer's last experts, release. A list of counts:
+    a prefill pass's chunks, each layer over all of them before the next (the prefetch with its last chunk)."""
+    chunks = counts if isinstance(counts, list) else [counts]
+    n_layers = chunks[0].shape[0]
     for layer in range(n_layers):
-        experts = np.flatnonzero(counts[layer])
-        if experts.size > ec.n_slots:
-            raise ValueError("one layer call needs more experts than there are slots")
-        ec.acquire(layer, experts, counts[layer, experts])
-        if layer + 1 < n_layers:
-            ec.prefetch(layer + 1, history.get(layer + 1, np.zeros(0, dtype=np.int64)))
-        ec.release()
-        history[layer] = experts[np.argsort(-counts[layer, experts], kind="stable")]
+        for i, c in enumerate(chunks):
+            experts = np.flatnonzero(c[layer])
+            if experts.size > ec.n_slots:
+                raise ValueError("one layer call needs more experts than there are slots")
+            ec.acquire(layer, experts, c[layer, experts])
+            if i == len(chunks) - 1 and layer + 1 < n_layers:
+                ec.prefetch(layer + 1, history.get(layer + 1, np.zeros(0, dtype=np.int64)))
+            ec.release()
+            history[layer] = experts[np.argsort(-c[layer, experts], kind="stable")]
 
 
 def _optimistic_pass(ec: ExpertCache, counts: np.ndarray, commit: bool, repair: bool, host_reads: bool) -> None:
@@ -209,20 +215,21 @@ def simulate(cfg: SimConfig) -> SimResult:
     if cfg.host_reads:
         ec.set_read_through(cfg.read_through)
     history: dict[int, np.ndarray] = {}
-    for name in ("prefill_first_chunk", "prefill_later_chunks", "block_first_pass", "block_later_passes",
+    for name in ("prefill_first_pass", "prefill_later_passes", "block_first_pass", "block_later_passes",
                  "commit", "merged"):
         res.phases[name] = Phase()
-    for start in range(0, cfg.prefix, cfg.chunk):
-        rows = min(cfg.chunk, cfg.prefix - start)
-        counts = router.counts(router.rows(rows))
+    span = max(cfg.span, cfg.chunk)
+    for start in range(0, cfg.prefix, span):
+        rows = min(span, cfg.prefix - start)
+        chunks = [router.counts(router.rows(min(cfg.chunk, rows - s))) for s in range(0, rows, cfg.chunk)]
         before = ec.totals()
         ec.end_block()
         ec.begin_pass(dense_rows(rows, cfg.top_k, cfg.experts))
-        _syncing_pass(ec, counts, history)
+        _syncing_pass(ec, chunks, history)
         ec.end_pass()
         ec.end_block()
-        phase = res.phases["prefill_first_chunk" if start == 0 else "prefill_later_chunks"]
-        phase.distinct += int((counts > 0).sum())
+        phase = res.phases["prefill_first_pass" if start == 0 else "prefill_later_passes"]
+        phase.distinct += int((sum(chunks) > 0).sum())
         _book(phase, before, ec.totals())
     next_scores = None  # the next block's rows, routed by the merged pass that committed the last block
     compiled = False  # a merged pass ran (the runtime's first is an eager attempt: it compiles, no graph)
@@ -290,7 +297,7 @@ def simulate(cfg: SimConfig) -> SimResult:
 def main(argv: list[str] | None = None) -> int:
     d = SimConfig()
     ap = argparse.ArgumentParser(prog="python -m clover_local.runtime.cache_sim", description=__doc__.split("\n\n")[0])
-    for f in ("slots", "prefix", "chunk", "block", "blocks", "passes", "layers", "experts", "top_k", "seed"):
+    for f in ("slots", "prefix", "chunk", "span", "block", "blocks", "passes", "layers", "experts", "top_k", "seed"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(d, f))
     ap.add_argument("--drift", type=float, default=d.drift)
     ap.add_argument("--jitter", type=float, default=d.jitter,

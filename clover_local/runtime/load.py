@@ -13,7 +13,7 @@ Packs with act-order (non-sequential g_idx) are refused.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,8 @@ from clover_local.runtime.kernels import (dense_k_tile, fused_layer_ops, gdn_cau
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
 from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear, PackedMLP, merge_columns
-from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, Plan, make_plan
+from clover_local.runtime.placement import (DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, DEFAULT_PREFILL_SPAN, Plan,
+                                            make_plan, prefill_rows)
 from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes
 from clover_local.runtime.slab import SlabLayout
 
@@ -50,6 +51,9 @@ class RuntimeOptions:
     cpu_experts: str = "off"  # off | auto | misses: run missed experts on the CPU instead of copying
     cpu_max_rows: int = 2  # "auto": only experts with at most this many rows in the call
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
+    # prompt rows a prefill pass takes layer by layer, prefill_chunk rows at a time (a layer's experts cross PCIe
+    # once a span); CLOVER_PREFILL_SPAN=512 (one chunk) runs a prompt chunk by chunk through all layers instead
+    prefill_span: int = field(default_factory=lambda: _env_int("CLOVER_PREFILL_SPAN", DEFAULT_PREFILL_SPAN))
     embed_on_host: bool = True
     pin: bool = True  # pinned host slabs (CUDA only)
     time_layers: bool = True  # per-layer expert time (CUDA events on a GPU); not taken in optimistic passes
@@ -72,8 +76,20 @@ class RuntimeOptions:
             raise CloverError(f"--context must be at least 1, got {self.context}")
         if self.prefill_chunk < 1:
             raise CloverError(f"prefill_chunk must be at least 1, got {self.prefill_chunk}")
+        if self.prefill_span < 1:
+            raise CloverError(f"prefill_span (CLOVER_PREFILL_SPAN) must be at least 1, got {self.prefill_span}")
         if self.slots is not None and self.slots < 1:
             raise CloverError(f"slots must be at least 1, got {self.slots}")
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise CloverError(f"{name} must be a whole number of rows, got {value!r}") from None
 
 
 class _Shards:
@@ -135,7 +151,8 @@ def plan_for(pack: PackIndex, device: torch.device, dtype: torch.dtype, options:
     budget = options.vram_budget if options.vram_budget is not None else default_budget(device)
     ram = options.ram if options.ram is not None else host_available_bytes()
     return make_plan(pack, budget, ram, options.context, dtype, embed_on_host=options.embed_on_host,
-                     prefill_chunk=options.prefill_chunk, slots=options.slots, vram_flag="--vram-budget")
+                     prefill_chunk=options.prefill_chunk, prefill_span=options.prefill_span, slots=options.slots,
+                     vram_flag="--vram-budget")
 
 
 def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dtype,
@@ -169,7 +186,9 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     cache = ExpertCache(layout, plan.slots, pack.expert_layers, n_exp, device, host, options.cpu_experts,
                         options.cpu_max_rows)
     runtime = Runtime(cfg, cache, plan, device, dtype, context=options.context, prefetch=options.prefetch,
-                      prefill_chunk=options.prefill_chunk, time_layers=options.time_layers,
+                      prefill_chunk=options.prefill_chunk,
+                      prefill_span=prefill_rows(options.prefill_chunk, options.prefill_span, options.context),
+                      time_layers=options.time_layers,
                       optimistic=options.optimistic, cuda_graphs=options.cuda_graphs,
                       resident_routing=options.resident_routing)
 

@@ -85,6 +85,10 @@ class ArenaAttentionCache(AttentionCache):
     def writes_in_place(self, rows: int) -> bool:
         return rows <= self.in_place_rows
 
+    def adopt(self, own: AttentionCache) -> None:
+        """Nothing to take back: the chunks wrote into the arena, and `settle` moves the length (a rerun of the
+        pass starts from the same one)."""
+
     def write_block(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Write a commit's keys/values [1,Hkv,T,D] at rows length_t … length_t+T−1 (device-side positions:
         writing them again, as a rerun of the pass does, writes the same rows) and return what the block attends
@@ -241,13 +245,19 @@ class Runtime:
     defer_booking = True
 
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
-                 context: int, prefetch: bool = True, prefill_chunk: int = 512, time_layers: bool = True,
+                 context: int, prefetch: bool = True, prefill_chunk: int = 512, prefill_span: int = 512,
+                 time_layers: bool = True,
                  optimistic: bool = True, cuda_graphs: bool = True, resident_routing: bool = False) -> None:
         self.config, self.cache, self.plan = config, cache, plan
         self.device, self.dtype = device, dtype
         self.context = context
         self.prefetch = prefetch
         self.prefill_chunk = prefill_chunk
+        self.prefill_span = max(prefill_span, prefill_chunk)  # rows of a prefill pass, each layer chunk by chunk
+        # set by the model while a layer takes a prefill pass's rows chunk by chunk, but for the last chunk: the
+        # next layer's prefetch waits for it (its copies would evict this layer's experts, which the sweep order
+        # ranks last, while the layer's next chunks still need them)
+        self.hold_prefetch = False
         self.time_layers = time_layers
         self.optimistic = optimistic
         self.block_size = config.diffusion.block_size
@@ -709,7 +719,7 @@ class Runtime:
         cache = self.cache
         acq = cache.acquire(layer, experts, counts)
         try:
-            if whole and self.prefetch:
+            if whole and self.prefetch and not self.hold_prefetch:
                 self._prefetch_after(layer)
             cache.wait(acq)
             table = np.full(cache.n_experts, -1, dtype=np.int64)

@@ -31,6 +31,9 @@ HOST_RUNTIME_BYTES = 1 * GIB  # Python, torch, CUDA runtime on the host
 WORKSPACE_SLACK = 256 * MIB  # allocator fragmentation and small temporaries
 DEFAULT_CONTEXT = 32768
 DEFAULT_PREFILL_CHUNK = 512
+# a long prompt's causal pass runs each layer over up to this many rows (in prefill chunks) before the next
+# layer (`CloverModel.hidden`): a layer's experts cross PCIe once a span, not once a chunk
+DEFAULT_PREFILL_SPAN = 4096
 ASSUMED_TOKENS_PER_PASS = 3.0
 
 
@@ -54,6 +57,12 @@ def workspace_bytes(cfg, rows: int, lm_rows: int, dtype: torch.dtype) -> int:
     per_row = a * (10 * h + 6 * conv + 4 * val + 2 * q + k * (2 * h + 3 * inter)) + 4 * (
         4 * conv + 2 * cfg.linear_num_value_heads * cfg.linear_key_head_dim + 2 * h + 3 * e)
     return rows * per_row + lm_rows * cfg.vocab_size * (a + 4)
+
+
+def prefill_rows(chunk: int, span: int, context: int) -> int:
+    """Prompt rows one prefill pass takes (each layer over all of them, `chunk` rows at a time): `span`, never
+    fewer than a chunk nor more than the context."""
+    return max(chunk, min(span, context))
 
 
 @dataclass
@@ -87,7 +96,8 @@ class Plan:
     pcie_first_pass: float = 0.0
     pcie_later_pass: float = 0.0
     prefill_chunk: int = 0
-    pcie_prefill_chunk: float = 0.0  # what a prefill chunk's sweep copies: the experts it needs beyond the slots
+    prefill_span: int = 0  # prompt rows a prefill pass takes layer by layer (in prefill_chunk pieces)
+    pcie_prefill_chunk: float = 0.0  # what a prefill pass's sweep copies: the experts it needs beyond the slots
     fits: bool = True
     refusal: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -130,6 +140,7 @@ def make_plan(
     *,
     embed_on_host: bool = True,
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    prefill_span: int = DEFAULT_PREFILL_SPAN,
     slots: int | None = None,
     vram_flag: str = "--vram",
     ram_flag: str = "--ram",
@@ -185,11 +196,17 @@ def make_plan(
     plan.lines.append(PlanLine("prompt snapshot", "device", snapshot,
                                "GDN states + one logits row kept to resume the next turn's prompt"))
     rows = cfg.diffusion.block_size
-    act = max(workspace_bytes(cfg, min(prefill_chunk, context), 1, dtype), workspace_bytes(cfg, rows, rows, dtype))
+    chunk = min(prefill_chunk, context)
+    span = prefill_rows(chunk, prefill_span, context)
+    # a span's hidden states three times (its embeddings, a layer's input and output), beside one chunk's
+    # activations
+    act = max(workspace_bytes(cfg, chunk, 1, dtype) + (3 * span * cfg.hidden_size * a if span > chunk else 0),
+              workspace_bytes(cfg, rows, rows, dtype))
     # allocator fragmentation and small temporaries: a tenth of what the pass touches, at most WORKSPACE_SLACK
     plan.workspace = act + min(WORKSPACE_SLACK, (weights + act) // 10)
     plan.lines.append(PlanLine("workspace", "device", plan.workspace,
-                               f"activations of a {min(prefill_chunk, context)}-row prefill chunk or a preview"))
+                               f"activations of a {chunk}-row prefill chunk (layer by layer over {span} rows) "
+                               "or a preview"))
     plan.device_fixed = weights + kv + 2 * gdn + snapshot
 
     layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits,
@@ -231,11 +248,12 @@ def make_plan(
         # uniform routing, ASSUMED_TOKENS_PER_PASS rows a pass (cache_sim, 35B, 16 GiB: within 7 %, BENCHMARKS.md)
         revealed = ASSUMED_TOKENS_PER_PASS * k * n_layers * (1 - plan.resident_fraction)
         plan.pcie_later_pass = (max(0.0, plan.block_set - plan.slots) + revealed) * plan.slab_bytes
-        # a chunk needs ≈ every expert; the cache's sweep-order eviction copies only those beyond the slots
-        # (runtime/cache_sim.py reaches this bound at 35B)
-        plan.prefill_chunk = min(prefill_chunk, context)
-        chunk_set = expected_distinct(e, k, plan.prefill_chunk) * n_layers
-        plan.pcie_prefill_chunk = max(0.0, chunk_set - plan.slots) * plan.slab_bytes
+        # a prefill pass needs ≈ every expert; the cache's sweep-order eviction copies only those beyond the
+        # slots (runtime/cache_sim.py reaches this bound at 35B), once a pass: each layer takes the pass's rows
+        # chunk after chunk with its experts resident
+        plan.prefill_chunk, plan.prefill_span = chunk, span
+        pass_set = expected_distinct(e, k, span) * n_layers
+        plan.pcie_prefill_chunk = max(0.0, pass_set - plan.slots) * plan.slab_bytes
         if plan.slots < plan.block_set:
             plan.warnings.append(
                 f"the {plan.slots} slots cannot hold a block's ≈{plan.block_set:.0f} experts: every pass will "
