@@ -11,6 +11,8 @@
 #   bench_prefix32k.json         ... uniform with a 32,256-token prefix (`--passes 4`): a long prompt's prefill
 #                                (63 chunks over a growing window: the GDN chunk kernels, attention over up to
 #                                32K keys without a mask) and peak memory at nearly the full default context
+#   bench_prefix32k_chunks.json  ... the same with CLOVER_PREFILL_SPAN=512 (the prompt chunk after chunk through
+#                                every layer: the before of the layer-by-layer prefill's after)
 #   bench_uniform_reveal.json    ... with `--routing uniform-reveal` (revealed rows rerouted: later passes miss;
 #                                their misses read in place from host memory where the load-time check passes)
 #   bench_uniform_reveal_repair.json  ... and `--no-host-reads` (misses repaired: copied, the graph replayed again)
@@ -36,8 +38,8 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
-# (STAGES from: kernels model decode routings bench uniform longprompt reveal repair resident unfused unpacked
-# unfolded eager sweep moesweep tune tuned,
+# (STAGES from: kernels model decode routings bench uniform longprompt longchunks reveal repair resident unfused
+# unpacked unfolded eager sweep moesweep tune tuned,
 # in the order given;
 # default kernels,routings,decode,model,longprompt,tune,tuned)
 set -u
@@ -84,6 +86,8 @@ for s in ${STAGES//,/ }; do
     uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
     longprompt) stage longprompt 150 bash -c "${B/--prefix 4096 --passes 8/--prefix 32256 --passes 4} --routing uniform \
       >'$OUT/bench_prefix32k.json' 2>>'$log'" ;;
+    longchunks) stage longchunks 150 bash -c "CLOVER_PREFILL_SPAN=512 ${B/--prefix 4096 --passes 8/--prefix 32256 \
+--passes 4} --routing uniform >'$OUT/bench_prefix32k_chunks.json' 2>>'$log'" ;;
     reveal) stage reveal 150 bash -c "$B --routing uniform-reveal >'$OUT/bench_uniform_reveal.json' 2>>'$log'" ;;
     repair) stage repair 150 bash -c "$B --routing uniform-reveal --no-host-reads \
       >'$OUT/bench_uniform_reveal_repair.json' 2>>'$log'" ;;
@@ -106,8 +110,8 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model decode routings bench uniform longprompt reveal repair resident unfused \
-unpacked unfolded eager sweep moesweep tune tuned)" | tee -a "$log" ;;
+    *) echo "== unknown stage $s (known: kernels model decode routings bench uniform longprompt longchunks reveal repair resident \
+unfused unpacked unfolded eager sweep moesweep tune tuned)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1
