@@ -134,8 +134,8 @@ class CloverModel(nn.Module):
 
         # a prompt's pass longer than a prefill chunk goes layer by layer; never a block's commit (a graph replay
         # at device-side positions), whatever --prefill-chunk says
-        chunk = self.runtime.prefill_chunk if self.runtime is not None and not preview and not commit_rows else 0
-        chunk = chunk if n > max(chunk, self.config.diffusion.block_size) else 0
+        chunk = self.runtime.prefill_chunk if self.runtime is not None and cache is not None and not preview else 0
+        chunk = chunk if not commit_rows and n > max(chunk, self.config.diffusion.block_size) else 0
 
         def run(x: torch.Tensor) -> torch.Tensor:
             # positions and rotary tables inside, from the cache's start: for the runtime's caches a device
@@ -143,7 +143,7 @@ class CloverModel(nn.Module):
             base = cache.preview_start() if cache is not None else start
             positions = torch.arange(n, device=x.device) + base
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
-            if chunk and cache is not None:
+            if chunk:
                 return self.norm(self._layer_by_layer(x, cos, sin, cache, base, chunk))
             for i, layer in enumerate(self.layers):
                 c = cache.layers[i] if cache is not None else None
@@ -217,7 +217,6 @@ class CloverModel(nn.Module):
                     self.runtime.hold_prefetch = s + chunk < n  # the next layer's copies after its last chunk
                     out[:, s : s + chunk] = layer(x[:, s : s + chunk], cos[s : s + chunk], sin[s : s + chunk],
                                                   own, False, base)
-                self.runtime.hold_prefetch = False
                 cache.layers[i].adopt(own)
                 x = out
         finally:
