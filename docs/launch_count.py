@@ -23,10 +23,9 @@ os.environ["TRITON_INTERPRET"] = "1"  # before triton defines the kernels
 os.environ["CLOVER_FORCE_TRITON"] = "1"
 
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
-import clover_local.model.attention as attention  # noqa: E402
 from clover_local.runtime.load import RuntimeOptions, load_packed_model  # noqa: E402
 from clover_local.runtime.synthetic_pack import ensure_synthetic  # noqa: E402
 
@@ -82,13 +81,6 @@ def main() -> None:
             counter.inside_triton -= 1
 
     InterpretedFunction.run = counted_run
-    causal_bias = attention.causal_lower_right  # a Tensor subclass: torch cannot make one under a dispatch mode
-
-    def causal_bias_outside(*a):
-        with _disable_current_modes():
-            return causal_bias(*a)
-
-    attention.causal_lower_right = causal_bias_outside
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     context = 1152 if args.kind == "prefill" else 640  # room for two prefill chunks
     model = load_packed_model(ensure_synthetic("small"), torch.device("cpu"), dtype, RuntimeOptions(context=context))

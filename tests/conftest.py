@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+
+# Triton decides between compiling and interpreting when it is imported and when a kernel is defined, so without
+# a GPU the kernel tests need TRITON_INTERPRET=1 before anything imports triton — and importing some of torch does
+# (torch.nn.attention.bias, via torch._dynamo). Here, before any test module is collected; test_kernels.py sets it
+# too, for runs of that file alone.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from clover_local.checkpoint.synthetic import TinySpec, write_checkpoint
 

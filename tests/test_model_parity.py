@@ -112,3 +112,15 @@ def test_score_matches_transformers(make_checkpoint, capsys):
     assert len(out["logprobs"]) == len(ids) - 1
     assert torch.allclose(torch.tensor(out["logprobs"]), expected, atol=1e-4)
     assert out["ppl"] == pytest.approx(torch.exp(-expected.mean()).item(), rel=1e-4)
+
+
+def test_causal_mask_is_torchs_lower_right_causal_bias():
+    """`attention.causal_mask`: a causal pass's t rows after a cached prefix each see the keys up to their own;
+    on CPU a bool mask, on CUDA torch's lower-right causal bias (no [t, s] mask: flash attention): the same."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from clover_local.model.attention import causal_mask
+
+    for t, s in ((5, 12), (7, 7), (2, 3)):
+        want = causal_lower_right(t, s)._materialize(torch.device("cpu"))
+        assert torch.equal(causal_mask(t, s, torch.device("cpu")), want)

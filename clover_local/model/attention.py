@@ -12,12 +12,24 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.bias import CausalBias, causal_lower_right
 
 from clover_local.config import CloverConfig
 from clover_local.model.cache import AttentionCache
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.model.rope import apply_rotary
+
+
+def causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
+    """Rows that are the last t of s keys, each seeing the keys up to its own (a causal pass after a cached
+    prefix). On CUDA torch's lower-right causal bias, so no [t, s] mask exists and SDPA keeps its flash kernel
+    (with a mask and grouped heads it may take its math path instead: heads × t × s fp32 scores, 1 GiB for a
+    512-row chunk at 32K); imported here because it imports torch._dynamo (≈ 2 s; the runtime does it while
+    loading on CUDA). Elsewhere the bool mask [t, s] (True = may attend)."""
+    if device.type == "cuda":
+        from torch.nn.attention.bias import causal_lower_right
+
+        return causal_lower_right(t, s)
+    return torch.arange(s, device=device)[None, :] <= torch.arange(s - t, s, device=device)[:, None]
 
 
 class Attention(nn.Module):
@@ -57,14 +69,14 @@ class Attention(nn.Module):
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor,
-        mask: torch.Tensor | CausalBias | None,
+        mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Softmax attention of q over k/v (bool mask: True = may attend; or a causal bias), then the output
-        gate and o_proj."""
+        """Softmax attention of q over k/v (bool mask: True = may attend; or `causal_mask`'s bias), then the
+        output gate and o_proj."""
         return self.finish(self.softmax_attention(q, k, v, mask), gate)
 
     def softmax_attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | CausalBias | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=self.n_heads != self.n_kv
@@ -140,10 +152,7 @@ class Attention(nn.Module):
         else:  # appended first, then read back: no concatenated copy of the window
             cache.append(k, v)
             k_all, v_all = cache.keys_values()
-        # each row up to itself, aligned at the last key: no [T, S] mask, so on CUDA a prompt chunk over a long
-        # window stays on flash attention (with a mask and grouped heads SDPA may take its math path, which holds
-        # heads × T × S fp32 scores: 1 GiB for a 512-row chunk at 32K)
-        mask = causal_lower_right(t, k_all.shape[2]) if t > 1 else None
+        mask = causal_mask(t, k_all.shape[2], x.device) if t > 1 else None
         return self.attend(q, k_all, v_all, gate, mask)
 
     def forward_merged(

@@ -12,6 +12,7 @@ Packs with act-order (non-sequential g_idx) are refused.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,8 @@ def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dty
     """The model of a pack with the offloading runtime attached (`model.runtime`, `model.runtime_stats()`)."""
     options = options or RuntimeOptions()
     options.validate()
+    if device.type == "cuda":  # the prefill's causal bias imports torch._dynamo (≈ 2 s): now, not in the first
+        importlib.import_module("torch.nn.attention.bias")  # prompt (`attention.causal_mask`)
     pack = read_pack_index(folder)
     plan = plan_for(pack, device, dtype, options).check()
     try:
