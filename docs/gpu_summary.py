@@ -120,7 +120,9 @@ def bench_lines(b: dict) -> list[str]:
     if isinstance(pf, dict):
         cache = pf.get("cache") or {}
         top = sorted(pf.get("components") or [], key=lambda c: -c.get("ms", 0))[:4]
-        out.append(f"  prefill: {_fmt(b.get('prefill_ms'))} ms, {_fmt(pf.get('tokens_per_s'))} tok/s, warm-up "
+        out.append(f"  prefill: {_fmt(b.get('prefill_ms'))} ms, {_fmt(pf.get('tokens_per_s'))} tok/s "
+                   f"({_fmt(pf.get('passes'))} passes of up to {_fmt(pf.get('span'))} rows, {_fmt(pf.get('chunks'))} "
+                   f"chunks), warm-up "
                    f"{_fmt(pf.get('warmup_ms'))} ms; copies waited {cache.get('copied')}, prefetched "
                    f"{cache.get('prefetched')}; " + ", ".join(f"{c.get('component')} {_fmt(c.get('ms'))} ms"
                                                             for c in top))
