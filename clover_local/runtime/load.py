@@ -36,8 +36,7 @@ from clover_local.runtime.kernels import (dense_k_tile, fused_layer_ops, gdn_cau
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
 from clover_local.runtime.packed_linear import HostEmbedding, PackedLinear, PackedMLP, merge_columns
-from clover_local.runtime.placement import (DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, DEFAULT_PREFILL_SPAN, Plan,
-                                            make_plan, prefill_rows)
+from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, DEFAULT_PREFILL_SPAN, Plan, make_plan
 from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes
 from clover_local.runtime.slab import SlabLayout
 
@@ -189,8 +188,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     cache = ExpertCache(layout, plan.slots, pack.expert_layers, n_exp, device, host, options.cpu_experts,
                         options.cpu_max_rows)
     runtime = Runtime(cfg, cache, plan, device, dtype, context=options.context, prefetch=options.prefetch,
-                      prefill_chunk=options.prefill_chunk,
-                      prefill_span=prefill_rows(options.prefill_chunk, options.prefill_span, options.context),
+                      prefill_chunk=options.prefill_chunk, prefill_span=options.prefill_span,
                       time_layers=options.time_layers,
                       optimistic=options.optimistic, cuda_graphs=options.cuda_graphs,
                       resident_routing=options.resident_routing)

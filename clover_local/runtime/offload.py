@@ -44,6 +44,7 @@ from clover_local.runtime.expert_cache import ExpertCache, LayerCounters, dense_
 from clover_local.runtime.kernels import moe_w4a16
 from clover_local.runtime.graphs import PassGraphs
 from clover_local.runtime.optimistic import OptimisticPass, RoutingHistory
+from clover_local.runtime.placement import prefill_rows
 from clover_local.runtime.sizes import fmt_bytes
 
 _OOM = torch_out_of_memory()
@@ -253,7 +254,8 @@ class Runtime:
         self.context = context
         self.prefetch = prefetch
         self.prefill_chunk = prefill_chunk
-        self.prefill_span = max(prefill_span, prefill_chunk)  # rows of a prefill pass, each layer chunk by chunk
+        # rows of a prefill pass, each layer chunk by chunk (as the plan sized it)
+        self.prefill_span = prefill_rows(prefill_chunk, prefill_span, context)
         # set by the model while a layer takes a prefill pass's rows chunk by chunk, but for the last chunk: the
         # next layer's prefetch waits for it (its copies would evict this layer's experts, which the sweep order
         # ranks last, while the layer's next chunks still need them)
