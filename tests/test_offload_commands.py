@@ -64,12 +64,13 @@ def test_load_auto_picks_the_runtime_for_packs_only(pack, make_checkpoint):
     assert plain.model.runtime is None and plain.config.max_context == 100
 
 
-def budget_for(pack, slots: int, context: int) -> str:
-    """A --vram-budget that leaves room for `slots` expert slots (fewer than the pack's experts: offloading)."""
+def budget_for(pack, slots: int, context: int, **rows: int) -> str:
+    """A --vram-budget that leaves room for `slots` expert slots (fewer than the pack's experts: offloading);
+    `rows`: the plan's prefill_chunk / prefill_span when not the defaults."""
     from clover_local.runtime.pack_index import read_pack_index
     from clover_local.runtime.placement import make_plan
 
-    plan = make_plan(read_pack_index(pack), 1 << 30, 8 << 30, context, torch.float32)
+    plan = make_plan(read_pack_index(pack), 1 << 30, 8 << 30, context, torch.float32, **rows)
     return f"{plan.device_fixed + plan.workspace + slots * plan.slab_bytes + 1024}B"
 
 
@@ -97,23 +98,30 @@ def test_generate_through_the_runtime_matches_no_offload(pack, placed, capsys):
 
 
 def test_score_through_the_runtime_matches_no_offload(pack, placed, capsys, monkeypatch):
-    """`score` of a pack runs through the runtime too, in causal chunks and LM-head slices smaller than the
-    text, and gives the dequantizing path's log-probabilities."""
+    """`score` of a pack runs through the runtime too, in its prefill passes (each layer over a pass's rows a
+    chunk at a time) and LM-head slices smaller than the text, and gives the dequantizing path's
+    log-probabilities (which reads the text in CHUNK-row passes)."""
     import clover_local.commands.score as score_cmd
 
     monkeypatch.setattr(score_cmd, "CHUNK", 16)
     monkeypatch.setattr(score_cmd, "HEAD_ROWS", 6)
+    monkeypatch.setenv("CLOVER_PREFILL_SPAN", "24")
     text = "add 12+30 and then reverse a b c d e, sort 5 12 3, count items cat dog fig owl bee ant"
     base = ["score", pack, "--text", text, "--json", *GEN]
-    assert run_cli(base + ["--vram-budget", budget_for(pack, 12, 128), "--context", "128"]) == 0
+    budget = budget_for(pack, 12, 128, prefill_chunk=8, prefill_span=24)
+    assert run_cli(base + ["--vram-budget", budget, "--context", "128", "--prefill-chunk", "8"]) == 0
     offloaded = json.loads(capsys.readouterr().out)
     assert len(placed) == 1 and placed[0].runtime_stats()["misses"] > 0
+    rt = placed[0].runtime
+    n = len(offloaded["token_ids"])
+    assert (rt.prefill_chunk, rt.prefill_span) == (8, 24) and n - 1 > 2 * rt.prefill_span
+    # the text in 24-row passes (the last one shorter), not in 8-row chunk passes
+    assert [r.rows for r in rt.records if r.kind == "prefill"] == [min(24, n - 1 - s) for s in range(0, n - 1, 24)]
     assert run_cli(base + ["--no-offload"]) == 0
     dequantized = json.loads(capsys.readouterr().out)
     assert len(placed) == 1
-    assert offloaded["token_ids"] == dequantized["token_ids"] and len(offloaded["logprobs"]) > 2 * score_cmd.CHUNK
+    assert offloaded["token_ids"] == dequantized["token_ids"] and len(offloaded["logprobs"]) == n - 1
     assert torch.allclose(torch.tensor(offloaded["logprobs"]), torch.tensor(dequantized["logprobs"]), atol=1e-4)
-    n = len(offloaded["token_ids"])
     line = one_error_line(capsys, run_cli(base + ["--context", str(n - 1)]))
     assert f"the text has {n} tokens" in line and "--context" in line
 

@@ -86,7 +86,7 @@ def test_plan_refusals(pack, tmp_path, capsys):
     assert "missing model.layers.2.mlp.experts.5.down_proj.scales" in line
 
 
-def test_plan_synthetic_real_shapes(capsys):
+def test_plan_synthetic_real_shapes(capsys, monkeypatch):
     """The real Clover shapes, from the synthetic pack's description (nothing written)."""
     from clover_local.runtime.synthetic_pack import synthetic_index
 
@@ -119,6 +119,15 @@ def test_plan_synthetic_real_shapes(capsys):
     assert long["pcie_prefill_chunk"] / 2048 < short["pcie_prefill_chunk"] / 512
     assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--prefill-chunk", "0"]) == 2
     assert one_line_error(capsys) == "error: --prefill-chunk must be at least 1, got 0"
+    # CLOVER_PREFILL_SPAN (what the runtime runs) is what plan prices: one chunk a pass holds less workspace
+    monkeypatch.setenv("CLOVER_PREFILL_SPAN", "512")
+    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--ram", "32GB", "--json"]) == 0
+    one_chunk = json.loads(capsys.readouterr().out)
+    assert one_chunk["prefill_span"] == 512 and short["prefill_span"] == 4096
+    assert one_chunk["workspace"] < short["workspace"] and one_chunk["slots"] > short["slots"]
+    monkeypatch.setenv("CLOVER_PREFILL_SPAN", "lots")
+    assert run_cli(["plan", "synthetic:full", "--vram", "16GB"]) == 2
+    assert "CLOVER_PREFILL_SPAN must be a whole number" in one_line_error(capsys)
 
 
 def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):

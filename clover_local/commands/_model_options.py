@@ -1,6 +1,5 @@
-"""The loading options chat, generate and serve share: `--offload/--no-offload`, `--vram-budget`, `--context`
-(and `--resident-routing` and `--prefill-chunk`, which score has no use for: it runs no previews and reads its
-text in chunks of its own).
+"""The loading options chat, generate, serve and score share: `--offload/--no-offload`, `--vram-budget`,
+`--context`, `--prefill-chunk` (and `--resident-routing`, which score has no use for: it runs no previews).
 
 One definition of the flags and their help, and one function turning the parsed values into `loader.load`
 arguments, so the three commands cannot drift apart; likewise what bench, plan and tune share (`--prefill-chunk`,

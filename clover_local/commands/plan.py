@@ -59,6 +59,7 @@ def plan(
     """
     import torch
 
+    from clover_local.runtime.load import env_prefill_span
     from clover_local.runtime.placement import PCIE_BPS, TARGET_BPS, make_plan
     from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes, parse_size
 
@@ -70,7 +71,8 @@ def plan(
     else:
         raise CloverError("no GPU here: give --vram, the memory of the card to plan for (e.g. --vram 16GB)")
     ram_bytes = parse_size(ram, "--ram") if ram is not None else host_available_bytes()
-    p = make_plan(pack, vram_bytes, ram_bytes, context, prefill_chunk=prefill_chunk_rows(prefill_chunk))
+    p = make_plan(pack, vram_bytes, ram_bytes, context, prefill_chunk=prefill_chunk_rows(prefill_chunk),
+                  prefill_span=env_prefill_span())
     if as_json:
         print(json.dumps({"model": model, **p.to_dict()}, indent=2))
     else:

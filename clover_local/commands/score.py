@@ -1,8 +1,10 @@
 """`clover-local score`: causal-path log-probabilities of a text (the parity check against other engines).
 
 A pack scores through the offloading runtime like `generate` (4-bit weights, experts cached on the device), so
-scoring a 35B pack needs no more memory than chatting with it. The LM head runs on a few rows at a time: at
-Clover's 248K vocabulary, 512 rows of fp32 logits alone would be 0.5 GB.
+scoring a 35B pack needs no more memory than chatting with it, and reads the text in the runtime's prefill passes
+(up to 4,096 rows, each layer over all of them a chunk at a time: a layer's experts cross PCIe once a pass, not
+once a 512-row chunk). The LM head runs on a few rows at a time: at Clover's 248K vocabulary, 512 rows of fp32
+logits alone would be 0.5 GB.
 """
 
 from __future__ import annotations
@@ -16,18 +18,20 @@ import torch
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import context_option, load_options, offload_option, vram_budget_option
+from clover_local.commands._model_options import (context_option, load_options, offload_option,
+                                                  prefill_chunk_option, vram_budget_option)
 from clover_local.errors import CloverError
 
-CHUNK = 512  # rows per causal pass: bounds activation memory on long texts
+CHUNK = 512  # rows per causal pass without the runtime: bounds activation memory on long texts
 HEAD_ROWS = 64  # rows per LM-head call: bounds the logits (rows x vocab x 4 bytes)
 
 
 def score_ids(model, ids: list[int]) -> list[float]:
-    """logprobs[i] = log p(ids[i+1] | ids[..i]), computed in chunks through the prefix cache."""
+    """logprobs[i] = log p(ids[i+1] | ids[..i]), computed in causal passes through the prefix cache: the
+    runtime's prefill span (`CloverModel.prefill_rows`), else CHUNK rows."""
     cache = model.new_cache()
     device = model.embed_tokens.weight.device
-    chunk_rows = min(CHUNK, model.runtime.prefill_chunk) if model.runtime is not None else CHUNK
+    chunk_rows = model.prefill_rows or CHUNK
     out: list[float] = []
     with torch.inference_mode():
         for start in range(0, len(ids) - 1, chunk_rows):
@@ -52,6 +56,7 @@ def score(
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
+    prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
     """Score a text with the causal pass: per-token log-probabilities and perplexity.
 
@@ -72,7 +77,7 @@ def score(
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise CloverError(f"cannot read {file}: {exc}") from None
-    options = load_options(offload, vram_budget, context)
+    options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk)
     loaded = load(model, device, dtype, **options)
     ids = loaded.tokenizer.encode(text or "")
     if len(ids) < 2:
