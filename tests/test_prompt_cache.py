@@ -327,8 +327,9 @@ def test_a_long_prefill_reports_progress_and_counts_only_what_it_reads(offloaded
     whole_events = list(whole)
     assert not any(isinstance(e, PrefillProgress) for e in whole_events)
 
-    monkeypatch.setattr(offloaded.model.runtime, "prefill_span", 8)  # a prefill pass: 8 rows, layer by layer
-    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 4)  # ... 4 at a time
+    assert offloaded.config.diffusion.block_size >= 8
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_span", 8)  # a prefill pass: 8 rows (whole: not over a
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 4)  # block, so not layer by layer)
     pc = PromptCache()
     events = list(dec.generate(first, settings, reuse=pc))
     progress = [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)]
@@ -344,13 +345,33 @@ def test_a_long_prefill_reports_progress_and_counts_only_what_it_reads(offloaded
     assert events[-1].token_ids == decode(offloaded, second).token_ids  # as from scratch (8-row passes too)
 
 
+def test_a_prefill_pass_layer_by_layer_reports_progress_after_each_layer(offloaded, monkeypatch):
+    """One prefill pass that goes layer by layer (longer than a chunk and a block) is seconds of work at 35B: it
+    reports progress after each layer (its rows counted in proportion), and decodes what it did before."""
+    settings = DecodeSettings(max_new_tokens=12, threshold=0.9, stop_token_ids=[])
+    dec = BlockDiffusionDecoder(offloaded.model, offloaded.mask_token_id)
+    prompt = ids(offloaded, 67, 7)  # 64 block-aligned tokens to prefill
+    whole = decode(offloaded, prompt)
+    rt, layers = offloaded.model.runtime, offloaded.config.num_hidden_layers
+    assert layers == 4 and 64 > offloaded.config.diffusion.block_size
+    monkeypatch.setattr(rt, "prefill_span", 64)
+    monkeypatch.setattr(rt, "prefill_chunk", 16)  # one pass, each layer over the 64 rows 16 at a time
+    before = len([r for r in rt.records if r.kind == "prefill"])
+    events = list(dec.generate(prompt, settings))
+    progress = [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)]
+    assert progress == [(0, 64), (16, 64), (32, 64), (48, 64), (64, 64)]
+    assert all(isinstance(e, PrefillProgress) for e in events[:5]) and isinstance(events[5], PassDone)
+    assert [r.rows for r in rt.records if r.kind == "prefill"][before:] == [64]  # one pass
+    assert events[-1].token_ids == whole.token_ids
+
+
 def test_a_stop_during_a_long_prefill_runs_no_further_pass(offloaded, monkeypatch):
     """`decode_events` asks `should_stop()` after each prefill pass too (a serve client that went away while its
     30K-token prompt was being read): no pass runs after the stop, and nothing half-read is kept for reuse."""
     from clover_local.chat.turn import decode_events
 
-    monkeypatch.setattr(offloaded.model.runtime, "prefill_span", 8)  # a prefill pass: 8 rows, layer by layer
-    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 4)  # ... 4 at a time
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_span", 8)  # a prefill pass: 8 rows (whole)
+    monkeypatch.setattr(offloaded.model.runtime, "prefill_chunk", 4)
     dec = BlockDiffusionDecoder(offloaded.model, offloaded.mask_token_id)
     settings = DecodeSettings(max_new_tokens=12, threshold=0.9, stop_token_ids=[])
     prefills = lambda: offloaded.model.runtime_stats()["passes"].get("prefill", {}).get("count", 0)  # noqa: E731
@@ -359,3 +380,29 @@ def test_a_stop_during_a_long_prefill_runs_no_further_pass(offloaded, monkeypatc
         seen.append(ev)
     assert [(e.done, e.total) for e in seen] == [(0, 24), (8, 24)]
     assert prefills() - before == 1 and pc.saved_tokens == 0
+
+
+def test_a_stop_inside_a_layer_by_layer_pass_abandons_it(offloaded, monkeypatch):
+    """A stop between two layers of a prompt's pass (`should_stop` after a layer's progress event) runs no
+    further layer; the pass is abandoned (no record, nothing kept for reuse, prefetch not held), and the next
+    answer decodes as from scratch."""
+    from clover_local.chat.turn import decode_events
+
+    prompt = ids(offloaded, 67, 7)
+    whole = decode(offloaded, prompt)
+    rt = offloaded.model.runtime
+    monkeypatch.setattr(rt, "prefill_span", 64)
+    monkeypatch.setattr(rt, "prefill_chunk", 16)
+    dec = BlockDiffusionDecoder(offloaded.model, offloaded.mask_token_id)
+    settings = DecodeSettings(max_new_tokens=12, threshold=0.9, stop_token_ids=[])
+    calls = []
+    real = rt.run_experts
+    monkeypatch.setattr(rt, "run_experts", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    before, pc, seen = len(rt.records), PromptCache(), []
+    for ev in decode_events(dec, prompt, settings, should_stop=lambda: len(seen) >= 2, reuse=pc):
+        seen.append(ev)
+    assert [(e.done, e.total) for e in seen] == [(0, 64), (16, 64)]
+    assert calls == [0, 0, 0, 0]  # the first layer's four chunks, nothing after the stop
+    assert len(rt.records) == before and pc.saved_tokens == 0 and not rt.hold_prefetch
+    monkeypatch.setattr(rt, "run_experts", real)
+    assert decode(offloaded, prompt).token_ids == whole.token_ids

@@ -7,8 +7,8 @@ Two parts, so a long answer scrolls like any terminal output while the work in p
   across two renderings: a forced cut closes it and reopens it in what follows);
 - redrawn in place (a Rich `Live` region): the unsettled tail of the text, the block being denoised as a row
   of cells that start masked and fill in as positions are revealed, coloured by the confidence they were
-  revealed with (newly revealed ones underlined), and a status line; while a long prompt is read (more than one
-  prefill pass), a progress line in place of the cells.
+  revealed with (newly revealed ones underlined), and a status line; while a long prompt is read (longer than a
+  prefill chunk: its passes go layer by layer), a progress line in place of the cells, moving layer by layer.
 """
 
 from __future__ import annotations

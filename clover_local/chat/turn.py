@@ -1,9 +1,10 @@
-"""One assistant turn, shared by chat, demo and serve: the decoder's events, stoppable between passes, turned
+"""One assistant turn, shared by chat, demo and serve: the decoder's events, stoppable between events, turned
 into text that is split into thinking (between `<think>` and `</think>`) and the answer.
 
 Front ends only consume the decoder's events (PrefillProgress / PassDone / BlockCommitted / Finished).
 Stopping a turn is stopping the iteration: the decoder is a generator, so once the consumer stops asking for
-events no further pass runs. `decode_events` does that between passes (a long prompt's prefill passes too) when
+events no further pass runs. `decode_events` does that after each event (inside a long prompt's pass, between two
+of its layers: the pass is abandoned) when
 `should_stop()` turns true (Ctrl-C in chat, a client that went away in serve).
 """
 
@@ -292,7 +293,7 @@ class TurnStats:
     ended: float | None = None
     stop_reason: str = "running"  # stop | length | cancelled | running
     paused: float = 0.0  # time a front end slowed the display down on purpose (demo pacing), not counted
-    prefilled: int = 0  # prompt tokens read in more than one pass (PrefillProgress), and the time that took
+    prefilled: int = 0  # prompt tokens read with progress shown (PrefillProgress), and the time that took
     prefill_seconds: float = 0.0
 
     def on_event(self, event: Event) -> None:

@@ -204,7 +204,8 @@ class BlockDiffusionDecoder:
             cache, last, done = resume.cache, resume.last_logits, resume.length
         reused = done
         step = self.model.prefill_rows or len(prefix)
-        progress = len(prefix) - reused > step  # more than one pass: worth showing
+        # worth showing: more than one pass, or one that goes layer by layer (seconds at 35B)
+        progress = len(prefix) - reused > step or self.model.layer_chunk(len(prefix) - reused, cache) > 0
         if progress:
             yield PrefillProgress(0, len(prefix) - reused)
         if reuse is not None:
@@ -222,16 +223,26 @@ class BlockDiffusionDecoder:
     def _prefill_part(self, prefix: list[int], start: int, end: int, cache: PrefixCache, reused: int,
                       progress: bool) -> Generator[PrefillProgress, None, torch.Tensor]:
         """prefix[start:end] into the cache, one causal pass per `prefill_rows` rows (the LM head on the last
-        pass's last row only); the logits of that row."""
+        pass's last row only); the logits of that row. With `progress`, an event after each pass and, in a pass
+        that goes layer by layer, after each layer (its rows counted in proportion)."""
         step = self.model.prefill_rows or end - start
+        total, layers = len(prefix) - reused, self.cfg.num_hidden_layers
         for s in range(start, end, step):
             e = min(s + step, end)
-            if e < end:
-                self.model.advance(self._ids(prefix[s:e]), cache)
-            else:
-                last = self.model(self._ids(prefix[s:e]), cache, rows=slice(-1, None))[0, -1]
+            steps = self.model.prompt_pass(self._ids(prefix[s:e]), cache, last_logits=e == end)
+            try:
+                while True:
+                    try:
+                        done = next(steps)
+                    except StopIteration as stop:
+                        last = stop.value
+                        break
+                    if progress and done < layers:  # (the pass's last layer: the event below)
+                        yield PrefillProgress(s - reused + (e - s) * done // layers, total)
+            finally:
+                steps.close()  # a consumer that stopped here abandons the pass
             if progress:
-                yield PrefillProgress(e - reused, len(prefix) - reused)
+                yield PrefillProgress(e - reused, total)
         return last
 
     @staticmethod

@@ -14,10 +14,11 @@ class Reveal:
 
 @dataclass
 class PrefillProgress:
-    """A long prompt's prefill moved on: `done` of its `total` tokens are in the cache (tokens resumed from a
-    prompt cache not counted). Sent before its first pass and after each one, only when the prompt takes more
-    than one pass (the runtime's `--prefill-chunk` rows each): a 30K-token prompt on a 16 GB card is seconds of
-    work a front end can show."""
+    """A long prompt's prefill moved on: `done` of its `total` tokens are read (tokens resumed from a prompt
+    cache not counted). Sent before its first pass, after each layer of a pass that goes layer by layer (its
+    rows counted in proportion) and after each pass, only when the prompt takes more than one pass or goes layer
+    by layer (longer than the runtime's `--prefill-chunk`): a 4K-token prompt on a 16 GB card is seconds of work
+    a front end can show."""
 
     done: int
     total: int

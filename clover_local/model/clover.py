@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -21,6 +23,18 @@ from clover_local.model.gdn import GatedDeltaNet
 from clover_local.model.moe import SparseMoe
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.model.rope import Rotary
+
+
+T = TypeVar("T")
+
+
+def _drain(steps: Generator[object, None, T]) -> T:
+    """Run a generator of steps to its end; its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 class DecoderLayer(nn.Module):
@@ -128,23 +142,15 @@ class CloverModel(nn.Module):
     def hidden(self, ids: torch.Tensor, cache: PrefixCache | None = None, preview: bool = False,
                commit_rows: int = 0) -> torch.Tensor:
         """Final-norm hidden states [B,T,H] for token ids [B,T] placed right after the cached prefix. With
-        `commit_rows`, a merged pass (`commit_and_preview`): the first rows commit, the rest preview after them."""
+        `commit_rows`, a merged pass (`commit_and_preview`): the first rows commit, the rest preview after them.
+        A prompt's pass longer than a prefill chunk goes layer by layer (`layer_chunk`, `_prompt_steps`)."""
         start = cache.length if cache is not None else 0
         n = ids.shape[1]
-
-        # a prompt's pass longer than a prefill chunk goes layer by layer; never a block's commit (a graph replay
-        # at device-side positions), whatever --prefill-chunk says
-        chunk = self.runtime.prefill_chunk if self.runtime is not None and cache is not None and not preview else 0
-        chunk = chunk if not commit_rows and n > max(chunk, self.config.diffusion.block_size) else 0
+        if not (preview or commit_rows) and self.layer_chunk(n, cache):
+            return _drain(self._prompt_steps(ids, cache))
 
         def run(x: torch.Tensor) -> torch.Tensor:
-            # positions and rotary tables inside, from the cache's start: for the runtime's caches a device
-            # tensor, so one CUDA graph of a preview or a commit (runtime/graphs.py) serves every block
-            base = cache.preview_start() if cache is not None else start
-            positions = torch.arange(n, device=x.device) + base
-            cos, sin = self.rotary.cos_sin(positions, x.dtype)
-            if chunk:
-                return self.norm(self._layer_by_layer(x, cos, sin, cache, base, chunk))
+            base, cos, sin = self._rotary_from(cache, start, n, x)
             for i, layer in enumerate(self.layers):
                 c = cache.layers[i] if cache is not None else None
                 if commit_rows:
@@ -164,6 +170,51 @@ class CloverModel(nn.Module):
         if cache is not None and not preview:
             # outside `run`: a host-side step a CUDA graph of the pass would not replay
             cache.settle(start + (commit_rows or n))
+        return out
+
+    def _rotary_from(self, cache: PrefixCache | None, start: int, n: int, x: torch.Tensor):
+        """(first position, cos, sin) of n rows after the cache's prefix. Inside a pass: for the runtime's caches
+        the position is a device tensor, so one CUDA graph of a preview or a commit (runtime/graphs.py) serves
+        every block."""
+        base = cache.preview_start() if cache is not None else start
+        cos, sin = self.rotary.cos_sin(torch.arange(n, device=x.device) + base, x.dtype)
+        return base, cos, sin
+
+    def layer_chunk(self, n: int, cache: PrefixCache | None) -> int:
+        """Rows a chunk when a causal pass of n rows into `cache` goes layer by layer, else 0: with the runtime,
+        a pass longer than a prefill chunk (and than a block: never a block's commit, a graph replay at
+        device-side positions, whatever --prefill-chunk says)."""
+        if self.runtime is None or cache is None:
+            return 0
+        chunk = self.runtime.prefill_chunk
+        return chunk if n > max(chunk, self.config.diffusion.block_size) else 0
+
+    def prompt_pass(self, ids: torch.Tensor, cache: PrefixCache, last_logits: bool = True
+                    ) -> Generator[int, None, torch.Tensor | None]:
+        """One causal pass of a prompt's ids into `cache` (at most `prefill_rows` of them), as a generator: when
+        it goes layer by layer (`layer_chunk`) it yields the layers done after each one — seconds of work at 35B
+        that a front end can show, and where a consumer may stop (the pass is then abandoned: the cache must not
+        be used again). Returns the last row's logits [V] in fp32, or None without running the LM head
+        (`last_logits=False`: a prompt's pass before its last)."""
+        if self.layer_chunk(ids.shape[1], cache):
+            h = yield from self._prompt_steps(ids, cache)
+        else:
+            h = self.hidden(ids, cache)
+        logits = self.lm_head(h[:, -1:]).float()[0, -1] if last_logits else None
+        self._finish_pass()
+        return logits
+
+    def _prompt_steps(self, ids: torch.Tensor, cache: PrefixCache) -> Generator[int, None, torch.Tensor]:
+        """`hidden(ids, cache)` of a pass that goes layer by layer, yielding the layers done after each."""
+        start, n = cache.length, ids.shape[1]
+        chunk = self.layer_chunk(n, cache)
+
+        def steps(x: torch.Tensor) -> Generator[int, None, torch.Tensor]:
+            base, cos, sin = self._rotary_from(cache, start, n, x)
+            return self.norm((yield from self._layer_by_layer(x, cos, sin, cache, base, chunk)))
+
+        out = yield from self.runtime.run_steps(start, self.embed_tokens(ids), cache, steps)
+        cache.settle(start + n)
         return out
 
     def commit_and_preview(self, commit_ids: torch.Tensor, preview_ids: torch.Tensor, cache: PrefixCache
@@ -201,13 +252,14 @@ class CloverModel(nn.Module):
         return logits
 
     def _layer_by_layer(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: PrefixCache,
-                        base: int | torch.Tensor, chunk: int) -> torch.Tensor:
+                        base: int | torch.Tensor, chunk: int) -> Generator[int, None, torch.Tensor]:
         """A long causal pass (a prompt's span) one layer at a time, each over all the rows, `chunk` rows after
         chunk: activations stay one chunk's, and the layer's experts — nearly all of them at 512 rows — are
         loaded once for the span instead of once a chunk (chunk after chunk through every layer, an offloaded
         cache copies every expert it cannot hold once a chunk). Each layer's chunks advance a cache of its own
         (`chained`), handed back when the layer is done (`adopt`): the runtime's caches hold a pass's GDN
-        states aside until it is settled, where the next chunk must read them."""
+        states aside until it is settled, where the next chunk must read them. Yields the layers done after
+        each (`prompt_pass`)."""
         n = x.shape[1]
         bufs = (torch.empty_like(x), torch.empty_like(x))  # not x itself: a rerun of the pass reads it again
         try:
@@ -219,6 +271,7 @@ class CloverModel(nn.Module):
                                                   own, False, base)
                 cache.layers[i].adopt(own)
                 x = out
+                yield i + 1
         finally:
             self.runtime.hold_prefetch = False
         return x
@@ -229,12 +282,6 @@ class CloverModel(nn.Module):
         for no limit: a pass's memory grows with its rows, and the cache carries the state from one pass to the
         next exactly."""
         return self.runtime.prefill_span if self.runtime is not None else 0
-
-    def advance(self, ids: torch.Tensor, cache: PrefixCache) -> None:
-        """A causal pass whose logits nobody reads (a prompt chunk before the last): the cache moves on, no LM
-        head runs."""
-        self.hidden(ids, cache)
-        self._finish_pass()
 
     def _chunked_hidden(self, ids: torch.Tensor, cache: PrefixCache, chunk: int,
                         rows: slice | torch.Tensor | None) -> torch.Tensor:

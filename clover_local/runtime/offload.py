@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TypeVar
@@ -413,6 +413,17 @@ class Runtime:
                     break
             state.synced = state.optimistic
             return fn(x)
+
+    def run_steps(self, start: int, x: Tensor, cache, steps: Callable[[Tensor], Generator[int, None, T]]
+                  ) -> Generator[int, None, T]:
+        """A prompt's pass that goes layer by layer (`CloverModel.prompt_pass`) as a generator of the model's
+        steps, inside `pass_scope`: a front end shows them, and a consumer that stops between two abandons the
+        pass (`_failures`: GeneratorExit is raised there). Always the syncing path, never a graph: it runs once
+        a prompt span, seconds at 35B, where its per-layer routing syncs cost milliseconds."""
+        if isinstance(cache, ArenaPrefixCache):
+            cache.check_room(x.shape[1])
+        with self.pass_scope(False, start, x.shape[1], cache):
+            return (yield from steps(x))
 
     @property
     def host_reads(self) -> bool:

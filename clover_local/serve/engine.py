@@ -3,7 +3,8 @@
 HTTP handler threads (one per connection) parse, render and tokenize a request, then `submit` it; a single
 worker thread owns the model and runs the jobs in order, putting their output on each job's own queue:
 ("delta", reasoning, content), then ("done", info) or ("error", ApiError). A handler whose client went away
-sets `job.cancel`; the worker checks it between passes and stops that generation (a job cancelled while still
+sets `job.cancel`; the worker checks it after each pass (and each layer of a long prompt's pass) and stops that
+generation (a job cancelled while still
 waiting is skipped).
 
 The worker keeps one PromptCache: consecutive requests of one conversation re-send its history, so a request
