@@ -101,7 +101,7 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     - None: dequantized into a full model in `dtype` (exact reference; needs the BF16 size in memory);
     - a `clover_local.runtime.load.RuntimeOptions`: in packed form, experts offloaded to host memory behind a
       device expert cache (`model.runtime_stats()` reports it), with exactly those options; a pack is required;
-    - "auto" (what chat, generate and serve use): the runtime for a pack, with `RuntimeOptions(vram_budget,
+    - "auto" (what chat, generate, serve and score use): the runtime for a pack, with `RuntimeOptions(vram_budget,
       context, resident_routing, prefill_chunk)`; a BF16 checkpoint loads plainly, as only a pack can be
       offloaded.
     `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path."""

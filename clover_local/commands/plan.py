@@ -118,7 +118,7 @@ def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:
             f"{p.prefill_chunk} rows at a time, and copies ≈{fmt_bytes(p.pcie_prefill_chunk)} "
             f"({1e3 * p.pcie_prefill_chunk / pcie_bps:.1f} ms at 50 GB/s, "
             f"≈{p.pcie_prefill_chunk / p.prefill_span / 1e6:.2f} MB a prompt token), prefetched while the layer "
-            "before runs; chat, generate and serve take the same --prefill-chunk.")
+            "before runs; chat, generate, serve and score take the same --prefill-chunk.")
     for w in p.warnings:
         console.print(f"[yellow]note:[/yellow] {w}")
     if p.fits:
