@@ -158,6 +158,29 @@ def test_a_prefill_pass_layer_by_layer_copies_once_where_chunks_copy_once_each()
     assert by_layer["prefill_first_pass"]["demand"] == 0
 
 
+def test_a_layer_major_pass_keeps_the_layer_in_progress_for_its_next_chunk():
+    """A prompt's pass that goes layer by layer stays at a layer for several chunks: the next layer's prefetch,
+    started with the first chunk, must not evict the layer's experts its next chunk needs. Sweep order alone
+    (the pass chunk after chunk through every layer) ranks them last-needed and evicts them first."""
+    for layer_major in (True, False):
+        ec = small_cache(12)
+        ec.warm()  # layer 0's 8 experts, layer 1's first 4
+        ec.begin_pass(True, layer_major=layer_major)
+        ec.acquire(0, e(0, 1, 2, 3), np.ones(4, dtype=np.int64))  # layer 0, first chunk
+        copied = ec.prefetch(1, e())  # (dense: all of layer 1)
+        ec.release()
+        before = ec.counters[0].misses
+        ec.acquire(0, e(4, 5, 6, 7), np.ones(4, dtype=np.int64))  # layer 0, next chunk
+        ec.release()
+        ec.end_pass()
+        missed = ec.counters[0].misses - before
+        if layer_major:
+            assert (copied, missed) == (0, 0)  # its only unlocked slots were layer 0's: nothing taken
+        else:
+            assert (copied, missed) == (4, 4)  # layer 0's 4–7 went for layer 1's 4–7, then came back
+    assert not ec.layer_major and not ec.dense
+
+
 def test_block_first_pass_copies_near_the_random_bound(full_scale):
     """A block's first pass needs ≈ 6,480 experts drawn afresh; with the last block's set resident and the rest
     of the slots spread over the others, ≈ 6,480 × 1,380 / 10,240 ≈ 873 of them are absent; the later blocks'

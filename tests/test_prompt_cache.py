@@ -384,8 +384,8 @@ def test_a_stop_during_a_long_prefill_runs_no_further_pass(offloaded, monkeypatc
 
 def test_a_stop_inside_a_layer_by_layer_pass_abandons_it(offloaded, monkeypatch):
     """A stop between two layers of a prompt's pass (`should_stop` after a layer's progress event) runs no
-    further layer; the pass is abandoned (no record, nothing kept for reuse, prefetch not held), and the next
-    answer decodes as from scratch."""
+    further layer; the pass is abandoned (no record, nothing kept for reuse, the cache out of the pass's
+    layer-major order), and the next answer decodes as from scratch."""
     from clover_local.chat.turn import decode_events
 
     prompt = ids(offloaded, 67, 7)
@@ -403,6 +403,6 @@ def test_a_stop_inside_a_layer_by_layer_pass_abandons_it(offloaded, monkeypatch)
         seen.append(ev)
     assert [(e.done, e.total) for e in seen] == [(0, 64), (16, 64)]
     assert calls == [0, 0, 0, 0]  # the first layer's four chunks, nothing after the stop
-    assert len(rt.records) == before and pc.saved_tokens == 0 and not rt.hold_prefetch
+    assert len(rt.records) == before and pc.saved_tokens == 0 and not rt.cache.layer_major
     monkeypatch.setattr(rt, "run_experts", real)
     assert decode(offloaded, prompt).token_ids == whole.token_ids

@@ -126,11 +126,17 @@ def test_a_long_prefill_goes_layer_by_layer_and_copies_each_expert_once(pack, re
     for span in (8, 64):  # chunk by chunk through all layers; all 40 rows layer by layer
         rt = runtime(pack, slots=12, prefill_chunk=8, prefill_span=span, prefetch=False)
         before = rt.model.runtime_stats()["copied"]
+        ec, modes = rt.model.runtime.cache, []
+        real_begin = ec.begin_pass
+        ec.begin_pass = lambda dense, layer_major=False: modes.append(layer_major) or real_begin(dense, layer_major)
         logits, cache = passes_logits(rt, ids, prompt(ref, 8, seed=9), previews=1)
         runs[span] = (logits, cache, rt.model.runtime_stats()["copied"] - before,
-                      [r.kind for r in rt.model.runtime.records])
-    (by_chunk, c_chunk, copied_chunk, kinds_chunk), (by_layer, c_layer, copied_layer, kinds_layer) = runs[8], runs[64]
+                      [r.kind for r in rt.model.runtime.records], modes)
+    (by_chunk, c_chunk, copied_chunk, kinds_chunk, modes_chunk) = runs[8]
+    (by_layer, c_layer, copied_layer, kinds_layer, modes_layer) = runs[64]
     assert kinds_chunk.count("prefill") == 5 and kinds_layer.count("prefill") == 1
+    # the cache is told which pass goes layer by layer (its eviction order keeps the layer in progress)
+    assert not any(modes_chunk) and modes_layer[0] and not any(modes_layer[1:])
     for a, b in zip(by_chunk, by_layer):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert c_chunk.length == c_layer.length == 40 + 8

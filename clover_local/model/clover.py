@@ -262,18 +262,14 @@ class CloverModel(nn.Module):
         each (`prompt_pass`)."""
         n = x.shape[1]
         bufs = (torch.empty_like(x), torch.empty_like(x))  # not x itself: a rerun of the pass reads it again
-        try:
-            for i, layer in enumerate(self.layers):
-                own, out = cache.layers[i].chained(), bufs[i % 2]
-                for s in range(0, n, chunk):
-                    self.runtime.hold_prefetch = s + chunk < n  # the next layer's copies after its last chunk
-                    out[:, s : s + chunk] = layer(x[:, s : s + chunk], cos[s : s + chunk], sin[s : s + chunk],
-                                                  own, False, base)
-                cache.layers[i].adopt(own)
-                x = out
-                yield i + 1
-        finally:
-            self.runtime.hold_prefetch = False
+        for i, layer in enumerate(self.layers):
+            own, out = cache.layers[i].chained(), bufs[i % 2]
+            for s in range(0, n, chunk):
+                out[:, s : s + chunk] = layer(x[:, s : s + chunk], cos[s : s + chunk], sin[s : s + chunk], own,
+                                              False, base)
+            cache.layers[i].adopt(own)
+            x = out
+            yield i + 1
         return x
 
     @property

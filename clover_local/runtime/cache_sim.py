@@ -5,9 +5,9 @@ Why: a cache policy is judged by its copies at 40 layers × 256 experts and ≈ 
 load; the copies depend only on the routing and on the calls the runtime makes, not on the weights. This drives
 the real `ExpertCache` with slabs of a few hundred bytes and a routing trace (uniform, the bench's worst case,
 or Zipf-skewed per layer), making the calls `Runtime` makes: a prefill pass is a syncing pass over up to `span`
-prompt rows, each layer over all of them `chunk` rows at a time (per chunk `acquire`, `release`; with the last
-one `prefetch` of the next layer's last experts: `CloverModel._layer_by_layer`; `--span` equal to `--chunk`: chunk
-after chunk through every layer, as before 2026-12-03); a block's previews and its commit are
+prompt rows, each layer over all of them `chunk` rows at a time (per chunk `acquire`, `prefetch` of the next
+layer's last experts, `release`, the cache told the pass is layer-major: `CloverModel._layer_by_layer`; `--span`
+equal to `--chunk`: chunk after chunk through every layer, as before 2026-12-03); a block's previews and its commit are
 graph replays (`missing` → `repair` → `commit_uses`, the commit with `last_of_block`), as on a GPU once the
 graph exists (the very first preview is a syncing pass: no graph yet; `--no-cuda-graphs`: every first pass,
 and a later one that missed is rerun syncing; `--host-reads`: a replay reads what it lacks in place and stands,
@@ -173,16 +173,17 @@ def _book(phase: Phase, before: LayerCounters, after: LayerCounters) -> int:
 
 def _syncing_pass(ec: ExpertCache, counts: np.ndarray | list[np.ndarray], history: dict[int, np.ndarray]) -> None:
     """Runtime._run_group per layer: acquire, prefetch the next layer's last experts, release. A list of counts:
-    a prefill pass's chunks, each layer over all of them before the next (the prefetch with its last chunk)."""
+    a prefill pass's chunks, each layer over all of them before the next (the caller's `begin_pass` says
+    layer-major)."""
     chunks = counts if isinstance(counts, list) else [counts]
     n_layers = chunks[0].shape[0]
     for layer in range(n_layers):
-        for i, c in enumerate(chunks):
+        for c in chunks:
             experts = np.flatnonzero(c[layer])
             if experts.size > ec.n_slots:
                 raise ValueError("one layer call needs more experts than there are slots")
             ec.acquire(layer, experts, c[layer, experts])
-            if i == len(chunks) - 1 and layer + 1 < n_layers:
+            if layer + 1 < n_layers:
                 ec.prefetch(layer + 1, history.get(layer + 1, np.zeros(0, dtype=np.int64)))
             ec.release()
             history[layer] = experts[np.argsort(-c[layer, experts], kind="stable")]
@@ -224,7 +225,7 @@ def simulate(cfg: SimConfig) -> SimResult:
         chunks = [router.counts(router.rows(min(cfg.chunk, rows - s))) for s in range(0, rows, cfg.chunk)]
         before = ec.totals()
         ec.end_block()
-        ec.begin_pass(dense_rows(rows, cfg.top_k, cfg.experts))
+        ec.begin_pass(dense_rows(rows, cfg.top_k, cfg.experts), layer_major=len(chunks) > 1)
         _syncing_pass(ec, chunks, history)
         ec.end_pass()
         ec.end_block()

@@ -10,6 +10,10 @@ Policy (targets.md, "why offloading a diffusion model is different"):
   just before they are needed). Slots the current layer call uses are *locked* and never evicted.
 - A prefill chunk that routes to nearly every expert of every layer (`begin_pass(dense=True)`) ignores pins:
   every expert is needed again by the next chunk, so only the sweep order says which is needed last.
+- A prompt's pass that goes layer by layer (`begin_pass(layer_major=True)`: each layer over all its rows, a
+  chunk at a time) stays at a layer for several acquires: the layer in progress is needed again first, not
+  last, so victims are ranked as if the sweep stood just before it, and a prefetch of the next layer never
+  takes its slots. The next layer's prefetch then starts with the layer's first chunk.
 - `prefetch` fetches a layer's likely experts (what it used in the previous pass; in a dense pass all of them)
   before it runs, on a copy stream (CUDA) while the layer before computes; it only takes free or unpinned slots
   (any unlocked one in a dense pass).
@@ -130,6 +134,7 @@ class ExpertCache:
         self.repaired = np.zeros(n_slots, dtype=bool)  # loaded by `repair` for the pass in progress (its misses)
         self.use_gen = np.full(n_slots, -1, dtype=np.int64)  # block generation of the last use (or load)
         self.dense = False  # the pass in progress needs nearly every expert (`begin_pass`)
+        self.layer_major = False  # ... and goes layer by layer, a layer's chunks one after another
         self.ready: dict[int, object] = {}  # slot -> CUDA event of its pending copy
         self.pending = np.zeros(n_slots, dtype=bool)  # slots with an entry in `ready`
         self.landing = np.zeros(0, dtype=np.int64)  # slots of background installs since `take_landing`
@@ -177,14 +182,15 @@ class ExpertCache:
         self.end_block()
         self.end_pass()
 
-    def begin_pass(self, dense: bool) -> None:
-        """A pass starts; `dense`: it routes to nearly every expert of every layer (a long prefill chunk)."""
-        self.dense = dense
+    def begin_pass(self, dense: bool, layer_major: bool = False) -> None:
+        """A pass starts; `dense`: it routes to nearly every expert of every layer (a long prefill chunk);
+        `layer_major`: it runs each layer over several chunks before the next (`CloverModel.prompt_pass`)."""
+        self.dense, self.layer_major = dense, layer_major
 
     def end_pass(self) -> None:
         """The pass is over: experts `repair` loaded for it count as hits from now on."""
         self.repaired[:] = False
-        self.dense = False
+        self.dense = self.layer_major = False
 
     # ------------------------------------------------------------------ the device twin of slot_of
     def device_slot_table(self) -> Tensor:
@@ -609,7 +615,10 @@ class ExpertCache:
             to_copy = order[~on_cpu]
             c.cpu_runs += int(on_cpu.sum())
             if to_copy.size:
-                victims = self._victims(to_copy.size, allow_pinned=True, at=self.sweep_pos[layer] + 0.5)
+                # just after the layer (it is needed last), or in a layer-major pass just before it (its next
+                # chunk needs it first)
+                at = self.sweep_pos[layer] + (-0.5 if self.layer_major else 0.5)
+                victims = self._victims(to_copy.size, allow_pinned=True, at=at)
                 if victims.size < to_copy.size:
                     raise RuntimeError("expert cache: more experts in one call than free slots")  # callers split
                 events.append(self._load(layer, experts[to_copy], victims))
@@ -625,7 +634,7 @@ class ExpertCache:
     def prefetch(self, layer: int, experts: np.ndarray) -> int:
         """Start copying `experts` (most likely first) of `layer` into free or unpinned, unlocked slots. In a dense
         pass every expert of the layer is taken as likely, whatever `experts` says (there may be no history yet:
-        the first prefill chunk)."""
+        the first prefill chunk). In a layer-major pass the layer before `layer` is the one in progress."""
         if self.dense:
             experts = np.arange(self.n_experts, dtype=np.int64)
         if self.host is None or layer not in self.counters or experts.size == 0:
@@ -634,8 +643,14 @@ class ExpertCache:
         if absent.size == 0:
             return 0
         self.tick += 1
-        victims = self._victims(absent.size, allow_pinned=False, at=self.sweep_pos[layer] - 0.5)
-        victims = victims[self.owner[victims] // self.n_experts != layer]  # never one of the layer's for another
+        at = self.sweep_pos[layer] - (1.5 if self.layer_major else 0.5)  # layer-major: the layer before is running
+        victims = self._victims(absent.size, allow_pinned=False, at=at)
+        owners = self.owner[victims] // self.n_experts  # (−1 for a free slot)
+        keep = owners != layer  # never one of the layer's for another
+        pos = int(self.sweep_pos[layer])
+        if self.layer_major and pos > 0:  # nor one of the layer in progress, whose next chunks need it
+            keep &= owners != self.layer_ids[pos - 1]
+        victims = victims[keep]
         if victims.size == 0:
             return 0
         absent = absent[: victims.size]

@@ -256,10 +256,6 @@ class Runtime:
         self.prefill_chunk = prefill_chunk
         # rows of a prefill pass, each layer chunk by chunk (as the plan sized it)
         self.prefill_span = prefill_rows(prefill_chunk, prefill_span, context)
-        # set by the model while a layer takes a prefill pass's rows chunk by chunk, but for the last chunk: the
-        # next layer's prefetch waits for it (its copies would evict this layer's experts, which the sweep order
-        # ranks last, while the layer's next chunks still need them)
-        self.hold_prefetch = False
         self.time_layers = time_layers
         self.optimistic = optimistic
         self.block_size = config.diffusion.block_size
@@ -422,7 +418,7 @@ class Runtime:
         a prompt span, seconds at 35B, where its per-layer routing syncs cost milliseconds."""
         if isinstance(cache, ArenaPrefixCache):
             cache.check_room(x.shape[1])
-        with self.pass_scope(False, start, x.shape[1], cache):
+        with self.pass_scope(False, start, x.shape[1], cache, layer_major=True):
             return (yield from steps(x))
 
     @property
@@ -579,12 +575,13 @@ class Runtime:
 
     @contextmanager
     def pass_scope(self, preview: bool, start: int, rows: int, cache=None, allow_optimistic: bool = False,
-                   next_block: int | None = None):
+                   next_block: int | None = None, layer_major: bool = False):
         """Bracket one pass: block bookkeeping, timing, the pass record. `allow_optimistic`: the caller can rerun
         the body (`run_pass`), so the pass may start optimistically (`PassState.optimistic`). `next_block`: a
         merged pass, committing the current block and the first pass of the one starting there (the current
-        block's experts are unpinned before it, what it uses is pinned to the next). A pass that stands whatever
-        it used (`PassState.deferred`) is booked later, by `finish_pass`."""
+        block's experts are unpinned before it, what it uses is pinned to the next). `layer_major`: a prompt's
+        pass that goes layer by layer (`run_steps`; the cache ranks the layer in progress as needed next). A
+        pass that stands whatever it used (`PassState.deferred`) is booked later, by `finish_pass`."""
         self.finish_pass()
         key = (id(cache), start) if cache is not None else None
         if next_block is not None:
@@ -602,7 +599,7 @@ class Runtime:
         before = self.cache.totals()
         self._layer_events = []
         dense = kind == "prefill" and dense_rows(rows, self.config.num_experts_per_tok, self.config.num_experts)
-        self.cache.begin_pass(dense)
+        self.cache.begin_pass(dense, layer_major)
         landing = self._restrict_routing(kind)
         state = PassState(kind, optimistic=allow_optimistic and self._may_run_optimistically(kind))
         t0 = time.perf_counter()
@@ -732,7 +729,7 @@ class Runtime:
         cache = self.cache
         acq = cache.acquire(layer, experts, counts)
         try:
-            if whole and self.prefetch and not self.hold_prefetch:
+            if whole and self.prefetch:
                 self._prefetch_after(layer)
             cache.wait(acq)
             table = np.full(cache.n_experts, -1, dtype=np.int64)
