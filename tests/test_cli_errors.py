@@ -119,6 +119,29 @@ def test_score_needs_exactly_one_of_text_and_file(make_checkpoint, tmp_path, cap
     expect_error(capsys, ["score", folder, "--file", tmp_path / "missing.txt", *GEN], "missing.txt")
 
 
+def test_generate_reads_its_prompt_from_a_file_or_stdin(make_checkpoint, tmp_path, capsys, monkeypatch):
+    """`generate -f FILE` (and `-f -`: standard input) answers as `-p` with the file's text; exactly one of
+    them, and a file that cannot be read is one error line."""
+    import io
+
+    folder = make_checkpoint(seed=4)
+    f = tmp_path / "q.txt"
+    f.write_text("reverse a b c\nand then d é", encoding="utf-8")
+    args = ["generate", folder, "--raw", "--max-new-tokens", "9", "--json", *GEN]
+    assert run_cli(args + ["-p", f.read_text(encoding="utf-8")]) == 0
+    want = json.loads(capsys.readouterr().out)["token_ids"]
+    assert run_cli(args + ["-f", str(f)]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == want
+    monkeypatch.setattr("sys.stdin", io.StringIO(f.read_text(encoding="utf-8")))
+    assert run_cli(args + ["-f", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == want
+    expect_error(capsys, ["generate", folder, *GEN], "--prompt", "--file")
+    expect_error(capsys, ["generate", folder, "-p", "hi", "-f", f, *GEN], "--prompt", "--file")
+    expect_error(capsys, ["generate", folder, "-f", tmp_path / "missing.txt", *GEN], "missing.txt")
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe not utf-8 \x80")
+    expect_error(capsys, ["generate", folder, "-f", tmp_path / "bad.txt", *GEN], "bad.txt")
+
+
 @pytest.mark.parametrize(
     "flag,value",
     [("--threshold", "2"), ("--threshold", "-0.5"), ("--temperature", "-1"), ("--top-p", "1.5")],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -12,6 +13,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
+from clover_local.commands._text_input import text_from
 from clover_local.errors import CloverError
 
 
@@ -23,7 +25,9 @@ def _check_range(name: str, value: float, low: float, high: float) -> None:
 @app.command()
 def generate(
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
-    prompt: str = typer.Option(..., "--prompt", "-p", help="The user message."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="The user message."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the user message from a UTF-8 file "
+                                        "instead ('-': standard input), e.g. a document to ask about."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Stop after this many new tokens."),
     threshold: Optional[float] = typer.Option(
         None, "--threshold", help="Reveal every position at least this confident per pass (default: model's)."
@@ -54,11 +58,14 @@ def generate(
       clover-local generate ./my-checkpoint -p "Hello" --no-think --json
 
       clover-local generate ./clover-int4 -p "Hello" --vram-budget 14GB --context 4096
+
+      clover-local generate ./clover-int4 -f question-about-report.txt --context 16384
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import BlockCommitted, Finished, PrefillProgress
     from clover_local.loader import load
 
+    prompt = text_from(prompt, file, "--prompt")
     _check_range("--temperature", temperature, 0.0, 10.0)
     _check_range("--top-p", top_p, 0.0, 1.0)
     if threshold is not None:

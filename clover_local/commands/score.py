@@ -20,6 +20,7 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, load_options, offload_option,
                                                   prefill_chunk_option, vram_budget_option)
+from clover_local.commands._text_input import text_from
 from clover_local.errors import CloverError
 
 CHUNK = 512  # rows per causal pass without the runtime: bounds activation memory on long texts
@@ -49,7 +50,8 @@ def score_ids(model, ids: list[int]) -> list[float]:
 def score(
     model: str = typer.Argument(..., help="Checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
     text: Optional[str] = typer.Option(None, "--text", help="Text to score."),
-    file: Optional[Path] = typer.Option(None, "--file", help="UTF-8 file to score instead of --text."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="UTF-8 file to score instead of --text ('-': "
+                                        "standard input)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
     as_json: bool = typer.Option(False, "--json", help='Print {"token_ids", "logprobs", "ppl"}.'),
@@ -70,16 +72,10 @@ def score(
     """
     from clover_local.loader import load
 
-    if (text is None) == (file is None):
-        raise CloverError("give exactly one of --text or --file")
-    if file is not None:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CloverError(f"cannot read {file}: {exc}") from None
+    text = text_from(text, file, "--text")
     options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk)
     loaded = load(model, device, dtype, **options)
-    ids = loaded.tokenizer.encode(text or "")
+    ids = loaded.tokenizer.encode(text)
     if len(ids) < 2:
         raise CloverError("the text must have at least two tokens to score")
     if len(ids) > loaded.config.max_context:
