@@ -193,6 +193,27 @@ def test_chat_piped_is_plain_text(make_checkpoint, tmp_path):
     assert "tokens/pass" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_chat_file_sends_a_document_with_a_question(make_checkpoint, tmp_path):
+    """`/file PATH ASK` sends the file's text then the question as one user message (kept as such by /save);
+    a quoted path may hold spaces; a missing, empty or unnamed file is one error line and nothing is sent."""
+    ckpt = make_checkpoint(seed=7)
+    (tmp_path / "my notes.txt").write_text("alpha beta\ngamma\n\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_text(" \n", encoding="utf-8")
+    lines = ('/file "my notes.txt" what\'s in it?\n/file missing.txt hi\n/file empty.txt\n/file\n'
+             "/save out.json\n")
+    proc = subprocess.run([sys.executable, "-m", "clover_local", "chat", str(ckpt), "--device", "cpu",
+                           "--max-tokens", "4"], input=lines, capture_output=True, text=True, timeout=120,
+                          env=_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "sending my notes.txt (18 characters) and your question" in proc.stderr
+    assert "error: cannot read missing.txt" in proc.stderr
+    assert "error: empty.txt is empty: nothing to send" in proc.stderr
+    assert "error: /file needs a file name" in proc.stderr and "Traceback" not in proc.stderr
+    messages = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["content"] == "alpha beta\ngamma\n\nwhat's in it?"
+
+
 # ---------------------------------------------------------------------------------------------- pieces
 
 def _feed(splitter: ReasoningSplitter, text: str, step: int = 1) -> tuple[str, str]:

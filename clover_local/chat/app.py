@@ -37,6 +37,7 @@ HELP = (
     "  /reset             forget the conversation (settings stay)\n"
     "  /save FILE         save the conversation as JSON\n"
     "  /load FILE         continue a conversation saved with /save (or {\"messages\": [...]})\n"
+    "  /file PATH [ASK]   send a text file as your message, with ASK after it (a document to ask about)\n"
     "  /stats             speed, tokens per pass, expert cache and memory figures\n"
     "  /exit              quit (also /quit, Ctrl-D)\n\n"
     "The block being denoised is drawn as cells: ░ still masked, coloured once revealed from red (unsure) to "
@@ -212,9 +213,34 @@ class ChatApp:
             self.note(f"loaded {n} messages from {rest}; the next message continues that conversation")
         elif name == "/stats":
             self._stats()
+        elif name == "/file":
+            self._send_file(rest)
         else:
             raise CloverError(f"unknown command {name}; /help lists the commands")
         return True
+
+    def _send_file(self, rest: str) -> None:
+        """/file PATH [ASK]: the file's text (then ASK after a blank line) as the next user message. PATH may be
+        quoted ("my notes.txt"); ASK is taken as typed."""
+        if rest[:1] in ('"', "'"):
+            end = rest.find(rest[0], 1)
+            if end < 0:
+                raise CloverError(f"/file: no closing {rest[0]} after the file name")
+            name, ask = rest[1:end], rest[end + 1 :].strip()
+        else:
+            name, _, ask = rest.partition(" ")
+            ask = ask.strip()
+        if not name:
+            raise CloverError("/file needs a file name, e.g. /file report.txt What are its conclusions?")
+        path = Path(name).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CloverError(f"cannot read {path}: {exc}") from None
+        if not text.strip():
+            raise CloverError(f"{path} is empty: nothing to send")
+        self.note(f"sending {path.name} ({len(text):,} characters){' and your question' if ask else ''}")
+        self.ask(f"{text.rstrip()}\n\n{ask}" if ask else text.rstrip())
 
     def _think(self, arg: str) -> None:
         arg = arg.lower()
