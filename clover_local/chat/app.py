@@ -23,6 +23,7 @@ from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, Turn
                                     history_tokens, is_out_of_memory, release_memory)
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
+from clover_local.text_files import read_text_file
 from clover_local.generate.events import BlockCommitted, Finished, PassDone, PrefillProgress
 
 HELP = (
@@ -233,10 +234,7 @@ class ChatApp:
         if not name:
             raise CloverError("/file needs a file name, e.g. /file report.txt What are its conclusions?")
         path = Path(name).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CloverError(f"cannot read {path}: {exc}") from None
+        text = read_text_file(path)
         if not text.strip():
             raise CloverError(f"{path} is empty: nothing to send")
         self.note(f"sending {path.name} ({len(text):,} characters){' and your question' if ask else ''}")

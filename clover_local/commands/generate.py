@@ -13,8 +13,8 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._text_input import text_from
 from clover_local.errors import CloverError
+from clover_local.text_files import text_from
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:

@@ -20,8 +20,8 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, load_options, offload_option,
                                                   prefill_chunk_option, vram_budget_option)
-from clover_local.commands._text_input import text_from
 from clover_local.errors import CloverError
+from clover_local.text_files import text_from
 
 CHUNK = 512  # rows per causal pass without the runtime: bounds activation memory on long texts
 HEAD_ROWS = 64  # rows per LM-head call: bounds the logits (rows x vocab x 4 bytes)

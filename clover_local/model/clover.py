@@ -261,7 +261,8 @@ class CloverModel(nn.Module):
         states aside until it is settled, where the next chunk must read them. Yields the layers done after
         each (`prompt_pass`)."""
         n = x.shape[1]
-        bufs = (torch.empty_like(x), torch.empty_like(x))  # not x itself: a rerun of the pass reads it again
+        bufs = (torch.empty_like(x), torch.empty_like(x))  # a layer reads one and writes the other (x: the plan's
+        # third span of hidden states, kept as the pass's input)
         for i, layer in enumerate(self.layers):
             own, out = cache.layers[i].chained(), bufs[i % 2]
             for s in range(0, n, chunk):

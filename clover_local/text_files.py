@@ -1,0 +1,29 @@
+"""Text a person hands over in a file: generate's and score's `--file`, chat's `/file`. One reader, so each takes
+UTF-8 the same way and fails with the same one line (`-` is standard input where a flag takes a file)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from clover_local.errors import CloverError
+
+
+def read_text_file(path: Path) -> str:
+    """A UTF-8 file's text; `-`: standard input."""
+    if str(path) == "-":
+        try:
+            return sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            raise CloverError(f"cannot read standard input as UTF-8: {exc}") from None
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CloverError(f"cannot read {path}: {exc}") from None
+
+
+def text_from(text: str | None, file: Path | None, text_flag: str) -> str:
+    """Exactly one of `text` (given as `text_flag`) and `--file`."""
+    if (text is None) == (file is None):
+        raise CloverError(f"give exactly one of {text_flag} or --file")
+    return text if text is not None else read_text_file(file)
