@@ -310,6 +310,14 @@ def test_live_view_shows_a_long_prompt_being_read():
     lines = draw()
     assert lines[0].startswith("reading the prompt ") and "512/2,048 tokens" in lines[0]
     assert lines[0].count("━") == 20 and lines[1] == "STATUS"
+    # the rate and what is left at that rate, once half a second has gone
+    from clover_local.chat.display import prefill_line
+
+    assert prefill_line(PrefillProgress(512, 2048), 0.4).plain.endswith("512/2,048 tokens")
+    assert prefill_line(PrefillProgress(512, 2048), 2.0).plain.endswith("· 256 tok/s · 6 s left")
+    assert prefill_line(PrefillProgress(100, 30_720), 1.0).plain.endswith("· 100 tok/s · 5 min 06 s left")
+    assert prefill_line(PrefillProgress(10, 100_000), 1.0).plain.endswith("· 10 tok/s · 2 h 46 min left")
+    assert prefill_line(PrefillProgress(2048, 2048), 2.0).plain.endswith("· 1,024 tok/s")
     time.sleep(0.05)
     view.on_prefill(PrefillProgress(2048, 2048))
     stats.on_event(PrefillProgress(2048, 2048))

@@ -335,8 +335,8 @@ class TurnView:
 
 
 def prefill_line(ev: PrefillProgress, seconds: float, width: int = 20) -> Text:
-    """`reading the prompt ━━━━━━━━━━━━━━━━━━━━ 2,048/30,720 tokens · 1,850 tok/s` (the rate once it means
-    something: half a second in)."""
+    """`reading the prompt ━━━━━━━━━━━━━━━━━━━━ 2,048/30,720 tokens · 1,850 tok/s · 15 s left` (the rate and
+    what is left at that rate once they mean something: half a second in)."""
     filled = round(width * ev.done / ev.total) if ev.total else width
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append("reading the prompt ", style="bold")
@@ -344,8 +344,21 @@ def prefill_line(ev: PrefillProgress, seconds: float, width: int = 20) -> Text:
     t.append("━" * (width - filled), style="grey27")
     t.append(f" {ev.done:,}/{ev.total:,} tokens", style="grey70")
     if ev.done and seconds >= 0.5:
-        t.append(f" · {ev.done / seconds:,.0f} tok/s", style="grey50")
+        rate = ev.done / seconds
+        t.append(f" · {rate:,.0f} tok/s", style="grey50")
+        if ev.done < ev.total:
+            t.append(f" · {_duration((ev.total - ev.done) / rate)} left", style="grey50")
     return t
+
+
+def _duration(seconds: float) -> str:
+    """4 s, 1 min 05 s, 2 h 03 min: a wait as a person reads it."""
+    s = max(1, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def thought_summary(tokens: int) -> Text:
