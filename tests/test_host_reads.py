@@ -157,16 +157,25 @@ def test_a_forced_miss_is_read_from_the_host_once_and_installed(pack, ref, read_
 @pytest.mark.parametrize("slots", [14, 9])
 def test_reading_through_decodes_the_same_tokens_with_one_transfer_per_miss(pack, ref, slots):
     """Three blocks of decoding with host reads, reading through and not: the same tokens; reading through,
-    misses are installed as they are read (fewer bytes over PCIe, fewer copies after passes), the counters add
-    up, and every resident slot holds its expert's bytes exactly (the kernel's copies are whole)."""
+    a miss read into a slot as it is read asks for no copy after the pass (every other miss asks for one: how
+    many get one depends on the room unpinned slots leave), the counters add up, and every resident slot holds
+    its expert's bytes exactly (the kernel's copies are whole). (Whole-decode PCIe totals are not compared: the
+    two modes leave different experts resident, so later misses differ; on the tiny pack either may move more.)"""
     ids = prompt(ref, 13, seed=2)
     on = runtime(pack, slots=slots, host_reads=True)
     off = runtime(pack, slots=slots, host_reads=True, read_through=False)
+    asked = {}
+    for name, loaded in (("on", on), ("off", off)):  # the copies each mode asks for after its passes
+        cache, asked[name] = loaded.model.runtime.cache, []
+        real = cache.install_missed
+        cache.install_missed = lambda rows, experts, background=False, real=real, log=asked[name]: (
+            log.append(0 if background else rows.size) or real(rows, experts, background))
     assert decode(on, ids) == decode(off, ids)
     s_on, s_off = on.model.runtime_stats(), off.model.runtime_stats()
     assert s_on["read_through_on"] and not s_off["read_through_on"] and s_off["read_through"] == 0
     assert 0 < s_on["read_through"] <= s_on["host_reads"]
-    assert s_on["bytes_h2d"] < s_off["bytes_h2d"] and s_on["prefetched"] < s_off["prefetched"]
+    assert sum(asked["on"]) == s_on["host_reads"] - s_on["read_through"]
+    assert sum(asked["off"]) == s_off["host_reads"]
     cache = on.model.runtime.cache
     assert s_on["bytes_h2d"] == ((s_on["copied"] + s_on["prefetched"]) * cache.layout.nbytes
                                  + s_on["host_reads"] * cache.layout.weight_bytes)

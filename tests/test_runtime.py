@@ -149,6 +149,62 @@ def test_a_long_prefill_goes_layer_by_layer_and_copies_each_expert_once(pack, re
     assert decode(runtime(pack, slots=12, prefill_chunk=8, prefill_span=64), ids) == decode(ref, ids)
 
 
+def test_a_stop_anywhere_in_the_expert_cache_leaves_it_sound(pack, ref):
+    """Chat's Ctrl-C raises KeyboardInterrupt in the decoder wherever it is (`DecodeThread.interrupt`), the
+    expert cache's bookkeeping included: between two of its statements an expert may map to a slot that no
+    longer holds it, and later loads give that slot to another expert — wrong weights, silently. Raised at each
+    line the cache runs during a decode (at its second run, where there is one): afterwards each resident
+    expert's slot is its own and the next decode gives the reference tokens (`ExpertCache.recover`)."""
+    import sys
+
+    import clover_local.runtime.expert_cache as expert_cache
+
+    ids = prompt(ref, 13, seed=2)
+    want = decode(ref, ids, n=16)
+    rt = runtime(pack, slots=10)  # fewer slots than a layer's experts: loads and evictions every pass
+    ec = rt.model.runtime.cache
+
+    def traced(on_line) -> bool:
+        """A decode with on_line(lineno) called at each line the cache runs; True if it was interrupted."""
+        def local(frame, event, arg):
+            if event == "line":
+                on_line(frame.f_lineno)
+            return local
+
+        sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename == expert_cache.__file__ else None)
+        try:
+            decode(rt, ids, n=16)
+            return False
+        except KeyboardInterrupt:
+            return True
+        finally:
+            sys.settrace(None)
+
+    lines: list[int] = []
+    assert not traced(lines.append) and decode(rt, ids, n=16) == want
+    seen: dict[int, list[int]] = {}
+    for i, lineno in enumerate(lines):
+        seen.setdefault(lineno, []).append(i)
+    stops = sorted(at[1] if len(at) > 1 else at[0] for at in seen.values())
+    assert len(stops) > 100
+
+    for stop in stops:
+        count = [0]
+
+        def line(_lineno: int) -> None:
+            count[0] += 1
+            if count[0] == stop + 1:  # once, as `DecodeThread.interrupt`
+                raise KeyboardInterrupt
+
+        assert traced(line), stop
+        live = np.flatnonzero(ec.owner >= 0)
+        owners = ec.owner[live]
+        layers, experts = np.nonzero(ec.slot_of >= 0)
+        assert (ec.slot_of[owners // ec.n_experts, owners % ec.n_experts] == live).all(), stop
+        assert (ec.owner[ec.slot_of[layers, experts]] == layers * ec.n_experts + experts).all(), stop
+        assert decode(rt, ids, n=16) == want, stop
+
+
 def test_offloaded_and_resident_decode_identical_tokens(pack, ref):
     ids = prompt(ref, 13, seed=2)
     want = decode(ref, ids)

@@ -23,6 +23,8 @@ Policy (targets.md, "why offloading a diffusion model is different"):
   does so when it has few rows and a copy would have to evict a pinned expert of the current block.
 
 Bookkeeping is vectorised numpy over slots (≈10K entries), so a steady-state layer call costs tens of µs.
+A pass that stops anywhere in it (chat's Ctrl-C raises wherever the decoder is) is followed by `recover`, which
+rebuilds the expert → slot map from the slots' owners.
 On CPU the "device" is a CPU tensor and copies are synchronous; the code path is the same.
 
 The host table `slot_of` has a device twin (`device_slot_table`, int32 [layers-with-experts × E], −1 = not
@@ -181,6 +183,23 @@ class ExpertCache:
         self.release()
         self.end_block()
         self.end_pass()
+
+    def recover(self) -> None:
+        """Make the tables agree again after a pass stopped at an arbitrary point (Ctrl-C raises inside the
+        bookkeeping wherever it is): between two statements an expert may map to a slot that no longer holds
+        it (`_load` maps it, then owns the slot; `_evict` unmaps, then disowns), and a later load would give
+        that slot to another expert while the map still names it — wrong weights, silently. `owner` is the
+        truth: a slot is owned only once its copy is under way (or its weights were written), and disowned
+        before anything else is copied in. Copies in flight are waited for (on the device), then pins, locks and
+        the pass's state are dropped (`reset`)."""
+        self.settle_copies()
+        live = np.flatnonzero(self.owner >= 0)
+        owners, first = np.unique(self.owner[live], return_index=True)
+        self.owner[np.setdiff1d(live, live[first])] = -1  # (an expert owning two slots keeps one)
+        self.slot_of[:] = -1
+        self.slot_of[owners // self.n_experts, owners % self.n_experts] = live[first]
+        self._table_stale = True
+        self.reset()
 
     def begin_pass(self, dense: bool, layer_major: bool = False) -> None:
         """A pass starts; `dense`: it routes to nearly every expert of every layer (a long prefill chunk);

@@ -584,35 +584,33 @@ class Runtime:
         pass that stands whatever it used (`PassState.deferred`) is booked later, by `finish_pass`."""
         self.finish_pass()
         key = (id(cache), start) if cache is not None else None
-        if next_block is not None:
-            self._end_block((id(cache), next_block))
-            kind = "merged"
-        elif preview:
-            if key is None or key != self.block_key:
-                self._end_block(key)
-            kind = "preview"
-        elif key is not None and key == self.block_key:
-            kind = "commit"
-        else:
-            self._end_block()
-            kind = "prefill"
-        before = self.cache.totals()
-        self._layer_events = []
-        dense = kind == "prefill" and dense_rows(rows, self.config.num_experts_per_tok, self.config.num_experts)
-        self.cache.begin_pass(dense, layer_major)
-        landing = self._restrict_routing(kind)
-        state = PassState(kind, optimistic=allow_optimistic and self._may_run_optimistically(kind))
-        t0 = time.perf_counter()
-        if state.optimistic:
-            self._opt.begin(keep=landing)
-            self._optimistic_now = True
+        kind = ("merged" if next_block is not None else "preview" if preview
+                else "commit" if key is not None and key == self.block_key else "prefill")
+        # everything from here to the booking under `_failures`: a stop that lands anywhere in the bookkeeping
+        # (Ctrl-C raises wherever the decoder is) leaves the runtime and its cache sound (`_abandon`)
         with self._failures(f"during a {rows}-row {kind} pass"):
+            if kind == "merged":
+                self._end_block((id(cache), next_block))
+            elif kind == "preview" and (key is None or key != self.block_key):
+                self._end_block(key)
+            elif kind == "prefill":
+                self._end_block()
+            before = self.cache.totals()
+            self._layer_events = []
+            dense = kind == "prefill" and dense_rows(rows, self.config.num_experts_per_tok, self.config.num_experts)
+            self.cache.begin_pass(dense, layer_major)
+            landing = self._restrict_routing(kind)
+            state = PassState(kind, optimistic=allow_optimistic and self._may_run_optimistically(kind))
+            t0 = time.perf_counter()
+            if state.optimistic:
+                self._opt.begin(keep=landing)
+                self._optimistic_now = True
             yield state
-        if state.deferred:
-            self._deferred = lambda: self._close_pass(state, rows, preview, before, t0)
-            self._deferred_thread = threading.get_ident()
-        else:
-            self._close_pass(state, rows, preview, before, t0)
+            if state.deferred:
+                self._deferred = lambda: self._close_pass(state, rows, preview, before, t0)
+                self._deferred_thread = threading.get_ident()
+            else:
+                self._close_pass(state, rows, preview, before, t0)
 
     def finish_pass(self) -> None:
         """Book the last pass if its booking was put off (`PassState.deferred`): wait for its use counts (not for
@@ -683,7 +681,7 @@ class Runtime:
 
     def _abandon(self) -> None:
         self._restricted = False
-        self.cache.reset()
+        self.cache.recover()
         if self.cache.offers.size:  # slots a failed pass read experts through into, unregistered
             self.cache.drop_offers(self._opt.taken_slots())
         self._drop_graphs()
