@@ -146,8 +146,8 @@ class CloverModel(nn.Module):
         A prompt's pass longer than a prefill chunk goes layer by layer (`layer_chunk`, `_prompt_steps`)."""
         start = cache.length if cache is not None else 0
         n = ids.shape[1]
-        if not (preview or commit_rows) and self.layer_chunk(n, cache):
-            return _drain(self._prompt_steps(ids, cache))
+        if not (preview or commit_rows) and (chunk := self.layer_chunk(n, cache)):
+            return _drain(self._prompt_steps(ids, cache, chunk))
 
         def run(x: torch.Tensor) -> torch.Tensor:
             base, cos, sin = self._rotary_from(cache, start, n, x)
@@ -196,18 +196,18 @@ class CloverModel(nn.Module):
         that a front end can show, and where a consumer may stop (the pass is then abandoned: the cache must not
         be used again). Returns the last row's logits [V] in fp32, or None without running the LM head
         (`last_logits=False`: a prompt's pass before its last)."""
-        if self.layer_chunk(ids.shape[1], cache):
-            h = yield from self._prompt_steps(ids, cache)
+        if chunk := self.layer_chunk(ids.shape[1], cache):
+            h = yield from self._prompt_steps(ids, cache, chunk)
         else:
             h = self.hidden(ids, cache)
         logits = self.lm_head(h[:, -1:]).float()[0, -1] if last_logits else None
         self._finish_pass()
         return logits
 
-    def _prompt_steps(self, ids: torch.Tensor, cache: PrefixCache) -> Generator[int, None, torch.Tensor]:
-        """`hidden(ids, cache)` of a pass that goes layer by layer, yielding the layers done after each."""
+    def _prompt_steps(self, ids: torch.Tensor, cache: PrefixCache, chunk: int) -> Generator[int, None, torch.Tensor]:
+        """`hidden(ids, cache)` of a pass that goes layer by layer, `chunk` rows at a time (`layer_chunk`),
+        yielding the layers done after each."""
         start, n = cache.length, ids.shape[1]
-        chunk = self.layer_chunk(n, cache)
 
         def steps(x: torch.Tensor) -> Generator[int, None, torch.Tensor]:
             base, cos, sin = self._rotary_from(cache, start, n, x)

@@ -41,6 +41,21 @@ from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available
 from clover_local.runtime.slab import SlabLayout
 
 
+def env_prefill_span() -> int:
+    """CLOVER_PREFILL_SPAN, else the default span: what the runtime runs and `plan` prices alike."""
+    return _env_int("CLOVER_PREFILL_SPAN", DEFAULT_PREFILL_SPAN)
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise CloverError(f"{name} must be a whole number of rows, got {value!r}") from None
+
+
 @dataclass
 class RuntimeOptions:
     vram_budget: int | None = None  # bytes the runtime may place on the device; None: free memory − margin
@@ -53,7 +68,7 @@ class RuntimeOptions:
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
     # prompt rows a prefill pass takes layer by layer, prefill_chunk rows at a time (a layer's experts cross PCIe
     # once a span); CLOVER_PREFILL_SPAN=512 (one chunk) runs a prompt chunk by chunk through all layers instead
-    prefill_span: int = field(default_factory=lambda: env_prefill_span())
+    prefill_span: int = field(default_factory=env_prefill_span)
     embed_on_host: bool = True
     pin: bool = True  # pinned host slabs (CUDA only)
     time_layers: bool = True  # per-layer expert time (CUDA events on a GPU); not taken in optimistic passes
@@ -80,21 +95,6 @@ class RuntimeOptions:
             raise CloverError(f"prefill_span (CLOVER_PREFILL_SPAN) must be at least 1, got {self.prefill_span}")
         if self.slots is not None and self.slots < 1:
             raise CloverError(f"slots must be at least 1, got {self.slots}")
-
-
-def env_prefill_span() -> int:
-    """CLOVER_PREFILL_SPAN, else the default span: what the runtime runs and `plan` prices alike."""
-    return _env_int("CLOVER_PREFILL_SPAN", DEFAULT_PREFILL_SPAN)
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise CloverError(f"{name} must be a whole number of rows, got {value!r}") from None
 
 
 class _Shards:
