@@ -7,6 +7,10 @@ dequantizing reference (`kernels.reference.moe_w4a16_ref`). This times, for a ga
 (`torch._weight_int4pack_mm_for_cpu`, bf16) on weights already in its packed form; and the conversion into
 that form (`torch._convert_weight_to_int4pack_for_cpu`), which a per-call use would pay every time. It also
 checks the int4 kernel against the dequantized weights (GPTQ's zero z becomes torch's (8 − z) · scale).
+
+Then the runtime's CPU path as built (`runtime/cpu_experts.py`) on one whole 35B-shaped expert (H 2048, I 512,
+random host slab): converting it from its slab (gate/up and down), and `CpuExperts.run` on it kept converted at
+1, 2 and 8 rows.
 """
 
 from __future__ import annotations
@@ -50,5 +54,28 @@ def main() -> None:
           f"{timed(lambda: torch._convert_weight_to_int4pack_for_cpu(q, 1), 5):,.0f} µs")
 
 
+def runtime_path() -> None:
+    from clover_local.runtime.cpu_experts import CpuExperts, convert
+    from clover_local.runtime.expert_store import HostExpertStore
+    from clover_local.runtime.slab import SlabLayout
+
+    layout = SlabLayout(2048, 512, 4, 2048 // 128, 512 // 128)
+    store = HostExpertStore(layout, [0], 1, pin=False)
+    for name, part in layout.views(store.buffers[0]).items():
+        if name.endswith("scales"):
+            part.copy_((torch.rand(part.shape) * 0.02 + 0.002).half())
+        else:
+            part.copy_(torch.randint(-2**31, 2**31 - 1, part.shape, dtype=torch.int64).int())
+    gate_up, down = store.stacks(0)
+    conv = timed(lambda: (convert(*gate_up.slot(0), 128), convert(*down.slot(0), 128)), 5)
+    print(f"runtime: converting one expert from its slab (gate/up 2048 → 1024 and down 512 → 2048): {conv:,.0f} µs")
+    cpu = CpuExperts(store, budget=1 << 30)
+    for rows in (1, 2, 8):
+        x, e, w = torch.randn(rows, 2048).bfloat16(), torch.zeros(rows, 1, dtype=torch.long), torch.rand(rows, 1)
+        print(f"runtime: one kept expert at {rows} row(s) (`CpuExperts.run`): "
+              f"{timed(lambda: cpu.run(0, x, e, w), 50):,.0f} µs")
+
+
 if __name__ == "__main__":
     main()
+    runtime_path()

@@ -103,6 +103,12 @@ def test_plan_synthetic_real_shapes(capsys, monkeypatch):
     # a 512-row prefill chunk needs ≈ every expert: it copies those beyond the slots (cache_sim's bound)
     assert p.prefill_chunk == 512
     assert p.pcie_prefill_chunk == pytest.approx((10_240 - p.slots) * 1_634_304, rel=1e-3)
+    # experts run on the CPU are kept converted: host RAM for them, not device memory; past --ram it refuses
+    cpu = make_plan(info, 16 * GIB, 32 * GIB, 32768, cpu_cache=2 * GIB)
+    assert cpu.host_bytes == p.host_bytes + 2 * GIB and cpu.slots == p.slots
+    assert any(line.what == "CPU-run experts" and line.bytes == 2 * GIB for line in cpu.lines)
+    tight = make_plan(info, 16 * GIB, p.host_bytes + GIB, 32768, cpu_cache=2 * GIB)
+    assert not tight.fits and "converted for the CPU" in tight.refusal
     small = make_plan(info, 2 * GIB, 32 * GIB, 32768)
     assert not small.fits and "--vram" in small.refusal
     assert run_cli(["plan", "synthetic:small", "--vram", "1GB", "--ram", "8GB", "--json"]) == 0

@@ -119,6 +119,11 @@ def _print(r: dict) -> None:
                "the first" if hr["on"] else f"; {r['repairs_per_steady_pass']} repair replays per steady pass")
             + (f"; read through into slots: {hr['read_through_per_steady_pass']} per steady pass, "
                f"{hr['read_through_first_pass']} in the first" if hr.get("read_through_on") else ""))
+    cx = r.get("cpu_experts")
+    if cx is not None and cx["runs"]:
+        c.print(f"CPU experts: {cx['runs']} runs ({cx['rows']} rows) in {1e3 * cx['seconds']:.1f} ms, "
+                f"{cx['conversions']} converted, {cx['kept']} kept ({fmt_bytes(cx['kept_bytes'])})"
+                + ("" if cx["kernel"] else "; the dequantizing reference (shapes torch's int4 kernel cannot take)"))
     if r["resident_routing"]:
         c.print(f"resident routing: {r['substituted_per_steady_pass']} routing choices substituted per steady pass")
     c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "

@@ -564,6 +564,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         },
         "cache": {k: stats[k] for k in ("hits", "misses", "copied", "cpu_runs", "prefetched", "prefetch_used",
                                         "prefetch_wasted", "pinned_evictions", "bytes_h2d")},
+        "cpu_experts": stats["cpu_experts"],  # conversions, kept, seconds: the CPU path's cost (--cpu-experts)
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"], "repair_replays": stats["repair_replays"]},
         "next_block": _next_block(recs2, commit2_ms, bs, tpp),

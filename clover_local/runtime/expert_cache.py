@@ -19,8 +19,9 @@ Policy (targets.md, "why offloading a diffusion model is different"):
   (any unlocked one in a dense pass).
 - At 35B with 8,860 slots (`python -m clover_local.runtime.cache_sim`): a 512-row prefill chunk copies the
   1,380 experts that do not fit, all prefetched (least-recently-used eviction: 1,736, most of them waited for).
-- Optionally (`cpu_experts`) a missed expert runs on the CPU from its host slab instead of being copied: "auto"
-  does so when it has few rows and a copy would have to evict a pinned expert of the current block.
+- Optionally (`cpu_experts`) a missed expert runs on the CPU instead of being copied (torch's int4 CPU kernel on
+  the expert converted once from its host slab and kept: `runtime/cpu_experts.py`): "auto" does so when it has
+  few rows and a copy would have to evict a pinned expert of the current block.
 
 Bookkeeping is vectorised numpy over slots (≈10K entries), so a steady-state layer call costs tens of µs.
 A pass that stops anywhere in it (chat's Ctrl-C raises wherever the decoder is) is followed by `recover`, which

@@ -28,6 +28,7 @@ from clover_local.model.attention import Attention
 from clover_local.model.gdn import GatedDeltaNet
 from clover_local.model.moe import SparseMoe
 from clover_local.model.norm import GatedRMSNorm, ZeroCenteredRMSNorm
+from clover_local.runtime.cpu_experts import DEFAULT_CPU_CACHE
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime import host_reads
 from clover_local.runtime.expert_store import HostExpertStore
@@ -65,6 +66,7 @@ class RuntimeOptions:
     prefetch: bool = True
     cpu_experts: str = "off"  # off | auto | misses: run missed experts on the CPU instead of copying
     cpu_max_rows: int = 2  # "auto": only experts with at most this many rows in the call
+    cpu_cache: int = DEFAULT_CPU_CACHE  # host bytes of experts kept converted for the CPU path (runtime/cpu_experts.py)
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
     # prompt rows a prefill pass takes layer by layer, prefill_chunk rows at a time (a layer's experts cross PCIe
     # once a span); CLOVER_PREFILL_SPAN=512 (one chunk) runs a prompt chunk by chunk through all layers instead
@@ -87,6 +89,8 @@ class RuntimeOptions:
     def validate(self) -> None:
         if self.cpu_experts not in CPU_POLICIES:
             raise CloverError(f"--cpu-experts must be one of {', '.join(CPU_POLICIES)}, got {self.cpu_experts!r}")
+        if self.cpu_cache < 0:
+            raise CloverError(f"the CPU experts' cache must be at least 0 bytes, got {self.cpu_cache}")
         if self.context < 1:
             raise CloverError(f"--context must be at least 1, got {self.context}")
         if self.prefill_chunk < 1:
@@ -157,7 +161,7 @@ def plan_for(pack: PackIndex, device: torch.device, dtype: torch.dtype, options:
     ram = options.ram if options.ram is not None else host_available_bytes()
     return make_plan(pack, budget, ram, options.context, dtype, embed_on_host=options.embed_on_host,
                      prefill_chunk=options.prefill_chunk, prefill_span=options.prefill_span, slots=options.slots,
-                     vram_flag="--vram-budget")
+                     cpu_cache=options.cpu_cache if options.cpu_experts != "off" else 0, vram_flag="--vram-budget")
 
 
 def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dtype,
@@ -196,7 +200,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
                       prefill_chunk=options.prefill_chunk, prefill_span=options.prefill_span,
                       time_layers=options.time_layers,
                       optimistic=options.optimistic, cuda_graphs=options.cuda_graphs,
-                      resident_routing=options.resident_routing)
+                      resident_routing=options.resident_routing, cpu_cache=options.cpu_cache)
 
     _load_globals(model, pack, shards, device, dtype, options)
     staging = None if host is not None else torch.empty(n_exp, layout.nbytes, dtype=torch.uint8)

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from clover_local.errors import CloverError, torch_out_of_memory
 from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
+from clover_local.runtime.cpu_experts import DEFAULT_CPU_CACHE, CpuExperts
 from clover_local.runtime.expert_cache import ExpertCache, LayerCounters, dense_rows
 from clover_local.runtime.kernels import moe_w4a16
 from clover_local.runtime.graphs import PassGraphs
@@ -248,8 +249,11 @@ class Runtime:
     def __init__(self, config, cache: ExpertCache, plan, device: torch.device, dtype: torch.dtype, *,
                  context: int, prefetch: bool = True, prefill_chunk: int = 512, prefill_span: int = 512,
                  time_layers: bool = True,
-                 optimistic: bool = True, cuda_graphs: bool = True, resident_routing: bool = False) -> None:
+                 optimistic: bool = True, cuda_graphs: bool = True, resident_routing: bool = False,
+                 cpu_cache: int = DEFAULT_CPU_CACHE) -> None:
         self.config, self.cache, self.plan = config, cache, plan
+        # missed experts the cache leaves to the CPU (`--cpu-experts`) run there, converted once and kept
+        self.cpu = CpuExperts(cache.host, cpu_cache) if cache.host is not None else None
         self.device, self.dtype = device, dtype
         self.context = context
         self.prefetch = prefetch
@@ -743,7 +747,7 @@ class Runtime:
             r, j = np.nonzero(~on_device & in_group)
             if r.size:  # the CPU path's inputs come over first, so the device kernel below overlaps its compute
                 rows, cols = torch.from_numpy(r).to(x.device), torch.from_numpy(j).to(x.device)
-                cpu_job = (rows, x[rows].to("cpu", torch.float32), torch.from_numpy(idx_host[r, j][:, None]),
+                cpu_job = (rows, x[rows].to("cpu"), torch.from_numpy(idx_host[r, j][:, None]),
                            weights[rows, cols][:, None].to("cpu", torch.float32))
             r, j = np.nonzero(on_device & in_group)
             if r.size:
@@ -751,11 +755,9 @@ class Runtime:
                 slot_ids = torch.from_numpy(pair_slots[r, j][:, None]).to(x.device)
                 y = moe_w4a16(x[rows], slot_ids, weights[rows, cols][:, None], cache.gate_up, cache.down)
                 out.index_add_(0, rows, y.float())
-            if cpu_job is not None:  # the reference kernel on the host slabs, indexed by expert id
+            if cpu_job is not None:  # torch's int4 CPU kernel on converted host experts, indexed by expert id
                 rows, xc, ec, wc = cpu_job
-                gu, dn = cache.host.stacks(layer)
-                y = moe_w4a16(xc, ec, wc, gu, dn)
-                out.index_add_(0, rows, y.to(x.device))
+                out.index_add_(0, rows, self.cpu.run(layer, xc, ec, wc).to(x.device))
             return out
         finally:
             cache.release()
@@ -785,6 +787,8 @@ class Runtime:
         self._records.clear()
         self.optimistic_passes = self.retried_passes = self.repair_replays = 0
         self.restricted_passes = self.substituted = self.background_installs = 0
+        if self.cpu is not None:
+            self.cpu.reset_stats()
 
     def placed_bytes(self, model: nn.Module, cache: PrefixCache | None = None, prompt_cache=None) -> dict[str, int]:
         """Bytes this runtime holds on the compute device, by what they are (the plan's prediction's twin);
@@ -831,6 +835,7 @@ class Runtime:
             "misses": tot.misses,
             "copied": tot.copied,
             "cpu_runs": tot.cpu_runs,
+            "cpu_experts": self.cpu.summary() if self.cpu is not None else None,
             "host_reads": tot.host_reads,  # misses read in place from host memory (optimistic passes)
             "host_reads_on": self.host_reads,
             "host_reads_error": self.host_reads_error,

@@ -142,11 +142,13 @@ def make_plan(
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     prefill_span: int = DEFAULT_PREFILL_SPAN,
     slots: int | None = None,
+    cpu_cache: int = 0,
     vram_flag: str = "--vram",
     ram_flag: str = "--ram",
 ) -> Plan:
     """The placement for a device budget of `vram` bytes and `ram` bytes of host memory (None: unchecked).
-    `slots` forces the expert slot count (tests, all-resident runs); the refusal is then about that count."""
+    `slots` forces the expert slot count (tests, all-resident runs); the refusal is then about that count.
+    `cpu_cache`: host bytes of experts kept converted for the CPU path (`--cpu-experts`; 0 when it is off)."""
     cfg = pack.config
     a = dtype_bytes(dtype)
     plan = Plan(vram, ram, context, str(dtype).replace("torch.", ""), rows=cfg.diffusion.block_size)
@@ -230,8 +232,12 @@ def make_plan(
                                "pinned, one contiguous slab per expert"))
     for kind, size in host_kind.items():
         plan.lines.append(PlanLine(kind, "host", size, notes.get(kind, "")))
+    cpu_kept = min(cpu_cache, plan.host_expert_bytes)  # never more than every expert converted
+    if cpu_kept:
+        plan.lines.append(PlanLine("CPU-run experts", "host", cpu_kept,
+                                   "at most; converted for torch's int4 CPU kernel (--cpu-experts)"))
     plan.lines.append(PlanLine("runtime", "host", HOST_RUNTIME_BYTES, "Python, torch, CUDA (estimate)"))
-    plan.host_bytes = plan.host_expert_bytes + sum(host_kind.values()) + HOST_RUNTIME_BYTES
+    plan.host_bytes = plan.host_expert_bytes + cpu_kept + sum(host_kind.values()) + HOST_RUNTIME_BYTES
 
     # traffic per 32-row pass
     plan.distinct_per_layer = expected_distinct(e, k, rows)
@@ -285,7 +291,9 @@ def make_plan(
         plan.fits = False
         plan.refusal = (
             f"not enough host RAM: the routed experts need {fmt_bytes(plan.host_expert_bytes)} pinned, plus "
-            f"{fmt_bytes(sum(host_kind.values()))} of embeddings and {fmt_bytes(HOST_RUNTIME_BYTES)} for the "
+            f"{fmt_bytes(sum(host_kind.values()))} of embeddings"
+            + (f", {fmt_bytes(cpu_kept)} of experts converted for the CPU" if cpu_kept else "")
+            + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the "
             f"runtime ({fmt_bytes(plan.host_bytes)} in all), but {ram_flag} is {fmt_bytes(ram)}; free memory, "
             f"use a machine with more RAM, or raise {vram_flag} so more experts live on the device")
     if not plan.fits:
