@@ -2,9 +2,11 @@
 
 A linear `X.weight` [out, in] is stored as four tensors:
 
-- `qweight` int32 [in / p, out]: p = 32 / bits consecutive *input* rows per int32; row p·i + j sits in bits
-  bits·j … bits·j + bits − 1 of `qweight[i]`.
-- `qzeros`  int32 [n_groups, out / p]: p consecutive *output* columns per int32, same bit order, each stored
+- `qweight` int32 [in · bits / 32, out]: each run of 32 consecutive *input* rows fills `bits` int32 words, row r
+  of the run at bit offset bits·r of their concatenation (low word first). At 4 and 8 bits that is p = 32 / bits
+  rows per word, row p·i + j in bits bits·j … bits·j + bits − 1 of `qweight[i]`; at 3 bits, rows 10 and 21 of a
+  run straddle two words (the layout GPTQ's 3-bit kernels read).
+- `qzeros`  int32 [n_groups, out · bits / 32]: runs of 32 *output* columns packed the same way, each stored
   as zero − 1 (the classic GPTQ off-by-one that v1 readers undo by adding 1).
 - `scales`  fp16  [n_groups, out].
 - `g_idx`   int32 [in]: the group of each input row (not monotonic when act-order permuted the columns).
@@ -18,15 +20,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-SUPPORTED_BITS = (4, 8)
+SUPPORTED_BITS = (3, 4, 8)
 TENSOR_NAMES = ("qweight", "qzeros", "scales", "g_idx")
 
 
-def values_per_int32(bits: int) -> int:
-    """How many `bits`-wide fields one int32 holds (8 at 4-bit, 4 at 8-bit)."""
+def values_per_run(bits: int) -> int:
+    """How many values make a whole number of int32 words: 8 at 4-bit (one word), 4 at 8-bit, 32 at 3-bit (three
+    words). A packed dimension must be a multiple of it."""
     if bits not in SUPPORTED_BITS:
         raise ValueError(f"bits must be one of {SUPPORTED_BITS}, got {bits}")
-    return 32 // bits
+    return 32 // bits if 32 % bits == 0 else 32
+
+
+def packed_length(n: int, bits: int) -> int:
+    """int32 words that hold n values of `bits` bits (n a multiple of `values_per_run`)."""
+    run = values_per_run(bits)
+    if n % run:
+        raise ValueError(f"{bits}-bit packing needs a multiple of {run} values, got {n}")
+    return n * bits // 32
 
 
 def default_g_idx(in_features: int, group_size: int, device: torch.device | str | None = None) -> Tensor:
@@ -38,27 +49,46 @@ def default_g_idx(in_features: int, group_size: int, device: torch.device | str 
     return torch.arange(in_features, dtype=torch.int32, device=device) // group_size
 
 
-def _shifts(bits: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    return torch.arange(0, 32, bits, dtype=dtype, device=device)
+def _placement(bits: int) -> tuple[list[int], list[int]]:
+    """For each value r of a run (`values_per_run`): its word in the run and its bit offset in that word (a value
+    whose offset + bits passes 32 continues in the next word)."""
+    run = values_per_run(bits)
+    return [bits * r // 32 for r in range(run)], [bits * r % 32 for r in range(run)]
 
 
-def _pack_last(values: Tensor, bits: int) -> Tensor:
-    """Pack groups of 32/bits consecutive entries of the last dim into one int32 each (low bits first)."""
-    per = 32 // bits
+def pack_last(values: Tensor, bits: int) -> Tensor:
+    """Pack the last dim (runs of 32 values into `bits` int32 words, low bits first; at 4 and 8 bits, 32/bits
+    values a word) — vectorised over everything else."""
     *lead, n = values.shape
-    v = values.to(torch.int64).reshape(*lead, n // per, per)
-    packed = (v << _shifts(bits, torch.int64, values.device)).sum(dim=-1)
-    # Fields are disjoint, so the sum is a bitwise OR; map [2^31, 2^32) onto negative int32 explicitly
-    # rather than relying on how an out-of-range int64 → int32 cast behaves.
-    packed = torch.where(packed >= 2**31, packed - 2**32, packed)
-    return packed.to(torch.int32)
+    words_n = packed_length(n, bits)
+    run = values_per_run(bits)
+    v = values.to(torch.int64).reshape(*lead, -1, run)  # [..., runs, run]
+    words = torch.zeros(*lead, v.shape[-2], run * bits // 32, dtype=torch.int64, device=values.device)
+    for r, (w, sh) in enumerate(zip(*_placement(bits))):
+        words[..., w] |= (v[..., r] << sh) & 0xFFFFFFFF
+        if sh + bits > 32:  # its high bits open the next word
+            words[..., w + 1] |= v[..., r] >> (32 - sh)
+    # map [2^31, 2^32) onto negative int32 explicitly rather than relying on an out-of-range int64 → int32 cast
+    words = torch.where(words >= 2**31, words - 2**32, words)
+    return words.reshape(*lead, words_n).to(torch.int32)
 
 
-def _unpack_last(packed: Tensor, bits: int) -> Tensor:
-    """Inverse of `_pack_last`: int32 [..., m] → int32 [..., m · 32/bits]."""
+def unpack_last(packed: Tensor, bits: int) -> Tensor:
+    """Inverse of `pack_last`: int32 [..., m] → int32 [..., m · 32 / bits]."""
+    *lead, m = packed.shape
     mask = (1 << bits) - 1
-    fields = (packed.to(torch.int32).unsqueeze(-1) >> _shifts(bits, torch.int32, packed.device)) & mask
-    return fields.reshape(*packed.shape[:-1], -1)
+    run = values_per_run(bits)
+    words = packed.to(torch.int64).reshape(*lead, -1, run * bits // 32) & 0xFFFFFFFF  # [..., runs, words], unsigned
+    where, shift = _placement(bits)
+    w = torch.tensor(where, device=packed.device)
+    sh = torch.tensor(shift, dtype=torch.int64, device=packed.device)
+    values = words[..., w] >> sh  # [..., runs, run]
+    spill = [r for r in range(run) if shift[r] + bits > 32]
+    if spill:  # straddling values: their high bits from the next word
+        nxt = torch.tensor([where[r] + 1 for r in spill], device=packed.device)
+        high = words[..., nxt] << torch.tensor([32 - shift[r] for r in spill], device=packed.device)
+        values[..., spill] |= high
+    return (values & mask).to(torch.int32).reshape(*lead, -1)
 
 
 def pack_weight(q: Tensor, scales: Tensor, zeros: Tensor, g_idx: Tensor, bits: int) -> dict[str, Tensor]:
@@ -67,16 +97,16 @@ def pack_weight(q: Tensor, scales: Tensor, zeros: Tensor, g_idx: Tensor, bits: i
     Zeros must lie in [1, 2^bits): the v1 format stores zero − 1 in `bits` bits, so a zero of 0 would be read
     back as 2^bits by every other loader. The quantizers in `quantize.gptq` never produce it.
     """
-    per = values_per_int32(bits)
+    run = values_per_run(bits)
     maxq = (1 << bits) - 1
     if q.dim() != 2:
         raise ValueError(f"q must be [out, in], got shape {tuple(q.shape)}")
     if q.dtype.is_floating_point or q.dtype == torch.bool:
         raise ValueError(f"q must be an integer tensor, got {q.dtype}")
     out_features, in_features = q.shape
-    if in_features % per or out_features % per:
+    if in_features % run or out_features % run:
         raise ValueError(
-            f"{bits}-bit packing needs in and out features divisible by {per}, got [{out_features}, {in_features}]"
+            f"{bits}-bit packing needs in and out features divisible by {run}, got [{out_features}, {in_features}]"
         )
     if scales.dim() != 2 or scales.shape[0] != out_features:
         raise ValueError(f"scales must be [out={out_features}, n_groups], got {tuple(scales.shape)}")
@@ -92,8 +122,8 @@ def pack_weight(q: Tensor, scales: Tensor, zeros: Tensor, g_idx: Tensor, bits: i
     if g_idx.numel() and (int(g_idx.min()) < 0 or int(g_idx.max()) >= n_groups):
         raise ValueError(f"g_idx values must lie in [0, {n_groups})")
 
-    qweight = _pack_last(q, bits).t().contiguous()  # [out, in/p] → [in/p, out]
-    qzeros = _pack_last(zeros.t().to(torch.int64) - 1, bits).contiguous()  # [n_groups, out/p]
+    qweight = pack_last(q, bits).t().contiguous()  # [out, in/p] → [in/p, out]
+    qzeros = pack_last(zeros.t().to(torch.int64) - 1, bits).contiguous()  # [n_groups, out/p]
     return {
         "qweight": qweight,
         "qzeros": qzeros,
@@ -104,15 +134,16 @@ def pack_weight(q: Tensor, scales: Tensor, zeros: Tensor, g_idx: Tensor, bits: i
 
 def unpack_weight(tensors: dict[str, Tensor], bits: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Inverse of `pack_weight`: q uint8 [out, in], scales fp16 [out, n_groups], zeros int32, g_idx int32."""
-    per = values_per_int32(bits)
+    run = values_per_run(bits)
     missing = [name for name in TENSOR_NAMES if name not in tensors]
     if missing:
         raise ValueError(f"GPTQ tensors missing: {', '.join(missing)}")
     qweight, qzeros, scales, g_idx = (tensors[name] for name in TENSOR_NAMES)
     if qweight.dim() != 2 or qzeros.dim() != 2 or scales.dim() != 2 or g_idx.dim() != 1:
         raise ValueError("GPTQ tensors have the wrong number of dimensions")
-    in_features, out_features = qweight.shape[0] * per, qweight.shape[1]
-    if g_idx.shape[0] != in_features or qzeros.shape[1] * per != out_features:
+    in_features, out_features = qweight.shape[0] * 32 // bits, qweight.shape[1]
+    if (g_idx.shape[0] != in_features or qzeros.shape[1] * 32 != out_features * bits or in_features % run
+            or (qweight.shape[0] * 32) % bits):
         raise ValueError(
             f"GPTQ tensor shapes do not match {bits}-bit packing: qweight {tuple(qweight.shape)}, "
             f"qzeros {tuple(qzeros.shape)}, g_idx {tuple(g_idx.shape)} (wrong bits?)"
@@ -120,8 +151,8 @@ def unpack_weight(tensors: dict[str, Tensor], bits: int) -> tuple[Tensor, Tensor
     if tuple(scales.shape) != (qzeros.shape[0], out_features):
         raise ValueError(f"scales {tuple(scales.shape)} must be [n_groups={qzeros.shape[0]}, out={out_features}]")
 
-    q = _unpack_last(qweight.t(), bits).to(torch.uint8)  # [out, in]
-    zeros = (_unpack_last(qzeros, bits) + 1).t().contiguous()  # [out, n_groups]
+    q = unpack_last(qweight.t(), bits).to(torch.uint8)  # [out, in]
+    zeros = (unpack_last(qzeros, bits) + 1).t().contiguous()  # [out, n_groups]
     return q, scales.t().contiguous(), zeros, g_idx.to(torch.int32)
 
 

@@ -30,6 +30,7 @@ from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, resolve_calib_path
+from quantize.gptq_format import values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
@@ -61,8 +62,8 @@ class QuantizeSettings:
                             self.expert_stats, self.min_expert_rows, self.batch)
 
     def validate(self) -> None:
-        if self.bits not in (4, 8):
-            raise CloverError(f"--bits must be 4 or 8, got {self.bits}")
+        if self.bits not in (3, 4, 8):
+            raise CloverError(f"--bits must be 3, 4 or 8, got {self.bits}")
         if self.group_size != -1 and (self.group_size < 8 or self.group_size % 8):
             raise CloverError(f"--group-size must be a multiple of 8 (or -1 for per-channel), got {self.group_size}")
         if self.method not in ("gptq", "rtn"):
@@ -173,6 +174,10 @@ def quantize_checkpoint(
     t0 = time.perf_counter()
     reader = CheckpointReader(src)
     cfg = reader.config
+    run = values_per_run(settings.bits)
+    if cfg.hidden_size % run or cfg.moe_intermediate_size % run:
+        raise CloverError(f"--bits {settings.bits} packs runs of {run} values: hidden_size {cfg.hidden_size} and "
+                          f"moe_intermediate_size {cfg.moe_intermediate_size} must be multiples of {run}; use --bits 4")
     if not reader.has_preview_params:
         raise CloverError(f"{src} is not a Clover checkpoint: its GDN layers lack the block-diffusion parameters")
     tokenizer = ChatTokenizer.from_folder(src)

@@ -16,10 +16,11 @@ N_EXPERTS, TOP_K, N_LAYERS = 8, 2, 4
 _BUILT: dict[str, Path] = {}
 
 
-def tiny_pack(tmp_path_factory, tokenizer_dir: Path) -> Path:
-    key = str(tokenizer_dir)
+def tiny_pack(tmp_path_factory, tokenizer_dir: Path, bits: int = 4) -> Path:
+    """The tiny pack with routed experts at `bits` (4: the shared one; 3: for the 3-bit tests)."""
+    key = f"{tokenizer_dir}:{bits}"
     if key not in _BUILT:
-        _BUILT[key] = make_pack(tmp_path_factory.mktemp("runtime-pack"), tokenizer_dir)
+        _BUILT[key] = make_pack(tmp_path_factory.mktemp(f"runtime-pack-{bits}bit"), tokenizer_dir, bits)
     return _BUILT[key]
 
 
@@ -37,7 +38,7 @@ def ref(pack: Path):
     return load(str(pack), "cpu", "float32")
 
 
-def make_pack(root: Path, tokenizer_dir: Path) -> Path:
+def make_pack(root: Path, tokenizer_dir: Path, bits: int = 4) -> Path:
     from conftest import _TOKENIZER_TEXTS, tokenizer_spec
 
     from clover_local.checkpoint.synthetic import write_checkpoint
@@ -57,7 +58,8 @@ def make_pack(root: Path, tokenizer_dir: Path) -> Path:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        quantize_checkpoint(src, out, QuantizeSettings(samples=4, seq_len=64, calib=str(calib)), torch.device("cpu"))
+        quantize_checkpoint(src, out, QuantizeSettings(bits=bits, samples=4, seq_len=64, calib=str(calib)),
+                            torch.device("cpu"))
     finally:
         torch.set_num_threads(before)
     return out

@@ -10,21 +10,28 @@ from quantize.gptq import rtn_quantize
 from quantize.gptq_format import default_g_idx, dequantize, pack_weight, unpack_weight
 
 
+def _bit_stream(words: np.ndarray, count: int, bits: int) -> np.ndarray:
+    """Values 0 … count−1 of each column of uint32 words [W, C] read as one little-endian bit stream: value v is
+    bits bits·v … bits·v + bits − 1 (across a word boundary where it falls on one)."""
+    w = words.astype(np.uint64)
+    following = np.vstack([w[1:], np.zeros((1, w.shape[1]), dtype=np.uint64)])
+    out = np.empty((count, w.shape[1]), dtype=np.int64)
+    for v in range(count):
+        i, s = divmod(bits * v, 32)
+        out[v] = ((w[i] | (following[i] << np.uint64(32))) >> np.uint64(s)) & np.uint64((1 << bits) - 1)
+    return out
+
+
 def read_gptq(tensors: dict[str, torch.Tensor], bits: int) -> np.ndarray:
-    """Independent decoder (numpy, float64): 32/bits fields per int32, lowest bits first, zeros stored − 1."""
-    per = 32 // bits
-    mask = (1 << bits) - 1
-    qweight = tensors["qweight"].numpy().view(np.uint32)  # [in/per, out]
-    qzeros = tensors["qzeros"].numpy().view(np.uint32)  # [groups, out/per]
+    """Independent decoder (numpy, float64): qweight's columns and qzeros' rows as bit streams, lowest bits
+    first, zeros stored − 1."""
+    qweight = tensors["qweight"].numpy().view(np.uint32)  # [in·bits/32, out]
+    qzeros = tensors["qzeros"].numpy().view(np.uint32)  # [groups, out·bits/32]
     scales = tensors["scales"].numpy().astype(np.float64)  # [groups, out]
     g_idx = tensors["g_idx"].numpy().astype(np.int64)  # [in]
-    n_in, n_out = qweight.shape[0] * per, qweight.shape[1]
-    q = np.empty((n_in, n_out), dtype=np.int64)
-    for j in range(per):
-        q[j::per, :] = (qweight >> np.uint32(bits * j)) & np.uint32(mask)
-    zeros = np.empty((qzeros.shape[0], n_out), dtype=np.int64)
-    for j in range(per):
-        zeros[:, j::per] = ((qzeros >> np.uint32(bits * j)) & np.uint32(mask)).astype(np.int64) + 1
+    n_in, n_out = qweight.shape[0] * 32 // bits, qweight.shape[1]
+    q = _bit_stream(qweight, n_in, bits)  # [in, out]
+    zeros = _bit_stream(qzeros.T, n_out, bits).T + 1  # [groups, out]
     w = (q - zeros[g_idx, :]) * scales[g_idx, :]  # [in, out]
     return w.T
 
@@ -35,7 +42,7 @@ def _random_weight(out_features: int, in_features: int, seed: int) -> torch.Tens
     return torch.where(w == 0, torch.full_like(w, 1e-3), w)  # never exact zeros
 
 
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [3, 4, 8])
 @pytest.mark.parametrize("group_size", [32, 128])
 @pytest.mark.parametrize("sym", [True, False])
 def test_independent_reader_recovers_weights_within_half_step(bits: int, group_size: int, sym: bool) -> None:
@@ -43,9 +50,9 @@ def test_independent_reader_recovers_weights_within_half_step(bits: int, group_s
     r = rtn_quantize(w, bits=bits, group_size=group_size, sym=sym)
     tensors = pack_weight(r.q, r.scales, r.zeros, r.g_idx, bits)
 
-    per = 32 // bits
-    assert tensors["qweight"].dtype == torch.int32 and tuple(tensors["qweight"].shape) == (256 // per, 64)
-    assert tensors["qzeros"].dtype == torch.int32 and tuple(tensors["qzeros"].shape) == (256 // group_size, 64 // per)
+    assert tensors["qweight"].dtype == torch.int32 and tuple(tensors["qweight"].shape) == (256 * bits // 32, 64)
+    assert tensors["qzeros"].dtype == torch.int32 and tuple(tensors["qzeros"].shape) == (256 // group_size,
+                                                                                          64 * bits // 32)
     assert tensors["scales"].dtype == torch.float16 and tuple(tensors["scales"].shape) == (256 // group_size, 64)
     assert tensors["g_idx"].dtype == torch.int32 and tuple(tensors["g_idx"].shape) == (256,)
 
@@ -80,7 +87,24 @@ def test_bit_layout_by_hand() -> None:
     assert tensors["qzeros"].numpy().view(np.uint32)[0, 0] == 0x76543210  # zero − 1
 
 
-@pytest.mark.parametrize("bits", [4, 8])
+def test_3bit_layout_by_hand() -> None:
+    """32 rows fill three words, row r at bit 3r of their concatenation: row 10 spans words 0 and 1 (bits 30–32),
+    row 21 words 1 and 2 (bits 63–65); qzeros' columns likewise."""
+    q = torch.zeros(32, 32, dtype=torch.uint8)
+    q[0, 10] = 0b101  # output column 0: bits 30, 32
+    q[0, 21] = 0b011  # bits 63, 64
+    q[0, 31] = 0b100  # bit 95
+    zeros = torch.ones(32, 1, dtype=torch.int32)
+    zeros[10] = 7  # stored 6 = 0b110 at bits 30–32 of qzeros' row
+    tensors = pack_weight(q, torch.ones(32, 1), zeros, torch.zeros(32, dtype=torch.int32), bits=3)
+    qweight = tensors["qweight"].numpy().view(np.uint32)
+    assert qweight.shape == (3, 32)
+    assert list(qweight[:, 0]) == [1 << 30, (1 << 0) | (1 << 31), (1 << 0) | (1 << 31)]
+    assert np.all(qweight[:, 1:] == 0)
+    assert list(tensors["qzeros"].numpy().view(np.uint32)[0]) == [1 << 31, 1, 0]
+
+
+@pytest.mark.parametrize("bits", [3, 4, 8])
 @pytest.mark.parametrize("group_size", [-1, 32, 128])
 def test_round_trip_exact(bits: int, group_size: int) -> None:
     w = _random_weight(32, 256, seed=7)
@@ -123,7 +147,7 @@ def test_pack_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="q values"):
         pack_weight(r.q.int() + 16, r.scales, r.zeros, r.g_idx, 4)
     with pytest.raises(ValueError, match="bits"):
-        pack_weight(r.q, r.scales, r.zeros, r.g_idx, 3)
+        pack_weight(r.q, r.scales, r.zeros, r.g_idx, 5)
     with pytest.raises(ValueError, match="divisible"):
         pack_weight(r.q[:12], r.scales[:12], r.zeros[:12], r.g_idx, 4)
     tensors = pack_weight(r.q, r.scales, r.zeros, r.g_idx, 4)

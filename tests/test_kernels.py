@@ -34,7 +34,7 @@ def _random_pack(k: int, n: int, group: int, bits: int, gen: torch.Generator) ->
     maxq = (1 << bits) - 1
     q = torch.randint(0, maxq + 1, (n, k), generator=gen)
     zeros = torch.randint(1, maxq + 1, (n, k // group), generator=gen)
-    scales = (torch.rand(n, k // group, generator=gen) * 0.02 + 0.005) / (1 << (bits - 4))
+    scales = (torch.rand(n, k // group, generator=gen) * 0.02 + 0.005) / 2.0 ** (bits - 4)
     return pack_weight(q, scales, zeros, default_g_idx(k, group), bits)
 
 
@@ -264,6 +264,8 @@ def test_moe_align_triton_matches_the_torch_sort(t, num_slots, block_m) -> None:
         (7, 4, (64, 32), torch.float32),
         (32, 4, (128, 64), torch.bfloat16),
         (7, 8, (64, 64), torch.bfloat16),
+        (7, 3, (64, 32), torch.float32),  # 3-bit: runs of 32 rows in 3 words, two fields across a word boundary
+        (32, 3, (128, 64), torch.bfloat16),
     ],
 )
 def test_triton_moe_matches_reference(force_triton, m: int, bits: int, groups: tuple[int, int], dtype) -> None:
@@ -311,7 +313,8 @@ def test_host_stacks_must_match_the_cache_slabs() -> None:
 
 
 @needs_triton
-@pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (8, torch.float16), (4, torch.float32)])
+@pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (8, torch.float16), (4, torch.float32),
+                                        (3, torch.bfloat16)])
 def test_triton_moe_reads_non_resident_experts_from_host(force_triton, bits: int, dtype) -> None:
     """Slots past the cache's name host experts, read in place: the same output, bit for bit, as with every
     expert on the device (each pair's sums do not depend on which runs the align made), also for a host expert

@@ -63,9 +63,8 @@ class QuantModule:
     @property
     def packed_bytes(self) -> int:
         """qweight + scales + qzeros (g_idx is not kept: sequential by construction)."""
-        p = 32 // self.bits
-        return 4 * (self.in_features // p) * self.out_features + 2 * self.groups * self.out_features + \
-            4 * self.groups * (self.out_features // p)
+        return 4 * (self.in_features * self.bits // 32) * self.out_features + 2 * self.groups * self.out_features + \
+            4 * self.groups * (self.out_features * self.bits // 32)
 
 
 def read_header(path: Path) -> dict:
@@ -139,11 +138,11 @@ def _quant_module(name: str, parts: dict[str, TensorInfo]) -> QuantModule:
     if (32 * qw.shape[0]) % k:
         raise CloverError(f"pack tensor {name}.qweight {list(qw.shape)} does not match g_idx of {k} rows")
     bits = 32 * qw.shape[0] // k
-    if bits not in (4, 8):
-        raise CloverError(f"pack tensor {name} is {bits}-bit; the runtime reads 4- and 8-bit GPTQ")
+    if bits not in (3, 4, 8):
+        raise CloverError(f"pack tensor {name} is {bits}-bit; the runtime reads 3- (routed experts), 4- and 8-bit "
+                          "GPTQ")
     n, groups = qw.shape[1], sc.shape[0]
-    p = 32 // bits
-    if sc.shape[1] != n or qz.shape != (groups, n // p) or groups < 1 or k % groups:
+    if sc.shape[1] != n or qz.shape != (groups, n * bits // 32) or (n * bits) % 32 or groups < 1 or k % groups:
         raise CloverError(f"pack tensor {name} has inconsistent GPTQ shapes: qweight {list(qw.shape)}, "
                           f"scales {list(sc.shape)}, qzeros {list(qz.shape)}")
     return QuantModule(name, bits, k, n, groups)
@@ -209,6 +208,9 @@ def _classify(pack: PackIndex) -> None:
             pack.plain[name] = info
     for module, parts in quant_parts.items():
         pack.modules[module] = _quant_module(module, parts)
+        if pack.modules[module].bits == 3:  # the dense kernels take 4 and 8 bits
+            raise CloverError(f"pack tensor {module} is 3-bit: the runtime reads 3-bit routed experts only; "
+                              "re-quantize with the experts alone at --bits 3")
     layers = sorted({key[0] for key in expert_parts})
     if not layers:
         raise CloverError(f"{pack.folder} has no per-expert quantized tensors (model.layers.N.mlp.experts.E.…): "

@@ -4,15 +4,16 @@ Layout of a slab (each part starts on a 256-byte boundary):
 
 | part | dtype | shape |
 |---|---|---|
-| gu_qweight | int32 | [H/p, 2I] |
+| gu_qweight | int32 | [H·b/32, 2I] |
 | gu_scales | fp16 | [H/g, 2I] |
-| gu_qzeros | int32 | [H/g, 2I/p] |
-| d_qweight | int32 | [I/p, H] |
+| gu_qzeros | int32 | [H/g, 2I·b/32] |
+| d_qweight | int32 | [I·b/32, H] |
 | d_scales | fp16 | [I/g', H] |
-| d_qzeros | int32 | [I/g', H/p] |
+| d_qzeros | int32 | [I/g', H·b/32] |
 
-Concatenating gate and up along N keeps the GPTQ layout valid: qweight/scales are column-wise, and qzeros pack 8
-output columns per int32 with I a multiple of 8. A buffer of S slabs is a uint8 tensor [S, nbytes]; `stacks()`
+(b: the experts' bits.) Concatenating gate and up along N keeps the GPTQ layout valid: qweight/scales are
+column-wise, and qzeros pack whole runs of output columns (8 to an int32 at 4-bit, 32 to three at 3-bit) with I a
+multiple of the run. A buffer of S slabs is a uint8 tensor [S, nbytes]; `stacks()`
 gives the kernels' `PackedStack`s as strided views into it (no copy), so host memory (one slab per expert) and
 the device cache (one slab per slot) share this code, and a miss is one contiguous copy.
 """
@@ -41,19 +42,19 @@ class SlabLayout:
     groups_gu: int  # groups along H (gate_up's K)
     groups_down: int  # groups along I (down's K)
 
-    @property
-    def pack(self) -> int:
-        return 32 // self.bits
+    def words(self, n: int) -> int:
+        """int32 words that hold n packed values (n a whole number of runs)."""
+        return n * self.bits // 32
 
     def parts(self) -> list[tuple[str, torch.dtype, tuple[int, int]]]:
-        h, i, p = self.hidden, self.inter, self.pack
+        h, i, w = self.hidden, self.inter, self.words
         return [
-            ("gu_qweight", torch.int32, (h // p, 2 * i)),
+            ("gu_qweight", torch.int32, (w(h), 2 * i)),
             ("gu_scales", torch.float16, (self.groups_gu, 2 * i)),
-            ("gu_qzeros", torch.int32, (self.groups_gu, 2 * i // p)),
-            ("d_qweight", torch.int32, (i // p, h)),
+            ("gu_qzeros", torch.int32, (self.groups_gu, w(2 * i))),
+            ("d_qweight", torch.int32, (w(i), h)),
             ("d_scales", torch.float16, (self.groups_down, h)),
-            ("d_qzeros", torch.int32, (self.groups_down, h // p)),
+            ("d_qzeros", torch.int32, (self.groups_down, w(h))),
         ]
 
     def offsets(self) -> dict[str, int]:
@@ -95,13 +96,13 @@ class SlabLayout:
     def fill(self, views: dict[str, Tensor], slot: int, gate: dict[str, Tensor], up: dict[str, Tensor],
              down: dict[str, Tensor]) -> None:
         """Write one expert's GPTQ tensors (dicts with qweight/scales/qzeros) into slab `slot` of `views`."""
-        i, p = self.inter, self.pack
+        i, zi = self.inter, self.words(self.inter)
         views["gu_qweight"][slot, :, :i].copy_(gate["qweight"])
         views["gu_qweight"][slot, :, i:].copy_(up["qweight"])
         views["gu_scales"][slot, :, :i].copy_(gate["scales"])
         views["gu_scales"][slot, :, i:].copy_(up["scales"])
-        views["gu_qzeros"][slot, :, : i // p].copy_(gate["qzeros"])
-        views["gu_qzeros"][slot, :, i // p :].copy_(up["qzeros"])
+        views["gu_qzeros"][slot, :, :zi].copy_(gate["qzeros"])
+        views["gu_qzeros"][slot, :, zi:].copy_(up["qzeros"])
         views["d_qweight"][slot].copy_(down["qweight"])
         views["d_scales"][slot].copy_(down["scales"])
         views["d_qzeros"][slot].copy_(down["qzeros"])

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from quantize.gptq_format import SUPPORTED_BITS, pack_last, unpack_last, values_per_run
+
 
 def field_major(x: Tensor, tile: int, per: int) -> Tensor:
     """x [M, K] with each tile of columns laid out field-major: column t·tile + R·j + i holds x's column
@@ -63,9 +65,9 @@ class PackedStack:
     """Quantized weights of several experts (or one dense layer with S=1), indexed by slot on dim 0.
     Views may be strided (slots live inside a larger cache buffer)."""
 
-    qweight: Tensor  # int32 [S, K//(32//bits), N]
+    qweight: Tensor  # int32 [S, K·bits/32, N]
     scales: Tensor  # fp16  [S, K//group, N]
-    qzeros: Tensor  # int32 [S, K//group, N//(32//bits)]
+    qzeros: Tensor  # int32 [S, K//group, N·bits/32]
     group_size: int
     bits: int = 4
 
@@ -75,7 +77,7 @@ class PackedStack:
 
     @property
     def in_features(self) -> int:
-        return self.qweight.shape[1] * (32 // self.bits)
+        return self.qweight.shape[1] * 32 // self.bits
 
     @property
     def out_features(self) -> int:
@@ -88,24 +90,30 @@ class PackedStack:
 
 def check_packed(qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int) -> tuple[int, int]:
     """Validate one matrix's tensors (the last two dims); returns (K, N). Raises ValueError on a mismatch."""
-    if bits not in (4, 8):
-        raise ValueError(f"bits must be 4 or 8, got {bits}")
-    p = 32 // bits
+    if bits not in SUPPORTED_BITS:
+        raise ValueError(f"bits must be one of {SUPPORTED_BITS}, got {bits}")
+    run = values_per_run(bits)
     if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
         raise ValueError(f"qweight and qzeros must be int32, got {qweight.dtype} and {qzeros.dtype}")
-    k, n = qweight.shape[-2] * p, qweight.shape[-1]
+    if (qweight.shape[-2] * 32) % bits:
+        raise ValueError(f"qweight's {qweight.shape[-2]} rows are not whole runs of {bits}-bit values")
+    k, n = qweight.shape[-2] * 32 // bits, qweight.shape[-1]
     if group_size <= 0 or k % group_size:
         raise ValueError(f"group_size {group_size} must be a positive divisor of K={k}")
     groups = k // group_size
     if tuple(scales.shape[-2:]) != (groups, n):
         raise ValueError(f"scales must be [K/group={groups}, N={n}], got {tuple(scales.shape[-2:])}")
-    if tuple(qzeros.shape[-2:]) != (groups, n // p) or n % p:
-        raise ValueError(f"qzeros must be [K/group={groups}, N/{p}={n // p}], got {tuple(qzeros.shape[-2:])}")
+    if n % run or tuple(qzeros.shape[-2:]) != (groups, n * bits // 32):
+        raise ValueError(f"qzeros must be [K/group={groups}, N·{bits}/32={n * bits // 32}], got "
+                         f"{tuple(qzeros.shape[-2:])}")
     return k, n
 
 
 def unpack_rows(packed: Tensor, bits: int) -> Tensor:
-    """int32 [..., R, C] → int32 [..., R·p, C]: field j of packed row i becomes row p·i + j (qweight layout)."""
+    """int32 [..., R, C] → int32 [..., R·32/bits, C]: the qweight layout's rows unpacked (at 4 and 8 bits field j
+    of packed row i is row p·i + j; at 3 bits runs of 32 rows fill 3 words, `quantize.gptq_format`)."""
+    if 32 % bits:
+        return unpack_last(packed.transpose(-1, -2), bits).transpose(-1, -2)
     p = 32 // bits
     shifts = torch.arange(0, 32, bits, dtype=torch.int32, device=packed.device).view(p, 1)
     fields = (packed.unsqueeze(-2) >> shifts) & ((1 << bits) - 1)  # [..., R, p, C]
@@ -113,8 +121,10 @@ def unpack_rows(packed: Tensor, bits: int) -> Tensor:
 
 
 def pack_rows(codes: Tensor, bits: int) -> Tensor:
-    """Inverse of `unpack_rows` for one matrix: int32 codes [R·p, C] → int32 [R, C] (row p·i + j into field j of
-    row i), ORed in int32 so a code in the top field sets the sign bit exactly."""
+    """Inverse of `unpack_rows` for one matrix: int32 codes [R·32/bits, C] → int32 [R, C], ORed in int32 so a
+    code in the top field sets the sign bit exactly."""
+    if 32 % bits:
+        return pack_last(codes.t(), bits).t().contiguous()
     p = 32 // bits
     fields = codes.reshape(-1, p, codes.shape[-1])
     words = torch.zeros(fields.shape[0], fields.shape[2], dtype=torch.int32, device=codes.device)
@@ -124,7 +134,10 @@ def pack_rows(codes: Tensor, bits: int) -> Tensor:
 
 
 def unpack_cols(packed: Tensor, bits: int) -> Tensor:
-    """int32 [..., R, C] → int32 [..., R, C·p]: field j of packed column i is column p·i + j (qzeros layout)."""
+    """int32 [..., R, C] → int32 [..., R, C·32/bits]: the qzeros layout's columns unpacked (at 4 and 8 bits field
+    j of packed column i is column p·i + j)."""
+    if 32 % bits:
+        return unpack_last(packed, bits)
     shifts = torch.arange(0, 32, bits, dtype=torch.int32, device=packed.device)
     fields = (packed.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)  # [..., R, C, p]
     return fields.flatten(-2, -1)

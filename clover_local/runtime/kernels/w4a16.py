@@ -89,6 +89,49 @@ def _weight_tile(
 
 
 @triton.jit
+def _straddled3(lo, hi, sh):
+    """3-bit fields at bit offsets sh of words lo, continuing into words hi where sh > 29 (GPTQ's 3-bit runs:
+    32 values in 3 words, values 10 and 21 across a boundary). Shifts are arithmetic (int32): the bits a shift
+    brings in above a straddling field's low part are masked off before its high part is ORed in."""
+    over = sh > 29
+    n_hi = tl.where(over, 32 - sh, 0)  # bits of lo the field keeps (1 or 2), or none
+    low = (lo >> sh) & tl.where(over, (1 << n_hi) - 1, 7)
+    return low | tl.where(over, (hi << n_hi) & 7, 0)
+
+
+@triton.jit
+def _weight_tile3(
+    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    GROUP: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """`_weight_tile` for 3-bit codes: codes minus zero, int32 [BLOCK_K, BLOCK_N], and the scale row. Input rows
+    32c … 32c + 31 are qweight rows 3c, 3c + 1, 3c + 2; row r of the run sits at bit 3r of the three (low word
+    first). BLOCK_K is a multiple of 32 and divides GROUP."""
+    RUNS: tl.constexpr = BLOCK_K // 32
+    offs_c = k0 // 32 + tl.arange(0, RUNS)
+    ptrs = qw_base + (3 * offs_c)[:, None] * stride_qk + offs_n[None, :] * stride_qn
+    w0 = tl.load(ptrs, mask=n_mask[None, :], other=0)[:, None, :]  # [RUNS, 1, BLOCK_N]
+    w1 = tl.load(ptrs + stride_qk, mask=n_mask[None, :], other=0)[:, None, :]
+    w2 = tl.load(ptrs + 2 * stride_qk, mask=n_mask[None, :], other=0)[:, None, :]
+    r = tl.arange(0, 32)
+    word = ((3 * r) // 32)[None, :, None]
+    sh = ((3 * r) % 32)[None, :, None]
+    lo = tl.where(word == 0, w0, tl.where(word == 1, w1, w2))
+    hi = tl.where(word == 0, w1, w2)
+    codes = tl.reshape(_straddled3(lo, hi, sh), (BLOCK_K, BLOCK_N))
+    g = k0 // GROUP
+    scale = tl.load(sc_base + g * stride_sg + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)
+    zcol = (3 * offs_n) // 32  # column n's zero at bit 3n of the group's row of qzeros
+    zsh = (3 * offs_n) % 32
+    zrow = qz_base + g * stride_zg
+    zlo = tl.load(zrow + zcol * stride_zn, mask=n_mask, other=0)
+    zhi = tl.load(zrow + (zcol + 1) * stride_zn, mask=n_mask & (zsh > 29), other=0)
+    zero = _straddled3(zlo, zhi, zsh) + 1
+    return codes - zero[None, :], scale
+
+
+@triton.jit
 def _field_major_col(col, TILE: tl.constexpr, PER: tl.constexpr):
     """Where column col of a goes when a is stored field-major in tiles of TILE (`reference.field_major`)."""
     r = col % TILE
@@ -428,20 +471,34 @@ def _moe_kernel(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
                 mask=row_mask[:, None], other=0.0,
             )
-            w, scale = _weight_tile(
-                qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                GROUP, BITS, BLOCK_K, BLOCK_N,
-            )
-            acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
-            if GATED:
-                # The up half: UP_OFFSET is a multiple of PER, so its packed zero columns start at UP_OFFSET // PER.
-                w_up, scale_up = _weight_tile(
-                    qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
-                    qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
+            if BITS == 3:
+                w, scale = _weight_tile3(
+                    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+                    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_K, BLOCK_N,
+                )
+            else:
+                w, scale = _weight_tile(
+                    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
                     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                     GROUP, BITS, BLOCK_K, BLOCK_N,
                 )
+            acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
+            if GATED:
+                # The up half: UP_OFFSET is a whole number of runs, so its packed zero columns start at word
+                # UP_OFFSET · BITS / 32.
+                if BITS == 3:
+                    w_up, scale_up = _weight_tile3(
+                        qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
+                        qz_base + (UP_OFFSET * 3 // 32) * stride_zn, k0, offs_n, n_mask,
+                        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_K, BLOCK_N,
+                    )
+                else:
+                    w_up, scale_up = _weight_tile(
+                        qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
+                        qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
+                        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                        GROUP, BITS, BLOCK_K, BLOCK_N,
+                    )
                 acc_up += _dot(a, w_up, DOT_F32, PREC) * scale_up[None, :]
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
@@ -534,6 +591,8 @@ def _block_k(k: int, group_size: int, bits: int, cap: int = 128) -> int:
         bk //= 2
     if group_size % bk or bk < 32 // bits:
         raise ValueError(f"group_size {group_size} needs to be a multiple of 16 for the Triton kernels")
+    if 32 % bits and bk % 32:  # 3-bit: whole runs of 32 rows a tile
+        raise ValueError(f"group_size {group_size} needs to be a multiple of 32 for {bits}-bit Triton kernels")
     return bk
 
 
@@ -542,8 +601,9 @@ def _block_m(m: int) -> int:
 
 
 def _fields_ok(fields: bool, block_k: int, bits: int) -> bool:
-    """Field-wise dots need each field's K (block_k / values per int32) to be a tl.dot size (≥ 16)."""
-    return fields and block_k // (32 // bits) >= 16
+    """Field-wise dots need each field's K (block_k / values per int32) to be a tl.dot size (≥ 16); 3-bit codes
+    (which straddle words) always unpack (`_weight_tile3`)."""
+    return fields and 32 % bits == 0 and block_k // (32 // bits) >= 16
 
 
 def magic_bits(dtype: torch.dtype, bits: int) -> int:
@@ -600,6 +660,8 @@ def linear_w4a16_triton(
     field-wise dots then read x's columns contiguously (A_FM) with BLOCK_K = k_tile, and the unpacking form runs
     on x permuted to match."""
     k, n = check_packed(qweight, scales, qzeros, group_size, bits)
+    if 32 % bits:
+        raise ValueError(f"the dense Triton kernel takes 4- and 8-bit weights, not {bits}-bit")
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, the weight expects K={k}")
     lead = x.shape[:-1]
@@ -933,8 +995,11 @@ def moe_w4a16_triton(
             f"stack shapes do not match H={h}: gate_up [{gate_up.in_features}, {gate_up.out_features}], "
             f"down [{down.in_features}, {down.out_features}]"
         )
-    if inter % (32 // gate_up.bits):
-        raise ValueError(f"I={inter} must be a multiple of {32 // gate_up.bits} (gate/up halves split packed zeros)")
+    if (inter * gate_up.bits) % 32:
+        raise ValueError(f"I={inter} must fill whole int32 words of {gate_up.bits}-bit zeros (gate/up halves split "
+                         "packed zeros)")
+    if install is not None and 32 % gate_up.bits:
+        raise ValueError("read-through installs copy 4- and 8-bit slabs only")
     num_slots = min(gate_up.num_slots, down.num_slots)
     if host is not None:
         check_host_stacks((gate_up, down), host)

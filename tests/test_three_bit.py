@@ -1,0 +1,83 @@
+"""Routed experts at 3 bits (`quantize --bits 3`): GPTQ's 3-bit layout in the pack, the runtime's slabs, the
+expert cache and the kernels on it, on the tiny pack quantized so. Why 3 bits: at 35B the experts shrink from
+16.7 to ≈ 12.7 GB, so nearly all of them fit next to everything else on one 16 GB card (no PCIe per block)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from clover_local.runtime.pack_index import read_pack_index
+from clover_local.runtime.placement import make_plan
+from runtime_pack import N_EXPERTS, N_LAYERS, decode, pack, prompt, runtime, tiny_pack  # noqa: F401 (fixtures)
+
+TOTAL = N_EXPERTS * N_LAYERS
+
+
+@pytest.fixture(scope="module")
+def pack3(tmp_path_factory, tokenizer_dir: Path) -> Path:
+    return tiny_pack(tmp_path_factory, tokenizer_dir, bits=3)
+
+
+@pytest.fixture(scope="module")
+def ref3(pack3: Path):
+    """The 3-bit pack dequantized into a plain fp32 model (`pack.reader`, through `quantize.gptq_format`)."""
+    from clover_local.loader import load
+
+    return load(str(pack3), "cpu", "float32")
+
+
+def test_the_pack_holds_3bit_experts_and_8bit_rest(pack3):
+    info = read_pack_index(pack3)
+    assert info.expert_bits == 3
+    gate = info.expert["gate_proj"]
+    assert (gate.in_features, gate.out_features) == (128, 128)
+    assert gate.packed_bytes == 4 * 12 * 128 + 2 * 1 * 128 + 4 * 1 * 12  # qweight [128·3/32, 128], qzeros [1, 12]
+    quant = json.loads((pack3 / "config.json").read_text())["quantization_config"]
+    assert quant["bits"] == 3
+    assert {m.bits for name, m in info.modules.items() if "lm_head" not in name} == {8}
+
+
+def test_offloaded_3bit_decode_matches_the_dequantized_model(pack3, ref3):
+    """The runtime's slabs, cache and MoE path at 3 bits give the tokens of the pack dequantized by the format's
+    own reader, offloaded (misses every pass) or all resident."""
+    ids = prompt(ref3, 13, seed=2)
+    want = decode(ref3, ids)
+    resident = runtime(pack3, slots=TOTAL)
+    offloaded = runtime(pack3, slots=10)
+    assert resident.model.runtime.cache.layout.bits == 3
+    assert decode(resident, ids) == want
+    assert decode(offloaded, ids) == want
+    s = offloaded.model.runtime_stats()
+    assert s["misses"] > 0 and s["resident"] == 10
+    # missed experts run on the CPU too (the dequantizing reference: torch's int4 kernel takes 4 bits only)
+    cpu = runtime(pack3, slots=10, cpu_experts="misses")
+    assert not cpu.model.runtime.cpu.kernel
+    assert decode(cpu, ids) == want
+    assert cpu.model.runtime_stats()["cpu_runs"] > 0
+
+
+def test_3bit_slabs_are_smaller_and_the_plan_counts_them(pack, pack3):
+    four, three = read_pack_index(pack), read_pack_index(pack3)
+    p4, p3 = make_plan(four, 1 << 30, None, 128, torch.float32), make_plan(three, 1 << 30, None, 128, torch.float32)
+    assert p3.slab_bytes < p4.slab_bytes
+    rt = runtime(pack3, slots=TOTAL)
+    assert rt.model.runtime.cache.layout.nbytes == p3.slab_bytes
+
+
+def test_quantize_refuses_3bit_for_widths_that_are_not_whole_runs(tmp_path, tokenizer_dir):
+    from clover_local.checkpoint.synthetic import write_checkpoint
+    from clover_local.errors import CloverError
+    from conftest import tokenizer_spec
+    from quantize.pipeline import QuantizeSettings, quantize_checkpoint
+
+    spec = tokenizer_spec(tokenizer_dir, hidden_size=128, moe_intermediate_size=48, num_experts=4,
+                          num_experts_per_tok=2, num_hidden_layers=1)
+    src = write_checkpoint(tmp_path / "src", spec, fused=False, seed=1)
+    with pytest.raises(CloverError, match="multiples of 32"):
+        quantize_checkpoint(src, tmp_path / "out", QuantizeSettings(bits=3, samples=1, seq_len=16),
+                            torch.device("cpu"))
+    assert not (tmp_path / "out").exists()  # refused before the output folder was touched
