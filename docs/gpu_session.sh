@@ -8,6 +8,8 @@
 #   decode/gpu_check.json        a real decode loop as chat runs it (worker thread, graphs, merged commits, host
 #                                reads, sampling): graphed vs eager tokens, the loop's ms per pass vs the records'
 #   bench_uniform.json           the same with `--routing uniform` (a real block's expert load)
+#   bench_uniform_3bit.json      ... uniform on `--synthetic full3` (3-bit experts, `quantize --bits 3`: ≈ 15.6 GB,
+#                                written first; at 16 GiB every expert resident: the pass without PCIe)
 #   bench_prefix32k.json         ... uniform with a 32,256-token prefix (`--passes 4`): a long prompt's prefill
 #                                (63 chunks over a growing window: the GDN chunk kernels, attention over up to
 #                                32K keys without a mask) and peak memory at nearly the full default context
@@ -38,10 +40,10 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
-# (STAGES from: kernels model decode routings bench uniform longprompt longchunks reveal repair resident unfused
+# (STAGES from: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident unfused
 # unpacked unfolded eager sweep moesweep tune tuned,
 # in the order given;
-# default kernels,routings,decode,model,longprompt,tune,tuned)
+# default kernels,routings,full3,decode,model,longprompt,tune,tuned)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -69,7 +71,7 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
 }
 
-STAGES=${STAGES:-kernels,routings,decode,model,longprompt,tune,tuned}
+STAGES=${STAGES:-kernels,routings,full3,decode,model,longprompt,tune,tuned}
 B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json --device cuda"
 # stages run in the order STAGES lists them: put first what the session most needs
 for s in ${STAGES//,/ }; do
@@ -82,6 +84,8 @@ for s in ${STAGES//,/ }; do
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/decode' --stages decode >>'$log' 2>&1" ;;
     routings) stage routings 240 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/routings' --stages routings >>'$log' 2>&1" ;;
+    full3) stage full3 200 bash -c "${B/--synthetic full/--synthetic full3} --routing uniform \
+      >'$OUT/bench_uniform_3bit.json' 2>>'$log'" ;;
     bench) stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'" ;;
     uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
     longprompt) stage longprompt 150 bash -c "${B/--prefix 4096 --passes 8/--prefix 32256 --passes 4} --routing uniform \
@@ -110,7 +114,7 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model decode routings bench uniform longprompt longchunks reveal repair resident \
+    *) echo "== unknown stage $s (known: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident \
 unfused unpacked unfolded eager sweep moesweep tune tuned)" | tee -a "$log" ;;
   esac
 done

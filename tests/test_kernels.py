@@ -409,6 +409,19 @@ def test_triton_moe_reads_through_into_free_slots(force_triton, bits: int, dtype
 
 
 @needs_triton
+def test_gpu_check_moe3_runs(force_triton, monkeypatch) -> None:
+    """gpu_check's 3-bit MoE check at small shapes (interpreted; its timing stubbed) agrees with the reference."""
+    from clover_local.runtime import gpu_check
+
+    gen = torch.Generator().manual_seed(31)
+    x, (idx, w) = _x(5, H, torch.bfloat16, gen), _route(5, gen)
+    monkeypatch.setattr(gpu_check, "_timed_ms", lambda dev, fn: 1.0 + 0.0 * (fn() is None))
+    x, w = _dev(x, w.to(torch.bfloat16))
+    res = gpu_check.moe3_check(torch.device(DEVICE), gen, x, idx, w, inter=64, experts=SLOTS)
+    assert res["ok"] and res["rel_err"] < 2e-2 and res["ms_32rows"] == 1.0
+
+
+@needs_triton
 def test_gpu_check_host_reads_runs(force_triton, monkeypatch) -> None:
     """gpu_check's host-read check on tiny shapes (interpreted; its timings stubbed): every expert resident in a
     permuted cache, some read from the host, then all, then all read through into other slots: equal to the

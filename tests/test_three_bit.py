@@ -81,3 +81,18 @@ def test_quantize_refuses_3bit_for_widths_that_are_not_whole_runs(tmp_path, toke
         quantize_checkpoint(src, tmp_path / "out", QuantizeSettings(bits=3, samples=1, seq_len=16),
                             torch.device("cpu"))
     assert not (tmp_path / "out").exists()  # refused before the output folder was touched
+
+
+def test_real_shapes_at_3bit_fit_a_16gib_budget_whole():
+    """The synthetic pack with the real shapes and 3-bit experts (what `plan synthetic:full3` reads): at 16 GiB
+    every expert is resident, where 4-bit experts leave ≈ 18 % of them on the host."""
+    from clover_local.runtime.synthetic_pack import synthetic_index
+
+    GIB = 1 << 30
+    four, three = synthetic_index("full"), synthetic_index("full3")
+    assert three.expert_bits == 3 and four.expert_bits == 4
+    p4, p3 = make_plan(four, 16 * GIB, 32 * GIB, 32768), make_plan(three, 16 * GIB, 32 * GIB, 32768)
+    assert p3.fits and p3.slots == p3.experts_total == 10_240 and p3.host_expert_bytes == 0
+    assert p4.slots < 0.85 * 10_240
+    assert p3.slab_bytes < 0.76 * p4.slab_bytes
+    assert p3.pcie_later_pass == 0 and p4.pcie_later_pass > 0

@@ -100,7 +100,7 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,
                       progress=lambda msg: None) -> tuple[Any, str]:
     """(pack folder, label) for the commands that run a pack's kernels (bench, tune): MODEL, or the synthetic
-    pack of --synthetic full|small (written once to the cache)."""
+    pack of --synthetic full|small|full3|small3 (written once to the cache)."""
     from pathlib import Path
 
     from clover_local.loader import resolve_model_path
@@ -108,7 +108,7 @@ def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: s
     from clover_local.runtime.synthetic_pack import ensure_synthetic, spec_of
 
     if (model is None) == (synthetic is None):
-        raise CloverError("give a pack (MODEL) or --synthetic full|small, not both")
+        raise CloverError("give a pack (MODEL) or --synthetic full|small|full3|small3, not both")
     if synthetic is not None:
         spec_of(synthetic)
         progress(f"synthetic {synthetic} pack")

@@ -19,7 +19,8 @@ from clover_local.commands._model_options import prefill_chunk_option, prefill_c
 def bench(
     model: Optional[str] = typer.Argument(None, help="Pack folder or Hub repo id (or use --synthetic)."),
     synthetic: Optional[str] = typer.Option(None, "--synthetic", help="full: a random INT4 pack with the real "
-                                            "shapes (≈20 GB, written once to ~/.cache/clover-local); small: CI-sized."),
+                                            "shapes (≈20 GB, written once to ~/.cache/clover-local); small: CI-sized; full3 / small3: "
+                                            "the same with 3-bit experts (`quantize --bits 3`)."),
     vram_budget: Optional[str] = typer.Option(None, "--vram-budget", help="Device memory the runtime may use, e.g. "
                                               "16GB (binary units). Default: free memory minus a margin."),
     prefix: int = typer.Option(4096, "--prefix", help="Tokens of context before the block."),

@@ -34,7 +34,8 @@ def _pack_index(model: str):
     "pass) from the pack's headers alone."
 ))
 def plan(
-    model: str = typer.Argument(..., help="Pack folder, Hub repo id, or synthetic:full / synthetic:small."),
+    model: str = typer.Argument(..., help="Pack folder, Hub repo id, or synthetic:full / synthetic:small "
+                                 "(synthetic:full3 / small3: 3-bit experts)."),
     vram: Optional[str] = typer.Option(None, "--vram", help="Device memory the runtime may use, e.g. 16GB "
                                        "(sizes are binary: 16GB = 16 GiB). Default: this GPU's free memory."),
     ram: Optional[str] = typer.Option(None, "--ram", help="Host RAM to plan for, e.g. 32GB. Default: what this "
@@ -56,6 +57,8 @@ def plan(
       clover-local plan synthetic:full --vram 12GB --context 8192 --json
 
       clover-local plan synthetic:full --vram 16GB --prefill-chunk 2048   # what a longer prefill chunk costs
+
+      clover-local plan synthetic:full3 --vram 16GB   # a pack made with `quantize --bits 3`: every expert resident
     """
     import torch
 

@@ -16,7 +16,7 @@ def tune(
     model: Optional[str] = typer.Argument(None, help="Pack folder or Hub repo id (or use --synthetic)."),
     synthetic: Optional[str] = typer.Option(None, "--synthetic", help="full: the random INT4 pack with the real "
                                             "shapes (≈20 GB, written once to ~/.cache/clover-local); small: "
-                                            "CI-sized."),
+                                            "CI-sized; full3 / small3: with 3-bit experts."),
     vram_budget: Optional[str] = typer.Option(None, "--vram-budget", help="Device memory the runtime may use while "
                                               "tuning, e.g. 14GB. Default: free memory minus a margin."),
     quick: bool = typer.Option(False, "--quick", help="About half the candidate tiles per call (≈ half the time)."),

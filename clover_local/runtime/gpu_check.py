@@ -51,6 +51,31 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30))
 
 
+def moe3_check(dev: torch.device, g: torch.Generator, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor,
+               inter: int = 512, experts: int = 64) -> dict:
+    """The fused MoE on random 3-bit experts (slots = expert ids; the real shapes by default: H from x) against
+    the reference: error, ms at x's rows, GB/s on the distinct experts' bytes, beside the 4-bit default's figures
+    in the stage."""
+    from clover_local.runtime.kernels import moe_w4a16, moe_w4a16_ref
+    from clover_local.runtime.slab import SlabLayout
+
+    h = x.shape[1]
+    lay = SlabLayout(h, inter, 3, h // min(128, h), inter // min(128, inter))  # group 128 (smaller shapes: one)
+    buf = torch.randint(0, 256, (experts, lay.nbytes), dtype=torch.uint8, generator=g)
+    v = lay.views(buf)  # random codes and zeros; sane scales (random bytes would give inf/NaN)
+    v["gu_scales"].copy_((0.002 + 0.004 * torch.rand(v["gu_scales"].shape, generator=g)).half())
+    v["d_scales"].copy_((0.002 + 0.004 * torch.rand(v["d_scales"].shape, generator=g)).half())
+    gu, dn = lay.stacks(buf.to(dev))
+    slot_ids = idx.to(dev)
+    ref = moe_w4a16_ref(x, slot_ids, w, gu, dn)
+    got = moe_w4a16(x, slot_ids, w, gu, dn)
+    ms = _timed_ms(dev, lambda: moe_w4a16(x, slot_ids, w, gu, dn))
+    err = _rel(got, ref)
+    return {"ok": err < 2e-2, "rel_err": round(err, 5), "ms_32rows": round(ms, 4),
+            "gbps": round(int(idx.unique().numel()) * lay.weight_bytes / ms / 1e6, 1),
+            "slab_bytes": lay.nbytes}
+
+
 def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -> dict:
     from clover_local.runtime.expert_cache import SlotCopier
     from clover_local.runtime.kernels import linear_w4a16, linear_w4a16_ref, moe_w4a16, moe_w4a16_ref, triton_available
@@ -121,6 +146,10 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                                              lay.weight_bytes, got)
     except Exception:
         out["host_reads"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
+    try:  # 3-bit experts (`quantize --bits 3`): the unpacking form with GPTQ's straddled 3-bit runs
+        out["moe3"] = moe3_check(dev, g, x, idx, w)
+    except Exception:
+        out["moe3"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     lin = {}
     for name, k, n, bits in (("in_proj_qkv", 2048, 8192, 8), ("out_proj", 4096, 2048, 8), ("q_proj 4-bit", 2048, 8192, 4),
                              ("lm_head", 2048, vocab, 8)):

@@ -3,7 +3,8 @@
 
 - `full`: the real Clover shapes (40 layers, 256 experts, hidden 2048, vocab 248,320): ≈ 19.6 GB on disk, written
   once and cached under ~/.cache/clover-local/synthetic/ (CLOVER_LOCAL_CACHE overrides the root);
-- `small`: the CI-sized version (4 layers, 16 experts, hidden 256, vocab 1024), a few MB.
+- `small`: the CI-sized version (4 layers, 16 experts, hidden 256, vocab 1024), a few MB;
+- `full3`, `small3`: the same with 3-bit routed experts (`quantize --bits 3`): ≈ 15.6 GB at the real shapes.
 
 `synthetic_index(kind)` describes the same pack without writing anything (what `plan synthetic:full` reads).
 Weights are random, so routing is near uniform and tokens per pass mean nothing: `bench` assumes 3.
@@ -28,15 +29,24 @@ from clover_local.config import parse_config
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
 from clover_local.runtime.pack_index import PackIndex, TensorInfo, _classify
+from quantize.gptq_format import pack_last
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
 
 VERSION = 1
-KINDS = ("full", "small")
+KINDS = ("full", "small", "full3", "small3")
 GROUP = 128
 _ST = {torch.int32: "I32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32"}
 
 
+def expert_bits(kind: str) -> int:
+    """The routed experts' bits of a synthetic kind: 3 for `full3` / `small3`, else 4."""
+    return 3 if kind in ("full3", "small3") else 4
+
+
 def spec_of(kind: str) -> TinySpec:
+    if kind not in KINDS:
+        raise CloverError(f"--synthetic must be one of {', '.join(KINDS)}, got {kind!r}")
+    kind = kind.removesuffix("3")
     if kind == "full":
         return TinySpec(hidden_size=2048, num_hidden_layers=40, num_attention_heads=16, num_key_value_heads=2,
                         head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
@@ -60,9 +70,10 @@ def synthetic_dir(kind: str) -> Path:
 
 def _config(kind: str) -> dict:
     raw = tiny_config_dict(spec_of(kind))
+    bits = expert_bits(kind)
     raw["quantization_config"] = {
-        "quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False, "sym": True,
-        "checkpoint_format": "gptq", "dynamic": dynamic_rules(get_profile("balanced"), 4),
+        "quant_method": "gptq", "bits": bits, "group_size": GROUP, "desc_act": False, "sym": True,
+        "checkpoint_format": "gptq", "dynamic": dynamic_rules(get_profile("balanced"), bits),
         "clover_profile": "balanced", "synthetic": True,
     }
     return raw
@@ -88,29 +99,26 @@ class _T:
 
 def _quant(name: str, k: int, n: int, bits: int, pool: dict | None = None) -> list[_T]:
     """GPTQ tensors of a [K→N] linear with random codes, zero at mid-range, scales for weights of std ≈ 0.02."""
-    p = 32 // bits
+    kw, nw = k * bits // 32, n * bits // 32  # packed rows of qweight, packed columns of qzeros
     groups = k // GROUP
     mid = 1 << (bits - 1)
-    zword = 0
-    for j in range(p):
-        zword |= (mid - 1) << (bits * j)
-    zword = zword - (1 << 32) if zword >= 1 << 31 else zword
+    zrow = pack_last(torch.full((1, n), mid - 1), bits)  # zero − 1 in every column, packed
     base = 0.02 / (((1 << bits) ** 2 - 1) / 12) ** 0.5
 
     def qweight(g):
         # a slice of a shared random pool at a random offset: random codes at disk speed (content is irrelevant
         # to speed; 16.6 GB of fresh random numbers would take minutes)
-        size = (k // p) * n
+        size = kw * n
         pool = _pool(g, size)
         start = int(torch.randint(0, pool.numel() - size + 1, (1,), generator=g))
-        return pool[start : start + size].view(k // p, n)
+        return pool[start : start + size].view(kw, n)
 
     def scales(g):
         return (base * (0.75 + 0.5 * torch.rand(groups, n, generator=g))).to(torch.float16)
 
     return [
-        _T(f"{name}.qweight", torch.int32, (k // p, n), qweight),
-        _T(f"{name}.qzeros", torch.int32, (groups, n // p), lambda g: torch.full((groups, n // p), zword, dtype=torch.int32)),
+        _T(f"{name}.qweight", torch.int32, (kw, n), qweight),
+        _T(f"{name}.qzeros", torch.int32, (groups, nw), lambda g: zrow.expand(groups, nw).contiguous()),
         _T(f"{name}.scales", torch.float16, (groups, n), scales),
         _T(f"{name}.g_idx", torch.int32, (k,), lambda g: torch.arange(k, dtype=torch.int32) // GROUP),
     ]
@@ -149,6 +157,7 @@ def _plain(name: str, shape: tuple[int, ...]) -> _T:
 def _shards(kind: str) -> Iterator[tuple[str, list[_T]]]:
     """(shard file name, its tensors) in write order: one shard per layer, then the globals."""
     cfg = parse_config(_config(kind))
+    bits = expert_bits(kind)
     n = cfg.num_hidden_layers + 1
     profile = get_profile("balanced")
     for i in range(cfg.num_hidden_layers):
@@ -162,11 +171,11 @@ def _shards(kind: str) -> Iterator[tuple[str, list[_T]]]:
                 for e in range(cfg.num_experts):
                     for proj in ("gate_proj", "up_proj"):
                         tensors += _quant(f"model.layers.{i}.mlp.experts.{e}.{proj}", cfg.hidden_size,
-                                          cfg.moe_intermediate_size, 4)
+                                          cfg.moe_intermediate_size, bits)
             elif rel == "mlp.experts.down_proj":
                 for e in range(cfg.num_experts):
                     tensors += _quant(f"model.layers.{i}.mlp.experts.{e}.down_proj", cfg.moe_intermediate_size,
-                                      cfg.hidden_size, 4)
+                                      cfg.hidden_size, bits)
             elif module in quantized:
                 tensors += _quant(f"model.layers.{i}.{module}", shape[1], shape[0], quantized[module])
             else:

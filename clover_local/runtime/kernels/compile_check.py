@@ -135,6 +135,17 @@ def capture_launches() -> list[Launch]:
         label["case"] = f"MoE 4-bit H{h} I{inter} host reads, read-through"  # ... copied into free slots (INSTALL)
         w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=base_moe, host=(gu, dn),
                                install=torch.zeros(cfg.num_experts, dtype=torch.int32))
+        # 3-bit experts (`quantize --bits 3`): GPTQ's straddled runs, the unpacking form (`_weight_tile3`)
+        gu3 = PackedStack(torch.zeros(slots, h * 3 // 32, 2 * inter, dtype=torch.int32),
+                          torch.zeros(slots, h // 128, 2 * inter, dtype=torch.float16),
+                          torch.zeros(slots, h // 128, 2 * inter * 3 // 32, dtype=torch.int32), 128, 3)
+        dn3 = PackedStack(torch.zeros(slots, inter * 3 // 32, h, dtype=torch.int32),
+                          torch.zeros(slots, inter // 128, h, dtype=torch.float16),
+                          torch.zeros(slots, inter // 128, h * 3 // 32, dtype=torch.int32), 128, 3)
+        label["case"] = f"MoE 3-bit H{h} I{inter}"
+        w4a16.moe_w4a16_triton(x, ids, wts, gu3, dn3, config=base_moe)
+        label["case"] = f"MoE 3-bit H{h} I{inter} host reads"
+        w4a16.moe_w4a16_triton(x, ids, wts, gu3, dn3, config=base_moe, host=(gu3, dn3))
         label["case"] = "moe_align 256 pairs, 8515 slots, x field-major"
         w4a16.moe_align_triton(ids, 8515, base_moe.block_m,
                                (x, torch.empty_like(x), torch.empty(m, h // 128), 128, 8))
