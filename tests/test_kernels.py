@@ -1282,6 +1282,11 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
             folded = w4[(arch, f"MoE 4-bit H2048 I512 {half}")]
             unfolded = w4[(arch, f"MoE 4-bit H2048 I512 unfolded {half}")]
             assert folded["per_weight"] < 0.95 * unfolded["per_weight"], (arch, half, folded, unfolded)
+    # 3-bit experts (straddled runs, the unpacking form) turn codes into 16-bit floats by exponent bits too
+    for arch in ("sm_90", "sm_120"):
+        for half in ("gate/up", "down"):
+            three = w4[(arch, f"MoE 3-bit H2048 I512 {half}")]
+            assert "I2F" not in three["loop_ops"] and not three["spills"], (arch, half, three)
 
 
 # --- the short causal GDN pass (a commit), fused, vs the model's chunked path ---------------------------------

@@ -103,11 +103,14 @@ def _straddled3(lo, hi, sh):
 def _weight_tile3(
     qw_base, sc_base, qz_base, k0, offs_n, n_mask,
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-    GROUP: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, MAGIC: tl.constexpr, DT: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
-    """`_weight_tile` for 3-bit codes: codes minus zero, int32 [BLOCK_K, BLOCK_N], and the scale row. Input rows
+    """`_weight_tile` for 3-bit codes: codes minus zero [BLOCK_K, BLOCK_N] and the scale row. Input rows
     32c … 32c + 31 are qweight rows 3c, 3c + 1, 3c + 2; row r of the run sits at bit 3r of the three (low word
-    first). BLOCK_K is a multiple of 32 and divides GROUP."""
+    first). BLOCK_K is a multiple of 32 and divides GROUP. MAGIC ≠ 0 (16-bit activations of dtype DT): the tile
+    comes as DT, each code ORed into MAGIC's mantissa and the zero subtracted there, exactly (`_fields_dot`'s
+    trick: no int→float conversion, a quarter-rate instruction, per weight); else int32."""
     RUNS: tl.constexpr = BLOCK_K // 32
     offs_c = k0 // 32 + tl.arange(0, RUNS)
     ptrs = qw_base + (3 * offs_c)[:, None] * stride_qk + offs_n[None, :] * stride_qn
@@ -128,7 +131,12 @@ def _weight_tile3(
     zlo = tl.load(zrow + zcol * stride_zn, mask=n_mask, other=0)
     zhi = tl.load(zrow + (zcol + 1) * stride_zn, mask=n_mask & (zsh > 29), other=0)
     zero = _straddled3(zlo, zhi, zsh) + 1
-    return codes - zero[None, :], scale
+    if MAGIC != 0:
+        zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(DT, bitcast=True)
+        w = _minus((codes.to(tl.uint32) | MAGIC).to(tl.uint16).to(DT, bitcast=True), zw[None, :], DOT_F32)
+    else:
+        w = codes - zero[None, :]
+    return w, scale
 
 
 @triton.jit
@@ -475,6 +483,7 @@ def _moe_kernel(
                 w, scale = _weight_tile3(
                     qw_base, sc_base, qz_base, k0, offs_n, n_mask,
                     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_K, BLOCK_N,
+                    MAGIC, a_ptr.dtype.element_ty, DOT_F32,
                 )
             else:
                 w, scale = _weight_tile(
@@ -491,6 +500,7 @@ def _moe_kernel(
                         qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
                         qz_base + (UP_OFFSET * 3 // 32) * stride_zn, k0, offs_n, n_mask,
                         stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_K, BLOCK_N,
+                        MAGIC, a_ptr.dtype.element_ty, DOT_F32,
                     )
                 else:
                     w_up, scale_up = _weight_tile(
