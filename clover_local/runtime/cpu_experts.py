@@ -27,7 +27,7 @@ from clover_local.runtime.expert_store import HostExpertStore
 from clover_local.runtime.kernels.reference import PackedStack, moe_w4a16_ref, unpack_cols
 
 GROUPS = (32, 64, 128, 256)
-DEFAULT_CPU_CACHE = 2 * 1024**3  # bytes of converted experts kept (`--cpu-cache`); counted only with --cpu-experts on
+DEFAULT_CPU_CACHE = 2 * 1024**3  # bytes of converted experts kept (RuntimeOptions.cpu_cache); planned only with them on
 
 
 def int4_kernel_fits(stack: PackedStack) -> bool:
@@ -100,10 +100,6 @@ class CpuExperts:
         """The counters, what is kept and whether torch's kernel runs (else the reference), for `stats`."""
         return {**asdict(self.stats), "seconds": round(self.stats.seconds, 6), "kernel": self.kernel,
                 "kept": len(self.kept), "kept_bytes": self.nbytes, "budget": self.budget}
-
-    def clear(self) -> None:
-        self.kept.clear()
-        self.nbytes = 0
 
     def _expert(self, layer: int, e: int) -> tuple[Converted, Converted]:
         key = (layer, e)
