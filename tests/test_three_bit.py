@@ -96,3 +96,8 @@ def test_real_shapes_at_3bit_fit_a_16gib_budget_whole():
     assert p4.slots < 0.85 * 10_240
     assert p3.slab_bytes < 0.76 * p4.slab_bytes
     assert p3.pcie_later_pass == 0 and p4.pcie_later_pass > 0
+    # the 4-bit plan says what 3 bits would give at its budget; a budget that fits 4-bit whole says nothing
+    assert p4.slots_3bit == 10_240 and p3.slots_3bit is None
+    assert make_plan(four, 80 * GIB, None, 32768).slots_3bit is None
+    tight = make_plan(four, 14 * GIB, None, 32768)
+    assert tight.slots < tight.slots_3bit < 10_240

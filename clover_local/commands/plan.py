@@ -122,6 +122,11 @@ def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:
             f"({1e3 * p.pcie_prefill_chunk / pcie_bps:.1f} ms at 50 GB/s, "
             f"≈{p.pcie_prefill_chunk / p.prefill_span / 1e6:.2f} MB a prompt token), prefetched while the layer "
             "before runs; chat, generate, serve and score take the same --prefill-chunk.")
+    if p.slots_3bit is not None and p.slots_3bit > p.slots:
+        console.print(
+            f"With 3-bit experts (`quantize --bits 3`, at some quality cost) the same budget holds {p.slots_3bit} of "
+            f"{p.experts_total} ({100 * p.slots_3bit / p.experts_total:.0f}%)"
+            + (": no PCIe traffic in a block's passes." if p.slots_3bit >= p.experts_total else "."))
     for w in p.warnings:
         console.print(f"[yellow]note:[/yellow] {w}")
     if p.fits:

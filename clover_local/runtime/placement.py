@@ -87,6 +87,9 @@ class Plan:
     experts_total: int = 0
     slots: int = 0
     min_slots: int = 0
+    # with 4-bit experts partly on the host: the slots the same budget would give 3-bit experts (`quantize
+    # --bits 3`), else None
+    slots_3bit: int | None = None
     host_bytes: int = 0
     host_expert_bytes: int = 0
     rows: int = 32
@@ -221,6 +224,10 @@ def make_plan(
     fit_slots = max(0, left // plan.slab_bytes)
     plan.slots = min(plan.experts_total, fit_slots if slots is None else slots)
     all_resident = plan.slots >= plan.experts_total
+    h, inter = cfg.hidden_size, cfg.moe_intermediate_size
+    if not all_resident and slots is None and pack.expert_bits == 4 and h % 32 == 0 and inter % 32 == 0:
+        three = SlabLayout(h, inter, 3, pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
+        plan.slots_3bit = min(plan.experts_total, max(0, left // three.nbytes))
     plan.lines.append(PlanLine(
         "expert slots", "device", plan.slots * plan.slab_bytes,
         f"{plan.slots} of {plan.experts_total} experts ({100 * plan.resident_fraction:.0f}%), "
