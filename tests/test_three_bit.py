@@ -101,3 +101,23 @@ def test_real_shapes_at_3bit_fit_a_16gib_budget_whole():
     assert make_plan(four, 80 * GIB, None, 32768).slots_3bit is None
     tight = make_plan(four, 14 * GIB, None, 32768)
     assert tight.slots < tight.slots_3bit < 10_240
+
+
+def test_quantize_cli_passes_bits_and_asym(monkeypatch, tmp_path, capsys):
+    """`quantize --bits 3 --asym` reaches the pipeline as bits 3, asymmetric (the pipeline's own tests cover what
+    it does with them); a bits value it cannot pack is one line and exit 2."""
+    import quantize.pipeline as pipeline
+    from clover_local.errors import CloverError
+    from conftest import run_cli
+
+    seen = {}
+
+    def stop(src, out, settings, device, **kw):
+        seen["settings"] = settings
+        raise CloverError("stopped here by the test")
+
+    monkeypatch.setattr(pipeline, "quantize_checkpoint", stop)
+    assert run_cli(["quantize", "tiny", "--out", tmp_path / "p", "--bits", "3", "--asym", "--device", "cpu"]) == 2
+    assert seen["settings"].bits == 3 and seen["settings"].sym is False
+    assert run_cli(["quantize", "tiny", "--out", tmp_path / "p", "--bits", "5", "--device", "cpu"]) == 2
+    assert "--bits must be 3, 4 or 8" in capsys.readouterr().err
