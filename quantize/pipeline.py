@@ -30,7 +30,7 @@ from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, resolve_calib_path
-from quantize.gptq_format import values_per_run
+from quantize.gptq_format import SUPPORTED_BITS, values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
@@ -62,7 +62,7 @@ class QuantizeSettings:
                             self.expert_stats, self.min_expert_rows, self.batch)
 
     def validate(self) -> None:
-        if self.bits not in (3, 4, 8):
+        if self.bits not in SUPPORTED_BITS:
             raise CloverError(f"--bits must be 3, 4 or 8, got {self.bits}")
         if self.group_size != -1 and (self.group_size < 8 or self.group_size % 8):
             raise CloverError(f"--group-size must be a multiple of 8 (or -1 for per-channel), got {self.group_size}")

@@ -51,6 +51,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30))
 
 
+def _sane_scales(views: dict[str, torch.Tensor], g: torch.Generator) -> None:
+    """Positive fp16 scales in slabs of random bytes (random bytes would give inf/NaN scales)."""
+    for part in ("gu_scales", "d_scales"):
+        views[part].copy_((0.002 + 0.004 * torch.rand(views[part].shape, generator=g)).half())
+
+
 def moe3_check(dev: torch.device, g: torch.Generator, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor,
                inter: int = 512, experts: int = 64) -> dict:
     """The fused MoE on random 3-bit experts (slots = expert ids; the real shapes by default: H from x) against
@@ -62,9 +68,7 @@ def moe3_check(dev: torch.device, g: torch.Generator, x: torch.Tensor, idx: torc
     h = x.shape[1]
     lay = SlabLayout(h, inter, 3, h // min(128, h), inter // min(128, inter))  # group 128 (smaller shapes: one)
     buf = torch.randint(0, 256, (experts, lay.nbytes), dtype=torch.uint8, generator=g)
-    v = lay.views(buf)  # random codes and zeros; sane scales (random bytes would give inf/NaN)
-    v["gu_scales"].copy_((0.002 + 0.004 * torch.rand(v["gu_scales"].shape, generator=g)).half())
-    v["d_scales"].copy_((0.002 + 0.004 * torch.rand(v["d_scales"].shape, generator=g)).half())
+    _sane_scales(lay.views(buf), g)  # random codes and zeros
     gu, dn = lay.stacks(buf.to(dev))
     slot_ids = idx.to(dev)
     ref = moe_w4a16_ref(x, slot_ids, w, gu, dn)
@@ -86,9 +90,8 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     h, inter, e_num = 2048, 512, 64
     lay = SlabLayout(h, inter, 4, h // 128, inter // 128)
     host = torch.randint(0, 256, (e_num, lay.nbytes), dtype=torch.uint8, generator=g).pin_memory()
-    hv = lay.views(host)  # sane scales and zeros: random bytes would give inf/NaN scales
-    hv["gu_scales"].copy_((0.002 + 0.004 * torch.rand(hv["gu_scales"].shape, generator=g)).half())
-    hv["d_scales"].copy_((0.002 + 0.004 * torch.rand(hv["d_scales"].shape, generator=g)).half())
+    hv = lay.views(host)  # sane scales and zeros
+    _sane_scales(hv, g)
     hv["gu_qzeros"].fill_(0x77777777)
     hv["d_qzeros"].fill_(0x77777777)
     # n_slots 8515: what a 16 GiB budget gives the real model: 13 GiB, offsets past 2^31 int32 elements

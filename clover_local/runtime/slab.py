@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from clover_local.runtime.kernels import PackedStack
+from quantize.gptq_format import packed_length
 
 ALIGN = 256
 
@@ -43,8 +44,8 @@ class SlabLayout:
     groups_down: int  # groups along I (down's K)
 
     def words(self, n: int) -> int:
-        """int32 words that hold n packed values (n a whole number of runs)."""
-        return n * self.bits // 32
+        """int32 words that hold n packed values (n a whole number of runs: else ValueError)."""
+        return packed_length(n, self.bits)
 
     def parts(self) -> list[tuple[str, torch.dtype, tuple[int, int]]]:
         h, i, w = self.hidden, self.inter, self.words

@@ -46,22 +46,19 @@ def expert_bits(kind: str) -> int:
 def spec_of(kind: str) -> TinySpec:
     if kind not in KINDS:
         raise CloverError(f"--synthetic must be one of {', '.join(KINDS)}, got {kind!r}")
-    kind = kind.removesuffix("3")
-    if kind == "full":
+    if kind.removesuffix("3") == "full":
         return TinySpec(hidden_size=2048, num_hidden_layers=40, num_attention_heads=16, num_key_value_heads=2,
                         head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
                         linear_value_head_dim=128, linear_conv_kernel_dim=4, num_experts=256, num_experts_per_tok=8,
                         moe_intermediate_size=512, shared_expert_intermediate_size=512, vocab_size=248320,
                         full_attention_interval=4, rope_theta=1e7, block_size=32, mask_token_id=248319,
                         eos_token_id=248044)
-    if kind == "small":
-        return TinySpec(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                        head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
-                        linear_value_head_dim=64, linear_conv_kernel_dim=4, num_experts=16, num_experts_per_tok=4,
-                        moe_intermediate_size=128, shared_expert_intermediate_size=128, vocab_size=1024,
-                        full_attention_interval=4, rope_theta=1e7, block_size=32, mask_token_id=1023,
-                        eos_token_id=1022)
-    raise CloverError(f"--synthetic must be one of {', '.join(KINDS)}, got {kind!r}")
+    return TinySpec(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
+                    linear_value_head_dim=64, linear_conv_kernel_dim=4, num_experts=16, num_experts_per_tok=4,
+                    moe_intermediate_size=128, shared_expert_intermediate_size=128, vocab_size=1024,
+                    full_attention_interval=4, rope_theta=1e7, block_size=32, mask_token_id=1023,
+                    eos_token_id=1022)
 
 
 def synthetic_dir(kind: str) -> Path:

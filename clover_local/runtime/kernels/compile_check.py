@@ -114,12 +114,16 @@ def capture_launches() -> list[Launch]:
                 label["case"] = f"W{bits}A16 {k}->{n}{'' if cfg_l.fields else ' unpacked'}{' repacked' if tile else ''}"
                 w4a16.linear_w4a16_triton(xx, qw, sc, qz, 128, bits, config=cfg_l, k_tile=tile)
         slots = 64
-        gu = PackedStack(torch.zeros(slots, h // 8, 2 * inter, dtype=torch.int32),
-                         torch.zeros(slots, h // 128, 2 * inter, dtype=torch.float16),
-                         torch.zeros(slots, h // 128, 2 * inter // 8, dtype=torch.int32), 128, 4)
-        dn = PackedStack(torch.zeros(slots, inter // 8, h, dtype=torch.int32),
-                         torch.zeros(slots, inter // 128, h, dtype=torch.float16),
-                         torch.zeros(slots, inter // 128, h // 8, dtype=torch.int32), 128, 4)
+
+        def expert_stacks(bits: int) -> tuple[PackedStack, PackedStack]:
+            """(gate_up, down) over 64 slots of `bits`-bit experts, group 128."""
+            def stack(k: int, n: int) -> PackedStack:
+                return PackedStack(torch.zeros(slots, k * bits // 32, n, dtype=torch.int32),
+                                   torch.zeros(slots, k // 128, n, dtype=torch.float16),
+                                   torch.zeros(slots, k // 128, n * bits // 32, dtype=torch.int32), 128, bits)
+            return stack(h, 2 * inter), stack(inter, h)
+
+        gu, dn = expert_stacks(4)
         ids = torch.zeros(m, topk, dtype=torch.int32)
         wts = torch.zeros(m, topk, dtype=bf)
         base_moe = w4a16.moe_config(m, topk, 8515)
@@ -136,12 +140,7 @@ def capture_launches() -> list[Launch]:
         w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=base_moe, host=(gu, dn),
                                install=torch.zeros(cfg.num_experts, dtype=torch.int32))
         # 3-bit experts (`quantize --bits 3`): GPTQ's straddled runs, the unpacking form (`_weight_tile3`)
-        gu3 = PackedStack(torch.zeros(slots, h * 3 // 32, 2 * inter, dtype=torch.int32),
-                          torch.zeros(slots, h // 128, 2 * inter, dtype=torch.float16),
-                          torch.zeros(slots, h // 128, 2 * inter * 3 // 32, dtype=torch.int32), 128, 3)
-        dn3 = PackedStack(torch.zeros(slots, inter * 3 // 32, h, dtype=torch.int32),
-                          torch.zeros(slots, inter // 128, h, dtype=torch.float16),
-                          torch.zeros(slots, inter // 128, h * 3 // 32, dtype=torch.int32), 128, 3)
+        gu3, dn3 = expert_stacks(3)
         label["case"] = f"MoE 3-bit H{h} I{inter}"
         w4a16.moe_w4a16_triton(x, ids, wts, gu3, dn3, config=base_moe)
         label["case"] = f"MoE 3-bit H{h} I{inter} host reads"

@@ -140,6 +140,23 @@ def _weight_tile3(
 
 
 @triton.jit
+def _unpacked_tile(
+    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, MAGIC: tl.constexpr,
+    DT: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    """The unpacking form's weight tile and scale row: `_weight_tile3` for 3-bit codes, else `_weight_tile`."""
+    if BITS == 3:
+        w, scale = _weight_tile3(qw_base, sc_base, qz_base, k0, offs_n, n_mask, stride_qk, stride_qn, stride_sg,
+                                 stride_sn, stride_zg, stride_zn, GROUP, BLOCK_K, BLOCK_N, MAGIC, DT, DOT_F32)
+    else:
+        w, scale = _weight_tile(qw_base, sc_base, qz_base, k0, offs_n, n_mask, stride_qk, stride_qn, stride_sg,
+                                stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K, BLOCK_N)
+    return w, scale
+
+
+@triton.jit
 def _field_major_col(col, TILE: tl.constexpr, PER: tl.constexpr):
     """Where column col of a goes when a is stored field-major in tiles of TILE (`reference.field_major`)."""
     r = col % TILE
@@ -479,36 +496,21 @@ def _moe_kernel(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
                 mask=row_mask[:, None], other=0.0,
             )
-            if BITS == 3:
-                w, scale = _weight_tile3(
-                    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-                    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_K, BLOCK_N,
-                    MAGIC, a_ptr.dtype.element_ty, DOT_F32,
-                )
-            else:
-                w, scale = _weight_tile(
-                    qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-                    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                    GROUP, BITS, BLOCK_K, BLOCK_N,
-                )
+            w, scale = _unpacked_tile(
+                qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+                stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                GROUP, BITS, BLOCK_K, BLOCK_N, MAGIC, a_ptr.dtype.element_ty, DOT_F32,
+            )
             acc += _dot(a, w, DOT_F32, PREC) * scale[None, :]
             if GATED:
                 # The up half: UP_OFFSET is a whole number of runs, so its packed zero columns start at word
                 # UP_OFFSET · BITS / 32.
-                if BITS == 3:
-                    w_up, scale_up = _weight_tile3(
-                        qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
-                        qz_base + (UP_OFFSET * 3 // 32) * stride_zn, k0, offs_n, n_mask,
-                        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_K, BLOCK_N,
-                        MAGIC, a_ptr.dtype.element_ty, DOT_F32,
-                    )
-                else:
-                    w_up, scale_up = _weight_tile(
-                        qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
-                        qz_base + (UP_OFFSET // PER) * stride_zn, k0, offs_n, n_mask,
-                        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                        GROUP, BITS, BLOCK_K, BLOCK_N,
-                    )
+                w_up, scale_up = _unpacked_tile(
+                    qw_base + UP_OFFSET * stride_qn, sc_base + UP_OFFSET * stride_sn,
+                    qz_base + (UP_OFFSET * BITS // 32) * stride_zn, k0, offs_n, n_mask,
+                    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                    GROUP, BITS, BLOCK_K, BLOCK_N, MAGIC, a_ptr.dtype.element_ty, DOT_F32,
+                )
                 acc_up += _dot(a, w_up, DOT_F32, PREC) * scale_up[None, :]
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
