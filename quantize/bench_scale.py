@@ -1,6 +1,6 @@
 """Scale benchmark for the quantizer (a benchmark, not a test): real-size layers, random BF16 weights.
 
-    python -m quantize.bench_scale --work /tmp/clover-scale --device cpu [--layers 1 2] [--json]
+    python -m quantize.bench_scale --work /tmp/clover-scale --device cpu [--layers 1 2] [--no-clip] [--json]
 
 Writes synthetic checkpoints with the real shapes (hidden 2048, 256 experts of 512, real GDN/attention, real
 248,320 vocabulary) of 1 and of 2 decoder layers, quantizes each in a fresh process, and reports peak host
@@ -38,9 +38,10 @@ def _make(work: Path, n_layers: int) -> Path:
     return folder
 
 
-def _run(src: Path, out: Path, device: str) -> dict:
+def _run(src: Path, out: Path, device: str, extra: list[str] | None = None) -> dict:
     cmd = [sys.executable, "-m", "clover_local", "quantize", str(src), "--out", str(out), "--overwrite",
-           "--samples", str(SAMPLES), "--seq-len", str(SEQ_LEN), "--device", device, "--no-eval", "--json"]
+           "--samples", str(SAMPLES), "--seq-len", str(SEQ_LEN), "--device", device, "--no-eval", "--json",
+           *(extra or [])]
     t0 = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -58,6 +59,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-clip", action="store_true", help="quantize with --no-clip (min/max ranges)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -65,7 +67,8 @@ def main() -> None:
         src = _make(args.work, n)
         # each run in its own interpreter so peak RSS is that run's alone
         code = ("import json,sys; from pathlib import Path; from quantize.bench_scale import _run; "
-                f"print(json.dumps(_run(Path({str(src)!r}), Path({str(args.work / f'pack-{n}')!r}), {args.device!r})))")
+                f"print(json.dumps(_run(Path({str(src)!r}), Path({str(args.work / f'pack-{n}')!r}), {args.device!r}, "
+                f"{['--no-clip'] if args.no_clip else []!r})))")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr.strip().splitlines()[-1])

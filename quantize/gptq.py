@@ -89,18 +89,8 @@ def _check_bits(bits: int) -> int:
     return (1 << bits) - 1
 
 
-def compute_scale_zero(w: Tensor, bits: int, sym: bool) -> tuple[Tensor, Tensor]:
-    """Min/max scale and zero over the last dim of w → (scale fp32 [...], zero int32 [...]).
-
-    The range always includes 0 (so exact zeros stay exact). Symmetric uses GPTQ's convention: scale =
-    2·max|w| / (2^bits − 1), zero = 2^(bits−1) (8 at 4-bit, stored as 7). Asymmetric zeros are kept ≥ 1
-    because the v1 format cannot store a zero of 0. Scales are rounded *up* to fp16 here, so the codes are
-    computed with exactly the scale the pack stores and every weight stays within half a step.
-    """
-    maxq = _check_bits(bits)
-    w = w.to(torch.float32)
-    xmin = w.amin(dim=-1).clamp(max=0.0)
-    xmax = w.amax(dim=-1).clamp(min=0.0)
+def _range_scale_zero(xmin: Tensor, xmax: Tensor, maxq: int, sym: bool) -> tuple[Tensor, Tensor]:
+    """Scale (fp16-representable, fp32) and zero that cover [xmin, xmax] (xmin ≤ 0 ≤ xmax)."""
     if sym:
         absmax = torch.maximum(-xmin, xmax)
         absmax = torch.where(absmax == 0, torch.ones_like(absmax), absmax)
@@ -119,6 +109,54 @@ def compute_scale_zero(w: Tensor, bits: int, sym: bool) -> tuple[Tensor, Tensor]
     return scale, zero.to(torch.int32)
 
 
+CLIP_STEPS = 20  # ranges tried by the clip search (quantize's default; 0 turns it off)
+CLIP_MIN_SHRINK = 0.75  # the narrowest range tried, as a fraction of min/max
+
+
+def compute_scale_zero(
+    w: Tensor, bits: int, sym: bool, clip: int = 0, importance: Tensor | None = None,
+    min_shrink: float = CLIP_MIN_SHRINK,
+) -> tuple[Tensor, Tensor]:
+    """Scale and zero over the last dim of w → (scale fp32 [...], zero int32 [...]).
+
+    The range always includes 0 (so exact zeros stay exact). Symmetric uses GPTQ's convention: scale =
+    2·max|w| / (2^bits − 1), zero = 2^(bits−1) (8 at 4-bit, stored as 7). Asymmetric zeros are kept ≥ 1
+    because the v1 format cannot store a zero of 0. Scales are rounded *up* to fp16 here, so the codes are
+    computed with exactly the scale the pack stores, and without the search every weight stays within half
+    a step.
+
+    `clip` > 0 also tries `clip` narrower ranges (the min/max range shrunk by up to `1 − min_shrink`) and keeps,
+    per group, the one with the least Σ importance·(w − ŵ)² over the group: clipping a rare outlier trades its
+    error for a finer step on every other weight, which at 3 bits is most of the rounding error.
+    `importance` (broadcast against w, e.g. each input's Hessian weight) says which inputs' errors count most.
+    """
+    maxq = _check_bits(bits)
+    w = w.to(torch.float32)
+    xmin = w.amin(dim=-1).clamp(max=0.0)
+    xmax = w.amax(dim=-1).clamp(min=0.0)
+    scale, zero = _range_scale_zero(xmin, xmax, maxq, sym)
+    if clip <= 0:
+        return scale, zero
+    best = _weighted_error(w, scale, zero, maxq, importance)
+    for k in range(1, clip + 1):
+        shrink = 1.0 - (1.0 - min_shrink) * k / clip
+        s, z = _range_scale_zero(xmin * shrink, xmax * shrink, maxq, sym)
+        err = _weighted_error(w, s, z, maxq, importance)
+        better = err < best
+        best = torch.where(better, err, best)
+        scale, zero = torch.where(better, s, scale), torch.where(better, z, zero)
+    return scale, zero
+
+
+def _weighted_error(w: Tensor, scale: Tensor, zero: Tensor, maxq: int, importance: Tensor | None) -> Tensor:
+    """Σ over the last dim of importance · (w − dequant(quant(w)))² for one scale/zero per row."""
+    s, z = scale.unsqueeze(-1), zero.unsqueeze(-1).to(torch.float32)
+    err = ((_quantize_codes(w, s, z, maxq) - z) * s - w).square_()
+    if importance is not None:
+        err.mul_(importance)
+    return err.sum(dim=-1)
+
+
 def _quantize_codes(w: Tensor, scale: Tensor, zero: Tensor, maxq: int) -> Tensor:
     """Float codes clamp(round(w / scale) + zero, 0, maxq) (float so the GPTQ loop avoids casts)."""
     return torch.clamp(torch.round(w / scale) + zero, 0, maxq)
@@ -132,8 +170,9 @@ def _check_weight(weight: Tensor, group_size: int) -> None:
         raise ValueError("weight contains NaN or inf")
 
 
-def rtn_quantize(weight: Tensor, bits: int = 4, group_size: int = 128, sym: bool = True) -> QuantResult:
-    """Round-to-nearest baseline: no calibration, same scale/zero rule and layout as GPTQ."""
+def rtn_quantize(weight: Tensor, bits: int = 4, group_size: int = 128, sym: bool = True, clip: int = 0) -> QuantResult:
+    """Round-to-nearest baseline: no calibration, same scale/zero rule and layout as GPTQ (`clip`: see
+    `compute_scale_zero`; every input counts the same here)."""
     maxq = _check_bits(bits)
     if weight.dim() != 2:
         raise ValueError(f"weight must be [out, in], got shape {tuple(weight.shape)}")
@@ -142,7 +181,7 @@ def rtn_quantize(weight: Tensor, bits: int = 4, group_size: int = 128, sym: bool
     out_features, cols = w.shape
     g = cols if group_size == -1 else group_size
     grouped = w.reshape(out_features, cols // g, g)
-    scale, zero = compute_scale_zero(grouped, bits, sym)
+    scale, zero = compute_scale_zero(grouped, bits, sym, clip)
     codes = _quantize_codes(grouped, scale.unsqueeze(-1), zero.unsqueeze(-1).float(), maxq)
     loss = float((((codes - zero.unsqueeze(-1)) * scale.unsqueeze(-1) - grouped) ** 2).sum())
     return QuantResult(
@@ -204,6 +243,7 @@ def gptq_quantize_batch(
     block_size: int = 128,
     act_order: bool = False,
     max_retries: int = 3,
+    clip: int = 0,
 ) -> list[QuantResult]:
     """GPTQ for a batch of weights [B, out, in] with their own Hessians [B, in, in] (e.g. one layer's experts).
 
@@ -243,6 +283,8 @@ def gptq_quantize_batch(
         H = H.gather(-2, perm.unsqueeze(2).expand(batch, cols, cols))
 
     U, damps = _inverse_hessian_factor(H, damp, max_retries)
+    # how much each input's error costs the output (its mean square activation): the clip search's weights
+    importance = H.diagonal(dim1=-2, dim2=-1).clone() if clip > 0 else None
     del H
 
     n_groups = 1 if group_size == -1 else cols // group_size
@@ -251,7 +293,7 @@ def gptq_quantize_batch(
     Q = torch.empty(batch, out_features, cols, dtype=torch.uint8, device=device)
     losses = torch.zeros(batch, dtype=torch.float32, device=device)
     if group_size == -1:
-        scale, zero = compute_scale_zero(W, bits, sym)
+        scale, zero = compute_scale_zero(W, bits, sym, clip, None if importance is None else importance[:, None])
         scales[..., 0], zeros[..., 0] = scale, zero
         zero_f = zero.to(torch.float32)
         block = block_size
@@ -268,7 +310,8 @@ def gptq_quantize_batch(
         for i in range(i2 - i1):
             col = i1 + i
             if group_size != -1 and col % group_size == 0:
-                scale, zero = compute_scale_zero(W1[..., i : i + group_size], bits, sym)
+                weights = None if importance is None else importance[:, None, col : col + group_size]
+                scale, zero = compute_scale_zero(W1[..., i : i + group_size], bits, sym, clip, weights)
                 scales[..., col // group_size], zeros[..., col // group_size] = scale, zero
                 zero_f = zero.to(torch.float32)
             w = W1[..., i]
@@ -313,13 +356,15 @@ def gptq_quantize(
     block_size: int = 128,
     act_order: bool = False,
     max_retries: int = 3,
+    clip: int = 0,
 ) -> QuantResult:
     """GPTQ-quantize weight [out, in] given the input Hessian H [in, in] (from `HessianAccumulator`).
 
     group_size -1 means one scale per output channel. `damp` is relative to mean(diag H); when the Cholesky
     factorisation fails it is raised 10× (from 0.01 if it was 0) up to `max_retries` times before
     `HessianError`. act_order (desc_act) quantizes columns by decreasing H diagonal; g_idx then records each
-    column's group and is no longer monotonic, which slows some kernels.
+    column's group and is no longer monotonic, which slows some kernels. `clip` > 0 searches each group's range
+    (`compute_scale_zero`), weighing each input's error by its Hessian diagonal.
     """
     if weight.dim() != 2:
         raise ValueError(f"weight must be [out, in], got shape {tuple(weight.shape)}")
@@ -335,5 +380,6 @@ def gptq_quantize(
         block_size=block_size,
         act_order=act_order,
         max_retries=max_retries,
+        clip=clip,
     )
     return result

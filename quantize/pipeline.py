@@ -56,10 +56,11 @@ class QuantizeSettings:
     min_expert_rows: int = 16
     seed: int = 0
     batch: int = 4
+    clip: bool = True
 
     def options(self) -> QuantOptions:
         return QuantOptions(self.bits, self.group_size, self.method, self.sym, self.damp, self.calib_mode,
-                            self.expert_stats, self.min_expert_rows, self.batch)
+                            self.expert_stats, self.min_expert_rows, self.batch, clip=self.clip)
 
     def validate(self) -> None:
         if self.bits not in SUPPORTED_BITS:
@@ -343,8 +344,8 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
     manifest = Manifest(
         source=source_label or {"path": src.name},
         settings={"bits": settings.bits, "group_size": settings.group_size, "method": settings.method,
-                  "profile": profile.name, "sym": settings.sym, "desc_act": False, "damp": settings.damp,
-                  "min_expert_rows": settings.min_expert_rows},
+                  "profile": profile.name, "sym": settings.sym, "clip": settings.clip, "desc_act": False,
+                  "damp": settings.damp, "min_expert_rows": settings.min_expert_rows},
         calibration=calib_info,
         memory={"total_bytes": total, "expert_bytes": expert_bytes, "non_expert_bytes": total - expert_bytes},
         created=created,

@@ -184,3 +184,71 @@ def test_scale_zero_rules() -> None:
         rtn_quantize(torch.randn(8, 100), group_size=128)
     with pytest.raises(ValueError, match="NaN"):
         rtn_quantize(torch.full((8, 128), float("inf")))
+
+
+def heavy_tailed_weight(out_features: int, in_features: int, seed: int) -> torch.Tensor:
+    """Student-t weights (a few large entries per group), the shape real checkpoints' rows have."""
+    gen = torch.Generator().manual_seed(seed)
+    normal = torch.randn(out_features, in_features, generator=gen)
+    chi = torch.randn(out_features, in_features, 3, generator=gen).pow(2).mean(-1)
+    return normal / chi.sqrt()
+
+
+def group_error(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
+    codes = torch.clamp(torch.round(w / scale[:, None]) + zero[:, None], 0, 2**bits - 1)
+    err = ((codes - zero[:, None]) * scale[:, None] - w) ** 2
+    return (err if weights is None else err * weights).sum(-1)
+
+
+@pytest.mark.parametrize("bits,sym", [(4, True), (3, True), (3, False)])
+def test_clip_search_never_loses_to_min_max_and_wins_on_heavy_tails(bits: int, sym: bool) -> None:
+    w = heavy_tailed_weight(256, 128, seed=3)
+    plain = compute_scale_zero(w, bits, sym)
+    clipped = compute_scale_zero(w, bits, sym, clip=20)
+    assert torch.equal(clipped[0], clipped[0].half().float())  # still exactly the stored fp16 scale
+    assert torch.all(clipped[1] >= 1) and torch.all(clipped[1] <= 2**bits - 1)
+    before, after = group_error(w, *plain, bits), group_error(w, *clipped, bits)
+    assert torch.all(after <= before * (1 + 1e-6))  # the full range is one of the candidates
+    assert float(after.sum()) < 0.9 * float(before.sum())  # and outliers make a narrower range pay
+    assert bool((clipped[0] < plain[0]).float().mean() > 0.5)
+    # rtn with the search is the same rule applied per group
+    r = rtn_quantize(w, bits=bits, group_size=64, sym=sym, clip=20)
+    plain_r = rtn_quantize(w, bits=bits, group_size=64, sym=sym)
+    assert float(((r.dequantize() - w) ** 2).sum()) < float(((plain_r.dequantize() - w) ** 2).sum())
+
+
+def test_clip_search_weighs_errors_by_importance() -> None:
+    # every row has one outlier in column 0; whether to spend the range on it depends on how much it matters
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(64, 32, generator=gen) * 0.5
+    w[:, 0] = -2.0 - torch.rand(64, generator=gen)
+    unimportant = torch.ones(32)
+    unimportant[0] = 1e-4
+    important = torch.ones(32)
+    important[0] = 1e4
+    cut = compute_scale_zero(w, 3, True, clip=20, importance=unimportant)
+    kept = compute_scale_zero(w, 3, True, clip=20, importance=important)
+    outlier_only = torch.zeros(32)
+    outlier_only[0] = 1.0
+    assert float(group_error(w, *cut, 3, 1 - outlier_only).sum()) < 0.8 * float(
+        group_error(w, *kept, 3, 1 - outlier_only).sum())  # the other 31 get the finer step
+    assert float(group_error(w, *kept, 3, outlier_only).sum()) < 0.2 * float(
+        group_error(w, *cut, 3, outlier_only).sum())  # the outlier the output sees stays near exact
+
+
+@pytest.mark.parametrize("bits", [4, 3])
+def test_gptq_with_the_clip_search_lowers_output_error(bits: int) -> None:
+    x = correlated_inputs(ROWS, IN, seed=1)
+    H = hessian(x)
+    total_plain = total_clip = 0.0
+    for seed in range(3):
+        w = heavy_tailed_weight(OUT, IN, seed=10 + seed)
+        plain = gptq_quantize(w, H, bits=bits, group_size=128)
+        clipped = gptq_quantize(w, H, bits=bits, group_size=128, clip=20)
+        total_plain += output_error(x, w, plain.dequantize())
+        total_clip += output_error(x, w, clipped.dequantize())
+        assert torch.equal(clipped.g_idx, plain.g_idx)
+        ref = dequantize(pack_weight(clipped.q, clipped.scales, clipped.zeros, clipped.g_idx, bits), bits)
+        torch.testing.assert_close(ref.float(), clipped.dequantize())  # the pack holds what was chosen
+    assert total_clip < 0.9 * total_plain

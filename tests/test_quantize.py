@@ -35,6 +35,7 @@ from clover_local.errors import CloverError
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest, verify_pack
 from clover_local.pack.reader import PackReader
 from quantize import pipeline
+from quantize.gptq import CLIP_MIN_SHRINK
 from quantize.pipeline import PROGRESS, QuantizeSettings, quantize_checkpoint, shard_name
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, PROFILES
 from tests.conftest import run_cli, tokenizer_spec
@@ -328,10 +329,36 @@ def test_dequantized_weights_within_one_step_of_the_source(env, method):
         # the step is that of a `bits`-bit symmetric grid over the weights: about max|w| / (2^(bits-1) - 1)
         assert float(np.median(step)) < float(w.float().abs().max()) / (2 ** (bits - 1) - 1) * 1.5, module
         if method == "rtn":
-            assert ratio.max() <= 0.5 + 1e-3, (module, float(ratio.max()))
+            # within half a step, except weights past a range the clip search narrowed (by ≤ 1 − CLIP_MIN_SHRINK;
+            # 4-bit modules only: 8-bit ones keep min/max)
+            maxq = 2**bits - 1
+            clipped_by = maxq / (2 * CLIP_MIN_SHRINK) - (maxq - 1) / 2 if bits <= 4 else 0.5
+            assert (ratio <= 0.5 + 1e-3).mean() >= 0.98, (module, float((ratio <= 0.5 + 1e-3).mean()))
+            assert ratio.max() <= clipped_by + 1e-3, (module, float(ratio.max()))
         else:
             assert (ratio <= 1 + 1e-3).mean() >= 0.85, (module, float((ratio <= 1).mean()))
             assert ratio.mean() <= 0.6 and ratio.max() <= 8, (module, float(ratio.mean()), float(ratio.max()))
+
+
+def test_no_clip_rounds_within_half_a_step_and_the_pack_says_which(env):
+    """--no-clip is plain min/max round-to-nearest (every weight within half a step, the search's clipped edge
+    gone); the manifest and the model card record which rule made the pack."""
+    out = env.root / "pack-rtn-no-clip"
+    env.quantize(out, method="rtn", clip=False)
+    plain, searched = pack_tensors(out), pack_tensors(env.pack_for("balanced", "rtn")[0])
+    src = CheckpointReader(env.src).layer_state(1)
+    im = load_config(env.src).moe_intermediate_size
+    differs = 0
+    for e in range(4):
+        module = f"model.layers.1.mlp.experts.{e}.gate_proj"
+        w = src["mlp.experts.gate_up_proj"][e][:im].float().numpy()
+        w_hat, step = unpack_gptq(module_tensors(plain, module), 4)
+        assert (np.abs(w - w_hat) / step).max() <= 0.5 + 1e-3, module
+        differs += int(not torch.equal(plain[f"{module}.scales"], searched[f"{module}.scales"]))
+    assert differs > 0  # the default search chose other ranges
+    assert Manifest.load(out).settings["clip"] is False
+    assert Manifest.load(env.pack).settings["clip"] is True
+    assert "| Clip search per group | no |" in (out / "README.md").read_text()
 
 
 def test_bits_8_makes_8_bit_experts(env):
@@ -553,6 +580,7 @@ def test_resume_refusals(env, capsys):
     before = digest(out)
     expect_error(capsys, env.cli_args(out, "--resume", "--samples", "3"), "other settings")
     expect_error(capsys, env.cli_args(out, "--resume", "--method", "rtn"), "other settings")
+    expect_error(capsys, env.cli_args(out, "--resume", "--no-clip"), "other settings")
     expect_error(capsys, env.cli_args(out), "unfinished", "add --resume")
     assert digest(out) == before  # refusing touched nothing
     expect_error(capsys, env.cli_args(env.root / "never-started", "--resume"), "nothing to resume")

@@ -57,6 +57,7 @@ _SETTING_ROWS = [
     ("method", "Method"),
     ("profile", "Profile"),
     ("sym", "Symmetric"),
+    ("clip", "Clip search per group"),
     ("desc_act", "Act-order (desc_act)"),
 ]
 
