@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's and BENCHMARKS.md's quantization tables for the shipped tiny model: ten packs, each quantized,
-# compared with the BF16 source (KL, top-1) and scored on the held-out tasks. About 8 minutes on 2 CPU cores.
+# The README's and BENCHMARKS.md's quantization tables for the shipped tiny model: twelve packs, each quantized,
+# compared with the BF16 source (KL, top-1) and scored on the held-out tasks. About 10 minutes on 2 CPU cores.
 # Usage: bash docs/quant_table.sh [WORKDIR]
 set -euo pipefail
 work=${1:-/tmp/clover-quant-table}
@@ -22,8 +22,10 @@ run experts-only-diffusion --profile experts-only --calib-mode diffusion
 run experts-only-causal --profile experts-only --calib-mode causal
 run experts-only-rtn --profile experts-only --method rtn
 run compact --profile compact
-run balanced-no-clip --profile balanced --no-clip
+run balanced-no-act-order --profile balanced --no-act-order
+run balanced-no-clip --profile balanced --no-clip --no-act-order
 run bits3 --bits 3
-run bits3-no-clip --bits 3 --no-clip
+run bits3-no-act-order --bits 3 --no-act-order
+run bits3-no-clip --bits 3 --no-clip --no-act-order
 run bits3-asym --bits 3 --asym
 run bits3-g32 --bits 3 --group-size 32

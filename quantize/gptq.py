@@ -244,6 +244,7 @@ def gptq_quantize_batch(
     act_order: bool = False,
     max_retries: int = 3,
     clip: int = 0,
+    static_groups: bool = False,
 ) -> list[QuantResult]:
     """GPTQ for a batch of weights [B, out, in] with their own Hessians [B, in, in] (e.g. one layer's experts).
 
@@ -273,6 +274,18 @@ def gptq_quantize_batch(
     diag.masked_fill_(dead, 1.0)
     W.masked_fill_(dead.unsqueeze(1), 0.0)
 
+    n_groups = 1 if group_size == -1 else cols // group_size
+    static = act_order and static_groups and group_size != -1
+    if static:
+        # Every group's scale from the weights as they come, before any error feedback: the columns can then go in
+        # activation order while each keeps its own contiguous group (g_idx stays trivial: kernels unaffected).
+        static_scale = torch.empty(batch, out_features, n_groups, dtype=torch.float32, device=device)
+        static_zero = torch.empty(batch, out_features, n_groups, dtype=torch.int32, device=device)
+        for g in range(n_groups):  # group by group: the search's passes stay in cache
+            cols_g = slice(g * group_size, (g + 1) * group_size)
+            weights = diag[:, None, cols_g] if clip > 0 else None
+            static_scale[..., g], static_zero[..., g] = compute_scale_zero(W[..., cols_g], bits, sym, clip, weights)
+
     perm = inv_perm = None
     if act_order:
         # Most-activated inputs first: they are quantized while the most columns remain to absorb error.
@@ -287,12 +300,21 @@ def gptq_quantize_batch(
     importance = H.diagonal(dim1=-2, dim2=-1).clone() if clip > 0 else None
     del H
 
-    n_groups = 1 if group_size == -1 else cols // group_size
     scales = torch.empty(batch, out_features, n_groups, dtype=torch.float32, device=device)
     zeros = torch.empty(batch, out_features, n_groups, dtype=torch.int32, device=device)
     Q = torch.empty(batch, out_features, cols, dtype=torch.uint8, device=device)
     losses = torch.zeros(batch, dtype=torch.float32, device=device)
-    if group_size == -1:
+    if static:
+        scales.copy_(static_scale)
+        zeros.copy_(static_zero)
+        assert perm is not None
+        # each (permuted) column's scale and zero, gathered once: the column loop then only slices
+        column_group = (perm // group_size).unsqueeze(1).expand(batch, out_features, cols)
+        column_scale = scales.gather(-1, column_group).transpose(1, 2).contiguous()  # [B, cols, out]
+        column_zero = zeros.gather(-1, column_group).to(torch.float32).transpose(1, 2).contiguous()
+        del column_group
+        block = block_size
+    elif group_size == -1:
         scale, zero = compute_scale_zero(W, bits, sym, clip, None if importance is None else importance[:, None])
         scales[..., 0], zeros[..., 0] = scale, zero
         zero_f = zero.to(torch.float32)
@@ -309,7 +331,9 @@ def gptq_quantize_batch(
         Err1 = torch.empty_like(W1)
         for i in range(i2 - i1):
             col = i1 + i
-            if group_size != -1 and col % group_size == 0:
+            if static:
+                scale, zero_f = column_scale[:, col], column_zero[:, col]
+            elif group_size != -1 and col % group_size == 0:
                 weights = None if importance is None else importance[:, None, col : col + group_size]
                 scale, zero = compute_scale_zero(W1[..., i : i + group_size], bits, sym, clip, weights)
                 scales[..., col // group_size], zeros[..., col // group_size] = scale, zero
@@ -328,6 +352,7 @@ def gptq_quantize_batch(
     if act_order:
         assert perm is not None and inv_perm is not None
         Q = Q.gather(-1, inv_perm.unsqueeze(1).expand(batch, out_features, cols))
+    if act_order and not static:
         g_idx = (inv_perm // (cols if group_size == -1 else group_size)).to(torch.int32)
     else:
         g_idx = default_g_idx(cols, group_size, device=device).expand(batch, cols)
@@ -357,6 +382,7 @@ def gptq_quantize(
     act_order: bool = False,
     max_retries: int = 3,
     clip: int = 0,
+    static_groups: bool = False,
 ) -> QuantResult:
     """GPTQ-quantize weight [out, in] given the input Hessian H [in, in] (from `HessianAccumulator`).
 
@@ -381,5 +407,6 @@ def gptq_quantize(
         act_order=act_order,
         max_retries=max_retries,
         clip=clip,
+        static_groups=static_groups,
     )
     return result

@@ -40,6 +40,7 @@ class QuantOptions:
     min_expert_rows: int = 16
     batch: int = 4  # sequences per forward chunk
     clip: bool = True  # search each group's range (quantize.gptq.compute_scale_zero) instead of min/max
+    act_order: bool = True  # GPTQ's columns most-activated first, groups static (the pack's g_idx stays trivial)
 
 
 @dataclass
@@ -54,7 +55,9 @@ class LayerReport:
 def quantize_weight(weight: torch.Tensor, hessian: torch.Tensor | None, bits: int, opts: QuantOptions) -> QuantResult:
     """GPTQ with the given Hessian, or round-to-nearest when there is none (or method rtn); either with the clip
     search for each group's range when `opts.clip` (Hessian-weighted under GPTQ) at ≤ 4 bits: at 8 bits the
-    tiny model's KL did not move with it, and the LM head and mixer projections would pay its time."""
+    tiny model's KL did not move with it, and the LM head and mixer projections would pay its time. With
+    `opts.act_order` GPTQ takes the columns most-activated first while each keeps its own contiguous group (static
+    groups), so the pack needs no desc_act support from any reader."""
     w = weight.float()
     group = opts.group_size
     if group != -1 and w.shape[1] % group:
@@ -66,7 +69,8 @@ def quantize_weight(weight: torch.Tensor, hessian: torch.Tensor | None, bits: in
     if opts.method == "rtn" or hessian is None:
         return rtn_quantize(w, bits, group, opts.sym, clip)
     try:
-        return gptq_quantize(w, hessian, bits, group, opts.sym, opts.damp, clip=clip)
+        return gptq_quantize(w, hessian, bits, group, opts.sym, opts.damp, clip=clip, act_order=opts.act_order,
+                             static_groups=True)
     except HessianError:
         return rtn_quantize(w, bits, group, opts.sym, clip)
 

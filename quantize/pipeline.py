@@ -57,10 +57,12 @@ class QuantizeSettings:
     seed: int = 0
     batch: int = 4
     clip: bool = True
+    act_order: bool = True
 
     def options(self) -> QuantOptions:
         return QuantOptions(self.bits, self.group_size, self.method, self.sym, self.damp, self.calib_mode,
-                            self.expert_stats, self.min_expert_rows, self.batch, clip=self.clip)
+                            self.expert_stats, self.min_expert_rows, self.batch, clip=self.clip,
+                            act_order=self.act_order)
 
     def validate(self) -> None:
         if self.bits not in SUPPORTED_BITS:
@@ -344,7 +346,8 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
     manifest = Manifest(
         source=source_label or {"path": src.name},
         settings={"bits": settings.bits, "group_size": settings.group_size, "method": settings.method,
-                  "profile": profile.name, "sym": settings.sym, "clip": settings.clip, "desc_act": False,
+                  "profile": profile.name, "sym": settings.sym, "clip": settings.clip,
+                  "act_order": settings.act_order and settings.method == "gptq", "desc_act": False,
                   "damp": settings.damp, "min_expert_rows": settings.min_expert_rows},
         calibration=calib_info,
         memory={"total_bytes": total, "expert_bytes": expert_bytes, "non_expert_bytes": total - expert_bytes},

@@ -252,3 +252,37 @@ def test_gptq_with_the_clip_search_lowers_output_error(bits: int) -> None:
         ref = dequantize(pack_weight(clipped.q, clipped.scales, clipped.zeros, clipped.g_idx, bits), bits)
         torch.testing.assert_close(ref.float(), clipped.dequantize())  # the pack holds what was chosen
     assert total_clip < 0.9 * total_plain
+
+
+@pytest.mark.parametrize("bits", [4, 3])
+def test_static_groups_act_order_keeps_the_layout_and_lowers_output_error(bits: int) -> None:
+    x = correlated_inputs(ROWS, IN, seed=1) * torch.linspace(0.2, 3.0, IN)  # inputs of very different energy
+    H = hessian(x)
+    total_plain = total_ordered = 0.0
+    for seed in range(3):
+        w = heavy_tailed_weight(OUT, IN, seed=20 + seed)
+        plain = gptq_quantize(w, H, bits=bits, group_size=64, clip=20)
+        ordered = gptq_quantize(w, H, bits=bits, group_size=64, clip=20, act_order=True, static_groups=True)
+        assert torch.equal(ordered.g_idx, plain.g_idx)  # contiguous groups: nothing for a reader to permute
+        ref = dequantize(pack_weight(ordered.q, ordered.scales, ordered.zeros, ordered.g_idx, bits), bits)
+        torch.testing.assert_close(ref.float(), ordered.dequantize())
+        # each group's scale is chosen from the weights before any error feedback (the search of a whole row)
+        static_scale, _ = compute_scale_zero(w.view(OUT, -1, 64), bits, True, 20,
+                                             torch.diagonal(H).view(1, -1, 64))
+        torch.testing.assert_close(ordered.scales, static_scale.half())
+        total_plain += output_error(x, w, plain.dequantize())
+        total_ordered += output_error(x, w, ordered.dequantize())
+    assert total_ordered < 0.95 * total_plain
+
+
+def test_static_groups_in_a_batch_match_one_at_a_time() -> None:
+    # each element has its own column order; the per-column scales must follow each element's own
+    xs = [correlated_inputs(512, 64, seed=s) * torch.rand(64, generator=torch.Generator().manual_seed(s)) * 3
+          for s in range(3)]
+    Hs = torch.stack([hessian(x) for x in xs])
+    ws = torch.stack([heavy_tailed_weight(32, 64, seed=30 + s) for s in range(3)])
+    batch = gptq_quantize_batch(ws, Hs, bits=3, group_size=16, clip=20, act_order=True, static_groups=True)
+    for b, res in enumerate(batch):
+        single = gptq_quantize(ws[b], Hs[b], bits=3, group_size=16, clip=20, act_order=True, static_groups=True)
+        torch.testing.assert_close(single.scales, res.scales)
+        assert float((single.q == res.q).float().mean()) > 0.99

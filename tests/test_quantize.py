@@ -358,6 +358,8 @@ def test_no_clip_rounds_within_half_a_step_and_the_pack_says_which(env):
     assert differs > 0  # the default search chose other ranges
     assert Manifest.load(out).settings["clip"] is False
     assert Manifest.load(env.pack).settings["clip"] is True
+    assert Manifest.load(env.pack).settings["act_order"] is True  # GPTQ's default
+    assert Manifest.load(out).settings["act_order"] is False  # round-to-nearest has no column order
     assert "| Clip search per group | no |" in (out / "README.md").read_text()
 
 
@@ -581,6 +583,7 @@ def test_resume_refusals(env, capsys):
     expect_error(capsys, env.cli_args(out, "--resume", "--samples", "3"), "other settings")
     expect_error(capsys, env.cli_args(out, "--resume", "--method", "rtn"), "other settings")
     expect_error(capsys, env.cli_args(out, "--resume", "--no-clip"), "other settings")
+    expect_error(capsys, env.cli_args(out, "--resume", "--no-act-order"), "other settings")
     expect_error(capsys, env.cli_args(out), "unfinished", "add --resume")
     assert digest(out) == before  # refusing touched nothing
     expect_error(capsys, env.cli_args(env.root / "never-started", "--resume"), "nothing to resume")

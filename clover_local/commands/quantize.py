@@ -46,6 +46,9 @@ def quantize(
     clip: bool = typer.Option(True, "--clip/--no-clip", help="Search each group's range for the least "
                               "activation-weighted error instead of taking min/max (tiny model: KL about a third "
                               "lower at 3 and at 4 bits; same pack size and format)."),
+    act_order: bool = typer.Option(True, "--act-order/--no-act-order", help="GPTQ quantizes each matrix's most-"
+                                   "activated inputs first, each keeping its own group's scale (static groups: "
+                                   "layout and kernels unchanged; tiny model: 3-bit KL about a fifth lower)."),
     group_size: int = typer.Option(128, "--group-size", help="Input columns per scale (-1: per channel)."),
     method: str = typer.Option("gptq", "--method", help="gptq (calibrated) or rtn (round-to-nearest)."),
     profile: str = typer.Option("balanced", "--profile",
@@ -79,7 +82,7 @@ def quantize(
     from clover_local.loader import pick_device, resolve_model_path
     from quantize.pipeline import QuantizeSettings, quantize_checkpoint
 
-    settings = QuantizeSettings(bits=bits, sym=sym, clip=clip, group_size=group_size, method=method, profile=profile,
+    settings = QuantizeSettings(bits=bits, sym=sym, clip=clip, act_order=act_order, group_size=group_size, method=method, profile=profile,
                                 samples=samples, seq_len=seq_len, calib=calib, calib_mode=calib_mode,
                                 expert_stats=expert_stats, min_expert_rows=min_expert_rows, seed=seed)
     settings.validate()

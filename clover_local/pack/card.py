@@ -58,6 +58,7 @@ _SETTING_ROWS = [
     ("profile", "Profile"),
     ("sym", "Symmetric"),
     ("clip", "Clip search per group"),
+    ("act_order", "GPTQ in activation order (static groups)"),
     ("desc_act", "Act-order (desc_act)"),
 ]
 
