@@ -38,10 +38,13 @@
 #                                table it wrote (this GPU's tiles for every call of a preview pass)
 #   bench_uniform_tuned.json     bench uniform with that table (every other stage runs with CLOVER_TUNING=off,
 #                                so their figures stay comparable whether or not `tune` ran before them)
+#   quant_scale_cuda.json        (stage quantscale, not in the default list) `python -m quantize.bench_scale --device
+#                                cuda --layers 1`: one real-size GDN layer quantized on the GPU with today's defaults
+#                                (seconds a layer, peak host RSS; on one CPU core it took 245 s)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
 # (STAGES from: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident unfused
-# unpacked unfolded eager sweep moesweep tune tuned,
+# unpacked unfolded eager sweep moesweep tune tuned quantscale,
 # in the order given;
 # default kernels,routings,full3,decode,model,longprompt,tune,tuned)
 set -u
@@ -114,8 +117,10 @@ for s in ${STAGES//,/ }; do
 ['table'], '$OUT/tuning_table.json')\"" ;;
     tuned) stage tuned 150 bash -c "CLOVER_TUNING=on $B --routing uniform >'$OUT/bench_uniform_tuned.json' \
       2>>'$log'" ;;
+    quantscale) stage quantscale 300 bash -c "python3 -m quantize.bench_scale --work /tmp/clover-scale --device cuda \
+      --layers 1 --json >'$OUT/quant_scale_cuda.json' 2>>'$log'" ;;
     *) echo "== unknown stage $s (known: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident \
-unfused unpacked unfolded eager sweep moesweep tune tuned)" | tee -a "$log" ;;
+unfused unpacked unfolded eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1
