@@ -111,11 +111,14 @@ def quantize(
         "layers": [{"layer": r.index, "kind": r.kind, "rel_error": round(r.rel_error, 6),
                     "experts": r.expert_paths, "seconds": r.seconds} for r in result.layers],
         "quality": quality,
+        "settings": {"bits": settings.bits, "group_size": settings.group_size, "method": settings.method,
+                     "profile": settings.profile, "sym": settings.sym, "clip": settings.clip,
+                     "act_order": settings.act_order and settings.method == "gptq"},
     }
     if as_json:
         print(json.dumps(summary))
         return
-    table = Table(title=f"quantized {src} → {out}")
+    table = Table(title=f"quantized {src} → {out}", caption=_settings_line(settings))
     for col in ("layer", "kind", "rel. output error", "experts (path: count)", "seconds"):
         table.add_column(col)
     for r in result.layers:
@@ -130,6 +133,17 @@ def quantize(
                           f"preview {quality['kl_preview_mean']:.5f}; top-1 agreement causal "
                           f"{quality['top1_causal']:.3f}, preview {quality['top1_preview']:.3f}")
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
+
+
+def _settings_line(settings) -> str:
+    """What made the pack, in the words of the flags that change it."""
+    parts = [f"{settings.bits}-bit experts", "per-channel" if settings.group_size == -1
+             else f"group {settings.group_size}", settings.profile, settings.method.upper(),
+             "symmetric" if settings.sym else "asymmetric",
+             "range search" if settings.clip else "min/max ranges"]
+    if settings.method == "gptq":
+        parts.append("activation order" if settings.act_order else "column order")
+    return " · ".join(parts)
 
 
 def _measure(pack: Path, ref: Path, console: Console, **kwargs) -> dict:
