@@ -1,6 +1,8 @@
 """Scale benchmark for the quantizer (a benchmark, not a test): real-size layers, random BF16 weights.
 
-    python -m quantize.bench_scale --work /tmp/clover-scale --device cpu [--layers 1 2] [--no-clip] [--json]
+    python -m quantize.bench_scale --work /tmp/clover-scale --device cpu [--layers 1 2] [--json] [QUANTIZE FLAGS]
+
+(flags it does not know, e.g. `--no-clip --no-act-order`, go to `clover-local quantize`)
 
 Writes synthetic checkpoints with the real shapes (hidden 2048, 256 experts of 512, real GDN/attention, real
 248,320 vocabulary) of 1 and of 2 decoder layers, quantizes each in a fresh process, and reports peak host
@@ -59,8 +61,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--no-clip", action="store_true", help="quantize with --no-clip (min/max ranges)")
-    args = parser.parse_args()
+    args, quantize_flags = parser.parse_known_args()
     args.work.mkdir(parents=True, exist_ok=True)
     results = {}
     for n in args.layers:
@@ -68,7 +69,7 @@ def main() -> None:
         # each run in its own interpreter so peak RSS is that run's alone
         code = ("import json,sys; from pathlib import Path; from quantize.bench_scale import _run; "
                 f"print(json.dumps(_run(Path({str(src)!r}), Path({str(args.work / f'pack-{n}')!r}), {args.device!r}, "
-                f"{['--no-clip'] if args.no_clip else []!r})))")
+                f"{quantize_flags!r})))")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr.strip().splitlines()[-1])

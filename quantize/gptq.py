@@ -275,16 +275,16 @@ def gptq_quantize_batch(
     W.masked_fill_(dead.unsqueeze(1), 0.0)
 
     n_groups = 1 if group_size == -1 else cols // group_size
+    scales = torch.empty(batch, out_features, n_groups, dtype=torch.float32, device=device)
+    zeros = torch.empty(batch, out_features, n_groups, dtype=torch.int32, device=device)
     static = act_order and static_groups and group_size != -1
     if static:
         # Every group's scale from the weights as they come, before any error feedback: the columns can then go in
         # activation order while each keeps its own contiguous group (g_idx stays trivial: kernels unaffected).
-        static_scale = torch.empty(batch, out_features, n_groups, dtype=torch.float32, device=device)
-        static_zero = torch.empty(batch, out_features, n_groups, dtype=torch.int32, device=device)
         for g in range(n_groups):  # group by group: the search's passes stay in cache
             cols_g = slice(g * group_size, (g + 1) * group_size)
             weights = diag[:, None, cols_g] if clip > 0 else None
-            static_scale[..., g], static_zero[..., g] = compute_scale_zero(W[..., cols_g], bits, sym, clip, weights)
+            scales[..., g], zeros[..., g] = compute_scale_zero(W[..., cols_g], bits, sym, clip, weights)
 
     perm = inv_perm = None
     if act_order:
@@ -297,16 +297,12 @@ def gptq_quantize_batch(
 
     U, damps = _inverse_hessian_factor(H, damp, max_retries)
     # how much each input's error costs the output (its mean square activation): the clip search's weights
-    importance = H.diagonal(dim1=-2, dim2=-1).clone() if clip > 0 else None
+    importance = H.diagonal(dim1=-2, dim2=-1).clone() if clip > 0 and not static else None
     del H
 
-    scales = torch.empty(batch, out_features, n_groups, dtype=torch.float32, device=device)
-    zeros = torch.empty(batch, out_features, n_groups, dtype=torch.int32, device=device)
     Q = torch.empty(batch, out_features, cols, dtype=torch.uint8, device=device)
     losses = torch.zeros(batch, dtype=torch.float32, device=device)
     if static:
-        scales.copy_(static_scale)
-        zeros.copy_(static_zero)
         assert perm is not None
         # each (permuted) column's scale and zero, gathered once: the column loop then only slices
         column_group = (perm // group_size).unsqueeze(1).expand(batch, out_features, cols)

@@ -59,6 +59,12 @@ class QuantizeSettings:
     clip: bool = True
     act_order: bool = True
 
+    def recorded(self) -> dict:
+        """The settings a pack's manifest (and quantize's summary) records: what made its weights."""
+        return {"bits": self.bits, "group_size": self.group_size, "method": self.method, "profile": self.profile,
+                "sym": self.sym, "clip": self.clip, "act_order": self.act_order and self.method == "gptq",
+                "desc_act": False, "damp": self.damp, "min_expert_rows": self.min_expert_rows}
+
     def options(self) -> QuantOptions:
         return QuantOptions(self.bits, self.group_size, self.method, self.sym, self.damp, self.calib_mode,
                             self.expert_stats, self.min_expert_rows, self.batch, clip=self.clip,
@@ -345,10 +351,7 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
             shutil.copyfile(src / name, out / name)
     manifest = Manifest(
         source=source_label or {"path": src.name},
-        settings={"bits": settings.bits, "group_size": settings.group_size, "method": settings.method,
-                  "profile": profile.name, "sym": settings.sym, "clip": settings.clip,
-                  "act_order": settings.act_order and settings.method == "gptq", "desc_act": False,
-                  "damp": settings.damp, "min_expert_rows": settings.min_expert_rows},
+        settings=settings.recorded(),
         calibration=calib_info,
         memory={"total_bytes": total, "expert_bytes": expert_bytes, "non_expert_bytes": total - expert_bytes},
         created=created,

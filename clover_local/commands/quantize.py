@@ -82,9 +82,10 @@ def quantize(
     from clover_local.loader import pick_device, resolve_model_path
     from quantize.pipeline import QuantizeSettings, quantize_checkpoint
 
-    settings = QuantizeSettings(bits=bits, sym=sym, clip=clip, act_order=act_order, group_size=group_size, method=method, profile=profile,
-                                samples=samples, seq_len=seq_len, calib=calib, calib_mode=calib_mode,
-                                expert_stats=expert_stats, min_expert_rows=min_expert_rows, seed=seed)
+    settings = QuantizeSettings(bits=bits, sym=sym, clip=clip, act_order=act_order, group_size=group_size,
+                                method=method, profile=profile, samples=samples, seq_len=seq_len, calib=calib,
+                                calib_mode=calib_mode, expert_stats=expert_stats, min_expert_rows=min_expert_rows,
+                                seed=seed)
     settings.validate()
     dev = pick_device(device)
     src_path = resolve_model_path(src)
@@ -111,9 +112,7 @@ def quantize(
         "layers": [{"layer": r.index, "kind": r.kind, "rel_error": round(r.rel_error, 6),
                     "experts": r.expert_paths, "seconds": r.seconds} for r in result.layers],
         "quality": quality,
-        "settings": {"bits": settings.bits, "group_size": settings.group_size, "method": settings.method,
-                     "profile": settings.profile, "sym": settings.sym, "clip": settings.clip,
-                     "act_order": settings.act_order and settings.method == "gptq"},
+        "settings": settings.recorded(),
     }
     if as_json:
         print(json.dumps(summary))
