@@ -3,9 +3,10 @@
 GPTQ quantizes one input column at a time and pushes each column's rounding error onto the columns not yet
 quantized, weighted by the inverse Hessian of the layer's inputs, so the *output* error ‖XWᵀ − XŴᵀ‖ stays small
 rather than the weight error. Rows are independent given H: matrices that share an input (an expert's gate and
-up projections) can be concatenated along `out` and quantized in one call, and experts of one layer can be
-quantized together with `gptq_quantize_batch`, which runs the column loop once for the whole batch (on a GPU
-that loop is expected to be bound by per-op launch overhead at expert sizes; not yet measured there).
+up projections) can be concatenated along `out` and quantized in one call, and a layer's experts are quantized
+in batches with `gptq_quantize_batch` (`layer_quant.quantize_weights`), which runs the column loop once for the
+whole batch (on a GPU that loop is expected to be bound by per-op launch overhead at expert sizes; not yet
+measured there).
 
 Results plug straight into `quantize.gptq_format.pack_weight(r.q, r.scales, r.zeros, r.g_idx, bits)`.
 """

@@ -12,6 +12,7 @@ Calibration rows come from causal passes, and in diffusion mode also from previe
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,7 +24,8 @@ from clover_local.config import CloverConfig
 from clover_local.errors import CloverError
 from clover_local.model.clover import DecoderLayer
 from clover_local.model.rope import Rotary
-from quantize.gptq import CLIP_STEPS, HessianAccumulator, HessianError, QuantResult, gptq_quantize, rtn_quantize
+from quantize.gptq import (CLIP_STEPS, HessianAccumulator, HessianError, QuantResult, gptq_quantize,
+                           gptq_quantize_batch, rtn_quantize)
 from quantize.gptq_format import pack_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, Profile
 
@@ -41,6 +43,7 @@ class QuantOptions:
     batch: int = 4  # sequences per forward chunk
     clip: bool = True  # search each group's range (quantize.gptq.compute_scale_zero) instead of min/max
     act_order: bool = True  # GPTQ's columns most-activated first, groups static (the pack's g_idx stays trivial)
+    expert_batch: int = 8  # routed experts GPTQ'd together (one column loop for all: fewer, larger ops)
 
 
 @dataclass
@@ -59,12 +62,7 @@ def quantize_weight(weight: torch.Tensor, hessian: torch.Tensor | None, bits: in
     `opts.act_order` GPTQ takes the columns most-activated first while each keeps its own contiguous group (static
     groups), so the pack needs no desc_act support from any reader."""
     w = weight.float()
-    group = opts.group_size
-    if group != -1 and w.shape[1] % group:
-        # the pack's config promises one group size for every module; a silent per-channel fallback would
-        # make other GPTQ loaders misread this one
-        raise CloverError(f"--group-size {group} does not divide an input width of {w.shape[1]}; "
-                          "choose a group size that divides it (or -1 for per-channel)")
+    group = _checked_group(opts, w.shape[1])
     clip = CLIP_STEPS if opts.clip and bits <= 4 else 0
     if opts.method == "rtn" or hessian is None:
         return rtn_quantize(w, bits, group, opts.sym, clip)
@@ -73,6 +71,29 @@ def quantize_weight(weight: torch.Tensor, hessian: torch.Tensor | None, bits: in
                              static_groups=True)
     except HessianError:
         return rtn_quantize(w, bits, group, opts.sym, clip)
+
+
+def quantize_weights(weights: torch.Tensor, hessians: torch.Tensor, bits: int, opts: QuantOptions) -> list[QuantResult]:
+    """GPTQ for same-shape weights [B, out, in] with their own Hessians [B, in, in] in one column loop (a layer's
+    experts: on a GPU that loop is bound by launches, so B experts cost about one). Same rules as
+    `quantize_weight`; a batch whose Hessians cannot all be inverted goes one at a time (RTN for those)."""
+    group = _checked_group(opts, weights.shape[-1])
+    try:
+        return gptq_quantize_batch(weights.float(), hessians, bits, group, opts.sym, opts.damp,
+                                   clip=CLIP_STEPS if opts.clip and bits <= 4 else 0, act_order=opts.act_order,
+                                   static_groups=True)
+    except HessianError:
+        return [quantize_weight(w, h, bits, opts) for w, h in zip(weights, hessians)]
+
+
+def _checked_group(opts: QuantOptions, in_features: int) -> int:
+    group = opts.group_size
+    if group != -1 and in_features % group:
+        # the pack's config promises one group size for every module; a silent per-channel fallback would
+        # make other GPTQ loaders misread this one
+        raise CloverError(f"--group-size {group} does not divide an input width of {in_features}; "
+                          "choose a group size that divides it (or -1 for per-channel)")
+    return group
 
 
 def packed(prefix: str, result: QuantResult, bits: int) -> dict[str, torch.Tensor]:
@@ -208,41 +229,60 @@ class LayerQuantizer:
         row_of = torch.arange(idx.numel(), device=idx.device) // idx.shape[1]
         order = torch.argsort(owners, stable=True)
         counts = torch.bincount(owners, minlength=n_exp).tolist()
-        start = 0
-        for e in range(n_exp):
-            if e % 16 == 0:
-                on_step(f"experts {e}/{n_exp}")
-            rows_e = row_of[order[start : start + counts[e]]]
-            start += counts[e]
+        starts = [0, *itertools.accumulate(counts)]
+
+        def rows_of(e: int) -> torch.Tensor:
+            return row_of[order[starts[e] : starts[e + 1]]]
+
+        def path(e: int) -> str:
             if not gptq:
-                path = "rtn"
-            elif self.opts.expert_stats == "all":
-                path = "gptq-all"
-            elif counts[e] >= self.opts.min_expert_rows:
-                path = "gptq-routed"
-            else:
-                path = "rtn-few-rows"
-            paths[path] += 1
-            x_e = normed if path == "gptq-all" else normed[rows_e]
-            h_gu = None
-            if path == "gptq-all":
-                h_gu = h_all
-            elif path == "gptq-routed":
-                h_gu = _hessian(x_e)
-            gate_up = experts.gate_up_proj[e]
-            res = quantize_weight(gate_up, h_gu, bits, self.opts)
-            deq = res.dequantize().to(gate_up.dtype)
+                return "rtn"
+            if self.opts.expert_stats == "all":
+                return "gptq-all"
+            return "gptq-routed" if counts[e] >= self.opts.min_expert_rows else "rtn-few-rows"
+
+        path_of = [path(e) for e in range(n_exp)]
+        paths.update(path_of)
+
+        def install(e: int, gate_up: QuantResult, down: QuantResult) -> None:
             for part, sl in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, 2 * inter))):
-                part_res = QuantResult(res.q[sl], res.scales[sl], res.zeros[sl], res.g_idx.clone(), res.loss)
+                part_res = QuantResult(gate_up.q[sl], gate_up.scales[sl], gate_up.zeros[sl], gate_up.g_idx.clone(),
+                                       gate_up.loss)
                 out.update(packed(f"{prefix}.mlp.experts.{e}.{part}", part_res, bits))
-            experts.gate_up_proj[e].copy_(deq)
-            h_d = None
-            if path.startswith("gptq"):
-                hgu = F.linear(x_e, deq)
-                h_d = _hessian(F.silu(hgu[:, :inter]) * hgu[:, inter:])
-            res = quantize_weight(experts.down_proj[e], h_d, bits, self.opts)
-            out.update(packed(f"{prefix}.mlp.experts.{e}.down_proj", res, bits))
-            experts.down_proj[e].copy_(res.dequantize().to(experts.down_proj.dtype))
+            experts.gate_up_proj[e].copy_(gate_up.dequantize().to(experts.gate_up_proj.dtype))
+            out.update(packed(f"{prefix}.mlp.experts.{e}.down_proj", down, bits))
+            experts.down_proj[e].copy_(down.dequantize().to(experts.down_proj.dtype))
+
+        def install_through(last: int) -> None:
+            """Install experts up to `last` in order: calibrated ones from `results`, the others rounded here."""
+            nonlocal next_e
+            for e in range(next_e, last + 1):
+                if e in results:
+                    install(e, *results.pop(e))
+                else:
+                    install(e, quantize_weight(experts.gate_up_proj[e], None, bits, self.opts),
+                            quantize_weight(experts.down_proj[e], None, bits, self.opts))
+            next_e = last + 1
+
+        calibrated = [e for e in range(n_exp) if path_of[e].startswith("gptq")]
+        results: dict[int, tuple[QuantResult, QuantResult]] = {}
+        next_e = 0
+        for chunk in _chunks(len(calibrated), max(1, self.opts.expert_batch)):
+            es = calibrated[chunk]
+            on_step(f"experts {next_e}/{n_exp}")
+            xs = [normed if path_of[e] == "gptq-all" else normed[rows_of(e)] for e in es]
+            h_gu = torch.stack([h_all if path_of[e] == "gptq-all" else _hessian(x) for e, x in zip(es, xs)])
+            gate_ups = quantize_weights(experts.gate_up_proj[es], h_gu, bits, self.opts)
+            del h_gu
+            h_d = []
+            for x, res in zip(xs, gate_ups):
+                hgu = F.linear(x, res.dequantize().to(x.dtype))  # down sees the quantized gate/up's activations
+                h_d.append(_hessian(F.silu(hgu[:, :inter]) * hgu[:, inter:]))
+            downs = quantize_weights(experts.down_proj[es], torch.stack(h_d), bits, self.opts)
+            del h_d
+            results.update({e: (gu, d) for e, gu, d in zip(es, gate_ups, downs)})
+            install_through(es[-1])  # memory: one batch of results at a time
+        install_through(n_exp - 1)
         report.expert_paths = dict(sorted(paths.items()))
 
 

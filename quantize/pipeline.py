@@ -58,6 +58,7 @@ class QuantizeSettings:
     batch: int = 4
     clip: bool = True
     act_order: bool = True
+    expert_batch: int = 8
 
     def recorded(self) -> dict:
         """The settings a pack's manifest (and quantize's summary) records: what made its weights."""
@@ -68,7 +69,7 @@ class QuantizeSettings:
     def options(self) -> QuantOptions:
         return QuantOptions(self.bits, self.group_size, self.method, self.sym, self.damp, self.calib_mode,
                             self.expert_stats, self.min_expert_rows, self.batch, clip=self.clip,
-                            act_order=self.act_order)
+                            act_order=self.act_order, expert_batch=self.expert_batch)
 
     def validate(self) -> None:
         if self.bits not in SUPPORTED_BITS:
