@@ -58,7 +58,7 @@ class QuantizeSettings:
     batch: int = 4
     clip: bool = True
     act_order: bool = True
-    expert_batch: int = 8
+    expert_batch: int = 0  # 0: by device (QuantOptions.expert_batch)
 
     def recorded(self) -> dict:
         """The settings a pack's manifest (and quantize's summary) records: what made its weights."""
