@@ -66,7 +66,7 @@ def quantize_weight(weight: torch.Tensor, hessian: torch.Tensor | None, bits: in
     groups), so the pack needs no desc_act support from any reader."""
     w = weight.float()
     group = _checked_group(opts, w.shape[1])
-    clip = CLIP_STEPS if opts.clip and bits <= 4 else 0
+    clip = _clip_steps(opts, bits)
     if opts.method == "rtn" or hessian is None:
         return rtn_quantize(w, bits, group, opts.sym, clip)
     try:
@@ -83,10 +83,14 @@ def quantize_weights(weights: torch.Tensor, hessians: torch.Tensor, bits: int, o
     group = _checked_group(opts, weights.shape[-1])
     try:
         return gptq_quantize_batch(weights.float(), hessians, bits, group, opts.sym, opts.damp,
-                                   clip=CLIP_STEPS if opts.clip and bits <= 4 else 0, act_order=opts.act_order,
+                                   clip=_clip_steps(opts, bits), act_order=opts.act_order,
                                    static_groups=True)
     except HessianError:
         return [quantize_weight(w, h, bits, opts) for w, h in zip(weights, hessians)]
+
+
+def _clip_steps(opts: QuantOptions, bits: int) -> int:
+    return CLIP_STEPS if opts.clip and bits <= 4 else 0
 
 
 def _checked_group(opts: QuantOptions, in_features: int) -> int:
@@ -260,6 +264,8 @@ class LayerQuantizer:
             """Install experts up to `last` in order: calibrated ones from `results`, the others rounded here."""
             nonlocal next_e
             for e in range(next_e, last + 1):
+                if e % 16 == 0:
+                    on_step(f"experts {e}/{n_exp}")
                 if e in results:
                     install(e, *results.pop(e))
                 else:
@@ -273,7 +279,6 @@ class LayerQuantizer:
         batch = self.opts.expert_batch or (8 if normed.device.type == "cuda" else 1)
         for chunk in _chunks(len(calibrated), batch):
             es = calibrated[chunk]
-            on_step(f"experts {next_e}/{n_exp}")
             xs = [normed if path_of[e] == "gptq-all" else normed[rows_of(e)] for e in es]
             h_gu = torch.stack([h_all if path_of[e] == "gptq-all" else _hessian(x) for e, x in zip(es, xs)])
             gate_ups = quantize_weights(experts.gate_up_proj[es], h_gu, bits, self.opts)
