@@ -78,7 +78,8 @@ def quantize_weight(weight: torch.Tensor, hessian: torch.Tensor | None, bits: in
 
 def quantize_weights(weights: torch.Tensor, hessians: torch.Tensor, bits: int, opts: QuantOptions) -> list[QuantResult]:
     """GPTQ for same-shape weights [B, out, in] with their own Hessians [B, in, in] in one column loop (a layer's
-    experts: on a GPU that loop is bound by launches, so B experts cost about one). Same rules as
+    experts: on a GPU that loop is expected to be bound by launches, so B experts would cost about one; unmeasured,
+    and on a CPU it is slower than one at a time). Same rules as
     `quantize_weight`; a batch whose Hessians cannot all be inverted goes one at a time (RTN for those)."""
     group = _checked_group(opts, weights.shape[-1])
     try:
@@ -229,7 +230,6 @@ class LayerQuantizer:
         experts = mlp.experts
         inter = experts.inter
         bits = self.profile.experts
-        paths: Counter[str] = Counter()
         h_all = _hessian(normed) if gptq and self.opts.expert_stats == "all" else None
         n_exp = experts.gate_up_proj.shape[0]
         owners = idx.reshape(-1)
@@ -249,7 +249,6 @@ class LayerQuantizer:
             return "gptq-routed" if counts[e] >= self.opts.min_expert_rows else "rtn-few-rows"
 
         path_of = [path(e) for e in range(n_exp)]
-        paths.update(path_of)
 
         def install(e: int, gate_up: QuantResult, down: QuantResult) -> None:
             for part, sl in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, 2 * inter))):
@@ -292,7 +291,7 @@ class LayerQuantizer:
             results.update({e: (gu, d) for e, gu, d in zip(es, gate_ups, downs)})
             install_through(es[-1])  # memory: one batch of results at a time
         install_through(n_exp - 1)
-        report.expert_paths = dict(sorted(paths.items()))
+        report.expert_paths = dict(sorted(Counter(path_of).items()))
 
 
 def _hessian(x: torch.Tensor) -> torch.Tensor:

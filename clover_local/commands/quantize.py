@@ -117,7 +117,7 @@ def quantize(
     if as_json:
         print(json.dumps(summary))
         return
-    table = Table(title=f"quantized {src} → {out}", caption=_settings_line(settings))
+    table = Table(title=f"quantized {src} → {out}", caption=_settings_line(summary["settings"]))
     for col in ("layer", "kind", "rel. output error", "experts (path: count)", "seconds"):
         table.add_column(col)
     for r in result.layers:
@@ -134,14 +134,14 @@ def quantize(
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
 
 
-def _settings_line(settings) -> str:
-    """What made the pack, in the words of the flags that change it."""
-    parts = [f"{settings.bits}-bit experts", "per-channel" if settings.group_size == -1
-             else f"group {settings.group_size}", settings.profile, settings.method.upper(),
-             "symmetric" if settings.sym else "asymmetric",
-             "range search" if settings.clip else "min/max ranges"]
-    if settings.method == "gptq":
-        parts.append("activation order" if settings.act_order else "column order")
+def _settings_line(recorded: dict) -> str:
+    """What made the pack (`QuantizeSettings.recorded()`), in the words of the flags that change it."""
+    parts = [f"{recorded['bits']}-bit experts", "per-channel" if recorded["group_size"] == -1
+             else f"group {recorded['group_size']}", recorded["profile"], recorded["method"].upper(),
+             "symmetric" if recorded["sym"] else "asymmetric",
+             "range search" if recorded["clip"] else "min/max ranges"]
+    if recorded["method"] == "gptq":
+        parts.append("activation order" if recorded["act_order"] else "column order")
     return " · ".join(parts)
 
 
