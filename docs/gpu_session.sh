@@ -27,6 +27,8 @@
 #                                the field-wise default's after)
 #   bench_uniform_unfolded.json  ... with CLOVER_W4A16_FOLD=0 CLOVER_W4A16_REPACK=0 (the routed experts' form
 #                                before the zero fold, dense weights in the GPTQ row order: the before of both)
+#   bench_uniform_unswapped.json ... with CLOVER_W4A16_SWAP=0 (the routed experts' folded dots with the weights as
+#                                the MMA's second operand: the before of the transposed default's after)
 #   bench_uniform_eager.json     ... and `--no-cuda-graphs` (eager launches, for comparison)
 #   routings/bench_uniform*.json the uniform, reveal, repair and resident stages' four JSONs from ONE load of the
 #                                pack (`gpu_check --stages routings`: ≈ 20 s of loading each saved three times), and
@@ -44,7 +46,7 @@
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
 # (STAGES from: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident unfused
-# unpacked unfolded eager sweep moesweep tune tuned quantscale,
+# unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
 # default kernels,routings,full3,decode,model,longprompt,tune,tuned)
 set -u
@@ -106,6 +108,8 @@ for s in ${STAGES//,/ }; do
       >'$OUT/bench_uniform_unpacked.json' 2>>'$log'" ;;
     unfolded) stage unfolded 150 bash -c "CLOVER_W4A16_FOLD=0 CLOVER_W4A16_REPACK=0 $B --routing uniform \
       >'$OUT/bench_uniform_unfolded.json' 2>>'$log'" ;;
+    unswapped) stage unswapped 150 bash -c "CLOVER_W4A16_SWAP=0 $B --routing uniform \
+      >'$OUT/bench_uniform_unswapped.json' 2>>'$log'" ;;
     eager) stage eager 150 bash -c \
       "$B --routing uniform --no-cuda-graphs >'$OUT/bench_uniform_eager.json' 2>>'$log'" ;;
     sweep) stage sweep 150 bash -c "python3 -m clover_local.runtime.kernels.bench_kernels --sweep small \
@@ -120,7 +124,7 @@ for s in ${STAGES//,/ }; do
     quantscale) stage quantscale 300 bash -c "python3 -m quantize.bench_scale --work /tmp/clover-scale --device cuda \
       --layers 1 --json >'$OUT/quant_scale_cuda.json' 2>>'$log'" ;;
     *) echo "== unknown stage $s (known: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident \
-unfused unpacked unfolded eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
+unfused unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1

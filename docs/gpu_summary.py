@@ -3,7 +3,7 @@
     python docs/gpu_summary.py OUT_DIR
 
 Why: device time is 15 minutes a session and its JSON is long; the before/after pairs that decide a default (the
-MoE's folded vs unfolded form, the dense kernels' row orders, fused vs unfused, each bench stage's steady pass)
+MoE's folded vs unfolded form and its dots either way round, the dense kernels' row orders, fused vs unfused, each bench stage's steady pass)
 are scattered over several files. Reads every `*gpu_check.json`, `*bench*.json` and `tune.json` below OUT_DIR
 (names as gpu_session.sh writes them, or with a prefix, as in docs/gpu-runs/); a key a file lacks is left out, not
 guessed.
@@ -25,7 +25,7 @@ def kernels_lines(k: dict) -> list[str]:
     """The kernels stage: ok, the MoE forms' ms and errors, each dense linear's forms."""
     out = [f"  ok {k.get('ok')}"]
     moe = [(tag, k.get(f"moe{tag}_ms_32rows"), k.get(f"moe{tag}_rel_err"))
-           for tag in ("", "_unfolded", "_unpacked", "_maxnreg128")]
+           for tag in ("", "_unswapped", "_swapped", "_unfolded", "_unpacked", "_maxnreg128")]
     out += [f"  MoE 32 rows{tag or ' (default)'}: {_fmt(ms)} ms, rel err {_fmt(err)}" for tag, ms, err in moe
             if ms is not None]
     for name, v in (k.get("linear") or {}).items():

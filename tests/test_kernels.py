@@ -544,9 +544,10 @@ def test_triton_linear_on_field_major_rows_matches_reference(force_triton, bits:
 @pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (4, torch.float16), (8, torch.float16)])
 def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int, dtype) -> None:
     """The MoE's folded form (the default for 16-bit codes: each K tile's zero taken off through a's row sums, not
-    from every weight; x and the activations between the passes read field-major per K tile) at an I where both
-    passes read field-wise (4-bit codes need K tiles of 128), against the reference and the unfolded form. The
-    launches are checked to run folded, so a silent fallback cannot pass it."""
+    from every weight; x and the activations between the passes read field-major per K tile), its dots either way
+    round (`swap`), at an I where both passes read field-wise (4-bit codes need K tiles of 128), against the
+    reference and the unfolded form. The launches are checked to run folded and swapped as configured, so a
+    silent fallback cannot pass it."""
     from clover_local.runtime.kernels import w4a16
     from clover_local.runtime.kernels.compile_check import _intercepted
     from clover_local.runtime.kernels.w4a16 import MoeConfig, moe_w4a16_triton
@@ -563,13 +564,20 @@ def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int,
     launches: list = []
     with _intercepted(w4a16, ["_moe_kernel", "_sum_parts_kernel"], launches, lambda: "folded"):  # records, runs none
         moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
-    moe = [(a.args["FOLD"], a.args["A_FM"], a.args["OUT_FM"], a.args["A_SUM"], a.args["OUT_SUM"]) for a in launches
-           if a.kernel == "_moe_kernel"]
-    # gate/up reads x's sums from the align pass and writes act's (per its 32 columns: two per down K tile)
-    assert moe == [(True, True, bk, 1, 32), (True, True, 0, bk // 32, 0)]
+        moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, swap=False))
+        moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
+    moe = [(a.args["FOLD"], a.args["A_FM"], a.args["OUT_FM"], a.args["A_SUM"], a.args["OUT_SUM"], a.args["SWAP"])
+           for a in launches if a.kernel == "_moe_kernel"]
+    # gate/up reads x's sums from the align pass and writes act's (per its 32 columns: two per down K tile); by
+    # default the folded dots run transposed (weights first), swap=False the other way round, unfolded never
+    assert moe[:2] == [(True, True, bk, 1, 32, True), (True, True, 0, bk // 32, 0, True)]
+    assert moe[2:4] == [(True, True, bk, 1, 32, False), (True, True, 0, bk // 32, 0, False)]
+    assert [m[0] or m[5] for m in moe[4:]] == [False, False]
     folded = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
+    unswapped = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, swap=False))
     plain = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
     _assert_close(folded, want, dtype)
+    _assert_close(unswapped, want, dtype)
     _assert_close(plain, want, dtype)
     monkeypatch.setattr(w4a16, "ALIGN_MAX_PAIRS", 0)  # the torch align: x made field-major by a torch copy
     assert torch.equal(moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk)), folded)
@@ -1282,6 +1290,12 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
             folded = w4[(arch, f"MoE 4-bit H2048 I512 {half}")]
             unfolded = w4[(arch, f"MoE 4-bit H2048 I512 unfolded {half}")]
             assert folded["per_weight"] < 0.95 * unfolded["per_weight"], (arch, half, folded, unfolded)
+    # and on the RTX 50 (sm_120) its dots transposed (weights as the MMA's first operand: no register moves to
+    # reorder a's fragment) are below the other way round, without a spill
+    for half in ("gate/up", "down"):
+        swapped = w4[("sm_120", f"MoE 4-bit H2048 I512 {half}")]
+        unswapped = w4[("sm_120", f"MoE 4-bit H2048 I512 unswapped {half}")]
+        assert swapped["per_weight"] < unswapped["per_weight"] and not swapped["spills"], (half, swapped, unswapped)
     # 3-bit experts (straddled runs, the unpacking form) turn codes into 16-bit floats by exponent bits too
     for arch in ("sm_90", "sm_120"):
         for half in ("gate/up", "down"):

@@ -16,6 +16,8 @@ imports, and the pure-PyTorch reference (`reference.py`, the spec) otherwise. En
 - `CLOVER_W4A16_FORM=unpacked`: the W4A16 kernels unpack each weight tile into K order instead of the
   field-wise dots (`w4a16.py`; the before/after of the default's change, on a GPU).
 - `CLOVER_W4A16_FOLD=0`: the routed experts' field-wise form before the zero fold (`MoeConfig.folded`).
+- `CLOVER_W4A16_SWAP=0`: the routed experts' folded dots with the weights as the MMA's second operand, the form
+  before the transposed one (`MoeConfig.swap`).
 - `CLOVER_W4A16_REPACK=0`: dense packed linears keep the GPTQ row order at load (`dense_k_tile`).
 
 Nothing here imports triton at module level.

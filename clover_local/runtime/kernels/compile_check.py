@@ -128,11 +128,13 @@ def capture_launches() -> list[Launch]:
         wts = torch.zeros(m, topk, dtype=bf)
         base_moe = w4a16.moe_config(m, topk, 8515)
         for cfg_m in (base_moe, replace(base_moe, folded=False), replace(base_moe, fields=False),
-                      replace(base_moe, maxnreg=128), replace(base_moe, mask_reg=False)):
+                      replace(base_moe, maxnreg=128), replace(base_moe, mask_reg=False),
+                      replace(base_moe, swap=not base_moe.swap)):
             label["case"] = (f"MoE 4-bit H{h} I{inter}{'' if cfg_m.fields else ' unpacked'}"
                              f"{'' if cfg_m.folded or not cfg_m.fields else ' unfolded'}"
                              f"{f' maxnreg {cfg_m.maxnreg}' if cfg_m.maxnreg else ''}"
-                             f"{'' if cfg_m.mask_reg else ' mask immediate'}")
+                             f"{'' if cfg_m.mask_reg else ' mask immediate'}"
+                             f"{'' if cfg_m.swap == base_moe.swap else ' swapped' if cfg_m.swap else ' unswapped'}")
             w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=cfg_m)
         label["case"] = f"MoE 4-bit H{h} I{inter} host reads"  # non-resident experts read in place (HOST)
         w4a16.moe_w4a16_triton(x, ids, wts, gu, dn, config=base_moe, host=(gu, dn))

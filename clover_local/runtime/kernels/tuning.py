@@ -323,14 +323,16 @@ def moe_candidates(default: Any, sig: Signature, quick: bool = False) -> list[An
 
 
 def refinements(best: Any, quick: bool = False) -> list[Any]:
-    """The second stage around a winner: warps × pipeline stages, the other tile form (`fields`, `folded`) and
-    the field mask as an immediate or in a register (`mask_reg`)."""
+    """The second stage around a winner: warps × pipeline stages, the other tile form (`fields`, `folded`), the
+    field mask as an immediate or in a register (`mask_reg`) and the folded MoE's dots either way round (`swap`)."""
     out = [replace(best, num_warps=w, num_stages=s) for w in (4, 8) for s in ((2, 3, 4) if not quick else (2, 4))]
     out.append(replace(best, fields=not best.fields))
     if hasattr(best, "mask_reg") and best.fields and getattr(best, "folded", True):  # else MASK_REG is off anyway
         out.append(replace(best, mask_reg=not best.mask_reg))
     if hasattr(best, "folded") and best.fields:
         out.append(replace(best, folded=not best.folded))
+    if hasattr(best, "swap") and best.fields and best.folded:  # else SWAP is off anyway
+        out.append(replace(best, swap=not best.swap))
     return out
 
 

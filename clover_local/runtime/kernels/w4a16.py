@@ -165,7 +165,7 @@ def _field_major_col(col, TILE: tl.constexpr, PER: tl.constexpr):
 
 @triton.jit
 def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, j: tl.constexpr,
-                A_FM: tl.constexpr = False):
+                A_FM: tl.constexpr = False, SWAP: tl.constexpr = False):
     """Columns k0 + PER·i + j of a (i = offs_i): the input rows field j of a packed tile's words hold. A_FM: a
     holds its columns field-major within each K tile (column k0 + R·j + i; the MoE's activations between its two
     passes, written so by the gate/up epilogue, and x, copied so by the align pass), so a field's columns are
@@ -174,7 +174,11 @@ def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, 
         cols = k0 + j * offs_i.shape[0] + offs_i
     else:
         cols = k0 + offs_i * PER + j
-    return tl.load(a_rows_ptr[:, None] + cols[None, :] * stride_ak, mask=row_mask[:, None], other=0.0)
+    if SWAP:  # [columns, rows]: the MMA's second operand (`_folded_fields_dot_t`)
+        a = tl.load(a_rows_ptr[None, :] + cols[:, None] * stride_ak, mask=row_mask[None, :], other=0.0)
+    else:
+        a = tl.load(a_rows_ptr[:, None] + cols[None, :] * stride_ak, mask=row_mask[:, None], other=0.0)
+    return a
 
 
 @triton.jit
@@ -194,14 +198,18 @@ def _in_register(v, k0, KEEP: tl.constexpr):
 
 @triton.jit
 def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK, PAIR_MAGIC: tl.constexpr,
-                     dt: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr):
+                     dt: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, SWAP: tl.constexpr = False):
     """Field j of a packed tile as R × BLOCK_N floats MAGIC + code, from words2 [R / 2, BLOCK_N]: 16-bit halves of
     the words of packed rows 2i and 2i + 1 side by side (see `_folded_fields_dot`). One shift and one and-or make
     both codes, and the register that holds them is already the MMA's operand pair (rows 2i, 2i + 1 of one
     column): the join / permute / reshape is free in registers, where halves of one word would need a `PRMT`."""
     f = ((words2 >> (j * BITS)) & PAIR_MASK) | PAIR_MAGIC
     w = tl.join(f.to(tl.uint16).to(dt, bitcast=True), (f >> 16).to(tl.uint16).to(dt, bitcast=True))
-    return tl.reshape(tl.permute(w, (0, 2, 1)), (R, BLOCK_N))
+    if SWAP:  # words2 [BLOCK_N, R / 2]: the pairs are already along the last axis, K's
+        w = tl.reshape(w, (BLOCK_N, R))
+    else:
+        w = tl.reshape(tl.permute(w, (0, 2, 1)), (R, BLOCK_N))
+    return w
 
 
 @triton.jit
@@ -249,6 +257,45 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
         row_sum = tl.sum(a_sum, axis=1)
     acc -= row_sum[:, None] * zw.to(tl.float32)
     return acc * scale[None, :]
+
+
+@triton.jit
+def _folded_fields_dot_t(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER: tl.constexpr,
+                         BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
+                         PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr, asum_rows_ptr,
+                         A_SUM: tl.constexpr, MASK_REG: tl.constexpr):
+    """`_folded_fields_dot` transposed: W's field tiles as the MMA's first operand, out^T [BLOCK_N, BLOCK_M] =
+    W^T · a^T, a's columns loaded as [columns, rows]. Why: built from row pairs by `tl.join`, the weight operand
+    makes triton 3.6 (the H200 machine's) give both operands 4 consecutive K values a thread (kWidth 4), and a's
+    fragment, loaded from shared memory 64 bits at a time, then needs ~3 register moves per MMA to reach the
+    order the MMA reads (100 `IMAD.MOV` in a gate/up K step, sm_90; triton 3.8 gives kWidth 2 and none). As the
+    second operand a's 4 K values per column are the two registers the MMA wants, in order."""
+    R: tl.constexpr = offs_i.shape[0]
+    MASK: tl.constexpr = (1 << BITS) - 1
+    HALF: tl.constexpr = PER // 2
+    PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
+    PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
+    pm = _in_register(PAIR_MASK, k0, MASK_REG)
+    dt = a_rows_ptr.dtype.element_ty
+    ev, od = tl.split(tl.reshape(tl.trans(words), (BLOCK_N, R // 2, 2)))
+    lo_words = (ev & 0xFFFF) | (od << 16)
+    hi_words = (ev >> 16) | (od & 0xFFFF0000)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    a_sum = tl.zeros((R, BLOCK_M), dtype=tl.float32)
+    for j in tl.static_range(HALF):
+        a_lo = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM, True)
+        a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM, True)
+        acc += _dot(_row_pair_fields(lo_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, True), a_lo, DOT_F32, PREC)
+        acc += _dot(_row_pair_fields(hi_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, True), a_hi, DOT_F32, PREC)
+        if A_SUM == 0:
+            a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
+    if A_SUM != 0:
+        part = (k0 // (R * PER)) * A_SUM + tl.arange(0, A_SUM)
+        row_sum = tl.sum(tl.load(asum_rows_ptr[:, None] + part[None, :], mask=row_mask[:, None], other=0.0), axis=1)
+    else:
+        row_sum = tl.sum(a_sum, axis=0)
+    acc -= zw.to(tl.float32) * row_sum[None, :]
+    return acc * scale[:, None]
 
 
 @triton.jit
@@ -313,6 +360,27 @@ def _fields_dot(
             w = (((words >> (j * BITS)) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - zf
             acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), w, DOT_F32, PREC)
     return acc * scale[None, :]
+
+
+@triton.jit
+def _fields_dot_t(
+    a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr, asum_rows_ptr,
+    A_SUM: tl.constexpr, MASK_REG: tl.constexpr,
+):
+    """`_fields_dot`'s folded form transposed: fp32 [BLOCK_N, BLOCK_M] (`_folded_fields_dot_t`)."""
+    PER: tl.constexpr = 32 // BITS
+    packed, zero, scale = _packed_tile(
+        qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
+    )
+    dt = a_rows_ptr.dtype.element_ty
+    zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[:, None]  # MAGIC's value + zero
+    return _folded_fields_dot_t(a_rows_ptr, row_mask, stride_ak, packed.to(tl.uint32, bitcast=True), zw, scale, k0,
+                                tl.arange(0, BLOCK_K // PER), PER, BITS, BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC,
+                                A_FM, asum_rows_ptr, A_SUM, MASK_REG)
 
 
 @triton.jit
@@ -416,7 +484,7 @@ def _moe_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, FIELDS: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr,
     A_FM: tl.constexpr, OUT_FM: tl.constexpr, OUT_PER: tl.constexpr, A_SUM: tl.constexpr,
-    OUT_SUM: tl.constexpr, OUT_BF16: tl.constexpr, MASK_REG: tl.constexpr,
+    OUT_SUM: tl.constexpr, OUT_BF16: tl.constexpr, MASK_REG: tl.constexpr, SWAP: tl.constexpr = False,
 ):
     """One BLOCK_M run of (token, choice) pairs of one slot × one BLOCK_N tile of output columns.
 
@@ -477,10 +545,25 @@ def _moe_kernel(
         sc_base = tl.where(to >= 0, gsc, sc_base)
         qz_base = tl.where(to >= 0, gqz, qz_base)
     asum_rows = asum_ptr + a_rows * stride_sum_m
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP:  # the folded field-wise dots accumulate out^T (`_folded_fields_dot_t`), turned once after the loop
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if FIELDS:
+        if SWAP:  # FIELDS and FOLD (the host's rule)
+            acc += _fields_dot_t(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0,
+                                 offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                                 GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, A_FM, asum_rows, A_SUM,
+                                 MASK_REG)
+            if GATED:
+                acc_up += _fields_dot_t(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
+                                        sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
+                                        offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg,
+                                        stride_zn, GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, A_FM,
+                                        asum_rows, A_SUM, MASK_REG)
+        elif FIELDS:
             acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                                GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
@@ -514,6 +597,8 @@ def _moe_kernel(
                 acc_up += _dot(a, w_up, DOT_F32, PREC) * scale_up[None, :]
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if SWAP:
+        acc = tl.trans(acc)
     if OUT_SUM != 0:
         acc = _rounded16(acc, OUT_BF16)
         parts = tl.sum(tl.reshape(acc, (BLOCK_M, BLOCK_N // OUT_SUM, OUT_SUM)), axis=2)
@@ -582,6 +667,12 @@ class MoeConfig:
     # times it beside the default.
     maxnreg: int | None = None
     mask_reg: bool = True  # as LinearConfig.mask_reg
+    # the folded dots transposed: weights as the MMA's first operand, out^T accumulated (`_folded_fields_dot_t`).
+    # Why: compile_check --sass, instructions per weight, gate/up · down, this form vs the one before: triton 3.6
+    # (the H200 machine's) sm_90 4.14 → 3.41 · 4.95 → 4.58 (100 register moves a gate/up K step gone; wgmma), sm_120
+    # 4.04 → 3.12 · 5.88 → 4.72; triton 3.8 sm_120 3.31 → 3.09 · 4.45 → 4.23, sm_89 3.2 → 3.0 · 4.16 → 3.83, but
+    # sm_90 3.24 → 3.49 · 4.05 → 4.69 (a proxy; the tuner tries both). False (CLOVER_W4A16_SWAP=0): the form before.
+    swap: bool = True
 
 
 def _default_fields() -> bool:
@@ -884,7 +975,8 @@ def moe_config(m: int, topk: int, num_slots: int) -> MoeConfig:
     t = m * topk
     per_slot = t / max(1, min(num_slots, t))
     return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64, fields=_default_fields(),
-                     folded=os.environ.get("CLOVER_W4A16_FOLD", "1") != "0")
+                     folded=os.environ.get("CLOVER_W4A16_FOLD", "1") != "0",
+                     swap=os.environ.get("CLOVER_W4A16_SWAP", "1") != "0")
 
 
 def _moe_signatures(m: int, topk: int, gate_up: PackedStack, down: PackedStack) -> tuple[tuning.Signature, ...]:
@@ -955,7 +1047,7 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
         DOT_F32=dot_f32, PREC=prec, FIELDS=fields, MAGIC=magic,
         FOLD=fold, A_FM=bool(a_fm and fields),
         OUT_FM=out_fm, OUT_PER=out_per, A_SUM=parts, OUT_SUM=per_sum, OUT_BF16=sum_dtype == torch.bfloat16,
-        MASK_REG=cfg.mask_reg and fold, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        MASK_REG=cfg.mask_reg and fold, SWAP=cfg.swap and fold, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
 
