@@ -367,9 +367,12 @@ def main(argv: list[str] | None = None) -> int:
             results.append({"kernel": launch.kernel, "case": launch.case, "arch": f"sm_{arch}",
                             **compile_launch(launch, arch, args.sass)})
     ok = all(r["ok"] for r in results)
+    import triton  # the compiler's version decides the census (triton 3.6 vs 3.8: BENCHMARKS.md)
+
     if args.json:
-        print(json.dumps({"ok": ok, "results": results}, indent=1))
+        print(json.dumps({"ok": ok, "triton": triton.__version__, "results": results}, indent=1))
     else:
+        print(f"triton {triton.__version__}")
         for r in results:
             if "error" in r:
                 what = "FAILED " + r["error"][:300]

@@ -174,7 +174,7 @@ def _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER: tl.constexpr, 
         cols = k0 + j * offs_i.shape[0] + offs_i
     else:
         cols = k0 + offs_i * PER + j
-    if SWAP:  # [columns, rows]: the MMA's second operand (`_folded_fields_dot_t`)
+    if SWAP:  # [columns, rows]: the MMA's second operand (`_folded_fields_dot`'s SWAP)
         a = tl.load(a_rows_ptr[None, :] + cols[:, None] * stride_ak, mask=row_mask[None, :], other=0.0)
     else:
         a = tl.load(a_rows_ptr[:, None] + cols[None, :] * stride_ak, mask=row_mask[:, None], other=0.0)
@@ -216,7 +216,7 @@ def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK, PAI
 def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER: tl.constexpr,
                        BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
                        PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr, asum_rows_ptr,
-                       A_SUM: tl.constexpr, MASK_REG: tl.constexpr):
+                       A_SUM: tl.constexpr, MASK_REG: tl.constexpr, SWAP: tl.constexpr):
     """`_fields_dot`'s exponent-bit form with the zero folded out: a · (MAGIC + code) summed per K tile, minus
     (MAGIC + zero) · Σ_k a once per row and column — no subtraction per weight (the `HADD2`s: ~15 % of the MoE's K
     loop), and the weight operand goes from the packed words to the MMA without a trip through shared memory.
@@ -230,7 +230,15 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
     pass beside its field-major copy of x; for the down pass one per tile or per gate/up program's columns,
     written by the gate/up epilogue from the very bf16 values it stores) instead of being summed here from the
     tile: the bf16 → fp32 conversions, adds and shuffles were ~50 of the 514 instructions of a gate/up K step and
-    54 of the down pass's 338 (sm_90), and the gate/up pass did them twice (its gate and up halves)."""
+    54 of the down pass's 338 (sm_90), and the gate/up pass did them twice (its gate and up halves).
+
+    SWAP: the dots transposed, out^T [BLOCK_N, BLOCK_M] = W^T · a^T, W's field tiles the MMA's first operand and a's
+    columns loaded as [columns, rows] (`MoeConfig.swap`). Why: built from row pairs by `tl.join`, the weight
+    operand makes triton 3.6 (the H200 machine's) give both operands 4 consecutive K values a thread (kWidth 4),
+    and a's fragment, loaded from shared memory 64 bits at a time, then needs ~3 register moves per MMA to reach
+    the order the MMA reads (100 `IMAD.MOV` in a gate/up K step, sm_90; triton 3.8 gives kWidth 2 and none). As
+    the second operand a's 4 K values per column are the two registers the MMA wants, in order. zw: MAGIC + zero
+    per column [BLOCK_N]."""
     R: tl.constexpr = offs_i.shape[0]
     MASK: tl.constexpr = (1 << BITS) - 1
     HALF: tl.constexpr = PER // 2
@@ -238,64 +246,43 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
     PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
     pm = _in_register(PAIR_MASK, k0, MASK_REG)
     dt = a_rows_ptr.dtype.element_ty
-    ev, od = tl.split(tl.permute(tl.reshape(words, (R // 2, 2, BLOCK_N)), (0, 2, 1)))
+    if SWAP:
+        ev, od = tl.split(tl.reshape(tl.trans(words), (BLOCK_N, R // 2, 2)))
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        a_sum = tl.zeros((R, BLOCK_M), dtype=tl.float32)
+    else:
+        ev, od = tl.split(tl.permute(tl.reshape(words, (R // 2, 2, BLOCK_N)), (0, 2, 1)))
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        a_sum = tl.zeros((BLOCK_M, R), dtype=tl.float32)
     lo_words = (ev & 0xFFFF) | (od << 16)
     hi_words = (ev >> 16) | (od & 0xFFFF0000)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    a_sum = tl.zeros((BLOCK_M, R), dtype=tl.float32)
     for j in tl.static_range(HALF):
-        a_lo = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM)
-        a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM)
-        acc += _dot(a_lo, _row_pair_fields(lo_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
-        acc += _dot(a_hi, _row_pair_fields(hi_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N), DOT_F32, PREC)
+        a_lo = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM, SWAP)
+        a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM, SWAP)
+        w_lo = _row_pair_fields(lo_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, SWAP)
+        w_hi = _row_pair_fields(hi_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, SWAP)
+        if SWAP:
+            acc += _dot(w_lo, a_lo, DOT_F32, PREC)
+            acc += _dot(w_hi, a_hi, DOT_F32, PREC)
+        else:
+            acc += _dot(a_lo, w_lo, DOT_F32, PREC)
+            acc += _dot(a_hi, w_hi, DOT_F32, PREC)
         if A_SUM == 0:
             a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
     if A_SUM != 0:
         part = (k0 // (R * PER)) * A_SUM + tl.arange(0, A_SUM)
         row_sum = tl.sum(tl.load(asum_rows_ptr[:, None] + part[None, :], mask=row_mask[:, None], other=0.0), axis=1)
+    elif SWAP:
+        row_sum = tl.sum(a_sum, axis=0)
     else:
         row_sum = tl.sum(a_sum, axis=1)
-    acc -= row_sum[:, None] * zw.to(tl.float32)
-    return acc * scale[None, :]
-
-
-@triton.jit
-def _folded_fields_dot_t(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER: tl.constexpr,
-                         BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
-                         PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr, asum_rows_ptr,
-                         A_SUM: tl.constexpr, MASK_REG: tl.constexpr):
-    """`_folded_fields_dot` transposed: W's field tiles as the MMA's first operand, out^T [BLOCK_N, BLOCK_M] =
-    W^T · a^T, a's columns loaded as [columns, rows]. Why: built from row pairs by `tl.join`, the weight operand
-    makes triton 3.6 (the H200 machine's) give both operands 4 consecutive K values a thread (kWidth 4), and a's
-    fragment, loaded from shared memory 64 bits at a time, then needs ~3 register moves per MMA to reach the
-    order the MMA reads (100 `IMAD.MOV` in a gate/up K step, sm_90; triton 3.8 gives kWidth 2 and none). As the
-    second operand a's 4 K values per column are the two registers the MMA wants, in order."""
-    R: tl.constexpr = offs_i.shape[0]
-    MASK: tl.constexpr = (1 << BITS) - 1
-    HALF: tl.constexpr = PER // 2
-    PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
-    PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
-    pm = _in_register(PAIR_MASK, k0, MASK_REG)
-    dt = a_rows_ptr.dtype.element_ty
-    ev, od = tl.split(tl.reshape(tl.trans(words), (BLOCK_N, R // 2, 2)))
-    lo_words = (ev & 0xFFFF) | (od << 16)
-    hi_words = (ev >> 16) | (od & 0xFFFF0000)
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    a_sum = tl.zeros((R, BLOCK_M), dtype=tl.float32)
-    for j in tl.static_range(HALF):
-        a_lo = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM, True)
-        a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM, True)
-        acc += _dot(_row_pair_fields(lo_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, True), a_lo, DOT_F32, PREC)
-        acc += _dot(_row_pair_fields(hi_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, True), a_hi, DOT_F32, PREC)
-        if A_SUM == 0:
-            a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
-    if A_SUM != 0:
-        part = (k0 // (R * PER)) * A_SUM + tl.arange(0, A_SUM)
-        row_sum = tl.sum(tl.load(asum_rows_ptr[:, None] + part[None, :], mask=row_mask[:, None], other=0.0), axis=1)
+    if SWAP:
+        acc -= zw.to(tl.float32)[:, None] * row_sum[None, :]
+        acc = acc * scale[:, None]
     else:
-        row_sum = tl.sum(a_sum, axis=0)
-    acc -= zw.to(tl.float32) * row_sum[None, :]
-    return acc * scale[:, None]
+        acc -= row_sum[:, None] * zw.to(tl.float32)[None, :]
+        acc = acc * scale[None, :]
+    return acc
 
 
 @triton.jit
@@ -313,9 +300,9 @@ def _fields_dot(
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr, A_FM: tl.constexpr,
-    asum_rows_ptr, A_SUM: tl.constexpr, MASK_REG: tl.constexpr,
+    asum_rows_ptr, A_SUM: tl.constexpr, MASK_REG: tl.constexpr, SWAP: tl.constexpr = False,
 ):
-    """a[:, k0 … k0+BLOCK_K] @ W's tile, scaled, fp32 [BLOCK_M, BLOCK_N], without unpacking the tile into K
+    """a[:, k0 … k0+BLOCK_K] @ W's tile, scaled, fp32 [BLOCK_M, BLOCK_N] (with FOLD and SWAP its transpose), without unpacking the tile into K
     order: field j of every packed row (input rows k0 + PER·i + j) is its own [BLOCK_K / PER, BLOCK_N] tile,
     multiplied with the matching strided columns of a (loaded straight from a, cached) — PER small dots, no
     register reshuffle through shared memory (the compiler loads the packed words straight into the MMA operand
@@ -336,16 +323,16 @@ def _fields_dot(
     words = packed.to(tl.uint32, bitcast=True)
     offs_i = tl.arange(0, BLOCK_K // PER)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if MAGIC != 0:
+    if MAGIC != 0 and FOLD:
+        zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(a_rows_ptr.dtype.element_ty, bitcast=True)  # MAGIC + zero
+        out = _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS, BLOCK_M,
+                                 BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM, MASK_REG, SWAP)
+    elif MAGIC != 0:
         dt = a_rows_ptr.dtype.element_ty
         HALF: tl.constexpr = PER // 2  # field j + HALF sits 16 bits above field j
         PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
         PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
         zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[None, :]  # MAGIC's value + zero
-        if FOLD:
-            return _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS,
-                                      BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM,
-                                      MASK_REG)
         pm = _in_register(PAIR_MASK, k0, MASK_REG)
         for j in tl.static_range(HALF):
             pair = ((words >> (j * BITS)) & pm) | PAIR_MAGIC
@@ -354,33 +341,14 @@ def _fields_dot(
             acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), lo, DOT_F32, PREC)
             acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM), hi, DOT_F32,
                         PREC)
+        out = acc * scale[None, :]
     else:
         zf = (zero.to(tl.float32) + 8388608.0)[None, :]  # 2^23 + zero
         for j in tl.static_range(PER):
             w = (((words >> (j * BITS)) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - zf
             acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), w, DOT_F32, PREC)
-    return acc * scale[None, :]
-
-
-@triton.jit
-def _fields_dot_t(
-    a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, A_FM: tl.constexpr, asum_rows_ptr,
-    A_SUM: tl.constexpr, MASK_REG: tl.constexpr,
-):
-    """`_fields_dot`'s folded form transposed: fp32 [BLOCK_N, BLOCK_M] (`_folded_fields_dot_t`)."""
-    PER: tl.constexpr = 32 // BITS
-    packed, zero, scale = _packed_tile(
-        qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
-    )
-    dt = a_rows_ptr.dtype.element_ty
-    zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[:, None]  # MAGIC's value + zero
-    return _folded_fields_dot_t(a_rows_ptr, row_mask, stride_ak, packed.to(tl.uint32, bitcast=True), zw, scale, k0,
-                                tl.arange(0, BLOCK_K // PER), PER, BITS, BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC,
-                                A_FM, asum_rows_ptr, A_SUM, MASK_REG)
+        out = acc * scale[None, :]
+    return out
 
 
 @triton.jit
@@ -545,35 +513,24 @@ def _moe_kernel(
         sc_base = tl.where(to >= 0, gsc, sc_base)
         qz_base = tl.where(to >= 0, gqz, qz_base)
     asum_rows = asum_ptr + a_rows * stride_sum_m
-    if SWAP:  # the folded field-wise dots accumulate out^T (`_folded_fields_dot_t`), turned once after the loop
+    if SWAP:  # the folded field-wise dots accumulate out^T (`_folded_fields_dot`), turned once after the loop
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if SWAP:  # FIELDS and FOLD (the host's rule)
-            acc += _fields_dot_t(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0,
-                                 offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-                                 GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, A_FM, asum_rows, A_SUM,
-                                 MASK_REG)
-            if GATED:
-                acc_up += _fields_dot_t(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
-                                        sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
-                                        offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg,
-                                        stride_zn, GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, A_FM,
-                                        asum_rows, A_SUM, MASK_REG)
-        elif FIELDS:
+        if FIELDS:
             acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
                                n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                                GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
-                               asum_rows, A_SUM, MASK_REG)
+                               asum_rows, A_SUM, MASK_REG, SWAP)
             if GATED:  # the up half (see the unpacking branch)
                 acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
                                       sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
                                       offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                                       GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
-                                      asum_rows, A_SUM, MASK_REG)
+                                      asum_rows, A_SUM, MASK_REG, SWAP)
         else:
             a = tl.load(
                 a_ptr + a_rows[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
@@ -667,11 +624,11 @@ class MoeConfig:
     # times it beside the default.
     maxnreg: int | None = None
     mask_reg: bool = True  # as LinearConfig.mask_reg
-    # the folded dots transposed: weights as the MMA's first operand, out^T accumulated (`_folded_fields_dot_t`).
+    # the folded dots transposed: weights as the MMA's first operand, out^T accumulated (`_folded_fields_dot`, SWAP).
     # Why: compile_check --sass, instructions per weight, gate/up · down, this form vs the one before: triton 3.6
-    # (the H200 machine's) sm_90 4.14 → 3.41 · 4.95 → 4.58 (100 register moves a gate/up K step gone; wgmma), sm_120
-    # 4.04 → 3.12 · 5.88 → 4.72; triton 3.8 sm_120 3.31 → 3.09 · 4.45 → 4.23, sm_89 3.2 → 3.0 · 4.16 → 3.83, but
-    # sm_90 3.24 → 3.49 · 4.05 → 4.69 (a proxy; the tuner tries both). False (CLOVER_W4A16_SWAP=0): the form before.
+    # (the H200 machine's) sm_90 4.14 → 3.41 · 4.95 → 4.62 (100 register moves a gate/up K step gone; wgmma), sm_120
+    # 4.04 → 3.12 · 5.88 → 4.72; triton 3.8 sm_120 3.31 → 3.09 · 4.47 → 4.23, sm_89 3.2 → 3.0 · 4.28 → 3.83, but
+    # sm_90 3.24 → 3.43 · 4.14 → 4.73 (a proxy; the tuner tries both). False (CLOVER_W4A16_SWAP=0): the form before.
     swap: bool = True
 
 
