@@ -43,7 +43,11 @@
 #   quant_scale_cuda.json        (stage quantscale, not in the default list) `python -m quantize.bench_scale --device
 #                                cuda --layers 1`: one real-size GDN layer quantized on the GPU with today's defaults
 #                                (seconds a layer, peak host RSS; on one CPU core it took 245 s)
+#   compile_check.json           every kernel compiled by this machine's triton for sm_90 / sm_120 (registers,
+#                                K-loop instructions per weight), run on one CPU core beside the stages
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
+# Before it, on the CPU machine: docs/gpu_versions_check.sh (the kernels compiled and tested with that machine's
+# torch / triton, which CI does not use).
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
 # (STAGES from: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident unfused
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
@@ -77,6 +81,13 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
 }
 
 STAGES=${STAGES:-kernels,routings,full3,decode,model,longprompt,tune,tuned}
+# this machine's triton compiling every kernel (`compile_check --sass`: no GPU used, one CPU core, niced) beside the
+# stages: the census of the compiler that runs here, which may not be the one CI or the CPU machine has
+if command -v nvidia-smi >/dev/null 2>&1; then  # (a dry run on a CPU machine skips it)
+  (nice -n 19 timeout 600 env -u TRITON_INTERPRET python3 -m clover_local.runtime.kernels.compile_check --arch 90,120 \
+    --sass --json >"$OUT/compile_check.part" 2>>"$OUT/compile_check.err" \
+    && mv "$OUT/compile_check.part" "$OUT/compile_check.json" &)
+fi
 B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json --device cuda"
 # stages run in the order STAGES lists them: put first what the session most needs
 for s in ${STAGES//,/ }; do

@@ -167,6 +167,20 @@ def decode_lines(d: dict) -> list[str]:
     return out
 
 
+def census_lines(c: dict) -> list[str]:
+    """`compile_check --sass --json`: the triton that compiled, failures, and the routed experts' K-loop
+    instructions per weight (registers) in each form, per arch."""
+    res = [r for r in c.get("results") or [] if isinstance(r, dict)]
+    out = [f"  triton {c.get('triton')}, ok {c.get('ok')}, {len(res)} compiles"]
+    out += [f"  FAILED {r.get('arch')} {r.get('kernel')} {r.get('case')}: {str(r.get('error'))[-200:]}" for r in res
+            if not r.get("ok")]
+    for r in res:
+        if r.get("kernel") == "_moe_kernel" and r.get("per_weight") is not None and "4-bit H2048 I512" in r["case"] \
+                and "rows" not in r["case"]:
+            out.append(f"  {r['arch']} {r['case']}: {_fmt(r['per_weight'])} per weight ({r.get('reg')} registers)")
+    return out
+
+
 def summary(folder: Path) -> str:
     lines: list[str] = []
     for path in sorted(folder.rglob("*.json")):
@@ -186,6 +200,8 @@ def summary(folder: Path) -> str:
             lines += [f"{rel} (decode, {data.get('device')})", *decode_lines(data["decode"])]
         elif "saved_us_per_pass" in data and isinstance(data.get("calls"), list):
             lines += [f"{rel} (tune, {data.get('device')}, {data.get('date')})", *tune_lines(data)]
+        elif isinstance(data.get("results"), list) and "triton" in data:
+            lines += [f"{rel} (compile_check)", *census_lines(data)]
         elif "ms_per_pass_each" in data:
             lines += [f"{rel} (bench, {data.get('device_name')}, {data.get('date')})", *bench_lines(data)]
     return "\n".join(lines) if lines else f"no gpu_check or bench JSON below {folder}"

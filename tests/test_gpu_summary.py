@@ -96,3 +96,27 @@ def test_the_gpu_session_script_on_a_machine_without_a_gpu_writes_nothing_big(tm
     assert all(int(s) < 60 for s in ended.values()), ended
     assert not (tmp_path / "cache" / "synthetic" / "full-v1").exists()
     assert (tmp_path / "out" / "summary.txt").exists()
+
+
+def test_summary_reads_the_gpu_machines_compile_census(tmp_path) -> None:
+    """gpu_session.sh's background `compile_check --json` on the GPU machine: its triton, a failed compile, and the
+    routed experts' forms side by side (a swapped vs unswapped regression there shows in one place)."""
+    import json
+
+    census = {"ok": False, "triton": "3.6.0", "results": [
+        {"kernel": "_moe_kernel", "case": "MoE 4-bit H2048 I512 gate/up", "arch": "sm_90", "ok": True, "reg": 107,
+         "per_weight": 3.41},
+        {"kernel": "_moe_kernel", "case": "MoE 4-bit H2048 I512 unswapped gate/up", "arch": "sm_90", "ok": True,
+         "reg": 128, "per_weight": 4.14},
+        {"kernel": "_moe_kernel", "case": "MoE 4-bit H2048 I512, 64 rows (merged pass) gate/up", "arch": "sm_90",
+         "ok": True, "reg": 107, "per_weight": 3.41},
+        {"kernel": "_partial_kernel", "case": "H16 Hkv2 D256", "arch": "sm_120", "ok": False,
+         "error": "CompilationError: out of resource"}]}
+    (tmp_path / "compile_check.json").write_text(json.dumps(census))
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "compile_check.json (compile_check)\n  triton 3.6.0, ok False, 4 compiles" in res.stdout
+    assert "FAILED sm_120 _partial_kernel H16 Hkv2 D256: CompilationError: out of resource" in res.stdout
+    assert "sm_90 MoE 4-bit H2048 I512 gate/up: 3.41 per weight (107 registers)" in res.stdout
+    assert "sm_90 MoE 4-bit H2048 I512 unswapped gate/up: 4.14 per weight (128 registers)" in res.stdout
+    assert "merged pass" not in res.stdout
