@@ -1253,15 +1253,16 @@ def test_uniform_routing_reaches_the_experts_through_either_router(force_triton,
 
 def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
     """`compile_check`: each Triton kernel, launched by its own wrapper at the real model's shapes, compiles for
-    sm_90 (H200) and sm_120 (RTX 5070 Ti) with the bundled ptxas and fits the arch's shared memory — what the
-    interpreter cannot tell (its first run caught a global the compiler rejects and a 544 KiB attention tile)."""
+    sm_90 (H200), sm_120 (RTX 5070 Ti) and sm_89 (RTX 40: most 16 GB gaming cards) with the bundled ptxas and fits
+    the arch's shared memory — what the interpreter cannot tell (its first run caught a global the compiler rejects
+    and a 544 KiB attention tile)."""
     import json
     import subprocess
     import sys
 
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-m", "clover_local.runtime.kernels.compile_check", "--arch", "90,120",
+    res = subprocess.run([sys.executable, "-m", "clover_local.runtime.kernels.compile_check", "--arch", "90,120,89",
                           "--json", "--sass"], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                          timeout=900)
     assert res.returncode in (0, 1), res.stderr[-2000:]
@@ -1274,6 +1275,7 @@ def test_every_kernel_compiles_for_h200_and_rtx50() -> None:
             "_route_topk_kernel", "_gdn_chunk_prep_kernel", "_gdn_chunk_scan_kernel"} <= kernels
     assert any(r["kernel"] == "_partial_kernel" and r["case"].endswith("causal") for r in report["results"])
     assert all(r["specialized"] for r in report["results"])  # compiled as a launch would compile them
+    assert {r["arch"] for r in report["results"]} == {"sm_90", "sm_120", "sm_89"}
     # The default (field-wise) W4A16 tiles turn codes into floats without int→float instructions (I2F runs at a
     # quarter of the integer rate) and spend fewer instructions per weight in the K loop than the unpacking form.
     w4 = {(r["arch"], r["case"]): r for r in report["results"] if r["kernel"] in ("_moe_kernel", "_linear_kernel")}
