@@ -98,6 +98,8 @@ def bench_lines(b: dict) -> list[str]:
                    "steady pass")
     if isinstance(b.get("kernel_tuning"), dict):
         out.append(f"  kernel tuning: {b['kernel_tuning']}")
+    if isinstance(b.get("kernel_forms"), dict):
+        out.append(f"  kernel forms: {b['kernel_forms']}")
     g = b.get("graphs") or {}
     if g:
         out.append(f"  graphs: captures {g.get('captures')}, replays {g.get('replays')}, error {g.get('error')}")

@@ -583,6 +583,27 @@ def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int,
     assert torch.equal(moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk)), folded)
 
 
+@needs_triton
+def test_kernel_forms_report_what_a_run_uses(force_triton, monkeypatch) -> None:
+    """bench's `kernel_forms`: the triton version and the W4A16 forms the environment switches select, so a GPU
+    report says what it timed; None where the Triton kernels do not run."""
+    import triton
+
+    from clover_local.runtime.kernels import kernel_forms
+
+    dev = torch.device(DEVICE)
+    for name in ("CLOVER_W4A16_SWAP", "CLOVER_W4A16_FOLD", "CLOVER_W4A16_REPACK", "CLOVER_W4A16_FORM"):
+        monkeypatch.delenv(name, raising=False)
+    assert kernel_forms(dev) == {"triton": triton.__version__, "fields": True, "moe_folded": True, "moe_swap": True,
+                                 "dense_repacked": True}
+    monkeypatch.setenv("CLOVER_W4A16_SWAP", "0")
+    monkeypatch.setenv("CLOVER_W4A16_REPACK", "0")
+    forms = kernel_forms(dev)
+    assert forms["moe_swap"] is False and forms["dense_repacked"] is False and forms["moe_folded"] is True
+    monkeypatch.setenv("CLOVER_DISABLE_TRITON", "1")
+    assert kernel_forms(dev) is None
+
+
 if _TRITON_ERR is None:  # at module level: a jit function finds the helpers it calls among its module's globals
     import triton.language as tl
 

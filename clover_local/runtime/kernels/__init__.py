@@ -91,6 +91,21 @@ def linear_w4a16(x: Tensor, qweight: Tensor, scales: Tensor, qzeros: Tensor, gro
     return linear_w4a16_ref(x, qweight, scales, qzeros, group_size, bits)
 
 
+def kernel_forms(device: torch.device) -> dict | None:
+    """Which W4A16 forms a run on `device` uses by default (the environment switches above), with the triton that
+    compiles them — for a report to say what it timed (BENCHMARKS.md: triton 3.6 and 3.8 compile the same MoE to
+    different code). None where the Triton kernels do not run."""
+    if not _triton_on(device):
+        return None
+    import triton
+
+    from .w4a16 import moe_config
+
+    moe = moe_config(32, 8, 8192)
+    return {"triton": triton.__version__, "fields": moe.fields, "moe_folded": moe.folded, "moe_swap": moe.swap,
+            "dense_repacked": os.environ.get("CLOVER_W4A16_REPACK", "1") != "0"}
+
+
 def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> int:
     """The tile a dense packed linear's rows are repacked field-major in at load (`field_major_rows`), or 0 to
     keep the GPTQ order: where the Triton kernels run on `device` with their field-wise dots (the default tile
