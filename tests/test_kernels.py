@@ -561,11 +561,12 @@ def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int,
     slot_ids[:18, 1] = torch.where(slot_ids[:18, 1] == 3, 0, slot_ids[:18, 1])
     x, slot_ids, weights = _dev(x, slot_ids, weights.to(dtype))
     want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
+    configs = {"folded": MoeConfig(16, 32, bk), "unswapped": MoeConfig(16, 32, bk, swap=False),
+               "plain": MoeConfig(16, 32, bk, folded=False)}
     launches: list = []
     with _intercepted(w4a16, ["_moe_kernel", "_sum_parts_kernel"], launches, lambda: "folded"):  # records, runs none
-        moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
-        moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, swap=False))
-        moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
+        for cfg in configs.values():
+            moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=cfg)
     moe = [(a.args["FOLD"], a.args["A_FM"], a.args["OUT_FM"], a.args["A_SUM"], a.args["OUT_SUM"], a.args["SWAP"])
            for a in launches if a.kernel == "_moe_kernel"]
     # gate/up reads x's sums from the align pass and writes act's (per its 32 columns: two per down K tile); by
@@ -573,12 +574,10 @@ def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int,
     assert moe[:2] == [(True, True, bk, 1, 32, True), (True, True, 0, bk // 32, 0, True)]
     assert moe[2:4] == [(True, True, bk, 1, 32, False), (True, True, 0, bk // 32, 0, False)]
     assert [m[0] or m[5] for m in moe[4:]] == [False, False]
-    folded = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk))
-    unswapped = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, swap=False))
-    plain = moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk, folded=False))
-    _assert_close(folded, want, dtype)
-    _assert_close(unswapped, want, dtype)
-    _assert_close(plain, want, dtype)
+    outs = {name: moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=cfg) for name, cfg in configs.items()}
+    for out in outs.values():
+        _assert_close(out, want, dtype)
+    folded = outs["folded"]
     monkeypatch.setattr(w4a16, "ALIGN_MAX_PAIRS", 0)  # the torch align: x made field-major by a torch copy
     assert torch.equal(moe_w4a16_triton(x, slot_ids, weights, gate_up, down, config=MoeConfig(16, 32, bk)), folded)
 

@@ -103,7 +103,7 @@ def kernel_forms(device: torch.device) -> dict | None:
 
     moe = moe_config(32, 8, 8192)
     return {"triton": triton.__version__, "fields": moe.fields, "moe_folded": moe.folded, "moe_swap": moe.swap,
-            "dense_repacked": os.environ.get("CLOVER_W4A16_REPACK", "1") != "0"}
+            "dense_repacked": dense_k_tile(2048, 128, 8, device) > 0}  # a GDN input projection's rows
 
 
 def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> int:

@@ -323,25 +323,27 @@ def _fields_dot(
     words = packed.to(tl.uint32, bitcast=True)
     offs_i = tl.arange(0, BLOCK_K // PER)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if MAGIC != 0 and FOLD:
-        zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(a_rows_ptr.dtype.element_ty, bitcast=True)  # MAGIC + zero
-        out = _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS, BLOCK_M,
-                                 BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM, MASK_REG, SWAP)
-    elif MAGIC != 0:
+    if MAGIC != 0:
         dt = a_rows_ptr.dtype.element_ty
-        HALF: tl.constexpr = PER // 2  # field j + HALF sits 16 bits above field j
-        PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
-        PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
-        zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)[None, :]  # MAGIC's value + zero
-        pm = _in_register(PAIR_MASK, k0, MASK_REG)
-        for j in tl.static_range(HALF):
-            pair = ((words >> (j * BITS)) & pm) | PAIR_MAGIC
-            lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
-            hi = _minus((pair >> 16).to(tl.uint16).to(dt, bitcast=True), zw, DOT_F32)
-            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), lo, DOT_F32, PREC)
-            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM), hi, DOT_F32,
-                        PREC)
-        out = acc * scale[None, :]
+        zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)  # MAGIC's value + zero, per column
+        if FOLD:
+            out = _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS,
+                                     BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM, MASK_REG,
+                                     SWAP)
+        else:
+            HALF: tl.constexpr = PER // 2  # field j + HALF sits 16 bits above field j
+            PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
+            PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
+            pm = _in_register(PAIR_MASK, k0, MASK_REG)
+            for j in tl.static_range(HALF):
+                pair = ((words >> (j * BITS)) & pm) | PAIR_MAGIC
+                lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw[None, :], DOT_F32)
+                hi = _minus((pair >> 16).to(tl.uint16).to(dt, bitcast=True), zw[None, :], DOT_F32)
+                acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), lo, DOT_F32,
+                            PREC)
+                acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM), hi,
+                            DOT_F32, PREC)
+            out = acc * scale[None, :]
     else:
         zf = (zero.to(tl.float32) + 8388608.0)[None, :]  # 2^23 + zero
         for j in tl.static_range(PER):
@@ -515,10 +517,9 @@ def _moe_kernel(
     asum_rows = asum_ptr + a_rows * stride_sum_m
     if SWAP:  # the folded field-wise dots accumulate out^T (`_folded_fields_dot`), turned once after the loop
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros_like(acc)
     for k0 in range(0, K, BLOCK_K):
         if FIELDS:
             acc += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n,
