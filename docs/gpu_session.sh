@@ -10,6 +10,8 @@
 #   bench_uniform.json           the same with `--routing uniform` (a real block's expert load)
 #   bench_uniform_3bit.json      ... uniform on `--synthetic full3` (3-bit experts, `quantize --bits 3`: ≈ 15.6 GB,
 #                                written first; at 16 GiB every expert resident: the pass without PCIe)
+#   bench_uniform_3bit_gptq.json ... full3 with CLOVER_W3_PLANES=0 (stage full3gptq: the 3-bit experts in GPTQ's
+#                                layout, the unpacking form: the before of the planes layout's after)
 #   bench_prefix32k.json         ... uniform with a 32,256-token prefix (`--passes 4`): a long prompt's prefill
 #                                (63 chunks over a growing window: the GDN chunk kernels, attention over up to
 #                                32K keys without a mask) and peak memory at nearly the full default context
@@ -49,7 +51,7 @@
 # Before it, on the CPU machine: docs/gpu_versions_check.sh (the kernels compiled and tested with that machine's
 # torch / triton, which CI does not use).
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
-# (STAGES from: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident unfused
+# (STAGES from: kernels model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
 # default kernels,routings,full3,decode,model,longprompt,tune,tuned)
@@ -102,6 +104,8 @@ for s in ${STAGES//,/ }; do
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/routings' --stages routings >>'$log' 2>&1" ;;
     full3) stage full3 200 bash -c "${B/--synthetic full/--synthetic full3} --routing uniform \
       >'$OUT/bench_uniform_3bit.json' 2>>'$log'" ;;
+    full3gptq) stage full3gptq 200 bash -c "CLOVER_W3_PLANES=0 ${B/--synthetic full/--synthetic full3} --routing uniform \
+      >'$OUT/bench_uniform_3bit_gptq.json' 2>>'$log'" ;;
     bench) stage bench 150 bash -c "$B >'$OUT/bench_full_16GiB.json' 2>>'$log'" ;;
     uniform) stage uniform 150 bash -c "$B --routing uniform >'$OUT/bench_uniform.json' 2>>'$log'" ;;
     longprompt) stage longprompt 150 bash -c "${B/--prefix 4096 --passes 8/--prefix 32256 --passes 4} --routing uniform \
@@ -134,7 +138,7 @@ for s in ${STAGES//,/ }; do
       2>>'$log'" ;;
     quantscale) stage quantscale 300 bash -c "python3 -m quantize.bench_scale --work /tmp/clover-scale --device cuda \
       --layers 1 --json >'$OUT/quant_scale_cuda.json' 2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model decode routings full3 bench uniform longprompt longchunks reveal repair resident \
+    *) echo "== unknown stage $s (known: kernels model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident \
 unfused unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
   esac
 done

@@ -43,10 +43,11 @@ def kernels_lines(k: dict) -> list[str]:
                    f"{_fmt(hr.get('read_through_ms_cold'))} ms"
                    + (f", error {str(hr['error'])[-200:]!r}" if hr.get("error") else ""))
     m3 = k.get("moe3")
-    if isinstance(m3, dict):  # 3-bit experts: the unpacking form on straddled runs
+    if isinstance(m3, dict):  # 3-bit experts: the unpacking form on straddled runs, and the planes layout
         out.append(f"  MoE 3-bit 32 rows: ok {m3.get('ok')}, {_fmt(m3.get('ms_32rows'))} ms, {_fmt(m3.get('gbps'))} "
-                   f"GB/s, rel err {_fmt(m3.get('rel_err'))}" + (f", error {str(m3['error'])[-200:]!r}"
-                                                                  if m3.get("error") else ""))
+                   f"GB/s, rel err {_fmt(m3.get('rel_err'))}; planes layout {_fmt(m3.get('planes_ms_32rows'))} ms, "
+                   f"{_fmt(m3.get('planes_gbps'))} GB/s, rel err {_fmt(m3.get('planes_rel_err'))}"
+                   + (f", error {str(m3['error'])[-200:]!r}" if m3.get("error") else ""))
     for part in ("gdn_preview", "gdn_causal", "gdn_prefill", "preview_attention", "layer_ops"):
         if isinstance(k.get(part), dict):
             v = k[part]

@@ -26,6 +26,7 @@ import json
 import os
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -75,9 +76,19 @@ def moe3_check(dev: torch.device, g: torch.Generator, x: torch.Tensor, idx: torc
     got = moe_w4a16(x, slot_ids, w, gu, dn)
     ms = _timed_ms(dev, lambda: moe_w4a16(x, slot_ids, w, gu, dn))
     err = _rel(got, ref)
-    return {"ok": err < 2e-2, "rel_err": round(err, 5), "ms_32rows": round(ms, 4),
-            "gbps": round(int(idx.unique().numel()) * lay.weight_bytes / ms / 1e6, 1),
-            "slab_bytes": lay.nbytes}
+    distinct = int(idx.unique().numel()) * lay.weight_bytes
+    out = {"ok": err < 2e-2, "rel_err": round(err, 5), "ms_32rows": round(ms, 4), "gbps": round(distinct / ms / 1e6, 1),
+           "slab_bytes": lay.nbytes}
+    if h % 128 == 0 and inter % 128 == 0:  # the same experts rewritten into the planes layout (resident experts)
+        planar = replace(lay, planes=True)
+        pbuf = buf.to(dev)
+        planar.to_planes(pbuf)
+        pgu, pdn = planar.stacks(pbuf)
+        perr = _rel(moe_w4a16(x, slot_ids, w, pgu, pdn), ref)
+        pms = _timed_ms(dev, lambda: moe_w4a16(x, slot_ids, w, pgu, pdn))
+        out.update(ok=out["ok"] and perr < 2e-2, planes_rel_err=round(perr, 5), planes_ms_32rows=round(pms, 4),
+                   planes_gbps=round(distinct / pms / 1e6, 1))
+    return out
 
 
 def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -> dict:
@@ -127,7 +138,6 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     out["moe_gbps"] = round(distinct * lay.weight_bytes / ms / 1e6, 1)
     # the other tile form: unpacked into K order (`w4a16._weight_tile`), the default until the field-wise dots
     # (`_fields_dot`, now the default, chosen from instruction counts): which one is faster here
-    from dataclasses import replace
     from functools import partial
 
     from clover_local.runtime.kernels.reference import field_major_rows
@@ -151,7 +161,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                                              lay.weight_bytes, got)
     except Exception:
         out["host_reads"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
-    try:  # 3-bit experts (`quantize --bits 3`): the unpacking form with GPTQ's straddled 3-bit runs
+    try:  # 3-bit experts (`quantize --bits 3`): the unpacking form on GPTQ's straddled runs, and the planes layout
         out["moe3"] = moe3_check(dev, g, x, idx, w)
     except Exception:
         out["moe3"] = {"ok": False, "error": traceback.format_exc()[-3000:]}

@@ -32,7 +32,7 @@ from clover_local.runtime.cpu_experts import DEFAULT_CPU_CACHE
 from clover_local.runtime.expert_cache import CPU_POLICIES, ExpertCache
 from clover_local.runtime import host_reads
 from clover_local.runtime.expert_store import HostExpertStore
-from clover_local.runtime.kernels import (dense_k_tile, fused_layer_ops, gdn_causal_kernel, gdn_preview_kernel,
+from clover_local.runtime.kernels import (dense_k_tile, expert_planes, fused_layer_ops, gdn_causal_kernel, gdn_preview_kernel,
                                           preview_attention_kernel)
 from clover_local.runtime.offload import _OOM, OffloadedExperts, Runtime
 from clover_local.runtime.pack_index import EXPERT_PROJS, PackIndex, QuantModule, read_pack_index
@@ -190,9 +190,15 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
         model = CloverModel(cfg)
 
     n_exp = cfg.num_experts
-    layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits,
-                        pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
     all_resident = plan.slots >= plan.experts_total
+    gu_groups, down_groups = pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups
+    # every expert resident: 3-bit slabs rewritten on the device into the layout the MoE kernel reads field-wise
+    # (host slabs stay GPTQ's: rewriting 10,240 of them on a CPU would take minutes)
+    planes = all_resident and expert_planes(pack.expert_bits, cfg.hidden_size, cfg.moe_intermediate_size,
+                                            cfg.hidden_size // gu_groups, cfg.moe_intermediate_size // down_groups,
+                                            dtype, device)
+    layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits, gu_groups, down_groups,
+                        planes)
     host = None if all_resident else HostExpertStore(layout, pack.expert_layers, n_exp, options.pin)
     cache = ExpertCache(layout, plan.slots, pack.expert_layers, n_exp, device, host, options.cpu_experts,
                         options.cpu_max_rows)
@@ -219,7 +225,10 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
                 layout.fill(staging_views, e, *parts)
         if host is None:
             experts = np.arange(n_exp, dtype=np.int64)
-            cache.install(i, experts, experts + pack.expert_layers.index(i) * n_exp, staging)
+            s0 = pack.expert_layers.index(i) * n_exp
+            cache.install(i, experts, experts + s0, staging)
+            if planes:
+                layout.to_planes(cache.buf[s0 : s0 + n_exp])
         layer.mlp.experts = OffloadedExperts(runtime, i)
         if host is not None:  # None unless resident routing is on (`Runtime.set_resident_routing`)
             layer.mlp.route_limit = lambda i=i: runtime.route_limit(i)

@@ -11,7 +11,9 @@ Layout of a slab (each part starts on a 256-byte boundary):
 | d_scales | fp16 | [I/g', H] |
 | d_qzeros | int32 | [I/g', H·b/32] |
 
-(b: the experts' bits.) Concatenating gate and up along N keeps the GPTQ layout valid: qweight/scales are
+(b: the experts' bits.) With `planes` (3-bit experts, every one resident, on a GPU: `kernels.expert_planes`) the
+qweight parts hold the same words rearranged per 128-input tile into the planes layout the MoE kernel reads
+field-wise (`reference.planes3_rows`): same sizes, scales and zeros as GPTQ's. Concatenating gate and up along N keeps the GPTQ layout valid: qweight/scales are
 column-wise, and qzeros pack whole runs of output columns (8 to an int32 at 4-bit, 32 to three at 3-bit) with I a
 multiple of the run. A buffer of S slabs is a uint8 tensor [S, nbytes]; `stacks()`
 gives the kernels' `PackedStack`s as strided views into it (no copy), so host memory (one slab per expert) and
@@ -42,6 +44,7 @@ class SlabLayout:
     bits: int
     groups_gu: int  # groups along H (gate_up's K)
     groups_down: int  # groups along I (down's K)
+    planes: bool = False  # qweight in the 3-bit planes layout (see the module docstring)
 
     def words(self, n: int) -> int:
         """int32 words that hold n packed values (n a whole number of runs: else ValueError)."""
@@ -90,9 +93,23 @@ class SlabLayout:
     def stacks(self, buf: Tensor) -> tuple[PackedStack, PackedStack]:
         """(gate_up, down) PackedStacks over every slab of `buf`."""
         v = self.views(buf)
-        gu = PackedStack(v["gu_qweight"], v["gu_scales"], v["gu_qzeros"], self.hidden // self.groups_gu, self.bits)
-        dn = PackedStack(v["d_qweight"], v["d_scales"], v["d_qzeros"], self.inter // self.groups_down, self.bits)
+        gu = PackedStack(v["gu_qweight"], v["gu_scales"], v["gu_qzeros"], self.hidden // self.groups_gu, self.bits,
+                         self.planes)
+        dn = PackedStack(v["d_qweight"], v["d_scales"], v["d_qzeros"], self.inter // self.groups_down, self.bits,
+                         self.planes)
         return gu, dn
+
+    def to_planes(self, buf: Tensor) -> None:
+        """Rewrite the GPTQ-layout qweights of the slabs of `buf` (uint8 [S, nbytes], where they lie: the device
+        cache at load) into the planes layout, in place. Why on the device: ≈ 0.1 s an expert on a CPU core
+        (10,240 experts at 35B), a few seconds for all of them on a GPU."""
+        from clover_local.runtime.kernels.reference import planes3_rows
+
+        if not self.planes:
+            raise ValueError("this slab layout is GPTQ's: nothing to rewrite")
+        v = self.views(buf)
+        for part in ("gu_qweight", "d_qweight"):
+            planes3_rows(v[part], out=v[part])
 
     def fill(self, views: dict[str, Tensor], slot: int, gate: dict[str, Tensor], up: dict[str, Tensor],
              down: dict[str, Tensor]) -> None:

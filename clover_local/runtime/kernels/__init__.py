@@ -40,6 +40,7 @@ __all__ = [
     "check_packed",
     "dense_k_tile",
     "dequantize_w",
+    "expert_planes",
     "field_major",
     "field_major_rows",
     "gdn_causal_kernel",
@@ -103,7 +104,9 @@ def kernel_forms(device: torch.device) -> dict | None:
 
     moe = moe_config(32, 8, 8192)
     return {"triton": triton.__version__, "fields": moe.fields, "moe_folded": moe.folded, "moe_swap": moe.swap,
-            "dense_repacked": dense_k_tile(2048, 128, 8, device) > 0}  # a GDN input projection's rows
+            "dense_repacked": dense_k_tile(2048, 128, 8, device) > 0,  # a GDN input projection's rows
+            # resident 3-bit experts at the real shapes, group 128
+            "moe3_planes": expert_planes(3, 2048, 512, 128, 128, torch.bfloat16, device)}
 
 
 def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> int:
@@ -121,6 +124,21 @@ def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> in
     except ValueError:
         return 0
     return tile if _fields_ok(_default_fields(), tile, bits) and k % tile == 0 else 0
+
+
+def expert_planes(bits: int, hidden: int, inter: int, group_gu: int, group_down: int, dtype: torch.dtype,
+                  device: torch.device) -> bool:
+    """Whether resident experts are rewritten at load into the 3-bit planes layout (`reference.planes3_rows`), which
+    the Triton MoE reads field-wise (`w4a16._planes3_dot`: compile_check --sass, sm_90 / sm_120 instructions per
+    weight gate/up 7.75 / 7.16 → 4.93 / 4.37, down 8.86 / 7.8 → 7.06 / 6.56, no shared-memory store per weight):
+    3-bit experts, where the Triton kernels run, 16-bit activations, every K tile of 128 inputs inside one group.
+    CLOVER_W3_PLANES=0 keeps GPTQ's layout and the unpacking form (a before/after on a GPU)."""
+    if bits != 3 or os.environ.get("CLOVER_W3_PLANES", "1") == "0" or not _triton_on(device):
+        return False
+    from .reference import PLANES_TILE
+
+    return (dtype in (torch.bfloat16, torch.float16)
+            and all(v % PLANES_TILE == 0 for v in (hidden, inter, group_gu, group_down)))
 
 
 def moe_w4a16(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack, down: PackedStack,

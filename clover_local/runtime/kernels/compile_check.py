@@ -147,6 +147,12 @@ def capture_launches() -> list[Launch]:
         w4a16.moe_w4a16_triton(x, ids, wts, gu3, dn3, config=base_moe)
         label["case"] = f"MoE 3-bit H{h} I{inter} host reads"
         w4a16.moe_w4a16_triton(x, ids, wts, gu3, dn3, config=base_moe, host=(gu3, dn3))
+        # ... in the planes layout (every expert resident: `SlabLayout.planes`), read field-wise (`_planes3_dot`)
+        gu3p, dn3p = replace(gu3, planes=True), replace(dn3, planes=True)
+        for cfg_m in (base_moe, replace(base_moe, swap=not base_moe.swap)):
+            label["case"] = (f"MoE 3-bit planes H{h} I{inter}"
+                             f"{'' if cfg_m.swap == base_moe.swap else ' swapped' if cfg_m.swap else ' unswapped'}")
+            w4a16.moe_w4a16_triton(x, ids, wts, gu3p, dn3p, config=cfg_m)
         label["case"] = "moe_align 256 pairs, 8515 slots, x field-major"
         w4a16.moe_align_triton(ids, 8515, base_moe.block_m,
                                (x, torch.empty_like(x), torch.empty(m, h // 128), 128, 8))

@@ -60,6 +60,82 @@ def field_major_rows(qweight: Tensor, tile: int, bits: int, out: Tensor | None =
     return out
 
 
+# The 3-bit planes layout (`planes3_rows`): per tile of 128 input rows and per output column, GPTQ's 12 words
+# rearranged into 8 words of the codes' low two bits and 4 words of their high bit, placed for the Triton MoE's
+# folded field-wise dots (`w4a16._planes3_dot`). Tile row ρ = 8κ + f is K entry κ = 2p + half of dot f (the
+# order of a 4-bit K tile read field-major, `field_major(·, 128, 8)`):
+# - low bits, word p (0..7): bits 2f + 16·half;
+# - high bit, word 8 + w (w = 0..3): bit f + 8q + 16·half, where p = 4q + w.
+# So one shift and one and-or turn a word into two codes' bits already paired as the MMA reads them, where
+# GPTQ's straddled runs cost the unpacking form a shared-memory store and ~8 instructions per weight.
+PLANES_TILE = 128
+
+
+def _planes_shifts(device) -> tuple[Tensor, Tensor]:
+    """Bit offsets of the planes layout: low bits [half, f] → 2f + 16·half; high bit [q, 1, half, f] → f + 8q +
+    16·half (the 1 broadcasts over w)."""
+    half = torch.arange(2, device=device).view(2, 1) * 16
+    f = torch.arange(8, device=device).view(1, 8)
+    q = torch.arange(2, device=device).view(2, 1, 1, 1) * 8
+    return (2 * f + half).view(2, 8, 1), (f + half + q).view(2, 1, 2, 8, 1)
+
+
+def _int32_words(bits: Tensor) -> Tensor:
+    """int64 values below 2^32 → int32 words with the same bits (the top bit as the sign)."""
+    return torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32)
+
+
+def planes3_codes(codes: Tensor) -> Tensor:
+    """3-bit codes [..., K, N] (input order, K a multiple of 128) → int32 [..., K·3/32, N] in the planes layout."""
+    *lead, k, n = codes.shape
+    if k % PLANES_TILE:
+        raise ValueError(f"the 3-bit planes layout needs K a multiple of {PLANES_TILE}, got {k}")
+    t = k // PLANES_TILE
+    sh_low, sh_high = _planes_shifts(codes.device)
+    c = codes.to(torch.int64).reshape(*lead, t, 8, 2, 8, n)  # [.., tile, p, half, f, N]
+    low = ((c & 3) << sh_low).sum(dim=(-3, -2))  # disjoint bits: the sum is their or
+    high = (((c >> 2) & 1).reshape(*lead, t, 2, 4, 2, 8, n) << sh_high).sum(dim=(-5, -3, -2))  # p = 4q + w
+    return _int32_words(torch.cat([low, high], dim=-2)).reshape(*lead, t * 12, n)
+
+
+def unplanes3_codes(words: Tensor) -> Tensor:
+    """Inverse of `planes3_codes`: int32 [..., K·3/32, N] → int32 codes [..., K, N]."""
+    *lead, r, n = words.shape
+    if r % 12:
+        raise ValueError(f"planes-layout rows come in tiles of 12 words, got {r}")
+    t = r // 12
+    sh_low, sh_high = _planes_shifts(words.device)
+    w = words.to(torch.int64).reshape(*lead, t, 12, n) & 0xFFFFFFFF
+    low = (w[..., :8, None, None, :] >> sh_low) & 3  # [.., tile, p, half, f, N]
+    high = (w[..., None, 8:, None, None, :] >> sh_high) & 1  # [.., tile, q, w, half, f, N]
+    codes = low | (high.reshape(low.shape) << 2)
+    return codes.to(torch.int32).reshape(*lead, t * PLANES_TILE, n)
+
+
+def planes3_rows(qweight: Tensor, out: Tensor | None = None, chunk_elems: int = 1 << 23) -> Tensor:
+    """A 3-bit qweight [..., K·3/32, N] (GPTQ layout) in the planes layout, into `out` (may be qweight itself:
+    each piece is read before it is written), in pieces of ≤ chunk_elems codes — leading indices (slots) at a
+    time, or columns of one — so a load that runs it on the device's filled expert cache needs ≤ ~10 bytes a code
+    of chunk_elems (80 MiB) beside it."""
+    out = torch.empty_like(qweight) if out is None else out
+    k, n = qweight.shape[-2] * 32 // 3, qweight.shape[-1]
+    lead = qweight.reshape(-1, *qweight.shape[-2:]) if qweight.dim() > 2 else qweight[None]
+    dest = out.view(lead.shape) if out.dim() > 2 else out[None]
+    per = max(1, chunk_elems // (k * n))  # matrices at a time
+    cols = n if per > 1 else max(1, chunk_elems // k)
+    for s0 in range(0, lead.shape[0], per):
+        for c0 in range(0, n, cols):
+            codes = unpack_rows(lead[s0 : s0 + per, :, c0 : c0 + cols], 3)
+            dest[s0 : s0 + per, :, c0 : c0 + cols] = planes3_codes(codes)
+    return out
+
+
+def gptq_rows(planar: Tensor) -> Tensor:
+    """Inverse of `planes3_rows`: the GPTQ-layout 3-bit qweight of a planes-layout one."""
+    codes = unplanes3_codes(planar)
+    return pack_last(codes.transpose(-1, -2), 3).transpose(-1, -2).contiguous()
+
+
 @dataclass
 class PackedStack:
     """Quantized weights of several experts (or one dense layer with S=1), indexed by slot on dim 0.
@@ -70,6 +146,7 @@ class PackedStack:
     qzeros: Tensor  # int32 [S, K//group, N·bits/32]
     group_size: int
     bits: int = 4
+    planes: bool = False  # 3-bit qweight in the planes layout (`planes3_rows`), not GPTQ's
 
     @property
     def num_slots(self) -> int:
@@ -84,8 +161,14 @@ class PackedStack:
         return self.qweight.shape[2]
 
     def slot(self, s: int) -> tuple[Tensor, Tensor, Tensor]:
-        """(qweight, scales, qzeros) of one slot, as views."""
+        """(qweight, scales, qzeros) of one slot, as views (qweight in the stack's layout)."""
         return self.qweight[s], self.scales[s], self.qzeros[s]
+
+    def gptq_slot(self, s: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(qweight, scales, qzeros) of one slot in the GPTQ layout (a copy of qweight where the stack's is
+        planar)."""
+        qw, sc, qz = self.slot(s)
+        return (gptq_rows(qw) if self.planes else qw), sc, qz
 
 
 def check_packed(qweight: Tensor, scales: Tensor, qzeros: Tensor, group_size: int, bits: int) -> tuple[int, int]:
@@ -173,7 +256,7 @@ def check_host_stacks(stacks: tuple[PackedStack, PackedStack], host: tuple[Packe
             if a.shape[1:] != b.shape[1:] or a.stride()[1:] != b.stride()[1:] or a.dtype != b.dtype:
                 raise ValueError(f"host {name}.{part} {b.dtype} {tuple(b.shape)} does not match the device "
                                  f"stack's {a.dtype} {tuple(a.shape)} slab for slab")
-        if (dev.group_size, dev.bits) != (hst.group_size, hst.bits):
+        if (dev.group_size, dev.bits, dev.planes) != (hst.group_size, hst.bits, hst.planes):
             raise ValueError(f"host {name} is quantized differently from the device stack")
     if host[0].num_slots != host[1].num_slots:
         raise ValueError("host gate_up and down stacks must hold the same experts")
@@ -223,9 +306,9 @@ def moe_w4a16_ref(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedS
         tokens = flat_tokens[sel]
         xs = x[tokens].float()
         gu_st, dn_st, i = (gate_up, down, s) if s < n_slots or host is None else (*host, s - n_slots)
-        w_gu = dequantize_w(*gu_st.slot(i), gu_st.group_size, gu_st.bits).to(x.device)
+        w_gu = dequantize_w(*gu_st.gptq_slot(i), gu_st.group_size, gu_st.bits).to(x.device)
         gu = xs @ w_gu  # [n, 2I]
         act = (F.silu(gu[:, :inter]) * gu[:, inter:]).to(x.dtype).float()
-        y = act @ dequantize_w(*dn_st.slot(i), dn_st.group_size, dn_st.bits).to(x.device)  # [n, H]
+        y = act @ dequantize_w(*dn_st.gptq_slot(i), dn_st.group_size, dn_st.bits).to(x.device)  # [n, H]
         out.index_add_(0, tokens, y * flat_weights[sel, None])
     return out.to(x.dtype)

@@ -39,7 +39,7 @@ import triton.language as tl
 from torch import Tensor
 
 from . import tuning
-from .reference import PackedStack, check_host_stacks, check_packed, field_major, repacked_input
+from .reference import PLANES_TILE, PackedStack, check_host_stacks, check_packed, field_major, repacked_input
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -204,8 +204,15 @@ def _row_pair_fields(words2, j: tl.constexpr, BITS: tl.constexpr, PAIR_MASK, PAI
     both codes, and the register that holds them is already the MMA's operand pair (rows 2i, 2i + 1 of one
     column): the join / permute / reshape is free in registers, where halves of one word would need a `PRMT`."""
     f = ((words2 >> (j * BITS)) & PAIR_MASK) | PAIR_MAGIC
+    return _joined_pairs(f, dt, R, BLOCK_N, SWAP)
+
+
+@triton.jit
+def _joined_pairs(f, dt: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, SWAP: tl.constexpr):
+    """Words holding two 16-bit floats' bits (K entries 2i and 2i + 1 in their low and high halves) as the
+    [R, BLOCK_N] operand (SWAP: [BLOCK_N, R]); no instructions where the layouts line up."""
     w = tl.join(f.to(tl.uint16).to(dt, bitcast=True), (f >> 16).to(tl.uint16).to(dt, bitcast=True))
-    if SWAP:  # words2 [BLOCK_N, R / 2]: the pairs are already along the last axis, K's
+    if SWAP:  # f [BLOCK_N, R / 2]: the pairs are already along the last axis, K's
         w = tl.reshape(w, (BLOCK_N, R))
     else:
         w = tl.reshape(tl.permute(w, (0, 2, 1)), (R, BLOCK_N))
@@ -286,6 +293,85 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
 
 
 @triton.jit
+def _planes3_dot(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+                 stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr, PREC: tl.constexpr,
+                 MAGIC: tl.constexpr, asum_rows_ptr, A_SUM: tl.constexpr, MASK_REG: tl.constexpr,
+                 SWAP: tl.constexpr):
+    """`_folded_fields_dot` for 3-bit codes in the planes layout (`reference.planes3_rows`: per 128-input tile, 8
+    words of low bits and 4 of high bits, pairs of K entries in 16-bit halves), a read field-major as a 4-bit
+    tile (8 fields of 16 columns). Field f's weights are two MMA operands: the low bits ORed into MAGIC
+    (value M + l) and the high bit into MAGIC four times larger (4M + 4h: two more exponent steps, so the bit is
+    worth 4), both summed into one accumulator: a · (5M + code), the 5M + zero taken off once per K tile through
+    a's row sums. Each operand costs one shift and one and-or per two weights (≈ 2 a weight, where GPTQ's
+    straddled runs cost the unpacking form ≈ 8 and a shared-memory store), plus a second MMA per field.
+    The high-bit words are loaded twice (rows w and w + 4 of an [8, BLOCK_N] tile: pairs p and p + 4 of a
+    field share word p mod 4, shifted 8 further for the second), so each thread holds what its MMA fragment reads.
+    Returns fp32 [BLOCK_M, BLOCK_N] (SWAP: its transpose), scaled."""
+    MAGIC_HI: tl.constexpr = MAGIC + (256 if MAGIC == 0x4300 else 2048)  # bf16 / fp16: ×4
+    # one [16, BLOCK_N] tile, low-bit word i in row 2i and high-bit word i mod 4 in row 2i + 1, split as
+    # `_folded_fields_dot` splits its words: the compiler then loads them straight in the MMA operand's layout
+    # (loaded as two tiles, each went through shared memory once more)
+    r = tl.arange(0, 16)
+    rows = 12 * (k0 // 128) + tl.where(r % 2 == 0, r // 2, 8 + (r // 2) % 4)
+    words = tl.load(qw_base + rows.to(tl.int64)[:, None] * stride_qk + (offs_n * stride_qn)[None, :],
+                    mask=n_mask[None, :], other=0).to(tl.uint32, bitcast=True)
+    offs_p = tl.arange(0, 8)
+    if SWAP:
+        w_lo, w_hi = tl.split(tl.reshape(tl.trans(words), (BLOCK_N, 8, 2)))
+        w_hi = w_hi >> ((offs_p // 4) * 8).to(tl.uint32)[None, :]
+    else:
+        w_lo, w_hi = tl.split(tl.permute(tl.reshape(words, (8, 2, BLOCK_N)), (0, 2, 1)))
+        w_hi = w_hi >> ((offs_p // 4) * 8).to(tl.uint32)[:, None]
+    g = k0 // GROUP
+    scale = tl.load(sc_base + g * stride_sg + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)
+    zcol = (3 * offs_n) // 32  # column n's zero at bit 3n of the group's row of qzeros (GPTQ's runs)
+    zsh = (3 * offs_n) % 32
+    zrow = qz_base + g * stride_zg
+    zlo = tl.load(zrow + zcol * stride_zn, mask=n_mask, other=0)
+    zhi = tl.load(zrow + (zcol + 1) * stride_zn, mask=n_mask & (zsh > 29), other=0)
+    zero = _straddled3(zlo, zhi, zsh) + 1
+    dt = a_rows_ptr.dtype.element_ty
+    mval = tl.full((1,), MAGIC, tl.uint16).to(dt, bitcast=True).to(tl.float32)  # M
+    zw = zero.to(tl.float32) + 5 * mval  # what every weight carries: M + 4M, and the zero
+    # the magics held in registers, the masks immediates: one and-or per pair (`_in_register`; the masks in
+    # registers made ptxas split the down pass's and-ors in two, compile_check sm_90 / sm_120)
+    mg_lo = _in_register(MAGIC | (MAGIC << 16), k0, MASK_REG)
+    mg_hi = _in_register(MAGIC_HI | (MAGIC_HI << 16), k0, MASK_REG)
+    offs_i = tl.arange(0, 16)
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        a_sum = tl.zeros((16, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        a_sum = tl.zeros((BLOCK_M, 16), dtype=tl.float32)
+    for f in tl.static_range(8):
+        a = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, 8, f, True, SWAP)
+        lo = _joined_pairs(((w_lo >> (2 * f)) & 0x00030003) | mg_lo, dt, 16, BLOCK_N, SWAP)
+        hi = _joined_pairs(((w_hi >> f) & 0x00010001) | mg_hi, dt, 16, BLOCK_N, SWAP)
+        if SWAP:
+            acc += _dot(lo, a, DOT_F32, PREC)
+            acc += _dot(hi, a, DOT_F32, PREC)
+        else:
+            acc += _dot(a, lo, DOT_F32, PREC)
+            acc += _dot(a, hi, DOT_F32, PREC)
+        if A_SUM == 0:
+            a_sum += a.to(tl.float32)
+    if A_SUM != 0:
+        part = (k0 // 128) * A_SUM + tl.arange(0, A_SUM)
+        row_sum = tl.sum(tl.load(asum_rows_ptr[:, None] + part[None, :], mask=row_mask[:, None], other=0.0), axis=1)
+    elif SWAP:
+        row_sum = tl.sum(a_sum, axis=0)
+    else:
+        row_sum = tl.sum(a_sum, axis=1)
+    if SWAP:
+        acc = (acc - zw[:, None] * row_sum[None, :]) * scale[:, None]
+    else:
+        acc = (acc - row_sum[:, None] * zw[None, :]) * scale[None, :]
+    return acc
+
+
+@triton.jit
 def _minus(w, zw, DOT_F32: tl.constexpr):
     """w − zw, exact either way (both integers in a 16-bit float's exact range); in fp32 for interpreted runs,
     whose bf16 arithmetic returns NaN (triton 3.9), in the operands' dtype on a GPU (two per instruction)."""
@@ -313,7 +399,28 @@ def _fields_dot(
     take a code exactly (bf16 0x4300 = 128 + c for 4-bit codes, fp16 0x6400 = 1024 + c up to 8 bits), so one
     shift and one and-or turn a word into two fields (j and j + PER/2, its low and high halves) and the zero is
     subtracted in the same dtype, exactly. MAGIC = 0 (8-bit codes with bf16, fp32 activations): the fp32 form
-    2^23 + c, one field at a time."""
+    2^23 + c, one field at a time. BITS = 3: the weights are in the planes layout (`_planes3_dot`)."""
+    if BITS == 3:  # the planes layout (the only 3-bit form read field-wise)
+        out = _planes3_dot(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+                           stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_M,
+                           BLOCK_N, DOT_F32, PREC, MAGIC, asum_rows_ptr, A_SUM, MASK_REG, SWAP)
+    else:
+        out = _fields_dot_packed(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+                                 stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM, asum_rows_ptr, A_SUM,
+                                 MASK_REG, SWAP)
+    return out
+
+
+@triton.jit
+def _fields_dot_packed(
+    a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr, A_FM: tl.constexpr,
+    asum_rows_ptr, A_SUM: tl.constexpr, MASK_REG: tl.constexpr, SWAP: tl.constexpr,
+):
+    """`_fields_dot` for 4- and 8-bit codes (GPTQ's whole fields per word)."""
     PER: tl.constexpr = 32 // BITS
     MASK: tl.constexpr = (1 << BITS) - 1
     packed, zero, scale = _packed_tile(
@@ -528,7 +635,7 @@ def _moe_kernel(
                                asum_rows, A_SUM, MASK_REG, SWAP)
             if GATED:  # the up half (see the unpacking branch)
                 acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
-                                      sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET // PER) * stride_zn, k0,
+                                      sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET * BITS // 32) * stride_zn, k0,
                                       offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                                       GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
                                       asum_rows, A_SUM, MASK_REG, SWAP)
@@ -663,8 +770,21 @@ def _block_m(m: int) -> int:
 
 def _fields_ok(fields: bool, block_k: int, bits: int) -> bool:
     """Field-wise dots need each field's K (block_k / values per int32) to be a tl.dot size (≥ 16); 3-bit codes
-    (which straddle words) always unpack (`_weight_tile3`)."""
+    in GPTQ's layout (which straddle words) always unpack (`_weight_tile3`); in the planes layout they are always
+    read field-wise (`_reads_fields`)."""
     return fields and 32 % bits == 0 and block_k // (32 // bits) >= 16
+
+
+def _reads_fields(stack: PackedStack, cfg: MoeConfig, block_k: int) -> bool:
+    """Whether a MoE pass over `stack` reads field-wise with the zero folded (a field-major, `_folded_fields_dot`
+    or `_planes3_dot`): always for a planes-layout stack (its only form), else as the config says."""
+    return stack.planes or (cfg.folded and _fields_ok(cfg.fields, block_k, stack.bits))
+
+
+def _fm_per(stack: PackedStack) -> int:
+    """Fields per packed word of a's field-major order for `stack`: a planes-layout 3-bit K tile is read as a 4-bit
+    one (8 fields of 16 columns)."""
+    return 8 if stack.planes else 32 // stack.bits
 
 
 def magic_bits(dtype: torch.dtype, bits: int) -> int:
@@ -955,6 +1075,8 @@ def moe_configs(m: int, topk: int, num_slots: int, gate_up: PackedStack, down: P
 
 
 def _moe_block_k(stack: PackedStack, cfg: MoeConfig) -> int:
+    if stack.planes:  # the layout's tile
+        return PLANES_TILE
     return min(cfg.block_k, _block_k(stack.in_features, stack.group_size, stack.bits))
 
 
@@ -970,13 +1092,16 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
     sorted_ids, block_slot, num_padded = align
     k = stack.in_features
     bk = _moe_block_k(stack, cfg)
-    fields = _fields_ok(cfg.fields, bk, stack.bits)
+    fields = stack.planes or _fields_ok(cfg.fields, bk, stack.bits)
     magic = magic_bits(a.dtype, stack.bits)
+    if stack.planes and not (magic and stack.group_size % PLANES_TILE == 0):
+        raise ValueError(f"planes-layout 3-bit experts need bf16 or fp16 activations (got {a.dtype}) and groups of "
+                         f"a multiple of {PLANES_TILE} inputs (got {stack.group_size})")
     dot_f32, prec = _dot_mode(a)
     qw, sc, qz = stack.qweight, stack.scales, stack.qzeros
     hs = host or stack  # without a host stack HOST=False compiles its branch out; these only fill the signature
     grid = (block_slot.numel(), triton.cdiv(n, cfg.block_n))
-    fold = bool(fields and magic and cfg.folded)
+    fold = bool(fields and magic and (cfg.folded or stack.planes))
     asum, parts = a_sum if fold and a_sum is not None else (rw, 0)
     osum, per_sum, sum_dtype = out_sum if out_sum is not None else (rw, 0, None)
     if install is not None and not (gated and host is not None):
@@ -1089,13 +1214,13 @@ def moe_w4a16_triton(
     # turns the gate/up pass's loads of a into contiguous vector loads the pipeliner can issue ahead (cp.async):
     # strided 2-byte gathers cannot be
     bk_up = _moe_block_k(gate_up, cfg)
-    x_fm = cfg.folded and _fields_ok(cfg.fields, bk_up, gate_up.bits)
+    x_fm = _reads_fields(gate_up, cfg, bk_up)
     xc = x if x.stride(-1) == 1 else x.contiguous()
     copy = x_sums = None
     if x_fm:  # and x's sums per K tile beside it: the fold's Σ a, summed once instead of per program and half
         x_field_major = torch.empty(m, h, dtype=x.dtype, device=x.device)
         x_sums = torch.empty(m, h // bk_up, dtype=torch.float32, device=x.device)
-        copy = (xc, x_field_major, x_sums, bk_up, 32 // gate_up.bits)
+        copy = (xc, x_field_major, x_sums, bk_up, _fm_per(gate_up))
         xc = x_field_major
     align = moe_align(slot_ids, num_slots, cfg.block_m, copy)
     read_through = install is not None and host is not None
@@ -1107,7 +1232,7 @@ def moe_w4a16_triton(
     # act's columns field-major per down K tile when the down pass reads field-wise: its loads of a field's
     # columns become contiguous (`_field_cols`), written so by the gate/up pass at no cost
     bk_down = _moe_block_k(down, down_cfg)
-    act_fm = down_cfg.folded and _fields_ok(down_cfg.fields, bk_down, down.bits)
+    act_fm = _reads_fields(down, down_cfg, bk_down)
     # and where the down pass folds, act's row sums (per gate/up program's columns, or per down K tile where a
     # program's columns span several), written by the gate/up epilogue from the values it stores
     act_sums = None
@@ -1115,7 +1240,7 @@ def moe_w4a16_triton(
         per_sum = min(cfg.block_n, bk_down)
         act_sums = (torch.empty(t, inter // per_sum, dtype=torch.float32, device=x.device), per_sum, x.dtype)
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
-                out_fm=bk_down if act_fm else 0, out_per=32 // down.bits,
+                out_fm=bk_down if act_fm else 0, out_per=_fm_per(down),
                 a_sum=(x_sums, 1) if x_sums is not None else None, out_sum=act_sums,
                 host=host[0] if host is not None else None,
                 install=(install, down_slots, down, host[1]) if read_through else None)
