@@ -123,11 +123,12 @@ def test_quantize_cli_passes_bits_and_asym(monkeypatch, tmp_path, capsys):
     assert "--bits must be 3, 4 or 8" in capsys.readouterr().err
 
 
-def test_resident_3bit_experts_load_in_the_planes_layout(pack3, monkeypatch):
-    """Where the Triton kernels run (here interpreted) with 16-bit activations and every expert resident, the load
-    rewrites the slabs into the planes layout the MoE reads field-wise: each slot then holds its expert's GPTQ
-    words rearranged (`gptq_slot` gives them back bit for bit), and a layer's MoE on it equals the reference on the
-    GPTQ-layout cache. Offloaded (host slabs), or with CLOVER_W3_PLANES=0, the layout stays GPTQ's."""
+def test_3bit_experts_load_in_the_planes_layout(pack3, monkeypatch):
+    """Where the Triton kernels run (here interpreted) with 16-bit activations, the load rewrites the 3-bit slabs
+    into the planes layout the MoE reads field-wise — the resident ones in the device cache, the host ones through
+    it: each slab then holds its expert's GPTQ words rearranged (`gptq_slot` gives them back bit for bit), and a
+    layer's MoE on them, resident or read from the host, equals the reference on the GPTQ-layout ones. With
+    CLOVER_W3_PLANES=0 the layout stays GPTQ's."""
     from clover_local.loader import load
     from clover_local.runtime.kernels import moe_w4a16, w4a16  # noqa: F401 (w4a16: the kernels defined)
     from clover_local.runtime.kernels.reference import moe_w4a16_ref
@@ -141,20 +142,32 @@ def test_resident_3bit_experts_load_in_the_planes_layout(pack3, monkeypatch):
         monkeypatch.setenv("CLOVER_W3_PLANES", planes)
         return load(str(pack3), "cpu", "bfloat16", runtime=RuntimeOptions(context=128, slots=slots)).model.runtime.cache
 
+    def same_experts(a, b, slots, their_slots) -> None:
+        for s, t in zip(slots, their_slots):
+            got, want = a.gptq_slot(s), b.slot(t)
+            assert all(torch.equal(g, w) for g, w in zip(got, want)), s
+
     planar, gptq = cache(TOTAL), cache(TOTAL, planes="0")
     assert planar.layout.planes and planar.gate_up.planes and planar.down.planes
     assert not gptq.layout.planes and not gptq.gate_up.planes
-    assert not cache(10).layout.planes  # offloaded: host slabs, GPTQ's layout
     assert (planar.slot_of == gptq.slot_of).all()
-    for s in range(TOTAL):
-        for a, b in ((planar.gate_up, gptq.gate_up), (planar.down, gptq.down)):
-            got, want = a.gptq_slot(s), b.slot(s)
-            assert all(torch.equal(g, w) for g, w in zip(got, want)), s
+    for a, b in ((planar.gate_up, gptq.gate_up), (planar.down, gptq.down)):
+        same_experts(a, b, range(TOTAL), range(TOTAL))
     assert not torch.equal(planar.gate_up.qweight, gptq.gate_up.qweight)
+    off = cache(10)  # offloaded: the host slabs too, and what the cache was warmed with from them
+    assert off.layout.planes and off.host is not None
+    layer = off.layer_ids[0].item()
+    for a, b in zip(off.host.stacks(layer), (gptq.gate_up, gptq.down)):
+        same_experts(a, b, range(N_EXPERTS), gptq.slot_of[layer].tolist())
+    for a, b in zip((off.gate_up, off.down), (gptq.gate_up, gptq.down)):  # warmed from the host slabs
+        resident = [int(s) for s in off.slot_of[layer] if s >= 0]
+        same_experts(a, b, resident,
+                     [int(gptq.slot_of[layer, e]) for e in range(N_EXPERTS) if off.slot_of[layer, e] >= 0])
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(12, planar.layout.hidden, generator=gen).to(torch.bfloat16)
     slots = torch.stack([torch.randperm(N_EXPERTS, generator=gen)[:2] for _ in range(12)])
     w = torch.softmax(torch.randn(12, 2, generator=gen), -1).to(torch.bfloat16)
-    got = moe_w4a16(x, slots, w, planar.gate_up, planar.down)
     want = moe_w4a16_ref(x, slots, w, gptq.gate_up, gptq.down)
-    assert (got.float() - want.float()).norm() < 2e-2 * want.float().norm()
+    for got in (moe_w4a16(x, slots, w, planar.gate_up, planar.down),
+                moe_w4a16(x, slots + off.n_slots, w, off.gate_up, off.down, host=off.host.stacks(layer))):
+        assert (got.float() - want.float()).norm() < 2e-2 * want.float().norm()

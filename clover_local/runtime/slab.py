@@ -11,13 +11,13 @@ Layout of a slab (each part starts on a 256-byte boundary):
 | d_scales | fp16 | [I/g', H] |
 | d_qzeros | int32 | [I/g', H·b/32] |
 
-(b: the experts' bits.) With `planes` (3-bit experts, every one resident, on a GPU: `kernels.expert_planes`) the
-qweight parts hold the same words rearranged per 128-input tile into the planes layout the MoE kernel reads
-field-wise (`reference.planes3_rows`): same sizes, scales and zeros as GPTQ's. Concatenating gate and up along N keeps the GPTQ layout valid: qweight/scales are
+(b: the experts' bits.) Concatenating gate and up along N keeps the GPTQ layout valid: qweight/scales are
 column-wise, and qzeros pack whole runs of output columns (8 to an int32 at 4-bit, 32 to three at 3-bit) with I a
-multiple of the run. A buffer of S slabs is a uint8 tensor [S, nbytes]; `stacks()`
-gives the kernels' `PackedStack`s as strided views into it (no copy), so host memory (one slab per expert) and
-the device cache (one slab per slot) share this code, and a miss is one contiguous copy.
+multiple of the run. With `planes` (3-bit experts where the Triton kernels run: `kernels.expert_planes`) the qweight
+parts hold the same words rearranged per 128-input tile into the planes layout the MoE kernel reads field-wise
+(`reference.planes3_rows`): same sizes, and scales and zeros as GPTQ's. A buffer of S slabs is a uint8 tensor
+[S, nbytes]; `stacks()` gives the kernels' `PackedStack`s as strided views into it (no copy), so host memory (one
+slab per expert) and the device cache (one slab per slot) share this code, and a miss is one contiguous copy.
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ class SlabLayout:
         if not self.planes:
             raise ValueError("this slab layout is GPTQ's: nothing to rewrite")
         v = self.views(buf)
-        for part in ("gu_qweight", "d_qweight"):
-            planes3_rows(v[part], out=v[part])
+        for part in ("gu_qweight", "d_qweight"):  # pieces of 2M codes: ≈ 20 MiB of temporaries beside the cache
+            planes3_rows(v[part], out=v[part], chunk_elems=1 << 21)
 
     def fill(self, views: dict[str, Tensor], slot: int, gate: dict[str, Tensor], up: dict[str, Tensor],
              down: dict[str, Tensor]) -> None:

@@ -115,8 +115,8 @@ def unplanes3_codes(words: Tensor) -> Tensor:
 def planes3_rows(qweight: Tensor, out: Tensor | None = None, chunk_elems: int = 1 << 23) -> Tensor:
     """A 3-bit qweight [..., K·3/32, N] (GPTQ layout) in the planes layout, into `out` (may be qweight itself:
     each piece is read before it is written), in pieces of ≤ chunk_elems codes — leading indices (slots) at a
-    time, or columns of one — so a load that runs it on the device's filled expert cache needs ≤ ~10 bytes a code
-    of chunk_elems (80 MiB) beside it."""
+    time, or columns of one — so a load that runs it on the device's filled expert cache needs only ≈ 10 bytes a
+    code of a piece beside it."""
     out = torch.empty_like(qweight) if out is None else out
     k, n = qweight.shape[-2] * 32 // 3, qweight.shape[-1]
     lead = qweight.reshape(-1, *qweight.shape[-2:]) if qweight.dim() > 2 else qweight[None]
