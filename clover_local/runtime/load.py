@@ -250,10 +250,10 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
 
 def _planes(layout: SlabLayout, host_buf: torch.Tensor, scratch: torch.Tensor) -> None:
     """A layer's host slabs rewritten into the planes layout through the device: copied into the (still empty)
-    expert cache's slots as scratch, rewritten there, copied back. Why: the rewrite takes ≈ 0.1 s an expert on a
-    CPU core (10,240 experts at 35B: ≈ 17 minutes on this project's 2-core machine), seconds for all on a GPU, plus
-    the slabs over PCIe and back (≈ 25 GB at 3 bits: ≈ 1 s). Where the device is the CPU the slabs are rewritten
-    where they lie."""
+    expert cache's slots as scratch, rewritten there, copied back. Why: the rewrite takes ≈ 60 ms an expert at the
+    real shapes on this project's 2-core machine (10,240 experts: ≈ 10 minutes), on a GPU little beside the slabs'
+    way over PCIe and back (≈ 25 GB at 3 bits: ≈ 1 s). Where the device is the CPU the slabs are rewritten where
+    they lie."""
     if scratch.device == host_buf.device or not scratch.shape[0]:
         layout.to_planes(host_buf)
         return

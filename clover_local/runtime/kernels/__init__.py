@@ -105,7 +105,7 @@ def kernel_forms(device: torch.device) -> dict | None:
     moe = moe_config(32, 8, 8192)
     return {"triton": triton.__version__, "fields": moe.fields, "moe_folded": moe.folded, "moe_swap": moe.swap,
             "dense_repacked": dense_k_tile(2048, 128, 8, device) > 0,  # a GDN input projection's rows
-            # resident 3-bit experts at the real shapes, group 128
+            # 3-bit experts at the real shapes, group 128
             "moe3_planes": expert_planes(3, 2048, 512, 128, 128, torch.bfloat16, device)}
 
 
@@ -128,9 +128,10 @@ def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> in
 
 def expert_planes(bits: int, hidden: int, inter: int, group_gu: int, group_down: int, dtype: torch.dtype,
                   device: torch.device) -> bool:
-    """Whether resident experts are rewritten at load into the 3-bit planes layout (`reference.planes3_rows`), which
-    the Triton MoE reads field-wise (`w4a16._planes3_dot`: compile_check --sass, sm_90 / sm_120 instructions per
-    weight gate/up 7.75 / 7.16 → 4.93 / 4.37, down 8.86 / 7.8 → 7.06 / 6.56, no shared-memory store per weight):
+    """Whether a load rewrites 3-bit experts (device and host slabs) into the planes layout
+    (`reference.planes3_rows`), which the Triton MoE reads field-wise (`w4a16._planes3_dot`: compile_check --sass,
+    sm_90 / sm_120 instructions per weight gate/up 7.75 / 7.16 → 4.93 / 4.37, down 8.86 / 7.8 → 7.06 / 6.56, no
+    shared-memory store per weight):
     3-bit experts, where the Triton kernels run, 16-bit activations, every K tile of 128 inputs inside one group.
     CLOVER_W3_PLANES=0 keeps GPTQ's layout and the unpacking form (a before/after on a GPU)."""
     if bits != 3 or os.environ.get("CLOVER_W3_PLANES", "1") == "0" or not _triton_on(device):

@@ -305,13 +305,12 @@ def _planes3_dot(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0,
     worth 4), both summed into one accumulator: a · (5M + code), the 5M + zero taken off once per K tile through
     a's row sums. Each operand costs one shift and one and-or per two weights (≈ 2 a weight, where GPTQ's
     straddled runs cost the unpacking form ≈ 8 and a shared-memory store), plus a second MMA per field.
-    The high-bit words are loaded twice (rows w and w + 4 of an [8, BLOCK_N] tile: pairs p and p + 4 of a
-    field share word p mod 4, shifted 8 further for the second), so each thread holds what its MMA fragment reads.
-    Returns fp32 [BLOCK_M, BLOCK_N] (SWAP: its transpose), scaled."""
+    The words come as one [16, BLOCK_N] tile, low-bit word i in row 2i and high-bit word i mod 4 in row 2i + 1
+    (pairs p and p + 4 of a field share high-bit word p mod 4, the second 8 bits further: loaded twice, so each
+    thread holds what its MMA fragment reads), split as `_folded_fields_dot` splits its words: the compiler then
+    loads them straight in the MMA operand's layout (loaded as two tiles, both operands went through shared memory
+    once more: compile_check). Returns fp32 [BLOCK_M, BLOCK_N] (SWAP: its transpose), scaled."""
     MAGIC_HI: tl.constexpr = MAGIC + (256 if MAGIC == 0x4300 else 2048)  # bf16 / fp16: ×4
-    # one [16, BLOCK_N] tile, low-bit word i in row 2i and high-bit word i mod 4 in row 2i + 1, split as
-    # `_folded_fields_dot` splits its words: the compiler then loads them straight in the MMA operand's layout
-    # (loaded as two tiles, each went through shared memory once more)
     r = tl.arange(0, 16)
     rows = 12 * (k0 // 128) + tl.where(r % 2 == 0, r // 2, 8 + (r // 2) % 4)
     words = tl.load(qw_base + rows.to(tl.int64)[:, None] * stride_qk + (offs_n * stride_qn)[None, :],
@@ -334,8 +333,8 @@ def _planes3_dot(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0,
     dt = a_rows_ptr.dtype.element_ty
     mval = tl.full((1,), MAGIC, tl.uint16).to(dt, bitcast=True).to(tl.float32)  # M
     zw = zero.to(tl.float32) + 5 * mval  # what every weight carries: M + 4M, and the zero
-    # the magics held in registers, the masks immediates: one and-or per pair (`_in_register`; the masks in
-    # registers made ptxas split the down pass's and-ors in two, compile_check sm_90 / sm_120)
+    # the magics kept in registers (`_in_register`): one and-or per pair in the gate/up pass; the down pass still
+    # takes two under triton 3.8 (the masks in registers instead, or the magics behind an inline mov: the same)
     mg_lo = _in_register(MAGIC | (MAGIC << 16), k0, MASK_REG)
     mg_hi = _in_register(MAGIC_HI | (MAGIC_HI << 16), k0, MASK_REG)
     offs_i = tl.arange(0, 16)
@@ -635,8 +634,9 @@ def _moe_kernel(
                                asum_rows, A_SUM, MASK_REG, SWAP)
             if GATED:  # the up half (see the unpacking branch)
                 acc_up += _fields_dot(a_ptr + a_rows * stride_am, row_mask, stride_ak, qw_base + UP_OFFSET * stride_qn,
-                                      sc_base + UP_OFFSET * stride_sn, qz_base + (UP_OFFSET * BITS // 32) * stride_zn, k0,
-                                      offs_n, n_mask, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
+                                      sc_base + UP_OFFSET * stride_sn,
+                                      qz_base + (UP_OFFSET * BITS // 32) * stride_zn, k0, offs_n, n_mask,
+                                      stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
                                       GROUP, BITS, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM,
                                       asum_rows, A_SUM, MASK_REG, SWAP)
         else:
