@@ -849,6 +849,65 @@ def test_gdn_merged_input_projection(force_triton, dtype) -> None:
 
 
 @needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_merged_input_projection(force_triton, dtype) -> None:
+    """The runtime's merge of an attention layer's packed q_proj, k_proj and v_proj (`load._merge_attention_inputs`):
+    `Attention.project` then makes one projection call (eager head norms, or the fused `norm_rope`), gives what the
+    three separate calls give, and the layer's buffers hold each weight once."""
+    from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.attention import Attention
+    from clover_local.model.rope import Rotary
+    from clover_local.runtime.kernels import fused_layer_ops
+    from clover_local.runtime.load import _merge_attention_inputs
+    from clover_local.runtime.packed_linear import PackedLinear
+
+    gen = torch.Generator().manual_seed(78)
+    cfg = parse_config(tiny_config_dict(TinySpec()))
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 4, 2, 32
+    att = Attention(cfg)
+    with torch.no_grad():
+        for prm in att.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=gen) * (0.3 if prm.dim() == 1 else 0.1))
+    h = cfg.hidden_size
+
+    def packed(cols: int) -> PackedLinear:
+        pk = _random_pack(h, cols, 32, 8, gen)
+        return PackedLinear(*_dev(pk["qweight"], pk["scales"], pk["qzeros"]), 32, 8)
+
+    att = att.to(DEVICE, dtype)
+    att.q_proj, att.k_proj, att.v_proj = (packed(getattr(att, n).out_features) for n in ("q_proj", "k_proj", "v_proj"))
+    x = _dev(_x(9, h, dtype, gen).reshape(1, 9, h))[0]
+    cos, sin = Rotary(cfg.rotary_dim, 10000.0).cos_sin(torch.arange(40, 49, device=DEVICE), dtype)
+    fused = fused_layer_ops(torch.device(DEVICE)).norm_rope
+    buffers = lambda: sum(b.numel() * b.element_size() for b in att.buffers())  # noqa: E731
+
+    def project(kernel) -> tuple:
+        att.norm_rope_kernel = kernel
+        with torch.no_grad():
+            return att.project(x, cos, sin)
+
+    want, want_fused, bytes_before = project(None), project(fused), buffers()
+    layer = torch.nn.Module()
+    layer.self_attn = att
+    _merge_attention_inputs(layer)
+    assert isinstance(att.qkv_proj, PackedLinear) and buffers() == bytes_before
+    calls = []
+    for n in ("q_proj", "k_proj", "v_proj"):
+        getattr(att, n).register_forward_hook(lambda *a, n=n: calls.append(n))
+    for kernel, expected in ((None, want), (fused, want_fused)):
+        got = project(kernel)
+        for g, w in zip(got, expected):
+            assert g.shape == w.shape
+            _assert_close(g, w, dtype)
+    assert calls == []  # one merged call each time
+    att.qkv_proj = None  # the column views alone still compute the three projections
+    for g, w in zip(project(None), want):
+        _assert_close(g, w, dtype)
+    assert calls == ["q_proj", "k_proj", "v_proj"]
+
+
+@needs_triton
 def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
     """`gpu_check.gdn_preview_check`, `layer_ops_check` and `preview_attention_check` (a GPU session's few
     minutes) run here at the real layer's shapes, the

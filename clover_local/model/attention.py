@@ -41,6 +41,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
         self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
+        # the runtime's packed merge computing [q_proj(x), k_proj(x), v_proj(x)] in one call (the three modules are
+        # then views of its columns: `load._merge_attention_inputs`); None: three calls
+        self.qkv_proj: nn.Module | None = None
         self.q_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(self.head_dim, cfg.rms_norm_eps)
         # (q, block k, block v, window k, window v, window mask | None, scale, gate=) -> softmax attention
@@ -56,10 +59,16 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B,H,T,D], k/v [B,Hkv,T,D] (normed, rotated), gate [B,T,H,D] (a view of the q projection)."""
         b, t, _ = x.shape
-        qg = self.q_proj(x).view(b, t, self.n_heads, 2 * self.head_dim)
+        if self.qkv_proj is not None:
+            nq, nk = self.q_proj.out_features, self.k_proj.out_features
+            qkv = self.qkv_proj(x)
+            qg, k, v = qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
+        else:
+            qg, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        qg = qg.view(b, t, self.n_heads, 2 * self.head_dim)
         q, gate = qg[..., : self.head_dim], qg[..., self.head_dim :]
-        k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim)
-        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.n_kv, self.head_dim)
+        v = v.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if self.norm_rope_kernel is not None:
             q = self.norm_rope_kernel(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
             k = self.norm_rope_kernel(k, self.k_norm.weight, self.k_norm.eps, cos, sin)

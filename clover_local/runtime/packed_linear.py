@@ -66,16 +66,18 @@ class PackedLinear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, bits={self.bits}, group={self.group_size}{tile}"
 
 
-def merge_columns(a: PackedLinear, b: PackedLinear) -> PackedLinear | None:
-    """One PackedLinear computing [a(x), b(x)] (a's columns first), or None where the two cannot share a kernel
-    call (different bits or groups, inputs, or a's columns not a whole number of packed zero words). GPTQ keeps
-    every column's weights, scales and zeros apart, so the merge is concatenation along the columns."""
+def merge_columns(*parts: PackedLinear) -> PackedLinear | None:
+    """One PackedLinear computing [a(x), b(x), …] (the parts' columns in order), or None where they cannot share a
+    kernel call (different bits or groups, inputs, or a part before the last not a whole number of packed zero
+    words). GPTQ keeps every column's weights, scales and zeros apart, so the merge is concatenation along the
+    columns."""
+    a = parts[0]
     per = 32 // a.bits
-    if ((a.bits, a.group_size, a.in_features, a.k_tile) != (b.bits, b.group_size, b.in_features, b.k_tile)
-            or a.out_features % per):
+    if any((p.bits, p.group_size, p.in_features, p.k_tile) != (a.bits, a.group_size, a.in_features, a.k_tile)
+           for p in parts) or any(p.out_features % per for p in parts[:-1]):
         return None
-    return PackedLinear(torch.cat([a.qweight, b.qweight], 1), torch.cat([a.scales, b.scales], 1),
-                        torch.cat([a.qzeros, b.qzeros], 1), a.group_size, a.bits, k_tile=a.k_tile)
+    return PackedLinear(torch.cat([p.qweight for p in parts], 1), torch.cat([p.scales for p in parts], 1),
+                        torch.cat([p.qzeros for p in parts], 1), a.group_size, a.bits, k_tile=a.k_tile)
 
 
 class PackedMLP(nn.Module):
