@@ -338,14 +338,24 @@ def test_triton_moe_reads_non_resident_experts_from_host(force_triton, bits: int
                            moe_w4a16_triton(x, experts, weights, *everything, config=cfg))
 
 
-def _read_through_case(bits: int, dtype, seed: int):
+def _read_through_case(bits: int, dtype, seed: int, groups: tuple[int, int] = (64, 32), inter: int = I,
+                       planes: bool = False):
     """A cache of 5 slots: experts 4, 0, 2 resident in slots 0–2, slots 3 and 4 free (holding other bytes); the
     rest on the host. 24 rows: expert 5 (host) in 20 of them (two runs of 16), experts 1 and 3 (host) in the other
-    four. install: expert 5 → slot 3, expert 1 → slot 4; expert 3 is read in place only."""
-    gen, packs, all_gu, all_dn = _moe_case(bits, (64, 32), seed, device=DEVICE)
-    host = _cache_stacks(packs, bits, (64, 32), "cpu", pin=DEVICE == "cuda")
+    four. install: expert 5 → slot 3, expert 1 → slot 4; expert 3 is read in place only. planes (3-bit): the
+    cache's and the host's slabs in the planes layout (`reference.planes3_rows`), as a load leaves them."""
+    from dataclasses import replace
+
+    from clover_local.runtime.kernels.reference import planes3_rows
+
+    gen, packs, all_gu, all_dn = _moe_case(bits, groups, seed, device=DEVICE, inter=inter)
+    host = _cache_stacks(packs, bits, groups, "cpu", pin=DEVICE == "cuda")
     resident = [4, 0, 2]
-    cache = _cache_stacks([packs[e] for e in resident] + [packs[3], packs[5]], bits, (64, 32), DEVICE)
+    cache = _cache_stacks([packs[e] for e in resident] + [packs[3], packs[5]], bits, groups, DEVICE)
+    if planes:
+        for st in host + cache:
+            planes3_rows(st.qweight, out=st.qweight)
+        host, cache = tuple(replace(st, planes=True) for st in host), tuple(replace(st, planes=True) for st in cache)
     n = len(resident) + 2
     slot_of = torch.tensor([resident.index(e) if e in resident else n + e for e in range(SLOTS)])
     m = 24
@@ -386,19 +396,27 @@ def test_reference_moe_reads_through_into_free_slots(dtype) -> None:
 
 
 @needs_triton
-@pytest.mark.parametrize("bits,dtype", [(4, torch.bfloat16), (8, torch.float16), (4, torch.float32)])
-def test_triton_moe_reads_through_into_free_slots(force_triton, bits: int, dtype) -> None:
+@pytest.mark.parametrize("bits,dtype,planes", [(4, torch.bfloat16, False), (8, torch.float16, False),
+                                               (4, torch.float32, False), (3, torch.bfloat16, False),
+                                               (3, torch.bfloat16, True)])
+def test_triton_moe_reads_through_into_free_slots(force_triton, bits: int, dtype, planes: bool) -> None:
     """The kernel's read-through install: each program of a host run with a target copies its columns of the host
     slab into the free slot and computes from there. The output equals reading in place (bit for bit), the slots
     end whole (every part of gate/up and down, both gate and up halves, an expert with two runs), the resident
-    slots untouched; folded and unfolded forms."""
+    slots untouched; folded and unfolded forms. 3-bit: 12 rows a 128-input tile and zero words that straddle
+    (GPTQ's runs, columns 10 and 21 of each 32), in GPTQ's layout and the planes layout."""
     from clover_local.runtime.kernels.w4a16 import MoeConfig, moe_w4a16_triton
 
-    everything, cache, host, slots, experts, x, w, install = _read_through_case(bits, dtype, 41 + bits)
+    kw = dict(groups=(128, 128), inter=128, planes=True) if planes else {}
+    everything, cache, host, slots, experts, x, w, install = _read_through_case(bits, dtype, 41 + bits, **kw)
     want = moe_w4a16(x, slots, w, *cache, host=host)
-    assert torch.equal(want, moe_w4a16(x, experts, w, *everything))
-    for folded in (True, False):
-        cfg = MoeConfig(16, 32, 64, folded=folded)
+    if not planes:  # (the planes layout's stacks of everything would need rewriting too: the reference says)
+        assert torch.equal(want, moe_w4a16(x, experts, w, *everything))
+    else:
+        _assert_close(want, moe_w4a16_ref(x, experts, w, *everything), dtype)
+    bk = 128 if planes else 64
+    # (3-bit, 16 columns a program: zero words shared by two programs' columns, each writing it whole)
+    for cfg in [MoeConfig(16, 32, bk, folded=f) for f in (True, False)] + [MoeConfig(16, 16, bk)] * (bits == 3):
         for st in cache:  # the free slots' old bytes back (other experts'), so each form copies afresh
             for part in ("qweight", "scales", "qzeros"):
                 getattr(st, part)[3:].copy_(torch.randint_like(getattr(st, part)[3:], -100, 100))

@@ -318,8 +318,6 @@ def _read_through(options: RuntimeOptions, runtime: Runtime, dtype: torch.dtype,
     if options.read_through is False or (options.read_through is None
                                          and os.environ.get("CLOVER_READ_THROUGH") == "0"):
         return False, "off (--no-read-through)" if options.read_through is False else "off (CLOVER_READ_THROUGH=0)"
-    if 32 % runtime.cache.layout.bits:
-        return False, f"not for {runtime.cache.layout.bits}-bit experts (the kernel's slab copy takes 4 and 8 bits)"
     error = host_reads.check_read_through(runtime.cache, dtype, cfg.diffusion.block_size, cfg.num_experts_per_tok)
     return error is None, error
 

@@ -155,6 +155,9 @@ def capture_launches() -> list[Launch]:
             w4a16.moe_w4a16_triton(x, ids, wts, gu3p, dn3p, config=cfg_m)
         label["case"] = f"MoE 3-bit planes H{h} I{inter} host reads"  # offloaded: host slabs in the layout too
         w4a16.moe_w4a16_triton(x, ids, wts, gu3p, dn3p, config=base_moe, host=(gu3p, dn3p))
+        label["case"] = f"MoE 3-bit planes H{h} I{inter} host reads, read-through"
+        w4a16.moe_w4a16_triton(x, ids, wts, gu3p, dn3p, config=base_moe, host=(gu3p, dn3p),
+                               install=torch.zeros(cfg.num_experts, dtype=torch.int32))
         label["case"] = "moe_align 256 pairs, 8515 slots, x field-major"
         w4a16.moe_align_triton(ids, 8515, base_moe.block_m,
                                (x, torch.empty_like(x), torch.empty(m, h // 128), 128, 8))

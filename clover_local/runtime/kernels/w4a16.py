@@ -529,19 +529,30 @@ def _copy_columns(src_qw, src_sc, src_qz, dst_qw, dst_sc, dst_qz, n0, N, K,
                   GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
     """Copy one matrix's columns n0 … n0+BLOCK_N (every input row: qweight, scales, qzeros) from src to dst, bit
     for bit: what the K loop then reads of them. A read-through install (`_moe_kernel` INSTALL): src is a host
-    slab, dst a cache slot."""
-    PER: tl.constexpr = 32 // BITS
+    slab, dst a cache slot. 3-bit: a K tile's BLOCK_K · 3/32 rows (GPTQ's or the planes layout: rows are rows),
+    and every zero word a column's bits touch, the second of a straddled one too (a word shared with the next
+    tile's columns is written whole by both: the same value)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
+    ROWS: tl.constexpr = BLOCK_K * BITS // 32  # packed rows of a K tile
     for k0 in range(0, K, BLOCK_K):
-        offs_kp = k0 // PER + tl.arange(0, BLOCK_K // PER)
+        if BITS == 3:  # 12 rows a 128-input tile: a power of two above, masked
+            r = tl.arange(0, BLOCK_K // 8)
+            offs_kp = k0 * 3 // 32 + r
+            ok = (r < ROWS)[:, None] & n_mask[None, :]
+        else:
+            offs_kp = k0 * BITS // 32 + tl.arange(0, ROWS)
+            ok = n_mask[None, :]
         at = offs_kp[:, None] * stride_qk + offs_n[None, :] * stride_qn
-        tl.store(dst_qw + at, tl.load(src_qw + at, mask=n_mask[None, :], other=0), mask=n_mask[None, :])
+        tl.store(dst_qw + at, tl.load(src_qw + at, mask=ok, other=0), mask=ok)
     for g in range(0, K // GROUP):
         sc_at = g * stride_sg + offs_n * stride_sn
         tl.store(dst_sc + sc_at, tl.load(src_sc + sc_at, mask=n_mask, other=0.0), mask=n_mask)
-        zw_at = g * stride_zg + (offs_n // PER) * stride_zn  # PER lanes store the same word: the same value
+        zw_at = g * stride_zg + (offs_n * BITS // 32) * stride_zn  # lanes of one word store the same value
         tl.store(dst_qz + zw_at, tl.load(src_qz + zw_at, mask=n_mask, other=0), mask=n_mask)
+        if BITS == 3:  # the straddled fields' second words
+            over = n_mask & ((3 * offs_n) % 32 > 29)
+            tl.store(dst_qz + zw_at + stride_zn, tl.load(src_qz + zw_at + stride_zn, mask=over, other=0), mask=over)
 
 
 @triton.jit
@@ -598,7 +609,6 @@ def _moe_kernel(
     qw_base = qw_ptr + slot * stride_qs
     sc_base = sc_ptr + slot * stride_ss
     qz_base = qz_ptr + slot * stride_zs
-    PER: tl.constexpr = 32 // BITS
     if HOST:
         if slot >= N_SLOTS:  # not resident: the expert's host slab, mapped into the device's address space
             qw_base = hqw_ptr + (slot - N_SLOTS) * stride_hqs
@@ -612,8 +622,8 @@ def _moe_kernel(
         gqw, gsc, gqz = qw_ptr + slot_to * stride_qs, sc_ptr + slot_to * stride_ss, qz_ptr + slot_to * stride_zs
         for half in tl.static_range(2):  # gate, then up (UP_OFFSET columns on)
             _copy_columns(qw_base + half * UP_OFFSET * stride_qn, sc_base + half * UP_OFFSET * stride_sn,
-                          qz_base + (half * UP_OFFSET // PER) * stride_zn, gqw + half * UP_OFFSET * stride_qn,
-                          gsc + half * UP_OFFSET * stride_sn, gqz + (half * UP_OFFSET // PER) * stride_zn,
+                          qz_base + (half * UP_OFFSET * BITS // 32) * stride_zn, gqw + half * UP_OFFSET * stride_qn,
+                          gsc + half * UP_OFFSET * stride_sn, gqz + (half * UP_OFFSET * BITS // 32) * stride_zn,
                           pid_n * BLOCK_N, N, rows, stride_qk, stride_qn, stride_sg, stride_sn, stride_zg,
                           stride_zn, GROUP, BITS, BLOCK_K, BLOCK_N)
         tl.debug_barrier()  # the program's own stores, before its threads read them back
@@ -1185,8 +1195,6 @@ def moe_w4a16_triton(
     if (inter * gate_up.bits) % 32:
         raise ValueError(f"I={inter} must fill whole int32 words of {gate_up.bits}-bit zeros (gate/up halves split "
                          "packed zeros)")
-    if install is not None and 32 % gate_up.bits:
-        raise ValueError("read-through installs copy 4- and 8-bit slabs only")
     num_slots = min(gate_up.num_slots, down.num_slots)
     if host is not None:
         check_host_stacks((gate_up, down), host)
