@@ -108,8 +108,10 @@ class SlabLayout:
         if not self.planes:
             raise ValueError("this slab layout is GPTQ's: nothing to rewrite")
         v = self.views(buf)
-        for part in ("gu_qweight", "d_qweight"):  # pieces of 2M codes: ≈ 20 MiB of temporaries beside the cache
-            planes3_rows(v[part], out=v[part], chunk_elems=1 << 21)
+        # pieces of 8M codes (4 gate/up matrices at the real shapes): ≈ 80 MiB of temporaries, inside the plan's
+        # workspace, which nothing uses yet at load; fewer pieces, fewer launches (≈ 15 a piece)
+        for part in ("gu_qweight", "d_qweight"):
+            planes3_rows(v[part], out=v[part], chunk_elems=1 << 23)
 
     def fill(self, views: dict[str, Tensor], slot: int, gate: dict[str, Tensor], up: dict[str, Tensor],
              down: dict[str, Tensor]) -> None:
