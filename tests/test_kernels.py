@@ -453,6 +453,23 @@ def test_planes3_layout_is_a_rearrangement_of_gptq_3bit() -> None:
 
 
 @needs_triton
+def test_planes3_rewrite_kernel_matches_the_reference(force_triton) -> None:
+    """The load's rewrite into the planes layout in one launch (`planes3_rows_triton`) gives the reference's words
+    (`planes3_rows`), in place on strided slots of a buffer (columns not a multiple of its tile), the bytes
+    around them untouched."""
+    from clover_local.runtime.kernels.reference import planes3_rows
+    from clover_local.runtime.kernels.w4a16 import planes3_rows_triton
+
+    gen = torch.Generator().manual_seed(8)
+    buf = torch.randint(-2**31, 2**31 - 1, (3, 24 * 100 + 7), dtype=torch.int32, generator=gen).to(DEVICE)
+    slots = buf[:, 3 : 3 + 24 * 100].view(3, 24, 100)  # K = 256: two tiles; 100 columns
+    want, before = planes3_rows(slots.clone()), buf.clone()
+    planes3_rows_triton(slots)
+    assert torch.equal(slots, want) and not torch.equal(slots, before[:, 3 : 3 + 24 * 100].view(3, 24, 100))
+    assert torch.equal(buf[:, :3], before[:, :3]) and torch.equal(buf[:, 3 + 24 * 100 :], before[:, 3 + 24 * 100 :])
+
+
+@needs_triton
 @pytest.mark.parametrize("swap,dtype", [(True, torch.bfloat16), (False, torch.bfloat16), (True, torch.float16)])
 def test_planes3_moe_matches_reference(force_triton, swap: bool, dtype) -> None:
     """The MoE on 3-bit experts in the planes layout (`_planes3_dot`: field-wise, zero folded, a field-major) against

@@ -101,17 +101,15 @@ class SlabLayout:
 
     def to_planes(self, buf: Tensor) -> None:
         """Rewrite the GPTQ-layout qweights of the slabs of `buf` (uint8 [S, nbytes], where they lie: the device
-        cache at load) into the planes layout, in place. Why on the device: ≈ 60 ms an expert at the real shapes on
-        a 2-core CPU (10,240 experts at 35B: ≈ 10 minutes)."""
-        from clover_local.runtime.kernels.reference import planes3_rows
+        cache at load) into the planes layout, in place (one launch a part on a GPU). Why on the device: ≈ 60 ms
+        an expert at the real shapes on a 2-core CPU (10,240 experts at 35B: ≈ 10 minutes)."""
+        from clover_local.runtime.kernels import planes3_in_place
 
         if not self.planes:
             raise ValueError("this slab layout is GPTQ's: nothing to rewrite")
         v = self.views(buf)
-        # pieces of 8M codes (4 gate/up matrices at the real shapes): ≈ 80 MiB of temporaries, inside the plan's
-        # workspace, which nothing uses yet at load; fewer pieces, fewer launches (≈ 15 a piece)
         for part in ("gu_qweight", "d_qweight"):
-            planes3_rows(v[part], out=v[part], chunk_elems=1 << 23)
+            planes3_in_place(v[part])
 
     def fill(self, views: dict[str, Tensor], slot: int, gate: dict[str, Tensor], up: dict[str, Tensor],
              down: dict[str, Tensor]) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "linear_w4a16_ref",
     "moe_w4a16",
     "moe_w4a16_ref",
+    "planes3_in_place",
     "preview_attention_kernel",
     "triton_available",
 ]
@@ -152,6 +153,19 @@ def moe_w4a16(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack
 
         return moe_w4a16_triton(x, slot_ids, weights, gate_up, down, host=host, install=install)
     return moe_w4a16_ref(x, slot_ids, weights, gate_up, down, host, install)
+
+
+def planes3_in_place(qweight: Tensor) -> None:
+    """A 3-bit qweight [S, K·3/32, N] rewritten in place into the planes layout: one Triton launch where the
+    kernels run (the load's device cache), else `reference.planes3_rows` in pieces."""
+    if _triton_on(qweight.device):
+        from .w4a16 import planes3_rows_triton
+
+        planes3_rows_triton(qweight)
+    else:
+        from .reference import planes3_rows
+
+        planes3_rows(qweight, out=qweight, chunk_elems=1 << 21)
 
 
 def _fused_on(device: torch.device) -> bool:

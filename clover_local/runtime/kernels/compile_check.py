@@ -85,7 +85,8 @@ def capture_launches() -> list[Launch]:
     label = {"case": ""}
     case = lambda: label["case"]  # noqa: E731
     kernels = {
-        w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel", "_sum_parts_kernel"],
+        w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel", "_sum_parts_kernel",
+                "_planes3_kernel"],
         gdn_preview: ["_gdn_preview_kernel"],
         gdn_causal: ["_gdn_causal_kernel"],
         gdn_chunked: ["_gdn_chunk_prep_kernel", "_gdn_chunk_scan_kernel"],
@@ -153,6 +154,8 @@ def capture_launches() -> list[Launch]:
             label["case"] = (f"MoE 3-bit planes H{h} I{inter}"
                              f"{'' if cfg_m.swap == base_moe.swap else ' swapped' if cfg_m.swap else ' unswapped'}")
             w4a16.moe_w4a16_triton(x, ids, wts, gu3p, dn3p, config=cfg_m)
+        label["case"] = f"3-bit gate/up {h}->{2 * inter}, 64 slots (the load's rewrite)"
+        w4a16.planes3_rows_triton(gu3.qweight)
         label["case"] = f"MoE 3-bit planes H{h} I{inter} host reads"  # offloaded: host slabs in the layout too
         w4a16.moe_w4a16_triton(x, ids, wts, gu3p, dn3p, config=base_moe, host=(gu3p, dn3p))
         label["case"] = f"MoE 3-bit planes H{h} I{inter} host reads, read-through"

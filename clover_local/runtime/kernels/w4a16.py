@@ -1146,6 +1146,50 @@ def _launch_moe(a, out, stack: PackedStack, rw, align, t, n, up_offset, a_row_di
 
 
 @triton.jit
+def _planes3_kernel(qw_ptr, N, stride_s, stride_k, stride_n, BLOCK_N: tl.constexpr):
+    """One slot's 128-input tile (program axis 1) of 3-bit qweight, BLOCK_N columns, rewritten in place from GPTQ's
+    runs into the planes layout (`reference.planes3_codes`: the spec, tested against this). Every program reads
+    its 12 words a column before it writes them, and no other program touches them."""
+    base = qw_ptr + tl.program_id(0).to(tl.int64) * stride_s + (tl.program_id(1) * 12).to(tl.int64) * stride_k
+    offs_n = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = offs_n < N
+    c = tl.arange(0, 4)  # the tile's 4 runs of 32 rows, 3 words each
+    ptrs = base + (3 * c)[:, None] * stride_k + offs_n[None, :] * stride_n
+    w0 = tl.load(ptrs, mask=ok[None, :], other=0)[:, None, :]
+    w1 = tl.load(ptrs + stride_k, mask=ok[None, :], other=0)[:, None, :]
+    w2 = tl.load(ptrs + 2 * stride_k, mask=ok[None, :], other=0)[:, None, :]
+    r = tl.arange(0, 32)
+    word = ((3 * r) // 32)[None, :, None]
+    sh = ((3 * r) % 32)[None, :, None]
+    codes = _straddled3(tl.where(word == 0, w0, tl.where(word == 1, w1, w2)), tl.where(word == 0, w1, w2), sh)
+    codes = tl.reshape(codes, (8, 2, 8, BLOCK_N))  # row 16p + 8·half + f: [p, half, f, N]
+    half = tl.arange(0, 2)[None, :, None, None]
+    f = tl.arange(0, 8)[None, None, :, None]
+    low = tl.sum(tl.sum((codes & 3) << (2 * f + 16 * half), axis=2), axis=1)  # disjoint bits: sums are ors
+    high = tl.reshape((codes >> 2) & 1, (2, 4, 2, 8, BLOCK_N))  # p = 4q + w: [q, w, half, f, N]
+    q = tl.arange(0, 2)[:, None, None, None, None]
+    high = high << (f[None] + 8 * q + 16 * half[None])
+    high = tl.sum(tl.sum(tl.sum(high, axis=3), axis=2), axis=0)  # [w, N]
+    p = tl.arange(0, 8)
+    tl.store(base + p[:, None] * stride_k + offs_n[None, :] * stride_n, low, mask=ok[None, :])
+    tl.store(base + (8 + c)[:, None] * stride_k + offs_n[None, :] * stride_n, high, mask=ok[None, :])
+
+
+def planes3_rows_triton(qweight: Tensor) -> Tensor:
+    """`reference.planes3_rows(qweight, out=qweight)` in one launch: a 3-bit qweight [S, K·3/32, N] (any strides,
+    e.g. a layer's slots of the expert cache) rewritten in place, without temporaries. Why: the torch form needs
+    ≈ 32 bytes of temporaries a code of a piece and ≈ 15 launches a piece (≈ 15,000 pieces of 2M codes at 35B)."""
+    if qweight.dim() != 3 or qweight.dtype != torch.int32 or qweight.shape[1] % 12:
+        raise ValueError(f"planes3_rows_triton: int32 [S, K·3/32, N] with K a multiple of {PLANES_TILE}, got "
+                         f"{qweight.dtype} {tuple(qweight.shape)}")
+    s, rows, n = qweight.shape
+    if s and n:
+        block = min(64, triton.next_power_of_2(n))
+        _planes3_kernel[(s, rows // 12, triton.cdiv(n, block))](qweight, n, *qweight.stride(), BLOCK_N=block)
+    return qweight
+
+
+@triton.jit
 def _sum_parts_kernel(y_ptr, out_ptr, N, stride_j, stride_m, PARTS: tl.constexpr, BLOCK: tl.constexpr):
     """out[m, c] = Σ_j y[j·stride_j + m·stride_m + c] over the PARTS fp32 partials (split-K slices, a token's topk
     rows), in a fixed order, rounded once into out's dtype: one launch instead of a sum and a cast."""
