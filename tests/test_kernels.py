@@ -180,6 +180,15 @@ def _dev(*tensors):
     return tuple(t.to(DEVICE) for t in tensors)
 
 
+def _two_runs(gen: torch.Generator, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x, slot ids and weights of 24 rows on the device, slot 3 in 18 of them: one slot with two BLOCK_M runs."""
+    x = _x(24, H, dtype, gen)
+    slot_ids, weights = _route(24, gen)
+    slot_ids[:18, 0] = 3
+    slot_ids[:18, 1] = torch.where(slot_ids[:18, 1] == 3, 0, slot_ids[:18, 1])
+    return _dev(x, slot_ids, weights.to(dtype))
+
+
 @needs_triton
 @pytest.mark.parametrize(
     "m,bits,group,dtype",
@@ -484,12 +493,7 @@ def test_planes3_moe_matches_reference(force_triton, swap: bool, dtype) -> None:
     from clover_local.runtime.kernels.w4a16 import MoeConfig, moe_w4a16_triton
 
     gen, _, gate_up, down = _moe_case(3, (128, 128), seed=90 + swap, device=DEVICE, inter=128)
-    m = 24
-    x = _x(m, H, dtype, gen)
-    slot_ids, weights = _route(m, gen)
-    slot_ids[:18, 0] = 3  # one slot with two BLOCK_M runs
-    slot_ids[:18, 1] = torch.where(slot_ids[:18, 1] == 3, 0, slot_ids[:18, 1])
-    x, slot_ids, weights = _dev(x, slot_ids, weights.to(dtype))
+    x, slot_ids, weights = _two_runs(gen, dtype)
     want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
     planar = [replace(st, qweight=planes3_rows(st.qweight), planes=True) for st in (gate_up, down)]
     assert torch.equal(moe_w4a16_ref(x, slot_ids, weights, *planar), want)  # the reference reads either layout
@@ -656,12 +660,7 @@ def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int,
 
     bk = 16 * (32 // bits)
     gen, _, gate_up, down = _moe_case(bits, (bk, bk), seed=70 + bits, device=DEVICE, inter=bk)
-    m = 24
-    x = _x(m, H, dtype, gen)
-    slot_ids, weights = _route(m, gen)
-    slot_ids[:18, 0] = 3  # one slot with two BLOCK_M runs
-    slot_ids[:18, 1] = torch.where(slot_ids[:18, 1] == 3, 0, slot_ids[:18, 1])
-    x, slot_ids, weights = _dev(x, slot_ids, weights.to(dtype))
+    x, slot_ids, weights = _two_runs(gen, dtype)
     want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
     configs = {"folded": MoeConfig(16, 32, bk), "unswapped": MoeConfig(16, 32, bk, swap=False),
                "plain": MoeConfig(16, 32, bk, folded=False)}

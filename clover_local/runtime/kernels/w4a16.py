@@ -268,28 +268,39 @@ def _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, of
         a_hi = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM, SWAP)
         w_lo = _row_pair_fields(lo_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, SWAP)
         w_hi = _row_pair_fields(hi_words, j, BITS, pm, PAIR_MAGIC, dt, R, BLOCK_N, SWAP)
-        if SWAP:
-            acc += _dot(w_lo, a_lo, DOT_F32, PREC)
-            acc += _dot(w_hi, a_hi, DOT_F32, PREC)
-        else:
-            acc += _dot(a_lo, w_lo, DOT_F32, PREC)
-            acc += _dot(a_hi, w_hi, DOT_F32, PREC)
+        acc = _dot_into(acc, w_lo, a_lo, DOT_F32, PREC, SWAP)
+        acc = _dot_into(acc, w_hi, a_hi, DOT_F32, PREC, SWAP)
         if A_SUM == 0:
             a_sum += a_lo.to(tl.float32) + a_hi.to(tl.float32)
+    return _folded_out(acc, a_sum, zw, scale, row_mask, asum_rows_ptr, k0 // (R * PER), A_SUM, SWAP)
+
+
+@triton.jit
+def _dot_into(acc, w, a, DOT_F32: tl.constexpr, PREC: tl.constexpr, SWAP: tl.constexpr):
+    """acc + a · w, or with SWAP (acc transposed) acc + w · a: the folded dots either way round."""
+    if SWAP:
+        out = acc + _dot(w, a, DOT_F32, PREC)
+    else:
+        out = acc + _dot(a, w, DOT_F32, PREC)
+    return out
+
+
+@triton.jit
+def _folded_out(acc, a_sum, zw, scale, row_mask, asum_rows_ptr, tile, A_SUM: tl.constexpr, SWAP: tl.constexpr):
+    """A folded K tile's partial: acc minus zw (what every weight carries: the magic's value and the zero, per
+    column) times a's row sums (precomputed, A_SUM partials of K tile `tile`, or summed here in a_sum), scaled."""
     if A_SUM != 0:
-        part = (k0 // (R * PER)) * A_SUM + tl.arange(0, A_SUM)
+        part = tile * A_SUM + tl.arange(0, A_SUM)
         row_sum = tl.sum(tl.load(asum_rows_ptr[:, None] + part[None, :], mask=row_mask[:, None], other=0.0), axis=1)
     elif SWAP:
         row_sum = tl.sum(a_sum, axis=0)
     else:
         row_sum = tl.sum(a_sum, axis=1)
     if SWAP:
-        acc -= zw.to(tl.float32)[:, None] * row_sum[None, :]
-        acc = acc * scale[:, None]
+        out = (acc - zw.to(tl.float32)[:, None] * row_sum[None, :]) * scale[:, None]
     else:
-        acc -= row_sum[:, None] * zw.to(tl.float32)[None, :]
-        acc = acc * scale[None, :]
-    return acc
+        out = (acc - row_sum[:, None] * zw.to(tl.float32)[None, :]) * scale[None, :]
+    return out
 
 
 @triton.jit
@@ -348,26 +359,11 @@ def _planes3_dot(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0,
         a = _field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, 8, f, True, SWAP)
         lo = _joined_pairs(((w_lo >> (2 * f)) & 0x00030003) | mg_lo, dt, 16, BLOCK_N, SWAP)
         hi = _joined_pairs(((w_hi >> f) & 0x00010001) | mg_hi, dt, 16, BLOCK_N, SWAP)
-        if SWAP:
-            acc += _dot(lo, a, DOT_F32, PREC)
-            acc += _dot(hi, a, DOT_F32, PREC)
-        else:
-            acc += _dot(a, lo, DOT_F32, PREC)
-            acc += _dot(a, hi, DOT_F32, PREC)
+        acc = _dot_into(acc, lo, a, DOT_F32, PREC, SWAP)
+        acc = _dot_into(acc, hi, a, DOT_F32, PREC, SWAP)
         if A_SUM == 0:
             a_sum += a.to(tl.float32)
-    if A_SUM != 0:
-        part = (k0 // 128) * A_SUM + tl.arange(0, A_SUM)
-        row_sum = tl.sum(tl.load(asum_rows_ptr[:, None] + part[None, :], mask=row_mask[:, None], other=0.0), axis=1)
-    elif SWAP:
-        row_sum = tl.sum(a_sum, axis=0)
-    else:
-        row_sum = tl.sum(a_sum, axis=1)
-    if SWAP:
-        acc = (acc - zw[:, None] * row_sum[None, :]) * scale[:, None]
-    else:
-        acc = (acc - row_sum[:, None] * zw[None, :]) * scale[None, :]
-    return acc
+    return _folded_out(acc, a_sum, zw, scale, row_mask, asum_rows_ptr, k0 // 128, A_SUM, SWAP)
 
 
 @triton.jit
