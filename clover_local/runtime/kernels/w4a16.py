@@ -399,59 +399,45 @@ def _fields_dot(
         out = _planes3_dot(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
                            stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BLOCK_M,
                            BLOCK_N, DOT_F32, PREC, MAGIC, asum_rows_ptr, A_SUM, MASK_REG, SWAP)
-    else:
-        out = _fields_dot_packed(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-                                 stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS,
-                                 BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32, PREC, MAGIC, FOLD, A_FM, asum_rows_ptr, A_SUM,
-                                 MASK_REG, SWAP)
-    return out
-
-
-@triton.jit
-def _fields_dot_packed(
-    a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-    stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
-    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, PREC: tl.constexpr, MAGIC: tl.constexpr, FOLD: tl.constexpr, A_FM: tl.constexpr,
-    asum_rows_ptr, A_SUM: tl.constexpr, MASK_REG: tl.constexpr, SWAP: tl.constexpr,
-):
-    """`_fields_dot` for 4- and 8-bit codes (GPTQ's whole fields per word)."""
-    PER: tl.constexpr = 32 // BITS
-    MASK: tl.constexpr = (1 << BITS) - 1
-    packed, zero, scale = _packed_tile(
-        qw_base, sc_base, qz_base, k0, offs_n, n_mask,
-        stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
-    )
-    words = packed.to(tl.uint32, bitcast=True)
-    offs_i = tl.arange(0, BLOCK_K // PER)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if MAGIC != 0:
-        dt = a_rows_ptr.dtype.element_ty
-        zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)  # MAGIC's value + zero, per column
-        if FOLD:
-            out = _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER, BITS,
-                                     BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM, MASK_REG,
-                                     SWAP)
+    else:  # GPTQ's whole fields per word (4 and 8 bits)
+        PER: tl.constexpr = 32 // BITS
+        MASK: tl.constexpr = (1 << BITS) - 1
+        packed, zero, scale = _packed_tile(
+            qw_base, sc_base, qz_base, k0, offs_n, n_mask,
+            stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn, GROUP, BITS, BLOCK_K,
+        )
+        words = packed.to(tl.uint32, bitcast=True)
+        offs_i = tl.arange(0, BLOCK_K // PER)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if MAGIC != 0:
+            dt = a_rows_ptr.dtype.element_ty
+            # MAGIC's value + zero, per column
+            zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(dt, bitcast=True)
+            if FOLD:
+                out = _folded_fields_dot(a_rows_ptr, row_mask, stride_ak, words, zw, scale, k0, offs_i, PER,
+                                         BITS, BLOCK_M, BLOCK_N, DOT_F32, PREC, MAGIC, A_FM, asum_rows_ptr, A_SUM,
+                                         MASK_REG, SWAP)
+            else:
+                HALF: tl.constexpr = PER // 2  # field j + HALF sits 16 bits above field j
+                PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
+                PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
+                pm = _in_register(PAIR_MASK, k0, MASK_REG)
+                for j in tl.static_range(HALF):
+                    pair = ((words >> (j * BITS)) & pm) | PAIR_MAGIC
+                    lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw[None, :], DOT_F32)
+                    hi = _minus((pair >> 16).to(tl.uint16).to(dt, bitcast=True), zw[None, :], DOT_F32)
+                    acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), lo,
+                                DOT_F32, PREC)
+                    acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM),
+                                hi, DOT_F32, PREC)
+                out = acc * scale[None, :]
         else:
-            HALF: tl.constexpr = PER // 2  # field j + HALF sits 16 bits above field j
-            PAIR_MASK: tl.constexpr = MASK | (MASK << 16)
-            PAIR_MAGIC: tl.constexpr = MAGIC | (MAGIC << 16)
-            pm = _in_register(PAIR_MASK, k0, MASK_REG)
-            for j in tl.static_range(HALF):
-                pair = ((words >> (j * BITS)) & pm) | PAIR_MAGIC
-                lo = _minus(pair.to(tl.uint16).to(dt, bitcast=True), zw[None, :], DOT_F32)
-                hi = _minus((pair >> 16).to(tl.uint16).to(dt, bitcast=True), zw[None, :], DOT_F32)
-                acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), lo, DOT_F32,
+            zf = (zero.to(tl.float32) + 8388608.0)[None, :]  # 2^23 + zero
+            for j in tl.static_range(PER):
+                w = (((words >> (j * BITS)) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+                acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), w, DOT_F32,
                             PREC)
-                acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j + HALF, A_FM), hi,
-                            DOT_F32, PREC)
             out = acc * scale[None, :]
-    else:
-        zf = (zero.to(tl.float32) + 8388608.0)[None, :]  # 2^23 + zero
-        for j in tl.static_range(PER):
-            w = (((words >> (j * BITS)) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - zf
-            acc += _dot(_field_cols(a_rows_ptr, row_mask, stride_ak, k0, offs_i, PER, j, A_FM), w, DOT_F32, PREC)
-        out = acc * scale[None, :]
     return out
 
 
