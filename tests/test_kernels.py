@@ -684,6 +684,29 @@ def test_folded_moe_form_matches_reference(force_triton, monkeypatch, bits: int,
 
 
 @needs_triton
+def test_moe_swap_default_by_arch_and_triton(monkeypatch) -> None:
+    """`MoeConfig.swap`'s default (`w4a16._default_swap`): the transposed dots except on Hopper (sm_90) with triton
+    ≥ 3.7 (warpgroup MMAs, each waited for and fenced); CLOVER_W4A16_SWAP overrides it anywhere."""
+    from clover_local.runtime.kernels import w4a16
+
+    monkeypatch.delenv("CLOVER_W4A16_SWAP", raising=False)
+    cuda = torch.device("cuda", 0)
+    arch = {"major": 9}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (arch["major"], 0))
+    for major, version, want in ((9, "3.6.0", True), (9, "3.8.0", False), (9, "3.9.1", False), (12, "3.9.0", True),
+                                 (8, "3.8.0", True)):
+        arch["major"] = major
+        monkeypatch.setattr(w4a16.triton, "__version__", version)
+        assert w4a16._default_swap(cuda) is want and w4a16.moe_config(32, 8, 8192, cuda).swap is want, (major, version)
+    assert w4a16._default_swap(None) and w4a16._default_swap(torch.device("cpu"))  # (arch 8 last: on)
+    arch["major"] = 9
+    monkeypatch.setenv("CLOVER_W4A16_SWAP", "1")
+    assert w4a16._default_swap(cuda)
+    monkeypatch.setenv("CLOVER_W4A16_SWAP", "0")
+    assert not w4a16._default_swap(torch.device("cpu")) and not w4a16.moe_config(32, 8, 8192).swap
+
+
+@needs_triton
 def test_kernel_forms_report_what_a_run_uses(force_triton, monkeypatch) -> None:
     """bench's `kernel_forms`: the triton version and the W4A16 forms the environment switches select, so a GPU
     report says what it timed; None where the Triton kernels do not run."""

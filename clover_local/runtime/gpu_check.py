@@ -143,7 +143,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     from clover_local.runtime.kernels.reference import field_major_rows
     from clover_local.runtime.kernels.w4a16 import linear_config, linear_w4a16_triton, moe_config, moe_w4a16_triton
 
-    base = moe_config(32, 8, n_slots)
+    base = moe_config(32, 8, n_slots, dev)
     other = "unswapped" if base.swap else "swapped"  # the MoE's folded dots the other way round
     # the field-wise form before the zero was folded into a's row sums (MoeConfig.folded), a register cap that
     # fits a 4th program an SM (MoeConfig.maxnreg), and the folded dots the other way round (MoeConfig.swap)

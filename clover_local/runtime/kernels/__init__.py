@@ -103,7 +103,7 @@ def kernel_forms(device: torch.device) -> dict | None:
 
     from .w4a16 import moe_config
 
-    moe = moe_config(32, 8, 8192)
+    moe = moe_config(32, 8, 8192, device)
     return {"triton": triton.__version__, "fields": moe.fields, "moe_folded": moe.folded, "moe_swap": moe.swap,
             "dense_repacked": dense_k_tile(2048, 128, 8, device) > 0,  # a GDN input projection's rows
             # 3-bit experts at the real shapes, group 128

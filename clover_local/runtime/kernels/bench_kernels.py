@@ -273,7 +273,7 @@ def bench_moe(
     distinct = int(torch.unique(slot_ids).numel())
     nbytes = distinct * expert_bytes + _nbytes(x) * 2 + m * topk * inter * x.element_size() * 2
     want = moe_w4a16_ref(x, slot_ids, weights, gate_up, down)
-    default = moe_config(m, topk, num_slots)
+    default = moe_config(m, topk, num_slots, x.device)
     configs = [default]
     if sweep != "none":
         for bm in (16, 32):

@@ -724,7 +724,8 @@ class MoeConfig:
     # times it beside the default.
     maxnreg: int | None = None
     mask_reg: bool = True  # as LinearConfig.mask_reg
-    # the folded dots transposed: weights as the MMA's first operand, out^T accumulated (`_folded_fields_dot`, SWAP).
+    # the folded dots transposed: weights as the MMA's first operand, out^T accumulated (`_folded_fields_dot`, SWAP);
+    # `moe_config`'s default by arch and triton version (`_default_swap`: off on sm_90 with triton ≥ 3.7).
     # Why: compile_check --sass, instructions per weight, gate/up · down, this form vs the one before: triton 3.6
     # (the H200 machine's) sm_90 4.14 → 3.41 · 4.95 → 4.62 (100 register moves a gate/up K step gone; wgmma), sm_120
     # 4.04 → 3.12 · 5.88 → 4.72; triton 3.8 sm_120 3.31 → 3.09 · 4.47 → 4.23, sm_89 3.2 → 3.0 · 4.28 → 3.83, but
@@ -1039,14 +1040,30 @@ def moe_align_torch(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Ten
     return sorted_ids, block_slot, pad_end[-1:].to(torch.int32)
 
 
-def moe_config(m: int, topk: int, num_slots: int) -> MoeConfig:
+def _default_swap(device: torch.device | None) -> bool:
+    """`MoeConfig.swap` unless CLOVER_W4A16_SWAP says: on, but off on Hopper (sm_90) with triton ≥ 3.7. Why
+    (compile_check --sass, the routed experts' K loop): there the transposed dots become warpgroup MMAs, each waited
+    for (3.6, 3.8) and under 3.9 fenced too (a MEMBAR and a FENCE per MMA: 16 a gate/up step), and the other way
+    round takes fewer instructions (gate/up · down per weight: 3.8 3.24 · 4.14 vs 3.43 · 4.73, 3.9 3.18 · 4.14 vs
+    3.7 · 4.92); under 3.6 (the H200 machine's) the other way round needed 100 register moves a step (4.14 vs 3.41),
+    and on RTX 40 / 50 (mma.sync either way) the transposed form is the smaller everywhere. A proxy: the GPU's
+    times (`gpu_check` kernels stage, `tune`) overrule it."""
+    env = os.environ.get("CLOVER_W4A16_SWAP")
+    if env is not None:
+        return env != "0"
+    if device is None or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
+        return True
+    return tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7)
+
+
+def moe_config(m: int, topk: int, num_slots: int, device: torch.device | None = None) -> MoeConfig:
     """The heuristic: BLOCK_M from the mean pairs per slot in use (16 for decode/preview: most slots see 1–4
-    pairs), the same tiles for both passes."""
+    pairs), the same tiles for both passes; the dots' orientation for `device`'s arch (`_default_swap`; None: the
+    transposed default)."""
     t = m * topk
     per_slot = t / max(1, min(num_slots, t))
     return MoeConfig(block_m=16 if per_slot <= 16 else 32 if per_slot <= 32 else 64, fields=_default_fields(),
-                     folded=os.environ.get("CLOVER_W4A16_FOLD", "1") != "0",
-                     swap=os.environ.get("CLOVER_W4A16_SWAP", "1") != "0")
+                     folded=os.environ.get("CLOVER_W4A16_FOLD", "1") != "0", swap=_default_swap(device))
 
 
 def _moe_signatures(m: int, topk: int, gate_up: PackedStack, down: PackedStack) -> tuple[tuning.Signature, ...]:
@@ -1059,7 +1076,7 @@ def moe_configs(m: int, topk: int, num_slots: int, gate_up: PackedStack, down: P
                 use_table: bool = True) -> tuple[MoeConfig, MoeConfig]:
     """(gate/up, down) configs: the heuristic, with each pass's tuned entry (`tuning`) where this GPU has one.
     BLOCK_M stays the heuristic's: the two passes share one align."""
-    cfg = moe_config(m, topk, num_slots)
+    cfg = moe_config(m, topk, num_slots, device)
     if not use_table:
         return cfg, cfg
     up_sig, down_sig = _moe_signatures(m, topk, gate_up, down)
@@ -1228,7 +1245,7 @@ def moe_w4a16_triton(
     topk = slot_ids.shape[1]
     t = m * topk
     if config is None and (rec := tuning.recording()) is not None:
-        base = moe_config(m, topk, num_slots)
+        base = moe_config(m, topk, num_slots, x.device)
 
         def rerun(up: bool):  # one pass's config varied, the other at the heuristic's; on copies of the inputs
             xs, ids, ws = x.clone(), slot_ids.clone(), weights.clone()
