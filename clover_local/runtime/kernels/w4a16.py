@@ -31,6 +31,7 @@ fp32 there) and its fp32 → bf16 casts truncate where a GPU rounds to nearest (
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 
 import torch
@@ -1053,7 +1054,8 @@ def _default_swap(device: torch.device | None) -> bool:
         return env != "0"
     if device is None or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
         return True
-    return tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7)
+    version = re.match(r"(\d+)\.(\d+)", triton.__version__)
+    return version is None or (int(version[1]), int(version[2])) < (3, 7)
 
 
 def moe_config(m: int, topk: int, num_slots: int, device: torch.device | None = None) -> MoeConfig:
