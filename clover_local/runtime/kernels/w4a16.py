@@ -101,6 +101,33 @@ def _straddled3(lo, hi, sh):
 
 
 @triton.jit
+def _runs3(ptrs, stride_qk, mask, RUNS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """3-bit codes int32 [RUNS·32, BLOCK_N] of GPTQ runs whose first words ptrs [RUNS, BLOCK_N] point at: input
+    row r of a run sits at bit 3r of its three words (low word first)."""
+    w0 = tl.load(ptrs, mask=mask, other=0)[:, None, :]  # [RUNS, 1, BLOCK_N]
+    w1 = tl.load(ptrs + stride_qk, mask=mask, other=0)[:, None, :]
+    w2 = tl.load(ptrs + 2 * stride_qk, mask=mask, other=0)[:, None, :]
+    r = tl.arange(0, 32)
+    word = ((3 * r) // 32)[None, :, None]
+    sh = ((3 * r) % 32)[None, :, None]
+    codes = _straddled3(tl.where(word == 0, w0, tl.where(word == 1, w1, w2)), tl.where(word == 0, w1, w2), sh)
+    return tl.reshape(codes, (RUNS * 32, BLOCK_N))
+
+
+@triton.jit
+def _group_row3(sc_base, qz_base, g, offs_n, n_mask, stride_sg, stride_sn, stride_zg, stride_zn):
+    """Group g's scale row (fp32) and zero row (qzeros + 1, int32) of 3-bit weights: column n's zero at bit 3n of
+    the group's row of qzeros (GPTQ's runs)."""
+    scale = tl.load(sc_base + g * stride_sg + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)
+    zcol = (3 * offs_n) // 32
+    zsh = (3 * offs_n) % 32
+    zrow = qz_base + g * stride_zg
+    zlo = tl.load(zrow + zcol * stride_zn, mask=n_mask, other=0)
+    zhi = tl.load(zrow + (zcol + 1) * stride_zn, mask=n_mask & (zsh > 29), other=0)
+    return scale, _straddled3(zlo, zhi, zsh) + 1
+
+
+@triton.jit
 def _weight_tile3(
     qw_base, sc_base, qz_base, k0, offs_n, n_mask,
     stride_qk, stride_qn, stride_sg, stride_sn, stride_zg, stride_zn,
@@ -115,23 +142,9 @@ def _weight_tile3(
     RUNS: tl.constexpr = BLOCK_K // 32
     offs_c = k0 // 32 + tl.arange(0, RUNS)
     ptrs = qw_base + (3 * offs_c)[:, None] * stride_qk + offs_n[None, :] * stride_qn
-    w0 = tl.load(ptrs, mask=n_mask[None, :], other=0)[:, None, :]  # [RUNS, 1, BLOCK_N]
-    w1 = tl.load(ptrs + stride_qk, mask=n_mask[None, :], other=0)[:, None, :]
-    w2 = tl.load(ptrs + 2 * stride_qk, mask=n_mask[None, :], other=0)[:, None, :]
-    r = tl.arange(0, 32)
-    word = ((3 * r) // 32)[None, :, None]
-    sh = ((3 * r) % 32)[None, :, None]
-    lo = tl.where(word == 0, w0, tl.where(word == 1, w1, w2))
-    hi = tl.where(word == 0, w1, w2)
-    codes = tl.reshape(_straddled3(lo, hi, sh), (BLOCK_K, BLOCK_N))
-    g = k0 // GROUP
-    scale = tl.load(sc_base + g * stride_sg + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)
-    zcol = (3 * offs_n) // 32  # column n's zero at bit 3n of the group's row of qzeros
-    zsh = (3 * offs_n) % 32
-    zrow = qz_base + g * stride_zg
-    zlo = tl.load(zrow + zcol * stride_zn, mask=n_mask, other=0)
-    zhi = tl.load(zrow + (zcol + 1) * stride_zn, mask=n_mask & (zsh > 29), other=0)
-    zero = _straddled3(zlo, zhi, zsh) + 1
+    codes = _runs3(ptrs, stride_qk, n_mask[None, :], RUNS, BLOCK_N)
+    scale, zero = _group_row3(sc_base, qz_base, k0 // GROUP, offs_n, n_mask, stride_sg, stride_sn, stride_zg,
+                              stride_zn)
     if MAGIC != 0:
         zw = (zero.to(tl.uint32) | MAGIC).to(tl.uint16).to(DT, bitcast=True)
         w = _minus((codes.to(tl.uint32) | MAGIC).to(tl.uint16).to(DT, bitcast=True), zw[None, :], DOT_F32)
@@ -334,14 +347,8 @@ def _planes3_dot(a_rows_ptr, row_mask, stride_ak, qw_base, sc_base, qz_base, k0,
     else:
         w_lo, w_hi = tl.split(tl.permute(tl.reshape(words, (8, 2, BLOCK_N)), (0, 2, 1)))
         w_hi = w_hi >> ((offs_p // 4) * 8).to(tl.uint32)[:, None]
-    g = k0 // GROUP
-    scale = tl.load(sc_base + g * stride_sg + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)
-    zcol = (3 * offs_n) // 32  # column n's zero at bit 3n of the group's row of qzeros (GPTQ's runs)
-    zsh = (3 * offs_n) % 32
-    zrow = qz_base + g * stride_zg
-    zlo = tl.load(zrow + zcol * stride_zn, mask=n_mask, other=0)
-    zhi = tl.load(zrow + (zcol + 1) * stride_zn, mask=n_mask & (zsh > 29), other=0)
-    zero = _straddled3(zlo, zhi, zsh) + 1
+    scale, zero = _group_row3(sc_base, qz_base, k0 // GROUP, offs_n, n_mask, stride_sg, stride_sn, stride_zg,
+                              stride_zn)
     dt = a_rows_ptr.dtype.element_ty
     mval = tl.full((1,), MAGIC, tl.uint16).to(dt, bitcast=True).to(tl.float32)  # M
     zw = zero.to(tl.float32) + 5 * mval  # what every weight carries: M + 4M, and the zero
@@ -517,16 +524,12 @@ def _copy_columns(src_qw, src_sc, src_qz, dst_qw, dst_sc, dst_qz, n0, N, K,
     tile's columns is written whole by both: the same value)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
-    ROWS: tl.constexpr = BLOCK_K * BITS // 32  # packed rows of a K tile
+    ROWS: tl.constexpr = BLOCK_K * BITS // 32  # packed rows of a K tile (3-bit: 12 a 128-input tile)
+    SPAN: tl.constexpr = BLOCK_K // 8 if BITS == 3 else ROWS  # a power of two ≥ ROWS
+    r = tl.arange(0, SPAN)
+    ok = (r < ROWS)[:, None] & n_mask[None, :]
     for k0 in range(0, K, BLOCK_K):
-        if BITS == 3:  # 12 rows a 128-input tile: a power of two above, masked
-            r = tl.arange(0, BLOCK_K // 8)
-            offs_kp = k0 * 3 // 32 + r
-            ok = (r < ROWS)[:, None] & n_mask[None, :]
-        else:
-            offs_kp = k0 * BITS // 32 + tl.arange(0, ROWS)
-            ok = n_mask[None, :]
-        at = offs_kp[:, None] * stride_qk + offs_n[None, :] * stride_qn
+        at = (k0 * BITS // 32 + r)[:, None] * stride_qk + offs_n[None, :] * stride_qn
         tl.store(dst_qw + at, tl.load(src_qw + at, mask=ok, other=0), mask=ok)
     for g in range(0, K // GROUP):
         sc_at = g * stride_sg + offs_n * stride_sn
@@ -1156,13 +1159,7 @@ def _planes3_kernel(qw_ptr, N, stride_s, stride_k, stride_n, BLOCK_N: tl.constex
     ok = offs_n < N
     c = tl.arange(0, 4)  # the tile's 4 runs of 32 rows, 3 words each
     ptrs = base + (3 * c)[:, None] * stride_k + offs_n[None, :] * stride_n
-    w0 = tl.load(ptrs, mask=ok[None, :], other=0)[:, None, :]
-    w1 = tl.load(ptrs + stride_k, mask=ok[None, :], other=0)[:, None, :]
-    w2 = tl.load(ptrs + 2 * stride_k, mask=ok[None, :], other=0)[:, None, :]
-    r = tl.arange(0, 32)
-    word = ((3 * r) // 32)[None, :, None]
-    sh = ((3 * r) % 32)[None, :, None]
-    codes = _straddled3(tl.where(word == 0, w0, tl.where(word == 1, w1, w2)), tl.where(word == 0, w1, w2), sh)
+    codes = _runs3(ptrs, stride_k, ok[None, :], 4, BLOCK_N)
     codes = tl.reshape(codes, (8, 2, 8, BLOCK_N))  # row 16p + 8·half + f: [p, half, f, N]
     half = tl.arange(0, 2)[None, :, None, None]
     f = tl.arange(0, 8)[None, None, :, None]
