@@ -4,6 +4,9 @@
 #   session.log                  machine, versions, every stage's output and exit code
 #   kernels/gpu_check.json       W4A16/W8A16 kernels at real shapes through the cache's own slabs
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
+#   finite/gpu_check.json        every module's output finite through a prompt, previews and a commit on the
+#                                synthetic full pack; where not, the first module per pass and which piece switched
+#                                off fixes it (fused hooks, W4A16 forms, optimistic passes / prefetch / host reads)
 #   model/gpu_check.json         offloaded vs all-resident logits, counters, peak memory, optimistic vs syncing
 #   decode/gpu_check.json        a real decode loop as chat runs it (worker thread, graphs, merged commits, host
 #                                reads, sampling): graphed vs eager tokens, the loop's ms per pass vs the records'
@@ -51,7 +54,7 @@
 # Before it, on the CPU machine: docs/gpu_versions_check.sh (the kernels compiled and tested with that machine's
 # torch / triton, which CI does not use).
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
-# (STAGES from: kernels model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
+# (STAGES from: kernels finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
 # default kernels,routings,full3,decode,model,longprompt,tune,tuned)
@@ -96,6 +99,8 @@ for s in ${STAGES//,/ }; do
   case $s in
     kernels) stage kernels 120 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
+    finite) stage finite 150 bash -c \
+      "python3 -m clover_local.runtime.gpu_check --out '$OUT/finite' --stages finite >>'$log' 2>&1" ;;
     model) stage model 180 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1" ;;
     decode) stage decode 150 bash -c \
@@ -138,7 +143,7 @@ for s in ${STAGES//,/ }; do
       2>>'$log'" ;;
     quantscale) stage quantscale 300 bash -c "python3 -m quantize.bench_scale --work /tmp/clover-scale --device cuda \
       --layers 1 --json >'$OUT/quant_scale_cuda.json' 2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident \
+    *) echo "== unknown stage $s (known: kernels finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident \
 unfused unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
   esac
 done

@@ -170,6 +170,22 @@ def decode_lines(d: dict) -> list[str]:
     return out
 
 
+def finite_lines(f: dict) -> list[str]:
+    """gpu_check's finite stage: per variant and pass, non-finite outputs and the first module that made one."""
+    out = [f"  ok {f.get('ok')}" + (f", finite variants {f['finite_variants']}" if "finite_variants" in f else "")]
+    if f.get("error"):
+        out.append("  FAILED: " + str(f["error"])[-600:])
+    for variant, passes in f.items():
+        if not isinstance(passes, dict):
+            continue
+        for name, r in passes.items():
+            if isinstance(r, dict):
+                out.append(f"  {variant} {name}: {r.get('non_finite')}/{r.get('outputs')} non-finite, first "
+                           f"{r.get('first_non_finite')}, layer max {r.get('layer_max')}"
+                           + (f", {r['error']}" if r.get("error") else ""))
+    return out
+
+
 def census_lines(c: dict) -> list[str]:
     """`compile_check --sass --json`: the triton that compiled, failures, and the routed experts' K-loop
     instructions per weight (registers) in each form, per arch."""
@@ -199,6 +215,8 @@ def summary(folder: Path) -> str:
             lines += [f"{rel} (kernels, {data.get('device')})", *kernels_lines(data["kernels"])]
         elif "model" in data and isinstance(data["model"], dict):
             lines += [f"{rel} (model, {data.get('device')})", *model_lines(data["model"])]
+        elif "finite" in data and isinstance(data["finite"], dict):
+            lines += [f"{rel} (finite, {data.get('device')})", *finite_lines(data["finite"])]
         elif "decode" in data and isinstance(data["decode"], dict):
             lines += [f"{rel} (decode, {data.get('device')})", *decode_lines(data["decode"])]
         elif "saved_us_per_pass" in data and isinstance(data.get("calls"), list):

@@ -963,6 +963,125 @@ def stage_routings(dev: torch.device, out_dir: Path, kind: str = "full", budget_
     return out
 
 
+# the hooks a runtime installs on the model's modules (`load._install_kernels`): None puts back the PyTorch path
+_FUSED_HOOKS = ("preview_kernel", "causal_kernel", "norm_rope_kernel", "kernel", "add_kernel", "route_kernel",
+                "combine_kernel", "silu_mul_kernel")
+
+
+class _FiniteTrace:
+    """Forward hooks on every module that note, without a sync, whether its output is finite, in the order the
+    outputs appear (a module's hook runs when it returns, so the first non-finite output is the innermost module
+    that made it); and each decoder layer's largest finite magnitude (how far the residual stream grows)."""
+
+    def __init__(self, model) -> None:
+        self.calls: list[tuple[str, torch.Tensor]] = []
+        self.layer_max: list[torch.Tensor] = []
+        layers = {id(m) for m in model.layers}
+        self.handles = [m.register_forward_hook(self._hook(name, id(m) in layers))
+                        for name, m in model.named_modules() if name]
+
+    def _hook(self, name: str, is_layer: bool):
+        def hook(mod, inp, out):
+            t = out[0] if isinstance(out, (tuple, list)) and out else out
+            if torch.is_tensor(t) and t.is_floating_point() and t.numel():
+                self.calls.append((name, ~torch.isfinite(t).all()))
+                if is_layer:
+                    self.layer_max.append(t.detach().float().nan_to_num(0.0, 0.0, 0.0).abs().amax())
+        return hook
+
+    def report(self) -> dict:
+        bad = torch.stack([f for _, f in self.calls]).cpu().tolist() if self.calls else []
+        first = next((i for i, b in enumerate(bad) if b), None)
+        out = {"outputs": len(bad), "non_finite": int(sum(bad)),
+               "first_non_finite": None if first is None else self.calls[first][0],
+               "layer_max": [round(float(v), 1) for v in torch.stack(self.layer_max).cpu()] if self.layer_max else []}
+        self.calls.clear()
+        self.layer_max.clear()
+        return out
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, vocab: int | None = None,
+                 prompt: int = 544, variants: bool | None = None) -> dict:
+    """Every module's output finite through what chat runs — a prompt of `prompt` tokens (at the default prefill
+    chunk a 512-row chunk layer by layer, then a 32-row tail), two previews of a block, its commit — on the
+    synthetic pack offloaded at `budget_gib`; each pass's first non-finite module and the decoder layers' largest
+    magnitudes. Where a pass is not finite, the same passes again with one piece switched off at a time (the fused
+    kernel hooks; the W4A16 tiles' unpacking form; the MoE's dots either way round; optimistic passes, prefetch
+    and host reads) to say which piece does it (`variants`: True always, False never).
+    Why: on 2026-12-04 every model-level stage failed on the H200 with an expert id of 256 (the fused router's
+    top-k over NaN logits) while every kernel passed its own check at the real shapes."""
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.sizes import GIB
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    folder = ensure_synthetic(kind, on_shard=lambda i, n: None)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    model = load_packed_model(folder, dev, dtype, RuntimeOptions(vram_budget=int(budget_gib * GIB) if dev.type ==
+                                                                 "cuda" else None, context=1024, cuda_graphs=False))
+    rt = model.runtime
+    vocab = vocab or model.config.vocab_size - 8
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, vocab, (1, prompt), generator=g).to(dev)
+    block = torch.randint(0, vocab, (1, model.config.diffusion.block_size), generator=g).to(dev)
+    trace = _FiniteTrace(model)
+
+    def passes() -> dict:
+        res: dict = {}
+        cache = model.new_cache()
+        steps = (("prompt", lambda: model(ids, cache, rows=slice(-1, None))),
+                 ("preview", lambda: model(block, cache, preview=True)),
+                 ("preview_again", lambda: model(block, cache, preview=True)),
+                 ("commit", lambda: model(block, cache)))
+        for name, step in steps:
+            try:
+                with torch.inference_mode():
+                    step()
+                err = None
+            except Exception as e:  # the pass stopped (an expert id out of range): what ran before it still counts
+                err = f"{type(e).__name__}: {e}"[:300]
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            res[name] = trace.report() | ({"error": err} if err else {})
+            if err:
+                break
+        return res
+
+    def finite(res: dict) -> bool:
+        return all(r["non_finite"] == 0 and "error" not in r for r in res.values()) and len(res) == 4
+
+    out: dict = {"default": passes()}
+    out["ok"] = finite(out["default"])
+    if variants or (variants is None and not out["ok"]):
+        saved = [(m, a, getattr(m, a)) for m in model.modules() for a in _FUSED_HOOKS
+                 if callable(getattr(m, a, None)) and not isinstance(getattr(m, a), torch.nn.Module)]
+        for m, a, _ in saved:
+            setattr(m, a, None)
+        out["unfused"] = passes()
+        for m, a, f in saved:
+            setattr(m, a, f)
+        for name, env in (("unpacked", ("CLOVER_W4A16_FORM", "unpacked")), ("unswapped", ("CLOVER_W4A16_SWAP", "0")),
+                          ("swapped", ("CLOVER_W4A16_SWAP", "1"))):
+            old = os.environ.get(env[0])
+            os.environ[env[0]] = env[1]
+            try:
+                out[name] = passes()
+            finally:
+                os.environ.pop(env[0]) if old is None else os.environ.__setitem__(env[0], old)
+        opt, pre, reads = rt.optimistic, rt.prefetch, (rt.host_reads, rt.host_reads_error)
+        rt.optimistic, rt.prefetch = False, False
+        rt.set_host_reads(False, None)
+        out["syncing"] = passes()
+        rt.optimistic, rt.prefetch = opt, pre
+        rt.set_host_reads(*reads)
+        out["finite_variants"] = [k for k, v in out.items() if isinstance(v, dict) and finite(v)]
+    trace.close()
+    return out
+
+
 def stage_bench(out_dir: Path) -> dict:
     import subprocess
     import sys
@@ -1003,7 +1122,7 @@ def main() -> None:
         try:
             res = {"kernels": lambda: stage_kernels(dev), "model": lambda: stage_model(dev),
                    "decode": lambda: stage_decode(dev), "routings": lambda: stage_routings(dev, out_dir),
-                   "bench": lambda: stage_bench(out_dir)}[stage]()
+                   "bench": lambda: stage_bench(out_dir), "finite": lambda: stage_finite(dev)}[stage]()
         except Exception:  # report and go on: a later stage may still say something useful
             res = {"ok": False, "error": traceback.format_exc()[-3000:]}
         res["seconds"] = round(time.perf_counter() - t0, 1)

@@ -31,7 +31,6 @@ fp32 there) and its fp32 → bf16 casts truncate where a GPU rounds to nearest (
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, replace
 
 import torch
@@ -1045,20 +1044,16 @@ def moe_align_torch(slot_ids: Tensor, num_slots: int, block_m: int) -> tuple[Ten
 
 
 def _default_swap(device: torch.device | None) -> bool:
-    """`MoeConfig.swap` unless CLOVER_W4A16_SWAP says: on, but off on Hopper (sm_90) with triton ≥ 3.7. Why
-    (compile_check --sass, the routed experts' K loop): there the transposed dots become warpgroup MMAs, each waited
-    for (3.6, 3.8) and under 3.9 fenced too (a MEMBAR and a FENCE per MMA: 16 a gate/up step), and the other way
-    round takes fewer instructions (gate/up · down per weight: 3.8 3.24 · 4.14 vs 3.43 · 4.73, 3.9 3.18 · 4.14 vs
-    3.7 · 4.92); under 3.6 (the H200 machine's) the other way round needed 100 register moves a step (4.14 vs 3.41),
-    and on RTX 40 / 50 (mma.sync either way) the transposed form is the smaller everywhere. A proxy: the GPU's
-    times (`gpu_check` kernels stage, `tune`) overrule it."""
+    """`MoeConfig.swap` unless CLOVER_W4A16_SWAP says: on, but off on Hopper (sm_90). Why: measured on the H200
+    (triton 3.6, `gpu_check` kernels stage, 2026-12-04): the 32-row MoE call 0.74 ms transposed vs 0.44 ms the
+    other way round, though the transposed form compiled to fewer instructions per weight there (3.41 vs 4.14
+    gate/up: the census is a proxy, the GPU's time decides); under triton ≥ 3.7 the transposed dots are also
+    waited-for (3.8) and fenced (3.9) warpgroup MMAs with more instructions than the other way round. On RTX 40 /
+    50 (mma.sync either way) the transposed form compiles smaller everywhere: unmeasured there, `tune` decides."""
     env = os.environ.get("CLOVER_W4A16_SWAP")
     if env is not None:
         return env != "0"
-    if device is None or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
-        return True
-    version = re.match(r"(\d+)\.(\d+)", triton.__version__)
-    return version is None or (int(version[1]), int(version[2])) < (3, 7)
+    return device is None or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9
 
 
 def moe_config(m: int, topk: int, num_slots: int, device: torch.device | None = None) -> MoeConfig:
