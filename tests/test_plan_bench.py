@@ -330,6 +330,56 @@ def test_gpu_check_routings_stage_writes_each_variants_bench_json(tmp_path, monk
         summary.stdout
 
 
+def test_gpu_check_finite_stage_names_the_first_non_finite_module(tmp_path, monkeypatch):
+    """gpu_check's finite stage on the small synthetic pack: every pass finite, every variant run and finite;
+    with one GDN layer's output projection made to return NaN from the second pass on, the stage names that
+    module as the first non-finite output of that pass (not a module after it), the passes before it finite,
+    and the partial JSON gpu_summary reads."""
+    import subprocess
+    import sys
+
+    from clover_local.runtime import gpu_check
+    from clover_local.runtime.packed_linear import PackedLinear
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    r = gpu_check.stage_finite(torch.device("cpu"), kind="small", prompt=40, variants=True)
+    variants = ("default", "unfused", "unpacked", "unswapped", "swapped", "syncing")
+    assert r["ok"] and r["finite_variants"] == list(variants), r
+    assert all(p["outputs"] > 0 and p["non_finite"] == 0 and len(p["layer_max"]) == N_LAYERS
+               for v in variants for p in r[v].values())
+    calls = {"n": 0}
+    real = PackedLinear.forward
+
+    def poisoned(self, x):
+        y = real(self, x)
+        if self.out_features == y.shape[-1] and getattr(self, "poison", False):
+            calls["n"] += 1
+            if calls["n"] > 1:
+                return y.fill_(float("nan"))
+        return y
+
+    from clover_local.runtime.load import load_packed_model
+
+    orig_load = load_packed_model
+
+    def load_and_mark(*a, **k):
+        model = orig_load(*a, **k)
+        model.layers[1].linear_attn.out_proj.poison = True
+        return model
+
+    monkeypatch.setattr(PackedLinear, "forward", poisoned)
+    monkeypatch.setattr("clover_local.runtime.load.load_packed_model", load_and_mark)
+    out = tmp_path / "finite"
+    out.mkdir()
+    r = gpu_check.stage_finite(torch.device("cpu"), kind="small", prompt=40, variants=False, out_dir=out)
+    d = r["default"]
+    assert not r["ok"] and d["prompt"]["non_finite"] == 0, r
+    assert d["preview"]["first_non_finite"] == "layers.1.linear_attn.out_proj" and d["preview"]["non_finite"] > 1
+    summary = subprocess.run([sys.executable, "docs/gpu_summary.py", str(out)], capture_output=True, text=True,
+                             cwd=Path(__file__).parents[1])
+    assert "first layers.1.linear_attn.out_proj" in summary.stdout, summary.stdout
+
+
 def test_bench_bad_input(capsys):
     assert run_cli(["bench"]) == 2
     assert "--synthetic" in one_line_error(capsys)

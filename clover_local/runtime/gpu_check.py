@@ -1005,13 +1005,14 @@ class _FiniteTrace:
 
 
 def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, vocab: int | None = None,
-                 prompt: int = 544, variants: bool | None = None) -> dict:
+                 prompt: int = 544, variants: bool | None = None, out_dir: Path | None = None) -> dict:
     """Every module's output finite through what chat runs — a prompt of `prompt` tokens (at the default prefill
     chunk a 512-row chunk layer by layer, then a 32-row tail), two previews of a block, its commit — on the
     synthetic pack offloaded at `budget_gib`; each pass's first non-finite module and the decoder layers' largest
     magnitudes. Where a pass is not finite, the same passes again with one piece switched off at a time (the fused
     kernel hooks; the W4A16 tiles' unpacking form; the MoE's dots either way round; optimistic passes, prefetch
-    and host reads) to say which piece does it (`variants`: True always, False never).
+    and host reads) to say which piece does it (`variants`: True always, False never). With `out_dir`, what is
+    known so far is written to its finite_partial.json after every pass (the stage has a time limit).
     Why: on 2026-12-04 every model-level stage failed on the H200 with an expert id of 256 (the fused router's
     top-k over NaN logits) while every kernel passed its own check at the real shapes."""
     from clover_local.runtime.load import RuntimeOptions, load_packed_model
@@ -1028,6 +1029,8 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     ids = torch.randint(0, vocab, (1, prompt), generator=g).to(dev)
     block = torch.randint(0, vocab, (1, model.config.diffusion.block_size), generator=g).to(dev)
     trace = _FiniteTrace(model)
+
+    out: dict = {}
 
     def passes() -> dict:
         res: dict = {}
@@ -1046,6 +1049,9 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             res[name] = trace.report() | ({"error": err} if err else {})
+            if out_dir is not None:
+                (out_dir / "finite_partial.json").write_text(json.dumps(
+                    {"device": str(dev), "finite": out | {"partial": res}}, indent=1))
             if err:
                 break
         return res
@@ -1053,7 +1059,7 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     def finite(res: dict) -> bool:
         return all(r["non_finite"] == 0 and "error" not in r for r in res.values()) and len(res) == 4
 
-    out: dict = {"default": passes()}
+    out["default"] = passes()
     out["ok"] = finite(out["default"])
     if variants or (variants is None and not out["ok"]):
         saved = [(m, a, getattr(m, a)) for m in model.modules() for a in _FUSED_HOOKS
@@ -1122,7 +1128,7 @@ def main() -> None:
         try:
             res = {"kernels": lambda: stage_kernels(dev), "model": lambda: stage_model(dev),
                    "decode": lambda: stage_decode(dev), "routings": lambda: stage_routings(dev, out_dir),
-                   "bench": lambda: stage_bench(out_dir), "finite": lambda: stage_finite(dev)}[stage]()
+                   "bench": lambda: stage_bench(out_dir), "finite": lambda: stage_finite(dev, out_dir=out_dir)}[stage]()
         except Exception:  # report and go on: a later stage may still say something useful
             res = {"ok": False, "error": traceback.format_exc()[-3000:]}
         res["seconds"] = round(time.perf_counter() - t0, 1)
