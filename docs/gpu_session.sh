@@ -57,7 +57,7 @@
 # (STAGES from: kernels finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
-# default kernels,routings,full3,decode,model,longprompt,tune,tuned)
+# default finite,kernels,routings,full3,decode,model,longprompt,tune,tuned)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -85,7 +85,7 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
 }
 
-STAGES=${STAGES:-kernels,routings,full3,decode,model,longprompt,tune,tuned}
+STAGES=${STAGES:-finite,kernels,routings,full3,decode,model,longprompt,tune,tuned}
 # this machine's triton compiling every kernel (`compile_check --sass`: no GPU used, one CPU core, niced) beside the
 # stages: the census of the compiler that runs here, which may not be the one CI or the CPU machine has
 if command -v nvidia-smi >/dev/null 2>&1; then  # (a dry run on a CPU machine skips it)
@@ -99,7 +99,7 @@ for s in ${STAGES//,/ }; do
   case $s in
     kernels) stage kernels 120 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
-    finite) stage finite 150 bash -c \
+    finite) stage finite 240 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/finite' --stages finite >>'$log' 2>&1" ;;
     model) stage model 180 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/model' --stages model >>'$log' 2>&1" ;;
