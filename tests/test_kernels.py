@@ -1670,3 +1670,31 @@ def test_fused_gated_rms_norm_matches_the_model_norm(force_triton, shape, dtype)
     _assert_close(norm(o, sliced), want, dtype)
     with pytest.raises(ValueError, match="power of two"):
         norm.kernel(o[..., :24], z[..., :24], norm.weight[:24], 1e-6)
+
+
+@needs_triton
+def test_non_finite_router_input_is_one_clear_error(force_triton) -> None:
+    """A row of NaN router logits (what the H200 runs of 2026-12-04 hit): the fused top-k still returns ids inside
+    0…E−1 (optimistic passes index device tables with them: id E read and wrote past them), with NaN weights; a
+    syncing pass stops with a CloverError that says the hidden states are not finite and how to find where,
+    instead of an IndexError from the slot table; the runtime then serves the next pass."""
+    from clover_local.errors import CloverError
+    from clover_local.runtime.kernels import fused_layer_ops
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    logits = torch.randn(3, 16)
+    logits[1] = float("nan")
+    idx, w = fused_layer_ops(torch.device(DEVICE)).route_topk(logits.to(DEVICE), 4, torch.float32)
+    assert 0 <= int(idx.min()) and int(idx.max()) < 16 and torch.isnan(w[1]).all() and torch.isfinite(w[0]).all()
+    model = load_packed_model(ensure_synthetic("small"), torch.device(DEVICE), torch.float32,
+                              RuntimeOptions(context=256, optimistic=False))
+    moe = model.layers[1].mlp
+    assert moe.route_kernel is not None
+    hook = moe.gate.register_forward_hook(lambda mod, inp, out: torch.full_like(out, float("nan")))
+    ids = torch.randint(0, 1000, (1, 24), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    with torch.inference_mode():
+        with pytest.raises(CloverError, match=r"layer 1's router got non-finite logits.*not finite.*--stages finite"):
+            model(ids, model.new_cache(), rows=slice(-1, None))
+        hook.remove()
+        assert torch.isfinite(model(ids, model.new_cache(), rows=slice(-1, None))).all()

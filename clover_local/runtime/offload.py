@@ -703,6 +703,11 @@ class Runtime:
             start_ev = torch.cuda.Event(enable_timing=True)
             start_ev.record()
         idx_host = idx.detach().to("cpu").numpy().astype(np.int64, copy=False)
+        if not bool(torch.isfinite(weights).all()):  # (this path syncs anyway: one reduction more a layer)
+            raise CloverError(
+                f"layer {layer}'s router got non-finite logits: the hidden states reaching it are not finite (NaN "
+                "or inf); `python -m clover_local.runtime.gpu_check --stages finite` names the first module that "
+                "made them")
         counts = np.bincount(idx_host.reshape(-1), minlength=self.cache.n_experts)
         experts = np.flatnonzero(counts)
         counts = counts[experts]

@@ -113,7 +113,9 @@ def _route_topk_kernel(logits_ptr, idx_ptr, w_ptr, allowed_ptr, wanted_ptr, E, s
     ids = tl.zeros((BLOCK_K,), dtype=tl.int64)
     for i in tl.static_range(TOPK):
         top = tl.max(p, 0)
-        pick = tl.min(tl.where(p == top, e, BLOCK_E), 0)
+        # a row of NaN logits matches no expert: expert E − 1 (its weights stay NaN), never an id past the tables
+        # the passes index on the device (`Runtime.run_experts` names the cause where it syncs)
+        pick = tl.minimum(tl.min(tl.where(p == top, e, BLOCK_E), 0), E - 1)
         vals = tl.where(slot == i, top, vals)
         ids = tl.where(slot == i, pick.to(tl.int64), ids)
         p = tl.where(e == pick, -1.0, p)
