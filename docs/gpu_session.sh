@@ -63,6 +63,12 @@ OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# the synthetic packs (20 GB full, 15.6 GB full3) in RAM where /dev/shm can hold both: writing them to the VM's disk
+# took most of a stage's first minute (2026-12-04: the finite stage ran out of 139 s while writing and loading), and
+# the H200 machine has 125 GiB of RAM (the pinned expert slabs take 17 GB of it)
+if [ -z "${CLOVER_LOCAL_CACHE:-}" ] && [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -ge 41943040 ] 2>/dev/null; then
+  export CLOVER_LOCAL_CACHE=/dev/shm/clover-local
+fi
 export CLOVER_TUNING=off  # the heuristic tiles everywhere but the `tuned` stage
 log="$OUT/session.log"
 {
@@ -71,7 +77,8 @@ log="$OUT/session.log"
     --format=csv
   python3 -c "import torch, triton, platform; print('torch', torch.__version__, 'triton', triton.__version__, \
 'python', platform.python_version())"
-  echo "cpus $(nproc)"; free -g | head -2; df -h "$HOME" | tail -1
+  echo "cpus $(nproc)"; free -g | head -2; df -h "$HOME" | tail -1; df -h /dev/shm 2>/dev/null | tail -1
+  echo "CLOVER_LOCAL_CACHE=${CLOVER_LOCAL_CACHE:-(default)}"
 } >>"$log" 2>&1
 
 stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)

@@ -85,7 +85,7 @@ def test_the_gpu_session_script_on_a_machine_without_a_gpu_writes_nothing_big(tm
         import pytest
 
         pytest.skip("a GPU is present: the stages would run for real")
-    stages = "kernels,routings,decode,model,longprompt,longchunks,tune,tuned,uniform"
+    stages = "finite,kernels,routings,decode,model,longprompt,longchunks,tune,tuned,uniform"
     env = {**os.environ, "OUT": str(tmp_path / "out"), "TOTAL_S": "300", "STAGES": stages,
            "CLOVER_LOCAL_CACHE": str(tmp_path / "cache")}
     res = subprocess.run(["bash", str(ROOT / "docs" / "gpu_session.sh")], env=env, capture_output=True, text=True,
