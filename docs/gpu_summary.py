@@ -48,7 +48,8 @@ def kernels_lines(k: dict) -> list[str]:
                    f"GB/s, rel err {_fmt(m3.get('rel_err'))}; planes layout {_fmt(m3.get('planes_ms_32rows'))} ms, "
                    f"{_fmt(m3.get('planes_gbps'))} GB/s, rel err {_fmt(m3.get('planes_rel_err'))}"
                    + (f", error {str(m3['error'])[-200:]!r}" if m3.get("error") else ""))
-    for part in ("gdn_preview", "gdn_causal", "gdn_prefill", "preview_attention", "layer_ops"):
+    for part in ("gdn_preview", "gdn_causal", "gdn_prefill", "gdn_preview_synthetic_decays",
+                 "gdn_causal_synthetic_decays", "gdn_prefill_synthetic_decays", "preview_attention", "layer_ops"):
         if isinstance(k.get(part), dict):
             v = k[part]
             times = {kk: vv for kk, vv in v.items() if kk.endswith(("_us", "_ms")) and not isinstance(vv, dict)}

@@ -979,6 +979,10 @@ def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
     # a prefill chunk's chunked kernels (the GPU check runs 512 rows; 40 here: one chunk, 13 s interpreted)
     res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2, causal=True, rows=40, eager=True)
     assert res["installed"] and res["ok"] and res["rows"] == 40, res
+    # ... with the synthetic packs' decays (A up to 16: a chunk's cumulative decay far below fp32's range)
+    res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2, causal=True, rows=40, eager=True,
+                                      decays="synthetic")
+    assert res["installed"] and res["ok"], res
     res = gpu_check.layer_ops_check(torch.device(DEVICE))
     assert res["ok"] and res["route_ids_equal"] > 0.9, res
     mapping = res["slot_mapping"]  # a whole pass of read-through assignments: some through, some ran out

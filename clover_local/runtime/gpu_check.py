@@ -196,10 +196,12 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     del cache
     torch.cuda.empty_cache()
     for key, causal, rows in (("gdn_preview", False, None), ("gdn_causal", True, None), ("gdn_prefill", True, 512)):
-        try:  # the prefill: a 512-row chunk, launched as the runtime launches it (not a graph)
-            out[key] = gdn_preview_check(dev, reps=20 if rows else 50, causal=causal, rows=rows, eager=rows is not None)
-        except Exception:  # report, keep the rest of the stage
-            out[key] = {"ok": False, "error": traceback.format_exc()[-3000:]}
+        for decays, suffix in (("model", ""), ("synthetic", "_synthetic_decays")):
+            try:  # the prefill: a 512-row chunk, launched as the runtime launches it (not a graph)
+                out[key + suffix] = gdn_preview_check(dev, reps=(20 if rows else 50) if not suffix else 2,
+                                                      causal=causal, rows=rows, eager=rows is not None, decays=decays)
+            except Exception:  # report, keep the rest of the stage
+                out[key + suffix] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     try:
         out["preview_attention"] = preview_attention_check(dev)
     except Exception:
@@ -216,7 +218,8 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                      and all(v["rel_err"] < 2e-2 and v["unpacked_rel_err"] < 2e-2 and v["repacked_rel_err"] < 2e-2
                              for v in lin.values())
                      and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"]
-                     and out["gdn_causal"]["ok"] and out["gdn_prefill"]["ok"])
+                     and out["gdn_causal"]["ok"] and out["gdn_prefill"]["ok"]
+                     and all(out[f"{k}_synthetic_decays"]["ok"] for k in ("gdn_preview", "gdn_causal", "gdn_prefill")))
     return out
 
 
@@ -454,7 +457,7 @@ def slot_mapping_check(dev: torch.device, ops) -> dict:
 
 
 def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, rows: int | None = None,
-                      eager: bool = False) -> dict:
+                      eager: bool = False, decays: str = "model") -> dict:
     """The fused GDN preview (`kernels/gdn_preview.py`), or with `causal` the fused causal pass of a commit
     (`kernels/gdn_causal.py`: output and new state; more than 32 `rows`, a prefill chunk: `kernels/gdn_chunked.py`),
     against the model's PyTorch path (`fla`'s kernels where installed) at the real layer's shapes (Hk 16, Hv 32,
@@ -462,7 +465,10 @@ def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, r
     layer's pass (in_proj_qkv, in_proj_z and out_proj included, as bf16 nn.Linear), or with `eager` as the
     runtime runs a prefill chunk: launched one by one (`*_layer_ms`, launches included).
     Runs on CPU too (no timing; tests, with the kernel interpreted, and fewer `rows`: the causal kernel's
-    recurrence is sequential over them, slow in the interpreter)."""
+    recurrence is sequential over them, slow in the interpreter). `decays`: "model", A = exp(A_log) ≈ 0.2–0.8
+    (slow decays); "synthetic", A_log and dt_bias drawn as the synthetic packs draw them (A = 1…16: a row's
+    decay down to e^-30 and a 64-row chunk's cumulative one far below fp32's range), what the model-level
+    stages ran on when they went non-finite (2026-12-04)."""
     from clover_local.model.cache import GDNCache
     from clover_local.model.gdn import GatedDeltaNet
     from clover_local.runtime.kernels import gdn_causal_kernel, gdn_preview_kernel
@@ -475,7 +481,11 @@ def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, r
     with torch.no_grad():
         for p in gdn.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.02 if p.dim() > 1 else 0.3) + (1.0 if p.dim() == 1 else 0))
-        gdn.A_log.copy_(torch.randn(gdn.hv, generator=g) * 0.5 - 1)  # decays in the model's range
+        if decays == "synthetic":  # as `synthetic_pack._plain` draws them
+            gdn.A_log.copy_(torch.empty(gdn.hv).uniform_(1.0, 16.0, generator=g).log())
+            gdn.dt_bias.copy_(1.0 + 0.2 * torch.randn(gdn.hv, generator=g))
+        else:
+            gdn.A_log.copy_(torch.randn(gdn.hv, generator=g) * 0.5 - 1)  # decays in the model's range
     gdn = gdn.to(dev, torch.bfloat16)
     t = rows or cfg.diffusion.block_size
     x = torch.randn(1, t, cfg.hidden_size, generator=g).to(dev, torch.bfloat16)
