@@ -293,6 +293,28 @@ def test_pick_reveals_rules():
     assert pick_reveals(conf, 0.0) == [0, 1, 2, 3, 4]
 
 
+def test_non_finite_logits_stop_the_decode_with_one_clear_error(loaded, monkeypatch):
+    """A pass whose logits are NaN (hidden states gone non-finite: an optimistic pass carries them to the end
+    without stopping) ends the decode with a CloverError that says so, not with tokens drawn from NaN; greedy
+    and sampled alike. `pick_reveals` refuses NaN confidences."""
+    from clover_local.errors import CloverError
+
+    with pytest.raises(CloverError, match="not finite"):
+        pick_reveals(torch.tensor([0.2, float("nan"), 0.5]), 0.5)
+    head = loaded.model.lm_head
+
+    class _Nan(torch.nn.Module):
+        def forward(self, h):
+            return head(h) * float("nan")
+
+    monkeypatch.setattr(loaded.model, "lm_head", _Nan())
+    prompt = prompt_ids(loaded, 16, 7)
+    for kw in (dict(), dict(temperature=1.0, seed=3)):
+        decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+        with pytest.raises(CloverError, match="logits for this pass are not finite"):
+            list(decoder.generate(prompt, DecodeSettings(max_new_tokens=8, stop_token_ids=[], **kw)))
+
+
 def test_logits_shifted_decodes_and_differs(loaded, monkeypatch):
     prompt = prompt_ids(loaded, 16, 11)
     _, plain = run(loaded, prompt, max_new_tokens=20, threshold=0.0)
