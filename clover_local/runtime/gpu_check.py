@@ -1054,7 +1054,7 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
                 with torch.inference_mode():
                     step()
                 err = None
-            except Exception as e:  # the pass stopped (an expert id out of range): what ran before it still counts
+            except Exception as e:  # the pass stopped (a router fed NaN, say): what ran before it still counts
                 err = f"{type(e).__name__}: {e}"[:300]
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
