@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from clover_local.errors import CloverError
@@ -66,7 +68,7 @@ def pick_reveals(confidence: torch.Tensor | list[float], threshold: float) -> li
     single most confident. A threshold of 1.0 or more means exactly one per pass. Works on host floats (the
     decoder reads a pass's confidences off the device once)."""
     conf = confidence.tolist() if isinstance(confidence, torch.Tensor) else list(confidence)
-    if any(c != c for c in conf):  # NaN: the pass's logits were not finite (a pass that never synced midway,
+    if any(math.isnan(c) for c in conf):  # NaN: the pass's logits were not finite (a pass that never synced midway,
         # an optimistic one, carries NaN hidden states to here without stopping)
         raise CloverError("the model's logits for this pass are not finite (NaN): a kernel or weight problem; "
                           "`python -m clover_local.runtime.gpu_check --stages finite` names the first module "

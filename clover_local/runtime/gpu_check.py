@@ -198,8 +198,9 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     for key, causal, rows in (("gdn_preview", False, None), ("gdn_causal", True, None), ("gdn_prefill", True, 512)):
         for decays, suffix in (("model", ""), ("synthetic", "_synthetic_decays")):
             try:  # the prefill: a 512-row chunk, launched as the runtime launches it (not a graph)
-                out[key + suffix] = gdn_preview_check(dev, reps=(20 if rows else 50) if not suffix else 2,
-                                                      causal=causal, rows=rows, eager=rows is not None, decays=decays)
+                reps = 2 if suffix else 20 if rows else 50  # (the second: a finiteness check, not a timing)
+                out[key + suffix] = gdn_preview_check(dev, reps=reps, causal=causal, rows=rows, eager=rows is not None,
+                                                      decays=decays)
             except Exception:  # report, keep the rest of the stage
                 out[key + suffix] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     try:
@@ -973,11 +974,6 @@ def stage_routings(dev: torch.device, out_dir: Path, kind: str = "full", budget_
     return out
 
 
-# the hooks a runtime installs on the model's modules (`load._install_kernels`): None puts back the PyTorch path
-_FUSED_HOOKS = ("preview_kernel", "causal_kernel", "norm_rope_kernel", "kernel", "add_kernel", "route_kernel",
-                "combine_kernel", "silu_mul_kernel")
-
-
 class _FiniteTrace:
     """Forward hooks on every module that note, without a sync, whether its output is finite, in the order the
     outputs appear (a module's hook runs when it returns, so the first non-finite output is the innermost module
@@ -1025,7 +1021,9 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     known so far is written to its finite_partial.json after every pass (the stage has a time limit).
     Why: on 2026-12-04 every model-level stage failed on the H200 with an expert id of 256 (the fused router's
     top-k over NaN logits) while every kernel passed its own check at the real shapes."""
-    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from unittest import mock
+
+    from clover_local.runtime.load import RuntimeOptions, _install_kernels, load_packed_model
     from clover_local.runtime.sizes import GIB
     from clover_local.runtime.synthetic_pack import ensure_synthetic
 
@@ -1072,21 +1070,14 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     out["default"] = passes()
     out["ok"] = finite(out["default"])
     if variants or (variants is None and not out["ok"]):
-        saved = [(m, a, getattr(m, a)) for m in model.modules() for a in _FUSED_HOOKS
-                 if callable(getattr(m, a, None)) and not isinstance(getattr(m, a), torch.nn.Module)]
-        for m, a, _ in saved:
-            setattr(m, a, None)
-        out["unfused"] = passes()
-        for m, a, f in saved:
-            setattr(m, a, f)
-        for name, env in (("unpacked", ("CLOVER_W4A16_FORM", "unpacked")), ("unswapped", ("CLOVER_W4A16_SWAP", "0")),
-                          ("swapped", ("CLOVER_W4A16_SWAP", "1"))):
-            old = os.environ.get(env[0])
-            os.environ[env[0]] = env[1]
-            try:
+        with mock.patch.dict(os.environ, {"CLOVER_DISABLE_FUSED": "1"}):
+            _install_kernels(model, dev)  # every fused hook None: the model's PyTorch path
+            out["unfused"] = passes()
+        _install_kernels(model, dev)
+        for name, env in (("unpacked", {"CLOVER_W4A16_FORM": "unpacked"}), ("unswapped", {"CLOVER_W4A16_SWAP": "0"}),
+                          ("swapped", {"CLOVER_W4A16_SWAP": "1"})):
+            with mock.patch.dict(os.environ, env):  # read at every call
                 out[name] = passes()
-            finally:
-                os.environ.pop(env[0]) if old is None else os.environ.__setitem__(env[0], old)
         opt, pre, reads = rt.optimistic, rt.prefetch, (rt.host_reads, rt.host_reads_error)
         rt.optimistic, rt.prefetch = False, False
         rt.set_host_reads(False, None)

@@ -326,7 +326,8 @@ def _install_kernels(model: CloverModel, device: torch.device) -> None:
     """The fused kernels on the model's hooks where they run (CUDA): GDN preview and causal pass (a commit, a
     prefill chunk) with its output norm, preview attention, norms (with the rotary embedding for attention's q and
     k), router, the shared expert's silu · up and its combine.
-    A hook left None keeps that module's PyTorch path (CPU, or CLOVER_DISABLE_FUSED=1)."""
+    Every hook is set: None keeps that module's PyTorch path (CPU, or CLOVER_DISABLE_FUSED=1), so installing
+    again with the fused kernels off takes them out (`gpu_check`'s finite stage)."""
     ops = fused_layer_ops(device)
     for mod in model.modules():
         if isinstance(mod, GatedDeltaNet):
@@ -334,17 +335,18 @@ def _install_kernels(model: CloverModel, device: torch.device) -> None:
             mod.causal_kernel = gdn_causal_kernel(mod, device)
         elif isinstance(mod, Attention):
             mod.preview_kernel = preview_attention_kernel(mod.head_dim, device)
-            if ops is not None and mod.head_dim & (mod.head_dim - 1) == 0:
-                mod.norm_rope_kernel = ops.norm_rope
-        elif ops is not None and isinstance(mod, ZeroCenteredRMSNorm):
-            mod.kernel, mod.add_kernel = ops.rms_norm_zc, ops.add_rms_norm_zc
-        elif ops is not None and isinstance(mod, GatedRMSNorm) and mod.weight.numel() & (mod.weight.numel() - 1) == 0:
-            mod.kernel = ops.gated_rms_norm
-        elif ops is not None and isinstance(mod, SparseMoe):
-            mod.route_kernel = ops.route_topk
-            mod.combine_kernel = ops.shared_combine
-        elif ops is not None and isinstance(mod, PackedMLP):
-            mod.silu_mul_kernel = ops.silu_mul
+            d = mod.head_dim
+            mod.norm_rope_kernel = ops.norm_rope if ops is not None and d & (d - 1) == 0 else None
+        elif isinstance(mod, ZeroCenteredRMSNorm):
+            mod.kernel, mod.add_kernel = (ops.rms_norm_zc, ops.add_rms_norm_zc) if ops is not None else (None, None)
+        elif isinstance(mod, GatedRMSNorm):
+            d = mod.weight.numel()
+            mod.kernel = ops.gated_rms_norm if ops is not None and d & (d - 1) == 0 else None
+        elif isinstance(mod, SparseMoe):
+            mod.route_kernel, mod.combine_kernel = (ops.route_topk, ops.shared_combine) if ops is not None else (
+                None, None)
+        elif isinstance(mod, PackedMLP):
+            mod.silu_mul_kernel = ops.silu_mul if ops is not None else None
 
 
 def _load_globals(model: CloverModel, pack: PackIndex, shards: _Shards, device, dtype, options) -> None:
