@@ -57,7 +57,7 @@
 # (STAGES from: kernels finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
-# default finite,kernels,routings,full3,decode,model,longprompt,tune,tuned)
+# default kernels,routings,finite,decode,model,full3,longprompt,tune,tuned)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -92,7 +92,9 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
 }
 
-STAGES=${STAGES:-finite,kernels,routings,full3,decode,model,longprompt,tune,tuned}
+# kernels first (its dense-shapes check says whether the split-K fix of 2026-12-04 holds at every real shape), then
+# the bench figures; finite after them: quick where the passes are finite, the diagnosis where they are not
+STAGES=${STAGES:-kernels,routings,finite,decode,model,full3,longprompt,tune,tuned}
 # this machine's triton compiling every kernel (`compile_check --sass`: no GPU used, one CPU core, niced) beside the
 # stages: the census of the compiler that runs here, which may not be the one CI or the CPU machine has
 if command -v nvidia-smi >/dev/null 2>&1; then  # (a dry run on a CPU machine skips it)

@@ -33,6 +33,14 @@ def kernels_lines(k: dict) -> list[str]:
                  for f in ("", "repacked", "unpacked")]
         out.append(f"  {name}: " + ", ".join(f"{f or 'default'} {_fmt(ms)} ms (err {_fmt(e)})"
                                               for f, ms, e in forms if ms is not None))
+    ds = k.get("dense_shapes")
+    if isinstance(ds, dict):  # every dense shape of the model at the rows a pass has: correctness only
+        shapes = ds.get("shapes") or {}
+        bad = [f"{name} (err {_fmt(v.get('rel_err'))}, finite {v.get('finite')})" for name, v in shapes.items()
+               if not (v.get("finite") and v.get("rel_err", 1.0) < 2e-2)]
+        out.append(f"  dense shapes: ok {ds.get('ok')}, {len(shapes)} calls"
+                   + (f", failing: {'; '.join(bad)}" if bad else "")
+                   + (f", error {str(ds['error'])[-200:]!r}" if ds.get("error") else ""))
     hr = k.get("host_reads")
     if isinstance(hr, dict):  # the MoE reading experts in place from pinned host memory
         out.append(f"  MoE host reads: ok {hr.get('ok')}, cold ms resident {_fmt(hr.get('resident_ms_cold'))} / 8 on "

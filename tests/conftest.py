@@ -22,6 +22,19 @@ from clover_local.checkpoint.synthetic import TinySpec, write_checkpoint
 
 
 @pytest.fixture(autouse=True)
+def _bounds_checked_kernels():
+    """Every interpreted Triton launch bounds-checked (`interpreter_bounds`): a kernel reading past its tensors
+    passes on the CPU and reads NaN on a GPU. Off when the kernels compile (a GPU run of the tests)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    from interpreter_bounds import checked_accesses
+
+    with checked_accesses():
+        yield
+
+
+@pytest.fixture(autouse=True)
 def _one_thread():
     """Tiny tensors: one intra-op thread is far faster than two on a busy 2-core machine (thread sync
     dominates), and a test that changes the count must not slow the ones after it."""

@@ -221,8 +221,32 @@ def test_triton_linear_split_k_and_strided_input(force_triton) -> None:
     x = x[:, ::2]  # non-contiguous rows and columns
     args = (qweight, scales, qzeros, group, 4)
     want = linear_w4a16_ref(x, *args)
-    for cfg in (LinearConfig(16, 32, 32, split_k=4), LinearConfig(16, 64, 64, split_k=3)):
+    # 8 K tiles of 32: split 4 even; 3 asked (the launcher takes 2: a third split would run past K into x's next
+    # row and past the weight, NaN here); 4 tiles of 64 in 3 asked
+    for cfg in (LinearConfig(16, 32, 32, split_k=4), LinearConfig(16, 32, 32, split_k=3),
+                LinearConfig(16, 64, 64, split_k=3)):
         _assert_close(linear_w4a16_triton(x, *args, config=cfg), want, torch.float32)
+
+
+def test_k_split_shares_the_k_tiles_evenly(monkeypatch) -> None:
+    """The K loop has a static trip count and no bound: every split must get the same whole number of tiles,
+    whatever a heuristic or a tuned table asks for; and the heuristic at the real shapes on an H200's 132 SMs (the
+    merged attention q/k/v, 2048 → 9216 at 32 rows, asked for 3 splits of 16 tiles and read past K: NaN)."""
+    from clover_local.runtime.kernels import w4a16
+
+    for k_tiles in range(1, 65):
+        for asked in range(0, 20):
+            per, split = w4a16.k_split(k_tiles, asked)
+            assert per * split == k_tiles and 1 <= split <= max(1, asked)
+            assert all(k_tiles % s for s in range(split + 1, min(asked, k_tiles) + 1))  # the most that divide
+    monkeypatch.setattr(w4a16, "_num_sms", lambda device: 132)
+    for k, n in ((2048, 9216), (2048, 8192), (2048, 4096), (4096, 2048), (2048, 1024), (512, 2048), (2048, 512),
+                 (2048, 12288), (2048, 248320), (2048, 3000), (3072, 2048)):
+        for m in (1, 32, 64, 512):
+            for bits in (4, 8):
+                cfg = w4a16.linear_config(m, n, k, 128, bits, torch.device("cpu"), use_table=False)
+                assert (k // cfg.block_k) % cfg.split_k == 0, (m, n, k, bits, cfg)
+    assert w4a16.linear_config(32, 9216, 2048, 128, 8, torch.device("cpu"), use_table=False).split_k == 2
 
 
 @needs_triton
@@ -1702,3 +1726,28 @@ def test_non_finite_router_input_is_one_clear_error(force_triton) -> None:
             model(ids, model.new_cache(), rows=slice(-1, None))
         hook.remove()
         assert torch.isfinite(model(ids, model.new_cache(), rows=slice(-1, None))).all()
+
+
+@needs_triton
+def test_gpu_check_dense_shapes_follow_the_loader_and_pass(force_triton, monkeypatch) -> None:
+    """`gpu_check.model_dense_shapes` names exactly the packed projections a load of the synthetic pack owns
+    (after its merges: the H200's NaN came from a merged shape no check had), and `dense_shapes_check` passes on
+    them with the configs a 132-SM GPU picks (split-K included), interpreted."""
+    from clover_local.runtime import gpu_check
+    from clover_local.runtime.kernels import w4a16
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.packed_linear import PackedLinear
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    model = load_packed_model(ensure_synthetic("small"), torch.device(DEVICE), torch.float32,
+                              RuntimeOptions(context=256))
+    owned = {(m.in_features, m.out_features) for m in model.modules()
+             if isinstance(m, PackedLinear) and "qweight" in m._buffers}
+    assert owned == set(gpu_check.model_dense_shapes("small").values())
+    monkeypatch.setattr(w4a16, "_num_sms", lambda device: 132)
+    assert any(w4a16.linear_config(32, n, k, 128, 8, torch.device("cpu")).split_k > 1
+               for k, n in gpu_check.model_dense_shapes("small").values())
+    res = gpu_check.dense_shapes_check(torch.device(DEVICE), torch.Generator().manual_seed(0), rows=(1, 32),
+                                       kind="small")
+    assert res["ok"], res
+    assert len(res["shapes"]) == 2 * 2 * len(gpu_check.model_dense_shapes("small"))

@@ -193,6 +193,10 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                 lin[name][f"{tag}_rel_err"], lin[name][f"{tag}_error"] = 1.0, traceback.format_exc()[-2000:]
         del qw, sc, qz
     out["linear"] = lin
+    try:
+        out["dense_shapes"] = dense_shapes_check(dev, g)
+    except Exception:
+        out["dense_shapes"] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     del cache
     torch.cuda.empty_cache()
     for key, causal, rows in (("gdn_preview", False, None), ("gdn_causal", True, None), ("gdn_prefill", True, 512)):
@@ -215,13 +219,65 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                      and out["host_reads"]["ok"]
                      and out["moe_unfolded_rel_err"] < 2e-2
                      and out[f"moe_{other}_rel_err"] < 2e-2
-                     and out["layer_ops"]["ok"] and out["preview_attention"]["ok"]
+                     and out["layer_ops"]["ok"] and out["preview_attention"]["ok"] and out["dense_shapes"]["ok"]
                      and all(v["rel_err"] < 2e-2 and v["unpacked_rel_err"] < 2e-2 and v["repacked_rel_err"] < 2e-2
                              for v in lin.values())
                      and out["moe_align_equal_bm16"] and out["moe_align_equal_bm32"] and out["gdn_preview"]["ok"]
                      and out["gdn_causal"]["ok"] and out["gdn_prefill"]["ok"]
                      and all(out[f"{k}_synthetic_decays"]["ok"] for k in ("gdn_preview", "gdn_causal", "gdn_prefill")))
     return out
+
+
+def model_dense_shapes(kind: str = "full") -> dict[str, tuple[int, int]]:
+    """Every packed dense projection's (K, N) as the runtime calls it on a `kind` synthetic pack, after the load's
+    merges (`load._merge_*`): GDN q/k/v+z, attention q/k/v, the shared expert's gate+up. Derived from the spec,
+    so a merge's shape is checked where a hand-written list had only the parts (the attention merge 2048 → 9216
+    read past K on an H200 while q_proj alone, 2048 → 8192, passed)."""
+    from clover_local.runtime.synthetic_pack import spec_of
+
+    sp = spec_of(kind)
+    h = sp.hidden_size
+    key, value = sp.linear_num_key_heads * sp.linear_key_head_dim, sp.linear_num_value_heads * sp.linear_value_head_dim
+    heads = sp.num_attention_heads * sp.head_dim
+    return {"gdn in_proj_qkvz": (h, 2 * key + 2 * value), "gdn out_proj": (value, h),
+            "attention qkv": (h, 2 * heads + 2 * sp.num_key_value_heads * sp.head_dim), "attention o_proj": (heads, h),
+            "shared gate_up": (h, 2 * sp.shared_expert_intermediate_size),
+            "shared down": (sp.shared_expert_intermediate_size, h), "lm_head": (h, sp.vocab_size)}
+
+
+def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 512), kind: str = "full") -> dict:
+    """Each of the model's dense shapes (`model_dense_shapes`) at 8 and 4 bits (the balanced and compact
+    profiles' mixers) and the row counts a pass has (a decode step, a preview, a merged commit + preview, a prefill
+    chunk), called as the runtime calls it (rows repacked at load where `dense_k_tile` says so), against the
+    reference on random codes and x: correctness and finiteness, no timing. The configs at these shapes depend on
+    the GPU's SM count, so CPU runs do not reach them."""
+    from clover_local.runtime.kernels import dense_k_tile, linear_w4a16
+    from clover_local.runtime.kernels.reference import field_major_rows, linear_w4a16_ref
+    from clover_local.runtime.kernels.w4a16 import linear_config
+
+    res: dict = {}
+    for name, (k, n) in model_dense_shapes(kind).items():
+        for bits in (8, 4):
+            p = 32 // bits
+            qw = torch.randint(-(1 << 31), (1 << 31) - 1, (k // p, n), dtype=torch.int32, generator=g).to(dev)
+            sc = (0.0003 + 0.0002 * torch.rand(k // 128, n, generator=g)).half().to(dev)
+            qz = torch.full((k // 128, n // p), 0x7F7F7F7F if bits == 8 else 0x77777777, dtype=torch.int32,
+                            device=dev)
+            tile = dense_k_tile(k, 128, bits, dev)
+            loaded = field_major_rows(qw, tile, bits) if tile else qw
+            for m in rows:
+                xx = torch.randn(m, k, generator=g).to(dev, torch.bfloat16)
+                key = f"{name} {k}->{n} {bits}-bit {m} rows"
+                try:
+                    y = linear_w4a16(xx, loaded, sc, qz, 128, bits, k_tile=tile)
+                    r = linear_w4a16_ref(xx, qw, sc, qz, 128, bits)
+                    cfg = linear_config(m, n, k, 128, bits, dev, tile)
+                    res[key] = {"rel_err": round(_rel(y, r), 5), "finite": bool(torch.isfinite(y).all()),
+                                "split_k": cfg.split_k, "block_n": cfg.block_n}
+                except Exception:
+                    res[key] = {"rel_err": 1.0, "finite": False, "error": traceback.format_exc()[-1500:]}
+            del qw, sc, qz, loaded
+    return {"ok": all(v["finite"] and v["rel_err"] < 2e-2 for v in res.values()), "shapes": res}
 
 
 def _flushed_ms(dev: torch.device, fn, reps: int = 10) -> float:

@@ -802,6 +802,18 @@ def _dot_mode(x: Tensor) -> tuple[bool, str]:
     return _INTERPRET, "ieee" if _INTERPRET else "tf32"
 
 
+def k_split(k_tiles: int, split_k: int) -> tuple[int, int]:
+    """(K tiles per split, splits): the most splits ≤ split_k that share the K tiles evenly. Why: the K loop has
+    a static trip count (TILES_PER_SPLIT) and no bound, so a last split with fewer tiles would run past K into
+    x's next row and whatever memory follows the weight — on a GPU other tensors' bytes read as scales, NaN.
+    2026-12-04 on an H200: the merged attention q/k/v (2048 → 9216, 72 column tiles at 32 rows, 132 SMs) asked
+    for 3 splits of 16 tiles (6 + 6 + 4, the last reading 2 tiles past K) and every 32-row pass went NaN."""
+    split = max(1, min(split_k, k_tiles))
+    while k_tiles % split:
+        split -= 1
+    return k_tiles // split, split
+
+
 def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: torch.device, k_tile: int = 0,
                   use_table: bool = True) -> LinearConfig:
     """Tiles for a small-M GEMM: this GPU's tuned entry for the call (`tuning`, written by `clover-local tune`)
@@ -815,7 +827,7 @@ def linear_config(m: int, n: int, k: int, group_size: int, bits: int, device: to
     tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
     k_tiles = k // bk
     target = 2 * _num_sms(device)
-    split = max(1, min(k_tiles, 16, target // max(tiles, 1)))
+    split = k_split(k_tiles, min(16, target // max(tiles, 1)))[1]
     cfg = LinearConfig(bm, bn, bk, split, fields=_default_fields())
     if use_table:
         cfg = tuning.apply(cfg, tuning.tuned(_linear_signature(m, n, k, group_size, bits, k_tile), device),
@@ -860,9 +872,7 @@ def linear_w4a16_triton(
             x2 = repacked_input(x2, k_tile, bits)
     if group_size % cfg.block_k:
         raise ValueError(f"block_k {cfg.block_k} must divide group_size {group_size}")
-    k_tiles = k // cfg.block_k
-    per_split = triton.cdiv(k_tiles, cfg.split_k)
-    split = triton.cdiv(k_tiles, per_split)
+    per_split, split = k_split(k // cfg.block_k, cfg.split_k)
     if split == 1:
         out = torch.empty(1, m, n, dtype=x.dtype, device=x.device)
     else:
