@@ -106,7 +106,7 @@ B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 40
 # stages run in the order STAGES lists them: put first what the session most needs
 for s in ${STAGES//,/ }; do
   case $s in
-    kernels) stage kernels 120 bash -c \
+    kernels) stage kernels 150 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
     finite) stage finite 240 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/finite' --stages finite >>'$log' 2>&1" ;;

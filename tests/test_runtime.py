@@ -149,16 +149,22 @@ def test_a_long_prefill_goes_layer_by_layer_and_copies_each_expert_once(pack, re
     assert decode(runtime(pack, slots=12, prefill_chunk=8, prefill_span=64), ids) == decode(ref, ids)
 
 
-def test_a_stop_anywhere_in_the_expert_cache_leaves_it_sound(pack, ref):
+@pytest.mark.parametrize("copies", ["at once", "deferred"])
+def test_a_stop_anywhere_in_the_expert_cache_leaves_it_sound(pack, ref, copies, monkeypatch):
     """Chat's Ctrl-C raises KeyboardInterrupt in the decoder wherever it is (`DecodeThread.interrupt`), the
     expert cache's bookkeeping included: between two of its statements an expert may map to a slot that no
     longer holds it, and later loads give that slot to another expert — wrong weights, silently. Raised at each
     line the cache runs during a decode (at its second run, where there is one): afterwards each resident
-    expert's slot is its own and the next decode gives the reference tokens (`ExpertCache.recover`)."""
+    expert's slot is its own and the next decode gives the reference tokens (`ExpertCache.recover`).
+    "deferred": copies land as late as a CUDA copy stream allows (CLOVER_DEFER_COPIES): a stop between a copy and
+    the booking of its event left a copy nobody waited for, read as the slot's old expert (recover now waits for
+    the whole copy stream)."""
     import sys
 
     import clover_local.runtime.expert_cache as expert_cache
 
+    if copies == "deferred":
+        monkeypatch.setenv("CLOVER_DEFER_COPIES", "1")
     ids = prompt(ref, 13, seed=2)
     want = decode(ref, ids, n=16)
     rt = runtime(pack, slots=10)  # fewer slots than a layer's experts: loads and evictions every pass
@@ -205,11 +211,17 @@ def test_a_stop_anywhere_in_the_expert_cache_leaves_it_sound(pack, ref):
         assert decode(rt, ids, n=16) == want, stop
 
 
-def test_offloaded_and_resident_decode_identical_tokens(pack, ref):
+@pytest.mark.parametrize("copies", ["at once", "deferred"])
+def test_offloaded_and_resident_decode_identical_tokens(pack, ref, copies, monkeypatch):
+    """"deferred": each copy into a slot lands only when the compute side waits for it (or for a later one), the
+    latest a CUDA copy stream may: a pass reading a slot it did not wait for reads the old expert there."""
+    if copies == "deferred":
+        monkeypatch.setenv("CLOVER_DEFER_COPIES", "1")
     ids = prompt(ref, 13, seed=2)
     want = decode(ref, ids)
     resident = runtime(pack, slots=TOTAL)
     offloaded = runtime(pack, slots=10)  # fewer slots than experts: evictions every pass
+    assert (offloaded.model.runtime.cache.copier.deferred is not None) == (copies == "deferred")
     assert decode(resident, ids) == want
     assert decode(offloaded, ids) == want
     s = offloaded.model.runtime_stats()
@@ -472,3 +484,24 @@ def test_triton_kernels_on_cache_slot_views(pack):
     if "assert triton_available()" in res.stderr:
         pytest.skip("triton is installed but its kernels do not import here")
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
+
+
+def test_deferred_copies_land_in_stream_order(monkeypatch):
+    """The CPU emulation of the copy stream (CLOVER_DEFER_COPIES=1): a batch lands when its event, or a later
+    one, is waited for — never before — and `wait_all` lands every batch, those whose event nobody kept too."""
+    from clover_local.runtime.expert_cache import SlotCopier
+
+    monkeypatch.setenv("CLOVER_DEFER_COPIES", "1")
+    copier = SlotCopier(torch.device("cpu"))
+    dst = torch.zeros(3, 4)
+    src = torch.arange(12.0).view(3, 4) + 1
+    events = [copier.copy([(dst[i], src[i])]) for i in range(3)]
+    assert not dst.any()
+    copier.wait([events[1]])  # the first two land (the stream completes in order), the third not yet
+    assert torch.equal(dst[:2], src[:2]) and not dst[2].any()
+    copier.wait([None, events[0]])  # already landed: nothing more
+    assert not dst[2].any()
+    copier.wait_all()
+    assert torch.equal(dst, src) and copier.deferred == []
+    monkeypatch.delenv("CLOVER_DEFER_COPIES")
+    assert SlotCopier(torch.device("cpu")).copy([(dst[0], src[0] * 0)]) is None and not dst[0].any()  # at once

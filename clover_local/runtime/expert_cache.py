@@ -35,6 +35,7 @@ change to `slot_of` marks it stale; it is uploaded whole (40 KiB at 35B), once, 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,16 +54,33 @@ def dense_rows(rows: int, top_k: int, n_experts: int) -> bool:
     return rows * top_k >= 4 * n_experts
 
 
+class DeferredCopy:
+    """A batch of copies the CPU emulation of the copy stream holds back (`SlotCopier`, CLOVER_DEFER_COPIES=1)."""
+
+    def __init__(self, pairs: list[tuple[Tensor, Tensor]]) -> None:
+        self.pairs = pairs
+
+
 class SlotCopier:
-    """Host→device slab copies: synchronous on CPU; on CUDA, a side stream with one event per batch."""
+    """Host→device slab copies: synchronous on CPU; on CUDA, a side stream with one event per batch.
+
+    CLOVER_DEFER_COPIES=1 (CPU, tests): the copies land as late as CUDA allows instead of at once — a batch is
+    held until the compute side waits for its event, or for a later one (a stream completes in order). A pass that
+    reads a slot without waiting for its copy then reads the slot's old bytes, as it may on a GPU, and its logits
+    differ from an all-resident run's; on the CPU's synchronous copies the same bug would never show."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda" and torch.cuda.is_available()
         self.stream = torch.cuda.Stream(device=device) if self.cuda else None
+        self.deferred: list[DeferredCopy] | None = (
+            [] if not self.cuda and os.environ.get("CLOVER_DEFER_COPIES") == "1" else None)
 
     def copy(self, pairs: list[tuple[Tensor, Tensor]]):
         """Copy each (dst, src); returns an event the compute stream must wait on (None on CPU)."""
         if not self.cuda:
+            if self.deferred is not None:
+                self.deferred.append(DeferredCopy(pairs))
+                return self.deferred[-1]
             for dst, src in pairs:
                 dst.copy_(src)
             return None
@@ -76,8 +94,23 @@ class SlotCopier:
             event.record(self.stream)
         return event
 
+    def wait_all(self) -> None:
+        """Make the compute stream wait for every copy issued so far, whether or not its event was kept (a pass
+        stopped between `copy` and the bookkeeping of its event leaves one nobody holds)."""
+        if self.cuda:
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+        elif self.deferred:
+            self.wait(self.deferred[-1:])
+
     def wait(self, events) -> None:
         if not self.cuda:
+            if self.deferred:  # every batch up to the last one waited for lands, in issue order
+                waited = {id(e) for e in events if e is not None}
+                last = max((i for i, b in enumerate(self.deferred) if id(b) in waited), default=-1)
+                for batch in self.deferred[: last + 1]:
+                    for dst, src in batch.pairs:
+                        dst.copy_(src)
+                del self.deferred[: last + 1]
             return
         main = torch.cuda.current_stream(self.stream.device)
         for ev in {id(e): e for e in events if e is not None}.values():
@@ -339,7 +372,9 @@ class ExpertCache:
         names (a pass that will not read them: their copies overlap it). GPU-side waits only; a no-op on CPU."""
         names = set(keep.tolist()) if keep is not None else set()
         kept = {s: ev for s, ev in self.ready.items() if s in names}
-        if len(kept) < len(self.ready):
+        if not kept:  # every copy, those whose event a stopped pass never recorded too (`recover`)
+            self.copier.wait_all()
+        elif len(kept) < len(self.ready):
             self.copier.wait([ev for s, ev in self.ready.items() if s not in kept])
         self.ready = kept
         self.pending[:] = False
