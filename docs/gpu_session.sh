@@ -2,7 +2,8 @@
 # The runtime's checks for one GPU session, in order of value, each under its own time limit so one slow stage
 # cannot eat the others (device time is scarce: 15 minutes a session). Everything lands in $OUT:
 #   session.log                  machine, versions, every stage's output and exit code
-#   kernels/gpu_check.json       W4A16/W8A16 kernels at real shapes through the cache's own slabs
+#   kernels/gpu_check.json       W4A16/W8A16 kernels at real shapes through the cache's own slabs, and every dense
+#                                shape of the model after the load's merges at 1/32/64/512 rows (`dense_shapes`)
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   finite/gpu_check.json        every module's output finite through a prompt, previews and a commit on the
 #                                synthetic full pack; where not, the first module per pass and which piece switched

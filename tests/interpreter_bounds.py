@@ -63,6 +63,10 @@ def _check(ptrs, mask, what: str) -> None:
         return
     size = np.uint64(max(1, ptrs.get_element_ty().primitive_bitwidth // 8))
     los, his = ranges
+    lo, hi = addr.min(), addr.max() + size
+    at = int(np.searchsorted(los, lo, side="right")) - 1
+    if at >= 0 and hi <= his[at]:  # the usual case: the whole access inside one tensor
+        return
     idx = np.searchsorted(los, addr, side="right").astype(np.int64) - 1
     ok = idx >= 0
     ok[ok] = addr[ok] + size <= his[idx[ok]]

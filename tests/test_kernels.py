@@ -1751,3 +1751,32 @@ def test_gpu_check_dense_shapes_follow_the_loader_and_pass(force_triton, monkeyp
                                        kind="small")
     assert res["ok"], res
     assert len(res["shapes"]) == 2 * 2 * len(gpu_check.model_dense_shapes("small"))
+
+
+@needs_triton
+@pytest.mark.skipif(not _INTERPRETED, reason="the bounds check patches Triton's interpreter")
+def test_interpreter_bounds_check_names_an_access_past_the_tensors() -> None:
+    """The net every interpreted launch of the tests runs under (`interpreter_bounds`, conftest): in-bounds
+    accesses and masked-off lanes pass; one element past the tensor fails with the kernel's name — the reads of
+    the uneven split-K launch (2026-12-04) went that way, finite on the CPU, NaN on a GPU."""
+    import triton
+    import triton.language as tl
+
+    from interpreter_bounds import OutOfBounds, checked_accesses
+
+    @triton.jit
+    def shifted_copy(x_ptr, o_ptr, n, shift, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        tl.store(o_ptr + i, tl.load(x_ptr + i + shift, mask=i < n, other=0.0), mask=i < n)
+
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    out = torch.zeros(8)
+    with checked_accesses():
+        shifted_copy[(1,)](x, out, 8, 0, BLOCK=16)  # lanes 8..15 masked off: never read
+        assert torch.equal(out, x)
+        shifted_copy[(1,)](x[2:], out, 6, 0, BLOCK=16)  # a view: its storage is the tensor's
+        with pytest.raises(Exception, match=r"shifted_copy: load of 1 element"):
+            shifted_copy[(1,)](x, out, 8, 1, BLOCK=16)
+        with pytest.raises(Exception, match=r"shifted_copy: store of 2 element"):
+            shifted_copy[(1,)](x, out[:6].clone(), 8, 0, BLOCK=16)
+    assert issubclass(OutOfBounds, AssertionError)
