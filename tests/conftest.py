@@ -16,6 +16,9 @@ import torch
 # too, for runs of that file alone.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # ... and the tile heuristics decide as on an H200 (132 SMs: split-K where it splits), not as for one "SM",
+    # so the shapes the GPU runs run here too (`w4a16._num_sms`; +2 % on the longest kernel test)
+    os.environ.setdefault("CLOVER_EMULATE_SMS", "132")
 
 from clover_local.checkpoint.synthetic import TinySpec, write_checkpoint
 
@@ -23,14 +26,16 @@ from clover_local.checkpoint.synthetic import TinySpec, write_checkpoint
 
 @pytest.fixture(autouse=True)
 def _bounds_checked_kernels():
-    """Every interpreted Triton launch bounds-checked (`interpreter_bounds`): a kernel reading past its tensors
-    passes on the CPU and reads NaN on a GPU. Off when the kernels compile (a GPU run of the tests)."""
+    """Every interpreted Triton launch bounds-checked (`interpreter_bounds`: a kernel reading past its tensors
+    passes on the CPU and reads NaN on a GPU), its programs run last to first (the interpreter's own order is the
+    one a GPU roughly keeps: the other extreme, where a dependence between programs shows). Off when the kernels
+    compile (a GPU run of the tests)."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         yield
         return
     from interpreter_bounds import checked_accesses
 
-    with checked_accesses():
+    with checked_accesses(reverse_programs=True):
         yield
 
 

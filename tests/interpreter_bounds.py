@@ -1,4 +1,5 @@
-"""Every memory access of an interpreted Triton kernel checked against the tensors it was given.
+"""Every memory access of an interpreted Triton kernel checked against the tensors it was given (and, optionally,
+its programs run last to first).
 
 Why: on a GPU a load past a tensor reads whatever the caching allocator put next to it — other tensors' bytes,
 NaN when random weights are read as fp16 scales — while Triton's interpreter on the CPU reads neighbouring heap
@@ -7,6 +8,10 @@ That happened: the dense kernel's split-K ran its last split 2 K tiles past the 
 32-row pass NaN; `w4a16.k_split`). With `checked_accesses()` active, a launch records the byte ranges of its tensor
 arguments' storages, and every load, store and atomic of its programs must fall, element whole, inside one of
 them (masked-off lanes excepted); the first that does not raises, naming the kernel and the address.
+
+`checked_accesses(reverse_programs=True)` also runs each grid backwards: the interpreter otherwise always runs
+program 0 first, which a GPU does not promise, so a launch whose programs depend on one another's writes passes
+on the CPU in the one order it sees.
 
 It patches the interpreter's builder (`triton.runtime.interpreter`, triton 3.x): a test aid, never product code.
 """
@@ -78,13 +83,16 @@ def _check(ptrs, mask, what: str) -> None:
 
 
 @contextlib.contextmanager
-def checked_accesses() -> Iterator[None]:
-    """Within: every interpreted launch's loads, stores and atomics bounds-checked (see the module docstring)."""
+def checked_accesses(reverse_programs: bool = False) -> Iterator[None]:
+    """Within: every interpreted launch's loads, stores and atomics bounds-checked (see the module docstring).
+    reverse_programs: the interpreter runs each grid's programs last to first instead of first to last — a GPU
+    promises no order, so a kernel whose result depends on it (one program reading what another writes in the same
+    launch) gives a different answer one way or the other."""
     from triton.runtime import interpreter as itp
 
     builder = itp.InterpreterBuilder
     saved = {name: getattr(builder, name) for name in ("create_masked_load", "create_masked_store",
-                                                        "create_atomic_rmw", "create_atomic_cas")}
+                                                        "create_atomic_rmw", "create_atomic_cas", "set_grid_idx")}
     call, to_host = itp.GridExecutor.__call__, itp.GridExecutor._init_args_hst
 
     def load(self, ptrs, mask, other, *rest):
@@ -103,6 +111,12 @@ def checked_accesses() -> Iterator[None]:
         _check(ptr, None, "atomic")
         return saved["create_atomic_cas"](self, ptr, cmp, val, *rest)
 
+    def grid_idx(self, x, y, z):
+        if reverse_programs:
+            gx, gy, gz = self.grid_dim
+            x, y, z = gx - 1 - x, gy - 1 - y, gz - 1 - z
+        return saved["set_grid_idx"](self, x, y, z)
+
     def host_args(self, args, kwargs):  # the tensors the programs address (on the CPU: the callers' own)
         args_hst, kwargs_hst = to_host(self, args, kwargs)
         _state.ranges = _ranges_of((args_hst, tuple(kwargs_hst.values())))
@@ -117,7 +131,7 @@ def checked_accesses() -> Iterator[None]:
             _state.ranges, _state.kernel = outer
 
     builder.create_masked_load, builder.create_masked_store = load, store
-    builder.create_atomic_rmw, builder.create_atomic_cas = rmw, cas
+    builder.create_atomic_rmw, builder.create_atomic_cas, builder.set_grid_idx = rmw, cas, grid_idx
     itp.GridExecutor.__call__, itp.GridExecutor._init_args_hst = launch, host_args
     try:
         yield

@@ -1780,3 +1780,18 @@ def test_interpreter_bounds_check_names_an_access_past_the_tensors() -> None:
         with pytest.raises(Exception, match=r"shifted_copy: store of 2 element"):
             shifted_copy[(1,)](x, out[:6].clone(), 8, 0, BLOCK=16)
     assert issubclass(OutOfBounds, AssertionError)
+
+    @triton.jit
+    def chained(buf_ptr):  # each program reads what the one before it wrote: an order no GPU promises
+        p = tl.program_id(0)
+        tl.store(buf_ptr + p + 4, tl.load(buf_ptr + tl.maximum(p - 1, 0)) + 1)
+        tl.store(buf_ptr + p, p * 10 + 1)
+
+    seen = []
+    for reverse in (False, True):
+        buf = torch.zeros(8, dtype=torch.int32)
+        with checked_accesses(reverse_programs=reverse):
+            chained[(4,)](buf)
+        seen.append(buf[4:].tolist())
+    # first to last and last to first (in either order of the two: the conftest's own check may be reversing too)
+    assert sorted(seen) == [[1, 1, 1, 1], [1, 2, 12, 22]]

@@ -743,9 +743,12 @@ def _default_fields() -> bool:
 
 
 def _num_sms(device: torch.device) -> int:
+    """The device's SM count, which the tile heuristics size the grid by (split-K). Elsewhere 1, or
+    CLOVER_EMULATE_SMS: the CPU tests take an H200's decisions (132), so its split-K shapes run interpreted too —
+    the uneven split that read past K on the H200 (`k_split`) had never run on the CPU."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
-    return 1
+    return int(os.environ.get("CLOVER_EMULATE_SMS", "1"))
 
 
 def _block_k(k: int, group_size: int, bits: int, cap: int = 128) -> int:
