@@ -41,6 +41,9 @@ def kernels_lines(k: dict) -> list[str]:
         out.append(f"  dense shapes: ok {ds.get('ok')}, {len(shapes)} calls"
                    + (f", failing: {'; '.join(bad)}" if bad else "")
                    + (f", error {str(ds['error'])[-200:]!r}" if ds.get("error") else ""))
+        timed = [f"{name} {_fmt(v['ms'])}" for name, v in shapes.items() if "ms" in v]
+        if timed:
+            out.append("    timed (ms, eager): " + "; ".join(timed))
     hr = k.get("host_reads")
     if isinstance(hr, dict):  # the MoE reading experts in place from pinned host memory
         out.append(f"  MoE host reads: ok {hr.get('ok')}, cold ms resident {_fmt(hr.get('resident_ms_cold'))} / 8 on "

@@ -120,3 +120,21 @@ def test_summary_reads_the_gpu_machines_compile_census(tmp_path) -> None:
     assert "sm_90 MoE 4-bit H2048 I512 gate/up: 3.41 per weight (107 registers)" in res.stdout
     assert "sm_90 MoE 4-bit H2048 I512 unswapped gate/up: 4.14 per weight (128 registers)" in res.stdout
     assert "merged pass" not in res.stdout
+
+
+def test_summary_reads_the_dense_shapes_check(tmp_path) -> None:
+    """The kernels stage's `dense_shapes`: the count, any failing call named with its error, the timed calls."""
+    import json
+
+    shapes = {"attention qkv 2048->9216 8-bit 32 rows": {"rel_err": 0.00002, "finite": True, "split_k": 2,
+                                                          "block_n": 128, "ms": 0.051},
+              "attention qkv 2048->9216 8-bit 1 rows": {"rel_err": 1.0, "finite": False, "split_k": 3,
+                                                         "block_n": 128}}
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "gpu_check.json").write_text(json.dumps(
+        {"device": "NVIDIA H200", "kernels": {"ok": False, "dense_shapes": {"ok": False, "shapes": shapes}}}))
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "dense shapes: ok False, 2 calls, failing: attention qkv 2048->9216 8-bit 1 rows (err 1, finite False)" \
+        in res.stdout
+    assert "timed (ms, eager): attention qkv 2048->9216 8-bit 32 rows 0.051" in res.stdout

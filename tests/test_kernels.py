@@ -1747,10 +1747,13 @@ def test_gpu_check_dense_shapes_follow_the_loader_and_pass(force_triton, monkeyp
     monkeypatch.setattr(w4a16, "_num_sms", lambda device: 132)
     assert any(w4a16.linear_config(32, n, k, 128, 8, torch.device("cpu")).split_k > 1
                for k, n in gpu_check.model_dense_shapes("small").values())
+    monkeypatch.setattr(gpu_check, "_timed_ms", lambda dev, fn: 1.0 + 0.0 * (fn() is None))  # (CUDA events)
     res = gpu_check.dense_shapes_check(torch.device(DEVICE), torch.Generator().manual_seed(0), rows=(1, 32),
                                        kind="small")
     assert res["ok"], res
     assert len(res["shapes"]) == 2 * 2 * len(gpu_check.model_dense_shapes("small"))
+    timed = [key for key, v in res["shapes"].items() if "ms" in v]
+    assert len(timed) == len(gpu_check.model_dense_shapes("small")) and all("8-bit 32 rows" in k for k in timed)
 
 
 @needs_triton

@@ -245,12 +245,14 @@ def model_dense_shapes(kind: str = "full") -> dict[str, tuple[int, int]]:
             "shared down": (sp.shared_expert_intermediate_size, h), "lm_head": (h, sp.vocab_size)}
 
 
-def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 512), kind: str = "full") -> dict:
+def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 512), kind: str = "full",
+                       timed: tuple[int, int] | None = (32, 8)) -> dict:
     """Each of the model's dense shapes (`model_dense_shapes`) at 8 and 4 bits (the balanced and compact
     profiles' mixers) and the row counts a pass has (a decode step, a preview, a merged commit + preview, a prefill
     chunk), called as the runtime calls it (rows repacked at load where `dense_k_tile` says so), against the
-    reference on random codes and x: correctness and finiteness, no timing. The configs at these shapes depend on
-    the GPU's SM count, so CPU runs do not reach them."""
+    reference on random codes and x: correctness and finiteness. The configs at these shapes depend on the GPU's
+    SM count, so CPU runs do not reach them. `timed` (rows, bits): those calls also timed (eager, 20 back-to-back
+    calls: the preview pass's real dense calls, where the `linear` rows above time hand-picked shapes)."""
     from clover_local.runtime.kernels import dense_k_tile, linear_w4a16
     from clover_local.runtime.kernels.reference import field_major_rows, linear_w4a16_ref
     from clover_local.runtime.kernels.w4a16 import linear_config
@@ -274,6 +276,9 @@ def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 5
                     cfg = linear_config(m, n, k, 128, bits, dev, tile)
                     res[key] = {"rel_err": round(_rel(y, r), 5), "finite": bool(torch.isfinite(y).all()),
                                 "split_k": cfg.split_k, "block_n": cfg.block_n}
+                    if timed == (m, bits):
+                        res[key]["ms"] = round(_timed_ms(dev, lambda: linear_w4a16(xx, loaded, sc, qz, 128, bits,
+                                                                                   k_tile=tile)), 4)
                 except Exception:
                     res[key] = {"rel_err": 1.0, "finite": False, "error": traceback.format_exc()[-1500:]}
             del qw, sc, qz, loaded
