@@ -168,10 +168,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     lin = {}
     for name, k, n, bits in (("in_proj_qkv", 2048, 8192, 8), ("out_proj", 4096, 2048, 8), ("q_proj 4-bit", 2048, 8192, 4),
                              ("lm_head", 2048, vocab, 8)):
-        p = 32 // bits
-        qw = torch.randint(-(1 << 31), (1 << 31) - 1, (k // p, n), dtype=torch.int32, generator=g).to(dev)
-        sc = (0.0003 + 0.0002 * torch.rand(k // 128, n, generator=g)).half().to(dev)
-        qz = torch.full((k // 128, n // p), 0x7F7F7F7F if bits == 8 else 0x77777777, dtype=torch.int32, device=dev)
+        qw, sc, qz = _random_dense(k, n, bits, g, dev)
         xx = torch.randn(32, k, generator=g).to(dev, torch.bfloat16)
         r = linear_w4a16_ref(xx, qw, sc, qz, 128, bits)
         y = linear_w4a16(xx, qw, sc, qz, 128, bits)
@@ -228,6 +225,16 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     return out
 
 
+def _random_dense(k: int, n: int, bits: int, g: torch.Generator, dev: torch.device):
+    """(qweight, scales, qzeros) of a random GPTQ [K → N] linear, group 128: random codes, zero at mid-range,
+    small positive scales (outputs of order one for x ~ N(0, 1))."""
+    p = 32 // bits
+    qw = torch.randint(-(1 << 31), (1 << 31) - 1, (k // p, n), dtype=torch.int32, generator=g).to(dev)
+    sc = (0.0003 + 0.0002 * torch.rand(k // 128, n, generator=g)).half().to(dev)
+    qz = torch.full((k // 128, n // p), 0x7F7F7F7F if bits == 8 else 0x77777777, dtype=torch.int32, device=dev)
+    return qw, sc, qz
+
+
 def model_dense_shapes(kind: str = "full") -> dict[str, tuple[int, int]]:
     """Every packed dense projection's (K, N) as the runtime calls it on a `kind` synthetic pack, after the load's
     merges (`load._merge_*`): GDN q/k/v+z, attention q/k/v, the shared expert's gate+up. Derived from the spec,
@@ -253,6 +260,8 @@ def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 5
     reference on random codes and x: correctness and finiteness. The configs at these shapes depend on the GPU's
     SM count, so CPU runs do not reach them. `timed` (rows, bits): those calls also timed (eager, 20 back-to-back
     calls: the preview pass's real dense calls, where the `linear` rows above time hand-picked shapes)."""
+    from functools import partial
+
     from clover_local.runtime.kernels import dense_k_tile, linear_w4a16
     from clover_local.runtime.kernels.reference import field_major_rows, linear_w4a16_ref
     from clover_local.runtime.kernels.w4a16 import linear_config
@@ -260,25 +269,20 @@ def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 5
     res: dict = {}
     for name, (k, n) in model_dense_shapes(kind).items():
         for bits in (8, 4):
-            p = 32 // bits
-            qw = torch.randint(-(1 << 31), (1 << 31) - 1, (k // p, n), dtype=torch.int32, generator=g).to(dev)
-            sc = (0.0003 + 0.0002 * torch.rand(k // 128, n, generator=g)).half().to(dev)
-            qz = torch.full((k // 128, n // p), 0x7F7F7F7F if bits == 8 else 0x77777777, dtype=torch.int32,
-                            device=dev)
+            qw, sc, qz = _random_dense(k, n, bits, g, dev)
             tile = dense_k_tile(k, 128, bits, dev)
             loaded = field_major_rows(qw, tile, bits) if tile else qw
             for m in rows:
                 xx = torch.randn(m, k, generator=g).to(dev, torch.bfloat16)
                 key = f"{name} {k}->{n} {bits}-bit {m} rows"
+                call = partial(linear_w4a16, xx, loaded, sc, qz, 128, bits, k_tile=tile)
                 try:
-                    y = linear_w4a16(xx, loaded, sc, qz, 128, bits, k_tile=tile)
-                    r = linear_w4a16_ref(xx, qw, sc, qz, 128, bits)
+                    y, r = call(), linear_w4a16_ref(xx, qw, sc, qz, 128, bits)
                     cfg = linear_config(m, n, k, 128, bits, dev, tile)
                     res[key] = {"rel_err": round(_rel(y, r), 5), "finite": bool(torch.isfinite(y).all()),
                                 "split_k": cfg.split_k, "block_n": cfg.block_n}
                     if timed == (m, bits):
-                        res[key]["ms"] = round(_timed_ms(dev, lambda: linear_w4a16(xx, loaded, sc, qz, 128, bits,
-                                                                                   k_tile=tile)), 4)
+                        res[key]["ms"] = round(_timed_ms(dev, call), 4)
                 except Exception:
                     res[key] = {"rel_err": 1.0, "finite": False, "error": traceback.format_exc()[-1500:]}
             del qw, sc, qz, loaded
