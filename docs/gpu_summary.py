@@ -89,6 +89,16 @@ def model_lines(m: dict) -> list[str]:
     return out
 
 
+def component_lines(comps: list[dict], top: int = 14) -> list[str]:
+    """The profiled pass's parts, largest first by GPU time where a graph-profiled pass gave it (else eager, mostly
+    launch cost): the routed experts split by launch (align, gate/up, down, sum: `runtime/segments.py`)."""
+    key = "graph_ms" if any("graph_ms" in c for c in comps) else "ms"
+    rows = sorted(comps, key=lambda c: -(c.get(key) or 0))[:top]
+    return [f"  {c.get('component')}: {_fmt(c.get(key))} ms{' (graph)' if key == 'graph_ms' else ''} over "
+            f"{_fmt(c.get('calls'))} calls, eager {_fmt(c.get('ms'))} ms, {_fmt(c.get('bytes'))} B, floor "
+            f"{_fmt(c.get('floor_ms'))} ms" for c in rows]
+
+
 def bench_lines(b: dict) -> list[str]:
     """A bench run: steady pass (median of passes 3 on: the first loads the block, the second may capture),
     first pass, tok/s, graphs, memory, the largest components, the second block and commits where present."""
@@ -120,8 +130,7 @@ def bench_lines(b: dict) -> list[str]:
     if mem:
         out.append(f"  memory: peak {mem.get('peak_allocated')} B of budget {b.get('vram_budget')} B, "
                    f"plan error {mem.get('plan_error')}")
-    comps = sorted(b.get("components") or [], key=lambda c: -c.get("ms", 0))[:4]
-    out += [f"  {c.get('component')}: {_fmt(c.get('ms'))} ms, floor {_fmt(c.get('floor_ms'))} ms" for c in comps]
+    out += component_lines(b.get("components") or [])
     for key in ("projection_5070ti_graphed", "projection_5070ti"):
         if isinstance(b.get(key), dict):
             out.append(f"  {key}: {_fmt(b[key].get('ms_per_pass'))} ms, {_fmt(b[key].get('tokens_per_s'))} tok/s")

@@ -138,3 +138,23 @@ def test_summary_reads_the_dense_shapes_check(tmp_path) -> None:
     assert "dense shapes: ok False, 2 calls, failing: attention qkv 2048->9216 8-bit 1 rows (err 1, finite False)" \
         in res.stdout
     assert "timed (ms, eager): attention qkv 2048->9216 8-bit 32 rows 0.051" in res.stdout
+
+
+def test_summary_lists_the_components_by_gpu_time_with_the_moe_split_by_launch(tmp_path) -> None:
+    import json
+
+    comps = [{"component": "routed experts: gate/up", "calls": 40, "ms": 30.0, "graph_ms": 9.5, "bytes": 7_000_000_000,
+              "floor_ms": 1.46},
+             {"component": "routed experts: down", "calls": 40, "ms": 20.0, "graph_ms": 4.25, "bytes": 3_500_000_000,
+              "floor_ms": 0.73},
+             {"component": "GDN core", "calls": 30, "ms": 45.0, "graph_ms": 2.0, "bytes": 63_000_000, "floor_ms": 0.01}]
+    bench = {"device_name": "NVIDIA H200", "date": "2026-12-05", "ms_per_pass_each": [60.0, 30.0, 28.0, 29.0],
+             "routing": "uniform", "components": comps}
+    (tmp_path / "bench_uniform.json").write_text(json.dumps(bench))
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = [ln.strip() for ln in res.stdout.splitlines() if " calls, eager " in ln]
+    assert lines == [  # by graph time, not by the eager time (mostly launch cost)
+        "routed experts: gate/up: 9.5 ms (graph) over 40 calls, eager 30 ms, 7000000000 B, floor 1.46 ms",
+        "routed experts: down: 4.25 ms (graph) over 40 calls, eager 20 ms, 3500000000 B, floor 0.73 ms",
+        "GDN core: 2 ms (graph) over 30 calls, eager 45 ms, 63000000 B, floor 0.01 ms"]

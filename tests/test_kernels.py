@@ -228,6 +228,46 @@ def test_triton_linear_split_k_and_strided_input(force_triton) -> None:
         _assert_close(linear_w4a16_triton(x, *args, config=cfg), want, torch.float32)
 
 
+@needs_triton
+def test_launchers_name_their_launches_for_the_profile(force_triton) -> None:
+    """The bench's component profile splits a call by launch (`runtime/segments.py`): the fused MoE names its
+    align, gate/up, down and sum, the two passes with their shares of an expert's bytes (codes, scales, zeros of
+    each matrix); a dense call names its split-K sum, and only when it splits."""
+    from clover_local.runtime import segments
+    from clover_local.runtime.kernels.w4a16 import LinearConfig, linear_w4a16_triton, moe_w4a16_triton
+
+    seen: list[tuple[str, float]] = []
+
+    def sink(name: str, share: float) -> None:
+        seen.append((name, share))
+
+    gen, packs, gate_up, down = _moe_case(4, (64, 32), seed=11, device=DEVICE)
+    x = _x(5, H, torch.float32, gen)
+    slot_ids, weights = _route(5, gen)
+    x, slot_ids, weights = _dev(x, slot_ids, weights)
+    pack = _random_pack(H, 96, 64, 4, gen)  # 4 K tiles of 32
+    args = _dev(pack["qweight"], pack["scales"], pack["qzeros"])
+    segments.listen(sink)
+    try:
+        moe_w4a16_triton(x, slot_ids, weights, gate_up, down)
+        moe = list(seen)
+        seen.clear()
+        linear_w4a16_triton(x, *args, 64, 4, config=LinearConfig(16, 32, 32, split_k=2))
+        split = list(seen)
+        seen.clear()
+        linear_w4a16_triton(x, *args, 64, 4, config=LinearConfig(16, 32, 32, split_k=1))
+        assert seen == []
+    finally:
+        segments.stop(sink)
+    assert [n for n, _ in moe] == ["align", "gate/up", "down", "sum"]
+    nbytes = {k: sum(t.numel() * t.element_size() for t in (p[k]["qweight"], p[k]["scales"], p[k]["qzeros"]))
+              for p in packs[:1] for k in ("gate_up", "down")}
+    up_share = nbytes["gate_up"] / (nbytes["gate_up"] + nbytes["down"])
+    assert [s for _, s in moe] == pytest.approx([0.0, up_share, 1 - up_share, 0.0])
+    assert 0.6 < up_share < 0.7  # gate/up: 2 × I outputs of H inputs; down: H outputs of I inputs (I = H/2 here)
+    assert split == [("split-K sum", 0.0)]
+
+
 def test_k_split_shares_the_k_tiles_evenly(monkeypatch) -> None:
     """The K loop has a static trip count and no bound: every split must get the same whole number of tiles,
     whatever a heuristic or a tuned table asks for; and the heuristic at the real shapes on an H200's 132 SMs (the

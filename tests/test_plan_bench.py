@@ -239,7 +239,69 @@ def test_bench_uniform_routing_and_graph_profile_pairing(tmp_path, monkeypatch):
     assert projected_graph == pytest.approx(projected)
     assert all(r["graph_ms"] == pytest.approx(r["ms"], abs=1e-3) for r in rows)
     assert prof.components(1e11, own[:-1])[2] is None  # different calls: never paired
-    assert sum(r["calls"] for r in rows if r["component"] == "rest (norms, routers, glue)") == 4  # one per layer
+    assert sum(r["calls"] for r in rows if r["component"] == "rest (norms, residuals)") == 4  # one per layer
+
+
+def test_component_profile_splits_a_call_into_its_launchers_segments(tmp_path, monkeypatch):
+    """Marks from a kernel launcher (`segments.segment`) inside a hooked call become child rows "<call>: <name>"
+    with their share of the call's bytes; the call's row keeps its own time and the bytes left; the bytes in all
+    add up to the call's; a mark outside any hooked call, or with no profiler listening, does nothing."""
+    from clover_local.runtime import bench, offload, segments
+    from clover_local.runtime.load import RuntimeOptions, load_packed_model
+    from clover_local.runtime.synthetic_pack import ensure_synthetic
+
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
+    model = load_packed_model(ensure_synthetic("small"), torch.device("cpu"), torch.float32,
+                              RuntimeOptions(context=128))
+    model.runtime.optimistic = False  # the syncing path, as bench's profiled pass: bytes from per-layer counters
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+
+    def profile() -> dict[str, dict]:
+        prof = bench.ComponentProfiler(model, model.runtime, torch.device("cpu"), 0)
+        try:
+            segments.segment("outside")  # no hooked call on the stack: ignored
+            with torch.inference_mode():
+                model(ids, model.new_cache())
+        finally:
+            prof.close()
+        assert not any(f.category.endswith("outside") for f in prof.frames)
+        return {r["component"]: r for r in prof.components(1e11)[0]}
+
+    plain = profile()
+    real = offload.moe_w4a16
+
+    def named(*args, **kw):
+        segments.segment("align")
+        segments.segment("gate/up", 0.75)
+        segments.segment("down", 0.25)
+        out = real(*args, **kw)
+        segments.segment("sum")
+        return out
+
+    monkeypatch.setattr(offload, "moe_w4a16", named)  # the syncing path's call
+    split = profile()
+    parts = [f"routed experts: {n}" for n in ("align", "gate/up", "down", "sum")]
+    assert set(parts) <= set(split) and not set(parts) & set(plain)
+    assert all(split[p]["calls"] == N_LAYERS_SMALL for p in parts)  # one call a layer
+    whole = plain["routed experts"]["bytes"]
+    assert whole > 0 and sum(split[p]["bytes"] for p in ["routed experts", *parts]) == whole
+    assert split["routed experts: gate/up"]["bytes"] == pytest.approx(0.75 * whole, abs=N_LAYERS_SMALL)
+    assert split["routed experts: down"]["bytes"] == pytest.approx(0.25 * whole, abs=N_LAYERS_SMALL)
+    assert split["routed experts: align"]["bytes"] == split["routed experts: sum"]["bytes"] == 0
+    assert split["routed experts"]["bytes"] <= N_LAYERS_SMALL  # rounding only
+    assert all(r["ms"] >= 0 for r in split.values())
+    assert {"router and combine", "shared expert", "rest (norms, residuals)"} <= set(split)
+    # one listener at a time; after close, marks go nowhere and another profiler may listen
+    prof = bench.ComponentProfiler(model, model.runtime, torch.device("cpu"), 0)
+    with pytest.raises(RuntimeError, match="already listening"):
+        bench.ComponentProfiler(model, model.runtime, torch.device("cpu"), 0)
+    prof.close()
+    prof.close()
+    segments.segment("nobody")
+    bench.ComponentProfiler(model, model.runtime, torch.device("cpu"), 0).close()
+
+
+N_LAYERS_SMALL = 4  # the synthetic small pack's layers
 
 
 def test_bench_reports_host_reads(tmp_path, monkeypatch):

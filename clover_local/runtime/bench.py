@@ -24,7 +24,7 @@ import datetime as _dt
 import math
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,11 +32,12 @@ from torch import Tensor, nn
 
 from clover_local.errors import CloverError
 from clover_local.generate.prompt_cache import PromptCache
+from clover_local.runtime import segments
 from clover_local.runtime.kernels import _triton_on, kernel_forms, tuning
 from clover_local.model.clover import CloverModel
 from clover_local.runtime.load import RuntimeOptions, load_packed_model, reconfigure
 from clover_local.runtime.offload import OffloadedExperts
-from clover_local.runtime.packed_linear import PackedLinear
+from clover_local.runtime.packed_linear import PackedLinear, PackedMLP
 from clover_local.runtime.placement import ASSUMED_TOKENS_PER_PASS, DEFAULT_PREFILL_CHUNK, PCIE_BPS, TARGET_BPS
 from clover_local.runtime.sizes import cpu_count
 
@@ -94,6 +95,10 @@ class _Timer:
         return a.elapsed_time(b) / 1e3 if self.cuda else b - a
 
 
+def _device_bytes(t: Tensor, device: torch.device) -> int:
+    return t.numel() * t.element_size() if t.device.type == device.type else 0
+
+
 @dataclass
 class _Frame:
     category: str
@@ -102,6 +107,8 @@ class _Frame:
     end: object = None
     bytes: int = 0
     child_seconds: float = 0.0
+    share: float | None = None  # a segment (`runtime/segments.py`): its part of the parent's bytes
+    segments: list[int] = field(default_factory=list)  # a hooked call's segments, by frame index
 
 
 class ComponentProfiler:
@@ -109,7 +116,11 @@ class ComponentProfiler:
 
     In an eager pass the host launches kernels one by one, slower than the GPU runs them, so these times are
     mostly launch cost. With `in_graph` the hooks run while a preview pass is captured as a CUDA graph: their
-    events become nodes of the graph and time the replay, i.e. the GPU's own time for each part."""
+    events become nodes of the graph and time the replay, i.e. the GPU's own time for each part.
+
+    Inside a hooked call, kernel launchers name their launches (`segments.segment`: the routed experts' align,
+    gate/up pass, down pass and sum; a dense call's split-K sum): each becomes a child row "<category>: <name>"
+    with its share of the call's bytes, and the call's own row keeps the rest (slot mapping, host work)."""
 
     def __init__(self, model: nn.Module, runtime, device: torch.device, kv_tokens: int, in_graph: bool = False) -> None:
         self.timer = _Timer(device, in_graph)
@@ -139,9 +150,29 @@ class ComponentProfiler:
                 self._hook(mod, "attention core", lambda: kv_bytes)
             elif type(mod).__name__ == "GatedDeltaNet":
                 self._hook(mod, "GDN core", lambda: gdn_bytes)
+            elif isinstance(mod, PackedMLP) or type(mod).__name__ == "MLP":  # own time: silu · up between the two
+                self._hook(mod, "shared expert", lambda: 0)
+            elif type(mod).__name__ == "SparseMoe":  # its own time: the router's linear and top-k, the combine
+                own = sum(_device_bytes(m.weight, device) for m in (mod.gate, mod.shared_expert_gate))
+                self._hook(mod, "router and combine", lambda b=own: b)
             elif type(mod).__name__ == "DecoderLayer":  # per layer, not the model: a captured pass is the layers
-                own = sum(p.numel() * p.element_size() for p in mod.parameters() if p.device.type == device.type)
-                self._hook(mod, "rest (norms, routers, glue)", lambda b=own: b)
+                own = sum(_device_bytes(p, device) for n, p in mod.named_parameters() if not n.startswith("mlp."))
+                self._hook(mod, "rest (norms, residuals)", lambda b=own: b)
+        segments.listen(self._segment)
+
+    def _end_segment(self) -> None:
+        if self.stack and self.frames[self.stack[-1]].share is not None:
+            self.frames[self.stack.pop()].end = self.timer.mark()
+
+    def _segment(self, name: str, share: float) -> None:
+        """A launcher's mark inside the hooked call on top of the stack (outside any: ignored)."""
+        self._end_segment()
+        if not self.stack:
+            return
+        top = self.stack[-1]
+        self.frames[top].segments.append(len(self.frames))
+        self.frames.append(_Frame(f"{self.frames[top].category}: {name}", top, self.timer.mark(), share=share))
+        self.stack.append(len(self.frames) - 1)
 
     def _hook(self, mod, category, nbytes, counters=None, per_expert=0):
         def pre(_m, _args):
@@ -151,13 +182,20 @@ class ComponentProfiler:
             self.stack.append(len(self.frames) - 1)
 
         def post(_m, _args, _out):
+            self._end_segment()
             f = self.frames[self.stack.pop()]
             f.end = self.timer.mark()
             f.bytes = (counters.uses - self._uses0) * per_expert if counters is not None else nbytes()
+            whole = f.bytes
+            for i in f.segments:  # the segments' parts of the call's bytes; the call keeps what is left
+                seg = self.frames[i]
+                seg.bytes = round(seg.share * whole)
+                f.bytes -= seg.bytes
 
         self.handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
 
     def close(self) -> None:
+        segments.stop(self._segment)
         for h in self.handles:
             h.remove()
 

@@ -38,6 +38,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from clover_local.runtime.segments import segment
+
 from . import tuning
 from .reference import PLANES_TILE, PackedStack, check_host_stacks, check_packed, field_major, repacked_input
 
@@ -893,8 +895,10 @@ def linear_w4a16_triton(
         MAGIC=magic_bits(x.dtype, bits), FOLD=False, A_FM=a_fm, MASK_REG=cfg.mask_reg and a_fm, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-    y = out[0] if split == 1 else _sum_parts(out, split, m, n, m * n, n, x.dtype)
-    return y.reshape(*lead, n)
+    if split == 1:
+        return out[0].reshape(*lead, n)
+    segment("split-K sum")
+    return _sum_parts(out, split, m, n, m * n, n, x.dtype).reshape(*lead, n)
 
 
 @triton.jit
@@ -1208,6 +1212,11 @@ def _sum_parts_kernel(y_ptr, out_ptr, N, stride_j, stride_m, PARTS: tl.constexpr
     tl.store(out_ptr + m * N + c, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+def _slot_bytes(stack: PackedStack) -> int:
+    """Bytes of one expert's matrix in a stack (codes, scales, zeros)."""
+    return sum(t[0].numel() * t.element_size() for t in (stack.qweight, stack.scales, stack.qzeros))
+
+
 def _sum_parts(y: Tensor, parts: int, m: int, n: int, stride_j: int, stride_m: int, dtype: torch.dtype) -> Tensor:
     # Interpreted (CPU tests), the sum stays fp32 and torch rounds it: triton 3.9's interpreter truncates fp32 →
     # bf16 (up to 1 ulp, not ½), where a GPU's store rounds to nearest.
@@ -1280,6 +1289,7 @@ def moe_w4a16_triton(
         x_sums = torch.empty(m, h // bk_up, dtype=torch.float32, device=x.device)
         copy = (xc, x_field_major, x_sums, bk_up, _fm_per(gate_up))
         xc = x_field_major
+    segment("align")  # the bench's profile splits the call by launch (runtime/segments.py); else a no-op
     align = moe_align(slot_ids, num_slots, cfg.block_m, copy)
     read_through = install is not None and host is not None
     down_slots = torch.empty_like(align[1]) if read_through else None  # written by the gate/up pass
@@ -1297,6 +1307,8 @@ def moe_w4a16_triton(
     if act_fm and magic_bits(x.dtype, down.bits):
         per_sum = min(cfg.block_n, bk_down)
         act_sums = (torch.empty(t, inter // per_sum, dtype=torch.float32, device=x.device), per_sum, x.dtype)
+    up_share = _slot_bytes(gate_up) / (_slot_bytes(gate_up) + _slot_bytes(down))
+    segment("gate/up", up_share)
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
                 out_fm=bk_down if act_fm else 0, out_per=_fm_per(down),
                 a_sum=(x_sums, 1) if x_sums is not None else None, out_sum=act_sums,
@@ -1306,7 +1318,9 @@ def moe_w4a16_triton(
     y = torch.empty(t, h, dtype=torch.float32, device=x.device)
     if read_through:  # the down pass reads the experts read through from their new slots
         align = (align[0], down_slots, align[2])
+    segment("down", 1.0 - up_share)
     _launch_moe(act, y, down, rw, align, t, h, 0, 1, False, True, down_cfg, a_fm=act_fm,
                 a_sum=(act_sums[0], bk_down // act_sums[1]) if act_sums is not None else None,
                 host=host[1] if host is not None else None)
+    segment("sum")
     return _sum_parts(y, topk, m, h, h, topk * h, x.dtype)  # each token's topk rows
