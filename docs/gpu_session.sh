@@ -4,6 +4,10 @@
 #   session.log                  machine, versions, every stage's output and exit code
 #   kernels/gpu_check.json       W4A16/W8A16 kernels at real shapes through the cache's own slabs, and every dense
 #                                shape of the model after the load's merges at 1/32/64/512 rows (`dense_shapes`)
+#   moe_anatomy.json             one layer's routed experts at 32 rows, uniform routing (≈ 162 experts): the call's
+#                                launches apart (align, gate/up, down, sum; GPU time in a graph), read-only probes of
+#                                the two passes' programs (their code words, the pass's tiles and wider / K-split
+#                                ones) and a flat read of the same slabs: where the MoE's 0.9 TB/s (of 4.8) goes
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   finite/gpu_check.json        every module's output finite through a prompt, previews and a commit on the
 #                                synthetic full pack; where not, the first module per pass and which piece switched
@@ -55,10 +59,10 @@
 # Before it, on the CPU machine: docs/gpu_versions_check.sh (the kernels compiled and tested with that machine's
 # torch / triton, which CI does not use).
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
-# (STAGES from: kernels finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
+# (STAGES from: kernels anatomy finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
-# default kernels,routings,finite,decode,model,full3,longprompt,tune,tuned)
+# default kernels,anatomy,routings,finite,decode,model,full3,longprompt,tune,tuned)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -93,9 +97,10 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
 }
 
-# kernels first (its dense-shapes check says whether the split-K fix of 2026-12-04 holds at every real shape), then
-# the bench figures; finite after them: quick where the passes are finite, the diagnosis where they are not
-STAGES=${STAGES:-kernels,routings,finite,decode,model,full3,longprompt,tune,tuned}
+# kernels first (its dense-shapes check says whether the split-K fix of 2026-12-04 holds at every real shape), the
+# MoE's anatomy (≈ 30 s: where its time goes), then the bench figures; finite after them: quick where the passes
+# are finite, the diagnosis where they are not
+STAGES=${STAGES:-kernels,anatomy,routings,finite,decode,model,full3,longprompt,tune,tuned}
 # this machine's triton compiling every kernel (`compile_check --sass`: no GPU used, one CPU core, niced) beside the
 # stages: the census of the compiler that runs here, which may not be the one CI or the CPU machine has
 if command -v nvidia-smi >/dev/null 2>&1; then  # (a dry run on a CPU machine skips it)
@@ -109,6 +114,8 @@ for s in ${STAGES//,/ }; do
   case $s in
     kernels) stage kernels 150 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
+    anatomy) stage anatomy 60 bash -c "python3 -m clover_local.runtime.kernels.moe_anatomy --json \
+      >'$OUT/moe_anatomy.json' 2>>'$log'" ;;
     finite) stage finite 240 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/finite' --stages finite >>'$log' 2>&1" ;;
     model) stage model 180 bash -c \
@@ -153,7 +160,7 @@ for s in ${STAGES//,/ }; do
       2>>'$log'" ;;
     quantscale) stage quantscale 300 bash -c "python3 -m quantize.bench_scale --work /tmp/clover-scale --device cuda \
       --layers 1 --json >'$OUT/quant_scale_cuda.json' 2>>'$log'" ;;
-    *) echo "== unknown stage $s (known: kernels finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident \
+    *) echo "== unknown stage $s (known: kernels anatomy finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident \
 unfused unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
   esac
 done

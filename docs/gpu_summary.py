@@ -4,7 +4,8 @@
 
 Why: device time is 15 minutes a session and its JSON is long; the before/after pairs that decide a default (the
 MoE's folded vs unfolded form and its dots either way round, the dense kernels' row orders, fused vs unfused, each bench stage's steady pass)
-are scattered over several files. Reads every `*gpu_check.json`, `*bench*.json` and `tune.json` below OUT_DIR
+are scattered over several files. Reads every `*gpu_check.json`, `*bench*.json`, `tune.json` and `moe_anatomy.json`
+below OUT_DIR
 (names as gpu_session.sh writes them, or with a prefix, as in docs/gpu-runs/); a key a file lacks is left out, not
 guessed.
 """
@@ -221,6 +222,25 @@ def census_lines(c: dict) -> list[str]:
     return out
 
 
+def anatomy_lines(a: dict) -> list[str]:
+    """`moe_anatomy --json`: the call's launches (µs, GPU time in a graph), its GB/s over the distinct experts'
+    bytes, each read probe's GB/s (the pass's programs' code words; the first per pass at the pass's own tiles) and
+    the flat read's: the access pattern's ceiling against the device's."""
+    sh = a.get("shape") or {}
+    out = [f"  {sh.get('distinct')} distinct experts of {sh.get('experts')} ({sh.get('runs')} runs), "
+           f"{sh.get('rows')} rows, ok {a.get('ok')}, finite {a.get('finite')}",
+           f"  call {_fmt(a.get('call_us'))} µs ({_fmt(a.get('call_gbps'))} GB/s); launches: "
+           + ", ".join(f"{k} {_fmt(v)}" for k, v in (a.get("segments_us") or {}).items())]
+    for p in a.get("tiles") or []:
+        what = (f"{_fmt(p.get('us'))} µs, {_fmt(p.get('gbps'))} GB/s" if "error" not in p
+                else f"FAILED {str(p['error'])[:150]}")
+        out.append(f"  read {p.get('pass')} block_n {p.get('block_n')} split {p.get('split')} warps "
+                   f"{p.get('num_warps')}: {what}{'' if p.get('xor_ok', True) else ' (WRONG WORDS)'}")
+    fl = a.get("flat") or {}
+    out.append(f"  flat read of the slabs: {_fmt(fl.get('us'))} µs, {_fmt(fl.get('gbps'))} GB/s")
+    return out
+
+
 def summary(folder: Path) -> str:
     lines: list[str] = []
     for path in sorted(folder.rglob("*.json")):
@@ -244,6 +264,8 @@ def summary(folder: Path) -> str:
             lines += [f"{rel} (tune, {data.get('device')}, {data.get('date')})", *tune_lines(data)]
         elif isinstance(data.get("results"), list) and "triton" in data:
             lines += [f"{rel} (compile_check)", *census_lines(data)]
+        elif isinstance(data.get("tiles"), list) and "segments_us" in data:
+            lines += [f"{rel} (MoE anatomy, {data.get('device')})", *anatomy_lines(data)]
         elif "ms_per_pass_each" in data:
             lines += [f"{rel} (bench, {data.get('device_name')}, {data.get('date')})", *bench_lines(data)]
     return "\n".join(lines) if lines else f"no gpu_check or bench JSON below {folder}"

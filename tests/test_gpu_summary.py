@@ -85,7 +85,7 @@ def test_the_gpu_session_script_on_a_machine_without_a_gpu_writes_nothing_big(tm
         import pytest
 
         pytest.skip("a GPU is present: the stages would run for real")
-    stages = "finite,kernels,routings,decode,model,longprompt,longchunks,tune,tuned,uniform"
+    stages = "finite,kernels,anatomy,routings,decode,model,longprompt,longchunks,tune,tuned,uniform"
     env = {**os.environ, "OUT": str(tmp_path / "out"), "TOTAL_S": "300", "STAGES": stages,
            "CLOVER_LOCAL_CACHE": str(tmp_path / "cache")}
     res = subprocess.run(["bash", str(ROOT / "docs" / "gpu_session.sh")], env=env, capture_output=True, text=True,
@@ -158,3 +158,28 @@ def test_summary_lists_the_components_by_gpu_time_with_the_moe_split_by_launch(t
         "routed experts: gate/up: 9.5 ms (graph) over 40 calls, eager 30 ms, 7000000000 B, floor 1.46 ms",
         "routed experts: down: 4.25 ms (graph) over 40 calls, eager 20 ms, 3500000000 B, floor 0.73 ms",
         "GDN core: 2 ms (graph) over 30 calls, eager 45 ms, 63000000 B, floor 0.01 ms"]
+
+
+def test_summary_reads_the_moe_anatomy(tmp_path) -> None:
+    import json
+
+    anatomy = {"device": "NVIDIA H200", "ok": True, "finite": True,
+               "shape": {"distinct": 162, "experts": 256, "runs": 162, "rows": 32},
+               "segments_us": {"align": 9.5, "gate/up": 180.25, "down": 70.0, "sum": 4.0, "call": 264.0},
+               "call_us": 265.0, "call_gbps": 996.2,
+               "tiles": [{"pass": "gate/up", "block_n": 64, "split": 1, "num_warps": 4, "xor_ok": True, "us": 60.5,
+                          "gbps": 2808.1},
+                         {"pass": "gate/up", "block_n": 256, "split": 1, "num_warps": 8, "error": "OutOfResources: x"},
+                         {"pass": "down", "block_n": 64, "split": 1, "num_warps": 4, "xor_ok": False, "us": 30.0,
+                          "gbps": 2831.2}],
+               "flat": {"us": 70.0, "gbps": 3900.5, "xor_ok": True}}
+    (tmp_path / "moe_anatomy.json").write_text(json.dumps(anatomy))
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "moe_anatomy.json (MoE anatomy, NVIDIA H200)" in out
+    assert "call 265 µs (996.2 GB/s); launches: align 9.5, gate/up 180.25, down 70, sum 4, call 264" in out
+    assert "read gate/up block_n 64 split 1 warps 4: 60.5 µs, 2808.1 GB/s\n" in out
+    assert "read gate/up block_n 256 split 1 warps 8: FAILED OutOfResources: x" in out
+    assert "read down block_n 64 split 1 warps 4: 30 µs, 2831.2 GB/s (WRONG WORDS)" in out
+    assert "flat read of the slabs: 70 µs, 3900.5 GB/s" in out

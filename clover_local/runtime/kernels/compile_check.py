@@ -78,7 +78,7 @@ def capture_launches() -> list[Launch]:
     from clover_local.runtime.placement import DEFAULT_PREFILL_CHUNK
     from clover_local.runtime.synthetic_pack import _config
 
-    from . import gdn_causal, gdn_chunked, gdn_preview, layer_ops, preview_attention, w4a16
+    from . import gdn_causal, gdn_chunked, gdn_preview, layer_ops, moe_anatomy, preview_attention, w4a16
     from .reference import PackedStack
 
     sink: list[Launch] = []
@@ -93,6 +93,7 @@ def capture_launches() -> list[Launch]:
         preview_attention: ["_partial_kernel", "_merge_kernel"],
         layer_ops: ["_rms_norm_zc_kernel", "_route_topk_kernel", "_optimistic_slots_kernel", "_shared_combine_kernel",
                     "_silu_mul_kernel", "_norm_rope_kernel", "_gated_rms_norm_kernel"],
+        moe_anatomy: ["_read_tiles_kernel", "_read_slabs_kernel"],  # gpu_check's read probes (not the runtime's)
     }
     cfg = parse_config(_config("full"))
     bf = torch.bfloat16
@@ -102,7 +103,8 @@ def capture_launches() -> list[Launch]:
             _intercepted(gdn_causal, kernels[gdn_causal], sink, case), \
             _intercepted(gdn_chunked, kernels[gdn_chunked], sink, case), \
             _intercepted(preview_attention, kernels[preview_attention], sink, case), \
-            _intercepted(layer_ops, kernels[layer_ops], sink, case):
+            _intercepted(layer_ops, kernels[layer_ops], sink, case), \
+            _intercepted(moe_anatomy, kernels[moe_anatomy], sink, case):
         x = torch.zeros(m, h, dtype=bf)
         for bits, n, k in ((8, cfg.gdn_conv_dim, h), (4, cfg.gdn_conv_dim, h), (8, h, cfg.gdn_value_dim)):
             per = 32 // bits
@@ -234,6 +236,17 @@ def capture_launches() -> list[Launch]:
         label["case"] = f"{m2} rows (merged pass)"
         layer_ops.route_topk(torch.zeros(m2, cfg.num_experts, dtype=bf), topk, bf)
         layer_ops.add_rms_norm_zc(x2, x2, torch.zeros(h, dtype=bf), 1e-6)
+        # the MoE anatomy's read probes (`moe_anatomy`, gpu_check stage `anatomy`): the gate/up and down programs'
+        # code words at the default tiles, one K-split and the flat read of 162 slabs
+        runs = w4a16.align_length(m * topk, 256, 16) // 16
+        align = (torch.zeros(runs * 16, dtype=torch.int32), torch.zeros(runs, dtype=torch.int32),
+                 torch.zeros(1, dtype=torch.int32))
+        for n, halves, k, split in ((inter, 2, h, 1), (inter, 2, h, 2), (h, 1, inter, 1)):
+            label["case"] = f"H{h} I{inter} {'gate/up' if halves == 2 else 'down'}, split {split}"
+            moe_anatomy.read_tiles(torch.zeros(256, k // 8, halves * n, dtype=torch.int32), align, n, halves, 16,
+                                   128, 4, 64, split)
+        label["case"] = "162 slabs"
+        moe_anatomy.read_slabs(torch.zeros(256, 1 << 20, dtype=torch.uint8), torch.zeros(162, dtype=torch.int32))
     for launch in sink:  # the MoE wrapper's two launches: name the pass
         if launch.kernel == "_moe_kernel":
             launch.case += " gate/up" if launch.args["GATED"] else " down"
