@@ -25,15 +25,16 @@ def _fmt(v) -> str:
 def kernels_lines(k: dict) -> list[str]:
     """The kernels stage: ok, the MoE forms' ms and errors, each dense linear's forms."""
     out = [f"  ok {k.get('ok')}"]
-    moe = [(tag, k.get(f"moe{tag}_ms_32rows"), k.get(f"moe{tag}_rel_err"))
+    moe = [(tag, k.get(f"moe{tag}_ms_32rows"), k.get(f"moe{tag}_rel_err"), k.get(f"moe{tag}_graph_us_32rows"))
            for tag in ("", "_unswapped", "_swapped", "_unfolded", "_unpacked", "_maxnreg128")]
-    out += [f"  MoE 32 rows{tag or ' (default)'}: {_fmt(ms)} ms, rel err {_fmt(err)}" for tag, ms, err in moe
-            if ms is not None]
+    out += [f"  MoE 32 rows{tag or ' (default)'}: {_fmt(ms)} ms, rel err {_fmt(err)}"
+            + (f", graph {_fmt(g)} µs" if g is not None else "") for tag, ms, err, g in moe if ms is not None]
     for name, v in (k.get("linear") or {}).items():
-        forms = [(f, v.get(f"{f}_ms" if f else "ms"), v.get(f"{f}_rel_err" if f else "rel_err"))
-                 for f in ("", "repacked", "unpacked")]
-        out.append(f"  {name}: " + ", ".join(f"{f or 'default'} {_fmt(ms)} ms (err {_fmt(e)})"
-                                              for f, ms, e in forms if ms is not None))
+        forms = [(f, v.get(f"{f}_ms" if f else "ms"), v.get(f"{f}_rel_err" if f else "rel_err"),
+                  v.get(f"{f}_graph_us" if f else "graph_us")) for f in ("", "repacked", "unpacked")]
+        out.append(f"  {name}: " + ", ".join(f"{f or 'default'} {_fmt(ms)} ms" + (f" / graph {_fmt(g)} µs"
+                                                                                  if g is not None else "")
+                                              + f" (err {_fmt(e)})" for f, ms, e, g in forms if ms is not None))
     ds = k.get("dense_shapes")
     if isinstance(ds, dict):  # every dense shape of the model at the rows a pass has: correctness only
         shapes = ds.get("shapes") or {}
@@ -42,9 +43,10 @@ def kernels_lines(k: dict) -> list[str]:
         out.append(f"  dense shapes: ok {ds.get('ok')}, {len(shapes)} calls"
                    + (f", failing: {'; '.join(bad)}" if bad else "")
                    + (f", error {str(ds['error'])[-200:]!r}" if ds.get("error") else ""))
-        timed = [f"{name} {_fmt(v['ms'])}" for name, v in shapes.items() if "ms" in v]
+        timed = [f"{name} {_fmt(v['ms'])}" + (f" / {_fmt(v['graph_us'])} µs" if v.get("graph_us") is not None
+                                              else "") for name, v in shapes.items() if "ms" in v]
         if timed:
-            out.append("    timed (ms, eager): " + "; ".join(timed))
+            out.append("    timed (ms eager / µs graph): " + "; ".join(timed))
     hr = k.get("host_reads")
     if isinstance(hr, dict):  # the MoE reading experts in place from pinned host memory
         out.append(f"  MoE host reads: ok {hr.get('ok')}, cold ms resident {_fmt(hr.get('resident_ms_cold'))} / 8 on "

@@ -1794,6 +1794,7 @@ def test_gpu_check_dense_shapes_follow_the_loader_and_pass(force_triton, monkeyp
     assert len(res["shapes"]) == 2 * 2 * len(gpu_check.model_dense_shapes("small"))
     timed = [key for key, v in res["shapes"].items() if "ms" in v]
     assert len(timed) == len(gpu_check.model_dense_shapes("small")) and all("8-bit 32 rows" in k for k in timed)
+    assert all(res["shapes"][k]["graph_us"] is None for k in timed)  # no CUDA graph here: said so, not guessed
 
 
 @needs_triton

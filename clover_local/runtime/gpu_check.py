@@ -48,6 +48,18 @@ def _timed_ms(dev: torch.device, fn, reps: int = 20) -> float:
     return a.elapsed_time(b) / reps
 
 
+def _graph_us(fn) -> float | None:
+    """GPU µs of one `fn()` from CUDA-graph replays with L2 flushed (`bench_kernels._graph_time_us`: how a
+    graphed pass runs it, where `_timed_ms`'s back-to-back eager calls mostly time the host's launches at these
+    sizes); None where the call cannot be captured."""
+    from clover_local.runtime.kernels.bench_kernels import _graph_time_us
+
+    try:
+        return round(_graph_time_us(fn), 2)
+    except Exception:  # a call that syncs or allocates in a way capture refuses: the eager figure stands alone
+        return None
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30))
 
@@ -135,6 +147,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
     ms = _timed_ms(dev, lambda: moe_w4a16(x, slot_ids, w, gu, dn))
     distinct = int(idx.unique().numel())
     out["moe_ms_32rows"] = round(ms, 4)
+    out["moe_graph_us_32rows"] = _graph_us(lambda: moe_w4a16(x, slot_ids, w, gu, dn))
     out["moe_gbps"] = round(distinct * lay.weight_bytes / ms / 1e6, 1)
     # the other tile form: unpacked into K order (`w4a16._weight_tile`), the default until the field-wise dots
     # (`_fields_dot`, now the default, chosen from instruction counts): which one is faster here
@@ -154,6 +167,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
         try:  # a failure here is a finding about one option: keep the rest of the stage
             out[f"moe_{tag}_rel_err"] = round(_rel(call(), ref), 5)
             out[f"moe_{tag}_ms_32rows"] = round(_timed_ms(dev, call), 4)
+            out[f"moe_{tag}_graph_us_32rows"] = _graph_us(call)
         except Exception:
             out[f"moe_{tag}_rel_err"], out[f"moe_{tag}_error"] = 1.0, traceback.format_exc()[-2000:]
     try:
@@ -174,7 +188,8 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
         y = linear_w4a16(xx, qw, sc, qz, 128, bits)
         ms = _timed_ms(dev, partial(linear_w4a16, xx, qw, sc, qz, 128, bits))
         nbytes = qw.numel() * 4 + sc.numel() * 2 + qz.numel() * 4
-        lin[name] = {"rel_err": round(_rel(y, r), 5), "ms": round(ms, 4), "gbps": round(nbytes / ms / 1e6, 1)}
+        lin[name] = {"rel_err": round(_rel(y, r), 5), "ms": round(ms, 4), "gbps": round(nbytes / ms / 1e6, 1),
+                     "graph_us": _graph_us(partial(linear_w4a16, xx, qw, sc, qz, 128, bits))}
         ul = replace(linear_config(32, n, k, 128, bits, dev), fields=False)
         # the unpacking form, and the rows repacked field-major as the runtime loads them (`dense_k_tile`)
         for tag in ("unpacked", "repacked"):
@@ -186,6 +201,7 @@ def stage_kernels(dev: torch.device, n_slots: int = 8515, vocab: int = 248320) -
                                    k_tile=128)
                 lin[name][f"{tag}_rel_err"] = round(_rel(call(), r), 5)
                 lin[name][f"{tag}_ms"] = round(_timed_ms(dev, call), 4)
+                lin[name][f"{tag}_graph_us"] = _graph_us(call)
             except Exception:
                 lin[name][f"{tag}_rel_err"], lin[name][f"{tag}_error"] = 1.0, traceback.format_exc()[-2000:]
         del qw, sc, qz
@@ -259,7 +275,8 @@ def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 5
     chunk), called as the runtime calls it (rows repacked at load where `dense_k_tile` says so), against the
     reference on random codes and x: correctness and finiteness. The configs at these shapes depend on the GPU's
     SM count, so CPU runs do not reach them. `timed` (rows, bits): those calls also timed (eager, 20 back-to-back
-    calls: the preview pass's real dense calls, where the `linear` rows above time hand-picked shapes)."""
+    calls, and as graph replays with L2 flushed: the preview pass's real dense calls, where the `linear` rows above
+    time hand-picked shapes)."""
     from functools import partial
 
     from clover_local.runtime.kernels import dense_k_tile, linear_w4a16
@@ -283,6 +300,7 @@ def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 5
                                 "split_k": cfg.split_k, "block_n": cfg.block_n}
                     if timed == (m, bits):
                         res[key]["ms"] = round(_timed_ms(dev, call), 4)
+                        res[key]["graph_us"] = _graph_us(call)
                 except Exception:
                     res[key] = {"rel_err": 1.0, "finite": False, "error": traceback.format_exc()[-1500:]}
             del qw, sc, qz, loaded
@@ -358,7 +376,8 @@ def preview_attention_check(dev: torch.device, window: int = 5120, committed: in
     """The split-window preview attention (`kernels/preview_attention.py`) against the model's path (concatenate
     window and block, mask, regrouped SDPA: `Attention.grouped_attention`) at the real layer's shapes: 16 query
     heads over 2 key heads of 256, 32 block rows, a 5,120-row arena window with 4,096 committed, bf16. On CUDA
-    both are timed (µs per layer, graph-free: each is a handful of launches)."""
+    both are timed (µs per layer): eager back to back (`*_us`: at these sizes mostly the host's launches) and as
+    graph replays with L2 flushed (`*_graph_us`: the GPU's time, as a graphed pass runs them)."""
     import torch.nn.functional as F
 
     from clover_local.runtime.kernels.preview_attention import preview_attention
@@ -398,6 +417,7 @@ def preview_attention_check(dev: torch.device, window: int = 5120, committed: in
             for name, fn in (("torch_us", torch_path), ("fused_us", fused)):
                 fn()
                 res[name] = round(_timed_ms(dev, fn, reps) * 1000, 1)
+                res[name.replace("_us", "_graph_us")] = _graph_us(fn)
     res["ok"] = bool(res["rel_err"] < 2e-2 and res["causal_rel_err"] < 2e-2)
     return res
 
