@@ -112,7 +112,7 @@ B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 40
 # stages run in the order STAGES lists them: put first what the session most needs
 for s in ${STAGES//,/ }; do
   case $s in
-    kernels) stage kernels 150 bash -c \
+    kernels) stage kernels 180 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
     anatomy) stage anatomy 60 bash -c "python3 -m clover_local.runtime.kernels.moe_anatomy --json \
       >'$OUT/moe_anatomy.json' 2>>'$log'" ;;
