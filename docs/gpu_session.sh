@@ -33,6 +33,8 @@
 #                                copied in behind the next pass)
 #   bench_uniform_unfused.json   ... with CLOVER_DISABLE_FUSED=1 (the model's PyTorch GDN preview, attention,
 #                                norms, router: the before of the fused kernels' after)
+#   bench_uniform_gdnsplit.json  ... with CLOVER_GDN_PREVIEW=split (the GDN preview over (head, value slice)
+#                                programs, then the gated norm: 64 programs a layer where the default has 32)
 #   bench_uniform_unpacked.json  ... with CLOVER_W4A16_FORM=unpacked (the W4A16 tiles' old form: the before of
 #                                the field-wise default's after)
 #   bench_uniform_unfolded.json  ... with CLOVER_W4A16_FOLD=0 CLOVER_W4A16_REPACK=0 (the routed experts' form
@@ -59,7 +61,7 @@
 # Before it, on the CPU machine: docs/gpu_versions_check.sh (the kernels compiled and tested with that machine's
 # torch / triton, which CI does not use).
 # Usage (from the repository root): OUT=/some/dir TOTAL_S=440 bash docs/gpu_session.sh
-# (STAGES from: kernels anatomy finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused
+# (STAGES from: kernels anatomy finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused gdnsplit
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
 # default kernels,anatomy,routings,finite,decode,model,full3,longprompt,tune,tuned)
@@ -141,6 +143,8 @@ for s in ${STAGES//,/ }; do
       >'$OUT/bench_uniform_reveal_resident.json' 2>>'$log'" ;;
     unfused) stage unfused 150 bash -c "CLOVER_DISABLE_FUSED=1 $B --routing uniform \
       >'$OUT/bench_uniform_unfused.json' 2>>'$log'" ;;
+    gdnsplit) stage gdnsplit 150 bash -c "CLOVER_GDN_PREVIEW=split $B --routing uniform \
+      >'$OUT/bench_uniform_gdnsplit.json' 2>>'$log'" ;;
     unpacked) stage unpacked 150 bash -c "CLOVER_W4A16_FORM=unpacked $B --routing uniform \
       >'$OUT/bench_uniform_unpacked.json' 2>>'$log'" ;;
     unfolded) stage unfolded 150 bash -c "CLOVER_W4A16_FOLD=0 CLOVER_W4A16_REPACK=0 $B --routing uniform \
@@ -161,7 +165,7 @@ for s in ${STAGES//,/ }; do
     quantscale) stage quantscale 300 bash -c "python3 -m quantize.bench_scale --work /tmp/clover-scale --device cuda \
       --layers 1 --json >'$OUT/quant_scale_cuda.json' 2>>'$log'" ;;
     *) echo "== unknown stage $s (known: kernels anatomy finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident \
-unfused unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
+unfused gdnsplit unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale)" | tee -a "$log" ;;
   esac
 done
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv >>"$log" 2>&1

@@ -781,10 +781,12 @@ def test_kernel_forms_report_what_a_run_uses(force_triton, monkeypatch) -> None:
 
     dev = torch.device(DEVICE)
     for name in ("CLOVER_W4A16_SWAP", "CLOVER_W4A16_FOLD", "CLOVER_W4A16_REPACK", "CLOVER_W4A16_FORM",
-                 "CLOVER_W3_PLANES"):
+                 "CLOVER_W3_PLANES", "CLOVER_GDN_PREVIEW"):
         monkeypatch.delenv(name, raising=False)
     assert kernel_forms(dev) == {"triton": triton.__version__, "fields": True, "moe_folded": True, "moe_swap": True,
-                                 "dense_repacked": True, "moe3_planes": True}
+                                 "dense_repacked": True, "moe3_planes": True, "gdn_preview": "whole"}
+    monkeypatch.setenv("CLOVER_GDN_PREVIEW", "split")
+    assert kernel_forms(dev)["gdn_preview"] == "split"
     monkeypatch.setenv("CLOVER_W4A16_SWAP", "0")
     monkeypatch.setenv("CLOVER_W4A16_REPACK", "0")
     monkeypatch.setenv("CLOVER_W3_PLANES", "0")
@@ -907,14 +909,18 @@ def _random_gdn(spec_kw: dict, dtype: torch.dtype, gen: torch.Generator):
         ({"linear_key_head_dim": 32, "linear_value_head_dim": 32, "block_size": 32}, 1, 32, 5, torch.bfloat16),
     ],
 )
-def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, dtype) -> None:
+@pytest.mark.parametrize("form", ["whole", "split"])
+def test_fused_gdn_preview_matches_model(force_triton, monkeypatch, spec_kw, b, t, n_prefix, dtype, form) -> None:
+    """Both forms: one launch a layer (one program per value head), and CLOVER_GDN_PREVIEW=split (programs per
+    head and value slice, then the gated norm: two launches)."""
     from clover_local.model.cache import GDNCache
-    from clover_local.runtime.kernels import gdn_preview_kernel
+    from clover_local.runtime.kernels import gdn_preview, gdn_preview_kernel
 
+    monkeypatch.setenv("CLOVER_GDN_PREVIEW", form)
     gen = torch.Generator().manual_seed(b * 1000 + t + n_prefix)
     gdn = _random_gdn(spec_kw, dtype, gen).to(DEVICE)
     kernel = gdn_preview_kernel(gdn, torch.device(DEVICE))
-    assert kernel is not None
+    assert kernel is (gdn_preview.split_gdn_preview if form == "split" else gdn_preview.fused_gdn_preview)
     x, ring, state = _gdn_inputs(gdn, b, t, dtype, gen)
     n = torch.tensor(n_prefix, device=DEVICE)
     with torch.no_grad():
@@ -923,6 +929,26 @@ def test_fused_gdn_preview_matches_model(force_triton, spec_kw, b, t, n_prefix, 
         got = gdn(x, GDNCache(ring, state), preview=True, n_prefix=n)
     assert want.abs().max() > 0.1  # the comparison has something to compare
     _assert_close(got, want, dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("block_dv", [16, 32, 64])
+def test_split_gdn_preview_slices_the_value_channels(force_triton, block_dv: int) -> None:
+    """The split form over 4, 2 and 1 value slices of a 64-channel head (two value heads per key head, a prefix)
+    gives the one-launch form's output: each slice's programs read their own state columns and v channels."""
+    from clover_local.runtime.kernels.gdn_preview import fused_gdn_preview, split_gdn_preview
+
+    gen = torch.Generator().manual_seed(40 + block_dv)
+    gdn = _random_gdn({"linear_key_head_dim": 32, "linear_value_head_dim": 64, "block_size": 16}, torch.float32,
+                      gen).to(DEVICE)
+    x, ring, state = _gdn_inputs(gdn, 1, 16, torch.float32, gen)
+    rows, z = gdn.in_proj_qkv(x), gdn.in_proj_z(x)
+    n = torch.tensor(24, device=DEVICE)
+    with torch.no_grad():
+        want = fused_gdn_preview(gdn, rows, ring, state, n, z)
+        got = split_gdn_preview(gdn, rows, ring, state, n, z, block_dv=block_dv)
+    assert want.abs().max() > 0.1  # the comparison has something to compare
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @needs_triton
@@ -1038,6 +1064,7 @@ def test_gpu_check_fused_ops_run_at_real_shapes(force_triton) -> None:
 
     res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2)
     assert res["installed"] and res["ok"], res
+    assert res["split_rel_err"] < 2e-2 and res["split16_rel_err"] < 2e-2  # the two-launch form, 2 and 8 slices
     res = gpu_check.gdn_preview_check(torch.device(DEVICE), reps=2, causal=True, rows=8)  # 32 rows: 30 s
     assert res["installed"] and res["ok"], res
     # a prefill chunk's chunked kernels (the GPU check runs 512 rows; 40 here: one chunk, 13 s interpreted)

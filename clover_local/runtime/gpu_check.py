@@ -593,8 +593,15 @@ def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, r
         states[name] = cache.state
         return out
 
+    forms = [("torch", None), ("fused", kernel)]
+    if not causal and kernel is not None:  # the two-launch form (CLOVER_GDN_PREVIEW=split), value slices 64 and 16
+        from functools import partial
+
+        from clover_local.runtime.kernels.gdn_preview import split_gdn_preview
+
+        forms += [("split", split_gdn_preview), ("split16", partial(split_gdn_preview, block_dv=16))]
     with torch.inference_mode():
-        for name, impl in (("torch", None), ("fused", kernel)):
+        for name, impl in forms:
             setattr(gdn, "causal_kernel" if causal else "preview_kernel", impl)
             res[name] = layer_pass().float()
             if causal:
@@ -615,8 +622,10 @@ def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, r
                 layer_pass()
             graph.replay()
             times[f"{name}_layer_us"] = round(_timed_ms(dev, graph.replay, reps) * 1000, 1)
+    for name, _ in forms[2:]:
+        res[f"{name}_rel_err"] = round(_rel(res.pop(name), res["torch"]), 5)
     res["rel_err"] = round(_rel(res.pop("fused"), res.pop("torch")), 5)
-    ok = res["installed"] and res["rel_err"] < 2e-2
+    ok = res["installed"] and res["rel_err"] < 2e-2 and all(res[f"{n}_rel_err"] < 2e-2 for n, _ in forms[2:])
     if causal:
         res["state_rel_err"] = round(_rel(res.pop("fused_state"), res.pop("torch_state")), 6)
         ok = ok and res["state_rel_err"] < 2e-2  # bf16: the eager path rounds the conv output

@@ -87,7 +87,7 @@ def capture_launches() -> list[Launch]:
     kernels = {
         w4a16: ["_linear_kernel", "_moe_kernel", "_align_rank_kernel", "_align_place_kernel", "_sum_parts_kernel",
                 "_planes3_kernel"],
-        gdn_preview: ["_gdn_preview_kernel"],
+        gdn_preview: ["_gdn_preview_kernel", "_gdn_preview_split_kernel"],
         gdn_causal: ["_gdn_causal_kernel"],
         gdn_chunked: ["_gdn_chunk_prep_kernel", "_gdn_chunk_scan_kernel"],
         preview_attention: ["_partial_kernel", "_merge_kernel"],
@@ -175,6 +175,13 @@ def capture_launches() -> list[Launch]:
             gdn, torch.zeros(1, t, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
             torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, dtype=torch.int64),
             torch.zeros(1, t, cfg.gdn_value_dim, dtype=bf))
+        for bdv in (32, 64):  # CLOVER_GDN_PREVIEW=split: (head, value slice) programs, then the gated norm
+            label["case"] = f"Hk{gdn.hk} Hv{gdn.hv} Dk{gdn.dk} Dv{gdn.dv}, {t} rows, value slices of {bdv}"
+            gdn_preview.split_gdn_preview(
+                gdn, torch.zeros(1, t, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
+                torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, dtype=torch.int64),
+                torch.zeros(1, t, cfg.gdn_value_dim, dtype=bf), block_dv=bdv)
+        label["case"] = f"Hk{gdn.hk} Hv{gdn.hv} Dk{gdn.dk} Dv{gdn.dv}, {cfg.diffusion.block_size} rows"
         gdn_causal.fused_gdn_causal(
             gdn, torch.zeros(1, t, conv, dtype=bf), torch.zeros(1, gdn.kernel - 1, conv, dtype=bf),
             torch.zeros(1, gdn.hv, gdn.dk, gdn.dv), torch.zeros(1, t, gdn.hv, dtype=bf),

@@ -16,6 +16,7 @@ expects; the runtime installs it on CUDA (`runtime/load.py`).
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -127,6 +128,54 @@ def _gdn_preview_kernel(
     tl.store(out, res.to(out_ptr.dtype.element_ty), mask=inside[:, None])
 
 
+@triton.jit
+def _gdn_preview_split_kernel(
+    rows_ptr, ring_ptr, cw_ptr, rw_ptr, state_ptr, scale_ptr, hbias_ptr, hc_ptr, n_ptr, mix_ptr,
+    T, KEY_CH, REP, block_size, eps_qk,
+    stride_rb, stride_rt, stride_gb, stride_gt, stride_sb, stride_sh, stride_sk, stride_sv, stride_n,
+    stride_mb, stride_mt,
+    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_DV: tl.constexpr,
+    KER: tl.constexpr, PREC: tl.constexpr,
+):
+    """Program (sequence b · value head h, value slice j): the preview mix of value channels j·BLOCK_DV … of head
+    h, fp32, into mix [B, T, Hv·Dv] (the gated norm, which needs the head's whole row, is `layer_ops.gated_rms_norm`
+    after it). q̂ and k̂ are whole in registers (one conv pass each, no recompute) and the state is read only
+    for this slice: DV / BLOCK_DV times the programs of `_gdn_preview_kernel`, each with a shorter chain."""
+    pid = tl.program_id(0)
+    j = tl.program_id(1)
+    b = pid // HV
+    h = pid % HV
+    kh = h // REP
+    rows_b = rows_ptr + b.to(tl.int64) * stride_rb
+    ring_b = ring_ptr + b.to(tl.int64) * stride_gb
+    q = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER)
+    k = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, KEY_CH + kh * DK, T, stride_rt, stride_gt, DK, BLOCK_T, KER)
+    q = q / tl.sqrt(tl.sum(q * q, 1) + eps_qk)[:, None]
+    k = k / tl.sqrt(tl.sum(k * k, 1) + eps_qk)[:, None]
+    t = tl.arange(0, BLOCK_T)
+    inside = t < T
+    dk = tl.arange(0, DK)
+    dv = j * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    s_base = state_ptr + b.to(tl.int64) * stride_sb + h * stride_sh
+    s = tl.load(s_base + dk[:, None] * stride_sk + dv[None, :] * stride_sv).to(tl.float32)
+    read = tl.dot(q, s, input_precision=PREC)  # Sᵀq̂ of the clean prefix state, this slice
+    logits = tl.dot(q, tl.trans(k), input_precision=PREC) * tl.load(scale_ptr + h).to(tl.float32)
+    logits = tl.where(inside[None, :], logits, float("-inf"))
+    n = tl.load(n_ptr + b * stride_n).to(tl.float32)
+    hist = tl.load(hbias_ptr + h).to(tl.float32) + tl.load(hc_ptr + h).to(tl.float32) * tl.log(
+        tl.maximum(n, 1.0) / block_size)
+    hist = tl.where(n > 0, hist, float("-inf"))
+    top = tl.maximum(tl.max(logits, 1), hist)
+    e = tl.exp(logits - top[:, None])
+    e_hist = tl.exp(hist - top)
+    denom = tl.sum(e, 1) + e_hist
+    v = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, 2 * KEY_CH + h * DV + j * BLOCK_DV, T, stride_rt, stride_gt,
+                   BLOCK_DV, BLOCK_T, KER)
+    o = (e_hist / denom)[:, None] * read * (DK ** -0.5) + tl.dot(e / denom[:, None], v, input_precision=PREC)
+    out = mix_ptr + b.to(tl.int64) * stride_mb + t[:, None] * stride_mt + (h * DV + dv)[None, :]
+    tl.store(out, o, mask=inside[:, None])
+
+
 def _pow2(n: int) -> bool:
     return n >= 16 and n & (n - 1) == 0
 
@@ -173,3 +222,36 @@ def fused_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_p
         num_warps=8 if big else 4, num_stages=2,
     )
     return out
+
+
+def split_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_prefix: Tensor, z: Tensor,
+                      block_dv: int = 64, num_warps: int | None = None) -> Tensor:
+    """`fused_gdn_preview` in two launches: the mix over (head, value slice) programs (`_gdn_preview_split_kernel`:
+    Hv·Dv/block_dv programs where the one-launch form has Hv, 32 at the real shapes on a GPU of 132 SMs), then the
+    gated norm (`layer_ops.gated_rms_norm`, which rounds the mix to the rows' dtype first, as the eager path does).
+    Chosen by CLOVER_GDN_PREVIEW=split; gpu_check times both forms at the real shapes. Why these tiles
+    (compile_check at the real shapes, triton 3.8, registers a thread / spilled bytes, sm_90 · sm_120): slices of
+    64 at 8 warps 108 · 140, none spilled (64 KB of shared memory); of 32, 255 with 376 B spilled on sm_90; of 16,
+    173 · 239; at 4 warps every slice width spilled kilobytes. The one-launch form: 214 · 118 registers."""
+    from .layer_ops import gated_rms_norm
+
+    b, t, c = rows.shape
+    rows, ring, cw = conv_inputs(gdn, rows, ring)
+    rw = gdn.conv_right_weight if gdn.conv_right_weight.is_contiguous() else gdn.conv_right_weight.contiguous()
+    n = n_prefix.expand(b)
+    block_dv = min(block_dv, gdn.dv)
+    mix = rows.new_empty(b, t, gdn.hv * gdn.dv, dtype=torch.float32)
+    block_t = max(16, triton.next_power_of_2(t))
+    _gdn_preview_split_kernel[(b * gdn.hv, gdn.dv // block_dv)](
+        rows, ring, cw, rw, state, gdn.bd_softmax_logit_scale, gdn.bd_softmax_history_bias,
+        gdn.bd_softmax_history_c, n, mix,
+        t, gdn.hk * gdn.dk, gdn.hv // gdn.hk, float(gdn.block_size), 1e-6,
+        rows.stride(0), rows.stride(1), ring.stride(0), ring.stride(1),
+        state.stride(0), state.stride(1), state.stride(2), state.stride(3), n.stride(0),
+        mix.stride(0), mix.stride(1),
+        HV=gdn.hv, DK=gdn.dk, DV=gdn.dv, BLOCK_T=block_t, BLOCK_DV=block_dv, KER=gdn.kernel, PREC="ieee",
+        num_warps=num_warps or (8 if gdn.dk >= 128 else 4), num_stages=1,
+    )
+    gate = z.reshape(b, t, gdn.hv * gdn.dv).unflatten(-1, (gdn.hv, gdn.dv))
+    normed = gated_rms_norm(mix.unflatten(-1, (gdn.hv, gdn.dv)), gate, gdn.norm.weight, float(gdn.norm.eps))
+    return normed.reshape(b, t, gdn.hv * gdn.dv)
