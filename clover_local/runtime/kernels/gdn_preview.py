@@ -229,10 +229,12 @@ def split_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_p
     """`fused_gdn_preview` in two launches: the mix over (head, value slice) programs (`_gdn_preview_split_kernel`:
     Hv·Dv/block_dv programs where the one-launch form has Hv, 32 at the real shapes on a GPU of 132 SMs), then the
     gated norm (`layer_ops.gated_rms_norm`, which rounds the mix to the rows' dtype first, as the eager path does).
-    Chosen by CLOVER_GDN_PREVIEW=split; gpu_check times both forms at the real shapes. Why these tiles
-    (compile_check at the real shapes, triton 3.8, registers a thread / spilled bytes, sm_90 · sm_120): slices of
-    64 at 8 warps 108 · 140, none spilled (64 KB of shared memory); of 32, 255 with 376 B spilled on sm_90; of 16,
-    173 · 239; at 4 warps every slice width spilled kilobytes. The one-launch form: 214 · 118 registers."""
+    Chosen by CLOVER_GDN_PREVIEW=split; gpu_check times both forms at the real shapes (slices of 64 and 16). Why
+    these tiles (compile_check at the real shapes, registers a thread and spilled bytes, sm_90 · sm_120, 8 warps):
+    triton 3.8 — slices of 64: 108 · 140, none spilled (64 KB of shared memory); of 32: 255 with 376 B spilled on
+    sm_90; of 16: 173 · 239; triton 3.6 (the H200 machine's) — of 64: 255 with 160 · 272 B spilled; of 32:
+    246 · 255 (16 B); of 16: 223 · 166, none. At 4 warps every width spilled kilobytes. The one-launch form: 214 ·
+    118 registers (3.8), 112 · 115 (3.6). The compilers disagree; the GPU's time decides the default."""
     from .layer_ops import gated_rms_norm
 
     b, t, c = rows.shape
