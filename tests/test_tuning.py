@@ -196,6 +196,11 @@ def test_refinements_toggle_the_mask_register_only_where_it_acts():
     assert toggles(MoeConfig(16))  # field-wise and folded: MASK_REG is live
     assert not toggles(MoeConfig(16, fields=False)) and not toggles(MoeConfig(16, folded=False))
     assert any(not c.fields for c in tuning.refinements(MoeConfig(16)))  # the other form is still tried
+    moe = tuning.refinements(MoeConfig(16))  # the MoE's: 5 stages and a register cap, both apart
+    assert [c.maxnreg for c in moe if c.maxnreg] == [128] and any(c.num_stages == 5 and not c.maxnreg for c in moe)
+    capped = MoeConfig(16, maxnreg=128)  # a capped winner is tried without its cap
+    assert replace(capped, maxnreg=None) in tuning.refinements(capped)
+    assert not any(hasattr(c, "maxnreg") for c in tuning.refinements(_Cfg()))  # the dense configs have none
 
 
 # ---- the kernels record and use the table ------------------------------------------------------------------

@@ -324,8 +324,14 @@ def moe_candidates(default: Any, sig: Signature, quick: bool = False) -> list[An
 
 def refinements(best: Any, quick: bool = False) -> list[Any]:
     """The second stage around a winner: warps × pipeline stages, the other tile form (`fields`, `folded`), the
-    field mask as an immediate or in a register (`mask_reg`) and the folded MoE's dots either way round (`swap`)."""
+    field mask as an immediate or in a register (`mask_reg`) and the folded MoE's dots either way round (`swap`);
+    for the MoE also 5 stages and a register cap of 128 (`maxnreg`) or none."""
     out = [replace(best, num_warps=w, num_stages=s) for w in (4, 8) for s in ((2, 3, 4) if not quick else (2, 4))]
+    if hasattr(best, "maxnreg"):  # the MoE: a deeper pipeline (more bytes in flight a program), and a register cap
+        # that fits one program more an SM (the gate/up pass takes 95–143 registers on sm_90: 3–4 programs of 4
+        # warps; compile_check) — or none, where the winner had one
+        out.append(replace(best, num_stages=5))
+        out.append(replace(best, maxnreg=None if best.maxnreg else 128))
     out.append(replace(best, fields=not best.fields))
     if hasattr(best, "mask_reg") and best.fields and getattr(best, "folded", True):  # else MASK_REG is off anyway
         out.append(replace(best, mask_reg=not best.mask_reg))
