@@ -7,7 +7,9 @@
 #   moe_anatomy.json             one layer's routed experts at 32 rows, uniform routing (≈ 162 experts): the call's
 #                                launches apart (align, gate/up, down, sum; GPU time in a graph), read-only probes of
 #                                the two passes' programs (their code words, the pass's tiles and wider / K-split
-#                                ones) and a flat read of the same slabs: where the MoE's 0.9 TB/s (of 4.8) goes
+#                                ones), a flat read of the same slabs, and the call with one tile knob turned at a
+#                                time (stages, BLOCK_N, warps, register cap, dot orientation): where the MoE's
+#                                0.9 TB/s (of 4.8) goes; written after each part
 #   bench_full_16GiB.json        `bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json`
 #   finite/gpu_check.json        every module's output finite through a prompt, previews and a commit on the
 #                                synthetic full pack; where not, the first module per pass and which piece switched
@@ -100,7 +102,7 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
 }
 
 # kernels first (its dense-shapes check says whether the split-K fix of 2026-12-04 holds at every real shape), the
-# MoE's anatomy (≈ 30 s: where its time goes), then the bench figures; finite after them: quick where the passes
+# MoE's anatomy (≈ 40 s: where its time goes), then the bench figures; finite after them: quick where the passes
 # are finite, the diagnosis where they are not
 STAGES=${STAGES:-kernels,anatomy,routings,finite,decode,model,full3,longprompt,tune,tuned}
 # this machine's triton compiling every kernel (`compile_check --sass`: no GPU used, one CPU core, niced) beside the
@@ -116,8 +118,8 @@ for s in ${STAGES//,/ }; do
   case $s in
     kernels) stage kernels 180 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/kernels' --stages kernels >>'$log' 2>&1" ;;
-    anatomy) stage anatomy 60 bash -c "python3 -m clover_local.runtime.kernels.moe_anatomy --json \
-      >'$OUT/moe_anatomy.json' 2>>'$log'" ;;
+    anatomy) stage anatomy 90 bash -c "python3 -m clover_local.runtime.kernels.moe_anatomy \
+      --out '$OUT/moe_anatomy.json' >>'$log' 2>&1" ;;
     finite) stage finite 240 bash -c \
       "python3 -m clover_local.runtime.gpu_check --out '$OUT/finite' --stages finite >>'$log' 2>&1" ;;
     model) stage model 180 bash -c \

@@ -225,9 +225,9 @@ def census_lines(c: dict) -> list[str]:
 
 
 def anatomy_lines(a: dict) -> list[str]:
-    """`moe_anatomy --json`: the call's launches (µs, GPU time in a graph), its GB/s over the distinct experts'
-    bytes, each read probe's GB/s (the pass's programs' code words; the first per pass at the pass's own tiles) and
-    the flat read's: the access pattern's ceiling against the device's."""
+    """`moe_anatomy --out`: the call's launches (µs, GPU time in a graph), its GB/s over the distinct experts'
+    bytes, each read probe's GB/s (the pass's programs' code words; the first per pass at the pass's own tiles),
+    the flat read's (the access pattern's ceiling against the device's), and the call with one knob turned."""
     sh = a.get("shape") or {}
     out = [f"  {sh.get('distinct')} distinct experts of {sh.get('experts')} ({sh.get('runs')} runs), "
            f"{sh.get('rows')} rows, ok {a.get('ok')}, finite {a.get('finite')}",
@@ -240,6 +240,10 @@ def anatomy_lines(a: dict) -> list[str]:
                    f"{p.get('num_warps')}: {what}{'' if p.get('xor_ok', True) else ' (WRONG WORDS)'}")
     fl = a.get("flat") or {}
     out.append(f"  flat read of the slabs: {_fmt(fl.get('us'))} µs, {_fmt(fl.get('gbps'))} GB/s")
+    for name, v in (a.get("configs") or {}).items():  # the call with one tile knob turned
+        out.append(f"  {name}: " + (f"FAILED {str(v['error'])[:150]}" if "error" in v else
+                                     f"call {_fmt(v.get('call'))} µs, gate/up {_fmt(v.get('gate/up'))}, down "
+                                     f"{_fmt(v.get('down'))} (rel err vs default {_fmt(v.get('rel_err_vs_default'))})"))
     return out
 
 

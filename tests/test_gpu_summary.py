@@ -172,7 +172,10 @@ def test_summary_reads_the_moe_anatomy(tmp_path) -> None:
                          {"pass": "gate/up", "block_n": 256, "split": 1, "num_warps": 8, "error": "OutOfResources: x"},
                          {"pass": "down", "block_n": 64, "split": 1, "num_warps": 4, "xor_ok": False, "us": 30.0,
                           "gbps": 2831.2}],
-               "flat": {"us": 70.0, "gbps": 3900.5, "xor_ok": True}}
+               "flat": {"us": 70.0, "gbps": 3900.5, "xor_ok": True},
+               "configs": {"num_stages 5": {"rel_err_vs_default": 0.0, "align": 9.0, "gate/up": 120.5, "down": 60.0,
+                                            "sum": 4.0, "call": 195.0},
+                           "maxnreg 128": {"error": "CompilationError: x"}}}
     (tmp_path / "moe_anatomy.json").write_text(json.dumps(anatomy))
     res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -183,3 +186,5 @@ def test_summary_reads_the_moe_anatomy(tmp_path) -> None:
     assert "read gate/up block_n 256 split 1 warps 8: FAILED OutOfResources: x" in out
     assert "read down block_n 64 split 1 warps 4: 30 µs, 2831.2 GB/s (WRONG WORDS)" in out
     assert "flat read of the slabs: 70 µs, 3900.5 GB/s" in out
+    assert "num_stages 5: call 195 µs, gate/up 120.5, down 60 (rel err vs default 0)" in out
+    assert "maxnreg 128: FAILED CompilationError: x" in out

@@ -35,6 +35,21 @@ def test_the_anatomy_reports_every_probe_checked_and_the_calls_launches() -> Non
     from clover_local.runtime.slab import SlabLayout
 
     assert r["flat"]["xor_ok"] and r["flat"]["bytes"] == r["shape"]["distinct"] * SlabLayout(128, 64, 4, 2, 1).nbytes
+    # the call with one knob turned at a time: the same output, each pass timed apart
+    assert list(r["configs"]) == [name for name, _ in ma.MOE_VARIANTS]
+    for name, v in r["configs"].items():
+        assert "error" not in v and v["rel_err_vs_default"] < 1e-3, (name, v)
+        assert {"align", "gate/up", "down", "sum", "call"} <= set(v), (name, v)
+
+
+def test_the_anatomy_reports_each_part_as_it_goes() -> None:
+    """A GPU stage under a time limit keeps what it measured: the report goes out after each part."""
+    parts: list[list[str]] = []
+    ma.moe_anatomy(DEVICE, hidden=128, inter=64, experts=6, rows=5, topk=2, group=64, quick=True,
+                   on_part=lambda out: parts.append(sorted(out)))
+    assert "segments_us" in parts[0] and "flat" not in parts[0]
+    assert "flat" in parts[1] and "tiles" not in parts[1]
+    assert "tiles" in parts[-1] and len(parts) == 4  # launches, flat read, gate/up probes, down probes
 
 
 def test_the_read_probe_folds_exactly_the_pass_programs_words_and_splits_along_k() -> None:

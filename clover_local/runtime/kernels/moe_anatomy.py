@@ -1,7 +1,7 @@
 """Where one routed-experts call's GPU time goes, at the real shapes: its launches apart, and read-only kernels that
 stream the same expert bytes the way its programs do, against a flat read of them.
 
-    python -m clover_local.runtime.kernels.moe_anatomy [--json]        (a GPU; gpu_check stage `anatomy`)
+    python -m clover_local.runtime.kernels.moe_anatomy [--out FILE] [--quick]   (a GPU; gpu_session stage `anatomy`)
 
 Why: the fused MoE ran at ≈ 0.9 TB/s in a graph on the H200 (BENCHMARKS.md, 2026-11-30; floor 4.8), ≈ 13.8 of a
 26.8 ms pass under a real block's routing, and the tile sweeps moved it by a few per cent. Three explanations call
@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -202,10 +205,13 @@ DOWN_TILES = [(64, 1, 4), (128, 1, 4), (256, 1, 4), (256, 1, 8), (64, 2, 4)]
 
 
 def moe_anatomy(device: torch.device, hidden: int = 2048, inter: int = 512, experts: int = 256, rows: int = 32,
-                topk: int = 8, bits: int = 4, group: int = 128, seed: int = 0, quick: bool = False) -> dict:
+                topk: int = 8, bits: int = 4, group: int = 128, seed: int = 0, quick: bool = False,
+                on_part: Callable[[dict], None] = lambda out: None) -> dict:
     """One layer's routed experts at 32 rows, routed uniformly (≈ 162 of 256 experts, a real block's load): the
-    call's segments, the read probes of both passes (each checked: its XOR of the words equals torch's) and
-    the flat read, with GB/s over the bytes each reads. quick: the default tiles and one other per pass."""
+    call's launches, the flat read, the read probes of both passes (each checked: its XOR of the words equals
+    torch's) with GB/s over the bytes each reads, then the call with one `MoeConfig` knob turned at a time
+    (`MOE_VARIANTS`: each pass's time). quick: the default tiles and one other per pass, no variants. `on_part`
+    gets the report after each part (a stage that runs out of time keeps what it measured)."""
     from clover_local.runtime.slab import SlabLayout
 
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -224,6 +230,7 @@ def moe_anatomy(device: torch.device, hidden: int = 2048, inter: int = 512, expe
     distinct = idx.unique()
     cfg = moe_config(rows, topk, experts, device)
     timer = _timer(device)
+    segment_us = _cuda_segment_us if device.type == "cuda" else _cpu_segment_us
     out: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                  "shape": {"hidden": hidden, "inter": inter, "bits": bits, "group": group, "rows": rows, "topk": topk,
                            "experts": experts, "distinct": int(distinct.numel())},
@@ -236,13 +243,27 @@ def moe_anatomy(device: torch.device, hidden: int = 2048, inter: int = 512, expe
 
     y = call()
     out["finite"] = bool(torch.isfinite(y.float()).all())
-    out["segments_us"] = _cuda_segment_us(call) if device.type == "cuda" else _cpu_segment_us(call)
+    out["segments_us"] = segment_us(call)
     out["call_us"] = round(timer(call), 2)
     out["call_gbps"] = round(slab_bytes / out["call_us"] / 1e3, 1) if out["call_us"] else None
+    out["ok"] = out["finite"]
+    on_part(out)
+    slots = distinct.to(torch.int32)
+
+    def flat():
+        return read_slabs(buf, slots)
+
+    flat_ok = xor_all(flat()) == xor_all(buf.view(torch.int32)[distinct.long()])
+    flat_us = timer(flat)
+    out["flat"] = {"bytes": int(distinct.numel()) * lay.nbytes, "xor_ok": flat_ok, "us": round(flat_us, 2),
+                   "gbps": round(int(distinct.numel()) * lay.nbytes / flat_us / 1e3, 1) if flat_us else None}
+    out["ok"] = out["ok"] and flat_ok
+    on_part(out)
     align = moe_align(idx, experts, cfg.block_m)
     runs = int(align[2]) // cfg.block_m  # the blocks of pairs in use: one per distinct expert here, or more
     out["shape"]["runs"] = runs
-    probes = []
+    probes: list[dict] = []
+    out["tiles"] = probes
     for kind, stack, n, halves, tiles in (("gate/up", gate_up, inter, 2, UP_TILES), ("down", down, hidden, 1, DOWN_TILES)):
         want = tiles_xor(stack.qweight, align, n, halves, cfg.block_m)
         nbytes = runs * stack.qweight[0].numel() * 4  # what the probe reads: each run's slot's code words
@@ -262,29 +283,55 @@ def moe_anatomy(device: torch.device, hidden: int = 2048, inter: int = 512, expe
             except Exception as err:  # one variant that does not compile here is a finding, not the end
                 probe["error"] = f"{type(err).__name__}: {err}"[:300]
             probes.append(probe)
-    out["tiles"] = probes
-    slots = distinct.to(torch.int32)
+            out["ok"] = out["ok"] and probe.get("xor_ok", False)
+        on_part(out)
+    # the call itself with one knob turned at a time (each pass's time from the launch split): what moves it
+    variants: dict[str, dict] = {}
+    out["configs"] = variants
+    for name, change in ([] if quick else MOE_VARIANTS):
+        vcfg = replace(cfg, **change(cfg))
+        try:
+            def vcall(vcfg=vcfg):
+                return moe_w4a16_triton(x, idx, w, gate_up, down, vcfg)
 
-    def flat():
-        return read_slabs(buf, slots)
-
-    flat_ok = xor_all(flat()) == xor_all(buf.view(torch.int32)[distinct.long()])
-    flat_us = timer(flat)
-    out["flat"] = {"bytes": int(distinct.numel()) * lay.nbytes, "xor_ok": flat_ok, "us": round(flat_us, 2),
-                   "gbps": round(int(distinct.numel()) * lay.nbytes / flat_us / 1e3, 1) if flat_us else None}
-    out["ok"] = bool(out["finite"] and flat_ok and all(p.get("xor_ok") for p in probes))
+            err = float((vcall().float() - y.float()).norm() / y.float().norm().clamp(min=1e-30))
+            variants[name] = {"rel_err_vs_default": round(err, 5), **segment_us(vcall)}
+        except Exception as exc:
+            variants[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        on_part(out)
     return out
+
+
+# MoeConfig changes the anatomy times the call with (both passes take them; BLOCK_M stays)
+MOE_VARIANTS: list[tuple[str, Callable]] = [
+    ("num_stages 4", lambda c: {"num_stages": 4}),
+    ("num_stages 5", lambda c: {"num_stages": 5}),
+    ("block_n 128", lambda c: {"block_n": 128}),
+    ("block_n 32", lambda c: {"block_n": 32}),
+    ("num_warps 8", lambda c: {"num_warps": 8}),
+    ("maxnreg 128", lambda c: {"maxnreg": 128}),
+    ("swap flipped", lambda c: {"swap": not c.swap}),
+]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the default tiles and one other per pass")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="the default tiles and one other per pass, no variants")
+    ap.add_argument("--out", type=Path, help="write the JSON here, after each part (else stdout at the end)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("error: no CUDA device: the anatomy times GPU kernels (tests run it interpreted)")
-    res = moe_anatomy(torch.device("cuda"), quick=args.quick)
-    print(json.dumps(res, indent=None if args.json else 2))
+
+    def write(out: dict) -> None:
+        if args.out is not None:
+            tmp = args.out.with_suffix(".part")
+            tmp.write_text(json.dumps(out, indent=1))
+            os.replace(tmp, args.out)
+
+    res = moe_anatomy(torch.device("cuda"), quick=args.quick, on_part=write)
+    write(res)
+    if args.out is None:
+        print(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":
