@@ -66,7 +66,7 @@
 # (STAGES from: kernels anatomy finite model decode routings full3 full3gptq bench uniform longprompt longchunks reveal repair resident unfused gdnsplit
 # unpacked unfolded unswapped eager sweep moesweep tune tuned quantscale,
 # in the order given;
-# default kernels,anatomy,routings,finite,decode,model,full3,longprompt,tune,tuned)
+# default kernels,routings,anatomy,finite,decode,model,full3,longprompt,tune,tuned)
 set -u
 OUT=${OUT:-/tmp/clover-gpu}
 TOTAL_S=${TOTAL_S:-470}
@@ -101,10 +101,10 @@ stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   echo "== $name rc=$? in $((SECONDS - t0))s" | tee -a "$log"
 }
 
-# kernels first (its dense-shapes check says whether the split-K fix of 2026-12-04 holds at every real shape), the
-# MoE's anatomy (≈ 40 s: where its time goes), then the bench figures; finite after them: quick where the passes
-# are finite, the diagnosis where they are not
-STAGES=${STAGES:-kernels,anatomy,routings,finite,decode,model,full3,longprompt,tune,tuned}
+# kernels first (its dense-shapes check says whether the split-K fix of 2026-12-04 holds at every real shape), then
+# the bench figures (routings: the must-show pass), the MoE's anatomy (≈ 40–90 s: where its time goes); finite after
+# them: quick where the passes are finite, the diagnosis where they are not
+STAGES=${STAGES:-kernels,routings,anatomy,finite,decode,model,full3,longprompt,tune,tuned}
 # this machine's triton compiling every kernel (`compile_check --sass`: no GPU used, one CPU core, niced) beside the
 # stages: the census of the compiler that runs here, which may not be the one CI or the CPU machine has
 if command -v nvidia-smi >/dev/null 2>&1; then  # (a dry run on a CPU machine skips it)
