@@ -235,7 +235,8 @@ def moe_anatomy(device: torch.device, hidden: int = 2048, inter: int = 512, expe
                  "shape": {"hidden": hidden, "inter": inter, "bits": bits, "group": group, "rows": rows, "topk": topk,
                            "experts": experts, "distinct": int(distinct.numel())},
                  "config": {"block_m": cfg.block_m, "block_n": cfg.block_n, "block_k": cfg.block_k,
-                            "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}}
+                            "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "fields": cfg.fields,
+                            "folded": cfg.folded, "swap": cfg.swap}}
     slab_bytes = int(distinct.numel()) * lay.weight_bytes
 
     def call():
