@@ -59,6 +59,22 @@ def _conv_silu(
 
 
 @triton.jit
+def _preview_softmax(logits, inside, n_at, hbias_at, hc_at, block_size):
+    """The preview mix's weights for scaled block logits [T, T] (every block row: bidirectional; rows past the
+    block, `inside` false, get none) and one history slot of logit bias + c·ln(n / block_size), empty (no
+    weight) with no prefix (n = 0): (p_block [T, T], p_hist [T]), each row summing to one."""
+    logits = tl.where(inside[None, :], logits, float("-inf"))
+    n = tl.load(n_at).to(tl.float32)
+    hist = tl.load(hbias_at).to(tl.float32) + tl.load(hc_at).to(tl.float32) * tl.log(tl.maximum(n, 1.0) / block_size)
+    hist = tl.where(n > 0, hist, float("-inf"))
+    top = tl.maximum(tl.max(logits, 1), hist)
+    e = tl.exp(logits - top[:, None])
+    e_hist = tl.exp(hist - top)
+    denom = tl.sum(e, 1) + e_hist
+    return e / denom[:, None], e_hist / denom
+
+
+@triton.jit
 def _gdn_preview_kernel(
     rows_ptr, ring_ptr, cw_ptr, rw_ptr, state_ptr, scale_ptr, hbias_ptr, hc_ptr, n_ptr, z_ptr, nw_ptr, out_ptr,
     T, KEY_CH, REP, block_size, eps_qk, eps_norm,
@@ -103,20 +119,10 @@ def _gdn_preview_kernel(
         kk = c + tl.arange(0, BLOCK_DK)
         s_c = tl.load(s_base + kk[:, None] * stride_sk + dv[None, :] * stride_sv).to(tl.float32)
         read += tl.dot(qc, s_c, input_precision=PREC)  # Sᵀq̂ of the clean prefix state
-    # block logits over every block row (bidirectional); rows past the block get no weight
-    logits = logits * tl.load(scale_ptr + h).to(tl.float32)
-    logits = tl.where(inside[None, :], logits, float("-inf"))
-    # the history slot: bias + c·ln(n / block_size), empty (no weight) with no prefix
-    n = tl.load(n_ptr + b * stride_n).to(tl.float32)
-    hist = tl.load(hbias_ptr + h).to(tl.float32) + tl.load(hc_ptr + h).to(tl.float32) * tl.log(
-        tl.maximum(n, 1.0) / block_size)
-    hist = tl.where(n > 0, hist, float("-inf"))
-    top = tl.maximum(tl.max(logits, 1), hist)
-    e = tl.exp(logits - top[:, None])
-    e_hist = tl.exp(hist - top)
-    denom = tl.sum(e, 1) + e_hist
+    p_block, p_hist = _preview_softmax(logits * tl.load(scale_ptr + h).to(tl.float32), inside, n_ptr + b * stride_n,
+                                       hbias_ptr + h, hc_ptr + h, block_size)
     v = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, 2 * KEY_CH + h * DV, T, stride_rt, stride_gt, DV, BLOCK_T, KER)
-    o = (e_hist / denom)[:, None] * read * (DK ** -0.5) + tl.dot(e / denom[:, None], v, input_precision=PREC)
+    o = p_hist[:, None] * read * (DK ** -0.5) + tl.dot(p_block, v, input_precision=PREC)
 
     # GatedRMSNorm: w · rmsnorm(o) · silu(z)
     o = o / tl.sqrt(tl.sum(o * o, 1) / DV + eps_norm)[:, None]
@@ -160,18 +166,10 @@ def _gdn_preview_split_kernel(
     s = tl.load(s_base + dk[:, None] * stride_sk + dv[None, :] * stride_sv).to(tl.float32)
     read = tl.dot(q, s, input_precision=PREC)  # Sᵀq̂ of the clean prefix state, this slice
     logits = tl.dot(q, tl.trans(k), input_precision=PREC) * tl.load(scale_ptr + h).to(tl.float32)
-    logits = tl.where(inside[None, :], logits, float("-inf"))
-    n = tl.load(n_ptr + b * stride_n).to(tl.float32)
-    hist = tl.load(hbias_ptr + h).to(tl.float32) + tl.load(hc_ptr + h).to(tl.float32) * tl.log(
-        tl.maximum(n, 1.0) / block_size)
-    hist = tl.where(n > 0, hist, float("-inf"))
-    top = tl.maximum(tl.max(logits, 1), hist)
-    e = tl.exp(logits - top[:, None])
-    e_hist = tl.exp(hist - top)
-    denom = tl.sum(e, 1) + e_hist
+    p_block, p_hist = _preview_softmax(logits, inside, n_ptr + b * stride_n, hbias_ptr + h, hc_ptr + h, block_size)
     v = _conv_silu(rows_b, ring_b, cw_ptr, rw_ptr, 2 * KEY_CH + h * DV + j * BLOCK_DV, T, stride_rt, stride_gt,
                    BLOCK_DV, BLOCK_T, KER)
-    o = (e_hist / denom)[:, None] * read * (DK ** -0.5) + tl.dot(e / denom[:, None], v, input_precision=PREC)
+    o = p_hist[:, None] * read * (DK ** -0.5) + tl.dot(p_block, v, input_precision=PREC)
     out = mix_ptr + b.to(tl.int64) * stride_mb + t[:, None] * stride_mt + (h * DV + dv)[None, :]
     tl.store(out, o, mask=inside[:, None])
 

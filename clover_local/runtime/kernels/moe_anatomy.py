@@ -38,6 +38,7 @@ import triton.language as tl
 from torch import Tensor
 
 from clover_local.runtime import segments
+from clover_local.runtime.kernels import tuning
 from clover_local.runtime.kernels.w4a16 import _moe_block_k, moe_align, moe_config, moe_w4a16_triton
 
 
@@ -184,20 +185,6 @@ def _cpu_segment_us(call: Callable[[], object]) -> dict[str, float]:
     return out
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
-    if device.type == "cuda":
-        from clover_local.runtime.kernels.bench_kernels import _graph_time_us
-
-        return _graph_time_us
-
-    def wall(fn) -> float:
-        t0 = time.perf_counter()
-        fn()
-        return 1e6 * (time.perf_counter() - t0)
-
-    return wall
-
-
 # (block_n, split along K, num_warps) of the read probes; the first is the pass's own default tiles
 UP_TILES = [(64, 1, 4), (32, 1, 4), (128, 1, 4), (256, 1, 4), (128, 1, 8), (256, 1, 8), (64, 2, 4), (64, 4, 4),
             (128, 2, 4)]
@@ -229,7 +216,7 @@ def moe_anatomy(device: torch.device, hidden: int = 2048, inter: int = 512, expe
     w = torch.softmax(torch.randn(rows, topk, generator=g), -1).to(device, dtype)
     distinct = idx.unique()
     cfg = moe_config(rows, topk, experts, device)
-    timer = _timer(device)
+    timer = tuning.gpu_timer(device)  # graph replays with L2 flushed on CUDA, wall time elsewhere
     segment_us = _cuda_segment_us if device.type == "cuda" else _cpu_segment_us
     out: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                  "shape": {"hidden": hidden, "inter": inter, "bits": bits, "group": group, "rows": rows, "topk": topk,
