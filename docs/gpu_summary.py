@@ -43,8 +43,9 @@ def kernels_lines(k: dict) -> list[str]:
         out.append(f"  dense shapes: ok {ds.get('ok')}, {len(shapes)} calls"
                    + (f", failing: {'; '.join(bad)}" if bad else "")
                    + (f", error {str(ds['error'])[-200:]!r}" if ds.get("error") else ""))
-        timed = [f"{name} {_fmt(v['ms'])}" + (f" / {_fmt(v['graph_us'])} µs" if v.get("graph_us") is not None
-                                              else "") for name, v in shapes.items() if "ms" in v]
+        timed = [f"{name} {_fmt(v['ms'])}" + (f" / {_fmt(v['graph_us'])} µs ({_fmt(v.get('gbps'))} GB/s)"
+                                              if v.get("graph_us") is not None else "")
+                 for name, v in shapes.items() if "ms" in v]
         if timed:
             out.append("    timed (ms eager / µs graph): " + "; ".join(timed))
     hr = k.get("host_reads")

@@ -127,7 +127,8 @@ def test_summary_reads_the_dense_shapes_check(tmp_path) -> None:
     import json
 
     shapes = {"attention qkv 2048->9216 8-bit 32 rows": {"rel_err": 0.00002, "finite": True, "split_k": 2,
-                                                          "block_n": 128, "ms": 0.051, "graph_us": 12.5},
+                                                          "block_n": 128, "ms": 0.051, "graph_us": 12.5,
+                                                          "gbps": 1523.4},
               "attention qkv 2048->9216 8-bit 1 rows": {"rel_err": 1.0, "finite": False, "split_k": 3,
                                                          "block_n": 128}}
     (tmp_path / "kernels").mkdir()
@@ -137,7 +138,8 @@ def test_summary_reads_the_dense_shapes_check(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     assert "dense shapes: ok False, 2 calls, failing: attention qkv 2048->9216 8-bit 1 rows (err 1, finite False)" \
         in res.stdout
-    assert "timed (ms eager / µs graph): attention qkv 2048->9216 8-bit 32 rows 0.051 / 12.5 µs" in res.stdout
+    assert ("timed (ms eager / µs graph): attention qkv 2048->9216 8-bit 32 rows 0.051 / 12.5 µs (1523.4 GB/s)"
+            in res.stdout)
 
 
 def test_summary_lists_the_components_by_gpu_time_with_the_moe_split_by_launch(tmp_path) -> None:

@@ -300,7 +300,9 @@ def dense_shapes_check(dev: torch.device, g: torch.Generator, rows=(1, 32, 64, 5
                                 "split_k": cfg.split_k, "block_n": cfg.block_n}
                     if timed == (m, bits):
                         res[key]["ms"] = round(_timed_ms(dev, call), 4)
-                        res[key]["graph_us"] = _graph_us(call)
+                        res[key]["graph_us"] = us = _graph_us(call)
+                        nbytes = sum(t.numel() * t.element_size() for t in (loaded, sc, qz))
+                        res[key]["gbps"] = round(nbytes / us / 1e3, 1) if us else None  # of the weight's bytes
                 except Exception:
                     res[key] = {"rel_err": 1.0, "finite": False, "error": traceback.format_exc()[-1500:]}
             del qw, sc, qz, loaded
