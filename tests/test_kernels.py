@@ -920,7 +920,7 @@ def test_fused_gdn_preview_matches_model(force_triton, monkeypatch, spec_kw, b, 
     gen = torch.Generator().manual_seed(b * 1000 + t + n_prefix)
     gdn = _random_gdn(spec_kw, dtype, gen).to(DEVICE)
     kernel = gdn_preview_kernel(gdn, torch.device(DEVICE))
-    assert kernel is (gdn_preview.split_gdn_preview if form == "split" else gdn_preview.fused_gdn_preview)
+    assert kernel is gdn_preview.tuned_gdn_preview and gdn_preview.preview_config().form == form
     x, ring, state = _gdn_inputs(gdn, b, t, dtype, gen)
     n = torch.tensor(n_prefix, device=DEVICE)
     with torch.no_grad():

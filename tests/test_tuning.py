@@ -294,6 +294,52 @@ def test_moe_passes_are_tuned_apart(force_triton, table_file, monkeypatch):
     torch.testing.assert_close(got.float(), moe_w4a16_ref(x, ids, w, gate_up, down).float(), rtol=2e-2, atol=2e-2)
 
 
+@needs_triton
+def test_the_gdn_preview_form_is_recorded_tuned_and_read_back(force_triton, table_file, monkeypatch):
+    """A GDN layer's preview call is recorded like a W4A16 call (signature by rows and head dims), its forms are
+    the candidates (one launch; split over value slices that divide Dv), every form gives the default's output,
+    and a table entry choosing the split form makes the next call run it."""
+    from clover_local.model.cache import GDNCache
+    from clover_local.runtime.kernels import gdn_preview, gdn_preview_kernel
+    from test_kernels import _gdn_inputs, _random_gdn
+
+    monkeypatch.delenv("CLOVER_GDN_PREVIEW", raising=False)
+    gen = torch.Generator().manual_seed(6)
+    gdn = _random_gdn({"linear_key_head_dim": 32, "linear_value_head_dim": 64, "block_size": 16}, torch.float32,
+                      gen).to(DEVICE)
+    gdn.preview_kernel = gdn_preview_kernel(gdn, torch.device(DEVICE))
+    x, ring, state = _gdn_inputs(gdn, 1, 16, torch.float32, gen)
+    n = torch.tensor(20, device=DEVICE)
+
+    def layer() -> torch.Tensor:
+        with torch.no_grad():
+            return gdn(x, GDNCache(ring, state), preview=True, n_prefix=n)
+
+    with tuning.Recorder(rows=16) as rec:
+        want = layer()
+    key = f"gdn_preview/r16/k32/n64/b0/g0/top{gdn.hv}"
+    assert list(rec.calls) == [key] and rec.calls[key].default == gdn_preview.PreviewConfig("whole")
+    call = rec.calls[key]
+    cands = tuning.stages_for(call)[0](call.default)
+    assert [(c.form, c.block_dv) for c in cands] == [("whole", 64), ("split", 64), ("split", 32), ("split", 16)]
+    base = call.run(call.default)
+    for c in cands:  # every form within the search's tolerance of the default's output
+        assert tuning._rel_err(call.run(c), base) < tuning.REL_TOL, c
+    call = _tracked(call)
+    res = tuning.tune_call(call, tuning.stages_for(call), _timer_of(call, lambda c: 1.0 if c.form == "whole" else
+                                                                  0.5 + c.block_dv / 1000))
+    assert res.best == {"form": "split", "block_dv": 16}
+    ident = tuning.device_identity(torch.device(DEVICE))
+    tuning.TuningTable(dict(ident), {key: res.entry()}).save(table_file)
+    tuning.reset_active()
+    ran = []
+    real = gdn_preview.split_gdn_preview
+    monkeypatch.setattr(gdn_preview, "split_gdn_preview", lambda *a, **k: ran.append(k) or real(*a, **k))
+    got = layer()
+    assert ran == [{"block_dv": 16}]
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+
+
 # ---- the command ---------------------------------------------------------------------------------------------
 
 
@@ -332,8 +378,11 @@ def fake_clock(fn):  # the flow is under test, not the speed: a run that launche
     fn()
     return 1.0 if 32 in launched else 2.0
 
-# one candidate per call: BLOCK_N 32
-tuning.stages_for = lambda rec, quick=False: [lambda _b: [replace(rec.default, block_n=32)]]
+# one candidate per call: BLOCK_N 32 (the GDN preview's: its split form, which launches no W4A16 kernel, so the
+# fake clock gives it no gain and its default stays)
+tuning.stages_for = lambda rec, quick=False: [lambda _b: [
+    replace(rec.default, form="split", block_dv=16) if rec.sig.kind == "gdn_preview"
+    else replace(rec.default, block_n=32)]]
 
 # interrupted during the third call: the two finished ones are in the table already
 timed = []
@@ -354,8 +403,10 @@ report = tune_mod.run_tune(pack, label="tiny", device=torch.device("cpu"), dtype
                            uniform=True, timer=fake_clock)
 table = json.loads(Path(report["table"]).read_text())
 kinds = sorted({r["kind"] for r in report["calls"]})
-assert kinds == ["linear", "moe_down", "moe_up"], kinds
-assert all(r["changed"] == {"block_n": 32} and r["calls_per_pass"] >= 1 for r in report["calls"]), report["calls"]
+assert kinds == ["gdn_preview", "linear", "moe_down", "moe_up"], kinds
+w4 = [r for r in report["calls"] if r["kind"] != "gdn_preview"]
+assert all(r["changed"] == {"block_n": 32} and r["calls_per_pass"] >= 1 for r in w4), report["calls"]
+assert all(not r["changed"] for r in report["calls"] if r["kind"] == "gdn_preview"), report["calls"]
 assert report["saved_us_per_pass"] > 0 and set(table["entries"]) == {r["key"] for r in report["calls"]}
 
 # a fresh runtime reads the table: every recorded call now launches with BLOCK_N 32, and the pass still matches

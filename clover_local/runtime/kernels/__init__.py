@@ -108,7 +108,13 @@ def kernel_forms(device: torch.device) -> dict | None:
             "dense_repacked": dense_k_tile(2048, 128, 8, device) > 0,  # a GDN input projection's rows
             # 3-bit experts at the real shapes, group 128
             "moe3_planes": expert_planes(3, 2048, 512, 128, 128, torch.bfloat16, device),
-            "gdn_preview": "split" if os.environ.get("CLOVER_GDN_PREVIEW") == "split" else "whole"}
+            "gdn_preview": _gdn_preview_form()}  # (a tuning table's entry may choose per call)
+
+
+def _gdn_preview_form() -> str:
+    from .gdn_preview import preview_config
+
+    return preview_config().form
 
 
 def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> int:
@@ -178,12 +184,11 @@ def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:
     layer's head dims suit it; None keeps the model's PyTorch path."""
     if not _fused_on(device):
         return None
-    from .gdn_preview import fused_gdn_preview, split_gdn_preview, supports
+    from .gdn_preview import supports, tuned_gdn_preview
 
-    if not supports(gdn):
-        return None
-    # CLOVER_GDN_PREVIEW=split: the mix over (head, value slice) programs, then the gated norm (two launches)
-    return split_gdn_preview if os.environ.get("CLOVER_GDN_PREVIEW") == "split" else fused_gdn_preview
+    # the form per call: this GPU's tuning table, else CLOVER_GDN_PREVIEW (split: the mix over (head, value
+    # slice) programs, then the gated norm), else one launch a layer
+    return tuned_gdn_preview if supports(gdn) else None
 
 
 def gdn_causal_kernel(gdn, device: torch.device) -> Callable | None:

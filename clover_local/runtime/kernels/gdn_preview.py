@@ -16,6 +16,9 @@ expects; the runtime installs it on CUDA (`runtime/load.py`).
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -172,6 +175,44 @@ def _gdn_preview_split_kernel(
     o = p_hist[:, None] * read * (DK ** -0.5) + tl.dot(p_block, v, input_precision=PREC)
     out = mix_ptr + b.to(tl.int64) * stride_mb + t[:, None] * stride_mt + (h * DV + dv)[None, :]
     tl.store(out, o, mask=inside[:, None])
+
+
+@dataclass(frozen=True)
+class PreviewConfig:
+    """How a GDN preview runs: "whole" (`fused_gdn_preview`: one launch, a program per value head) or "split"
+    (`split_gdn_preview` over value slices of block_dv channels). A tuned field set like the W4A16 tiles."""
+    form: str = "whole"
+    block_dv: int = 64
+
+
+def preview_config() -> PreviewConfig:
+    """The default form: CLOVER_GDN_PREVIEW=split, else the one-launch form (the one measured on a GPU so far)."""
+    return PreviewConfig("split" if os.environ.get("CLOVER_GDN_PREVIEW") == "split" else "whole")
+
+
+def run_preview(cfg: PreviewConfig, gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_prefix: Tensor,
+                z: Tensor) -> Tensor:
+    if cfg.form == "split":
+        return split_gdn_preview(gdn, rows, ring, state, n_prefix, z, block_dv=min(cfg.block_dv, gdn.dv))
+    return fused_gdn_preview(gdn, rows, ring, state, n_prefix, z)
+
+
+def tuned_gdn_preview(gdn, rows: Tensor, ring: Tensor | None, state: Tensor, n_prefix: Tensor, z: Tensor) -> Tensor:
+    """The preview kernel the runtime installs (`GatedDeltaNet.preview_kernel`): the form this GPU's tuning table
+    names for the call (`clover-local tune` times the forms on the user's GPU, `tuning.gdn_preview_candidates`),
+    else `preview_config()`'s. Host-side choice: a captured graph keeps the form it was captured with."""
+    from . import tuning
+
+    sig = tuning.Signature("gdn_preview", tuning.rows_bucket(rows.shape[1]), gdn.dk, gdn.dv, 0, 0, topk=gdn.hv)
+    base = preview_config()
+    if (rec := tuning.recording()) is not None:
+        def rerun():  # the same call with any form, on copies of its inputs
+            args = (rows.clone(), None if ring is None else ring.clone(), state.clone(), n_prefix.clone(), z.clone())
+            return lambda c: run_preview(c, gdn, *args)
+
+        rec.note(sig, base, rerun)
+    return run_preview(tuning.apply(base, tuning.tuned(sig, rows.device), keep=()), gdn, rows, ring, state,
+                       n_prefix, z)
 
 
 def _pow2(n: int) -> bool:

@@ -38,7 +38,7 @@ import torch
 from .bench_kernels import _rel_err, _time_us
 
 FORMAT = 1
-KINDS = ("linear", "moe_up", "moe_down")
+KINDS = ("linear", "moe_up", "moe_down", "gdn_preview")
 # a candidate is kept only when it beats the heuristic by this much: GPU timings of a 15 µs call move by a few %
 MIN_GAIN = 0.03
 # a candidate's output against the heuristic's, relative to the output's largest magnitude: tiles change the
@@ -51,7 +51,7 @@ class Signature:
     """What a tuned config is chosen for: the kernel, the rows rounded up to a power of two, and the weight's
     shape and format. Rows are bucketed because the tiles depend on them only through BLOCK_M and the grid."""
 
-    kind: str  # "linear" | "moe_up" | "moe_down"
+    kind: str  # "linear" | "moe_up" | "moe_down" | "gdn_preview" (k, n: the head dims; topk: the value heads)
     rows: int
     k: int
     n: int
@@ -357,9 +357,19 @@ def gpu_timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
     return wall
 
 
+def gdn_preview_candidates(default: Any, sig: Signature, quick: bool = False) -> list[Any]:
+    """The GDN preview's forms (`gdn_preview.PreviewConfig`): one launch a layer, or the split form over value
+    slices of 64, 32 and 16 channels (those that divide the head's Dv = sig.n)."""
+    return [replace(default, form="whole")] + [replace(default, form="split", block_dv=b) for b in (64, 32, 16)
+                                               if b <= sig.n and sig.n % b == 0]
+
+
 def stages_for(rec: RecordedCall, quick: bool = False) -> list[Callable[[Any], list[Any]]]:
     """The two stages of a call's search: its kind's grid around the heuristic, then `refinements` of the
-    grid's winner (≈ 27 candidates for a dense call, 16 for a MoE pass; about half with quick)."""
+    grid's winner (≈ 27 candidates for a dense call, 16 for a MoE pass; about half with quick); the GDN preview's
+    forms in one stage."""
+    if rec.sig.kind == "gdn_preview":
+        return [lambda _best: gdn_preview_candidates(rec.default, rec.sig, quick)]
     grid = moe_candidates if rec.sig.kind.startswith("moe") else linear_candidates
     return [lambda _best: grid(rec.default, rec.sig, quick), lambda best: refinements(best, quick)]
 
