@@ -797,22 +797,13 @@ def test_kernel_forms_report_what_a_run_uses(force_triton, monkeypatch) -> None:
     assert kernel_forms(dev) is None
 
 
-if _TRITON_ERR is None:  # at module level: a jit function finds the helpers it calls among its module's globals
-    import triton.language as tl
-
-    from clover_local.runtime.kernels.w4a16 import _rounded16
-
-    @triton.jit
-    def _round_kernel(x_ptr, y_ptr, BF16: tl.constexpr, N: tl.constexpr):
-        o = tl.arange(0, N)
-        tl.store(y_ptr + o, _rounded16(tl.load(x_ptr + o), BF16))
-
-
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_rounded16_is_round_to_nearest_even_like_torch(force_triton, dtype) -> None:
     """The gate/up epilogue rounds act by `_rounded16` before summing it for the down pass's fold: the sums are
     exact only if it rounds as torch's cast does (nearest, ties to even), ties and signs included."""
+    from rounding_kernel import round_kernel
+
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(4096, generator=gen) * 3
     base = x.to(dtype).float()
@@ -821,7 +812,7 @@ def test_rounded16_is_round_to_nearest_even_like_torch(force_triton, dtype) -> N
         x[:1024] = tie[:1024]
     x = x.to(DEVICE)
     y = torch.empty_like(x)
-    _round_kernel[(1,)](x, y, BF16=dtype == torch.bfloat16, N=4096)
+    round_kernel[(1,)](x, y, BF16=dtype == torch.bfloat16, N=4096)
     assert torch.equal(y.cpu(), x.cpu().to(dtype).float())
 
 
