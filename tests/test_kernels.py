@@ -247,8 +247,10 @@ def test_launchers_name_their_launches_for_the_profile(force_triton) -> None:
     x, slot_ids, weights = _dev(x, slot_ids, weights)
     pack = _random_pack(H, 96, 64, 4, gen)  # 4 K tiles of 32
     args = _dev(pack["qweight"], pack["scales"], pack["qzeros"])
+    assert not segments.listening()  # (the gate/up share is computed only for a listener)
     segments.listen(sink)
     try:
+        assert segments.listening()
         moe_w4a16_triton(x, slot_ids, weights, gate_up, down)
         moe = list(seen)
         seen.clear()
@@ -259,6 +261,7 @@ def test_launchers_name_their_launches_for_the_profile(force_triton) -> None:
         assert seen == []
     finally:
         segments.stop(sink)
+    assert not segments.listening()
     assert [n for n, _ in moe] == ["align", "gate/up", "down", "sum"]
     nbytes = {k: sum(t.numel() * t.element_size() for t in (p[k]["qweight"], p[k]["scales"], p[k]["qzeros"]))
               for p in packs[:1] for k in ("gate_up", "down")}

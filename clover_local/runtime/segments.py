@@ -25,6 +25,11 @@ def segment(name: str, share: float = 0.0) -> None:
         _sink(name, share)
 
 
+def listening() -> bool:
+    """Whether a profiler listens: for a launcher whose segment share costs host work to compute."""
+    return _sink is not None
+
+
 def listen(sink: Callable[[str, float], None]) -> None:
     """`sink(name, share)` receives every `segment` call until `stop`. One listener at a time: a new one replaces
     any earlier (a profiler an exception left unclosed then hears nothing, and cannot break the next one)."""

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from clover_local.runtime.segments import segment
+from clover_local.runtime.segments import listening, segment
 
 from . import tuning
 from .reference import PLANES_TILE, PackedStack, check_host_stacks, check_packed, field_major, repacked_input
@@ -1307,7 +1307,9 @@ def moe_w4a16_triton(
     if act_fm and magic_bits(x.dtype, down.bits):
         per_sum = min(cfg.block_n, bk_down)
         act_sums = (torch.empty(t, inter // per_sum, dtype=torch.float32, device=x.device), per_sum, x.dtype)
-    up_share = _slot_bytes(gate_up) / (_slot_bytes(gate_up) + _slot_bytes(down))
+    up_share = 0.0  # computed only for a listening profiler (a few numel products a layer otherwise wasted)
+    if listening():
+        up_share = _slot_bytes(gate_up) / (_slot_bytes(gate_up) + _slot_bytes(down))
     segment("gate/up", up_share)
     _launch_moe(xc, act, gate_up, rw, align, t, inter, inter, topk, True, False, cfg, a_fm=x_fm,
                 out_fm=bk_down if act_fm else 0, out_per=_fm_per(down),
