@@ -18,7 +18,24 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every subcommand inherits -h
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from clover_local import __version__
+
+        print(f"clover-local {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Quantize, run and share Clover-35B-A3B-Preview (a block-diffusion MoE) on one 16 GB GPU."""
 
 
 def _register() -> None:
