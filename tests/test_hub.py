@@ -645,3 +645,25 @@ def test_card_content_follows_the_manifest(tmp_path):
     rtn = card_text(local)
     assert f"base_model: {DEFAULT_BASE_MODEL}" in rtn and "round-to-nearest" in rtn
     check_card(rtn)
+
+
+def test_a_card_names_the_release_as_base_only_for_a_pack_of_its_shape():
+    """A pack quantized from a local folder: the release is its base when the config has the release's shape; the
+    shipped tiny model (or any other Clover-architecture model) names no base model rather than a wrong one."""
+    from clover_local.pack.card import RELEASE_SHAPE, card_metadata
+
+    tiny_config = json.loads((Path(__file__).parents[1] / "clover_local/assets/tiny/config.json").read_text())
+    local = Manifest(source={"path": "tiny"}, settings={"bits": 4, "method": "gptq"})
+    meta = card_metadata(local, tiny_config)
+    assert "base_model" not in meta and "base_model_relation" not in meta
+    text = card_text(local, tiny_config, "me/tiny-int4")
+    assert DEFAULT_BASE_MODEL not in text and "Clover-35B" not in text
+    assert "\n# tiny — INT4 GPTQ pack for clover-local\n" in text and "A quantized pack of `tiny`" in text
+    check_card(text)
+
+    release_config = {"model_type": "clover_moe", "text_config": {**RELEASE_SHAPE, "vocab_size": 248320}}
+    meta = card_metadata(Manifest(source={"path": "/data/clover-bf16"}, settings={"bits": 4}), release_config)
+    assert meta["base_model"] == DEFAULT_BASE_MODEL and meta["base_model_relation"] == "quantized"
+    # a Hub source is named whatever its shape
+    hub_source = Manifest(source={"repo_id": "someone/clover-mini"}, settings={"bits": 4})
+    assert card_metadata(hub_source, tiny_config)["base_model"] == "someone/clover-mini"

@@ -98,12 +98,27 @@ def _table(rows: list[tuple[str, str]], head: tuple[str, str]) -> list[str]:
     return out
 
 
-def base_model_of(manifest: Manifest) -> str:
-    """The base model's Hub id: the manifest's source repo when it names one, else the Clover release."""
+# the released model's shape: a pack quantized from a local folder names the release as its base only when its
+# config has this shape (the shipped tiny model, or a user's own small Clover, is not a quantization of it)
+RELEASE_SHAPE = {"num_hidden_layers": 40, "hidden_size": 2048, "num_experts": 256}
+
+
+def base_model_of(manifest: Manifest, config: dict | None = None) -> str | None:
+    """The base model's Hub id: the manifest's source repo when it names one; else the Clover release when the
+    pack has its shape (or no config says otherwise); else None (the card then names no base model)."""
     repo = manifest.source.get("repo_id") if isinstance(manifest.source, dict) else None
     if isinstance(repo, str) and _REPO_ID_RE.match(repo):
         return repo
+    tc = _text_config(config)
+    if tc and any(tc.get(k) != v for k, v in RELEASE_SHAPE.items()):
+        return None
     return DEFAULT_BASE_MODEL
+
+
+def _source_name(manifest: Manifest) -> str:
+    """What a card calls a base with no Hub id: the source folder's name (`tiny` for the shipped model)."""
+    path = manifest.source.get("path") if isinstance(manifest.source, dict) else None
+    return Path(str(path)).name if path else "a Clover checkpoint"
 
 
 def _bits(manifest: Manifest, config: dict | None) -> int | None:
@@ -122,9 +137,9 @@ def card_metadata(manifest: Manifest, config: dict | None = None) -> dict[str, A
     bits = _bits(manifest, config)
     if bits:
         tags.insert(1, f"{bits}-bit")
+    base = base_model_of(manifest, config)
     return {
-        "base_model": base_model_of(manifest),
-        "base_model_relation": "quantized",
+        **({"base_model": base, "base_model_relation": "quantized"} if base else {}),
         "license": LICENSE,
         "library_name": LIBRARY_NAME,
         "pipeline_tag": "text-generation",
@@ -147,15 +162,16 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     data = ModelCardData(**meta)
     front = data.to_yaml()
     rid = repo_id or PLACEHOLDER_REPO_ID
-    base = meta["base_model"]
+    base = meta.get("base_model")
+    base_link = f"[{base}](https://huggingface.co/{base})" if base else f"`{_source_name(manifest)}`"
     bits = _bits(manifest, config)
     qconfig = (config or {}).get("quantization_config") or {}
     method = str(manifest.settings.get("method") or qconfig.get("quant_method") or "gptq")
     title_bits = f"INT{bits} " if bits else ""
-    title = f"# {base.split('/')[-1]} — {title_bits}{method.upper()} pack for clover-local"
+    title = f"# {(base or _source_name(manifest)).split('/')[-1]} — {title_bits}{method.upper()} pack for clover-local"
     lines: list[str] = [CARD_MARKER, "", title, ""]
     lines += [
-        f"A quantized pack of [{base}](https://huggingface.co/{base}), a block-diffusion mixture-of-experts model, "
+        f"A quantized pack of {base_link}, a block-diffusion mixture-of-experts model, "
         "made with [clover-local](https://pypi.org/project/clover-local/) to run on one 16 GB GPU. The weights are "
         "GPTQ-compatible safetensors (`qweight`/`qzeros`/`scales`/`g_idx`, `quantization_config` in `config.json`), "
         "so other GPTQ-aware loaders can read them too.",
@@ -278,7 +294,7 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         "",
         "## License",
         "",
-        f"Apache-2.0, as the base model [{base}](https://huggingface.co/{base}).",
+        f"Apache-2.0, as the base model {base_link}." if base else "Apache-2.0.",
         "",
     ]
     return f"---\n{front}\n---\n" + "\n".join(lines)
