@@ -193,6 +193,28 @@ def test_chat_piped_is_plain_text(make_checkpoint, tmp_path):
     assert "tokens/pass" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_chat_load_continues_with_the_saved_settings_except_the_command_lines(make_checkpoint, tmp_path):
+    """`chat --load F` says what it loaded and restores the settings F was saved with, except those given on the
+    command line; a bad saved value is skipped (the file still loads); `/load` in the chat restores them too."""
+    ckpt = make_checkpoint(seed=7)
+    saved = {"format": "clover-local-chat", "version": 1, "model": "x",
+             "settings": {"think": False, "temperature": 0.5, "max_tokens": 5, "top_p": 7, "threshold": 0.8},
+             "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    (tmp_path / "saved.json").write_text(json.dumps(saved), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "clover_local", "chat", str(ckpt), "--device", "cpu",
+                           "--load", "saved.json", "--max-tokens", "6", "--threshold", "0.7"],
+                          input="/set\n/think on\n/load saved.json\n/set\n", capture_output=True, text=True,
+                          timeout=120, env=_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    assert "loaded 2 messages (1 turn) from saved.json (its settings: thinking off, temperature 0.5)" in err, err
+    assert "threshold 0.7 · temperature 0.5 · top_p 1 · max_tokens 6 · thinking off" in err, err
+    # in the chat nothing was set on a command line: everything valid in the file comes back
+    assert "(its settings: thinking off, max_tokens 5, threshold 0.8)" in err, err
+    assert "threshold 0.8 · temperature 0.5 · top_p 1 · max_tokens 5 · thinking off" in err, err
+    assert "Traceback" not in err
+
+
 def test_chat_file_sends_a_document_with_a_question(make_checkpoint, tmp_path):
     """`/file PATH ASK` sends the file's text then the question as one user message (kept as such by /save);
     a quoted path may hold spaces; a missing, empty or unnamed file is one error line and nothing is sent."""

@@ -16,7 +16,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from clover_local.chat.conversation import SETTABLE, ChatSettings, Conversation, set_value
+from clover_local.chat.conversation import (SETTABLE, ChatSettings, Conversation, describe_settings,
+                                           restore_settings, set_value)
 from clover_local.chat.display import TurnView, think_lines
 from clover_local.chat.stats import format_gib, format_hit_rate, gpu_memory, runtime_stats, scalar_stats
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
@@ -210,8 +211,7 @@ class ChatApp:
         elif name == "/load":
             if not rest:
                 raise CloverError("/load needs a file name, e.g. /load chat.json")
-            n = self.conv.load(Path(rest))
-            self.note(f"loaded {n} messages from {rest}; the next message continues that conversation")
+            self.load_conversation(Path(rest))
         elif name == "/stats":
             self._stats()
         elif name == "/file":
@@ -219,6 +219,16 @@ class ChatApp:
         else:
             raise CloverError(f"unknown command {name}; /help lists the commands")
         return True
+
+    def load_conversation(self, path: Path, keep: set[str] = frozenset()) -> None:
+        """A saved conversation's messages, and the settings it was saved with except those in `keep` (set on
+        the command line): the next message continues it as it was."""
+        n = self.conv.load(path)
+        changed = restore_settings(self.settings, self.conv.saved_settings, keep)
+        restored = f" (its settings: {describe_settings(self.settings, changed)})" if changed else ""
+        turns = self.conv.turns
+        self.note(f"loaded {n} messages ({turns} turn{'s' if turns != 1 else ''}) from {path}{restored}; "
+                  "the next message continues that conversation")
 
     def _send_file(self, rest: str) -> None:
         """/file PATH [ASK]: the file's text (then ASK after a blank line) as the next user message. PATH may be
@@ -278,7 +288,7 @@ class ChatApp:
     def _stats(self) -> None:
         t = self.totals
         rows: list[tuple[str, str]] = [
-            ("turns", str(t["turns"])),
+            ("turns this session", str(t["turns"])),
             ("tokens", str(t["tokens"])),
             ("passes", str(t["passes"])),
             ("tokens/pass", f"{t['tokens'] / t['passes']:.2f}" if t["passes"] else "—"),

@@ -62,6 +62,39 @@ def set_value(settings: ChatSettings, name: str, raw: str) -> Any:
     return value
 
 
+def restore_settings(settings: ChatSettings, saved: Any, keep: set[str] = frozenset()) -> list[str]:
+    """Set what a saved conversation's settings say (each checked as /set checks it; unknown or bad values are
+    skipped: an old or hand-edited file still loads), except the names in `keep` (given on the command line).
+    Returns the names that changed."""
+    if not isinstance(saved, dict):
+        return []
+    changed = []
+    for key, value in saved.items():
+        if key in keep or not hasattr(settings, key) or getattr(settings, key) == value:
+            continue
+        if key in SETTABLE:
+            parse, ok, _ = SETTABLE[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(parse(str(value))):
+                continue
+            value = parse(str(value))
+        elif key in ("think", "show_thinking"):
+            if not isinstance(value, bool):
+                continue
+        elif key == "seed":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                continue
+        setattr(settings, key, value)
+        changed.append(key)
+    return changed
+
+
+def describe_settings(settings: ChatSettings, names: list[str]) -> str:
+    """`thinking off, temperature 0.7` for the names given (a note after a load)."""
+    words = {"think": lambda v: f"thinking {'on' if v else 'off'}",
+             "show_thinking": lambda v: f"thinking {'shown' if v else 'summarized'}"}
+    return ", ".join(words.get(n, lambda v, n=n: f"{n} {v}")(getattr(settings, n)) for n in names)
+
+
 def check_messages(messages: Any, where: str) -> list[dict[str, Any]]:
     """Validate a list of {"role", "content"[, "reasoning_content"]} messages."""
     if not isinstance(messages, list):
@@ -89,6 +122,7 @@ def check_messages(messages: Any, where: str) -> list[dict[str, Any]]:
 class Conversation:
     def __init__(self, system: str | None = None) -> None:
         self.messages: list[dict[str, Any]] = []
+        self.saved_settings: dict[str, Any] = {}  # what the last `load` read beside the messages
         if system:
             self.messages.append({"role": "system", "content": system})
 
@@ -139,4 +173,6 @@ class Conversation:
             raise CloverError(f"cannot load {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
         messages = data.get("messages") if isinstance(data, dict) else data
         self.messages = check_messages(messages, str(path))
+        # the settings it was saved with (ours; {} for other formats): `restore_settings` applies them
+        self.saved_settings = data.get("settings", {}) if isinstance(data, dict) else {}
         return len(self.messages)

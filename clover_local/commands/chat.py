@@ -35,6 +35,7 @@ def load_with_status(model: str, device: str, dtype: str, interactive: bool, **o
 
 @app.command()
 def chat(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
     think: bool = typer.Option(True, "--think/--no-think", help="Let the model think before answering."),
     show_thinking: bool = typer.Option(True, "--show-thinking/--hide-thinking",
@@ -92,6 +93,8 @@ def chat(
     )
     session = ChatApp(loaded, model, settings, interactive=interactive, system=system)
     session.pace = pace
-    if resume is not None:
-        session.conv.load(resume)
+    if resume is not None:  # its saved settings too, but not over what this command line set
+        from_line = {name for name in ("threshold", "temperature", "top_p", "max_tokens", "think", "show_thinking",
+                                       "seed") if ctx.get_parameter_source(name).name == "COMMANDLINE"}
+        session.load_conversation(resume, keep=from_line)
     raise typer.Exit(session.run())
