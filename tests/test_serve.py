@@ -247,6 +247,47 @@ def test_reasoning_content_is_apart_from_content(in_process):
     assert all(not p.choices[0].delta.content for p in parts if p.choices)
 
 
+def test_an_api_key_guards_the_routes_and_the_health_figures(make_checkpoint):
+    """With --api-key: every /v1 route answers 401 without the key; /health tells anyone the server is alive but
+    its figures (requests, tokens, the runtime's counters) only to a caller with the key."""
+    from clover_local.loader import load
+    from clover_local.serve.engine import Engine
+    from clover_local.serve.http import Limits, make_server
+
+    engine = Engine(load(str(make_checkpoint(seed=12)), "cpu", "float32"), max_queue=1)
+    srv = make_server(engine, "127.0.0.1", 0, "keyed", Limits(max_tokens=8, context=256), api_key="s3cret",
+                      quiet=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+
+    def get(path: str, key: str | None = None) -> tuple[int, dict]:
+        req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {key}"} if key else {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    try:
+        assert get("/health") == (200, {"status": "ok"})
+        assert get("/health", "wrong") == (200, {"status": "ok"})
+        code, full = get("/health", "s3cret")
+        assert code == 200 and full["model"] == "keyed" and "requests" in full and "runtime" in full
+        code, body = get("/v1/models")
+        assert code == 401 and body["error"]["code"] == "invalid_api_key" and "s3cret" not in json.dumps(body)
+        assert get("/v1/models", "wrong")[0] == 401
+        code, body = get("/v1/models", "s3cret")
+        assert code == 200 and body["data"][0]["id"] == "keyed"
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0, timeout=30).chat.completions.create(
+                model="keyed", messages=MSG, max_tokens=2)
+    finally:
+        engine.stop()
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_queue_bound_answers_429(in_process):
     from clover_local.serve.engine import Job
     from clover_local.generate.block_diffusion import DecodeSettings

@@ -139,6 +139,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/health", "/v1/health"):
+            key = self.server.api_key
+            if key and self.headers.get("Authorization", "") != f"Bearer {key}":
+                self._send_json(200, {"status": "ok"})  # liveness for anyone; the server's figures need the key
+                return
             self._send_json(200, {**self.server.engine.health(), "model": self.server.model_name})
             return
         if not self._authorized():
