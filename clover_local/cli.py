@@ -6,7 +6,10 @@ Each subcommand lives in the module that owns its job; this file only registers 
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -51,6 +54,24 @@ def _register() -> None:
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if not info.name.startswith("_"):
             importlib.import_module(f"clover_local.commands.{info.name}")
+    for command in app.registered_commands:
+        if command.callback is not None and not hasattr(command.callback, "__wrapped__"):
+            command.callback = _interrupt_exits(command.callback)
+
+
+def _interrupt_exits(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C that a command does not handle itself ends it with one `interrupted` line and exit status 130.
+    Around each command, not in `main`: typer's standalone mode turns a KeyboardInterrupt into a silent exit 130
+    before `main` sees it. A command may catch the interrupt first to keep what it made (generate --json prints
+    its partial answer; quantize says what --resume will reuse), then re-raise or raise CloverError."""
+    @functools.wraps(callback)  # typer reads the parameters through __wrapped__
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr, flush=True)
+            raise typer.Exit(130) from None
+    return run
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -198,7 +198,8 @@ def test_generate_json_and_text(make_checkpoint, capsys):
     lines = out.strip().splitlines()
     assert len(lines) == 1
     obj = json.loads(lines[0])
-    assert set(obj) == {"text", "token_ids", "stats"}
+    assert set(obj) == {"text", "reasoning", "token_ids", "stats", "stopped"}
+    assert obj["reasoning"] == "" and obj["stopped"] is False  # --raw: nothing split off
     assert set(obj["stats"]) == {"tokens", "passes", "tokens_per_pass", "seconds", "tokens_per_second"}
     assert len(obj["token_ids"]) <= 11 and obj["stats"]["tokens"] == len(obj["token_ids"])
     assert obj["stats"]["passes"] >= 1

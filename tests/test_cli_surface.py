@@ -33,3 +33,25 @@ def test_help_shows_flags_as_flags(capsys, command: str) -> None:
     out = capsys.readouterr().out
     assert "<bool>" not in out and "{" not in out.splitlines()[1], out
     assert "--help" in out
+
+
+def test_every_command_ends_on_ctrl_c_with_one_line(capsys) -> None:
+    """typer turns a KeyboardInterrupt into a silent exit 130; every registered command is wrapped so that Ctrl-C
+    it does not handle itself says `interrupted` (and its parameters still parse: typer reads them through)."""
+    import typer
+
+    from clover_local import cli
+
+    cli._register()
+    names = [c.name or c.callback.__name__ for c in cli.app.registered_commands]
+    assert {"generate", "plan", "bench", "quantize", "chat", "serve"} <= set(names)
+    assert all(hasattr(c.callback, "__wrapped__") for c in cli.app.registered_commands), names
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as exit_info:
+        cli._interrupt_exits(interrupted)()
+    assert exit_info.value.exit_code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert run_cli(["plan", "--help"]) == 0 and "--vram" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """The loading options chat, generate, serve and score share: `--offload/--no-offload`, `--vram-budget`,
-`--context`, `--prefill-chunk` (and `--resident-routing`, which score has no use for: it runs no previews).
+`--context`, `--prefill-chunk` (and `--resident-routing`, which score has no use for: it runs no previews), and
+`--dtype`; and what they say after loading (pack-only flags a BF16 checkpoint ignores, a limit `--context` set).
 
 One definition of the flags and their help, and one function turning the parsed values into `loader.load`
 arguments, so the three commands cannot drift apart; likewise what bench, plan and tune share (`--prefill-chunk`,
@@ -9,11 +10,14 @@ command.)
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from clover_local.errors import CloverError
+from clover_local.loader import DTYPES
 from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK
 
 PANEL = "Loading a pack"
@@ -31,10 +35,11 @@ def offload_option() -> Any:
 def vram_budget_option() -> Any:
     return typer.Option(
         None, "--vram-budget", metavar="SIZE", rich_help_panel=PANEL,
-        help="Device memory the runtime may use for a pack, e.g. 14GB (binary units): the non-expert weights and "
-             "KV cache first, then as many expert-cache slots as fit; a bigger budget means fewer expert copies "
-             "per pass. Lower it when other programs need the GPU. Default: free device memory minus a margin "
-             "(on a CPU: half the available RAM). `clover-local plan` shows what a budget buys.")
+        help="Device memory the runtime may use for a pack, e.g. 14GB (binary units; a bare number is GiB: 16 "
+             "means 16 GiB): the non-expert weights and KV cache first, then as many expert-cache slots as fit; "
+             "a bigger budget means fewer expert copies per pass. Lower it when other programs need the GPU. "
+             "Default: free device memory minus a margin (on a CPU: half the available RAM). `clover-local plan` "
+             "shows what a budget buys. A BF16 checkpoint ignores it (with a warning).")
 
 
 def context_option() -> Any:
@@ -53,6 +58,13 @@ def resident_routing_option() -> Any:
              "wait for an expert copy; the experts they wanted are copied in behind the next pass and chosen "
              "from the pass after. The first pass and the committed block route exactly. Measured on the tiny "
              "model in BENCHMARKS.md; no effect when every expert fits on the device.")
+
+
+def dtype_option() -> Any:
+    """--dtype, its help listing what `loader.pick_dtype` accepts (one list, so help and check cannot disagree)."""
+    names = list(DTYPES)
+    return typer.Option("auto", "--dtype",
+                        help=f"{', '.join(names[:-1])} or {names[-1]} (auto: bf16 on GPU, fp32 on CPU).")
 
 
 PREFILL_CHUNK_HELP = (f"Prompt tokens per prefill pass (default {DEFAULT_PREFILL_CHUNK}). Each pass needs nearly "
@@ -118,3 +130,32 @@ def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: s
     if not is_pack(folder):
         raise CloverError(f"{model} is not a quantized pack: {command} runs GPTQ packs (or --synthetic)")
     return folder, model
+
+
+def warn_pack_only(path: Path, model: str, vram_budget: Optional[str], resident_routing: bool = False,
+                   prefill_chunk: Optional[int] = None) -> None:
+    """One warning line when pack-only flags were given for a BF16 checkpoint: it loads as it is, so they do
+    nothing, and silence would let a user believe e.g. --vram-budget capped the memory."""
+    from clover_local.pack.reader import is_pack
+
+    given = [flag for flag, value in (("--vram-budget", vram_budget is not None), ("--resident-routing",
+             resident_routing), ("--prefill-chunk", prefill_chunk is not None)) if value]
+    if given and not is_pack(path):
+        them = "it is" if len(given) == 1 else "they are"
+        print(f"warning: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to packs (the "
+              f"offloading runtime); {model} is a BF16 checkpoint, so {them} ignored", file=sys.stderr, flush=True)
+
+
+def context_flag_limit(loaded: Any, context: Optional[int]) -> Optional[str]:
+    """How to name the loaded model's token limit when --context (given, or a pack's default) set it below the
+    model's own context, e.g. "--context 5; raise --context (the model allows 131,072)"; None when the limit is
+    the model's. Why: "exceeds the model's context of 5 tokens" blames the model for the user's flag."""
+    from clover_local.config import load_config
+
+    limit = loaded.config.max_context
+    model_limit = load_config(loaded.path).max_context
+    if limit >= model_limit:
+        return None
+    flag = f"--context {context}" if context is not None else f"the default --context of {limit:,} for a pack"
+    return f"{flag}; raise --context (the model allows {model_limit:,})"
+

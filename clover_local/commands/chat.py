@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_option, load_options, offload_option,
+from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option)
+                                                  vram_budget_option, warn_pack_only)
 from clover_local.errors import CloverError
 
 
@@ -52,7 +52,7 @@ def chat(
     pace: float = typer.Option(0.0, "--pace", help="Seconds to show each pass (to watch or record the display; "
                                                    "not counted in tokens/s)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
-    dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+    dtype: str = dtype_option(),
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
@@ -86,6 +86,8 @@ def chat(
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     loaded = load_with_status(model, device, dtype, interactive, **options)
+    if offload:
+        warn_pack_only(loaded.path, model, vram_budget, resident_routing, prefill_chunk)
     settings = ChatSettings(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
         temperature=temperature, top_p=top_p, max_tokens=min(max_tokens, loaded.config.max_context),

@@ -138,6 +138,8 @@ def demo(
 
     if pace < 0:
         raise CloverError("--pace must be 0 or more")
+    if not prompt.strip():
+        raise CloverError(f"--prompt is empty: give the chat turn a message (default: {DEMO_PROMPT!r})")
     t0 = time.perf_counter()
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     console = Console(highlight=False)
@@ -179,6 +181,8 @@ def demo(
     stats = chat.ask(prompt)
     if stats is None:
         raise CloverError("the demo's chat turn failed")
+    if stats.stop_reason == "cancelled":  # Ctrl-C mid-answer: chat kept what was written; the demo ends there
+        raise KeyboardInterrupt
     if not interactive:
         print(f"[{stats.tokens} tokens, {stats.passes} passes, {stats.tokens_per_pass:.2f} tokens/pass]", flush=True)
     label = "tiny" if source is None else str(src)

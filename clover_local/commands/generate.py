@@ -1,20 +1,28 @@
-"""`clover-local generate`: one answer on stdout, streamed as blocks commit; `--json` for scripts."""
+"""`clover-local generate`: one answer on stdout, streamed as blocks commit; `--json` for scripts.
+
+With the chat template, the thinking goes to stderr (dimmed on a terminal) and only the answer to stdout, so
+`clover-local generate … > answer.txt` keeps the answer alone; `--json` has them apart (`reasoning`, `text`).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, TextIO
 
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_option, load_options, offload_option,
+from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option,
+                                                  load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option)
+                                                  vram_budget_option, warn_pack_only)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
+
+DIM, RESET = "\033[2m", "\033[0m"
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
@@ -22,12 +30,102 @@ def _check_range(name: str, value: float, low: float, high: float) -> None:
         raise CloverError(f"{name} must be between {low} and {high}, got {value}")
 
 
+def message_from(prompt: Optional[str], file: Optional[Path]) -> str:
+    """The user message from --prompt or --file. A file's trailing line breaks (and spaces) are the editor's or
+    `echo`'s, not part of the question: dropped, so `-f q.txt` asks exactly what `-p` with its words asks (the
+    inside is kept as is). An empty message is refused: the model would answer something anyway."""
+    text = text_from(prompt, file, "--prompt")
+    if file is not None:
+        text = text.rstrip()
+    if not text.strip():
+        where = "--prompt" if file is None else "standard input" if str(file) == "-" else str(file)
+        raise CloverError(f"the message is empty ({where}): give something to answer")
+    return text
+
+
+class Answer:
+    """The answer so far, from the committed token ids. With the chat template, split into thinking and answer
+    by chat's and serve's `TurnText` (so the three split alike); `--raw` text is left as it is."""
+
+    def __init__(self, tokenizer: Any, prompt_text: str, split: bool) -> None:
+        from clover_local.chat.turn import TurnText
+
+        self.tok = tokenizer
+        self.turn = TurnText(tokenizer, prompt_text) if split else None
+        self._ids: list[int] = []
+        self._text = ""  # --raw: the text handed out so far
+
+    @property
+    def ids(self) -> list[int]:
+        return self.turn.ids if self.turn is not None else self._ids
+
+    def add(self, token_ids: list[int], final: bool = False) -> tuple[str, str]:
+        """(new thinking, new answer text) settled since the last call."""
+        if self.turn is not None:
+            return self.turn.add(token_ids, final)
+        self._ids.extend(token_ids)
+        text = self.tok.decode(self._ids)
+        if not final:
+            text = text.rstrip("\ufffd")  # wait for the rest of a multi-byte character
+        new = text[len(self._text):] if text.startswith(self._text) else ""
+        self._text += new
+        return "", new
+
+    @property
+    def reasoning(self) -> str:
+        return self.turn.reasoning if self.turn is not None else ""
+
+    @property
+    def text(self) -> str:
+        return self.turn.content if self.turn is not None else self._text
+
+
+class Stream:
+    """Writes an answer as it settles: thinking on stderr (dimmed on a terminal), the answer on stdout."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out, self.err = out, err
+        self.dim = err.isatty()
+        self.thinking_open = False  # a thinking line on stderr not ended yet
+        self.answer_open = False  # answer text on stdout not ended by a newline yet
+
+    def write(self, reasoning: str, content: str) -> None:
+        if reasoning:
+            self.err.write(f"{DIM}{reasoning}{RESET}" if self.dim else reasoning)
+            self.err.flush()
+            self.thinking_open = True
+        if content:
+            self.end_thinking()
+            self.out.write(content)
+            self.out.flush()
+            self.answer_open = not content.endswith("\n")
+
+    def end_thinking(self) -> None:
+        if self.thinking_open:
+            self.err.write("\n")
+            self.err.flush()
+            self.thinking_open = False
+
+    def end(self) -> None:
+        """End both lines (the answer's always gets its newline, as it always has)."""
+        self.end_thinking()
+        self.out.write("\n")
+        self.out.flush()
+        self.answer_open = False
+
+
+def result(answer: Answer, token_ids: list[int], stats: dict, stopped: bool) -> str:
+    return json.dumps({"text": answer.text, "reasoning": answer.reasoning, "token_ids": token_ids, "stats": stats,
+                       "stopped": stopped}, ensure_ascii=False)
+
+
 @app.command()
 def generate(
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="The user message."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the user message from a UTF-8 file "
-                                        "instead ('-': standard input), e.g. a document to ask about."),
+                                        "instead ('-': standard input), e.g. a document to ask about; its "
+                                        "trailing line breaks are dropped."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Stop after this many new tokens."),
     threshold: Optional[float] = typer.Option(
         None, "--threshold", help="Reveal every position at least this confident per pass (default: model's)."
@@ -35,13 +133,17 @@ def generate(
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for sampling (same seed, same answer)."),
-    think: bool = typer.Option(True, "--think/--no-think", help="Let the model think before answering."),
+    think: bool = typer.Option(True, "--think/--no-think", help="Let the model think before answering (the "
+                               "thinking is shown on stderr, the answer alone on stdout)."),
     system: Optional[str] = typer.Option(None, "--system", help="Optional system message."),
-    raw: bool = typer.Option(False, "--raw", help="Use the prompt as is, without the chat template."),
+    raw: bool = typer.Option(False, "--raw", help="Use the prompt as is, without the chat template (the "
+                             "output as is too: no thinking split off)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
-    dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+    dtype: str = dtype_option(),
     as_json: bool = typer.Option(
-        False, "--json", help='Print one object {"text", "token_ids", "stats"} instead of streaming.'
+        False, "--json", help='Print one object instead of streaming: {"text": the answer, "reasoning": the '
+        'thinking ("" if none), "token_ids": every generated token, "stats", "stopped": true when Ctrl-C cut '
+        'it short}.'
     ),
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
@@ -62,10 +164,10 @@ def generate(
       clover-local generate ./clover-int4 -f question-about-report.txt --context 16384
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-    from clover_local.generate.events import BlockCommitted, Finished, PrefillProgress
+    from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
     from clover_local.loader import load
 
-    prompt = text_from(prompt, file, "--prompt")
+    prompt = message_from(prompt, file)
     _check_range("--temperature", temperature, 0.0, 10.0)
     _check_range("--top-p", top_p, 0.0, 1.0)
     if threshold is not None:
@@ -73,12 +175,19 @@ def generate(
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
     loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
+    if offload:
+        warn_pack_only(loaded.path, model, vram_budget, resident_routing, prefill_chunk)
     tok = loaded.tokenizer
     if raw:
         text = prompt
     else:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         text = tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=think)
+    prompt_ids = tok.encode(text)
+    over = context_flag_limit(loaded, context)
+    if over is not None and len(prompt_ids) + max_new_tokens > loaded.config.max_context:
+        raise CloverError(f"prompt ({len(prompt_ids)} tokens) plus --max-new-tokens ({max_new_tokens}) exceeds "
+                          f"{over}, shorten the prompt or lower --max-new-tokens")
     settings = DecodeSettings(
         max_new_tokens=max_new_tokens,
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
@@ -88,32 +197,45 @@ def generate(
         stop_token_ids=loaded.stop_token_ids,
     )
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
-    ids: list[int] = []
-    shown = ""
+    answer = Answer(tok, text, split=not raw)
+    stream = Stream(sys.stdout, sys.stderr)
     show_prefill = not as_json and sys.stderr.isatty()  # a long prompt's progress, on one line that goes away
-    for event in decoder.generate(tok.encode(text), settings):
-        if isinstance(event, PrefillProgress) and show_prefill:
-            done = event.done == event.total
-            sys.stderr.write("\r\033[K" if done else f"\rreading the prompt: {event.done:,}/{event.total:,} tokens")
-            sys.stderr.flush()
-        elif isinstance(event, BlockCommitted) and not as_json:
-            ids.extend(event.token_ids)
-            full = tok.decode(ids)
-            if full.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-                continue
-            sys.stdout.write(full[len(shown) :])
-            sys.stdout.flush()
-            shown = full
-        elif isinstance(event, Finished):
-            final = tok.decode(event.token_ids)
-            if as_json:
-                print(json.dumps({"text": final, "token_ids": event.token_ids, "stats": event.stats.to_dict()},
-                                 ensure_ascii=False))
-            else:
-                sys.stdout.write(final[len(shown) :] + "\n")
-                s = event.stats
-                print(
-                    f"[{s.tokens} tokens, {s.passes} passes, {s.tokens_per_pass:.2f} tokens/pass, "
-                    f"{s.tokens_per_second:.1f} tok/s]",
-                    file=sys.stderr,
-                )
+    passes, t0 = 0, time.perf_counter()
+    try:
+        for event in decoder.generate(prompt_ids, settings):
+            if isinstance(event, PrefillProgress) and show_prefill:
+                done = event.done == event.total
+                sys.stderr.write("\r\033[K" if done else f"\rreading the prompt: {event.done:,}/{event.total:,} tokens")
+                sys.stderr.flush()
+            elif isinstance(event, PassDone):
+                passes += 1
+            elif isinstance(event, BlockCommitted):
+                dr, dc = answer.add(event.token_ids)
+                if not as_json:
+                    stream.write(dr, dc)
+            elif isinstance(event, Finished):
+                dr, dc = answer.add(event.token_ids[len(answer.ids):], final=True)
+                if as_json:
+                    print(result(answer, event.token_ids, event.stats.to_dict(), stopped=False))
+                else:
+                    stream.write(dr, dc)
+                    stream.end()
+                    s = event.stats
+                    print(
+                        f"[{s.tokens} tokens, {s.passes} passes, {s.tokens_per_pass:.2f} tokens/pass, "
+                        f"{s.tokens_per_second:.1f} tok/s]",
+                        file=sys.stderr,
+                    )
+    except KeyboardInterrupt:  # keep what was made: the streamed text ends its line, --json prints it
+        if show_prefill:
+            sys.stderr.write("\r\033[K")
+        dr, dc = answer.add([], final=True)
+        if as_json:
+            stats = DecodeStats(tokens=len(answer.ids), passes=passes, seconds=time.perf_counter() - t0)
+            print(result(answer, list(answer.ids), stats.to_dict(), stopped=True), flush=True)
+        else:
+            stream.write(dr, dc)
+            stream.end_thinking()
+            if stream.answer_open:
+                stream.end()
+        raise

@@ -18,8 +18,9 @@ import torch
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_option, load_options, offload_option,
-                                                  prefill_chunk_option, vram_budget_option)
+from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option,
+                                                  load_options, offload_option,
+                                                  prefill_chunk_option, vram_budget_option, warn_pack_only)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -48,12 +49,12 @@ def score_ids(model, ids: list[int]) -> list[float]:
 
 @app.command()
 def score(
-    model: str = typer.Argument(..., help="Checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
+    model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
     text: Optional[str] = typer.Option(None, "--text", help="Text to score."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="UTF-8 file to score instead of --text ('-': "
                                         "standard input)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
-    dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+    dtype: str = dtype_option(),
     as_json: bool = typer.Option(False, "--json", help='Print {"token_ids", "logprobs", "ppl"}.'),
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
@@ -62,7 +63,7 @@ def score(
 ) -> None:
     """Score a text with the causal pass: per-token log-probabilities and perplexity.
 
-    logprobs[i] is log p(token_ids[i+1] | token_ids[..i]).
+    logprobs\\[i] is log p(token_ids\\[i+1] | token_ids\\[..i]).
 
     Examples:
 
@@ -75,10 +76,15 @@ def score(
     text = text_from(text, file, "--text")
     options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk)
     loaded = load(model, device, dtype, **options)
+    if offload:
+        warn_pack_only(loaded.path, model, vram_budget, prefill_chunk=prefill_chunk)
     ids = loaded.tokenizer.encode(text)
     if len(ids) < 2:
         raise CloverError("the text must have at least two tokens to score")
     if len(ids) > loaded.config.max_context:
+        over = context_flag_limit(loaded, context)
+        if over is not None:
+            raise CloverError(f"the text has {len(ids)} tokens, over {over} or score a shorter text")
         raise CloverError(f"the text has {len(ids)} tokens, over the context of {loaded.config.max_context}; "
                           "raise --context or score a shorter text")
     logprobs = score_ids(loaded.model, ids)

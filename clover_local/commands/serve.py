@@ -10,9 +10,9 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_option, load_options, offload_option,
+from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option)
+                                                  vram_budget_option, warn_pack_only)
 from clover_local.errors import CloverError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -39,7 +39,7 @@ def serve(
                                           help="Require 'Authorization: Bearer KEY' (advised off loopback)."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
-    dtype: str = typer.Option("auto", "--dtype", help="float32 or bfloat16 (auto: bf16 on GPU, fp32 on CPU)."),
+    dtype: str = dtype_option(),
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
@@ -75,6 +75,8 @@ def serve(
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)
+    if offload:
+        warn_pack_only(loaded.path, model, vram_budget, resident_routing, prefill_chunk)
     ctx = loaded.config.max_context  # --context already applied by the loader
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx)
     engine = Engine(loaded, max_queue=max_queue)

@@ -1,0 +1,364 @@
+"""What a user sees from `generate`, `score` and `demo`: a file's trailing newline is not part of the question,
+the thinking is kept off stdout (and apart in --json), empty messages are refused, Ctrl-C ends with one
+`interrupted` line (keeping what was made), help text shows what the flags take, and limits and ignored flags
+are named for what set them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clover_local.loader import SHORT_NAMES
+from tests.conftest import run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = SHORT_NAMES["tiny"]
+GEN = ["--device", "cpu", "--dtype", "float32"]
+
+needs_tiny = pytest.mark.skipif(not (TINY / "config.json").is_file(), reason="tiny model not shipped")
+
+
+def expect_error(capsys, args, *needles: str) -> str:
+    """The CLI, in-process, fails with exactly one `error: …` line on stderr naming every needle."""
+    code = run_cli(args)
+    out, err = capsys.readouterr()
+    assert code != 0, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err and out == ""
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def generate_json(capsys, *args: str) -> dict:
+    assert run_cli(["generate", "tiny", *args, "--json", *GEN]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def tiny_tokenizer():
+    from clover_local.tokenizer import ChatTokenizer
+
+    return ChatTokenizer.from_folder(TINY)
+
+
+# ---------------------------------------------------------------------------------------------- 1. -f's newline
+
+
+@needs_tiny
+def test_a_files_trailing_newlines_are_not_part_of_the_message(tmp_path, capsys, monkeypatch):
+    """`-f q.txt` (and `-f -`) asks what `-p` with the same words asks: the newline an editor or `echo` leaves at
+    the end was answered as part of the question (`c c b a` for `reverse a b c`); line breaks inside stay."""
+    want = generate_json(capsys, "-p", "reverse a b c")["token_ids"]
+    for i, text in enumerate(["reverse a b c\n", "reverse a b c\r\n\n", "reverse a b c \n"]):
+        f = tmp_path / f"q{i}.txt"
+        f.write_bytes(text.encode())
+        assert generate_json(capsys, "-f", str(f))["token_ids"] == want, repr(text)
+    monkeypatch.setattr("sys.stdin", io.StringIO("reverse a b c\n"))
+    assert generate_json(capsys, "-f", "-")["token_ids"] == want
+
+    inside = tmp_path / "two-lines.txt"
+    inside.write_text("reverse a b c\nd e\n", encoding="utf-8")
+    assert (generate_json(capsys, "-f", str(inside), "--raw", "--max-new-tokens", "4")["token_ids"]
+            == generate_json(capsys, "-p", "reverse a b c\nd e", "--raw", "--max-new-tokens", "4")["token_ids"])
+
+
+# ---------------------------------------------------------------------------------------------- 2. thinking apart
+
+
+@needs_tiny
+def test_json_keeps_the_thinking_apart_from_the_answer(capsys):
+    """"text" is the answer alone, "reasoning" the thinking; token_ids stay every generated id (the decoded ids
+    hold both, tags included)."""
+    obj = generate_json(capsys, "-p", "hi")
+    assert {"text", "reasoning", "token_ids", "stats", "stopped"} <= set(obj) and obj["stopped"] is False
+    full = tiny_tokenizer().decode(obj["token_ids"])
+    assert "<think>" in full and "</think>" in full  # the tiny model thinks before a greeting
+    assert obj["reasoning"] and obj["text"]
+    for tag in ("<think>", "</think>"):
+        assert tag not in obj["text"] and tag not in obj["reasoning"]
+    assert obj["reasoning"] == full.split("<think>", 1)[1].split("</think>", 1)[0].strip("\n")
+    assert obj["text"] == full.split("</think>", 1)[1].lstrip("\n")
+
+    quiet = generate_json(capsys, "-p", "hi", "--no-think")
+    assert quiet["reasoning"] == "" and "<think>" not in quiet["text"] and quiet["text"]
+
+
+@needs_tiny
+def test_stdout_carries_only_the_answer_and_stderr_the_thinking(capsys):
+    obj = generate_json(capsys, "-p", "hi")
+    assert run_cli(["generate", "tiny", "-p", "hi", *GEN]) == 0
+    out, err = capsys.readouterr()
+    assert out == obj["text"] + "\n"
+    assert obj["reasoning"] in err and "\033[" not in err  # plain on a pipe: no colour codes
+    assert "<think>" not in out and "<think>" not in err
+
+    # no thinking: nothing but the stats line on stderr
+    empty = generate_json(capsys, "-p", "reverse a b c d")
+    assert empty["reasoning"] == "" and "<think>" in tiny_tokenizer().decode(empty["token_ids"])
+    assert run_cli(["generate", "tiny", "-p", "reverse a b c d", *GEN]) == 0
+    out, err = capsys.readouterr()
+    assert out == empty["text"] + "\n"
+    assert len(err.strip().splitlines()) == 1 and "passes" in err
+
+
+@needs_tiny
+def test_raw_output_is_left_as_it_is(capsys):
+    """--raw has no chat template, so nothing is split off: the text is the decoded ids, tags and all."""
+    obj = generate_json(capsys, "-p", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "--raw",
+                        "--max-new-tokens", "12")
+    assert obj["reasoning"] == ""
+    assert obj["text"] == tiny_tokenizer().decode(obj["token_ids"])
+
+
+def test_thinking_is_dimmed_only_on_a_terminal():
+    from clover_local.commands.generate import DIM, Stream
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for err, dimmed in ((Tty(), True), (io.StringIO(), False)):
+        out = io.StringIO()
+        stream = Stream(out, err)
+        stream.write("let me think", "")
+        stream.write("", "the answer")
+        stream.end()
+        assert out.getvalue() == "the answer\n"
+        assert (DIM in err.getvalue()) == dimmed
+        assert err.getvalue().replace(DIM, "").replace("\033[0m", "") == "let me think\n"
+
+
+# ---------------------------------------------------------------------------------------------- 3. empty message
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "  \t\n "])
+def test_an_empty_message_is_refused(tmp_path, capsys, monkeypatch, content):
+    f = tmp_path / "q.txt"
+    f.write_text(content, encoding="utf-8")
+    expect_error(capsys, ["generate", "tiny", "-p", content, *GEN], "empty", "--prompt")
+    expect_error(capsys, ["generate", "tiny", "-f", str(f), *GEN], "empty", str(f))
+    monkeypatch.setattr("sys.stdin", io.StringIO(content))
+    expect_error(capsys, ["generate", "tiny", "-f", "-", *GEN], "empty", "standard input")
+    expect_error(capsys, ["demo", "--prompt", content, "--cache-dir", str(tmp_path)], "empty", "--prompt")
+    assert not any(tmp_path.glob("tiny-int4*"))  # refused before quantizing anything
+
+
+# ---------------------------------------------------------------------------------------------- 4. Ctrl-C
+
+
+@pytest.fixture
+def ctrl_c_after_first_commit(monkeypatch):
+    """Ctrl-C as the decoder works on the block after the first committed one (whatever front end runs it)."""
+    from clover_local.generate import block_diffusion
+    from clover_local.generate.events import BlockCommitted
+
+    real = block_diffusion.BlockDiffusionDecoder.generate
+    committed: list[list[int]] = []
+
+    def generate(self, *args, **kwargs):
+        for event in real(self, *args, **kwargs):
+            yield event
+            if isinstance(event, BlockCommitted):
+                committed.append(event.token_ids)
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(block_diffusion.BlockDiffusionDecoder, "generate", generate)
+    return committed
+
+
+@needs_tiny
+def test_ctrl_c_json_prints_what_was_made_and_exits_130(capsys, ctrl_c_after_first_commit):
+    assert run_cli(["generate", "tiny", "-p", "hi", "--json", *GEN]) == 130
+    out, err = capsys.readouterr()
+    assert err == "interrupted\n"
+    obj = json.loads(out)
+    assert obj["stopped"] is True
+    assert obj["token_ids"] == ctrl_c_after_first_commit[0] and obj["token_ids"]
+    assert obj["stats"]["tokens"] == len(obj["token_ids"]) and obj["stats"]["passes"] >= 1
+    full = tiny_tokenizer().decode(obj["token_ids"])
+    assert "<think>" not in obj["text"] + obj["reasoning"]
+    assert obj["reasoning"] in full and obj["text"] in full
+
+
+@needs_tiny
+def test_ctrl_c_keeps_the_streamed_text_and_ends_its_line(capsys, ctrl_c_after_first_commit):
+    assert run_cli(["generate", "tiny", "-p", "good morning", "--raw", *GEN]) == 130
+    out, err = capsys.readouterr()
+    assert out == tiny_tokenizer().decode(ctrl_c_after_first_commit[0]) + "\n"
+    assert err.splitlines()[-1] == "interrupted" and "Traceback" not in err
+
+
+@needs_tiny
+def test_ctrl_c_in_score_and_demo_is_one_line(capsys, monkeypatch, tmp_path, ctrl_c_after_first_commit):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr("clover_local.commands.score.score_ids", interrupted)
+        assert run_cli(["score", "tiny", "--text", "good morning to you", *GEN]) == 130
+        assert capsys.readouterr() == ("", "interrupted\n")
+
+    assert run_cli(["demo", "--cache-dir", str(tmp_path)]) == 130  # Ctrl-C in the middle of its chat turn
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert "you ›" in out and "Next, try" not in out
+
+    with monkeypatch.context() as m:  # ... and while it quantizes
+        m.setattr("clover_local.commands.demo.ensure_pack", interrupted)
+        assert run_cli(["demo", "--cache-dir", str(tmp_path / "other")]) == 130
+        assert capsys.readouterr().err.splitlines()[-1] == "interrupted"
+
+
+_SLOW_AFTER_FIRST_COMMIT = """
+import json, os, sys, time
+from clover_local.generate import block_diffusion
+from clover_local.generate.events import BlockCommitted
+
+real = block_diffusion.BlockDiffusionDecoder.generate
+
+def generate(self, *args, **kwargs):
+    for event in real(self, *args, **kwargs):
+        yield event
+        if isinstance(event, BlockCommitted):
+            with open(os.environ["READY"] + ".tmp", "w") as f:  # the block was shown: now the user presses Ctrl-C
+                json.dump(event.token_ids, f)
+            os.replace(os.environ["READY"] + ".tmp", os.environ["READY"])
+            time.sleep(120)
+
+block_diffusion.BlockDiffusionDecoder.generate = generate
+from clover_local.cli import main
+main(sys.argv[1:])
+"""
+
+
+@needs_tiny
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_real_sigint_ends_with_one_line_and_130(tmp_path, as_json):
+    """A real SIGINT through typer (whose standalone mode turned it into a silent exit 130): sent once the first
+    block was written, so no timing guesses."""
+    ready = tmp_path / "ready"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "READY": str(ready)}
+    args = ["generate", "tiny", "-p", "good morning", "--raw", *GEN] + (["--json"] if as_json else [])
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_AFTER_FIRST_COMMIT, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "interrupted" and "Traceback" not in err
+    shown = json.loads(ready.read_text())
+    if as_json:
+        obj = json.loads(out)
+        assert obj["stopped"] is True and obj["token_ids"] == shown and shown
+    else:  # what was streamed stays, its line ended
+        assert out == tiny_tokenizer().decode(shown) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- 5. help text
+
+
+def _help(capsys, monkeypatch, command: str) -> str:
+    monkeypatch.setenv("COLUMNS", "300")
+    assert run_cli([command, "--help"]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["generate", "score", "demo"])
+def test_help_shows_square_brackets(capsys, monkeypatch, command):
+    """Rich reads `[i+1]` as markup and drops it: every bracketed word of a command's help must show."""
+    import typer.main
+
+    from clover_local.cli import _register, app
+
+    _register()
+    cmd = typer.main.get_command(app).commands[command]
+    texts = [cmd.help or ""] + [p.help or "" for p in cmd.params if getattr(p, "help", None)]
+    shown = _help(capsys, monkeypatch, command)
+    words = [w.replace("\\[", "[") for t in texts for w in re.findall(r"\S*\\?\[[^\]\s]*\]\S*", t)]
+    for word in words:
+        assert word.rstrip(".,)") in shown, word
+    if command == "score":
+        assert "token_ids[i+1]" in shown and "token_ids[..i]" in shown
+        assert "Pack or checkpoint folder" in shown  # score takes packs too
+
+
+def test_dtype_help_lists_what_is_accepted(capsys, monkeypatch):
+    import torch
+
+    from clover_local.loader import DTYPES, pick_dtype
+
+    for command in ("generate", "score"):
+        line = next(l for l in _help(capsys, monkeypatch, command).splitlines() if "--dtype" in l)
+        listed = re.findall(r"\b(?:b?float\d+|int\d+)\b", line)
+        assert sorted(listed) == sorted(DTYPES), line
+        for name in listed:
+            pick_dtype(name, torch.device("cpu"))
+    expect_error(capsys, ["generate", "tiny", "-p", "hi", "--dtype", "int8", "--device", "cpu"], "int8", *DTYPES)
+
+
+def test_vram_budget_help_says_a_bare_number_is_gib(capsys, monkeypatch):
+    from clover_local.runtime.sizes import GIB, parse_size
+
+    assert parse_size("16", "--vram-budget") == 16 * GIB
+    shown = " ".join(_help(capsys, monkeypatch, "generate").split())
+    assert re.search(r"bare number is GiB", shown), shown
+
+
+# ---------------------------------------------------------------------------------------------- 6, 8. limits, flags
+
+
+@needs_tiny
+def test_a_limit_set_by_context_is_named_as_such(capsys):
+    from clover_local.config import load_config
+
+    model = f"{load_config(TINY).max_context:,}"
+    line = expect_error(capsys, ["generate", "tiny", "-p", "hi", "--context", "5", *GEN], "--context 5", model)
+    assert "model's context of 5" not in line
+    expect_error(capsys, ["score", "tiny", "--text", "good morning to you all", "--context", "3", *GEN],
+                 "--context 3", model)
+
+
+@needs_tiny
+def test_pack_only_flags_on_a_bf16_checkpoint_warn_once(capsys):
+    assert run_cli(["generate", "tiny", "-p", "hi", "--vram-budget", "1KB", "--max-new-tokens", "2", "--json",
+                    *GEN]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: ") and "--vram-budget" in lines[0], err
+    assert "packs" in lines[0]
+
+    assert run_cli(["generate", "tiny", "-p", "hi", "--max-new-tokens", "2", "--json", *GEN]) == 0
+    assert capsys.readouterr().err == ""
+
+    assert run_cli(["score", "tiny", "--text", "good morning", "--vram-budget", "16", *GEN]) == 0
+    assert capsys.readouterr().err.startswith("warning: --vram-budget")
+
+
+def test_pack_only_flags_on_a_pack_say_nothing(tmp_path, capsys):
+    from clover_local.commands._model_options import warn_pack_only
+
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"bits": 4}}))
+    warn_pack_only(tmp_path, "pack", "1KB", True, 64)
+    assert capsys.readouterr().err == ""
+    (tmp_path / "config.json").write_text(json.dumps({}))
+    warn_pack_only(tmp_path, "bf16", "1KB", True, 64)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and all(f in err for f in ("--vram-budget", "--resident-routing", "--prefill-chunk"))
