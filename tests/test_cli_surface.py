@@ -55,3 +55,13 @@ def test_every_command_ends_on_ctrl_c_with_one_line(capsys) -> None:
     assert exit_info.value.exit_code == 130
     assert capsys.readouterr().err == "interrupted\n"
     assert run_cli(["plan", "--help"]) == 0 and "--vram" in capsys.readouterr().out
+
+
+def test_generate_takes_max_tokens_as_chat_and_serve_spell_it(capsys) -> None:
+    code = run_cli(["generate", "tiny", "-p", "reverse a b c", "--no-think", "--max-tokens", "2", "--json",
+                    "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0
+    import json
+
+    assert json.loads(out)["stats"]["tokens"] <= 2

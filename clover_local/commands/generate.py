@@ -126,7 +126,8 @@ def generate(
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the user message from a UTF-8 file "
                                         "instead ('-': standard input), e.g. a document to ask about; its "
                                         "trailing line breaks are dropped."),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Stop after this many new tokens."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", "--max-tokens",
+                                       help="Stop after this many new tokens (--max-tokens as in chat and serve)."),
     threshold: Optional[float] = typer.Option(
         None, "--threshold", help="Reveal every position at least this confident per pass (default: model's)."
     ),
