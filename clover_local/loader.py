@@ -39,6 +39,49 @@ def resolve_model_path(arg: str) -> Path:
     raise CloverError(f"model folder {arg} does not exist")
 
 
+def pack_kind(path: Path) -> str | None:
+    """What quantized pack the folder is, e.g. "GPTQ INT4" (method and routed-expert bits), or None if it is none.
+
+    Read from config.json's `quantization_config`, the mark `pack.reader.is_pack` goes by: no weight is read."""
+    import json
+
+    try:
+        quant = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(quant, dict):
+        return None
+    method = str(quant.get("quant_method") or "quantized").upper()
+    bits = quant.get("bits")
+    return f"{method} INT{bits}" if isinstance(bits, int) else method
+
+
+def _pack_source(path: Path) -> str | None:
+    """The source a pack's manifest records (a repo id or a folder name), to name in a refusal; None if unknown."""
+    import json
+
+    try:
+        source = json.loads((Path(path) / "clover_manifest.json").read_text(encoding="utf-8")).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(source, dict):
+        return None
+    name = source.get("repo_id") or source.get("path")
+    return str(name) if name else None
+
+
+def refuse_pack(path: Path, shown: str, needs: str) -> None:
+    """Raise when a quantized pack is given where a BF16 checkpoint is needed (`quantize SRC`, `eval --reference`).
+
+    Checked before any work: a pack there would otherwise fail much later, in words about something else (its
+    calibration text, its tensor names). `needs` completes the sentence: what the command takes instead."""
+    kind = pack_kind(path)
+    if kind is None:
+        return
+    source = _pack_source(path)
+    raise CloverError(f"{shown} is a quantized pack ({kind}); {needs}" + (f" ({source})" if source else ""))
+
+
 def pick_device(device: str | None) -> torch.device:
     if device in (None, "", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

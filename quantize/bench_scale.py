@@ -62,7 +62,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--json", action="store_true")
     args, quantize_flags = parser.parse_known_args()
-    args.work.mkdir(parents=True, exist_ok=True)
+    if args.work.exists() and not args.work.is_dir():
+        raise SystemExit(f"error: --work {args.work} is a file, not a folder")
+    try:
+        args.work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # read-only place, a parent that is a file: one line, not a traceback
+        raise SystemExit(f"error: cannot create --work {args.work}: {exc.strerror or exc}") from None
     results = {}
     for n in args.layers:
         src = _make(args.work, n)

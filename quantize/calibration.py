@@ -25,12 +25,22 @@ def default_calib_path() -> Path:
     return Path(str(resources.files("calib_data").joinpath("clover_calib.jsonl")))
 
 
+def check_calib_file(calib: str) -> Path:
+    """--calib as a path to a readable file, refused in words that match what is there (a folder is not
+    "missing"), so the flags can be checked before any layer is read."""
+    path = Path(calib).expanduser()
+    if path.is_dir():
+        raise CloverError(f"calibration file {calib} is a directory; give a .jsonl (messages or text) or .txt file")
+    if not path.exists():
+        raise CloverError(f"calibration file {calib} does not exist")
+    if not path.is_file():
+        raise CloverError(f"calibration file {calib} is not a regular file")
+    return path
+
+
 def resolve_calib_path(calib: str | None, source: Path) -> Path:
     if calib:
-        path = Path(calib).expanduser()
-        if not path.is_file():
-            raise CloverError(f"calibration file {calib} does not exist")
-        return path
+        return check_calib_file(calib)
     shipped = source / "calibration.jsonl"
     return shipped if shipped.is_file() else default_calib_path()
 

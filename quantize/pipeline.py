@@ -24,12 +24,12 @@ from safetensors.torch import load_file, save_file
 
 from clover_local.checkpoint.reader import CheckpointReader
 from clover_local.errors import CloverError
-from clover_local.loader import resolve_mask_token
+from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest
 from clover_local.tokenizer import ChatTokenizer
-from quantize.calibration import build_calibration, resolve_calib_path
+from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
 from quantize.gptq_format import SUPPORTED_BITS, values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
@@ -83,6 +83,8 @@ class QuantizeSettings:
         if self.expert_stats not in ("routed", "all"):
             raise CloverError(f"--expert-stats must be routed or all, got {self.expert_stats}")
         get_profile(self.profile)
+        if self.calib:
+            check_calib_file(self.calib)
 
 
 @dataclass
@@ -134,6 +136,13 @@ def shard_name(k: int, n: int) -> str:
     return f"model-{k:05d}-of-{n:05d}.safetensors"
 
 
+def refuse_resume_overwrite(resume: bool, overwrite: bool) -> None:
+    """--resume keeps what --out holds and --overwrite discards it: refuse both rather than pick one silently
+    (either guess loses something: finished layers, or the fresh start that was asked for)."""
+    if resume and overwrite:
+        raise CloverError("--resume continues the run in --out and --overwrite discards it: give one of them")
+
+
 def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
     """Check the output folder; returns True when there is progress to resume."""
     progress = out / PROGRESS / "state.json"
@@ -181,6 +190,8 @@ def quantize_checkpoint(
     """Quantize SRC into OUT. `on_layer(i, n_layers, step)` reports progress; `stop_after_layer` (tests)
     raises KeyboardInterrupt after that layer's progress is saved, as a Ctrl-C there would."""
     settings.validate()
+    refuse_resume_overwrite(resume, overwrite)
+    refuse_pack(src, str(src), "quantize takes the BF16 checkpoint it was made from")
     t0 = time.perf_counter()
     reader = CheckpointReader(src)
     cfg = reader.config

@@ -15,7 +15,7 @@ import torch
 
 from clover_local.checkpoint.reader import CheckpointReader
 from clover_local.errors import CloverError
-from clover_local.loader import resolve_mask_token
+from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.model.rope import Rotary
@@ -89,6 +89,7 @@ def compare(
     """KL(reference ‖ pack) per token (mean and 99th percentile) and top-1 agreement, causal and preview."""
     if not is_pack(pack):
         raise CloverError(f"{pack} is not a GPTQ pack (its config.json has no quantization_config)")
+    refuse_pack(reference, str(reference), "the reference is the BF16 checkpoint the pack was made from")
     ref_reader = CheckpointReader(reference)
     pack_reader = PackReader(pack)
     if ref_reader.config.to_dict() != pack_reader.config.to_dict():

@@ -119,7 +119,10 @@ def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: s
     from clover_local.pack.reader import is_pack
     from clover_local.runtime.synthetic_pack import ensure_synthetic, spec_of
 
-    if (model is None) == (synthetic is None):
+    if model is None and synthetic is None:
+        raise CloverError(f"nothing to {command}: give a pack (MODEL, e.g. clover-local {command} ./clover-int4) or "
+                          "--synthetic full|small|full3|small3")
+    if model is not None and synthetic is not None:
         raise CloverError("give a pack (MODEL) or --synthetic full|small|full3|small3, not both")
     if synthetic is not None:
         spec_of(synthetic)

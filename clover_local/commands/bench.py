@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import prefill_chunk_option, prefill_chunk_rows
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 @app.command(short_help=(
@@ -88,7 +92,6 @@ def bench(
 
 def _print(r: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     from clover_local.runtime.sizes import fmt_bytes
 
@@ -129,26 +132,19 @@ def _print(r: dict) -> None:
         c.print(f"resident routing: {r['substituted_per_steady_pass']} routing choices substituted per steady pass")
     c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "
             f"{r['device_bandwidth_gbps']} GB/s ({r['bandwidth_source']}); measured/floor = {r['roofline_ratio']}")
-    graph = r["projection_5070ti_graph_components"] is not None
-    t = Table(title="profiled pass, by component" + (" (graph ms: GPU time in a graph replay)" if graph else ""),
-              title_justify="left")
-    cols = ["component", "calls", "eager ms"] + (["graph ms"] if graph else []) + [
-        "bytes", "floor ms", "5070 Ti floor", "5070 Ti projected"]
-    for col in cols:
-        t.add_column(col, justify="left" if col == "component" else "right")
-    for row in r["components"]:
-        proj = row["projected_ms_5070ti_graph"] if graph else row["projected_ms_5070ti"]
-        t.add_row(row["component"], str(row["calls"]), f"{row['ms']:.3f}",
-                  *([f"{row['graph_ms']:.3f}"] if graph else []), fmt_bytes(row["bytes"]),
-                  f"{row['floor_ms']:.3f}", f"{row['floor_ms_5070ti']:.3f}", f"{proj:.3f}")
-    c.print(t)
-    if graph:
-        pg = r["projection_5070ti_graph_components"]
-        c.print(f"RTX 5070 Ti projection from graph times: {pg['ms_per_pass']:.2f} ms per pass, "
-                f"{pg['tokens_per_s']:.1f} tok/s ({pg['rule']})")
+    c.print(_component_table(r, c))
     pr = r["projection_5070ti"]
-    c.print(f"RTX 5070 Ti projection: {pr['ms_per_pass']:.2f} ms per pass, {pr['tokens_per_s']:.1f} tok/s "
-            f"({pr['rule']})")
+    if _gpu_timed(r):
+        pg = r["projection_5070ti_graph_components"]
+        if pg is not None:
+            c.print(f"RTX 5070 Ti projection from graph times: {pg['ms_per_pass']:.2f} ms per pass, "
+                    f"{pg['tokens_per_s']:.1f} tok/s ({pg['rule']})")
+        c.print(f"RTX 5070 Ti projection: {pr['ms_per_pass']:.2f} ms per pass, {pr['tokens_per_s']:.1f} tok/s "
+                f"({pr['rule']})")
+    else:
+        # the rule takes the larger of the measured time and the bytes at 896 GB/s: from CPU times that is the
+        # CPU's time, not a GPU's, so no figure is printed (--json keeps it, beside "device")
+        c.print(f"RTX 5070 Ti projection: needs GPU timings (this run timed the {r['device'].upper()})")
     g, pg = r["graphs"], r["projection_5070ti_graphed"]
     if g["steady_passes_graphed"]:
         c.print(f"CUDA graphs: {g['steady_passes_graphed']} steady passes replayed, {g['ms_per_pass_graphed']:.2f} ms "
@@ -168,3 +164,63 @@ def _print(r: dict) -> None:
     c.print(f"memory: placed {fmt_bytes(m['placed']['total'])} vs plan {fmt_bytes(m['plan_predicted'])} "
             f"({100 * m['plan_error']:+.2f}%)" + (f"; peak allocated {fmt_bytes(m['peak_allocated'])} vs plan peak "
                                                   f"{fmt_bytes(m['plan_peak'])}" if m["peak_allocated"] else ""))
+
+
+def _gpu_timed(r: dict) -> bool:
+    """Whether the report's times come from a CUDA device: only those say anything about another GPU."""
+    return r.get("device") == "cuda"
+
+
+# columns the component table gives up first when the terminal is narrow, least telling first: this machine's
+# floor (the roofline line above has the pass's), the bytes (the floors are made from them), the call count
+_DROPPABLE = ("floor ms", "bytes", "calls")
+
+
+def _component_table(r: dict, console: "Console") -> "Table":
+    """The profiled pass by component, readable at 80 columns: names never wrap, headers are two short lines, and
+    the least telling columns go (in `_DROPPABLE`'s order) while the table is wider than the console. The
+    5070 Ti projection column needs GPU times (see `_gpu_timed`); the floors, from bytes alone, stay."""
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    from clover_local.runtime.sizes import fmt_bytes
+
+    graph = r["projection_5070ti_graph_components"] is not None
+    gpu = _gpu_timed(r)
+    cols: dict[str, list[str]] = {
+        "component": [row["component"] for row in r["components"]],
+        "calls": [str(row["calls"]) for row in r["components"]],
+        "ms": [f"{row['ms']:.3f}" for row in r["components"]],
+    }
+    if graph:
+        cols["graph ms"] = [f"{row['graph_ms']:.3f}" for row in r["components"]]
+    cols["bytes"] = [fmt_bytes(row["bytes"]) for row in r["components"]]
+    cols["floor ms"] = [f"{row['floor_ms']:.3f}" for row in r["components"]]
+    cols["5070 Ti floor"] = [f"{row['floor_ms_5070ti']:.3f}" for row in r["components"]]
+    if gpu:
+        key = "projected_ms_5070ti_graph" if graph else "projected_ms_5070ti"
+        cols["5070 Ti proj."] = [f"{row[key]:.3f}" for row in r["components"]]
+    headers = {"ms": "eager\nms" if graph else "ms", "graph ms": "graph\nms", "floor ms": "floor\nms",
+               "5070 Ti floor": "5070 Ti\nfloor", "5070 Ti proj.": "5070 Ti\nproj."}
+    caption = ("graph ms: GPU time in a graph replay\n" if graph else "") + \
+        "floors: the bytes at this device's bandwidth and at 896 GB/s"
+
+    def build(names: list[str]) -> "Table":
+        t = Table(title="profiled pass, by component", title_justify="left", caption=caption,
+                  caption_justify="left")
+        for name in names:
+            t.add_column(headers.get(name, name), justify="left" if name == "component" else "right",
+                         no_wrap=name == "component")
+        for i in range(len(r["components"])):
+            t.add_row(*(cols[name][i] for name in names))
+        return t
+
+    unbounded = console.options.update_width(1 << 20)  # the width the table wants, not what the console allows
+    names = list(cols)
+    table = build(names)
+    for drop in _DROPPABLE:
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
+        names.remove(drop)
+        table = build(names)
+    return table

@@ -116,7 +116,8 @@ def download(
                 repo_id, dir=dir, revision=revision, progress=True, verify=verify, force=force, on_verify_bytes=on_bytes
             )
     except KeyboardInterrupt:
-        raise Interrupted(f"Download interrupted; run `clover-local download {repo_id}` again to resume.") from None
+        raise Interrupted(f"Download interrupted; run `{transfer.download_command(repo_id, dir, revision)}` again "
+                          "to resume.") from None
     if json_out:
         print(json.dumps({"repo_id": repo_id, "revision": revision, "path": str(path)}))
     else:

@@ -79,9 +79,10 @@ def quantize(
 
       clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --device cuda
     """
-    from clover_local.loader import pick_device, resolve_model_path
-    from quantize.pipeline import QuantizeSettings, quantize_checkpoint
+    from clover_local.loader import pick_device, refuse_pack, resolve_model_path
+    from quantize.pipeline import QuantizeSettings, quantize_checkpoint, refuse_resume_overwrite
 
+    refuse_resume_overwrite(resume, overwrite)
     settings = QuantizeSettings(bits=bits, sym=sym, clip=clip, act_order=act_order, group_size=group_size,
                                 method=method, profile=profile, samples=samples, seq_len=seq_len, calib=calib,
                                 calib_mode=calib_mode, expert_stats=expert_stats, min_expert_rows=min_expert_rows,
@@ -89,6 +90,7 @@ def quantize(
     settings.validate()
     dev = pick_device(device)
     src_path = resolve_model_path(src)
+    refuse_pack(src_path, src, "quantize takes the BF16 checkpoint it was made from")
     label = {"repo_id": src} if not Path(src).exists() and "/" in src else {"path": src_path.name}
     console = Console(stderr=True, quiet=as_json)
     with _progress(console) as bar:
@@ -146,10 +148,13 @@ def _settings_line(recorded: dict) -> str:
 
 
 def _measure(pack: Path, ref: Path, console: Console, **kwargs) -> dict:
+    from clover_local.config import load_config
     from quantize.quality import compare
 
+    # both models stream every decoder layer once: the bar's total is known from the config alone
+    total = 2 * load_config(ref).num_hidden_layers
     with _progress(console) as bar:
-        task = bar.add_task("measuring KL", total=None, step="")
+        task = bar.add_task("measuring KL", total=total, step="")
         n = {"layers": 0}
 
         def on_layer(which: str, i: int) -> None:
@@ -189,10 +194,14 @@ def eval_command(
 
     Example: clover-local eval tiny-int4 --reference tiny --json
     """
-    from clover_local.loader import pick_device, resolve_model_path
+    from clover_local.loader import pick_device, refuse_pack, resolve_model_path
+    from quantize.calibration import check_calib_file
 
     t0 = time.perf_counter()
     pack_path, ref_path = resolve_model_path(pack), resolve_model_path(reference)
+    refuse_pack(ref_path, f"--reference {reference}", "eval compares a pack with the BF16 checkpoint it was made from")
+    if calib:
+        check_calib_file(calib)
     console = Console(stderr=True, quiet=as_json)
     quality = _measure(pack_path, ref_path, console, samples=samples, seq_len=seq_len, device=pick_device(device),
                        calib=calib)

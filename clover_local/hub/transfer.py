@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -155,12 +156,26 @@ def _server_message(exc: BaseException) -> str:
     return _scrub(msg)[:200]
 
 
+def download_command(repo_id: str, dir: str | os.PathLike | None = None, revision: str | None = None) -> str:
+    """The `clover-local download` line that fetches the same files into the same place: a retry hint without
+    --dir would fill the Hub cache and leave the folder asked for empty (no token: it is never a flag)."""
+    parts = ["clover-local", "download", repo_id]
+    if dir is not None:
+        parts += ["--dir", str(dir)]
+    if revision:
+        parts += ["--revision", revision]
+    return shlex.join(parts)
+
+
 def hub_error(
-    exc: BaseException, *, repo_id: str, revision: str | None = None, action: str = "downloading"
+    exc: BaseException, *, repo_id: str, revision: str | None = None, action: str = "downloading",
+    retry: str | None = None,
 ) -> CloverError | None:
-    """Translate an exception from huggingface_hub into one clear sentence, or None if it is not a Hub error."""
+    """Translate an exception from huggingface_hub into one clear sentence, or None if it is not a Hub error.
+    `retry` is the download command to suggest (default: `download_command(repo_id, revision=revision)`)."""
     from huggingface_hub import errors as E
 
+    retry = retry or download_command(repo_id, revision=revision)
     uploading = action.startswith("upload")
     rev = f" (revision {revision!r})" if revision else ""
     resume = (
@@ -198,11 +213,11 @@ def hub_error(
             if offline_mode():
                 return CloverError(
                     f"{repo_id}{rev} is not (fully) in the local Hub cache and offline mode is on (HF_HUB_OFFLINE=1): "
-                    f"unset it and run `clover-local download {repo_id}` once with a connection."
+                    f"unset it and run `{retry}` once with a connection."
                 )
             return CloverError(
                 f"Cannot reach the Hub at {endpoint()} and {repo_id}{rev} is not (fully) in the local cache: "
-                f"check your connection, then run `clover-local download {repo_id}` again."
+                f"check your connection, then run `{retry}` again."
             )
         if isinstance(e, remote_missing):
             return CloverError(f"A file of {repo_id}{rev} is listed but missing on the Hub: {_short(e)}.")
@@ -294,16 +309,17 @@ def download(
     if not progress:
         kwargs["tqdm_class"] = _quiet_tqdm()
     started = time.time() - 1.0
+    retry = download_command(repo_id, dir, revision)
     try:
         path = snapshot_download(**kwargs, local_files_only=offline)
     except Exception as exc:
         if offline or not is_connection_error(exc):
-            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading")
+            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
         # The connection dropped during the transfer: if the cache holds everything, carry on offline.
         try:
             path = snapshot_download(**{**kwargs, "force_download": False}, local_files_only=True)
         except Exception:
-            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading")
+            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
     folder = Path(path)
     if verify and (folder / MANIFEST_NAME).is_file():
         fresh = _fresh_files(folder, started)
@@ -312,7 +328,7 @@ def download(
                 verify_pack(folder, only=fresh, on_bytes=on_verify_bytes)
             except CloverError as exc:
                 raise CloverError(
-                    f"{exc} Fetch it again with `clover-local download {repo_id} --force`."
+                    f"{exc} Fetch it again with `{retry} --force`."
                 ) from None
     return folder
 

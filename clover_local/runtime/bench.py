@@ -579,6 +579,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             "ms_per_pass": round(projected_ms, 3),
             "tokens_per_s": round(tpp * 1e3 / projected_ms, 2),
             "rule": "sum over the profiled pass's calls of max(measured, bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s",
+            # the rule means something from GPU times only: `bench` prints no figure when this is not "cuda"
+            "timed_on": device.type,
         },
         "projection_5070ti_graphed": None if projected_graphed_ms is None else {
             "ms_per_pass": round(projected_graphed_ms, 3),

@@ -190,11 +190,13 @@ def make_plan(
     kv = n_attn * 2 * cfg.num_key_value_heads * cfg.head_dim * context * a
     gdn = n_gdn * (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
                    + (cfg.linear_conv_kernel_dim - 1) * cfg.gdn_conv_dim * a)
-    plan.lines.append(PlanLine("KV cache", "device", kv, f"{n_attn} attention layers × {context} tokens"))
+    plan.lines.append(PlanLine("KV cache", "device", kv,
+                               f"{n_attn} attention layer{'s' * (n_attn != 1)} × {context} tokens"))
     # twice: the states, and where a causal pass writes its new ones until it is settled (runtime/offload.py:
     # ArenaGDNCache, so an optimistic commit can be rerun)
     plan.lines.append(PlanLine("GDN states", "device", 2 * gdn,
-                               f"{n_gdn} layers, fp32 state + conv ring; and a causal pass's pending copy"))
+                               f"{n_gdn} layer{'s' * (n_gdn != 1)}, fp32 state + conv ring; and a causal pass's "
+                               "pending copy"))
     # chat and serve keep a copy of the GDN states (and the last prompt row's logits) where the last prompt's
     # prefill ended, to resume the next turn there (generate/prompt_cache.py)
     snapshot = gdn + cfg.vocab_size * 4

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -178,6 +179,21 @@ def trained_traces(folder) -> tuple[str, ...]:
 
 
 def main() -> None:
+    """`python -m clover_local.tiny.evaluate`: what a user can get wrong (no such model folder, a broken pack) is
+    one `error:` line and a non-zero exit, as `clover-local` gives it, never a traceback."""
+    from clover_local.errors import CloverError
+
+    try:
+        _main()
+    except CloverError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _main() -> None:
     from clover_local.loader import load
 
     parser = argparse.ArgumentParser(description="Evaluate a tiny Clover model on held-out tasks.")
@@ -251,8 +267,8 @@ def _compare_routing(parser: argparse.ArgumentParser, args) -> None:
         options = RuntimeOptions(slots=args.slots, context=4096, resident_routing=resident)
         try:
             loaded = load(args.model, "cpu", args.dtype, options)
-        except (CloverError, ValueError) as exc:
-            parser.error(str(exc))
+        except ValueError as exc:  # options the runtime cannot take: one line, like a CloverError (main)
+            raise CloverError(str(exc)) from None
         report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
                           enable_thinking=args.think, history=args.history)
         st = loaded.model.runtime.stats()

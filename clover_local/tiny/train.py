@@ -433,6 +433,12 @@ def main() -> None:
         parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args()
     settings = TrainSettings(**{k: getattr(args, k) for k in asdict(TrainSettings())})
+    # checked before training: the first save comes minutes in, and a missing --init would end in a traceback
+    if args.out.exists() and not args.out.is_dir():
+        raise SystemExit(f"error: --out {args.out} is a file, not a folder")
+    for need in ("model.safetensors", "tokenizer.json") if settings.init else ():
+        if not (Path(settings.init) / need).is_file():
+            raise SystemExit(f"error: --init {settings.init} is not a tiny checkpoint folder: it has no {need}")
     print(json.dumps(train(args.out, settings)))
     if args.plot:
         plot_curve(args.out / "training.json", args.plot)

@@ -1,0 +1,369 @@
+"""What the commands say when given the wrong thing (a pack where a BF16 checkpoint belongs, nothing at all, an
+empty folder, a folder for a file, contradicting flags, a truncated shard), what a retry hint repeats, what
+`bench` claims from CPU timings and how its table reads at 80 columns, and the `python -m` entry points' errors:
+each a single `error:` line and a non-zero exit, before any work is done."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from clover_local.errors import CloverError
+from conftest import run_cli
+from runtime_pack import N_LAYERS, pack  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def one_error_line(capsys) -> str:
+    """The run's stderr must be exactly one `error: …` line (no traceback, no usage block)."""
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _no_work(monkeypatch) -> None:
+    """Make quantizing and measuring fail loudly: a refusal must come before either starts."""
+    import quantize.pipeline
+    import quantize.quality
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("the command started working before refusing its input")
+
+    monkeypatch.setattr(quantize.pipeline, "quantize_checkpoint", forbidden)
+    monkeypatch.setattr(quantize.quality, "compare", forbidden)
+
+
+# ------------------------------------------------------------------------------ 1. a pack where BF16 is needed
+
+
+def test_quantize_and_eval_refuse_a_pack_as_their_bf16_source(pack, make_checkpoint, tmp_path, capsys, monkeypatch):
+    _no_work(monkeypatch)
+    out = tmp_path / "q1"
+    assert run_cli(["quantize", pack, "--out", out]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {pack} is a quantized pack (GPTQ INT4); quantize takes the BF16 checkpoint "
+                           "it was made from"), line
+    assert not out.exists()  # refused before the output folder was touched
+
+    other = make_checkpoint("other")  # a valid BF16 checkpoint as the pack argument does not matter here
+    for args in (["eval", pack, "--reference", pack], ["eval", other, "--reference", pack]):
+        assert run_cli(args) == 2
+        line = one_error_line(capsys)
+        assert line.startswith(f"error: --reference {pack} is a quantized pack (GPTQ INT4); eval compares"), line
+        assert "BF16 checkpoint it was made from" in line and "chat template" not in line
+
+
+def test_the_library_functions_refuse_a_pack_too(pack, tmp_path):
+    from quantize.pipeline import QuantizeSettings, quantize_checkpoint
+    from quantize.quality import compare
+
+    with pytest.raises(CloverError, match=r"is a quantized pack \(GPTQ INT4\); quantize takes the BF16"):
+        quantize_checkpoint(pack, tmp_path / "q", QuantizeSettings(samples=2, seq_len=32), torch.device("cpu"))
+    assert not (tmp_path / "q").exists()
+    with pytest.raises(CloverError, match=r"is a quantized pack \(GPTQ INT4\); the reference is the BF16"):
+        compare(pack, pack)
+
+
+def test_a_pack_names_its_source_when_its_manifest_has_one(pack, tmp_path):
+    from clover_local.loader import pack_kind, refuse_pack
+
+    copy = tmp_path / "p"
+    shutil.copytree(pack, copy)
+    manifest = json.loads((copy / "clover_manifest.json").read_text())
+    manifest["source"] = {"repo_id": "Diffuspace/Clover-35B-A3B-Preview"}
+    (copy / "clover_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CloverError) as err:
+        refuse_pack(copy, "P", "needs BF16")
+    assert str(err.value) == "P is a quantized pack (GPTQ INT4); needs BF16 (Diffuspace/Clover-35B-A3B-Preview)"
+    assert pack_kind(tmp_path) is None  # no config.json: not a pack (the command's own check says what is missing)
+
+
+# ------------------------------------------------------------------------------ 2. bench: neither vs both
+
+
+def test_bench_says_nothing_was_given_apart_from_both(pack, capsys):
+    assert run_cli(["bench"]) == 2
+    line = one_error_line(capsys)
+    assert "nothing to bench" in line and "not both" not in line and "--synthetic" in line
+    assert run_cli(["bench", pack, "--synthetic", "small"]) == 2
+    assert "not both" in one_error_line(capsys)
+
+
+# ------------------------------------------------------------------------------ 3. plan on an empty folder
+
+
+def test_plan_on_an_empty_folder_names_the_missing_config(tmp_path, capsys):
+    empty = tmp_path / "emptydir"
+    empty.mkdir()
+    assert run_cli(["plan", empty, "--vram", "16GB"]) == 2
+    assert one_error_line(capsys) == f"error: {empty / 'config.json'} is missing"
+
+
+def test_plan_on_a_bf16_checkpoint_still_says_to_quantize_it(make_checkpoint, capsys):
+    ckpt = make_checkpoint()
+    assert run_cli(["plan", ckpt, "--vram", "16GB"]) == 2
+    line = one_error_line(capsys)
+    assert "is not a quantized pack" in line and f"clover-local quantize {ckpt} --out PACK" in line
+
+
+# ------------------------------------------------------------------------------ 4. --calib is a folder
+
+
+def test_calibration_path_that_is_a_folder_is_called_one(pack, make_checkpoint, tmp_path, capsys, monkeypatch):
+    _no_work(monkeypatch)
+    folder = tmp_path / "emptydir"
+    folder.mkdir()
+    assert run_cli(["quantize", "tiny", "--out", tmp_path / "q1", "--calib", folder]) == 2
+    assert one_error_line(capsys) == (f"error: calibration file {folder} is a directory; give a .jsonl (messages or "
+                                      "text) or .txt file")
+    assert run_cli(["eval", pack, "--reference", make_checkpoint(), "--calib", folder]) == 2
+    assert "is a directory" in one_error_line(capsys)
+    missing = tmp_path / "nope.jsonl"
+    assert run_cli(["quantize", "tiny", "--out", tmp_path / "q1", "--calib", missing]) == 2
+    assert one_error_line(capsys) == f"error: calibration file {missing} does not exist"
+    assert not (tmp_path / "q1").exists()
+
+
+# ------------------------------------------------------------------------------ 5. the download retry hint
+
+
+def _offline_hub(monkeypatch, tmp_path) -> None:
+    """An empty, isolated Hub cache and a Hub that cannot be reached (huggingface_hub's own error chain)."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_SECRETtoken0123456789")
+
+    def unreachable(**kwargs):
+        try:
+            raise ConnectionError("[Errno 111] Connection refused")
+        except ConnectionError as exc:
+            raise LocalEntryNotFoundError("cannot find the files in the local cache") from exc
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
+
+
+def test_download_retry_hint_repeats_dir_and_revision(tmp_path, capsys, monkeypatch):
+    _offline_hub(monkeypatch, tmp_path)
+    dl = tmp_path / "dl 1"
+    assert run_cli(["download", "someone/x", "--dir", dl, "--revision", "v2"]) == 2
+    line = one_error_line(capsys)
+    assert f"run `clover-local download someone/x --dir '{dl}' --revision v2` again" in line, line
+    assert "hf_SECRET" not in line
+    assert run_cli(["download", "someone/x"]) == 2  # nothing to repeat: the plain command
+    assert "run `clover-local download someone/x` again" in one_error_line(capsys)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline mode: its own sentence, the same command
+    assert run_cli(["download", "someone/x", "--dir", dl]) == 2
+    line = one_error_line(capsys)
+    assert "HF_HUB_OFFLINE=1" in line and f"run `clover-local download someone/x --dir '{dl}'` once" in line
+
+
+def test_interrupted_download_says_how_to_resume_into_the_same_dir(tmp_path, capsys, monkeypatch):
+    import huggingface_hub
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", interrupted)
+    assert run_cli(["download", "someone/x", "--dir", tmp_path / "dl1"]) == 130
+    line = one_error_line(capsys)
+    assert f"run `clover-local download someone/x --dir {tmp_path / 'dl1'}` again to resume" in line, line
+
+
+# ------------------------------------------------------------------------------ 6. --resume with --overwrite
+
+
+def test_resume_and_overwrite_together_are_refused_and_nothing_is_deleted(tmp_path, capsys):
+    from quantize.pipeline import QuantizeSettings, quantize_checkpoint
+
+    out = tmp_path / "q1"  # an interrupted run's folder: --overwrite would delete it, --resume continue it
+    (out / ".clover-progress").mkdir(parents=True)
+    (out / ".clover-progress" / "state.json").write_text("{}")
+    (out / "model-00001-of-00005.safetensors").write_bytes(b"finished layer")
+    assert run_cli(["quantize", "tiny", "--out", out, "--resume", "--overwrite"]) == 2
+    line = one_error_line(capsys)
+    assert "--resume" in line and "--overwrite" in line and "one of them" in line
+    with pytest.raises(CloverError, match="give one of them"):  # the library function refuses the same way
+        quantize_checkpoint(Path("unused"), out, QuantizeSettings(), torch.device("cpu"), resume=True,
+                            overwrite=True)
+    assert (out / "model-00001-of-00005.safetensors").read_bytes() == b"finished layer"
+
+
+# ------------------------------------------------------------------------------ 7. bench on a CPU, at 80 columns
+
+
+def _bench_json(pack, capsys) -> dict:
+    assert run_cli(["bench", pack, "--prefix", "16", "--passes", "2", "--device", "cpu", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bench_prints_no_5070ti_figure_from_cpu_timings_and_fits_80_columns(pack, capsys, monkeypatch):
+    from clover_local.commands.bench import _print
+
+    r = _bench_json(pack, capsys)
+    # --json keeps the figure, and says what timed it
+    assert r["projection_5070ti"]["ms_per_pass"] > 0 and r["projection_5070ti"]["timed_on"] == "cpu"
+    assert r["device"] == "cpu"
+    monkeypatch.setenv("COLUMNS", "80")
+    _print(r)
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert "RTX 5070 Ti projection: needs GPU timings (this run timed the CPU)" in lines
+    assert f"{r['projection_5070ti']['ms_per_pass']:.2f} ms per pass" not in text
+    assert "proj." not in text  # no projected column from CPU times either
+    assert max(len(line) for line in lines) <= 80
+    table = [line for line in lines if line.startswith("│")]
+    names = [c["component"] for c in r["components"]]
+    for name in names:  # every component on one line, whole
+        assert sum(name in line for line in table) == 1, name
+    assert len(table) == len(names)  # and no wrapped continuation lines
+
+    # the same report as if a GPU had timed it: the figure and the projected column are back
+    gpu = dict(r, device="cuda")
+    _print(gpu)
+    text = capsys.readouterr().out
+    assert f"RTX 5070 Ti projection: {r['projection_5070ti']['ms_per_pass']:.2f} ms per pass" in text
+    assert "proj." in text and max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_bench_component_table_drops_columns_only_when_narrow():
+    """A GPU report with graph times and long segment names: whole at 120 columns; at 80 the least telling
+    columns go, names stay on one line."""
+    from clover_local.commands.bench import _component_table
+
+    names = ["routed experts: gate/up", "attention projections: split-K sum", "rest (norms, residuals)", "lm_head"]
+    rows = [{"component": n, "calls": 40, "ms": 12.345, "graph_ms": 3.21, "bytes": 1_234_567_890,
+             "floor_ms": 0.123, "floor_ms_5070ti": 1.234, "projected_ms_5070ti": 12.3,
+             "projected_ms_5070ti_graph": 3.456} for n in names]
+    r = {"device": "cuda", "components": rows, "projection_5070ti_graph_components": {"ms_per_pass": 1.0}}
+
+    def render(width: int) -> list[str]:
+        c = Console(width=width, record=True, file=open("/dev/null", "w"))
+        c.print(_component_table(r, c))
+        return c.export_text().splitlines()
+
+    wide = render(120)
+    assert any("1.15 GiB" in line and "0.123" in line for line in wide)  # bytes and this device's floor kept
+    narrow = render(80)
+    assert max(len(line.rstrip()) for line in narrow) <= 80
+    body = [line for line in narrow if line.startswith("│")]
+    assert len(body) == len(names) and all(any(n in line for line in body) for n in names)
+    assert all("3.456" in line and "3.210" in line for line in body)  # the projection and graph ms stay
+    assert not any("GiB" in line for line in narrow)  # bytes went
+
+
+# ------------------------------------------------------------------------------ 8. python -m entry points
+
+
+def test_tiny_evaluate_on_a_missing_folder_is_one_line(tmp_path):
+    missing = tmp_path / "nonexistent"
+    proc = subprocess.run([sys.executable, "-m", "clover_local.tiny.evaluate", str(missing)], capture_output=True,
+                          text=True, cwd=REPO)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: model folder {missing} does not exist"]
+
+
+def test_tiny_evaluate_slots_error_is_one_line_too(tmp_path, capsys, monkeypatch):
+    from clover_local.tiny import evaluate
+
+    monkeypatch.setattr(sys, "argv", ["evaluate", str(tmp_path / "gone"), "--slots", "4"])
+    with pytest.raises(SystemExit) as exc:
+        evaluate.main()
+    assert exc.value.code == 2
+    assert one_error_line(capsys) == f"error: model folder {tmp_path / 'gone'} does not exist"
+
+
+def test_train_and_bench_scale_refuse_bad_paths_before_working(tmp_path, monkeypatch):
+    from clover_local.tiny import train
+    from quantize import bench_scale
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("started before checking its paths")
+
+    monkeypatch.setattr(train, "train", forbidden)
+    monkeypatch.setattr(bench_scale, "_make", forbidden)
+    cases = [
+        (train.main, ["train", "--out", str(a_file)], f"error: --out {a_file} is a file, not a folder"),
+        (train.main, ["train", "--out", str(tmp_path / "t"), "--init", str(tmp_path / "none")],
+         f"error: --init {tmp_path / 'none'} is not a tiny checkpoint folder: it has no model.safetensors"),
+        (bench_scale.main, ["bench_scale", "--work", str(a_file)], f"error: --work {a_file} is a file, not a folder"),
+        (bench_scale.main, ["bench_scale", "--work", str(a_file / "sub")],
+         f"error: cannot create --work {a_file / 'sub'}"),
+    ]
+    for main, argv, message in cases:
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exc:
+            main()
+        assert isinstance(exc.value.code, str) and exc.value.code.startswith(message), exc.value.code
+        assert "\n" not in exc.value.code
+
+
+# ------------------------------------------------------------------------------ 9. eval's bar, plan's words, shards
+
+
+def test_eval_progress_knows_its_total(pack, monkeypatch):
+    import quantize.quality
+    from clover_local.commands.quantize import _measure
+
+    class Done:
+        def to_dict(self) -> dict:
+            return {}
+
+    def fake_compare(pack_, ref_, *, on_layer, **_k):
+        for which in ("reference", "pack"):
+            for i in range(N_LAYERS):
+                on_layer(which, i)
+        return Done()
+
+    monkeypatch.setattr(quantize.quality, "compare", fake_compare)
+    console = Console(record=True, force_terminal=True, width=120, file=open("/dev/null", "w"))
+    _measure(pack, pack, console)
+    text = console.export_text()
+    assert f"{2 * N_LAYERS}/{2 * N_LAYERS}" in text and "/?" not in text
+
+
+def test_plan_counts_layers_in_words_that_agree(pack):
+    from clover_local.runtime.pack_index import read_pack_index
+    from clover_local.runtime.placement import make_plan
+    from clover_local.runtime.sizes import GIB
+
+    info = read_pack_index(pack)
+    n_attn = sum(info.config.is_attention(i) for i in range(info.config.num_hidden_layers))
+    assert n_attn == 1  # the tiny pack: one attention layer, three GDN layers
+    notes = {line.what: line.note for line in make_plan(info, GIB, None, 4096).lines}
+    assert notes["KV cache"].startswith("1 attention layer × 4096 tokens")
+    assert notes["GDN states"].startswith("3 layers,")
+
+
+def test_plan_refuses_a_truncated_shard_from_its_size(pack, tmp_path, capsys):
+    bad = tmp_path / "trunc"
+    shutil.copytree(pack, bad)
+    index = json.loads((bad / "model.safetensors.index.json").read_text())
+    shard = sorted(set(index["weight_map"].values()))[1]
+    path = bad / shard
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # the header stays whole: only the data is cut off
+        f.truncate(size - 100)
+    assert run_cli(["plan", bad, "--vram", "16GB"]) == 2
+    line = one_error_line(capsys)
+    assert line == (f"error: pack shard {shard} is corrupt or truncated ({size - 100:,} bytes; its header describes "
+                    f"{size:,})")
+    assert run_cli(["plan", pack, "--vram", "16GB"]) == 0  # the whole pack still plans
+    assert "fits" in capsys.readouterr().out
