@@ -45,13 +45,18 @@ def resolve_calib_path(calib: str | None, source: Path) -> Path:
     return shipped if shipped.is_file() else default_calib_path()
 
 
-def read_samples(path: Path, tokenizer) -> list[str]:
-    """Texts of a JSONL (`messages` rendered by the chat template, or `text`) or a .txt split on blank lines."""
+def read_samples(path: Path, tokenizer, refused: list[str] | None = None) -> list[str]:
+    """Texts of a JSONL (`messages` rendered by the chat template, or `text`) or a .txt split on blank lines.
+
+    A conversation the model's chat template cannot render (the shipped set has tool turns; a template without a
+    tool role refuses them) is left out, and its reason appended to `refused`: the rest still calibrates. Only
+    when the template renders none of them is that an error (with the template's reason)."""
     try:
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CloverError(f"cannot read calibration file {path}: {exc}") from None
     texts: list[str] = []
+    reasons: list[str] = []
     if path.suffix in (".jsonl", ".json"):
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
@@ -61,15 +66,23 @@ def read_samples(path: Path, tokenizer) -> list[str]:
             except json.JSONDecodeError:
                 raise CloverError(f"{path} line {n} is not valid JSON") from None
             if isinstance(item, dict) and isinstance(item.get("messages"), list):
-                texts.append(tokenizer.apply_chat_template(item["messages"], add_generation_prompt=False))
+                try:
+                    texts.append(tokenizer.apply_chat_template(item["messages"], add_generation_prompt=False))
+                except CloverError as exc:
+                    reasons.append(str(exc))
             elif isinstance(item, dict) and isinstance(item.get("text"), str):
                 texts.append(item["text"])
             else:
                 raise CloverError(f"{path} line {n} has neither 'messages' nor 'text'")
     else:
         texts = [t.strip() for t in raw.split("\n\n") if t.strip()]
+    if not texts and reasons:
+        raise CloverError(f"the model's chat template renders none of the {len(reasons)} conversations in {path} "
+                          f"({reasons[0].rstrip('.')}); give --calib a file it can render, or plain text")
     if not texts:
         raise CloverError(f"calibration file {path} holds no samples")
+    if refused is not None:
+        refused.extend(reasons)
     return texts
 
 
@@ -80,6 +93,7 @@ class CalibrationSet:
     path: str
     n_texts: int
     tokens: int
+    refused: int = 0  # conversations the chat template could not render, left out
 
 
 def build_calibration(
@@ -91,7 +105,8 @@ def build_calibration(
         raise CloverError(f"--seq-len must be a positive multiple of the block size ({block_size}), got {seq_len}")
     if samples < 1:
         raise CloverError("--samples must be at least 1")
-    texts = read_samples(path, tokenizer)
+    refused: list[str] = []
+    texts = read_samples(path, tokenizer, refused)
     if len(texts) >= HOLDOUT_EVERY:
         texts = [t for i, t in enumerate(texts) if (i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1) == holdout]
     gen = torch.Generator().manual_seed(seed)
@@ -109,4 +124,4 @@ def build_calibration(
         n = 1
     clean = torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
     noisy, _ = mask_blocks(clean, block_size, mask_id, gen)
-    return CalibrationSet(clean, noisy, str(path), len(texts), n * seq_len)
+    return CalibrationSet(clean, noisy, str(path), len(texts), n * seq_len, len(refused))

@@ -239,7 +239,9 @@ def quantize_checkpoint(
         del embed
         calib_info = {"file": Path(calib.path).name, "sequences": int(calib.clean.shape[0]),
                       "seq_len": settings.seq_len, "tokens": calib.tokens, "mode": settings.calib_mode,
-                      "expert_stats": settings.expert_stats, "samples_in_file": calib.n_texts}
+                      "expert_stats": settings.expert_stats, "samples_in_file": calib.n_texts,
+                      # conversations the model's chat template could not render (e.g. tool turns): left out
+                      **({"conversations_left_out": calib.refused} if calib.refused else {})}
         created = _created()
         start = 0
     quantizer = LayerQuantizer(cfg, profile, settings.options(), device, dtype)

@@ -367,3 +367,29 @@ def test_plan_refuses_a_truncated_shard_from_its_size(pack, tmp_path, capsys):
                     f"{size:,})")
     assert run_cli(["plan", pack, "--vram", "16GB"]) == 0  # the whole pack still plans
     assert "fits" in capsys.readouterr().out
+
+
+def test_calibration_leaves_out_conversations_the_template_cannot_render(tmp_path):
+    """The shipped calibration set has tool turns; a chat template without a tool role (the tiny model's, or a
+    user's own checkpoint's) refuses them. Those conversations are left out and counted, the rest calibrate;
+    only a file the template renders none of is an error, naming the template's reason."""
+    from clover_local.errors import CloverError
+    from clover_local.tokenizer import ChatTokenizer
+    from quantize.calibration import build_calibration, default_calib_path, read_samples
+
+    tok = ChatTokenizer.from_folder(Path(__file__).parents[1] / "clover_local" / "assets" / "tiny")
+    refused: list[str] = []
+    texts = read_samples(default_calib_path(), tok, refused)
+    records = [json.loads(line) for line in default_calib_path().read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+    with_tool = sum(any(m["role"] == "tool" for m in r["messages"]) for r in records)
+    assert len(refused) == with_tool > 0 and len(texts) == len(records) - with_tool
+    assert all("tool" in reason for reason in refused)
+    calib = build_calibration(default_calib_path(), tok, samples=2, seq_len=64, block_size=16, mask_id=0, seed=0)
+    assert calib.refused == with_tool and calib.clean.shape == (2, 64)
+
+    only_tools = tmp_path / "tools.jsonl"
+    only_tools.write_text("".join(json.dumps(r) + "\n" for r in records
+                                  if any(m["role"] == "tool" for m in r["messages"])), encoding="utf-8")
+    with pytest.raises(CloverError, match="renders none of the .* conversations .*Unknown message role: tool"):
+        read_samples(only_tools, tok)
