@@ -56,7 +56,24 @@ def _register() -> None:
             importlib.import_module(f"clover_local.commands.{info.name}")
     for command in app.registered_commands:
         if command.callback is not None and not hasattr(command.callback, "__wrapped__"):
+            if command.help is None and command.callback.__doc__:
+                command.help = _reflowed(command.callback.__doc__)
             command.callback = _interrupt_exits(command.callback)
+
+
+def _reflowed(doc: str) -> str:
+    """A command's docstring for --help: each prose paragraph on one line, so the terminal wraps it at its own
+    width (typer's rich help keeps a docstring's line breaks: sentences broke mid-line at 80 columns); indented
+    lines (examples, their continuations) are kept as written."""
+    import inspect
+
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    out = []
+    for para in paragraphs:
+        lines = para.splitlines()
+        prose = all(line and not line[0].isspace() for line in lines)
+        out.append(" ".join(line.strip() for line in lines) if prose else para)
+    return "\n\n".join(out)
 
 
 def _interrupt_exits(callback: Callable[..., Any]) -> Callable[..., Any]:

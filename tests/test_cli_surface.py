@@ -65,3 +65,27 @@ def test_generate_takes_max_tokens_as_chat_and_serve_spell_it(capsys) -> None:
     import json
 
     assert json.loads(out)["stats"]["tokens"] <= 2
+
+
+def test_help_prose_is_wrapped_by_the_terminal_not_the_docstring(capsys) -> None:
+    """typer's rich help kept a docstring's line breaks, so sentences broke mid-line ("Without a terminal" then a
+    short line); prose paragraphs are joined, indented example lines kept as written."""
+    from clover_local.cli import _reflowed
+
+    doc = """Summary line.
+
+    First sentence runs on
+    into a second line.
+
+    Examples:
+
+      clover-local plan x \\
+        --vram 16GB
+    """
+    assert _reflowed(doc) == ("Summary line.\n\nFirst sentence runs on into a second line.\n\nExamples:\n\n"
+                              "  clover-local plan x \\\n    --vram 16GB")
+    assert run_cli(["chat", "--help"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.strip(" │") for line in out.splitlines()]
+    assert any("Without a terminal" in line for line in lines)
+    assert not any(line.endswith("Without a terminal") for line in lines), out  # the docstring's break
