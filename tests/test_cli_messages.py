@@ -164,6 +164,7 @@ def test_download_retry_hint_repeats_dir_and_revision(tmp_path, capsys, monkeypa
     line = one_error_line(capsys)
     assert f"run `clover-local download someone/x --dir '{dl}' --revision v2` again" in line, line
     assert "hf_SECRET" not in line
+    assert not dl.exists()  # the failed first try made the folder and leaves nothing behind
     assert run_cli(["download", "someone/x"]) == 2  # nothing to repeat: the plain command
     assert "run `clover-local download someone/x` again" in one_error_line(capsys)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline mode: its own sentence, the same command
@@ -182,6 +183,21 @@ def test_interrupted_download_says_how_to_resume_into_the_same_dir(tmp_path, cap
     assert run_cli(["download", "someone/x", "--dir", tmp_path / "dl1"]) == 130
     line = one_error_line(capsys)
     assert f"run `clover-local download someone/x --dir {tmp_path / 'dl1'}` again to resume" in line, line
+    # a folder the user made, or one holding a partial file for the retry, is kept
+    kept = tmp_path / "mine"
+    kept.mkdir()
+    assert run_cli(["download", "someone/x", "--dir", kept]) == 130 and kept.is_dir()
+    partial = tmp_path / "dl2"
+
+    def part_then_interrupted(**kwargs):
+        (Path(kwargs["local_dir"]) / ".cache").mkdir()
+        (Path(kwargs["local_dir"]) / "model-00001.safetensors.incomplete").write_bytes(b"x" * 10)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", part_then_interrupted)
+    assert run_cli(["download", "someone/x", "--dir", partial]) == 130
+    assert (partial / "model-00001.safetensors.incomplete").is_file()
+    capsys.readouterr()
 
 
 # ------------------------------------------------------------------------------ 6. --resume with --overwrite

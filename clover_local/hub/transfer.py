@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -303,6 +304,7 @@ def download(
         library_version=__version__,
         force_download=force,
     )
+    made_dir = dir is not None and not Path(dir).exists()
     if dir is not None:
         Path(dir).mkdir(parents=True, exist_ok=True)
         kwargs["local_dir"] = str(dir)
@@ -311,15 +313,20 @@ def download(
     started = time.time() - 1.0
     retry = download_command(repo_id, dir, revision)
     try:
-        path = snapshot_download(**kwargs, local_files_only=offline)
-    except Exception as exc:
-        if offline or not is_connection_error(exc):
-            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
-        # The connection dropped during the transfer: if the cache holds everything, carry on offline.
         try:
-            path = snapshot_download(**{**kwargs, "force_download": False}, local_files_only=True)
-        except Exception:
-            _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
+            path = snapshot_download(**kwargs, local_files_only=offline)
+        except Exception as exc:
+            if offline or not is_connection_error(exc):
+                _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
+            # The connection dropped during the transfer: if the cache holds everything, carry on offline.
+            try:
+                path = snapshot_download(**{**kwargs, "force_download": False}, local_files_only=True)
+            except Exception:
+                _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
+    except BaseException:
+        if made_dir:
+            _remove_if_no_files(Path(dir))
+        raise
     folder = Path(path)
     if verify and (folder / MANIFEST_NAME).is_file():
         fresh = _fresh_files(folder, started)
@@ -331,6 +338,14 @@ def download(
                     f"{exc} Fetch it again with `{retry} --force`."
                 ) from None
     return folder
+
+
+def _remove_if_no_files(folder: Path) -> None:
+    """Remove a --dir this download created when the failure left no file in it (only the Hub client's empty
+    metadata folders): a failed first try leaves nothing behind; any partial file stays, for the retry."""
+    if any(p.is_file() for p in folder.rglob("*")):
+        return
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any") -> Path:
