@@ -8,10 +8,8 @@ truncated file, wrong shape) becomes a one-line `CloverError` naming the file or
 from __future__ import annotations
 
 import json
-import struct
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterable
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -21,32 +19,6 @@ from clover_local.config import CloverConfig, load_config
 from clover_local.errors import CloverError
 
 INDEX_NAME = "model.safetensors.index.json"
-MAX_HEADER = 100_000_000  # bytes; a larger safetensors header length is a corrupt file, not a big model
-
-
-def check_shard_lengths(folder: Path, shards: Iterable[str], what: str = "shard") -> None:
-    """Refuse a shard shorter than its header says (a cut-off download or copy), from its header and file size
-    alone: no tensor data is read, so this stays cheap at 69 GB. What reads headers only (`plan`) would otherwise
-    take a truncated shard for a whole one; the message is the loaders' for the same file."""
-    for shard in shards:
-        path = Path(folder) / shard
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(8)
-                if len(raw) != 8:
-                    raise ValueError("file shorter than its header length")
-                (n,) = struct.unpack("<Q", raw)
-                if n > MAX_HEADER:
-                    raise ValueError(f"header length {n} is implausible")
-                header = json.loads(f.read(n))
-            size = path.stat().st_size
-            end = 8 + n + max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
-                              default=0)
-        except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError) as exc:
-            raise CloverError(f"{what} {shard} is corrupt or truncated ({exc})") from None
-        if size < end:
-            raise CloverError(f"{what} {shard} is corrupt or truncated ({size:,} bytes; its header describes "
-                              f"{end:,})")
 
 
 class CheckpointReader:

@@ -19,7 +19,6 @@ def _pack_index(model: str):
         from clover_local.runtime.synthetic_pack import synthetic_index
 
         return synthetic_index(model.split(":", 1)[1])
-    from clover_local.checkpoint.reader import check_shard_lengths
     from clover_local.config import load_config
     from clover_local.loader import resolve_model_path
     from clover_local.pack.reader import is_pack
@@ -29,10 +28,7 @@ def _pack_index(model: str):
         load_config(path)  # no config.json (an empty folder) or a broken one: say that, not "quantize it"
         raise CloverError(f"{model} is not a quantized pack (no quantization_config in config.json): plan reads GPTQ "
                           f"packs; make one with clover-local quantize {model} --out PACK")
-    pack = read_pack_index(path)
-    # the headers alone would plan a truncated download as if whole: compare each shard's size with them
-    check_shard_lengths(path, sorted({t.shard for t in pack.tensors.values()}), "pack shard")
-    return pack
+    return read_pack_index(path)  # which checks each shard's size against its header (a truncated download)
 
 
 @app.command(short_help=(
