@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from clover_local.errors import CloverError
+from clover_local.errors import run_reporting
 
 app = typer.Typer(
     name="clover-local",
@@ -93,11 +93,4 @@ def _interrupt_exits(callback: Callable[..., Any]) -> Callable[..., Any]:
 
 def main(argv: list[str] | None = None) -> None:
     _register()
-    try:
-        app(args=argv, standalone_mode=True)
-    except CloverError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+    run_reporting(lambda: app(args=argv, standalone_mode=True))

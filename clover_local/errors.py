@@ -7,11 +7,28 @@ traceback. Internal bugs stay ordinary exceptions so they are not mistaken for u
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from typing import Any
+
 
 class CloverError(Exception):
     """An error the user can fix; its message is shown as one line."""
 
     exit_code = 2
+
+
+def run_reporting(entry: Callable[[], Any]) -> Any:
+    """Run a program's entry point (`clover-local`, a `python -m` tool) the way a user should see it end: a
+    CloverError as one `error:` line with its exit code, Ctrl-C as one `interrupted` line and 130."""
+    try:
+        return entry()
+    except CloverError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def torch_out_of_memory() -> type[BaseException]:

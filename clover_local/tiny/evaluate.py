@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -181,16 +180,9 @@ def trained_traces(folder) -> tuple[str, ...]:
 def main() -> None:
     """`python -m clover_local.tiny.evaluate`: what a user can get wrong (no such model folder, a broken pack) is
     one `error:` line and a non-zero exit, as `clover-local` gives it, never a traceback."""
-    from clover_local.errors import CloverError
+    from clover_local.errors import run_reporting
 
-    try:
-        _main()
-    except CloverError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+    run_reporting(_main)
 
 
 def _main() -> None:
