@@ -18,6 +18,13 @@ class CloverError(Exception):
     exit_code = 2
 
 
+class Interrupted(CloverError):
+    """Ctrl-C where the command has something to say (how to resume, what was kept): exits like an interrupted
+    program (130)."""
+
+    exit_code = 130
+
+
 def run_reporting(entry: Callable[[], Any]) -> Any:
     """Run a program's entry point (`clover-local`, a `python -m` tool) the way a user should see it end: a
     CloverError as one `error:` line with its exit code, Ctrl-C as one `interrupted` line and 130."""

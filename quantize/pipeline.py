@@ -143,6 +143,14 @@ def refuse_resume_overwrite(resume: bool, overwrite: bool) -> None:
         raise CloverError("--resume continues the run in --out and --overwrite discards it: give one of them")
 
 
+def finished_layers(out: Path) -> int:
+    """How many decoder layers an interrupted run in `out` saved (0: none, or no run of ours there)."""
+    try:
+        return int(json.loads((out / PROGRESS / "state.json").read_text())["next_layer"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
     """Check the output folder; returns True when there is progress to resume."""
     progress = out / PROGRESS / "state.json"

@@ -555,6 +555,36 @@ def test_interrupted_while_finishing_resumes(env, capsys, monkeypatch):
     assert digest(out) == digest(env.pack)
 
 
+def test_ctrl_c_says_what_was_kept_and_exits_130(env, capsys, monkeypatch):
+    """Ctrl-C before the first layer is finished: nothing to resume, and the message says so (it used to send
+    the user to --resume, which then refused); after some layers: how many, and --resume. Exit 130 both times."""
+    out = env.root / "ctrl-c-early"
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "build_calibration", ctrl_c)
+    assert run_cli(env.cli_args(out)) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "before the first layer was finished" in err[0] and "--resume" not in err[0], err
+    monkeypatch.undo()
+    assert run_cli(env.cli_args(out)) == 0  # the same command, as it was, runs
+    capsys.readouterr()
+
+    later = env.root / "ctrl-c-later"
+    real = pipeline._write_json
+
+    def stops_after_layer_two(path, data):
+        real(path, data)
+        if path.name == "state.json" and data.get("next_layer") == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_write_json", stops_after_layer_two)
+    assert run_cli(env.cli_args(later)) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2 finished layers saved" in err[0] and "--resume" in err[0], err
+
+
 def test_killed_process_resumes_byte_identical(env, capsys):
     """A real `python -m clover_local quantize` SIGKILLed after its first layer, then `--resume`."""
     src = write_src(env.root / "src-6", env.tokenizer_dir, num_hidden_layers=6)

@@ -13,15 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from clover_local.cli import app
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, Interrupted
 from clover_local.hub import transfer
 from clover_local.pack.card import human_bytes
-
-
-class Interrupted(CloverError):
-    """Ctrl-C during a transfer: say how to resume, exit like an interrupted program."""
-
-    exit_code = 130
 
 
 def _stderr() -> Console:

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clover_local.cli import app
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, Interrupted
 
 
 @contextmanager
@@ -103,7 +103,7 @@ def quantize(
             result = quantize_checkpoint(src_path, out, settings, dev, resume=resume, overwrite=overwrite,
                                          source_label=label, on_layer=on_layer)
         except KeyboardInterrupt:
-            raise CloverError(f"interrupted; finished layers are saved in {out}: rerun with --resume") from None
+            raise Interrupted(interrupted_message(out)) from None
     quality = None
     if evaluate:
         quality = _measure(out, src_path, console, samples=4, seq_len=min(seq_len, 512), device=dev, calib=calib)
@@ -134,6 +134,18 @@ def quantize(
                           f"preview {quality['kl_preview_mean']:.5f}; top-1 agreement causal "
                           f"{quality['top1_causal']:.3f}, preview {quality['top1_preview']:.3f}")
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
+
+
+def interrupted_message(out: Path) -> str:
+    """What a Ctrl-C kept: the layers finished so far (then --resume continues after them), or none (then
+    --resume would only say there is nothing to resume)."""
+    from quantize.pipeline import finished_layers
+
+    done = finished_layers(out)
+    if not done:
+        return f"interrupted before the first layer was finished; nothing in {out} to resume: run it again as it was"
+    return (f"interrupted; {done} finished layer{'s' * (done != 1)} saved in {out}: run the same command with "
+            "--resume to go on from there")
 
 
 def _settings_line(recorded: dict) -> str:
