@@ -27,7 +27,7 @@ from clover_local.errors import CloverError
 from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
-from clover_local.pack.manifest import MANIFEST_NAME, Manifest
+from clover_local.pack.manifest import MANIFEST_NAME, Manifest, share_like_any_file
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
 from quantize.gptq_format import SUPPORTED_BITS, values_per_run
@@ -101,6 +101,7 @@ def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     try:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
+        share_like_any_file(tmp)  # safetensors writes 0600
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

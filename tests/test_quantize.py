@@ -835,3 +835,13 @@ def test_quantize_json_summary(env, capsys, flags, path):
         assert verify_pack(out).quality["top1_preview"] == summary["quality"]["top1_preview"]
     else:
         assert summary["quality"] is None
+
+
+def test_every_file_of_a_pack_has_the_same_shareable_mode(env):
+    """safetensors' writer and the manifest's temp file make 0600 files: a pack on a shared machine was a mix
+    of 0600 shards and 0644 configs. Every file gets the mode a new file gets (0666 less the umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in env.pack.iterdir() if p.is_file()}
+    assert any(n.endswith(".safetensors") for n in modes) and MANIFEST_NAME in modes
+    assert set(modes.values()) == {0o666 & ~mask}, modes

@@ -99,6 +99,15 @@ def _check_rel_name(name: str, folder: Path) -> Path:
     return folder.joinpath(*rel.parts)
 
 
+def share_like_any_file(path: str | os.PathLike) -> None:
+    """Give a file written through a private temp file (mkstemp, safetensors' writer: mode 0600) the mode any
+    new file gets here (0666 less the umask): a pack's files are for sharing, and on a shared machine a mix of
+    0600 shards and 0644 configs is a pack other users can list but not load."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 @dataclass
 class Manifest:
     """In-memory form of `clover_manifest.json`. Free-form sections are plain dicts."""
@@ -209,6 +218,7 @@ class Manifest:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
+            share_like_any_file(tmp)
             os.replace(tmp, target)
         except BaseException:
             try:
