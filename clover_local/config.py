@@ -76,6 +76,17 @@ class CloverConfig:
     def max_context(self) -> int:
         return min(MAX_CONTEXT, self.max_position_embeddings)
 
+    def check_context(self, context: int | None, flag: str = "--context") -> None:
+        """A context the model can hold: at least a prompt token and an answer token, at most its own limit
+        (a larger one used to be planned for, or silently cut to the limit when loading)."""
+        if context is None:
+            return
+        if context < 2:
+            raise CloverError(f"{flag} must be at least 2 (a prompt token and an answer token), got {context}")
+        if context > self.max_context:
+            raise CloverError(f"{flag} {context:,} is above this model's context of {self.max_context:,} tokens: "
+                              "give at most that")
+
     def is_attention(self, layer: int) -> bool:
         return self.layer_types[layer] == "full_attention"
 

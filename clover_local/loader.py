@@ -152,6 +152,7 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
 
     path = resolve_model_path(arg)
     config = load_config(path)
+    config.check_context(context)
     tokenizer = ChatTokenizer.from_folder(path)
     dev = pick_device(device)
     if runtime == AUTO:

@@ -89,3 +89,16 @@ def test_help_prose_is_wrapped_by_the_terminal_not_the_docstring(capsys) -> None
     lines = [line.strip(" │") for line in out.splitlines()]
     assert any("Without a terminal" in line for line in lines)
     assert not any(line.endswith("Without a terminal") for line in lines), out  # the docstring's break
+
+
+def test_a_context_above_the_models_limit_is_refused_everywhere(capsys) -> None:
+    """plan used to size a KV cache for 200,000 tokens of a 131,072-token model, and loading cut it silently."""
+    above = "--context 200,000 is above this model's context of 131,072 tokens"
+    for args, needle in ((["plan", "synthetic:full", "--vram", "16GB", "--context", "200000"], above),
+                         (["generate", "tiny", "-p", "hi", "--context", "200000", "--device", "cpu"], above),
+                         (["plan", "synthetic:full", "--vram", "16GB", "--context", "1"], "at least 2")):
+        assert run_cli(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --context") and needle in err[0], (args, err)
+    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--context", "131072", "--json"]) == 0
+    capsys.readouterr()

@@ -155,8 +155,7 @@ def make_plan(
     cfg = pack.config
     a = dtype_bytes(dtype)
     plan = Plan(vram, ram, context, str(dtype).replace("torch.", ""), rows=cfg.diffusion.block_size)
-    if context < 1:
-        raise CloverError(f"--context must be at least 1, got {context}")
+    cfg.check_context(context)
     tied = cfg.tie_word_embeddings
     host_embed = embed_on_host and not tied
 
