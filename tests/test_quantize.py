@@ -828,6 +828,7 @@ def test_quantize_json_summary(env, capsys, flags, path):
         assert 0 < layer["rel_error"] < 0.5 and layer["kind"] in ("linear_attention", "full_attention")
     assert summary["pack_bytes"] < summary["source_bytes"]
     assert summary["settings"] == Manifest.load(out).settings  # what the pack records
+    assert summary["calibration"] == Manifest.load(out).calibration and summary["calibration"]["sequences"] >= 1
     assert {k: summary["settings"][k] for k in ("bits", "group_size", "method", "sym", "clip", "act_order")} == {
         "bits": 4, "group_size": 128, "method": "gptq", "sym": True, "clip": True, "act_order": True}
     if "--eval" in flags:  # measured quality is in the summary and the manifest, and the pack still verifies
@@ -845,3 +846,15 @@ def test_every_file_of_a_pack_has_the_same_shareable_mode(env):
     modes = {p.name: p.stat().st_mode & 0o777 for p in env.pack.iterdir() if p.is_file()}
     assert any(n.endswith(".safetensors") for n in modes) and MANIFEST_NAME in modes
     assert set(modes.values()) == {0o666 & ~mask}, modes
+
+
+def test_the_summary_says_what_calibration_ran_on_and_what_the_columns_mean():
+    """The defaults ask for 128 × 2048 tokens; a small file gives fewer, which was visible only in the manifest."""
+    from clover_local.commands.quantize import EXPERT_PATHS, _calibration_line
+
+    line = _calibration_line({"file": "c.jsonl", "sequences": 5, "seq_len": 2048}, samples=128)
+    assert "5 sequences × 2048 tokens from c.jsonl" in line and "--samples asked for 128" in line
+    assert "asked for" not in _calibration_line({"file": "c.jsonl", "sequences": 8, "seq_len": 64}, samples=8)
+    assert "3 conversations" in _calibration_line({"file": "c", "sequences": 1, "seq_len": 64,
+                                                   "conversations_left_out": 3}, samples=1)
+    assert all(p in EXPERT_PATHS for p in ("gptq-routed", "rtn-few-rows", "gptq-all"))

@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clover_local.cli import app
-from clover_local.errors import CloverError, Interrupted
+from clover_local.errors import Interrupted
+from clover_local.pack.manifest import Manifest
 
 
 @contextmanager
@@ -105,9 +106,11 @@ def quantize(
         except KeyboardInterrupt:
             raise Interrupted(interrupted_message(out)) from None
     quality = None
+    kl_samples, kl_len = 4, min(seq_len, 512)
     if evaluate:
-        quality = _measure(out, src_path, console, samples=4, seq_len=min(seq_len, 512), device=dev, calib=calib)
+        quality = _measure(out, src_path, console, samples=kl_samples, seq_len=kl_len, device=dev, calib=calib)
         _record_quality(out, quality)
+    calibration = Manifest.load(out).calibration
     summary = {
         "out": str(out), "seconds": round(result.seconds, 2), "source_bytes": result.source_bytes,
         "pack_bytes": result.pack_bytes, "resumed_from_layer": result.resumed_from,
@@ -115,11 +118,13 @@ def quantize(
                     "experts": r.expert_paths, "seconds": r.seconds} for r in result.layers],
         "quality": quality,
         "settings": settings.recorded(),
+        "calibration": calibration,
     }
     if as_json:
         print(json.dumps(summary))
         return
-    table = Table(title=f"quantized {src} → {out}", caption=_settings_line(summary["settings"]))
+    table = Table(title=f"quantized {src} → {out}", caption=_settings_line(summary["settings"]) + "\n" + EXPERT_PATHS,
+                  caption_justify="left")
     for col in ("layer", "kind", "rel. output error", "experts (path: count)", "seconds"):
         table.add_column(col)
     for r in result.layers:
@@ -129,11 +134,32 @@ def quantize(
     out_console.print(table)
     out_console.print(f"source {result.source_bytes / 1e6:.1f} MB → pack {result.pack_bytes / 1e6:.1f} MB "
                       f"in {result.seconds:.1f}s")
+    if calibration:
+        out_console.print(_calibration_line(calibration, settings.samples))
     if quality:
         out_console.print(f"KL causal {quality['kl_causal_mean']:.5f} (p99 {quality['kl_causal_p99']:.5f}), "
                           f"preview {quality['kl_preview_mean']:.5f}; top-1 agreement causal "
-                          f"{quality['top1_causal']:.3f}, preview {quality['top1_preview']:.3f}")
+                          f"{quality['top1_causal']:.3f}, preview {quality['top1_preview']:.3f} (a quick check on "
+                          f"{kl_samples} × {kl_len} held-out tokens; lower KL is better: `clover-local eval` "
+                          "measures on more)")
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
+
+
+EXPERT_PATHS = ("experts: gptq-routed = GPTQ on the calibration rows routed to the expert; rtn-few-rows = fewer "
+                "routed rows than --min-expert-rows, round-to-nearest; gptq-all = GPTQ on every row (--expert-stats "
+                "all)")
+
+
+def _calibration_line(calibration: dict, samples: int) -> str:
+    """What the run calibrated on, and why it is less than asked when the file ran out of text."""
+    seqs, seq_len = calibration.get("sequences"), calibration.get("seq_len")
+    line = (f"calibration: {seqs} sequence{'s' * (seqs != 1)} × {seq_len} tokens from {calibration.get('file')}")
+    if isinstance(seqs, int) and seqs < samples:
+        line += f" (--samples asked for {samples}: the file holds fewer tokens; a larger --calib gives more)"
+    left = calibration.get("conversations_left_out")
+    if left:
+        line += f"; {left} conversations the chat template cannot render were left out"
+    return line
 
 
 def interrupted_message(out: Path) -> str:
@@ -179,7 +205,6 @@ def _measure(pack: Path, ref: Path, console: Console, **kwargs) -> dict:
 def _record_quality(pack: Path, quality: dict) -> None:
     """Store measured quality in the manifest (the card is regenerated from it; neither changes a weight)."""
     from clover_local.pack.card import write_card
-    from clover_local.pack.manifest import Manifest
 
     manifest = Manifest.load(pack)
     manifest.quality.update(quality)
