@@ -102,3 +102,24 @@ def test_a_context_above_the_models_limit_is_refused_everywhere(capsys) -> None:
         assert len(err) == 1 and err[0].startswith("error: --context") and needle in err[0], (args, err)
     assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--context", "131072", "--json"]) == 0
     capsys.readouterr()
+
+
+def test_plans_advice_only_names_settings_that_can_work(capsys) -> None:
+    """`plan` said "raise --vram so more experts live on the device" to a host short of RAM (the host holds every
+    expert until all of them fit on the device) and "or lower --context" for a 9 GiB shortfall a 640 MiB KV cache
+    cannot make up."""
+    import json
+
+    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--ram", "8GB"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "use a machine with at least 17.5 GiB" in line and "helps only once every expert fits" in line, line
+    all_in = line.rsplit("device: ", 1)[1].rstrip(")")
+    assert run_cli(["plan", "synthetic:full", "--vram", all_in, "--ram", "8GB", "--json"]) == 0  # and it does
+    assert json.loads(capsys.readouterr().out)["fits"]
+    assert run_cli(["plan", "synthetic:full", "--vram", "4GB"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "give --vram 9.11 GiB more" in out and "lower --context" not in out, out
+    assert run_cli(["plan", "synthetic:full", "--vram", "3GB", "--context", "131072"]) == 2
+    assert capsys.readouterr().err.strip().endswith("or lower --context")
+    assert run_cli(["plan", "synthetic:full", "--vram", "2GB"]) == 2  # 640 MiB of KV cannot make up 1.56 GiB
+    assert "lower --context" not in capsys.readouterr().err

@@ -37,6 +37,12 @@ DEFAULT_PREFILL_SPAN = 4096
 ASSUMED_TOKENS_PER_PASS = 3.0
 
 
+def _or_lower_context(short: float, kv: float) -> str:
+    """" or lower --context" where a shorter KV cache could make up `short` bytes (all of it gone at most):
+    advice that cannot work is worse than none."""
+    return " or lower --context" if 0 < short <= kv else ""
+
+
 def expected_distinct(n_experts: int, top_k: int, rows: int) -> float:
     """Expected distinct experts one layer touches when `rows` rows each pick top_k of n uniformly."""
     if n_experts <= 0:
@@ -269,10 +275,11 @@ def make_plan(
         pass_set = expected_distinct(e, k, span) * n_layers
         plan.pcie_prefill_chunk = max(0.0, pass_set - plan.slots) * plan.slab_bytes
         if plan.slots < plan.block_set:
+            short = (plan.block_set - plan.slots) * plan.slab_bytes
             plan.warnings.append(
                 f"the {plan.slots} slots cannot hold a block's ≈{plan.block_set:.0f} experts: every pass will "
-                f"reload ≈{plan.block_set - plan.slots:.0f} of them; give {vram_flag} "
-                f"{fmt_bytes((plan.block_set - plan.slots) * plan.slab_bytes)} more or lower --context")
+                f"reload ≈{plan.block_set - plan.slots:.0f} of them; give {vram_flag} {fmt_bytes(short)} more"
+                + _or_lower_context(short, kv))
 
     # refusals, most basic first; each one line with the setting to change (notes are moot then)
     need_fixed = plan.device_fixed + plan.workspace
@@ -283,7 +290,8 @@ def make_plan(
             f"--context {context} ({fmt_bytes(kv)}), GDN states and their prompt snapshot "
             f"({fmt_bytes(2 * gdn + snapshot)}) and workspace "
             f"({fmt_bytes(plan.workspace)}) alone need {fmt_bytes(need_fixed)}; raise {vram_flag} to at least "
-            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)} or lower --context")
+            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)}"
+            + _or_lower_context(need_fixed + plan.min_slots * plan.slab_bytes - vram, kv))
     elif slots is not None and need_fixed + plan.slots * plan.slab_bytes > vram:
         plan.fits = False
         plan.refusal = (f"{slots} expert slots need {fmt_bytes(need_fixed + slots * plan.slab_bytes)} with the rest, "
@@ -294,7 +302,8 @@ def make_plan(
             f"{vram_flag} {fmt_bytes(vram)} leaves room for {plan.slots} expert slots after "
             f"{fmt_bytes(need_fixed)} of weights, caches and workspace; a pass needs at least {plan.min_slots} "
             f"(one layer's experts): raise {vram_flag} to at least "
-            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)} or lower --context")
+            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)}"
+            + _or_lower_context(need_fixed + plan.min_slots * plan.slab_bytes - vram, kv))
     elif ram is not None and plan.host_bytes > ram:
         plan.fits = False
         plan.refusal = (
@@ -302,8 +311,11 @@ def make_plan(
             f"{fmt_bytes(sum(host_kind.values()))} of embeddings"
             + (f", {fmt_bytes(cpu_kept)} of experts converted for the CPU" if cpu_kept else "")
             + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the "
-            f"runtime ({fmt_bytes(plan.host_bytes)} in all), but {ram_flag} is {fmt_bytes(ram)}; free memory, "
-            f"use a machine with more RAM, or raise {vram_flag} so more experts live on the device")
+            f"runtime ({fmt_bytes(plan.host_bytes)} in all), but {ram_flag} is {fmt_bytes(ram)}; free memory or "
+            f"use a machine with at least {fmt_bytes(plan.host_bytes)}"
+            # the host holds every expert's slab until all of them fit on the device: only then does VRAM help
+            + (f" (a larger {vram_flag} helps only once every expert fits on the device: "
+               f"{fmt_bytes(need_fixed + plan.experts_total * plan.slab_bytes)})" if plan.host_expert_bytes else ""))
     if not plan.fits:
         plan.warnings = []
     return plan
