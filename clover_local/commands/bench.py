@@ -108,13 +108,13 @@ def _print(r: dict) -> None:
     if pf is not None:
         top = ", ".join(f"{x['component']} {x['ms']:.0f}" for x in pf["components"][:3])
         c.print(f"prefill: {r['prefix']} tokens in {r['prefill_ms']:.0f} ms ({pf['tokens_per_s']:.0f} tok/s, "
-                f"{pf['chunks']} chunks" + ("" if pf["warmup_ms"] is None else
+                f"{pf['chunks']} chunk{'s' * (pf['chunks'] != 1)}" + ("" if pf["warmup_ms"] is None else
                                              f"; a {pf['warmup_tokens']}-token warm-up first: {pf['warmup_ms']:.0f} ms")
-                + f"); experts copied {pf['cache']['copied']} waited for, {pf['cache']['prefetched']} prefetched "
+                + f"); experts copied: {pf['cache']['copied']} waited for, {pf['cache']['prefetched']} prefetched "
                 f"({fmt_bytes(pf['cache']['bytes_h2d'])}); largest parts (ms): {top}")
     c.print(f"ms per pass: {r['ms_per_pass']:.2f} steady ({r['ms_per_call']:.2f} with its LM head), "
             f"{r['ms_per_pass_first']:.2f} first; "
-            f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass ({r['tokens_per_pass_source']})")
+            f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass, {r['tokens_per_pass_source']}")
     c.print(f"hit rate {r['hit_rate']} (first pass {r['hit_rate_first_pass']}, {r['misses_first_pass']} misses); "
             f"PCIe {fmt_bytes(r['pcie_bytes'])} at {r['pcie_gbps']} GB/s")
     hr = r["host_reads"]
@@ -131,7 +131,8 @@ def _print(r: dict) -> None:
     if r["resident_routing"]:
         c.print(f"resident routing: {r['substituted_per_steady_pass']} routing choices substituted per steady pass")
     c.print(f"device memory read per pass {fmt_bytes(r['device_bytes_per_pass'])}: floor {r['roofline_ms']:.3f} ms at "
-            f"{r['device_bandwidth_gbps']} GB/s ({r['bandwidth_source']}); measured/floor = {r['roofline_ratio']}")
+            f"{r['device_bandwidth_gbps']} GB/s, {r['bandwidth_source']}; the steady pass takes {r['roofline_ratio']}× "
+            "that floor")
     c.print(_component_table(r, c))
     pr = r["projection_5070ti"]
     if _gpu_timed(r):

@@ -696,7 +696,8 @@ def _merged_summary(recs: list, block2: list, commit2, graphs: dict, rows: int, 
     steady, n = _later_passes(block2, rows, tpp)
     block_ms = ms + (n - 1) * steady
     return {
-        **graphs, "each": each, "ms": round(ms, 3), "replayed": bool(stood),
+        "graphs": graphs,  # the merged pass's CUDA graphs ("enabled": false on a CPU; the pass still ran)
+        "each": each, "ms": round(ms, 3), "replayed": bool(stood),
         "separate_ms": round(commit2.ms + block2[0].ms, 3),  # the commit and first pass it stands for
         "uses_vs_separate": [recs[-1].uses, commit2.uses + block2[0].uses],
         "block_ms": round(block_ms, 3), "tokens_per_s": round(rows * 1e3 / block_ms, 2),
