@@ -142,8 +142,8 @@ def demo(
         raise CloverError(f"--prompt is empty: give the chat turn a message (default: {DEMO_PROMPT!r})")
     t0 = time.perf_counter()
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
-    console = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    console = Console(highlight=False, soft_wrap=not interactive)
+    err = Console(stderr=True, highlight=False, soft_wrap=not interactive)  # piped: paths whole, one line each
     say = console.print if interactive else err.print
     src = Path(source).expanduser() if source else tiny_source()
     if not (src / "config.json").is_file():
