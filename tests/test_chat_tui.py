@@ -8,6 +8,7 @@ Also: the pieces the display is made of (thinking/answer split, Markdown settlin
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from clover_local.chat.display import MarkdownSettler
 from clover_local.chat.turn import ReasoningSplitter, prompt_opens_thinking
 
 REPO = Path(__file__).resolve().parents[1]
-SUMMARY = re.compile(r"\d+ tokens · \d+ passes · [\d.]+ tok/pass")
+SUMMARY = re.compile(r"[\d,]+ tokens? · [\d,]+ pass(?:es)? · [\d.]+ tok/pass")
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -123,7 +124,7 @@ def test_chat_in_a_real_terminal(make_checkpoint, tmp_path):
         screen = pane.wait_text("stopped (Ctrl-C)", 30)
         screen = pane.wait(lambda s: len(SUMMARY.findall(s)) >= 3 and s.rstrip().endswith("you ›"),
                            "the prompt after Ctrl-C", 30)
-        kept = int(re.search(r"kept (\d+) tokens", screen).group(1))
+        kept = int(re.search(r"kept ([\d,]+) tokens?", screen).group(1).replace(",", ""))
         assert 0 < kept < 4000
 
         # 4. bad input to a slash command: one line, the chat goes on
@@ -175,6 +176,45 @@ def test_chat_ctrl_d_and_multiline(make_checkpoint, tmp_path):
         pane.send("C-d")
         screen = pane.wait_text("CHAT-EXITED 0", 30)
         assert "bye" in screen and "Traceback" not in screen
+    finally:
+        pane.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (CI: apt-get install -y tmux)")
+def test_chat_at_80_columns_holds_back_what_is_typed_during_an_answer(make_checkpoint, tmp_path):
+    """At 80 columns: /help's descriptions wrap inside their column; the live status line fits on one line;
+    what is typed while an answer is drawn is not echoed into it (the echo used to land inside the live region,
+    which then left frozen `block … · pass …` lines behind) nor sent: a note names it, and the chat goes on."""
+    ckpt = make_checkpoint(seed=5)
+    env = _env(tmp_path, CLOVER_LOCAL_PASS_DELAY="0.04")
+    cmd = (f"{shlex.quote(sys.executable)} -m clover_local chat {shlex.quote(str(ckpt))} --device cpu "
+           f"--dtype float32 --max-tokens 64; echo CHAT-EXITED $?; sleep 600")
+    pane = Pane(cmd, env, width=80, height=30)
+    try:
+        pane.wait_text("you ›", timeout=90)
+        pane.type("/help")
+        screen = pane.wait_text("/exit ")
+        table = screen[screen.index("  /help "):screen.index("  /exit ")].splitlines()
+        assert len(table) > 11 and all(line.startswith("  ") for line in table), table  # wrapped in its column
+
+        pane.type("tell me a story")
+        live = pane.wait(lambda s: re.search(r"block \d+ · pass \d+", s) is not None, "a block being denoised",
+                         30, history=False)
+        status = [line for line in live.splitlines() if "tok/pass" in line]
+        assert len(status) == 1 and status[0].rstrip().endswith("Ctrl-C stops"), live  # one line, not wrapped
+        pane.type("clear")
+        pane.type("/think off")
+        screen = pane.wait(lambda s: len(SUMMARY.findall(s)) >= 1 and s.rstrip().endswith("you ›"), "the answer", 60)
+        answer = screen[screen.index("you › tell me a story"):]
+        assert 'not sent (typed while the answer was drawn): "clear", "/think off"' in answer.replace("\n", " ")
+        before_note = answer[:answer.index("not sent")]
+        assert "clear" not in before_note and "/think" not in before_note  # not echoed into the answer
+        assert not re.search(r"block \d+ · pass|revealed|Ctrl-C stops", answer)  # nothing of the live region left
+        assert not any(line.strip() == "stops" for line in screen.splitlines())
+        pane.type("/think")
+        pane.wait_text("thinking on, shown")  # the `/think off` typed during the answer was not run
+        pane.type("/exit")
+        assert "Traceback" not in pane.wait_text("CHAT-EXITED 0", 30)
     finally:
         pane.close()
 
@@ -286,7 +326,7 @@ def test_live_view_draws_the_block_as_cells():
     from clover_local.generate.events import PassDone, Reveal
 
     words = {1: "Hello", 2: " world", 3: "\n", 4: "<|im_end|>"}
-    view = TurnView(lambda i: words[i], block_size=8, show_thinking=True, status=lambda: Text("STATUS"), width=80)
+    view = TurnView(lambda i: words[i], block_size=8, show_thinking=True, status=lambda width: Text("STATUS"), width=80)
     out = view.on_text("I should greet.\nThen", "", True, 6)
     assert [r.plain for r in out] == ["thinking", "┊ I should greet."]  # settled lines print for good
     view.on_pass(PassDone(2, 0, [Reveal(1, 1, 0.97), Reveal(4, 4, 0.3)], [None, 1, None, None, 4, None, None, None], 0))
@@ -318,7 +358,7 @@ def test_live_view_shows_a_long_prompt_being_read():
     from clover_local.chat.turn import TurnStats
     from clover_local.generate.events import BlockCommitted, PassDone, PrefillProgress
 
-    view = TurnView(str, block_size=4, show_thinking=True, status=lambda: Text("STATUS"), width=80)
+    view = TurnView(str, block_size=4, show_thinking=True, status=lambda width: Text("STATUS"), width=80)
     stats = TurnStats(prompt_tokens=3000)
 
     def draw() -> list[str]:
@@ -424,3 +464,160 @@ def test_decode_thread_interrupt_stops_a_long_prefill_at_once():
     assert time.perf_counter() - t0 < 1.0 and not t._thread.is_alive()
     assert seen == ["interrupted", "cleaned up"]
     t.interrupt()  # after the end: nothing to interrupt, no error
+
+
+def _chat(make_checkpoint, interactive: bool, width: int = 80):
+    from rich.console import Console
+
+    from clover_local.chat.app import ChatApp
+    from clover_local.chat.conversation import ChatSettings
+    from clover_local.loader import load
+
+    screen = io.StringIO()
+    loaded = load(str(make_checkpoint(seed=7)), "cpu", "float32")
+    app = ChatApp(loaded, "test", ChatSettings(), interactive=interactive,
+                  console=Console(file=screen, width=width, force_terminal=True, color_system=None))
+    return app, screen
+
+
+def test_status_line_fits_the_width_and_shows_a_prompt_being_read(make_checkpoint, monkeypatch):
+    """The live status line is one line at any width (shortened, then parts dropped; at 80 columns the Ctrl-C
+    hint stays whole: it wrapped, leaving `stops` alone); while a long prompt is read it shows how far, not an
+    answer's zero rates; counts of one are singular."""
+    from rich.console import Console
+
+    import clover_local.chat.app as chat_app
+    from clover_local.chat.display import TurnView
+    from clover_local.chat.turn import TurnStats
+    from clover_local.generate.events import BlockCommitted, PassDone, PrefillProgress, Reveal
+
+    app, _ = _chat(make_checkpoint, interactive=True)
+    monkeypatch.setattr(chat_app, "gpu_memory", lambda model: (3 * 2**30, 16 * 2**30))
+    monkeypatch.setattr(app, "_runtime_stats", lambda: {"hit_rate": 0.97})
+    bs = app.decoder.block_size
+    stats = TurnStats(prompt_tokens=3000 * bs + 5, started=time.perf_counter() - 60)
+    view = TurnView(str, bs, True, status=lambda width: app._status(stats, view, width), width=80)
+
+    def region(width: int) -> list[str]:
+        console = Console(width=width, record=True, force_terminal=True)
+        console.print(view)
+        return console.export_text().splitlines()
+
+    for ev in (PrefillProgress(0, 3000 * bs), PrefillProgress(1380 * bs, 3000 * bs)):
+        view.on_prefill(ev)
+        stats.on_event(ev)
+    line = app._status(stats, view, 200).plain
+    assert line.startswith("● reading the prompt: 46% · expert cache 97% · GPU 3.0/16.0 GiB")
+    assert "tok/s" not in line and "0 passes" not in line
+    assert region(80)[-1] == line and all(len(row) <= 80 for row in region(80))
+    # the same prompt after a turn that prefilled 16 tokens of it
+    stats = TurnStats(prompt_tokens=3000 * bs + 5, started=time.perf_counter() - 60)
+    view.on_prefill(PrefillProgress(1380 * bs, 3000 * bs - 16))
+    assert "· 16 tokens resumed from the last turn ·" in app._status(stats, view, 200).plain
+
+    view.on_pass(PassDone(0, 0, [Reveal(0, 7, 0.9)], [7] + [None] * (bs - 1), 0))
+    stats.on_event(PassDone(0, 0, [], [], 0))
+    full = app._status(stats, view, 200).plain
+    assert full.startswith("● ") and "1 token, 1 pass ·" in full and full.endswith("   Ctrl-C stops")
+    for ev in [BlockCommitted(0, list(range(bs)), 1)] * 150:
+        stats.on_event(ev)
+    stats.passes = 1234
+    full = app._status(stats, view, 200).plain
+    assert "1,201 tokens, 1,234 passes · expert cache 97% · GPU 3.0/16.0 GiB   Ctrl-C stops" in full
+    assert len(full) > 80  # what wrapped at 80 columns
+    at80 = app._status(stats, view, 80).plain
+    assert len(at80) <= 80 and at80.endswith("Ctrl-C stops") and "tok/s" in at80 and "tok/pass" in at80
+    for width in (60, 40, 20, 8):
+        assert len(app._status(stats, view, width).plain) <= width
+    rows = region(80)
+    assert rows[-1] == at80 and all(len(row) <= 80 for row in rows)
+
+
+def test_prompt_progress_keeps_what_is_left_at_80_columns():
+    """The bar shrinks (then the rate goes) before the time left is cut (it read `3 …`)."""
+    from clover_local.chat.display import prefill_line
+    from clover_local.generate.events import PrefillProgress
+
+    ev = PrefillProgress(11_264, 23_984)
+    assert len(prefill_line(ev, 2.1).plain) > 80  # unfitted: longer than the terminal
+    line = prefill_line(ev, 2.1, max_width=80).plain
+    assert len(line) <= 80 and line.endswith("11,264/23,984 tokens · 5,364 tok/s · 2 s left")
+    line = prefill_line(ev, 2.1, max_width=60).plain
+    assert len(line) <= 60 and line.endswith("11,264/23,984 tokens · 2 s left")
+
+
+def test_help_wraps_its_descriptions_in_their_column():
+    from rich.console import Console
+
+    from clover_local.chat.app import HELP_COMMANDS, help_text
+
+    console = Console(width=80, record=True)
+    console.print(help_text())
+    lines = console.export_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("  /help "))
+    table = lines[first:next(i for i, line in enumerate(lines) if line.startswith("  /exit ")) + 1]
+    assert len(table) > len(HELP_COMMANDS)  # some descriptions wrapped ...
+    assert all(line.startswith("  /") or line.startswith(" " * 20) for line in table)  # ... under themselves
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+
+
+def test_stats_shows_a_few_runtime_figures_and_all_of_them_on_request(make_checkpoint, monkeypatch, capsys):
+    """/stats: the hit rate, copies and bytes over PCIe (not the runtime's ~30 counters: `/stats all`)."""
+    import clover_local.chat.app as chat_app
+
+    counters = {"device": "cuda:0", "slots": 120, "resident": 120, "experts_total": 256, "expert_uses": 4000,
+                "hits": 3600, "misses": 400, "copied": 310, "bytes_h2d": 3 * 2**30 + 2**29, "hit_rate": 0.9,
+                "pinned_evictions": 2, "read_through_error": "no host reads", "host_reads_on": False,
+                "layers": [{"hits": 1}]}
+    monkeypatch.setattr(chat_app, "runtime_stats", lambda model: dict(counters))
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/stats")
+    err = capsys.readouterr().err
+    assert "expert cache hit rate: 90%\n" in err and "expert cache misses: 400 of 4,000 expert uses" in err
+    assert "experts resident: 120 of 256 (120 slots)" in err and "expert copies: 310 (3.5 GiB over PCIe)" in err
+    assert "pinned_evictions" not in err and "read_through_error" not in err and "/stats all" in err
+    app.command("/stats all")
+    err = capsys.readouterr().err
+    assert "  pinned_evictions: 2" in err and "  read_through_error: no host reads" in err
+    assert "layers" not in err  # nested tables: bench's
+
+
+def test_typed_lines_are_what_a_person_meant():
+    from clover_local.chat.app import typed_lines
+
+    assert typed_lines(b"clear\r/think off\n") == ["clear", "/think off"]
+    assert typed_lines(b"\x1b[A\x1b[Bab\x7fc\x04\n\n  \n") == ["ac"]  # arrows, a backspace, Ctrl-D, blank lines
+    assert typed_lines("héllo".encode()) == ["héllo"]
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals")
+def test_held_keys_are_not_echoed_and_are_read_back():
+    """`HeldKeys` (around an answer): the terminal echoes nothing typed meanwhile, gives it back at the end, and
+    is as it was afterwards (echo and line editing on, for the next prompt)."""
+    import termios
+
+    from clover_local.chat.app import HeldKeys
+
+    master, slave = os.openpty()
+    try:
+        stream = os.fdopen(slave, "rb", buffering=0, closefd=False)
+        before = termios.tcgetattr(slave)
+        assert before[3] & termios.ECHO
+        with HeldKeys(stream) as held:
+            assert not termios.tcgetattr(slave)[3] & (termios.ECHO | termios.ICANON)
+            os.write(master, b"clear\r/think off\r")
+            time.sleep(0.2)
+        assert held.lines == ["clear", "/think off"]
+        assert termios.tcgetattr(slave) == before
+        os.set_blocking(master, False)
+        try:
+            echoed = os.read(master, 1000)
+        except BlockingIOError:
+            echoed = b""
+        assert b"clear" not in echoed
+        with HeldKeys(io.StringIO()) as held:  # not a terminal: nothing to do
+            pass
+        assert held.lines == []
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -170,8 +170,8 @@ def chat(monkeypatch, capsys, model, lines: str, *extra: str) -> tuple[int, str,
 
 
 def test_chat_stats_read_the_runtime(pack, monkeypatch, capsys):
-    code, out, err = chat(monkeypatch, capsys, pack, "hello\n/stats\n", "--vram-budget", budget_for(pack, 12, 128),
-                          "--context", "128")
+    code, out, err = chat(monkeypatch, capsys, pack, "hello\n/stats all\n", "--vram-budget",
+                          budget_for(pack, 12, 128), "--context", "128")
     assert code == 0 and "Traceback" not in err
     assert "context used:" in err and "of 128" in err
     hit = [x for x in err.splitlines() if x.startswith("expert cache hit rate:")]

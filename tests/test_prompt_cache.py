@@ -199,6 +199,61 @@ def test_stopping_early_keeps_the_saved_prefix(loaded):
     assert fin.stats.reused_tokens == 16
 
 
+def interrupted_answer(loaded, prompt: list[int], pc: PromptCache, monkeypatch, at: tuple[object, str],
+                       after_passes: int) -> list[int]:
+    """An answer to `prompt` that Ctrl-C stops mid-answer, as chat's does: KeyboardInterrupt raised inside the
+    decoder (`DecodeThread.interrupt`), here from `at` (an object and the name of its method, which raises once
+    `after_passes` preview passes ran). The tokens committed before it."""
+    passes, out = [], []
+    obj, name = at
+    real = getattr(obj, name)
+
+    def interrupting(*args, **kwargs):
+        if len(passes) >= after_passes:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    settings = DecodeSettings(max_new_tokens=40, threshold=0.9, stop_token_ids=[])
+    with pytest.raises(KeyboardInterrupt):
+        for event in dec.generate(prompt, settings, reuse=pc):
+            if isinstance(event, PassDone):
+                passes.append(event)
+                if len(passes) == after_passes:
+                    monkeypatch.setattr(obj, name, interrupting)
+            elif isinstance(event, BlockCommitted):
+                out += event.token_ids
+    monkeypatch.setattr(obj, name, real)
+    assert out, "interrupted before the first commit: not mid-answer"
+    return out
+
+
+def test_an_interrupted_answer_keeps_the_saved_prefix(loaded, monkeypatch):
+    """Ctrl-C mid-answer is a stop, not a failure: the next prompt (which extends this one) resumes the prefill
+    (it was saved before the answer began), and decodes what a fresh prefill does."""
+    pc, first = PromptCache(), ids(loaded, 21, 23)
+    model = loaded.model
+    out = interrupted_answer(loaded, first, pc, monkeypatch, (model, "forward"), after_passes=6)
+    assert pc.saved_tokens == 16
+    prompt2 = first + out + ids(loaded, 9, 24)
+    two = decode(loaded, prompt2, pc)
+    assert two.stats.reused_tokens == 16 and pc.stats.hits == 1
+    assert two.token_ids == decode(loaded, prompt2).token_ids
+
+
+def test_an_answer_interrupted_inside_a_runtime_pass_keeps_the_saved_prefix(offloaded, monkeypatch):
+    """The same with the offloading runtime, the interrupt landing inside a pass (in its MoE): the runtime
+    abandons the pass, and the arena's saved prefix resumes as from a fresh prefill."""
+    pc, first = PromptCache(), ids(offloaded, 21, 25)
+    rt = offloaded.model.runtime
+    out = interrupted_answer(offloaded, first, pc, monkeypatch, (rt, "run_experts"), after_passes=6)
+    assert pc.saved_tokens == 16
+    prompt2 = first + out + ids(offloaded, 9, 26)
+    two = decode(offloaded, prompt2, pc)
+    assert two.stats.reused_tokens == 16
+    assert two.token_ids == decode(offloaded, prompt2).token_ids  # (after: a fresh cache takes the arena over)
+
+
 # ---------------------------------------------------------------------------------------------- the cache
 
 
@@ -259,6 +314,11 @@ def test_shipped_tiny_chat_resumes_each_turn(tiny, capsys):
     err = capsys.readouterr().err
     assert f"prompt reused: {app.last.reused_tokens} of {app.last.prompt_tokens} tokens" in err
     assert "prompt cache: 1 of 2 answers resumed" in err
+    # the prompt's parts add up: reused + read (prefilled now) + the tail that opened the answer's first block
+    bs = tiny.config.diffusion.block_size
+    read, tail = app.last.prompt_tokens // bs * bs - app.last.reused_tokens, app.last.prompt_tokens % bs
+    after = f" (+ {tail} in the answer's first block)" if tail else ""
+    assert read > 1 and f"prompt read: {read} tokens{after}\n" in err
 
 
 def test_chat_goes_on_across_a_failed_turn(tiny, monkeypatch, capsys):
@@ -281,6 +341,47 @@ def test_chat_goes_on_across_a_failed_turn(tiny, monkeypatch, capsys):
     assert tiny.tokenizer.decode(scratch_answer(app)).lstrip("\n") == app.conv.messages[-1]["content"]
     app.ask("count x in x y x")
     assert app.last.reused_tokens > 0
+
+
+def test_chat_resumes_after_an_answer_stopped_with_ctrl_c(tiny, monkeypatch):
+    """Ctrl-C mid-answer in the terminal chat (its live display, the decoder on its own thread, interrupted
+    there) keeps the prompt's prefill: the next turn resumes it and answers as from scratch; /stats says so."""
+    import time
+
+    from rich.console import Console
+
+    from clover_local.chat.app import ChatApp
+    from clover_local.chat.conversation import ChatSettings
+    from clover_local.chat.display import TurnView
+
+    screen = io.StringIO()
+    app = ChatApp(tiny, "test", ChatSettings(think=False, max_tokens=200), interactive=True,
+                  console=Console(file=screen, force_terminal=True, width=80))
+    real_forward, real_on_pass = tiny.model.forward, TurnView.on_pass
+    state = {"passes": 0}
+
+    def slow(ids_, cache=None, preview=False, rows=None):  # the decoder is mid-pass when Ctrl-C comes
+        if preview:
+            time.sleep(0.02)
+        return real_forward(ids_, cache, preview, rows)
+
+    def ctrl_c(view, ev):  # Ctrl-C at the consumer, on the fourth pass drawn
+        state["passes"] += 1
+        if state["passes"] == 4:
+            raise KeyboardInterrupt
+        real_on_pass(view, ev)
+
+    monkeypatch.setattr(tiny.model, "forward", slow)
+    monkeypatch.setattr(TurnView, "on_pass", ctrl_c)
+    first = app.ask("reverse a b c d e f g h i j k l m n o p")
+    monkeypatch.undo()
+    assert first is not None and first.stop_reason == "cancelled" and "stopped (Ctrl-C)" in screen.getvalue()
+    assert app.conv.messages[-1].get("interrupted") is True and app.prompt_cache.saved_tokens > 0
+    second = app.ask("count a in a b a c a")
+    assert second is not None and second.reused_tokens == app.prompt_cache.stats.last_reused > 0
+    assert tiny.tokenizer.decode(scratch_answer(app)).lstrip("\n") == app.conv.messages[-1]["content"]
+    app.command("/stats")
+    assert "1 of 2 answers resumed" in screen.getvalue()
 
 
 def test_serve_worker_resumes_consecutive_requests(tiny):

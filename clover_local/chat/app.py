@@ -4,22 +4,26 @@ without a terminal), keep the conversation.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from clover_local.chat.conversation import (SETTABLE, ChatSettings, Conversation, describe_settings,
                                            restore_settings, set_value)
-from clover_local.chat.display import TurnView, think_lines
-from clover_local.chat.stats import format_gib, format_hit_rate, gpu_memory, runtime_stats, scalar_stats
+from clover_local.chat.display import Part, TurnView, fit_parts, plural, think_lines
+from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, key_stats, runtime_stats,
+                                     scalar_stats)
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
                                     history_tokens, is_out_of_memory, release_memory)
 from clover_local.errors import CloverError
@@ -27,29 +31,118 @@ from clover_local.paths import cache_root
 from clover_local.text_files import read_text_file
 from clover_local.generate.events import BlockCommitted, Finished, PassDone, PrefillProgress
 
-HELP = (
+HELP_INTRO = (
     "[bold]Type a message[/] and press Enter. Multi-line: end a line with [bold]\\\\[/] to continue on the next, "
     "or start with [bold]\"\"\"[/] and end with [bold]\"\"\"[/]. Up/Down recall earlier input. [bold]Ctrl-C[/] "
-    "stops an answer (the conversation is kept); [bold]Ctrl-D[/] or [bold]/exit[/] quits.\n\n"
-    "  /help              this help\n"
-    "  /think on|off      let the model think first (the chat template's enable_thinking)\n"
-    "  /think show|hide   thinking shown dimmed, or one summary line (show: expands the last)\n"
-    "  /set NAME VALUE    threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1\n"
-    "  /set               show the settings\n"
-    "  /reset             forget the conversation (settings stay)\n"
-    "  /save FILE         save the conversation as JSON\n"
-    "  /load FILE         continue a conversation saved with /save (or {\"messages\": [...]})\n"
-    "  /file PATH [ASK]   send a text file as your message, with ASK after it (a document to ask about)\n"
-    "  /stats             speed, tokens per pass, expert cache and memory figures\n"
-    "  /exit              quit (also /quit, Ctrl-D)\n\n"
+    "stops an answer (the conversation is kept); [bold]Ctrl-D[/] or [bold]/exit[/] quits."
+)
+HELP_COMMANDS: list[tuple[str, str]] = [
+    ("/help", "this help"),
+    ("/think on|off", "let the model think first (the chat template's enable_thinking)"),
+    ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
+    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1"),
+    ("/set", "show the settings"),
+    ("/reset", "forget the conversation (settings stay)"),
+    ("/save FILE", "save the conversation as JSON"),
+    ("/load FILE", "continue a conversation saved with /save (or {\"messages\": [...]})"),
+    ("/file PATH [ASK]", "send a text file as your message, with ASK after it (a document to ask about)"),
+    ("/stats [all]", "speed, tokens per pass, prompt reuse, expert cache and memory (all: every runtime counter)"),
+    ("/exit", "quit (also /quit, Ctrl-D)"),
+]
+HELP_OUTRO = (
     "The block being denoised is drawn as cells: ░ still masked, coloured once revealed from red (unsure) to "
     "green (confident), underlined if the last pass revealed it. Each pass reveals every position at least "
     "`threshold`-confident, so a lower threshold gives more tokens per pass (and more mistakes)."
 )
 
+
+def help_text() -> Group:
+    """/help: the commands as a two-column table, so a description that wraps stays in its column (printed as
+    one string, it wrapped to column 0 at 80 columns)."""
+    table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for command, what in HELP_COMMANDS:
+        table.add_row(Text(command), Text(what))
+    return Group(Text.from_markup(HELP_INTRO), Text(), Padding(table, (0, 0, 0, 2)), Text(),
+                 Text.from_markup(HELP_OUTRO))
+
+
 PROMPT = "\001\x1b[1;36m\002you ›\001\x1b[0m\002 "
 CONTINUE = "\001\x1b[2m\002  … \001\x1b[0m\002"
 PLAIN_PROMPT = "you › "
+
+
+_ESCAPES = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|O.|.)?")  # arrow keys, function keys, Alt-…
+
+
+def typed_lines(data: bytes) -> list[str]:
+    """What keystrokes typed, as the lines a person meant: escape sequences (arrows) and control characters
+    dropped, backspaces applied, blank lines left out."""
+    text = _ESCAPES.sub("", data.decode("utf-8", "replace"))
+    lines = []
+    for raw in re.split(r"[\r\n]", text):
+        kept: list[str] = []
+        for ch in raw:
+            if ch in "\x7f\b":
+                if kept:
+                    kept.pop()
+            elif ch.isprintable():
+                kept.append(ch)
+        line = "".join(kept).strip()
+        if line:
+            lines.append(line)
+    return lines
+
+
+class HeldKeys:
+    """While an answer is drawn, keystrokes are not echoed, and are read back (then dropped) at its end.
+
+    Why: the terminal echoes what is typed where the cursor is, inside the live region; Rich then moves the
+    cursor back up over the lines it drew, not over the echo (nor the line an Enter added), so typed text ended
+    up inside the answer and frozen lines of the live region (`reading the prompt …`, `block 0 · pass 0`) were
+    left in the transcript. Input typed during an answer is not sent: the chat names it in a note instead (an
+    Enter pressed while an answer runs is rarely meant for the next one). Ctrl-C still stops the answer (ISIG is
+    left on). A no-op when stdin is not a terminal."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stdin
+        self.lines: list[str] = []  # what was typed, once the context is left
+        self._fd: int | None = None
+        self._saved: list | None = None
+
+    def __enter__(self) -> HeldKeys:
+        try:
+            import termios
+
+            fd = self.stream.fileno()
+            if not os.isatty(fd):
+                return self
+            self._saved = termios.tcgetattr(fd)
+            quiet = termios.tcgetattr(fd)
+            quiet[3] &= ~(termios.ECHO | termios.ICANON)  # not echoed; readable as typed (no line editing)
+            quiet[6][termios.VMIN], quiet[6][termios.VTIME] = 0, 0  # a read returns at once
+            termios.tcsetattr(fd, termios.TCSANOW, quiet)
+            self._fd = fd
+        except (ImportError, OSError, ValueError, AttributeError):  # no termios (Windows), no real stdin
+            self._fd = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is None:
+            return
+        import termios
+
+        data = b""
+        try:
+            while chunk := os.read(self._fd, 4096):
+                data += chunk
+        except OSError:
+            pass
+        finally:
+            termios.tcsetattr(self._fd, termios.TCSANOW, self._saved)
+            self._fd = None
+        self.lines = typed_lines(data)
 
 
 class ChatApp:
@@ -191,10 +284,7 @@ class ChatApp:
         if name in ("/exit", "/quit", "/q"):
             return False
         if name in ("/help", "/?"):
-            if self.interactive:
-                self.console.print(HELP)
-            else:
-                self.err.print(HELP)
+            (self.console if self.interactive else self.err).print(help_text())
         elif name == "/think":
             self._think(rest)
         elif name == "/set":
@@ -213,7 +303,7 @@ class ChatApp:
                 raise CloverError("/load needs a file name, e.g. /load chat.json")
             self.load_conversation(Path(rest))
         elif name == "/stats":
-            self._stats()
+            self._stats(rest.lower())
         elif name == "/file":
             self._send_file(rest)
         else:
@@ -285,30 +375,38 @@ class ChatApp:
         self.note(f"{parts[0].replace('-', '_').lower()} = {value:g}" if isinstance(value, float)
                   else f"{parts[0].replace('-', '_').lower()} = {value}")
 
-    def _stats(self) -> None:
+    def _stats(self, arg: str = "") -> None:
+        """/stats: this session's figures and the runtime's few that a user acts on; `/stats all` adds every
+        runtime counter (the ~30 kept for `bench`)."""
+        if arg not in ("", "all"):
+            raise CloverError(f"/stats takes nothing or 'all'; not {arg!r}")
         t = self.totals
         rows: list[tuple[str, str]] = [
-            ("turns this session", str(t["turns"])),
-            ("tokens", str(t["tokens"])),
-            ("passes", str(t["passes"])),
+            ("turns this session", f"{t['turns']:,}"),
+            ("tokens", f"{t['tokens']:,}"),
+            ("passes", f"{t['passes']:,}"),
             ("tokens/pass", f"{t['tokens'] / t['passes']:.2f}" if t["passes"] else "—"),
             ("tokens/s", f"{t['tokens'] / t['seconds']:.1f}" if t["seconds"] else "—"),
-            ("answers stopped", str(t["stopped"])),
+            ("answers stopped", f"{t['stopped']:,}"),
         ]
         if self.last is not None:
             ls = self.last
-            rows += [("last answer", f"{ls.tokens} tokens, {ls.passes} passes, {ls.tokens_per_pass:.2f} tokens/pass, "
-                                     f"{ls.tokens_per_second:.1f} tokens/s, {ls.stop_reason}"),
-                     ("prompt reused", f"{ls.reused_tokens} of {ls.prompt_tokens} tokens (not prefilled again)"),
-                     *([("prompt read", f"{ls.prefilled} tokens in {ls.prefill_seconds:.1f} s")] if ls.prefilled
-                       else []),
-                     ("context used", f"{ls.prompt_tokens + ls.tokens} of {self.loaded.config.max_context}")]
+            rows += [("last answer", f"{plural(ls.tokens, 'token')}, {plural(ls.passes, 'pass', 'passes')}, "
+                                     f"{ls.tokens_per_pass:.2f} tokens/pass, {ls.tokens_per_second:.1f} tokens/s, "
+                                     f"{ls.stop_reason}"),
+                     *self._prompt_rows(ls),
+                     ("context used", f"{ls.prompt_tokens + ls.tokens:,} of {self.loaded.config.max_context:,}")]
         pc = self.prompt_cache.stats
-        rows.append(("prompt cache", f"{pc.hits} of {pc.lookups} answers resumed, {pc.reused_tokens} tokens reused"))
+        rows.append(("prompt cache", f"{pc.hits} of {plural(pc.lookups, 'answer')} resumed, "
+                                     f"{plural(pc.reused_tokens, 'token')} reused"))
         rt = runtime_stats(self.loaded.model)
-        rows.append(("expert cache hit rate", format_hit_rate(rt)))
-        for k, v in scalar_stats(rt).items():
-            rows.append((f"  {k}", "—" if v is None else str(v)))
+        rows += key_stats(rt)
+        if arg == "all":
+            rows.append(("runtime counters", "" if rt else "— (no offloading runtime)"))
+            for k, v in scalar_stats(rt).items():
+                rows.append((f"  {k}", "—" if v is None else str(v)))
+        elif rt:
+            rows.append(("", "(/stats all: every runtime counter)"))
         mem = gpu_memory(self.loaded.model)
         rows.append(("GPU memory", f"{format_gib(mem[0])} / {format_gib(mem[1])} GiB" if mem else "— (not on CUDA)"))
         if self.interactive:
@@ -316,11 +414,24 @@ class ChatApp:
             table.add_column(style="grey62")
             table.add_column()
             for k, v in rows:
-                table.add_row(k, v)
+                table.add_row(Text(k), Text(v))
             self.console.print(table)
         else:
             for k, v in rows:
-                print(f"{k}: {v}", file=sys.stderr)
+                print(f"{k}: {v}" if k else v, file=sys.stderr)
+
+    def _prompt_rows(self, ls: TurnStats) -> list[tuple[str, str]]:
+        """The last prompt's tokens, in parts that add up: resumed from the turn before + read (prefilled) now
+        + the tail that opens the answer's first block (a prompt is prefilled in whole blocks; what is left of
+        it goes through the answer's passes with the first generated tokens)."""
+        bs = self.decoder.block_size
+        total, reused = ls.prompt_tokens, ls.reused_tokens
+        read = total // bs * bs - reused
+        tail = total - reused - read
+        took = f" in {ls.prefill_seconds:.1f} s" if ls.prefilled else ""
+        after = f" (+ {tail:,} in the answer's first block)" if tail else ""
+        return [("prompt reused", f"{reused:,} of {plural(total, 'token')} (from the last turn)"),
+                ("prompt read", f"{plural(read, 'token')}{took}{after}")]
 
     # ------------------------------------------------------------------ one answer
     def ask(self, text: str) -> TurnStats | None:
@@ -380,26 +491,38 @@ class ChatApp:
         self.totals["stopped"] += int(stopped)
         return stats
 
-    def _status(self, stats: TurnStats, view: TurnView | None = None) -> Text:
-        live_tokens = stats.tokens + (view.cells.revealed if view is not None else 0)
-        secs = stats.decode_seconds
-        t = Text()
-        if view is not None:
-            t.append("● ", style="green")
-        t.append(f"{live_tokens / secs if secs > 0 else 0:.1f} tok/s", style="bold")
-        t.append(" · ", style="grey50")
-        t.append(f"{live_tokens / stats.passes if stats.passes else 0:.2f} tok/pass", style="bold")
-        t.append(" · ", style="grey50")
-        t.append(f"{live_tokens} tokens, {stats.passes} passes", style="grey70")
-        t.append(" · ", style="grey50")
-        t.append(f"expert cache {format_hit_rate(self._runtime_stats())}", style="grey70")
+    def _status(self, stats: TurnStats, view: TurnView | None = None, width: int = 200) -> Text:
+        """The live status line, fitted to `width` (one line: a wrapped one left `stops` alone at 80 columns):
+        the counts, the expert cache and the GPU shortened, then dropped, the Ctrl-C hint last. While a long
+        prompt is read: how far it is, not an answer's zero rates."""
+        parts: dict[str, Part] = {"dot": Part(("● ",), "green", sep="")} if view is not None else {}
+        reading = view.prefill if view is not None else None
+        if reading is not None and not stats.passes:
+            bs = self.decoder.block_size
+            resumed = stats.prompt_tokens // bs * bs - reading.total
+            pct = 100 * reading.done // reading.total if reading.total else 100
+            parts["rate"] = Part((f"reading the prompt: {pct}%", f"reading {pct}%"), "bold", sep="")
+            if resumed > 0:
+                parts["counts"] = Part((f"{plural(resumed, 'token')} resumed from the last turn",
+                                        f"{resumed:,} resumed", ""), "grey70")
+        else:
+            live_tokens = stats.tokens + (view.cells.revealed if view is not None else 0)
+            secs = stats.decode_seconds
+            parts["rate"] = Part((f"{live_tokens / secs if secs > 0 else 0:.1f} tok/s",), "bold", sep="")
+            parts["per_pass"] = Part((f"{live_tokens / stats.passes if stats.passes else 0:.2f} tok/pass",), "bold")
+            parts["counts"] = Part((f"{plural(live_tokens, 'token')}, {plural(stats.passes, 'pass', 'passes')}",
+                                    plural(live_tokens, "token"), ""), "grey70")
+        rate = format_hit_rate(self._runtime_stats())
+        parts["cache"] = Part((f"expert cache {rate}", f"cache {rate}", ""), "grey70")
         mem = gpu_memory(self.loaded.model)
         if mem is not None:
-            t.append(" · ", style="grey50")
-            t.append(f"GPU {format_gib(mem[0])}/{format_gib(mem[1])} GiB", style="grey70")
+            parts["gpu"] = Part((f"GPU {format_gib(mem[0])}/{format_gib(mem[1])} GiB", f"GPU {format_gib(mem[0])}",
+                                 ""), "grey70")
         if view is not None:
-            t.append("   Ctrl-C stops", style="grey42")
-        return t
+            parts["hint"] = Part(("Ctrl-C stops", "^C stops", ""), "grey42", sep="   ")
+        names = list(parts)
+        order = ["counts", "cache", "gpu", "counts", "gpu", "hint", "cache", "hint"]
+        return fit_parts(list(parts.values()), [names.index(k) for k in order if k in parts], width)
 
     def _runtime_stats(self) -> dict:
         """The runtime's counters, read at most twice a second (the status line redraws far more often)."""
@@ -414,8 +537,19 @@ class ChatApp:
         return decode_events(self.decoder, ids, settings, should_stop, reuse=self.prompt_cache, snapshot_at=history)
 
     def _answer_live(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
+        """The answer drawn live; what is typed meanwhile is held back unechoed (`HeldKeys`) and named after it."""
+        with HeldKeys() as held:
+            stopped = self._draw_answer(ids, settings, turn, stats, history)
+        if held.lines:
+            shown = ", ".join(f'"{line if len(line) <= 40 else line[:39] + "…"}"' for line in held.lines[:3])
+            more = f" and {len(held.lines) - 3} more" if len(held.lines) > 3 else ""
+            self.note(f"not sent (typed while the answer was drawn): {shown}{more}; type it again at the prompt",
+                      style="yellow")
+        return stopped
+
+    def _draw_answer(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
         view = TurnView(lambda i: self.tok.decode([i]), self.decoder.block_size, self.settings.show_thinking,
-                        status=lambda: self._status(stats, view), width=self.console.width)
+                        status=lambda width: self._status(stats, view, width), width=self.console.width)
         stopped = False
         self.console.print(Text("clover", style="bold magenta"))
         live = Live(view, console=self.console, auto_refresh=False, transient=True)
@@ -454,14 +588,15 @@ class ChatApp:
         for r in view.on_text(dr, dc, False, turn.reasoning_tokens) + view.finish():
             self.console.print(r)
         if stopped:
-            self.console.print(Text(f"⏹ stopped (Ctrl-C); kept {stats.tokens} tokens of this answer",
+            self.console.print(Text(f"⏹ stopped (Ctrl-C); kept {plural(stats.tokens, 'token')} of this answer",
                                     style="yellow"))
         self.console.print(self._summary(stats))
         return stopped
 
     def _summary(self, stats: TurnStats) -> Text:
         t = Text(style="grey50")
-        t.append(f"{stats.tokens} tokens · {stats.passes} passes · {stats.tokens_per_pass:.2f} tok/pass · "
+        t.append(f"{plural(stats.tokens, 'token')} · {plural(stats.passes, 'pass', 'passes')} · "
+                 f"{stats.tokens_per_pass:.2f} tok/pass · "
                  f"{stats.tokens_per_second:.1f} tok/s · {stats.seconds:.1f} s · "
                  f"expert cache {format_hit_rate(runtime_stats(self.loaded.model))}")
         if stats.prefilled:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -228,7 +229,7 @@ class TurnView:
     region (pass it to `rich.live.Live`)."""
 
     def __init__(self, decode_token: Callable[[int], str], block_size: int, show_thinking: bool,
-                 status: Callable[[], RenderableType], width: int = 100, code_theme: str = "monokai") -> None:
+                 status: Callable[[int], RenderableType], width: int = 100, code_theme: str = "monokai") -> None:
         self.cells = BlockCells(decode_token, block_size)
         self.show_thinking = show_thinking
         self.status = status
@@ -317,7 +318,11 @@ class TurnView:
         return out
 
     # ------------------------------------------------------------------ live region
-    def __rich__(self) -> RenderableType:
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """The unsettled text, the block's cells (or the prompt's progress) and the status line; those last two
+        (`status(width)`) one line each at the width given, never wrapped: a line that wraps where Rich did
+        not expect it is left behind on screen when the region is redrawn."""
+        width = options.max_width
         parts: list[RenderableType] = []
         if self.thinking_open:
             if self.show_thinking and self.reasoning_pending:
@@ -327,28 +332,81 @@ class TurnView:
         if self.content.pending.strip():
             parts.append(Text(self.content.pending.strip("\n")))
         if self.prefill is not None:
-            parts.append(prefill_line(self.prefill, time.perf_counter() - self.prefill_started))
+            parts.append(prefill_line(self.prefill, time.perf_counter() - self.prefill_started, max_width=width))
         else:
             parts.append(self.cells)
-        parts.append(self.status())
-        return Group(*parts)
+        parts.append(self.status(width))
+        yield Group(*parts)
 
 
-def prefill_line(ev: PrefillProgress, seconds: float, width: int = 20) -> Text:
+def prefill_line(ev: PrefillProgress, seconds: float, width: int = 20, max_width: int | None = None) -> Text:
     """`reading the prompt ━━━━━━━━━━━━━━━━━━━━ 2,048/30,720 tokens · 1,850 tok/s · 15 s left` (the rate and
-    what is left at that rate once they mean something: half a second in)."""
-    filled = round(width * ev.done / ev.total) if ev.total else width
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("reading the prompt ", style="bold")
-    t.append("━" * filled, style="magenta")
-    t.append("━" * (width - filled), style="grey27")
-    t.append(f" {ev.done:,}/{ev.total:,} tokens", style="grey70")
+    what is left at that rate once they mean something: half a second in). Within `max_width` cells the bar
+    shrinks, and the rate goes when fewer than 8 cells are left for it: the time left is the last thing cut
+    (at 80 columns it read `3 …`)."""
+    counts = f" {ev.done:,}/{ev.total:,} tokens"
+    rate_s = left_s = ""
     if ev.done and seconds >= 0.5:
         rate = ev.done / seconds
-        t.append(f" · {rate:,.0f} tok/s", style="grey50")
+        rate_s = f" · {rate:,.0f} tok/s"
         if ev.done < ev.total:
-            t.append(f" · {_duration((ev.total - ev.done) / rate)} left", style="grey50")
+            left_s = f" · {_duration((ev.total - ev.done) / rate)} left"
+    head = "reading the prompt "
+    if max_width is not None:
+        room = max_width - cell_len(head + counts + rate_s + left_s)
+        if room < 8 and rate_s:
+            room, rate_s = room + len(rate_s), ""
+        width = max(4, min(width, room))
+    filled = round(width * ev.done / ev.total) if ev.total else width
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(head, style="bold")
+    t.append("━" * filled, style="magenta")
+    t.append("━" * (width - filled), style="grey27")
+    t.append(counts, style="grey70")
+    t.append(rate_s, style="grey50")
+    t.append(left_s, style="grey50")
     return t
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 pass`, `2 passes`, `1,024 tokens`."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+@dataclass
+class Part:
+    """One piece of a status line: its forms, longest first (an empty last form drops it)."""
+
+    forms: tuple[str, ...]
+    style: str = ""
+    sep: str = " · "  # before it, unless it comes first
+
+
+def fit_parts(parts: list[Part], shrink: list[int], width: int) -> Text:
+    """`parts` on one line of at most `width` cells: the parts named in `shrink` take their next shorter form,
+    one step at a time in that order, until the line fits; cut with … if even that is too wide. Never wrapped:
+    a status line that wraps leaves a word alone on the next line (`Ctrl-C` / `stops`)."""
+    level = [0] * len(parts)
+
+    def build() -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        for part, at in zip(parts, level):
+            form = part.forms[min(at, len(part.forms) - 1)]
+            if form:
+                if t.plain and part.sep:
+                    t.append(part.sep, style="grey50")
+                t.append(form, style=part.style)
+        return t
+
+    line = build()
+    for i in shrink:
+        if line.cell_len <= width:
+            break
+        level[i] += 1
+        line = build()
+    if line.cell_len > width:
+        line.truncate(width, overflow="ellipsis")
+    return line
 
 
 def _duration(seconds: float) -> str:

@@ -6,8 +6,9 @@ offloading runtime's counters when it is attached, else None). Chat's status lin
 
 - `hit_rate` (the runtime's name) or `expert_cache_hit_rate`: float in [0, 1], share of routed-expert uses
   served from the device cache; shown as "—" when absent or None (no runtime, nothing run yet)
-- other scalar entries (slots, hits, misses, bytes_h2d, …) are listed as is by `/stats` and `/health`;
-  nested ones (per-layer tables) are left to `bench`.
+- other scalar entries (slots, hits, misses, bytes_h2d, …) are listed as is by `/stats all` and `/health`;
+  nested ones (per-layer tables) are left to `bench`. Plain `/stats` shows the few a user acts on
+  (`key_stats`): the hit rate, experts resident, what went over PCIe, host reads.
 """
 
 from __future__ import annotations
@@ -71,3 +72,39 @@ def scalar_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
 
 def format_gib(n: int) -> str:
     return f"{n / 2**30:.1f}"
+
+
+def format_bytes(n: float) -> str:
+    """1.62 MiB, 12.4 GiB: a transfer as a person reads it (binary units, 3 significant digits)."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+    return f"{int(n)} B"
+
+
+def _int(stats: Mapping[str, Any], key: str) -> int | None:
+    v = stats.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def key_stats(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows for plain `/stats`: what a user can act on (a low hit rate, many copies over PCIe:
+    a larger --vram-budget), not the ~30 counters the runtime keeps for `bench` (those: `/stats all`). The hit
+    rate always (`—` without a runtime); other rows only when the runtime reports their counters."""
+    rows: list[tuple[str, str]] = []
+    uses, misses = _int(stats, "expert_uses"), _int(stats, "misses")
+    rows.append(("expert cache hit rate", format_hit_rate(stats)))
+    if uses and misses is not None:
+        rows.append(("expert cache misses", f"{misses:,} of {uses:,} expert uses"))
+    resident, total, slots = _int(stats, "resident"), _int(stats, "experts_total"), _int(stats, "slots")
+    if resident is not None and total:
+        rows.append(("experts resident", f"{resident:,} of {total:,}" + (f" ({slots:,} slots)" if slots else "")))
+    copied, moved = _int(stats, "copied"), _int(stats, "bytes_h2d")
+    if copied is not None or moved is not None:
+        over = f"{format_bytes(moved)} over PCIe" if moved is not None else ""
+        rows.append(("expert copies", f"{copied:,} ({over})" if copied is not None and over
+                     else f"{copied:,}" if copied is not None else over))
+    if stats.get("host_reads_on") is True:
+        rows.append(("host reads", f"{_int(stats, 'host_reads') or 0:,} experts read in place from host memory"))
+    return rows

@@ -92,7 +92,10 @@ class BlockDiffusionDecoder:
         """Decode one answer. `reuse`: resume from (and save again into) this prompt cache; `snapshot_at`: where
         the next prompt is expected to stop repeating this one (a chat: the history without the generation
         prompt), the save point being the last block boundary at or before it (default: the whole prefill).
-        A generation that raises clears `reuse` (stopping it early does not: its saved prefix stays valid)."""
+        A generation that fails clears `reuse`; one stopped early does not, whether closed (GeneratorExit) or
+        interrupted (KeyboardInterrupt: Ctrl-C, which chat raises inside the decoder's thread): what `reuse`
+        holds then is either nothing (stopped before the save point) or a complete snapshot, which later passes
+        cannot reach (its GDN states are copies; keys/values past it are cut off when it is resumed)."""
         if not prompt_ids:
             raise CloverError("the prompt is empty")
         if settings.max_new_tokens < 1:
@@ -100,7 +103,7 @@ class BlockDiffusionDecoder:
         check_context(len(prompt_ids), settings.max_new_tokens, self.cfg.max_context)
         try:
             yield from self._generate(prompt_ids, settings, reuse, snapshot_at)
-        except GeneratorExit:
+        except (GeneratorExit, KeyboardInterrupt):  # a stop, not a failure: the saved prefix stays
             raise
         except BaseException:
             if reuse is not None:
