@@ -39,17 +39,23 @@ def resolve_model_path(arg: str) -> Path:
     raise CloverError(f"model folder {arg} does not exist")
 
 
+def _json_field(file: Path, key: str) -> dict | None:
+    """`key` of a small JSON file when it is an object, else None (no file, not JSON, another type)."""
+    import json
+
+    try:
+        value = json.loads(file.read_text(encoding="utf-8")).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def pack_kind(path: Path) -> str | None:
     """What quantized pack the folder is, e.g. "GPTQ INT4" (method and routed-expert bits), or None if it is none.
 
     Read from config.json's `quantization_config`, the mark `pack.reader.is_pack` goes by: no weight is read."""
-    import json
-
-    try:
-        quant = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("quantization_config")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(quant, dict):
+    quant = _json_field(Path(path) / "config.json", "quantization_config")
+    if quant is None:
         return None
     method = str(quant.get("quant_method") or "quantized").upper()
     bits = quant.get("bits")
@@ -58,15 +64,8 @@ def pack_kind(path: Path) -> str | None:
 
 def _pack_source(path: Path) -> str | None:
     """The source a pack's manifest records (a repo id or a folder name), to name in a refusal; None if unknown."""
-    import json
-
-    try:
-        source = json.loads((Path(path) / "clover_manifest.json").read_text(encoding="utf-8")).get("source")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(source, dict):
-        return None
-    name = source.get("repo_id") or source.get("path")
+    source = _json_field(Path(path) / "clover_manifest.json", "source")
+    name = source and (source.get("repo_id") or source.get("path"))
     return str(name) if name else None
 
 
