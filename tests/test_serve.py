@@ -144,8 +144,9 @@ def test_malformed_requests_get_400_with_a_json_error(client, server):
         client.chat.completions.create(model="clover-test", messages=[{"content": "no role"}])
     assert err.value.status_code == 400 and "role" in err.value.body["message"]
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="clover-test", messages=MSG, temperature=5)
-    assert "temperature" in err.value.body["message"]
+        client.chat.completions.create(model="clover-test", messages=MSG, temperature=2.5)
+    assert err.value.body["param"] == "temperature"
+    assert err.value.body["message"] == "'temperature' must be in [0, 2], got 2.5"
     status, body = post(server, b"{}", path="/v1/nothing")
     assert status == 404 and "error" in body
 
@@ -156,12 +157,179 @@ def test_limits_prompt_tokens_and_body_size(client, server):
                                        messages=[{"role": "user", "content": "add 12+30 " * 200}])
     assert err.value.body["code"] == "context_length_exceeded"
     assert f"maximum context length is {CONTEXT} tokens" in err.value.body["message"]
+    assert "shorten them" in err.value.body["message"] and not re.search(r"-\d", err.value.body["message"])
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=MAX_TOKENS + 1)
     assert err.value.body["code"] == "max_tokens_too_large"
     status, body = post(server, json.dumps({"messages": [{"role": "user", "content": "x" * 60_000}]}).encode())
     assert status == 413 and "limit is 50000" in body["error"]["message"]
     assert health(server)["status"] == "ok"  # still serving
+
+
+def test_the_context_error_counts_right():
+    """Messages alone over the context: say so (no negative completion count); messages that fit but leave no room
+    for max_tokens: OpenAI's wording, with the real figures; otherwise the completion gets what is asked (or what
+    is left)."""
+    from clover_local.serve.http import Limits, completion_budget
+    from clover_local.serve.protocol import ApiError
+
+    limits = Limits(max_tokens=48, context=64)
+    for prompt, asked in ((90, None), (90, 8), (64, None), (64, 1)):
+        with pytest.raises(ApiError) as err:
+            completion_budget(prompt, asked, limits)
+        e = err.value
+        assert e.status == 400 and e.code == "context_length_exceeded" and e.param == "messages"
+        assert e.message.startswith(f"the messages are {prompt} tokens; this server's maximum context length is "
+                                    "64 tokens (--context)") and not re.search(r"-\d", e.message)
+        assert e.message.endswith(": shorten them") and ("no room for an answer" in e.message) == (prompt == 64)
+    with pytest.raises(ApiError) as err:
+        completion_budget(40, 30, limits)
+    assert err.value.message == ("This model's maximum context length is 64 tokens. However, you requested 70 "
+                                 "tokens (40 in the messages, 30 in the completion). Please reduce the length of "
+                                 "the messages or completion.")
+    assert completion_budget(40, None, limits) == 24  # what is left
+    assert completion_budget(10, None, limits) == 48  # the server's max_tokens
+    assert completion_budget(40, 24, limits) == 24
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"logprobs": True}, "logprobs"),
+    ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ({"tools": [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
+    ({"functions": [{"name": "add", "parameters": {"type": "object"}}]}, "functions"),
+    ({"function_call": {"name": "add"}}, "function_call"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+])
+def test_features_it_lacks_are_refused_not_ignored(extra, param):
+    """Logprobs, tools and JSON modes would otherwise come back as plain text, as if honoured."""
+    from clover_local.serve.protocol import ApiError, parse_chat_request
+
+    with pytest.raises(ApiError) as err:
+        parse_chat_request(json.dumps({"messages": MSG, **extra}).encode())
+    e = err.value
+    assert (e.status, e.type, e.param) == (400, "invalid_request_error", param)
+    assert "not supported by clover-local serve" in e.message and param in e.message
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"logprobs": "yes"}, "logprobs"),
+    ({"tools": {"type": "function"}}, "tools"),
+    ({"response_format": "json"}, "response_format"),
+    ({"response_format": {"type": "yaml"}}, "response_format"),
+    ({"tool_choice": 3}, "tool_choice"),
+])
+def test_malformed_feature_fields_get_a_clear_400(extra, param):
+    from clover_local.serve.protocol import ApiError, parse_chat_request
+
+    with pytest.raises(ApiError) as err:
+        parse_chat_request(json.dumps({"messages": MSG, **extra}).encode())
+    assert (err.value.status, err.value.param) == (400, param) and param in err.value.message
+
+
+def test_harmless_feature_fields_are_accepted(client, server):
+    """What clients send by default (no tools, plain text, no logprobs) must not be refused."""
+    from clover_local.serve.protocol import parse_chat_request
+
+    for extra in ({"tools": [], "tool_choice": "none", "logprobs": False, "response_format": {"type": "text"}},
+                  {"tools": None, "tool_choice": None, "logprobs": None, "response_format": None},
+                  {"tools": [], "tool_choice": "auto", "functions": [], "function_call": "none"}):
+        parse_chat_request(json.dumps({"messages": MSG, **extra}).encode())
+    status, body = post(server, json.dumps({"messages": MSG, "max_tokens": 2, "tools": [], "tool_choice": "none",
+                                            "logprobs": False, "response_format": {"type": "text"}}).encode())
+    assert status == 200 and body["choices"][0]["message"]["role"] == "assistant"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=2, logprobs=True)
+    assert err.value.body["param"] == "logprobs" and "not supported" in err.value.body["message"]
+
+
+def _cut_by_reading(text: str, stops: list[str]) -> tuple[str, bool]:
+    """The reference: read one character at a time and stop as soon as the text read ends with a stop string
+    (the longest, when several end there); the answer is what came before it."""
+    for end in range(1, len(text) + 1):
+        ending = [s for s in stops if text[:end].endswith(s)]
+        if ending:
+            return text[: end - max(map(len, ending))], True
+    return text, False
+
+
+def _compositions(n: int):
+    """Every way to cut n characters into consecutive pieces of 1..n characters (2**(n-1) of them)."""
+    for mask in range(2 ** (n - 1)):
+        sizes, size = [], 1
+        for bit in range(n - 1):
+            if mask >> bit & 1:
+                sizes.append(size)
+                size = 1
+            else:
+                size += 1
+        yield sizes + [size]
+
+
+STOP_CASES = [
+    ("a 0123456789AB", ["0123456789AB"]),  # the stop is longer than the pieces before it (the case that leaked)
+    ("0123456789", ["0123456789ABCDEFGHIJ"]),  # longer than the whole text: never hit, all of it comes out
+    ("xxabcdefab", ["abcdef", "cd"]),  # overlapping: "cd" ends first
+    ("aaabab", ["aab", "ab"]),  # both end at once: the longer one cuts
+    ("ABABABx", ["ABA", "BAB"]),
+    ("Hello! How", ["Hello! How can I help?", "w", "o!"]),
+    ("no stop in it", ["zz", "stop!"]),
+    ("ends with stop", ["stop"]),
+]
+
+
+@pytest.mark.parametrize("text, stops", STOP_CASES)
+def test_stop_strings_cut_streamed_text_where_they_cut_it_whole(text, stops):
+    """However the text arrives (every split into pieces, for texts this short), the streamed pieces add up to
+    the text cut at the first stop string, as the whole text fed at once does; nothing of a stop string leaks."""
+    from clover_local.serve.protocol import StopText
+
+    want, hit = _cut_by_reading(text, stops)
+    whole = StopText(stops)
+    assert (whole.feed(text, final=True), whole.hit) == (want, hit)
+    for sizes in _compositions(len(text)):
+        stop, out, at = StopText(stops), [], 0
+        for size in sizes:
+            out.append(stop.feed(text[at:at + size]))
+            at += size
+        out.append(stop.feed("", final=True))
+        assert ("".join(out), stop.hit, stop.text) == (want, hit, want), sizes
+
+
+def test_stop_text_holds_back_a_stop_string_still_arriving():
+    from clover_local.serve.protocol import StopText
+
+    stop = StopText(["0123456789ABCDEFGHIJ"])
+    assert stop.feed("0123456789") == "" and not stop.hit
+    assert stop.feed("ABCDEFGHIJ") == "" and stop.hit
+    assert stop.feed("more", final=True) == ""
+    long_text = "Hello! How can I help? I can add, sort and count." * 3
+    stops = ["I can", "sort and", "Hello! How can I help? I can add"]
+    want, _ = _cut_by_reading(long_text, stops)
+    for size in range(1, len(long_text) + 1):
+        stop = StopText(stops)
+        got = "".join(stop.feed(long_text[i:i + size]) for i in range(0, len(long_text), size))
+        assert got + stop.feed("", final=True) == want, size
+
+
+def test_a_stop_string_cuts_streamed_and_plain_answers_alike(client):
+    """A stop string longer than one block's text (the case that leaked into the stream) taken from the answer
+    itself: both answers end just before it, with finish_reason 'stop', and generation ends there."""
+    plain = client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=60)
+    text = plain.choices[0].message.content
+    assert len(text) > 40, text  # the random model writes enough to take a stop string from
+    stop = text[10:30]
+    cut = text[: text.find(stop)]
+    full = client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=60, stop=[stop])
+    assert full.choices[0].message.content == cut and full.choices[0].finish_reason == "stop"
+    assert full.usage.completion_tokens < plain.usage.completion_tokens  # stopped there, not at max_tokens
+    parts = list(client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=60, stop=[stop],
+                                                stream=True, stream_options={"include_usage": True}))
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == cut
+    assert [p.choices[0].finish_reason for p in parts if p.choices and p.choices[0].finish_reason] == ["stop"]
+    assert parts[-1].usage.completion_tokens == full.usage.completion_tokens
 
 
 def test_a_client_that_disconnects_stops_its_generation(client, server):
@@ -341,3 +509,96 @@ def test_a_failed_generation_answers_503_and_serving_goes_on(in_process):
     status, body = post(url, json.dumps({"messages": MSG, "max_tokens": 4}).encode())
     assert status == 200 and body["choices"][0]["message"] is not None
     assert engine.health()["requests"]["failed"] - before == 2
+
+
+def test_engine_stop_answers_every_job_and_waits_for_its_worker(in_process):
+    """Stopping answers the running job and the waiting ones (503, shutting down), refuses new ones, and returns
+    once the worker thread has ended: a worker still alive at exit could free the model (its last reference)
+    while the interpreter finalizes, which aborts the process."""
+    from clover_local.generate.block_diffusion import DecodeSettings
+    from clover_local.serve.engine import Job
+    from clover_local.serve.protocol import ApiError
+
+    engine, _ = in_process
+    ids = engine.tokenizer.encode("hello")
+    running = Job(ids, "hello", DecodeSettings(max_new_tokens=60))
+    engine.submit(running)
+    assert running.started.wait(20)
+    waiting = Job(ids, "hello", DecodeSettings(max_new_tokens=4))
+    engine.submit(waiting)
+    assert engine.stop(timeout=20) is True
+    assert not engine.worker.is_alive()
+    for job in (running, waiting):
+        items = []
+        while not items or items[-1][0] == "delta":
+            items.append(job.out.get(timeout=1))
+        kind, err = items[-1]
+        assert kind == "error" and err.status == 503 and "shutting down" in err.message
+    with pytest.raises(ApiError) as err:
+        engine.submit(Job(ids, "hello", DecodeSettings(max_new_tokens=4)))
+    assert err.value.status == 503 and "shutting down" in err.value.message
+    assert engine.stop(timeout=1) is True  # again: nothing left to do
+
+
+def _serve_tiny(env: dict) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "clover_local", "serve", "tiny", "--port", "0", "--device", "cpu",
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    m = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
+    if m is None:
+        proc.kill()
+        pytest.fail(f"the server did not start: {line}{proc.communicate()[1]}")
+    return proc, m.group(1)
+
+
+def test_sigterm_stops_the_server_in_order_and_exits_0():
+    """SIGTERM (a service manager, `kill`) after a few answers, with an idle keep-alive connection open and, in the
+    last round, an answer still streaming: 'stopping', exit code 0, no abort. The worker used to free the model
+    while the interpreter finalized ('terminate called without an active exception', SIGABRT) in about one
+    shutdown in four, so a few rounds make a regression show."""
+    import http.client
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOVER_LOCAL_")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    for i in range(2):  # SIGTERM as soon as it serves (the worker has run nothing): the same abort, as often
+        proc, _ = _serve_tiny(env)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert (proc.returncode, "terminate called" in err, "stopping" in err) == (0, False, True), err
+    rounds = 4
+    for i in range(rounds):
+        last = i == rounds - 1
+        if last:
+            env["CLOVER_LOCAL_PASS_DELAY"] = "0.2"  # slow passes: the answer is still streaming at SIGTERM
+        proc, url = _serve_tiny(env)
+        try:
+            host, port = url.removeprefix("http://").split(":")
+            idle = http.client.HTTPConnection(host, int(port), timeout=30)  # kept open (keep-alive) past SIGTERM
+            idle.request("GET", "/v1/models")
+            assert idle.getresponse().read()
+            if not last:
+                status, body = post(url, json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode())
+                assert status == 200 and body["choices"][0]["message"]["content"]
+            req = urllib.request.Request(url + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"messages": [{"role": "user", "content": "add 12+30"}],
+                                                          "stream": True}).encode())
+            with urllib.request.urlopen(req, timeout=30) as r:
+                if last:
+                    assert r.readline().startswith(b"data: ")  # the role chunk: generation is under way
+                    proc.send_signal(signal.SIGTERM)
+                events = [line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            if last:  # told why the answer ended early
+                assert "shutting down" in json.loads(events[-2])["error"]["message"]
+            else:
+                proc.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            out, err = proc.communicate(timeout=30)
+            assert (proc.returncode, "terminate called" in err) == (0, False), (i, err)
+            assert "stopping" in err and time.monotonic() - t0 < 15
+            idle.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

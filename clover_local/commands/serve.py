@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -14,6 +15,10 @@ from clover_local.commands._model_options import (context_option, dtype_option, 
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option, warn_pack_only)
 from clover_local.errors import CloverError
+
+if TYPE_CHECKING:
+    from clover_local.serve.engine import Engine
+    from clover_local.serve.http import CloverHTTPServer
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -81,21 +86,52 @@ def serve(
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx)
     engine = Engine(loaded, max_queue=max_queue)
     name = model_name or model_label(model)
-    server = make_server(engine, host, port, name, limits, api_key=api_key, quiet=quiet)
-    bound_host, bound_port = server.server_address[:2]
-    shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-    print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
-    if host not in LOOPBACK:
-        note = "" if api_key else "; consider --api-key"
-        print(f"warning: listening on {host}: reachable from other machines{note}", file=sys.stderr, flush=True)
-    def _terminate(signum, frame):  # SIGTERM (service managers, `kill`): stop like Ctrl-C does
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _terminate)
     try:
+        server = make_server(engine, host, port, name, limits, api_key=api_key, quiet=quiet)
+    except CloverError:
+        engine.stop()  # its worker ends before the model is dropped (see `shut_down`)
+        raise
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:  # from here on, Ctrl-C or SIGTERM (say, right after "serving …") stops in order
+        signal.signal(signal.SIGTERM, _interrupt)
+        bound_host, bound_port = server.server_address[:2]
+        shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+        print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
+        if host not in LOOPBACK:
+            note = "" if api_key else "; consider --api-key"
+            print(f"warning: listening on {host}: reachable from other machines{note}", file=sys.stderr, flush=True)
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         print("stopping", file=sys.stderr, flush=True)
     finally:
-        engine.stop()
-        server.server_close()
+        shut_down(engine, server)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM (service managers, `kill`): stop like Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def _force_exit(signum: int, frame: Any) -> None:
+    """A second Ctrl-C or SIGTERM while stopping: do not wait any longer."""
+    print("stopping now, without waiting for the answers in progress", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+def shut_down(engine: Engine, server: CloverHTTPServer, timeout: float = 10.0) -> None:
+    """Stop in order: the engine answers every job and its worker ends, then the connections close. Only then
+    may this thread drop the model and the interpreter finalize: a thread still holding the model's last
+    reference would free its tensors during finalization, and torch aborts the process there
+    ('terminate called without an active exception'). A worker stuck in a pass past `timeout` leaves the
+    process no clean way out: it exits at once (code 1) rather than abort."""
+    signal.signal(signal.SIGINT, _force_exit)
+    signal.signal(signal.SIGTERM, _force_exit)
+    stopped = engine.stop(timeout)
+    server.close(timeout=5.0)
+    if not stopped:
+        print(f"the answer in progress did not stop within {timeout:g} s; exiting without waiting for it",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)

@@ -7,6 +7,10 @@ sets `job.cancel`; the worker checks it after each pass (and each layer of a lon
 generation (a job cancelled while still
 waiting is skipped).
 
+`stop` (the server shutting down) answers every job 503 and waits for the worker to end: a worker still running at
+exit would drop the last reference to the model while the interpreter finalizes, and torch aborts the process
+when a tensor's release wants the GIL back then ("terminate called without an active exception").
+
 The worker keeps one PromptCache: consecutive requests of one conversation re-send its history, so a request
 whose prompt starts with the last one's saved prefix (token ids compared) prefills only the rest. Requests of
 other conversations in between simply miss (and take the saved slot over).
@@ -54,6 +58,7 @@ class Engine:
         self.waiting: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.lock = threading.Lock()
         self.running: Job | None = None
+        self.closed = False  # set by `stop`: no more jobs
         self.counts = {"completed": 0, "cancelled": 0, "failed": 0, "rejected": 0}
         self.passes = 0
         self.tokens = 0
@@ -63,13 +68,15 @@ class Engine:
 
     # ------------------------------------------------------------------ front side (handler threads)
     def submit(self, job: Job) -> None:
-        try:
-            self.waiting.put_nowait(job)
-        except queue.Full:
-            with self.lock:
+        with self.lock:  # under the lock: a job is either queued before `stop` drains the queue, or refused
+            if self.closed:
+                raise shutting_down()
+            try:
+                self.waiting.put_nowait(job)
+            except queue.Full:
                 self.counts["rejected"] += 1
-            raise ApiError(429, f"the server is busy: {self.max_queue} requests are already waiting; retry later",
-                           type="server_busy", code="queue_full", headers={"Retry-After": "1"}) from None
+                raise ApiError(429, f"the server is busy: {self.max_queue} requests are already waiting; retry "
+                               "later", type="server_busy", code="queue_full", headers={"Retry-After": "1"}) from None
 
     def health(self) -> dict:
         runtime = self._runtime()
@@ -90,19 +97,25 @@ class Engine:
         rt = runtime_stats(self.loaded.model)
         return {"expert_cache_hit_rate": hit_rate(rt), **scalar_stats(rt)}
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Refuse new jobs, answer the waiting ones and the running one 503, and wait up to `timeout` seconds for
+        the worker to end (it stops at its next pass, or layer of a long prompt's). True once it has ended: only
+        then may the caller drop the model and exit (see the module's docstring). Calling it again is harmless."""
         with self.lock:
+            self.closed = True
             if self.running is not None:
                 self.running.cancel.set()
-        while True:
-            try:
-                job = self.waiting.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.cancel.set()
-                job.out.put(("error", ApiError(503, "the server is shutting down", type="server_error")))
-        self.waiting.put(None)
+            while True:
+                try:
+                    job = self.waiting.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not None:
+                    job.cancel.set()
+                    job.out.put(("error", shutting_down()))
+            self.waiting.put_nowait(None)  # just drained, and `submit` adds nothing now
+        self.worker.join(timeout)
+        return not self.worker.is_alive()
 
     # ------------------------------------------------------------------ worker side
     def _work(self) -> None:
@@ -165,18 +178,21 @@ class Engine:
         if job.cancel.is_set() and finish_reason is None:
             stats.end("cancelled")
             self._count("cancelled")
-            job.out.put(("cancelled", None))
+            job.out.put(("error", shutting_down()) if self.closed else ("cancelled", None))
             return
         stats.end(finish_reason or "stop")
         dr, dc = turn.finish()
         dc = stop.feed(dc, final=True)
         if dr or dc:
             job.out.put(("delta", dr, dc))
+        if stop.hit:  # also when the stop string came only with the last of the text
+            finish_reason = "stop"
         self._count("completed")
         info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
                 "prompt_tokens": len(job.prompt_ids), "cached_tokens": self.prompt_cache.stats.last_reused,
                 "completion_tokens": stats.tokens,
-                "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop_content(turn, stop),
+                # the streamed pieces, joined: a plain answer is cut where a streamed one is
+                "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop.text,
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
         job.out.put(("done", info))
@@ -195,9 +211,7 @@ def failed_request(exc: BaseException) -> ApiError:
                     code="generation_failed")
 
 
-def stop_content(turn: TurnText, stop: StopText) -> str:
-    """The answer's content, cut at the first stop string."""
-    if not stop.stops:
-        return turn.content
-    cuts = [i for i in (turn.content.find(s) for s in stop.stops) if i >= 0]
-    return turn.content[: min(cuts)] if cuts else turn.content
+def shutting_down() -> ApiError:
+    """The answer to a job the server will not finish because it is stopping."""
+    return ApiError(503, "the server is shutting down; retry once it is back", type="server_error",
+                    code="shutting_down")

@@ -13,6 +13,7 @@ import queue
 import select
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,6 +51,40 @@ class CloverHTTPServer(ThreadingHTTPServer):
         self.limits = limits
         self.api_key = api_key
         self.quiet = quiet
+        self._handlers: dict[threading.Thread, socket.socket] = {}  # the connections' threads, for `close`
+        self._handlers_lock = threading.Lock()
+
+    def process_request_thread(self, request, client_address) -> None:
+        """A connection's thread, tracked while it runs so that `close` can end it and wait for it."""
+        me = threading.current_thread()
+        with self._handlers_lock:
+            self._handlers[me] = request
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._handlers_lock:
+                self._handlers.pop(me, None)
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop listening, end the connections still open and wait up to `timeout` seconds for their threads.
+        Call it after `Engine.stop`, which answered every job: a handler still relaying its answer writes it out
+        (only reading is shut), an idle keep-alive connection ends at once instead of holding its thread (and,
+        through the server, the model) past the process's exit. True when every thread ended."""
+        self.server_close()
+        with self._handlers_lock:
+            handlers = dict(self._handlers)
+        start = time.monotonic()
+        # reading first; then, for a client too slow to take its answer, both ways
+        for how, until in ((socket.SHUT_RD, start + timeout / 2), (socket.SHUT_RDWR, start + timeout)):
+            for thread, conn in handlers.items():
+                if thread.is_alive():
+                    try:
+                        conn.shutdown(how)
+                    except OSError:  # already closed
+                        pass
+            for thread in handlers:
+                thread.join(max(0.0, until - time.monotonic()))
+        return not any(t.is_alive() for t in handlers)
 
     def handle_error(self, request, client_address) -> None:
         """A client that hangs up mid-request is routine (it also cancels its generation); anything else gets
@@ -200,15 +235,7 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, str(exc), param="messages") from None
         ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
-        if req.max_tokens is not None and req.max_tokens > limits.max_tokens:
-            raise ApiError(400, f"max_tokens is {req.max_tokens}; this server allows at most {limits.max_tokens}",
-                           param="max_tokens", code="max_tokens_too_large")
-        max_new = req.max_tokens if req.max_tokens is not None else min(limits.max_tokens, limits.context - len(ids))
-        if len(ids) + max(max_new, 1) > limits.context:
-            raise ApiError(400, f"This model's maximum context length is {limits.context} tokens. However, you "
-                           f"requested {len(ids) + max_new} tokens ({len(ids)} in the messages, {max_new} in the "
-                           "completion). Please reduce the length of the messages or completion.",
-                           param="messages", code="context_length_exceeded")
+        max_new = completion_budget(len(ids), req.max_tokens, limits)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         settings = DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                                   top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids)
@@ -281,6 +308,28 @@ class Handler(BaseHTTPRequestHandler):
                 raise ClientGone
         self._event("[DONE]")
         self._write_chunk(b"")
+
+
+def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits) -> int:
+    """The tokens the answer may take: `max_tokens`, or without it what the context leaves (at most the server's
+    --max-tokens). Raises a 400 when that does not fit; messages that fill the context alone are told so, since
+    no max_tokens would help (OpenAI's wording would count a negative completion there)."""
+    if max_tokens is not None and max_tokens > limits.max_tokens:
+        raise ApiError(400, f"max_tokens is {max_tokens}; this server allows at most {limits.max_tokens}",
+                       param="max_tokens", code="max_tokens_too_large")
+    if prompt_tokens >= limits.context:
+        room = ", which leaves no room for an answer" if prompt_tokens == limits.context else ""
+        raise ApiError(400, f"the messages are {prompt_tokens} tokens; this server's maximum context length is "
+                       f"{limits.context} tokens (--context){room}: shorten them",
+                       param="messages", code="context_length_exceeded")
+    if max_tokens is None:
+        return min(limits.max_tokens, limits.context - prompt_tokens)
+    if prompt_tokens + max_tokens > limits.context:
+        raise ApiError(400, f"This model's maximum context length is {limits.context} tokens. However, you "
+                       f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                       f"{max_tokens} in the completion). Please reduce the length of the messages or completion.",
+                       param="messages", code="context_length_exceeded")
+    return max_tokens
 
 
 def make_server(engine: Engine, host: str, port: int, model_name: str, limits: Limits,

@@ -5,6 +5,11 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 `max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
 `stream_options.include_usage`, `enable_thinking` and `chat_template_kwargs` (vLLM style;
 `chat_template_kwargs.enable_thinking` wins), and our own `threshold`.
+
+Refused with a 400 rather than ignored, since the answer would look as if they were honoured: `logprobs: true`,
+`tools` / `functions` (function calling), a `tool_choice` / `function_call` other than none, and a
+`response_format` of json_object or json_schema. Their harmless forms pass: no tools (`[]` or null),
+`tool_choice` "none" or "auto" with no tools, `logprobs: false`, `response_format: {"type": "text"}`.
 """
 
 from __future__ import annotations
@@ -89,6 +94,42 @@ def _content(value: Any, i: int, role: str) -> str:
     raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
+def _unsupported(name: str, why: str) -> ApiError:
+    return _bad(f"'{name}' is not supported by clover-local serve ({why})", name)
+
+
+def refuse_unsupported(body: dict) -> None:
+    """A 400 for what this server cannot do but a client could take as done: logprobs, function calling, JSON
+    modes. Their harmless values (what clients send by default) pass."""
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise _bad("'logprobs' must be true or false", "logprobs")
+    if logprobs:
+        raise _unsupported("logprobs", "it returns no token probabilities; leave it out or set it to false")
+    for name in ("tools", "functions"):
+        value = body.get(name)
+        if value is not None and not isinstance(value, list):
+            raise _bad(f"'{name}' must be a list", name)
+        if value:
+            raise _unsupported(name, "no function calling; leave it out or send an empty list")
+    for name in ("tool_choice", "function_call"):
+        value = body.get(name)
+        if value is not None and not isinstance(value, (str, dict)):
+            raise _bad(f"'{name}' must be a string or an object", name)
+        if value not in (None, "none", "auto"):  # "auto" with no tools (refused above) calls none
+            raise _unsupported(name, f"no function calling; got {json.dumps(value)}: send \"none\" or leave it out")
+    fmt = body.get("response_format")
+    if fmt is None:
+        return
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        raise _bad("'response_format' must be an object whose 'type' is text, json_object or json_schema",
+                   "response_format")
+    if kind != "text":
+        raise _unsupported("response_format", f"type {kind}: no constrained decoding; ask for JSON in the "
+                           "messages instead, or send {\"type\": \"text\"}")
+
+
 def parse_messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise _bad("'messages' must be a non-empty list of {role, content} objects", "messages")
@@ -115,6 +156,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         raise _bad(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
+    refuse_unsupported(body)
     req = ChatRequest(messages=parse_messages(body.get("messages")))
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -204,26 +246,44 @@ def chunk(cid: str, model: str, created: int, delta: dict | None, finish_reason:
     return out
 
 
+def first_stop(text: str, stops: list[str]) -> int | None:
+    """Where `text` is cut: at the start of the stop string that ends first in it (of two ending together, the
+    longer), as a reader taking one character at a time would stop. Defined by where a stop string ends, so a
+    text cut as it streams in is cut where the whole text is; None when no stop string is in it."""
+    best: tuple[int, int] | None = None
+    for s in stops:
+        i = text.find(s)  # a stop string's first occurrence is also the one that ends first
+        if i >= 0 and (best is None or (i + len(s), i) < best):
+            best = (i + len(s), i)
+    return None if best is None else best[1]
+
+
 class StopText:
-    """Cuts the content at the first of the request's stop strings, holding back text that may start one."""
+    """Cuts the content at the first of the request's stop strings, holding back text that may start one.
+
+    The streamed pieces add up to `text`, the non-streamed answer, however the text arrives: a stop string
+    starting in text already let out would have been whole in the buffer (`hold` characters are kept back)."""
 
     def __init__(self, stops: list[str]) -> None:
         self.stops = stops
         self.hold = max((len(s) for s in stops), default=1) - 1
         self.buffer = ""
+        self.text = ""  # all let out so far: the answer's content
         self.hit = False
 
     def feed(self, text: str, final: bool = False) -> str:
-        if not self.stops:
-            return text
+        """The part of `text` (after what was held back) that is settled; "" once a stop string was met."""
         if self.hit:
             return ""
+        if not self.stops:
+            self.text += text
+            return text
         self.buffer += text
-        found = [i for i in (self.buffer.find(s) for s in self.stops) if i >= 0]
-        if found:
-            out, self.buffer, self.hit = self.buffer[: min(found)], "", True
-            return out
-        keep = 0 if final else self.hold
-        out = self.buffer[: len(self.buffer) - keep] if keep else self.buffer
-        self.buffer = self.buffer[len(out):]
+        cut = first_stop(self.buffer, self.stops)
+        if cut is not None:
+            out, self.buffer, self.hit = self.buffer[:cut], "", True
+        else:
+            keep = 0 if final else min(self.hold, len(self.buffer))  # a buffer shorter than `hold`: all kept
+            out, self.buffer = self.buffer[: len(self.buffer) - keep], self.buffer[len(self.buffer) - keep:]
+        self.text += out
         return out
