@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from clover_local.runtime.sizes import fmt_bytes
+
 HIT_RATE_KEYS = ("expert_cache_hit_rate", "hit_rate")
 
 
@@ -74,15 +76,6 @@ def format_gib(n: int) -> str:
     return f"{n / 2**30:.1f}"
 
 
-def format_bytes(n: float) -> str:
-    """1.62 MiB, 12.4 GiB: a transfer as a person reads it (binary units, 3 significant digits)."""
-    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            v = n / size
-            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
-    return f"{int(n)} B"
-
-
 def _int(stats: Mapping[str, Any], key: str) -> int | None:
     v = stats.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -102,7 +95,7 @@ def key_stats(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("experts resident", f"{resident:,} of {total:,}" + (f" ({slots:,} slots)" if slots else "")))
     copied, moved = _int(stats, "copied"), _int(stats, "bytes_h2d")
     if copied is not None or moved is not None:
-        over = f"{format_bytes(moved)} over PCIe" if moved is not None else ""
+        over = f"{fmt_bytes(moved)} over PCIe" if moved is not None else ""
         rows.append(("expert copies", f"{copied:,} ({over})" if copied is not None and over
                      else f"{copied:,}" if copied is not None else over))
     if stats.get("host_reads_on") is True:
