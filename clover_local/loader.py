@@ -5,6 +5,7 @@ The one place commands go through, so every command accepts the same kinds of MO
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +112,7 @@ class Loaded:
     tokenizer: ChatTokenizer
     model: "object"  # CloverModel; typed loosely to keep torch-free imports cheap
     mask_token_id: int
+    model_context: int  # the model's own limit, before --context (config.max_context is after it)
 
     @property
     def stop_token_ids(self) -> list[int]:
@@ -134,6 +136,20 @@ def resolve_mask_token(config: CloverConfig, tokenizer: ChatTokenizer) -> int:
 AUTO = "auto"  # `load(..., runtime=AUTO)`: packs through the offloading runtime, checkpoints plainly
 
 
+def warn_pack_only(path: Path, model: str, vram_budget: int | str | None, resident_routing: bool = False,
+                   prefill_chunk: int | None = None) -> None:
+    """One warning line when pack-only flags were given for a BF16 checkpoint: it loads as it is, so they do
+    nothing, and silence would let a user believe e.g. --vram-budget capped the memory."""
+    from clover_local.pack.reader import is_pack
+
+    given = [flag for flag, value in (("--vram-budget", vram_budget is not None), ("--resident-routing",
+             resident_routing), ("--prefill-chunk", prefill_chunk is not None)) if value]
+    if given and not is_pack(path):
+        them = "it is" if len(given) == 1 else "they are"
+        print(f"warning: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to packs (the "
+              f"offloading runtime); {model} is a BF16 checkpoint, so {them} ignored", file=sys.stderr, flush=True)
+
+
 def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | str | None" = None, *,
          vram_budget: int | None = None, context: int | None = None, resident_routing: bool = False,
          prefill_chunk: int | None = None) -> Loaded:
@@ -152,10 +168,15 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     path = resolve_model_path(arg)
     config = load_config(path)
     config.check_context(context)
+    model_context = config.max_context
     tokenizer = ChatTokenizer.from_folder(path)
     dev = pick_device(device)
     if runtime == AUTO:
-        runtime = auto_runtime(config, vram_budget, context, resident_routing, prefill_chunk) if is_pack(path) else None
+        if is_pack(path):
+            runtime = auto_runtime(config, vram_budget, context, resident_routing, prefill_chunk)
+        else:  # a checkpoint loads as it is: say so where a pack-only flag was given
+            runtime = None
+            warn_pack_only(path, arg, vram_budget, resident_routing, prefill_chunk)
     elif isinstance(runtime, str):
         raise ValueError(f"runtime must be None, {AUTO!r} or RuntimeOptions, not {runtime!r}")
     if runtime is not None:
@@ -165,7 +186,7 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
         model = _load_plain(path, config, dev, pick_dtype(dtype, dev))
         if context is not None:
             config.max_position_embeddings = min(config.max_position_embeddings, context)
-    return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer))
+    return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer), model_context)
 
 
 def auto_runtime(config: CloverConfig, vram_budget: int | None, context: int | None, resident_routing: bool = False,

@@ -353,7 +353,7 @@ def test_pack_only_flags_on_a_bf16_checkpoint_warn_once(capsys):
 
 
 def test_pack_only_flags_on_a_pack_say_nothing(tmp_path, capsys):
-    from clover_local.commands._model_options import warn_pack_only
+    from clover_local.loader import warn_pack_only
 
     (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"bits": 4}}))
     warn_pack_only(tmp_path, "pack", "1KB", True, 64)

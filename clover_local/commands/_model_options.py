@@ -1,6 +1,6 @@
 """The loading options chat, generate, serve and score share: `--offload/--no-offload`, `--vram-budget`,
 `--context`, `--prefill-chunk` (and `--resident-routing`, which score has no use for: it runs no previews), and
-`--dtype`; and what they say after loading (pack-only flags a BF16 checkpoint ignores, a limit `--context` set).
+`--dtype`; and how to name a limit `--context` set.
 
 One definition of the flags and their help, and one function turning the parsed values into `loader.load`
 arguments, so the three commands cannot drift apart; likewise what bench, plan and tune share (`--prefill-chunk`,
@@ -10,8 +10,6 @@ command.)
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -106,7 +104,9 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
                           "--no-offload (drop one of them)")
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
     return {"runtime": AUTO if offload else None, "vram_budget": budget, "context": context,
-            "resident_routing": resident_routing, "prefill_chunk": prefill_chunk_rows(prefill_chunk)}
+            "resident_routing": resident_routing,
+            # None when not given (the loader's runtime takes its default, and knows the flag was not set)
+            "prefill_chunk": None if prefill_chunk is None else prefill_chunk_rows(prefill_chunk)}
 
 
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,
@@ -135,28 +135,11 @@ def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: s
     return folder, model
 
 
-def warn_pack_only(path: Path, model: str, vram_budget: Optional[str], resident_routing: bool = False,
-                   prefill_chunk: Optional[int] = None) -> None:
-    """One warning line when pack-only flags were given for a BF16 checkpoint: it loads as it is, so they do
-    nothing, and silence would let a user believe e.g. --vram-budget capped the memory."""
-    from clover_local.pack.reader import is_pack
-
-    given = [flag for flag, value in (("--vram-budget", vram_budget is not None), ("--resident-routing",
-             resident_routing), ("--prefill-chunk", prefill_chunk is not None)) if value]
-    if given and not is_pack(path):
-        them = "it is" if len(given) == 1 else "they are"
-        print(f"warning: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to packs (the "
-              f"offloading runtime); {model} is a BF16 checkpoint, so {them} ignored", file=sys.stderr, flush=True)
-
-
 def context_flag_limit(loaded: Any, context: Optional[int]) -> Optional[str]:
     """How to name the loaded model's token limit when --context (given, or a pack's default) set it below the
     model's own context, e.g. "--context 5; raise --context (the model allows 131,072)"; None when the limit is
     the model's. Why: "exceeds the model's context of 5 tokens" blames the model for the user's flag."""
-    from clover_local.config import load_config
-
-    limit = loaded.config.max_context
-    model_limit = load_config(loaded.path).max_context
+    limit, model_limit = loaded.config.max_context, loaded.model_context
     if limit >= model_limit:
         return None
     flag = f"--context {context}" if context is not None else f"the default --context of {limit:,} for a pack"

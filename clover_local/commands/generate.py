@@ -18,7 +18,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option,
                                                   load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option, warn_pack_only)
+                                                  vram_budget_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -176,8 +176,6 @@ def generate(
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
     loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
-    if offload:
-        warn_pack_only(loaded.path, model, vram_budget, resident_routing, prefill_chunk)
     tok = loaded.tokenizer
     if raw:
         text = prompt

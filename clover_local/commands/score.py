@@ -20,7 +20,7 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option,
                                                   load_options, offload_option,
-                                                  prefill_chunk_option, vram_budget_option, warn_pack_only)
+                                                  prefill_chunk_option, vram_budget_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -76,8 +76,6 @@ def score(
     text = text_from(text, file, "--text")
     options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk)
     loaded = load(model, device, dtype, **options)
-    if offload:
-        warn_pack_only(loaded.path, model, vram_budget, prefill_chunk=prefill_chunk)
     ids = loaded.tokenizer.encode(text)
     if len(ids) < 2:
         raise CloverError("the text must have at least two tokens to score")

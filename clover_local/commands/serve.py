@@ -13,7 +13,7 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option, warn_pack_only)
+                                                  vram_budget_option)
 from clover_local.errors import CloverError
 
 if TYPE_CHECKING:
@@ -80,8 +80,6 @@ def serve(
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)
-    if offload:
-        warn_pack_only(loaded.path, model, vram_budget, resident_routing, prefill_chunk)
     ctx = loaded.config.max_context  # --context already applied by the loader
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx)
     engine = Engine(loaded, max_queue=max_queue)
