@@ -29,6 +29,7 @@ from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, Turn
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
 from clover_local.text_files import read_text_file
+from clover_local.generate.block_diffusion import whole_blocks
 from clover_local.generate.events import BlockCommitted, Finished, PassDone, PrefillProgress
 
 HELP_INTRO = (
@@ -317,7 +318,7 @@ class ChatApp:
         changed = restore_settings(self.settings, self.conv.saved_settings, keep)
         restored = f" (its settings: {describe_settings(self.settings, changed)})" if changed else ""
         turns = self.conv.turns
-        self.note(f"loaded {n} messages ({turns} turn{'s' if turns != 1 else ''}) from {path}{restored}; "
+        self.note(f"loaded {plural(n, 'message')} ({plural(turns, 'turn')}) from {path}{restored}; "
                   "the next message continues that conversation")
 
     def _send_file(self, rest: str) -> None:
@@ -426,7 +427,7 @@ class ChatApp:
         it goes through the answer's passes with the first generated tokens)."""
         bs = self.decoder.block_size
         total, reused = ls.prompt_tokens, ls.reused_tokens
-        read = total // bs * bs - reused
+        read = whole_blocks(total, bs) - reused
         tail = total - reused - read
         took = f" in {ls.prefill_seconds:.1f} s" if ls.prefilled else ""
         after = f" (+ {tail:,} in the answer's first block)" if tail else ""
@@ -499,7 +500,7 @@ class ChatApp:
         reading = view.prefill if view is not None else None
         if reading is not None and not stats.passes:
             bs = self.decoder.block_size
-            resumed = stats.prompt_tokens // bs * bs - reading.total
+            resumed = whole_blocks(stats.prompt_tokens, bs) - reading.total
             pct = 100 * reading.done // reading.total if reading.total else 100
             parts["rate"] = Part((f"reading the prompt: {pct}%", f"reading {pct}%"), "bold", sep="")
             if resumed > 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +12,7 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option, warn_pack_only)
+                                                  vram_budget_option)
 from clover_local.errors import CloverError
 
 
@@ -86,8 +87,6 @@ def chat(
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     loaded = load_with_status(model, device, dtype, interactive, **options)
-    if offload:
-        warn_pack_only(loaded.path, model, vram_budget, resident_routing, prefill_chunk)
     settings = ChatSettings(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
         temperature=temperature, top_p=top_p, max_tokens=min(max_tokens, loaded.config.max_context),
@@ -96,7 +95,7 @@ def chat(
     session = ChatApp(loaded, model, settings, interactive=interactive, system=system)
     session.pace = pace
     if resume is not None:  # its saved settings too, but not over what this command line set
-        from_line = {name for name in ("threshold", "temperature", "top_p", "max_tokens", "think", "show_thinking",
-                                       "seed") if ctx.get_parameter_source(name).name == "COMMANDLINE"}
+        from_line = {f.name for f in fields(ChatSettings)  # each setting is a flag of the same name
+                     if ctx.get_parameter_source(f.name).name == "COMMANDLINE"}
         session.load_conversation(resume, keep=from_line)
     raise typer.Exit(session.run())

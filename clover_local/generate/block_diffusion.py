@@ -50,6 +50,12 @@ def _index(rows: list[int]) -> slice | list[int]:
     return rows
 
 
+def whole_blocks(n: int, block_size: int) -> int:
+    """The first `n` tokens cut down to whole blocks: the part of a prompt that is prefilled (its tail goes
+    through the answer's first block with the first masks), and where a prompt cache can be saved."""
+    return n // block_size * block_size
+
+
 def check_context(prompt_len: int, max_new_tokens: int, limit: int) -> None:
     if prompt_len + max_new_tokens > limit:
         raise CloverError(
@@ -117,7 +123,7 @@ class BlockDiffusionDecoder:
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
-        prefill = (len(prompt_ids) // bs) * bs
+        prefill = whole_blocks(len(prompt_ids), bs)
         # last_logits: of the last committed row; predicts the next block's first token when shifted
         cache, last_logits, stats.reused_tokens = yield from self._prefill(prompt_ids[:prefill], reuse, snapshot_at)
         stats.prefill_seconds = time.perf_counter() - t0
@@ -213,7 +219,7 @@ class BlockDiffusionDecoder:
             yield PrefillProgress(0, len(prefix) - reused)
         if reuse is not None:
             upto = len(prefix) if snapshot_at is None else min(max(snapshot_at, 0), len(prefix))
-            save_at = max(done, upto // self.block_size * self.block_size)
+            save_at = max(done, whole_blocks(upto, self.block_size))
             if save_at > done:
                 last = yield from self._prefill_part(prefix, done, save_at, cache, reused, progress)
                 done = save_at
