@@ -456,17 +456,23 @@ def test_an_api_key_guards_the_routes_and_the_health_figures(make_checkpoint):
         srv.server_close()
 
 
-def test_queue_bound_answers_429(in_process):
-    from clover_local.serve.engine import Job
+def _busy(engine):
+    """A long job running and a short one waiting (the one place in the queue): (running, waiting)."""
     from clover_local.generate.block_diffusion import DecodeSettings
+    from clover_local.serve.engine import Job
 
-    engine, url = in_process
     ids = engine.tokenizer.encode("hello")
     running = Job(ids, "hello", DecodeSettings(max_new_tokens=60))
     engine.submit(running)
     assert running.started.wait(20)
     waiting = Job(ids, "hello", DecodeSettings(max_new_tokens=4))
-    engine.submit(waiting)  # the one place in the queue
+    engine.submit(waiting)
+    return running, waiting
+
+
+def test_queue_bound_answers_429(in_process):
+    engine, url = in_process
+    running, waiting = _busy(engine)
     status, body = post(url, json.dumps({"messages": MSG, "max_tokens": 4}).encode())
     assert status == 429 and body["error"]["code"] == "queue_full"
     running.cancel.set()
@@ -520,12 +526,7 @@ def test_engine_stop_answers_every_job_and_waits_for_its_worker(in_process):
     from clover_local.serve.protocol import ApiError
 
     engine, _ = in_process
-    ids = engine.tokenizer.encode("hello")
-    running = Job(ids, "hello", DecodeSettings(max_new_tokens=60))
-    engine.submit(running)
-    assert running.started.wait(20)
-    waiting = Job(ids, "hello", DecodeSettings(max_new_tokens=4))
-    engine.submit(waiting)
+    running, waiting = _busy(engine)
     assert engine.stop(timeout=20) is True
     assert not engine.worker.is_alive()
     for job in (running, waiting):
@@ -535,7 +536,7 @@ def test_engine_stop_answers_every_job_and_waits_for_its_worker(in_process):
         kind, err = items[-1]
         assert kind == "error" and err.status == 503 and "shutting down" in err.message
     with pytest.raises(ApiError) as err:
-        engine.submit(Job(ids, "hello", DecodeSettings(max_new_tokens=4)))
+        engine.submit(Job(running.prompt_ids, "hello", DecodeSettings(max_new_tokens=4)))
     assert err.value.status == 503 and "shutting down" in err.value.message
     assert engine.stop(timeout=1) is True  # again: nothing left to do
 
