@@ -125,11 +125,13 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, err: ApiError, close: bool = False) -> None:
         self._send_json(err.status, err.body(), err.headers, close=close)
 
-    def _authorized(self) -> bool:
+    def _has_key(self) -> bool:
+        """No --api-key, or the request carries it."""
         key = self.server.api_key
-        if not key:
-            return True
-        if self.headers.get("Authorization", "") == f"Bearer {key}":
+        return not key or self.headers.get("Authorization", "") == f"Bearer {key}"
+
+    def _authorized(self) -> bool:
+        if self._has_key():
             return True
         self._error(ApiError(401, "missing or wrong API key (Authorization: Bearer …)", type="authentication_error",
                              code="invalid_api_key"))
@@ -174,8 +176,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/health", "/v1/health"):
-            key = self.server.api_key
-            if key and self.headers.get("Authorization", "") != f"Bearer {key}":
+            if not self._has_key():
                 self._send_json(200, {"status": "ok"})  # liveness for anyone; the server's figures need the key
                 return
             self._send_json(200, {**self.server.engine.health(), "model": self.server.model_name})
