@@ -19,6 +19,12 @@ KNOWN_MODEL_TYPES = {"clover_moe", "clover_moe_text", "qwen3_5_moe", "qwen3_5_mo
 MAX_CONTEXT = 131_072
 
 
+def check_min_context(context: int, flag: str = "--context") -> None:
+    """The least context that can hold an answer (before any config is read: a flag's check)."""
+    if context < 2:
+        raise CloverError(f"{flag} must be at least 2 (a prompt token and an answer token), got {context}")
+
+
 @dataclass
 class DiffusionConfig:
     """How a block is denoised. `logits_shifted`: Dream style (row i-1 predicts token i) vs LLaDA (row i)."""
@@ -81,8 +87,7 @@ class CloverConfig:
         (a larger one used to be planned for, or silently cut to the limit when loading)."""
         if context is None:
             return
-        if context < 2:
-            raise CloverError(f"{flag} must be at least 2 (a prompt token and an answer token), got {context}")
+        check_min_context(context, flag)
         if context > self.max_context:
             raise CloverError(f"{flag} {context:,} is above this model's context of {self.max_context:,} tokens: "
                               "give at most that")

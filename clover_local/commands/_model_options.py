@@ -88,11 +88,12 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
                  resident_routing: bool = False, prefill_chunk: Optional[int] = None) -> dict[str, Any]:
     """Keyword arguments for `clover_local.loader.load` from the flags, checked before anything loads: packs
     through the runtime ("auto") unless --no-offload."""
+    from clover_local.config import check_min_context
     from clover_local.loader import AUTO
     from clover_local.runtime.sizes import parse_size
 
-    if context is not None and context < 2:
-        raise CloverError(f"--context must be at least 2 (a prompt token and an answer token), got {context}")
+    if context is not None:
+        check_min_context(context)  # before a Hub download, not only once the config is read
     if not offload and vram_budget is not None:
         raise CloverError("--vram-budget sizes the offloading runtime; it has no effect with --no-offload "
                           "(drop one of them)")
