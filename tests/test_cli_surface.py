@@ -123,3 +123,20 @@ def test_plans_advice_only_names_settings_that_can_work(capsys) -> None:
     assert capsys.readouterr().err.strip().endswith("or lower --context")
     assert run_cli(["plan", "synthetic:full", "--vram", "2GB"]) == 2  # 640 MiB of KV cannot make up 1.56 GiB
     assert "lower --context" not in capsys.readouterr().err
+
+
+def test_every_commands_examples_stay_indented(capsys) -> None:
+    """typer dedents the help after its first paragraph as one block, so a command whose `Examples:` came right
+    after the summary printed its example lines flush left, like prose (generate, bench, tune did)."""
+    from clover_local.cli import _register, app
+
+    _register()
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    assert {"generate", "bench", "tune", "plan"} <= set(names)
+    for name in names:
+        assert run_cli([name, "--help"]) == 0
+        lines = [line.strip("│").rstrip() for line in capsys.readouterr().out.splitlines()]
+        heads = [i for i, line in enumerate(lines) if line.strip() == "Examples:"]
+        examples = [line for i in heads for line in lines[i + 1:i + 4] if "clover-local" in line]
+        assert examples or name not in {"generate", "bench", "tune", "plan"}, (name, lines)
+        assert all(line.startswith("   clover-local") for line in examples), (name, examples)

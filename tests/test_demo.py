@@ -5,6 +5,7 @@ is shipped) and the error when the tiny model is missing."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,6 +67,8 @@ def test_demo_pipeline_on_a_random_checkpoint(make_checkpoint, tmp_path):
     proc, seconds = _demo(tmp_path, "--source", str(src), "--cache-dir", str(cache))
     _check_output(proc, cache / "tiny-int4")
     assert "done in" in proc.stderr
+    # sizes in the binary units plan, bench and the model card use (it printed decimal "MB")
+    assert re.search(r"done in [0-9.]+ s: [0-9.]+ (KiB|MiB) → [0-9.]+ (KiB|MiB) at", proc.stderr), proc.stderr
     assert seconds < 120
 
 

@@ -58,8 +58,11 @@ def bench(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run preview passes over one 32-row block after a prefix, at a device budget, and report ms per pass,
-    tokens/s, hit rate, PCIe GB/s, bytes read per pass vs the roofline floor, per-component times, and the
-    projected RTX 5070 Ti figure.
+    tokens/s, hit rate, PCIe GB/s, bytes read per pass vs the roofline floor and per-component times.
+
+    On a CUDA GPU it also projects an RTX 5070 Ti's figure from those times (each kernel at the larger of its
+    time and its bytes at 896 GB/s, plus PCIe at 50 GB/s); times taken on a CPU say nothing about a GPU, so
+    none is projected from them. Synthetic packs are written once, with the real shapes, and cached.
 
     Examples:
 

@@ -154,10 +154,12 @@ def demo(
                                                                      "16 calibration samples", "")))
     tq = time.perf_counter()
     pack, reused = ensure_pack(src, out, err)
-    src_mb = sum(f.stat().st_size for f in src.glob("*.safetensors")) / 1e6
-    pack_mb = sum(f.stat().st_size for f in pack.glob("*.safetensors")) / 1e6
+    from clover_local.runtime.sizes import fmt_bytes
+
+    src_bytes = sum(f.stat().st_size for f in src.glob("*.safetensors"))
+    pack_bytes = sum(f.stat().st_size for f in pack.glob("*.safetensors"))
     how = "reused from the cache" if reused else f"done in {time.perf_counter() - tq:.1f} s"
-    say(Text(f"    {how}: {src_mb:.1f} MB → {pack_mb:.1f} MB at {pack}", style="grey62"))
+    say(Text(f"    {how}: {fmt_bytes(src_bytes)} → {fmt_bytes(pack_bytes)} at {pack}", style="grey62"))
 
     say(Text.assemble(("2/3 ", "bold cyan"), ("load ", "bold"), ("the INT4 pack", "")))
     tl = time.perf_counter()

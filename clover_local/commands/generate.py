@@ -154,6 +154,9 @@ def generate(
 ) -> None:
     """Generate one answer by block diffusion: each block of masks is denoised in a few parallel passes.
 
+    The answer alone goes to standard output, streamed as blocks commit, and the thinking to standard error,
+    so `> answer.txt` keeps just the answer; --json prints both apart with the token ids and figures.
+
     Examples:
 
       clover-local generate tiny --prompt "reverse a b c d"

@@ -130,9 +130,11 @@ def quantize(
     for r in result.layers:
         table.add_row(str(r.index), r.kind, f"{r.rel_error:.4f}",
                       ", ".join(f"{k}: {v}" for k, v in r.expert_paths.items()), f"{r.seconds:.1f}")
+    from clover_local.runtime.sizes import fmt_bytes
+
     out_console = Console()
     out_console.print(table)
-    out_console.print(f"source {result.source_bytes / 1e6:.1f} MB → pack {result.pack_bytes / 1e6:.1f} MB "
+    out_console.print(f"source {fmt_bytes(result.source_bytes)} → pack {fmt_bytes(result.pack_bytes)} "
                       f"in {result.seconds:.1f}s")
     if calibration:
         out_console.print(_calibration_line(calibration, settings.samples))

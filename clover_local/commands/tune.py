@@ -26,7 +26,9 @@ def tune(
 ) -> None:
     """Time the candidate tiles of every INT4/INT8 kernel call a preview pass makes (dense projections, LM
     head, both routed-expert passes) on this GPU, check each candidate's output against the default tiles',
-    and write the fastest per call to this GPU's tuning table. chat, generate, serve and bench then use it
+    and write the fastest per call to this GPU's tuning table.
+
+    chat, generate, serve and bench then use it
     on this GPU model with this Triton version (CLOVER_TUNING=off ignores it, to compare). Compiling the
     candidates takes a few minutes the first time; running tune again re-times and replaces the entries.
     A synthetic pack's block is routed to random experts (its own router would pick ~15 a layer, a real
