@@ -155,7 +155,7 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     assert r["projection_5070ti"]["ms_per_pass"] > 0
     commits = r["commits"]["each"]  # no CUDA graphs on a CPU: two eager commits, all experts resident
     assert len(commits) == 2 and all(c["ms"] > 0 and not c["graphed"] and c["misses"] == 0 for c in commits)
-    assert r["commits"]["enabled"] is False and r["next_block"]["commit_ms"] == commits[1]["ms"]
+    assert r["commits"]["graphs"]["enabled"] is False and r["next_block"]["commit_ms"] == commits[1]["ms"]
     mg = r["merged"]  # three commits merged with the next block's first preview: eager, all resident
     assert [m["misses"] for m in mg["each"]] == [0, 0, 0] and not any(m["graphed"] for m in mg["each"])
     assert mg["ms"] == mg["each"][-1]["ms"] > 0 and mg["separate_ms"] > 0 and not mg["replayed"]

@@ -611,9 +611,9 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "next_block": _next_block(recs2, commit2_ms, bs, tpp),
         "merged": _merged_summary(merged_recs, recs2, commit2_rec, rt.stats()["merged_graphs"], bs, tpp),
         "commits": {  # a block's causal pass; the first one captures the commit graph, the second replays it
-            **rt.stats()["commit_graphs"],
             "each": [{"ms": round(r.ms, 3), "graphed": r.graphed, "captured": r.captured, "repairs": r.repairs,
                       "synced": r.synced, "misses": r.misses} for r in (commit_rec, commit2_rec)],
+            "graphs": rt.stats()["commit_graphs"],  # apart, as in "merged": "enabled" is the graphs', not the pass's
         },
         "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
                    "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
