@@ -165,14 +165,17 @@ def test_chat_ctrl_d_and_multiline(make_checkpoint, tmp_path):
         pane.type("first line \\")
         pane.type("second line")
         pane.wait(lambda s: len(SUMMARY.findall(s)) >= 1, "an answer", 60)
+        pane.send("Up")  # the continued message is one history entry: recalled and sent whole (was its last line)
+        pane.send("Enter")
+        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 2, "an answer to the recalled message", 60)
         pane.type('"""')
         pane.type("inside a block")
         pane.type('"""')
-        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 2, "a second answer", 60)
+        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 3, "a third answer", 60)
         pane.type(f"/save {saved}")
-        pane.wait_text("saved 4 messages")
+        pane.wait_text("saved 6 messages")
         users = [m["content"] for m in json.loads(saved.read_text())["messages"] if m["role"] == "user"]
-        assert users == ["first line \nsecond line", "inside a block"]
+        assert users == ["first line \nsecond line", "first line \nsecond line", "inside a block"]
         pane.send("C-d")
         screen = pane.wait_text("CHAT-EXITED 0", 30)
         assert "bye" in screen and "Traceback" not in screen

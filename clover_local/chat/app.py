@@ -238,6 +238,15 @@ class ChatApp:
         return True
 
     def _read_message(self) -> str:
+        start = _history_length()
+        text, lines_read = self._read_lines()
+        if lines_read > 1:
+            _one_history_entry(start, text)
+        return text
+
+    def _read_lines(self) -> tuple[str, int]:
+        """One message from the prompt: a line, `\\`-continued lines, or a `\"\"\"`-quoted block; and how many
+        lines it took."""
         line = input(PROMPT)
         if line.strip().startswith('"""'):
             lines = [line.strip()[3:]]
@@ -248,12 +257,12 @@ class ChatApp:
                 lines.append(nxt.rstrip()[:-3] if closed else nxt)
             if lines[0].endswith('"""'):
                 lines[0] = lines[0][:-3]
-            return "\n".join(lines).strip("\n")
+            return "\n".join(lines).strip("\n"), len(lines)
         lines = [line]
         while lines[-1].endswith("\\"):
             lines[-1] = lines[-1][:-1]
             lines.append(input(CONTINUE))
-        return "\n".join(lines)
+        return "\n".join(lines), len(lines)
 
     def _setup_history(self) -> None:
         try:
@@ -641,3 +650,25 @@ def failed_turn_message(exc: BaseException) -> str:
         return (f"ran out of {where} during this answer; {kept}. Shorten the conversation (/reset) or the answer "
                 "(/set max_tokens N), or restart with a lower --vram-budget or --context")
     return f"{exc} ({kept})"
+
+
+def _history_length() -> int:
+    try:
+        import readline
+    except ImportError:
+        return 0
+    return readline.get_current_history_length()
+
+
+def _one_history_entry(start: int, text: str) -> None:
+    """A multi-line message as ONE history entry (readline kept each line apart, so up-arrow recalled only the
+    last line): the lines input() added since `start` are replaced by the message; recalled, it shows on its lines
+    and Enter sends it whole."""
+    try:
+        import readline
+    except ImportError:
+        return
+    for index in reversed(range(start, readline.get_current_history_length())):
+        readline.remove_history_item(index)
+    if text.strip():
+        readline.add_history(text)
