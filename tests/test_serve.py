@@ -195,6 +195,7 @@ def test_the_context_error_counts_right():
 @pytest.mark.parametrize("extra, param", [
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),  # without logprobs: was answered as if nothing was asked
     ({"tools": [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
@@ -216,6 +217,8 @@ def test_features_it_lacks_are_refused_not_ignored(extra, param):
 
 @pytest.mark.parametrize("extra, param", [
     ({"logprobs": "yes"}, "logprobs"),
+    ({"top_logprobs": -1}, "top_logprobs"),
+    ({"top_logprobs": "2"}, "top_logprobs"),
     ({"tools": {"type": "function"}}, "tools"),
     ({"response_format": "json"}, "response_format"),
     ({"response_format": {"type": "yaml"}}, "response_format"),
@@ -233,8 +236,10 @@ def test_harmless_feature_fields_are_accepted(client, server):
     """What clients send by default (no tools, plain text, no logprobs) must not be refused."""
     from clover_local.serve.protocol import parse_chat_request
 
-    for extra in ({"tools": [], "tool_choice": "none", "logprobs": False, "response_format": {"type": "text"}},
-                  {"tools": None, "tool_choice": None, "logprobs": None, "response_format": None},
+    for extra in ({"tools": [], "tool_choice": "none", "logprobs": False, "top_logprobs": 0,
+                   "response_format": {"type": "text"}},
+                  {"tools": None, "tool_choice": None, "logprobs": None, "top_logprobs": None,
+                   "response_format": None},
                   {"tools": [], "tool_choice": "auto", "functions": [], "function_call": "none"}):
         parse_chat_request(json.dumps({"messages": MSG, **extra}).encode())
     status, body = post(server, json.dumps({"messages": MSG, "max_tokens": 2, "tools": [], "tool_choice": "none",

@@ -7,9 +7,10 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 `chat_template_kwargs.enable_thinking` wins), and our own `threshold`.
 
 Refused with a 400 rather than ignored, since the answer would look as if they were honoured: `logprobs: true`,
-`tools` / `functions` (function calling), a `tool_choice` / `function_call` other than none, and a
-`response_format` of json_object or json_schema. Their harmless forms pass: no tools (`[]` or null),
-`tool_choice` "none" or "auto" with no tools, `logprobs: false`, `response_format: {"type": "text"}`.
+`top_logprobs` above 0, `tools` / `functions` (function calling), a `tool_choice` / `function_call` other than
+none, and a `response_format` of json_object or json_schema. Their harmless forms pass: no tools (`[]` or null),
+`tool_choice` "none" or "auto" with no tools, `logprobs: false`, `top_logprobs: 0`, `response_format:
+{"type": "text"}`.
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ def refuse_unsupported(body: dict) -> None:
         raise _bad("'logprobs' must be true or false", "logprobs")
     if logprobs:
         raise _unsupported("logprobs", "it returns no token probabilities; leave it out or set it to false")
+    top = body.get("top_logprobs")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
+        raise _bad("'top_logprobs' must be a non-negative integer", "top_logprobs")
+    if top:  # without logprobs too: OpenAI refuses it there, and nothing here would honour it
+        raise _unsupported("top_logprobs", "it returns no token probabilities; leave it out or send 0")
     for name in ("tools", "functions"):
         value = body.get(name)
         if value is not None and not isinstance(value, list):
