@@ -183,7 +183,7 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
         model = _load_offloaded(arg, path, dev, pick_dtype(dtype, dev), runtime)
         config = model.config
     else:
-        model = _load_plain(path, config, dev, pick_dtype(dtype, dev))
+        model = _load_plain(arg, path, config, dev, pick_dtype(dtype, dev))
         if context is not None:
             config.max_position_embeddings = min(config.max_position_embeddings, context)
     return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer), model_context)
@@ -210,11 +210,35 @@ def _load_offloaded(arg: str, path: Path, dev: torch.device, dtype: torch.dtype,
     return load_packed_model(path, dev, dtype, options)
 
 
-def _load_plain(path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype):
+def _load_plain(arg: str, path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype):
     """A BF16 checkpoint as is, or a pack dequantized into a full model."""
     from clover_local.checkpoint.reader import CheckpointReader
     from clover_local.model.clover import CloverModel
     from clover_local.pack.reader import PackReader, is_pack
 
+    refuse_whole_load(arg, path, config, dev, dtype)
     reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
     return CloverModel.from_reader(reader, dev, dtype)
+
+
+def refuse_whole_load(arg: str, path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype) -> None:
+    """A checkpoint loads whole onto one device: the 35B release takes 64.6 GiB at bfloat16, which no 16 GB card
+    or 32 GB machine holds. Refused from the config before a byte is read (else: a CUDA out-of-memory minutes into
+    the read, or the kernel's OOM killer), with the way that fits: a pack, run offloaded. Only what the weights
+    alone need is compared, so nothing that could load is refused."""
+    from clover_local.model.clover import CloverModel
+    from clover_local.pack.reader import is_pack
+    from clover_local.runtime.sizes import device_free_bytes, fmt_bytes, host_available_bytes
+
+    free = device_free_bytes(dev) if dev.type == "cuda" else host_available_bytes()
+    need = CloverModel.weight_bytes(config, dtype) if free is not None else 0
+    if free is None or need <= free:
+        return
+    where = (f"{dev} has {fmt_bytes(free)} free" if dev.type == "cuda"
+             else f"this machine has {fmt_bytes(free)} of memory available")
+    if is_pack(path):
+        fix = "leave out --no-offload: the pack then runs offloaded, its experts in host memory"
+    else:
+        fix = f"quantize it (clover-local quantize {arg} --out PACK) and run the pack: it runs offloaded"
+    dtype_name = str(dtype).removeprefix("torch.")
+    raise CloverError(f"{arg} needs {fmt_bytes(need)} to load whole in {dtype_name}, and {where}; {fix}")

@@ -409,3 +409,24 @@ def test_calibration_leaves_out_conversations_the_template_cannot_render(tmp_pat
                                   if any(m["role"] == "tool" for m in r["messages"])), encoding="utf-8")
     with pytest.raises(CloverError, match="renders none of the .* conversations .*Unknown message role: tool"):
         read_samples(only_tools, tok)
+
+
+def test_a_model_too_large_to_load_whole_is_refused_before_reading(monkeypatch, capsys, pack) -> None:
+    """A BF16 checkpoint (or a pack with --no-offload) loads whole onto one device: at 35B that is 64.6 GiB at
+    bfloat16, which ran a 16 GB card out of memory minutes into the read (or the OOM killer ended it). Refused up
+    front, from the config, with the way that fits; what does fit still loads."""
+    import clover_local.runtime.sizes as sizes
+    from clover_local.checkpoint.synthetic import REAL_SPEC, tiny_config_dict
+    from clover_local.config import parse_config
+    from clover_local.model.clover import CloverModel
+
+    assert CloverModel.weight_bytes(parse_config(tiny_config_dict(REAL_SPEC), {}), torch.bfloat16) == 69_322_701_696
+    monkeypatch.setattr(sizes, "host_available_bytes", lambda: 4 << 20)
+    assert run_cli(["generate", "tiny", "-p", "hi", "--device", "cpu", "--dtype", "float32"]) == 2
+    line = one_error_line(capsys)
+    assert "tiny needs 14.6 MiB to load whole in float32, and this machine has 4 MiB of memory available" in line
+    assert "clover-local quantize tiny --out PACK" in line, line
+    assert run_cli(["generate", str(pack), "-p", "hi", "--device", "cpu", "--no-offload"]) == 2
+    assert "leave out --no-offload" in one_error_line(capsys)
+    monkeypatch.setattr(sizes, "host_available_bytes", lambda: 16 << 20)  # the tiny model's 14.6 MiB fit
+    assert run_cli(["generate", "tiny", "-p", "hi", "--device", "cpu", "--dtype", "float32", "--max-tokens", "4"]) == 0

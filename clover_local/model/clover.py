@@ -331,6 +331,15 @@ class CloverModel(nn.Module):
 
     # ------------------------------------------------------------------ loading
     @classmethod
+    def weight_bytes(cls, cfg: CloverConfig, dtype: torch.dtype) -> int:
+        """What the model's parameters take in `dtype`, counted on the meta device (no memory: ≈ 2 s at 35B)."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        if cfg.tie_word_embeddings:  # one tensor, counted once
+            model.lm_head.weight = model.embed_tokens.weight
+        return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+    @classmethod
     def from_reader(
         cls, reader, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16
     ) -> "CloverModel":
