@@ -17,6 +17,8 @@ import os
 import socket
 import subprocess
 import sys
+import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +80,7 @@ def _point_client_at(monkeypatch, url: str, home: Path) -> None:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", url)
     monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(home / "clover-local"))  # download's unverified-run records
     monkeypatch.setattr(constants, "ENDPOINT", url)
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
     monkeypatch.setattr(constants, "HF_HOME", str(home))
@@ -302,9 +305,156 @@ def test_resolve_model(hub, tmp_path, monkeypatch):
         transfer.resolve_model("nobody/nothing")
 
 
+def test_download_into_a_dir_holding_another_model_is_refused_before_writing(hub, tmp_path, monkeypatch):
+    """A --dir with another model in it: downloading would overwrite its config and tokenizer and leave its shard
+    beside the pack's; offline, the Hub client would hand the old folder back as the repo. Refused up front."""
+    from huggingface_hub import constants
+
+    pack = tmp_path / "src"
+    make_pack(pack)
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    hub.add_repo("someone/other-pack", pack_repo_files(pack))
+    other = tmp_path / "bf16"
+    other.mkdir()
+    (other / "config.json").write_text('{"model_type": "clover_moe"}')
+    (other / "model.safetensors").write_bytes(b"weights of another model")
+    before = pack_repo_files(other)
+    with pytest.raises(CloverError, match=r"bf16 already holds other files \(config\.json, model\.safetensors\)"):
+        transfer.download("someone/tiny-pack", dir=other, progress=False)
+    assert pack_repo_files(other) == before and not hub.log("GET", "/resolve/")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(CloverError, match="already holds other files"):
+        transfer.download("someone/tiny-pack", dir=other, progress=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+    mine = tmp_path / "mine"
+    transfer.download("someone/tiny-pack", dir=mine, progress=False)
+    assert transfer.download("someone/tiny-pack", dir=mine, progress=False) == mine  # its own repo: fine
+    with pytest.raises(CloverError, match="holds a download of someone/tiny-pack"):
+        transfer.download("someone/other-pack", dir=mine, progress=False)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ".DS_Store").write_bytes(b"")
+    transfer.download("someone/other-pack", dir=tmp_path / "empty", progress=False)  # hidden files do not count
+
+
+def test_files_a_failed_run_finished_are_checked_by_the_run_that_completes(hub, tmp_path, monkeypatch):
+    """The first run fails after config.json arrived (altered, same size); the second only fetches the shard it
+    lacked. The manifest check at the end must still cover config.json."""
+    pack = tmp_path / "src"
+    make_pack(pack, shard_bytes=600_000)
+    files = pack_repo_files(pack)
+    files["config.json"] = files["config.json"].replace(b'"bits": 4', b'"bits": 8')
+    hub.add_repo("someone/tampered", files)
+    shard = "model-00001-of-00002.safetensors"
+    hub.faults[shard] = [("drop", 200_000), ("status", 503)]
+    with pytest.raises(CloverError, match="run the same command again"):
+        transfer.download("someone/tampered", progress=False)
+    later = types.SimpleNamespace(time=lambda: time.time() + 3600)
+    monkeypatch.setattr(transfer, "time", later)  # the second run comes an hour later
+    with pytest.raises(CloverError, match=r"config\.json .*sha256"):
+        transfer.download("someone/tampered", progress=False)
+
+
+def test_offline_download_of_a_dir_with_a_cut_short_shard_is_refused(hub, tmp_path, monkeypatch):
+    """Offline nothing is fetched, so nothing was hashed: the sizes are still checked against the manifest."""
+    from huggingface_hub import constants
+
+    pack = tmp_path / "src"
+    make_pack(pack)
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    target = tmp_path / "packs" / "int4"
+    transfer.download("someone/tiny-pack", dir=target, progress=False)
+    shard = target / "model-00001-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:100])
+    for f in target.iterdir():  # all of it from an earlier day: nothing is new to this run
+        if f.is_file():
+            os.utime(f, (f.stat().st_atime - 3600, f.stat().st_mtime - 3600))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(CloverError, match=r"model-00001-of-00002\.safetensors .*has 100 bytes"):
+        transfer.download("someone/tiny-pack", dir=target, progress=False)
+
+
+def test_download_takes_only_the_top_level(hub, tmp_path):
+    """A subfolder (another format's copy of the weights) is not what any loader reads: it is not fetched."""
+    pack = tmp_path / "src"
+    make_pack(pack)
+    files = pack_repo_files(pack)
+    files["original/model.safetensors"] = b"a second copy of the weights"
+    files["original/config.json"] = b"{}"
+    hub.add_repo("someone/tiny-pack", files)
+    path = transfer.download("someone/tiny-pack", progress=False)
+    assert not (path / "original").exists() and not hub.log(contains="/original/")
+
+
+def test_a_token_with_a_pasted_character_is_refused_in_one_line(hub, tmp_path, monkeypatch, capsys):
+    """A zero-width space copied with the token: the HTTP client would fail with a traceback (UnicodeEncodeError)
+    before any request. One line instead, naming where the token came from, never the token."""
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    bad = "hf_standinSECRET\u200btoken0123456789abcdef"
+    monkeypatch.setenv("HF_TOKEN", bad)
+    for argv in (["download", "someone/tiny-pack"], ["upload", str(pack), "--repo-id", "me/x"]):
+        code, out, err = run_cli(argv, monkeypatch, capsys)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+        assert "token (from HF_TOKEN) has a character" in lines[0]
+        assert "standinSECRET" not in out + err
+    assert hub.requests == []
+
+
+def test_gated_message_links_the_configured_endpoint(hub):
+    hub.add_repo("org/gated", {"config.json": b"{}"}, gated=True)
+    with pytest.raises(CloverError, match=f"open {hub.url}/org/gated with"):
+        transfer.download("org/gated", progress=False)
+
+
 # ----------------------------------------------------------------------------------------------------
 # upload
 # ----------------------------------------------------------------------------------------------------
+def test_upload_removes_files_an_earlier_upload_left(hub, tmp_path, with_token, monkeypatch, capsys):
+    """A pack re-made with other shard names, uploaded to the same repo: the old shards must not stay, or every
+    download of the repo holds both sets and fails the manifest check."""
+    first = tmp_path / "first"
+    make_pack(first)
+    transfer.upload(first, "me/clover-tiny-int4", progress=False)
+    second = tmp_path / "second"
+    make_pack(second)
+    for i in (1, 2):
+        (second / f"model-0000{i}-of-00002.safetensors").rename(second / f"model-0000{i}-of-00003.safetensors")
+    Manifest.load(second).finalize(second)
+    repo = hub.repos["me/clover-tiny-int4"]
+    kept = {"LICENSE": b"kept", "eval_results.json": b"{}"}  # not weights: not ours to delete
+    repo.commits[repo.branches["main"]].update(kept)
+
+    code, out, err = run_cli(["upload", str(second), "--repo-id", "me/clover-tiny-int4"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "removed 2 weight files of an earlier upload" in err and "model-00001-of-00002.safetensors" in err
+    assert hub.files_at("me/clover-tiny-int4") == {**pack_repo_files(second), **kept}
+    path = transfer.download("me/clover-tiny-int4", progress=False)
+    assert sorted(p.name for p in path.iterdir()) == sorted([*pack_repo_files(second), "eval_results.json"])
+
+
+def test_upload_into_a_repo_of_other_weights_is_refused_before_sending(hub, tmp_path, with_token):
+    """Only an earlier pack's shards are replaced: weights that are not a clover-local pack (someone's BF16
+    checkpoint) would otherwise be deleted from the repo's head by the upload."""
+    theirs = {"config.json": b"{}", "model.safetensors": b"bf16 weights"}
+    hub.add_repo("me/clover-bf16", theirs)
+    pack = tmp_path / "pack"
+    make_pack(pack)
+    with pytest.raises(CloverError, match=r"me/clover-bf16 already holds weights that are not a clover-local pack "
+                                          r"\(model.safetensors\); upload the pack to a repo of its own"):
+        transfer.upload(pack, "me/clover-bf16", progress=False)
+    assert hub.files_at("me/clover-bf16") == theirs  # nothing sent, nothing deleted
+
+
+def test_upload_of_a_checkpoint_says_it_takes_a_pack(hub, tmp_path, with_token):
+    ckpt = REPO_ROOT / "clover_local" / "assets" / "tiny"
+    with pytest.raises(CloverError, match=r"is a model checkpoint, not a clover-local pack.*clover-local quantize"):
+        transfer.upload(ckpt, "me/x", progress=False)
+    assert hub.requests == []
+
+
 def test_upload_a_tiny_pack(hub, tmp_path, with_token):
     pack = tmp_path / "pack"
     make_pack(pack)
@@ -667,3 +817,28 @@ def test_a_card_names_the_release_as_base_only_for_a_pack_of_its_shape():
     # a Hub source is named whatever its shape
     hub_source = Manifest(source={"repo_id": "someone/clover-mini"}, settings={"bits": 4})
     assert card_metadata(hub_source, tiny_config)["base_model"] == "someone/clover-mini"
+
+
+def test_card_claims_only_what_the_tool_knows(tmp_path):
+    """No measurement claimed for an unmeasured pack, the text and token counts of a measured one, no install
+    command the project does not publish, and no license asserted for a base model whose license is unknown."""
+    pack = tmp_path / "pack"
+    unmeasured = make_pack(pack, quality={})
+    config = json.loads((pack / "config.json").read_text())
+    text = card_text(unmeasured, config, "me/p")
+    assert "clover-local eval PACK --reference SRC --save" in text and "Compared with" not in text
+    assert "pip install" not in text and "pypi.org" not in text
+
+    measured = make_pack(tmp_path / "p2", quality={
+        "kl_causal_mean": 0.0063, "top1_causal": 0.965, "tokens_causal": 1022, "tokens_preview": 520,
+        "eval_text": "calibration.jsonl (held-out split)",
+    })
+    text = card_text(measured, config, "me/p")
+    assert "on calibration.jsonl (held-out split), over 1022 tokens (causal pass) and 520 masked positions" in text
+
+    assert "license: apache-2.0" in text  # the Clover release: the project's license
+    foreign = make_pack(tmp_path / "p3", source_repo="someone/Clover-finetune")
+    text = card_text(foreign, config, "me/p")
+    assert "license: other" in text and "Apache" not in text
+    assert "The license of the base model [someone/Clover-finetune]" in text
+    check_card(text)

@@ -78,7 +78,8 @@ DOWNLOAD_HELP = (
     "clover_manifest.json), into the Hub cache shared with other tools, or into --dir. Transfers resume: a "
     "dropped connection is retried from where it stopped, and running the same command again after a failure "
     "skips finished files. A pack is checked against the sha256 sums in its manifest. With HF_HUB_OFFLINE=1, or "
-    "when the Hub cannot be reached, the cached copy is used.\n\n"
+    "when the Hub cannot be reached, the cached copy is used. --dir must be empty, new, or an earlier download "
+    "of the same repo.\n\n"
     "The local folder is printed on stdout, so scripts can capture it."
 )
 
@@ -111,7 +112,7 @@ def download(
             )
     except KeyboardInterrupt:
         raise Interrupted(f"Download interrupted; run `{transfer.download_command(repo_id, dir, revision)}` again "
-                          "to resume.") from None
+                          "to resume (finished files are kept).") from None
     if json_out:
         print(json.dumps({"repo_id": repo_id, "revision": revision, "path": str(path)}))
     else:
@@ -127,7 +128,9 @@ UPLOAD_HELP = (
     "into the pack, unless the pack has a hand-written one (a card without clover-local's first-line marker). "
     "The repo is created if needed (--private applies only when it is created); --revision uploads to a "
     "branch, created if needed. Packs upload with huggingface_hub's resumable path: if an upload stops, run "
-    "the same command again.\n\n"
+    "the same command again. An earlier pack's weight files that are not part of this one (*.safetensors and "
+    "their index) are deleted afterwards, so a download gets this pack only; other files are left as they are, "
+    "and a repo holding weights that are not a clover-local pack is refused.\n\n"
     "--dry-run lists exactly the files and sizes that would be sent and prints the card, without touching the "
     "network or the pack."
 )
@@ -169,6 +172,11 @@ def upload(
         ) from None
     for note in result.notes:
         console.print(f"note: {note}", markup=False)
+    if result.removed and not json_out:
+        console.print(
+            f"removed {len(result.removed)} weight files of an earlier upload that are not part of this pack: "
+            f"{transfer._names(result.removed)}", markup=False,
+        )
 
     if json_out:
         print(json.dumps(result.to_dict()))

@@ -1,18 +1,22 @@
 """Moving checkpoints and packs to and from the Hugging Face Hub, with `huggingface_hub` doing the HTTP.
 
-- `download(repo_id)`: `snapshot_download` limited to the files a Clover checkpoint or pack needs, into the
-  standard Hub cache (or `dir`). Completed files are reused; an interrupted file is resumed with a Range request
+- `download(repo_id)`: `snapshot_download` limited to the files a Clover checkpoint or pack needs (top-level
+  only), into the standard Hub cache (or `dir`, which must be empty, new, or an earlier download of the same
+  repo). Completed files are reused; an interrupted file is resumed with a Range request
   while the call runs (huggingface_hub retries dropped connections), and a run that failed outright is resumed
   by running it again: finished files are not fetched twice. Offline (`HF_HUB_OFFLINE=1`, or the Hub cannot be
-  reached) the cached snapshot is used. A pack is checked against its manifest's sha256 sums after the transfer
-  (only the files that were just written are re-hashed).
+  reached) the cached snapshot is used. A pack is checked against its manifest after the transfer: every file's
+  presence and size, and the sha256 of the files written since the first run that did not finish (not the
+  files an earlier, checked download left).
 - `resolve_model(arg)`: what every command calls on its MODEL/SRC argument: a local folder as is, a repo id
   through `download`.
 - `upload(pack, repo_id)`: refuses a pack whose manifest does not match its files, writes the model card if
   the pack has none, creates the repo (and branch), then sends the files with huggingface_hub's resumable path:
   `HfApi.upload_large_folder` where the installed huggingface_hub has it; huggingface_hub 2.x has no such method
   and its `HfApi.upload_folder` is itself the streamed, resumable, multi-commit pipeline (with hf_xet installed).
-  `dry_run=True` returns exactly the files and sizes it would send and the card, touching no network.
+  Weight files an earlier pack left in the repo that are not part of this one are then deleted (a download
+  would otherwise fetch them with it); a repo holding weights that are not a pack is refused before sending. `dry_run=True` returns exactly the files and sizes it would send and the
+  card, touching no network.
 
 Every error a person can cause or meet (unknown repo, gated repo, bad revision, no token, offline with an
 empty cache, a dropped connection) becomes a one-sentence `CloverError`. The token is never printed: messages
@@ -21,6 +25,8 @@ are built here, and any text taken from a server answer is scrubbed of it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -44,6 +50,9 @@ ALLOW_PATTERNS = [
     "README.md",
     MANIFEST_NAME,
 ]
+# Only the repo's top level: every loader (ours, transformers) reads a model from there; a subfolder holds something
+# else (another format's copy of the weights, originals) and would only add gigabytes to the download.
+IGNORE_PATTERNS = ["*/*"]
 
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}$")
 _LOGIN_HINT = "run `hf auth login` or set HF_TOKEN"
@@ -198,7 +207,7 @@ def hub_error(
             return e
         if isinstance(e, gated):
             return CloverError(
-                f"{repo_id} is gated: open https://huggingface.co/{repo_id} with the account of your token and "
+                f"{repo_id} is gated: open {endpoint()}/{repo_id} with the account of your token and "
                 f"accept its terms, then retry ({_LOGIN_HINT} if you are not logged in)."
             )
         if isinstance(e, disabled):
@@ -257,24 +266,104 @@ def _raise_hub(exc: BaseException, **kw) -> None:
     raise err from None
 
 
-def _fresh_files(folder: Path, since: float) -> list[str]:
-    """Names (relative, posix) of files under `folder` whose data was written at or after `since`."""
+def _visible_files(folder: Path) -> list[str]:
+    """Names (relative, posix) of the files under `folder`, leaving out hidden files and folders (the Hub client's
+    `.cache/`, our own records, editor droppings)."""
     out = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            full = Path(dirpath) / name
-            try:
-                if full.stat().st_mtime >= since:  # follows the cache's symlink to the blob
-                    out.append(full.relative_to(folder).as_posix())
-            except OSError:
-                continue
+        out += [(Path(dirpath) / n).relative_to(folder).as_posix() for n in filenames if not n.startswith(".")]
+    return sorted(out)
+
+
+def _fresh_files(folder: Path, since: float) -> list[str]:
+    """Names (relative, posix) of files under `folder` whose data was written at or after `since`."""
+    out = []
+    for name in _visible_files(folder):
+        try:
+            if (folder / name).stat().st_mtime >= since:  # follows the cache's symlink to the blob
+                out.append(name)
+        except OSError:
+            continue
     return out
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    """`a, b, c and 4 more`: a few file names for a one-line message."""
+    head = ", ".join(names[:shown])
+    return head + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 # ----------------------------------------------------------------------------------------------------
 # download
 # ----------------------------------------------------------------------------------------------------
+# A --dir remembers which repo it holds (hidden, so never hashed, uploaded or taken for a model file).
+ORIGIN_RECORD = ".clover-local-download.json"
+
+
+def _dir_owner(folder: Path) -> str | None:
+    """The repo id a previous `download --dir` into `folder` recorded, if any."""
+    try:
+        owner = json.loads((folder / ORIGIN_RECORD).read_text(encoding="utf-8")).get("repo_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
+
+
+def _claim_dir(folder: Path, repo_id: str) -> None:
+    """Make `folder` the home of `repo_id`, refusing one that holds anything else: the download would overwrite
+    that model's config and tokenizer and leave its other shards beside the new ones (a mix no loader can tell
+    apart), and offline the Hub client would hand back the old folder as if it were `repo_id`."""
+    owner = _dir_owner(folder)
+    if owner is None or owner.lower() != repo_id.lower():
+        present = _visible_files(folder) if folder.is_dir() else []
+        if present:
+            what = f"a download of {owner}" if owner else "other files"
+            raise CloverError(
+                f"{folder} already holds {what} ({_names(present)}); give --dir an empty or new folder for "
+                f"{repo_id}, or delete those files first."
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ORIGIN_RECORD).write_text(json.dumps({"repo_id": repo_id}) + "\n", encoding="utf-8")
+
+
+def _unverified_record(repo_id: str, dir: str | os.PathLike | None) -> Path:
+    """Where a download of `repo_id` (into `dir`, or the Hub cache) notes when its first unfinished run began."""
+    from huggingface_hub import constants
+
+    from clover_local.paths import cache_root
+
+    target = str(Path(dir).resolve()) if dir is not None else f"hub-cache:{constants.HF_HUB_CACHE}"
+    key = hashlib.sha256(f"{repo_id.lower()}\n{target}".encode()).hexdigest()[:24]
+    return cache_root() / "unverified-downloads" / f"{key}.json"
+
+
+def _unverified_since(record: Path) -> float:
+    """When the files not yet checked against the manifest began to arrive: a run that failed left finished files
+    that the next run does not fetch again, so the run that completes the download checks them too. Notes the
+    start of this run if no earlier run is pending."""
+    try:
+        return float(json.loads(record.read_text(encoding="utf-8"))["since"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    since = time.time() - 1.0
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"since": since}) + "\n", encoding="utf-8")
+    except OSError:
+        pass  # an unwritable cache only loses the check of an earlier failed run's files
+    return since
+
+
+def _verify_download(folder: Path, since: float, retry: str, on_bytes: ProgressFn | None) -> None:
+    """Check a downloaded pack against its manifest: every file present with its size (cheap, always, so a
+    partial folder handed back offline is caught), and the sha256 of each file written since `since`."""
+    try:
+        verify_pack(folder, only=_fresh_files(folder, since), on_bytes=on_bytes)
+    except CloverError as exc:
+        raise CloverError(f"{exc} Fetch it again with `{retry} --force`.") from None
+
+
 def download(
     repo_id: str,
     dir: str | os.PathLike | None = None,
@@ -289,28 +378,33 @@ def download(
 
     Resumable and cache-reusing (see the module docstring). Offline, or when the Hub cannot be reached, the
     cached snapshot is returned if it is complete. With `verify`, a pack's newly written files are checked
-    against the sha256 sums in its manifest.
+    against the sha256 sums in its manifest. A `dir` holding anything but an earlier download of `repo_id` is
+    refused.
     """
     from huggingface_hub import snapshot_download
 
     _check_repo_id(repo_id)
     offline = offline_mode()
+    if not offline:
+        _check_token_text()
     kwargs: dict[str, Any] = dict(
         repo_id=repo_id,
         repo_type="model",
         revision=revision,
         allow_patterns=ALLOW_PATTERNS,
+        ignore_patterns=IGNORE_PATTERNS,
         library_name="clover-local",
         library_version=__version__,
         force_download=force,
     )
     made_dir = dir is not None and not Path(dir).exists()
     if dir is not None:
-        Path(dir).mkdir(parents=True, exist_ok=True)
+        _claim_dir(Path(dir), repo_id)
         kwargs["local_dir"] = str(dir)
     if not progress:
         kwargs["tqdm_class"] = _quiet_tqdm()
-    started = time.time() - 1.0
+    unverified = _unverified_record(repo_id, dir)
+    started = _unverified_since(unverified)
     retry = download_command(repo_id, dir, revision)
     try:
         try:
@@ -328,22 +422,19 @@ def download(
             _remove_if_no_files(Path(dir))
         raise
     folder = Path(path)
-    if verify and (folder / MANIFEST_NAME).is_file():
-        fresh = _fresh_files(folder, started)
-        if fresh:
-            try:
-                verify_pack(folder, only=fresh, on_bytes=on_verify_bytes)
-            except CloverError as exc:
-                raise CloverError(
-                    f"{exc} Fetch it again with `{retry} --force`."
-                ) from None
+    if verify:
+        if (folder / MANIFEST_NAME).is_file():
+            _verify_download(folder, started, retry, on_verify_bytes)
+        unverified.unlink(missing_ok=True)
     return folder
 
 
 def _remove_if_no_files(folder: Path) -> None:
     """Remove a --dir this download created when the failure left no file in it (only the Hub client's empty
-    metadata folders): a failed first try leaves nothing behind; any partial file stays, for the retry."""
-    if any(p.is_file() for p in folder.rglob("*")):
+    metadata folders and our origin record): a failed first try leaves nothing behind; any partial file stays,
+    for the retry."""
+    record = folder / ORIGIN_RECORD
+    if any(p.is_file() and p != record for p in folder.rglob("*")):
         return
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -402,6 +493,7 @@ class UploadResult:
     notes: list[str] = field(default_factory=list)  # things worth telling the person (e.g. visibility kept)
     url: str | None = None
     commit: str | None = None
+    removed: list[str] = field(default_factory=list)  # weight files of an earlier upload deleted from the repo
 
     @property
     def total_bytes(self) -> int:
@@ -413,19 +505,41 @@ class UploadResult:
         return out
 
 
-def _offline_token() -> str | None:
-    """The token from HF_TOKEN or the login file, found without any network call."""
+def _token_and_source() -> tuple[str | None, str]:
+    """The token from HF_TOKEN or the login file, found without any network call, and where it came from."""
     from huggingface_hub import constants
 
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         value = (os.environ.get(var) or "").strip()
         if value:
-            return value
+            return value, var
     try:
         value = Path(constants.HF_TOKEN_PATH).read_text().strip()
     except OSError:
-        return None
-    return value or None
+        return None, ""
+    return (value or None), "the token file `hf auth login` wrote"
+
+
+def _offline_token() -> str | None:
+    """The token from HF_TOKEN or the login file, found without any network call."""
+    return _token_and_source()[0]
+
+
+def _check_token_text(token: str | None = None) -> None:
+    """Refuse a token that no HTTP header can carry (a non-breaking or zero-width space pasted with it): the Hub
+    client would fail on it with a traceback before sending anything. The token itself is never shown."""
+    found, source = _token_and_source()
+    token = token if token is not None else found
+    if not token:
+        return
+    cleaned = token.replace("\r", "").replace("\n", "")  # huggingface_hub drops these itself
+    bad = next((i for i, c in enumerate(cleaned) if not (c.isascii() and c.isprintable())), None)
+    if bad is not None:
+        where = f" (from {source})" if source and token == found else ""
+        raise CloverError(
+            f"Your Hub token{where} has a character a token cannot have at position {bad + 1} (e.g. a space "
+            f"copied from a web page); set it again: {_LOGIN_HINT}."
+        )
 
 
 def _token() -> str:
@@ -437,6 +551,7 @@ def _token() -> str:
         raise CloverError(f"Could not obtain a Hub token ({_short(exc)}); {_LOGIN_HINT}.") from None
     if not token:
         raise CloverError(f"You are not logged in to the Hugging Face Hub: {_LOGIN_HINT}, then run upload again.")
+    _check_token_text(token)
     return token
 
 
@@ -464,6 +579,59 @@ def _card_for_upload(folder: Path, manifest: Manifest, repo_id: str) -> tuple[st
     return str(card), True
 
 
+def _refuse_checkpoint(folder: Path, shown: str) -> None:
+    """A model checkpoint (config.json and safetensors, no manifest) given where a pack belongs: say what upload
+    shares and how to make one, rather than only that a manifest is missing."""
+    if (folder / MANIFEST_NAME).exists() or not (folder / "config.json").is_file():
+        return
+    if not any(folder.glob("*.safetensors")):
+        return
+    raise CloverError(
+        f"{shown} is a model checkpoint, not a clover-local pack (it has no {MANIFEST_NAME}); upload shares "
+        f"packs: make one with `clover-local quantize {shlex.quote(shown)} --out DIR`, then upload DIR."
+    )
+
+
+# Weight files (and their index) in a repo's top level, which `download` fetches and loaders read.
+WEIGHT_PATTERNS = ["*.safetensors", "*.safetensors.index.json"]
+
+
+def _stale_files(remote: list[str], keep: set[str]) -> list[str]:
+    """Weight files in the repo's listing that are not this pack's (an earlier upload's shards, say): left there,
+    every download of the repo would hold them beside the pack's own and fail its manifest check, or mix two
+    models. Other files (a LICENSE, an image, someone's notes) are not ours to delete."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    weights = filter_repo_objects(remote, allow_patterns=WEIGHT_PATTERNS, ignore_patterns=IGNORE_PATTERNS)
+    return sorted(name for name in weights if name not in keep)
+
+
+def _refuse_foreign_weights(repo_id: str, remote: list[str], stale: list[str]) -> None:
+    """Only an earlier pack's weights are replaced: a repo whose weights are not a clover-local pack (someone's
+    BF16 checkpoint, another format) is refused before anything is sent, since the upload would delete them from
+    its head."""
+    if stale and MANIFEST_NAME not in remote:
+        raise CloverError(
+            f"{repo_id} already holds weights that are not a clover-local pack ({_names(stale)}); upload the pack "
+            f"to a repo of its own (another --repo-id), or remove those files from {repo_id} first."
+        )
+
+
+def _remove_stale(api: Any, repo_id: str, revision: str | None, stale: list[str]) -> None:
+    """Delete an earlier pack's `stale` weight files in one commit, after the pack is up (the repo is never
+    without a complete pack)."""
+    from huggingface_hub import CommitOperationDelete
+
+    if stale:
+        api.create_commit(
+            repo_id=repo_id,
+            repo_type="model",
+            revision=revision,
+            operations=[CommitOperationDelete(path_in_repo=name) for name in stale],
+            commit_message=f"Remove {len(stale)} files that are not part of the clover-local pack",
+        )
+
+
 def upload(
     pack: str | os.PathLike,
     repo_id: str,
@@ -478,8 +646,11 @@ def upload(
     """Verify a pack and upload it to `repo_id` (created if needed; `revision` is a branch, created if needed).
 
     The pack's README.md is written from the manifest if the pack has none (it is not part of the manifest's
-    hashed file list, see `clover_local.pack.manifest`). With `dry_run`, nothing is written or sent: the result
-    lists the files and sizes that would be sent and the card.
+    hashed file list, see `clover_local.pack.manifest`). An earlier pack's weight files that this pack does not
+    have are deleted after the upload (`UploadResult.removed`), so a download gets this pack's weights only; a
+    repo holding weights that are not a pack is refused before anything is sent.
+    With `dry_run`, nothing is written or sent: the result lists the files and sizes that would be sent and the
+    card.
     """
     _check_repo_id(repo_id)
     if revision is not None and not revision.strip():
@@ -488,6 +659,7 @@ def upload(
     if not folder.is_dir():
         raise CloverError(f"{pack} is not a folder; upload takes a pack folder made by `clover-local quantize`.")
 
+    _refuse_checkpoint(folder, str(pack))
     manifest = verify_pack(folder, on_bytes=on_verify_bytes)
     card, generated = _card_for_upload(folder, manifest, repo_id)
 
@@ -532,6 +704,9 @@ def upload(
             )
         if revision and revision != "main":
             api.create_branch(repo_id=repo_id, branch=revision, repo_type="model", exist_ok=True)
+        remote = api.list_repo_files(repo_id=repo_id, repo_type="model", revision=revision)
+        stale = _stale_files(remote, set(names))
+        _refuse_foreign_weights(repo_id, remote, stale)
         patterns = [_pattern(n) for n in names]
         message = commit_message or f"Upload clover-local pack ({len(names)} files)"
         if hasattr(api, "upload_large_folder"):
@@ -556,6 +731,8 @@ def upload(
                 commit_message=message,
             )
             result.commit = getattr(info, "oid", None)
+        _remove_stale(api, repo_id, revision, stale)
+        result.removed = stale
     except Exception as exc:
         _raise_hub(exc, repo_id=repo_id, revision=revision, action="uploading to")
     finally:

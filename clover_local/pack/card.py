@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from clover_local import __version__
 from clover_local.errors import CloverError
 from clover_local.pack.manifest import CARD_NAME, Manifest
 
@@ -92,6 +93,40 @@ def _fraction(value: Any) -> str:
     return _fmt(value)
 
 
+def _quality_intro(quality: dict[str, Any]) -> str:
+    """Where the quality figures come from, as far as the manifest says: a pack nobody measured is not said to
+    have been measured by `clover-local eval`, and the text and token counts are the ones recorded."""
+    if not any(key in quality for key, _ in _QUALITY_ROWS):
+        return (
+            "No quality figures are recorded in `clover_manifest.json`: this pack was not compared with its source "
+            "(`clover-local eval PACK --reference SRC --save` measures and records them)."
+        )
+    on = f" on {_fmt(quality['eval_text'])}" if quality.get("eval_text") else ""
+    counts = [
+        f"{quality[key]} {what}"
+        for key, what in (("tokens_causal", "tokens (causal pass)"), ("tokens_preview", "masked positions (preview)"))
+        if isinstance(quality.get(key), int) and not isinstance(quality.get(key), bool)
+    ]
+    over = f", over {' and '.join(counts)}" if counts else ""
+    return (
+        f"Compared with the BF16 source{on}{over}, as `clover-local eval` does (lower KL and higher agreement are "
+        "better). Only numbers recorded in `clover_manifest.json` are shown."
+    )
+
+
+def _license(base: str | None) -> str:
+    """The license id the card can state: clover-local's own (Apache-2.0) for a pack of the Clover release or of a
+    model with no Hub base (the shipped tiny one); for any other base the tool does not know it, so `other`."""
+    return LICENSE if base in (None, DEFAULT_BASE_MODEL) else "other"
+
+
+def _license_text(base: str | None, base_link: str) -> str:
+    """The card's License section, saying no more than `_license` knows."""
+    if _license(base) == LICENSE:
+        return f"Apache-2.0, as the base model {base_link}." if base else "Apache-2.0."
+    return f"The license of the base model {base_link} applies; see its model card."
+
+
 def _table(rows: list[tuple[str, str]], head: tuple[str, str]) -> list[str]:
     out = [f"| {head[0]} | {head[1]} |", "|---|---|"]
     out += [f"| {a} | {b} |" for a, b in rows]
@@ -140,7 +175,7 @@ def card_metadata(manifest: Manifest, config: dict | None = None) -> dict[str, A
     base = base_model_of(manifest, config)
     return {
         **({"base_model": base, "base_model_relation": "quantized"} if base else {}),
-        "license": LICENSE,
+        "license": _license(base),
         "library_name": LIBRARY_NAME,
         "pipeline_tag": "text-generation",
         "tags": tags,
@@ -172,7 +207,7 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     lines: list[str] = [CARD_MARKER, "", title, ""]
     lines += [
         f"A quantized pack of {base_link}, a block-diffusion mixture-of-experts model, "
-        "made with [clover-local](https://pypi.org/project/clover-local/) to run on one 16 GB GPU. The weights are "
+        f"made with clover-local {__version__} to run on one 16 GB GPU. The weights are "
         "GPTQ-compatible safetensors (`qweight`/`qzeros`/`scales`/`g_idx`, `quantization_config` in `config.json`), "
         "so other GPTQ-aware loaders can read them too.",
         "",
@@ -184,7 +219,7 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         "## Run it",
         "",
         "```bash",
-        "pip install clover-local",
+        f"# needs clover-local {__version__} or newer (pack format v{manifest.format_version})",
         f"clover-local download {rid}        # resumable; checks every file against clover_manifest.json",
         f"clover-local chat {rid}            # interactive chat with the live block-diffusion display",
         f'clover-local generate {rid} --prompt "Explain block diffusion in two sentences."',
@@ -233,12 +268,7 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
             rows.append((label, "not measured"))
     for key, value in sorted(quality.items()):
         rows.append((f"`{key}`", _fmt(value)))
-    lines += ["## Measured quality", ""]
-    lines += [
-        "Measured by `clover-local eval` against the BF16 source on held-out text (lower KL and higher agreement "
-        "are better). Only numbers recorded in `clover_manifest.json` are shown.",
-        "",
-    ]
+    lines += ["## Measured quality", "", _quality_intro(manifest.quality), ""]
     lines += _table(rows, ("Metric", "Value")) + [""]
 
     # -- memory ------------------------------------------------------------------------------------
@@ -294,7 +324,7 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         "",
         "## License",
         "",
-        f"Apache-2.0, as the base model {base_link}." if base else "Apache-2.0.",
+        _license_text(base, base_link),
         "",
     ]
     return f"---\n{front}\n---\n" + "\n".join(lines)
