@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from clover_local.checkpoint.reader import CheckpointReader
@@ -28,6 +30,7 @@ from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest, share_like_any_file
+from clover_local.runtime.pack_index import read_header
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
 from quantize.gptq_format import SUPPORTED_BITS, values_per_run
@@ -97,20 +100,30 @@ class QuantizeResult:
     resumed_from: int = 0
 
 
+def _write_error(path: Path, exc: Exception, resumable: bool = True) -> CloverError:
+    """One line for a failed write. safetensors' writer raises its own error, not OSError, with the OS's reason
+    only in its text ("No space left on device (os error 28)"): read the errno from either, so a full disk
+    says so and names --resume instead of ending in a traceback."""
+    code = getattr(exc, "errno", None)
+    if code is None:
+        found = re.search(r"os error (\d+)", str(exc))
+        code = int(found.group(1)) if found else None
+    if code == errno.ENOSPC:
+        return CloverError(f"the disk is full while writing {path.name}; free some space and rerun with --resume"
+                           + (" (finished layers are kept)" if resumable else ""))
+    reason = os.strerror(code) if code else (getattr(exc, "strerror", None) or str(exc))
+    return CloverError(f"cannot write {path}: {reason}")
+
+
 def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     try:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
         share_like_any_file(tmp)  # safetensors writes 0600
         os.replace(tmp, path)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:
         tmp.unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
-            raise CloverError(
-                f"the disk is full while writing {path.name}; free some space and rerun with --resume "
-                "(finished layers are kept)"
-            ) from None
-        raise CloverError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise _write_error(path, exc) from None
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -120,9 +133,7 @@ def _write_json(path: Path, data: dict) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
-            raise CloverError(f"the disk is full while writing {path.name}; free some space and rerun with --resume") from None
-        raise CloverError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise _write_error(path, exc, resumable=False) from None
 
 
 def _file_sha(path: Path) -> str:
@@ -158,11 +169,7 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
     if out.exists() and not out.is_dir():
         raise CloverError(f"--out {out} is a file, not a folder")
     if (out / PROGRESS).is_dir() and not progress.exists():
-        # a run of ours that stopped before its first layer was saved (bad calibration file, unreadable shard,
-        # Ctrl-C in layer 0): nothing finished to keep, so clear what it left and treat the folder as fresh
-        shutil.rmtree(out / PROGRESS)
-        for stale in out.glob("model-*-of-*.safetensors*"):
-            stale.unlink()
+        _clear_stale_progress(out)
     if out.is_dir() and any(out.iterdir()):
         if progress.exists():
             if overwrite:
@@ -173,7 +180,8 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
             else:
                 return True
         elif (out / MANIFEST_NAME).exists() and Manifest.load(out).complete and not overwrite:
-            raise CloverError(f"{out} already holds a finished pack; choose another --out or add --overwrite")
+            raise CloverError(f"{out} already holds a finished pack{': nothing to resume' if resume else ''}; "
+                              "choose another --out or add --overwrite")
         elif (out / MANIFEST_NAME).exists():
             shutil.rmtree(out)  # a pack of ours (complete with --overwrite, or one that never finished)
         else:
@@ -182,6 +190,106 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:
     elif resume:
         raise CloverError(f"nothing to resume in {out}: start without --resume")
     return False
+
+
+def _clear_stale_progress(out: Path) -> None:
+    """A progress folder without its state.json. With a manifest beside it, it is what a finished run was
+    deleting when it stopped: the pack is done, so only the folder goes (its shards are finished work). Without
+    one, a run of ours stopped before its first layer was saved (bad calibration file, unreadable shard, Ctrl-C
+    in layer 0): nothing finished to keep, so clear what it left and treat the folder as fresh."""
+    shutil.rmtree(out / PROGRESS)
+    if (out / MANIFEST_NAME).exists():
+        return
+    for stale in out.glob("model-*-of-*.safetensors*"):
+        stale.unlink()
+
+
+def _clear_temp_files(out: Path) -> None:
+    """safetensors writes through a hidden temp file of its own (`.tmpXXXXXX`) that a kill leaves behind, as
+    large as a shard or a layer's inputs (gigabytes at 35B): a resume clears them. (Ours, `X.tmp`, need no
+    clearing: the redone layer writes the same names again.)"""
+    for folder in (out, out / PROGRESS):
+        for tmp in folder.glob(".tmp??????"):
+            if tmp.is_file():
+                tmp.unlink(missing_ok=True)
+
+
+def _make_output(out: Path) -> None:
+    """Create --out and its progress folder: a path through a file, a read-only disk, no permission are one line."""
+    try:
+        (out / PROGRESS).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CloverError(f"cannot create --out {out}: {exc.strerror or exc}") from None
+
+
+SETTING_FLAGS = {"bits": "--bits", "group_size": "--group-size", "method": "--method", "profile": "--profile",
+                 "sym": "--sym/--asym", "samples": "--samples", "seq_len": "--seq-len", "calib": "--calib",
+                 "calib_mode": "--calib-mode", "expert_stats": "--expert-stats", "min_expert_rows":
+                 "--min-expert-rows", "seed": "--seed", "clip": "--clip/--no-clip", "act_order":
+                 "--act-order/--no-act-order"}
+
+
+def fingerprint_difference(saved: dict, now: dict) -> str:
+    """What differs between the run saved in --out and this command, in the words of its flags (the saved
+    value first): a refused --resume says which setting to put back instead of leaving the user to guess."""
+    diffs = []
+    old_s, new_s = saved.get("settings", {}), now["settings"]
+    for key, value in new_s.items():
+        if old_s.get(key, value) != value:
+            was, now_ = ("default" if v is None else v for v in (old_s[key], value))
+            diffs.append(f"{SETTING_FLAGS.get(key, key)} {was} (now {now_})")
+    if saved.get("source") != now["source"]:
+        diffs.append(f"source {saved.get('source')} (now {now['source']})")
+    elif saved.get("config_sha256") != now["config_sha256"]:
+        diffs.append("the source's config.json changed")
+    if saved.get("calib_sha256") != now["calib_sha256"] and old_s.get("calib") == new_s.get("calib"):
+        diffs.append("the calibration file's content changed")
+    return "; ".join(diffs) or "its recorded inputs"
+
+
+def _load_progress(out: Path, fingerprint: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The saved state and the next layer's inputs, checked: a damaged progress folder is one line saying
+    what to do, not a traceback; other settings name the flags that differ."""
+    prog_dir = out / PROGRESS
+    try:
+        state = json.loads((prog_dir / "state.json").read_text(encoding="utf-8"))
+        missing = [k for k in ("fingerprint", "next_layer", "calibration", "created", "reports") if k not in state]
+        if missing:
+            raise KeyError(missing[0])
+        saved, start = state["fingerprint"], int(state["next_layer"])
+        hidden_name = state.get("hidden", "hidden.safetensors")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CloverError(f"the saved progress in {out} is damaged ({PROGRESS}/state.json: {exc}); "
+                          "start over with --overwrite") from None
+    if saved != fingerprint:
+        raise CloverError(f"{out} holds a run with other settings or inputs: "
+                          f"{fingerprint_difference(saved, fingerprint)}; resume with the same command, or "
+                          "--overwrite to start over")
+    try:
+        hidden = load_file(str(prog_dir / hidden_name))
+    except (OSError, SafetensorError) as exc:
+        hidden, why = {}, str(exc)
+    else:
+        why = "no 'clean' tensor"
+    if "clean" not in hidden:
+        raise CloverError(f"the saved progress in {out} is damaged (layer {start}'s inputs, "
+                          f"{PROGRESS}/{hidden_name}: {why}); start over with --overwrite")
+    return state, hidden
+
+
+def _check_finished_shards(out: Path, done: int, n_shards: int) -> None:
+    """Every finished layer's shard is there and as long as its header says, before a resume builds on them:
+    a truncated one would otherwise end the run in a traceback, or be hashed into a 'complete' pack."""
+    for k in range(1, done + 1):
+        path = out / shard_name(k, n_shards)
+        if not path.is_file():
+            raise CloverError(f"layer {k - 1}'s shard {path.name} is missing from {out}; its inputs are no longer "
+                              "kept, so start over with --overwrite")
+        try:
+            read_header(path)
+        except CloverError as exc:
+            raise CloverError(f"{exc}: layer {k - 1} in {out} cannot be resumed from; "
+                              "start over with --overwrite") from None
 
 
 def quantize_checkpoint(
@@ -221,7 +329,7 @@ def quantize_checkpoint(
         raise CloverError(f"cannot read calibration file {calib_path}: {exc.strerror or exc}") from None
     has_progress = prepare_output(out, resume, overwrite)
     prog_dir = out / PROGRESS
-    prog_dir.mkdir(parents=True, exist_ok=True)
+    _make_output(out)
     n_layers = cfg.num_hidden_layers
     n_shards = n_layers + 1
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -229,12 +337,10 @@ def quantize_checkpoint(
                    "source": str(src.resolve()), "config_sha256": _file_sha(src / "config.json")}
     reports: list[LayerReport] = []
     if has_progress:
-        state = json.loads((prog_dir / "state.json").read_text())
-        if state["fingerprint"] != fingerprint:
-            raise CloverError(f"{out} holds a run with other settings or inputs; use the same command to resume, "
-                              "or --overwrite to start over")
+        state, hidden = _load_progress(out, fingerprint)
         start = state["next_layer"]
-        hidden = load_file(str(prog_dir / state.get("hidden", "hidden.safetensors")))
+        _check_finished_shards(out, start, n_shards)
+        _clear_temp_files(out)
         clean, noisy = hidden["clean"], hidden.get("noisy")
         calib_info = state["calibration"]
         reports = [LayerReport(**r) for r in state["reports"]]
@@ -350,9 +456,7 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
     total = expert_bytes = 0
     for k in range(1, n_shards + 1):
         name = shard_name(k, n_shards)
-        with open(out / name, "rb") as f:
-            header_len = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(header_len))
+        header = read_header(out / name)  # a shard cut short since it was written: one line, not a traceback
         total += (out / name).stat().st_size
         for t, info in header.items():
             if t == "__metadata__":
@@ -381,7 +485,11 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
     )
     from clover_local.pack.card import write_card
 
-    # the progress goes last: a run killed before this point is still resumable (the manifest skips hidden folders)
+    # the progress goes last: a run killed before this point is still resumable (the manifest skips hidden folders);
+    # state.json first, so a kill inside the removal leaves either a whole progress folder or one without state
+    # beside a complete manifest (which prepare_output clears without touching the pack), never a state.json
+    # whose inputs are gone
     manifest.finalize(out)
     write_card(out, manifest=manifest)
+    (out / PROGRESS / "state.json").unlink(missing_ok=True)
     shutil.rmtree(out / PROGRESS, ignore_errors=True)

@@ -40,7 +40,42 @@ class Quality:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer) -> tuple[torch.Tensor, torch.Tensor]:
+# tensors every profile keeps as the source had them (in BF16): equal in a pack and the checkpoint it was made from
+VERBATIM = ("input_layernorm.weight", "post_attention_layernorm.weight", "mlp.gate.weight")
+
+
+def _verbatim(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: state[k].to(torch.bfloat16) for k in VERBATIM if k in state}
+
+
+def _same_source(pack: Path, reference: Path, kept: list[dict[str, torch.Tensor]]) -> Callable[[int, dict], None]:
+    """A check for the pack's layers against the reference's verbatim tensors (`kept`, filled by the reference's
+    stream): a checkpoint of the same shape but other weights (another fine-tune, another release) would
+    otherwise be compared without a word, its large KL taken for the pack's quantization error."""
+    def check(i: int, state: dict[str, torch.Tensor]) -> None:
+        for name, t in _verbatim(state).items():
+            if name in kept[i] and not torch.equal(kept[i][name], t):
+                raise CloverError(f"{pack} was not made from {reference}: layer {i}'s {name} differs (the pack "
+                                  "keeps it unquantized); give the BF16 checkpoint the pack was made from")
+    return check
+
+
+def _refuse_non_pack(pack: Path) -> None:
+    """Why PACK is not a pack, in words that say what to do: an unfinished quantization names --resume."""
+    from quantize.pipeline import PROGRESS
+
+    if is_pack(pack):
+        return
+    if (pack / PROGRESS).is_dir():
+        raise CloverError(f"{pack} holds an unfinished quantization; finish it first (the same quantize command "
+                          "with --resume)")
+    if not (pack / "config.json").is_file():
+        raise CloverError(f"{pack} is not a pack: it has no config.json")
+    raise CloverError(f"{pack} is not a GPTQ pack (its config.json has no quantization_config)")
+
+
+def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer,
+            on_state: Callable[[int, dict], None] = lambda i, state: None) -> tuple[torch.Tensor, torch.Tensor]:
     cfg = reader.config
     emb = reader.global_state()
     table = emb["embed_tokens.weight"].float()
@@ -50,7 +85,10 @@ def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer) -
     bs = cfg.diffusion.block_size
     for i in range(cfg.num_hidden_layers):
         on_layer(i)
-        layer = build_layer(cfg, i, reader.layer_state(i), device, dtype)
+        state = reader.layer_state(i)
+        on_state(i, state)
+        layer = build_layer(cfg, i, state, device, dtype)
+        del state
         if hasattr(reader, "close"):
             reader.close()  # bounded RSS: unmap the shards this layer came from
         outs_c, outs_n = [], []
@@ -87,8 +125,7 @@ def compare(
     on_layer: Callable[[str, int], None] = lambda which, i: None,
 ) -> Quality:
     """KL(reference ‖ pack) per token (mean and 99th percentile) and top-1 agreement, causal and preview."""
-    if not is_pack(pack):
-        raise CloverError(f"{pack} is not a GPTQ pack (its config.json has no quantization_config)")
+    _refuse_non_pack(pack)
     refuse_pack(reference, str(reference), "the reference is the BF16 checkpoint the pack was made from")
     ref_reader = CheckpointReader(reference)
     pack_reader = PackReader(pack)
@@ -101,9 +138,11 @@ def compare(
     data = build_calibration(path, tokenizer, samples, seq_len, cfg.diffusion.block_size, mask_id, seed,
                              holdout=True)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    kept: list[dict[str, torch.Tensor]] = []
     ref_c, ref_n, ref_head = _stream(ref_reader, data.clean, data.noisy, device, dtype, batch,
-                                     lambda i: on_layer("reference", i))
-    q_c, q_n, q_head = _stream(pack_reader, data.clean, data.noisy, device, dtype, batch, lambda i: on_layer("pack", i))
+                                     lambda i: on_layer("reference", i), lambda i, st: kept.append(_verbatim(st)))
+    q_c, q_n, q_head = _stream(pack_reader, data.clean, data.noisy, device, dtype, batch,
+                               lambda i: on_layer("pack", i), _same_source(pack, reference, kept))
     h = ref_c.shape[-1]
     kl_c, top_c = _kl_top1(ref_c[:, :-1].reshape(-1, h), ref_head, q_c[:, :-1].reshape(-1, h), q_head)
     masked = data.noisy == mask_id

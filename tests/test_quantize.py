@@ -628,10 +628,13 @@ def test_resume_refusals(env, capsys):
     with pytest.raises(KeyboardInterrupt):
         env.quantize(out, stop_after_layer=0)
     before = digest(out)
-    expect_error(capsys, env.cli_args(out, "--resume", "--samples", "3"), "other settings")
-    expect_error(capsys, env.cli_args(out, "--resume", "--method", "rtn"), "other settings")
-    expect_error(capsys, env.cli_args(out, "--resume", "--no-clip"), "other settings")
-    expect_error(capsys, env.cli_args(out, "--resume", "--no-act-order"), "other settings")
+    # the refusal names the flags that differ, with the value the saved run used
+    expect_error(capsys, env.cli_args(out, "--resume", "--samples", "3"), "other settings", "--samples 4 (now 3)")
+    expect_error(capsys, env.cli_args(out, "--resume", "--method", "rtn"), "other settings", "--method gptq (now rtn)")
+    expect_error(capsys, env.cli_args(out, "--resume", "--no-clip"), "other settings", "--clip/--no-clip true")
+    expect_error(capsys, env.cli_args(out, "--resume", "--no-act-order"), "other settings", "--act-order")
+    expect_error(capsys, env.cli_args(out, "--resume", "--bits", "8", "--group-size", "64"), "--bits 4 (now 8)",
+                 "--group-size 128 (now 64)")
     expect_error(capsys, env.cli_args(out), "unfinished", "add --resume")
     assert digest(out) == before  # refusing touched nothing
     expect_error(capsys, env.cli_args(env.root / "never-started", "--resume"), "nothing to resume")
@@ -811,6 +814,54 @@ def test_eval_refuses_an_unrelated_reference(env, tokenizer_dir, capsys):
                  "not a GPTQ pack")
 
 
+def test_eval_refuses_a_reference_with_the_same_shape_but_other_weights(env, tokenizer_dir, capsys):
+    """A checkpoint of the same config but other weights (here one router changed, as another fine-tune would)
+    was compared without a word: its large KL read as the pack's quantization error."""
+    state = random_state(load_config(env.src))
+    state["layers.2.mlp.gate.weight"] = state["layers.2.mlp.gate.weight"] * 1.5
+    other = write_src(env.root / "other-weights", tokenizer_dir, state=state)
+    expect_error(capsys, ["eval", env.pack, "--reference", other, "--json", "--samples", "2", "--seq-len", "64",
+                          "--calib", env.calib, "--device", "cpu"], "was not made from", "layer 2", "mlp.gate.weight")
+    same = write_src(env.root / "same-weights", tokenizer_dir, state=random_state(load_config(env.src)))
+    assert run_cli(["eval", env.pack, "--reference", same, "--json", "--samples", "2", "--seq-len", "64",
+                    "--calib", env.calib, "--device", "cpu"]) == 0, capsys.readouterr().err
+
+
+def test_eval_of_an_unfinished_or_foreign_folder_says_what_it_is(env, capsys):
+    """An interrupted quantization was 'not a GPTQ pack (its config.json has no quantization_config)', and so was
+    a folder without any config.json: say it is unfinished (and --resume), or that there is no config.json."""
+    out = env.root / "eval-unfinished"
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, stop_after_layer=0)
+    args = ["--reference", env.src, "--calib", env.calib, "--device", "cpu"]
+    expect_error(capsys, ["eval", out, *args], "unfinished quantization", "--resume")
+    stray = env.root / "eval-stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    expect_error(capsys, ["eval", stray, *args], "no config.json")
+
+
+def test_eval_save_on_a_read_only_pack_keeps_the_measurement(env, capsys, monkeypatch):
+    """`eval --save` on a pack it cannot write to (a read-only disk; simulated, tests run as root) ended in a
+    traceback before the figures were printed: minutes of measuring lost. Now the figures come first (valid
+    JSON on stdout), then one `error:` line, and the pack is unchanged."""
+    out = env.root / "eval-read-only"
+    shutil.copytree(env.pack, out)
+    before = digest(out)
+
+    def read_only(self, folder):
+        raise OSError(errno.EROFS, "Read-only file system", str(folder))
+
+    monkeypatch.setattr(Manifest, "write", read_only)
+    code = run_cli(["eval", out, "--reference", env.src, "--json", "--save", "--samples", "2", "--seq-len", "64",
+                    "--calib", env.calib, "--device", "cpu"])
+    stdout, err = capsys.readouterr()
+    assert code != 0 and "Traceback" not in err
+    assert err.strip().splitlines() == [err.strip()] and err.startswith("error: ") and "Read-only" in err, err
+    assert json.loads(stdout)["kl_causal_mean"] > 0
+    assert digest(out) == before
+
+
 @pytest.mark.parametrize("flags,path", [(["--min-expert-rows", "1000000"], "rtn-few-rows"),
                                         (["--expert-stats", "all", "--eval"], "gptq-all")])
 def test_quantize_json_summary(env, capsys, flags, path):
@@ -858,3 +909,122 @@ def test_the_summary_says_what_calibration_ran_on_and_what_the_columns_mean():
     assert "3 conversations" in _calibration_line({"file": "c", "sequences": 1, "seq_len": 64,
                                                    "conversations_left_out": 3}, samples=1)
     assert all(p in EXPERT_PATHS for p in ("gptq-routed", "rtn-few-rows", "gptq-all"))
+
+
+# ---------------------------------------------------------------------------------------------- 6. what a kill leaves
+
+
+def _partial(env, name: str, after_layer: int = 1) -> Path:
+    """A run stopped (as by a kill) once layers 0..after_layer are saved."""
+    out = env.root / name
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, stop_after_layer=after_layer)
+    return out
+
+
+def test_a_kill_while_the_progress_is_removed_keeps_the_finished_pack(env, capsys, monkeypatch):
+    """The last step of a run deletes `.clover-progress`; a kill inside that rmtree left the folder without its
+    state.json beside a complete pack, and the next command (with or without --resume) took it for a run that
+    never finished a layer and deleted every shard of the finished pack."""
+    out = env.root / "kill-in-cleanup"
+    shutil.copytree(env.pack, out)
+    (out / PROGRESS).mkdir()
+    save_file({"clean": torch.zeros(2, 2)}, str(out / PROGRESS / f"hidden-{N_LAYERS:05d}.safetensors"))
+    expect_error(capsys, env.cli_args(out, "--resume"), "finished pack")
+    expect_error(capsys, env.cli_args(out), "finished pack", "--overwrite")
+    assert digest(out) == digest(env.pack)  # every shard kept; only the leftover progress folder went
+    verify_pack(out)
+
+    # and the run removes state.json before the rest, so such a kill never leaves a state without its inputs
+    seen = []
+    real = pipeline.shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if Path(path).name == PROGRESS:
+            seen.append(sorted(p.name for p in Path(path).iterdir()))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline.shutil, "rmtree", rmtree)
+    env.quantize(env.root / "cleanup-order")
+    assert seen and all("state.json" not in names for names in seen), seen
+
+
+def test_resume_refuses_damaged_progress_in_one_line_and_touches_nothing(env, capsys):
+    """A finished layer's shard cut short or gone, the saved inputs cut short or gone, state.json garbled: one
+    `error:` line naming what is wrong and --overwrite (the earlier layers' inputs are not kept), never a
+    traceback, and never a 'complete' pack hashed over a broken shard."""
+    base = _partial(env, "damaged-base")
+    hidden = base / PROGRESS / state_of(base)["hidden"]
+    shard = shard_name(2, N_SHARDS)
+
+    def cut(path: Path) -> None:
+        path.write_bytes(path.read_bytes()[:1000])
+
+    def cut_data(path: Path) -> None:  # the header intact, the tensors' bytes short
+        path.write_bytes(path.read_bytes()[:-64])
+
+    cases = [(lambda o: cut(o / shard), (shard, "corrupt or truncated", "--overwrite")),
+             (lambda o: cut_data(o / shard), (shard, "corrupt or truncated", "--overwrite")),
+             (lambda o: (o / shard_name(1, N_SHARDS)).unlink(), (shard_name(1, N_SHARDS), "missing", "--overwrite")),
+             (lambda o: cut(o / PROGRESS / hidden.name), ("damaged", hidden.name, "--overwrite")),
+             (lambda o: (o / PROGRESS / hidden.name).unlink(), ("damaged", hidden.name, "--overwrite")),
+             (lambda o: (o / PROGRESS / "state.json").write_text('{"fingerprint": '), ("damaged", "state.json"))]
+    for k, (damage, needles) in enumerate(cases):
+        out = env.root / f"damaged-{k}"
+        shutil.copytree(base, out)
+        damage(out)
+        before = digest(out)
+        expect_error(capsys, env.cli_args(out, "--resume"), *needles)
+        assert digest(out) == before and not (out / MANIFEST_NAME).exists()
+
+
+def test_resume_clears_temp_files_a_kill_left(env):
+    """A kill inside safetensors' writer leaves its hidden `.tmpXXXXXX` (a shard's or a layer's inputs' size:
+    gigabytes at 35B); the resumed pack must not keep them, and ours (`X.tmp`) are written over."""
+    out = _partial(env, "temp-leftovers")
+    (out / f"{shard_name(3, N_SHARDS)}.tmp").write_bytes(b"half a shard")
+    (out / ".tmpAb12Cd").write_bytes(b"safetensors' own temp file")
+    (out / PROGRESS / ".tmpXy34Zw").write_bytes(b"half the next layer's inputs")
+    env.quantize(out, resume=True)
+    assert digest(out) == digest(env.pack)
+
+
+def test_write_errors_from_safetensors_are_one_line(env, capsys, monkeypatch):
+    """safetensors raises its own SafetensorError (not OSError) for a full disk or a read-only one, with the OS
+    error only in its text: that ended in a traceback where the disk-full message and --resume belonged."""
+    from safetensors import SafetensorError
+
+    real = pipeline.save_file
+    for k, (text, needles) in enumerate((("No space left on device (os error 28)", ("disk is full", "--resume")),
+                                         ('Read-only file system (os error 30) at path "/x/.tmpAbCdEf"',
+                                          ("cannot write", "Read-only file system")))):
+        out = env.root / f"st-error-{k}"
+
+        def fails_at_layer_two(tensors, filename, metadata=None, text=text):
+            if Path(filename).name.startswith(shard_name(3, N_SHARDS)):
+                raise SafetensorError(f"Error while serializing: I/O error: {text}")
+            return real(tensors, filename, metadata=metadata)
+
+        monkeypatch.setattr(pipeline, "save_file", fails_at_layer_two)
+        expect_error(capsys, env.cli_args(out), *needles)
+        monkeypatch.undo()
+        assert state_of(out)["next_layer"] == 2 and not list(out.rglob("*.tmp"))
+    assert run_cli(env.cli_args(out, "--resume")) == 0, capsys.readouterr().err
+    assert digest(out) == digest(env.pack)
+
+
+def test_out_that_cannot_be_created_is_one_line(env, capsys, monkeypatch):
+    """--out under a file, or on a read-only disk (simulated: tests run as root), was a traceback from mkdir."""
+    a_file = env.root / "a-file"
+    a_file.write_text("x")
+    expect_error(capsys, env.cli_args(a_file / "pack"), "cannot create --out", "Not a directory")
+    assert a_file.read_text() == "x"
+    real = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if "read-only-disk" in str(self):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    expect_error(capsys, env.cli_args(env.root / "read-only-disk" / "pack"), "cannot create --out", "Read-only")

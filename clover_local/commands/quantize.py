@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clover_local.cli import app
-from clover_local.errors import Interrupted
+from clover_local.errors import CloverError, Interrupted
 from clover_local.pack.manifest import Manifest
 
 
@@ -210,8 +210,11 @@ def _record_quality(pack: Path, quality: dict) -> None:
 
     manifest = Manifest.load(pack)
     manifest.quality.update(quality)
-    manifest.write(pack)
-    write_card(pack, manifest=manifest)
+    try:
+        manifest.write(pack)
+        write_card(pack, manifest=manifest)
+    except OSError as exc:  # a read-only pack (a shared copy, a mounted disk): the figures were printed already
+        raise CloverError(f"cannot record the quality in {pack}: {exc.strerror or exc}") from None
 
 
 @app.command("eval", short_help=(
@@ -244,12 +247,17 @@ def eval_command(
     console = Console(stderr=True, quiet=as_json)
     quality = _measure(pack_path, ref_path, console, samples=samples, seq_len=seq_len, device=pick_device(device),
                        calib=calib)
-    if save:
-        _record_quality(pack_path, quality)
     if as_json:
         print(json.dumps(quality))
-        return
-    table = Table(title=f"{pack} vs {reference}")
+    else:
+        _print_quality(quality, f"{pack} vs {reference}", time.perf_counter() - t0)
+    if save:  # after the figures are out: a pack that cannot be written to does not lose the measurement
+        _record_quality(pack_path, quality)
+
+
+def _print_quality(quality: dict, title: str, seconds: float) -> None:
+    """`eval`'s figures as a table, with the held-out text they were measured on."""
+    table = Table(title=title)
     table.add_column("pass")
     for col in ("KL mean", "KL p99", "top-1 agreement", "tokens"):
         table.add_column(col, justify="right")
@@ -257,4 +265,4 @@ def eval_command(
         table.add_row(name, f"{quality[f'kl_{key}_mean']:.5f}", f"{quality[f'kl_{key}_p99']:.5f}",
                       f"{quality[f'top1_{key}']:.3f}", str(quality[f"tokens_{key}"]))
     Console().print(table)
-    Console().print(f"[dim]{quality['eval_text']}, {time.perf_counter() - t0:.1f}s[/dim]")
+    Console().print(f"[dim]{quality['eval_text']}, {seconds:.1f}s[/dim]")
