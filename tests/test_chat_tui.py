@@ -585,6 +585,29 @@ def test_stats_shows_a_few_runtime_figures_and_all_of_them_on_request(make_check
     assert "layers" not in err  # nested tables: bench's
 
 
+def test_system_message_can_be_shown_set_and_removed_mid_conversation(make_checkpoint, capsys):
+    """/system: chat had only --system at start; a person changes it as in other local chats, the conversation
+    kept, the new message first (what the template and the next prompt read), kept by /reset and /save."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/system")
+    assert "no system message" in capsys.readouterr().err
+    app.ask("hello")
+    app.command("/system Answer in one word.")
+    assert [m["role"] for m in app.conv.messages] == ["system", "user", "assistant"]
+    assert app.conv.messages[0]["content"] == "Answer in one word."
+    app.command("/system Answer in French.")
+    assert app.conv.system == "Answer in French." and len(app.conv.messages) == 3  # replaced, not added
+    app.command("/system")
+    assert "system message: Answer in French." in capsys.readouterr().err
+    app.ask("again")
+    prompt = app.tok.apply_chat_template(app.conv.template_messages(), add_generation_prompt=True)
+    assert prompt.index("Answer in French.") < prompt.index("hello")
+    app.command("/reset")
+    assert app.conv.messages == [{"role": "system", "content": "Answer in French."}]
+    app.command("/system off")
+    assert app.conv.messages == [] and app.conv.system is None
+
+
 def test_typed_lines_are_what_a_person_meant():
     from clover_local.chat.app import typed_lines
 

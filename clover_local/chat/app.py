@@ -41,6 +41,7 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/help", "this help"),
     ("/think on|off", "let the model think first (the chat template's enable_thinking)"),
     ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
+    ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
     ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1"),
     ("/set", "show the settings"),
     ("/reset", "forget the conversation (settings stay)"),
@@ -297,6 +298,8 @@ class ChatApp:
             (self.console if self.interactive else self.err).print(help_text())
         elif name == "/think":
             self._think(rest)
+        elif name == "/system":
+            self._system(rest)
         elif name == "/set":
             self._set(rest)
         elif name == "/reset":
@@ -349,6 +352,19 @@ class ChatApp:
             raise CloverError(f"{path} is empty: nothing to send")
         self.note(f"sending {path.name} ({len(text):,} characters){' and your question' if ask else ''}")
         self.ask(f"{text.rstrip()}\n\n{ask}" if ask else text.rstrip())
+
+    def _system(self, rest: str) -> None:
+        """/system: show the system message; /system TEXT: set it; /system off: remove it. It applies from the
+        next answer on, the conversation kept (its prompt is read again: the system message comes first)."""
+        if not rest:
+            current = self.conv.system
+            self.note(f"system message: {current}" if current else "no system message; /system TEXT sets one")
+        elif rest.lower() == "off":
+            self.conv.set_system(None)
+            self.note("system message removed")
+        else:
+            self.conv.set_system(rest)
+            self.note("system message set; it applies from the next answer on")
 
     def _think(self, arg: str) -> None:
         arg = arg.lower()

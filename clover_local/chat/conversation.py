@@ -129,6 +129,18 @@ class Conversation:
     def reset(self) -> None:
         self.messages = [m for m in self.messages[:1] if m["role"] == "system"]
 
+    @property
+    def system(self) -> str | None:
+        return self.messages[0]["content"] if self.messages and self.messages[0]["role"] == "system" else None
+
+    def set_system(self, text: str | None) -> None:
+        """The system message (None: none), always first, whatever was said since: the template puts it first,
+        so the next answer reads the whole conversation again under it."""
+        if self.system is not None:
+            self.messages.pop(0)
+        if text:
+            self.messages.insert(0, {"role": "system", "content": text})
+
     def add_user(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
 
