@@ -100,17 +100,21 @@ class QuantizeResult:
     resumed_from: int = 0
 
 
-def _write_error(path: Path, exc: Exception, resumable: bool = True) -> CloverError:
+def _write_error(path: Path, exc: Exception) -> CloverError:
     """One line for a failed write. safetensors' writer raises its own error, not OSError, with the OS's reason
     only in its text ("No space left on device (os error 28)"): read the errno from either, so a full disk
-    says so and names --resume instead of ending in a traceback."""
+    says so, and says what a rerun keeps (--resume only once a layer was saved: before that it has nothing to
+    resume), instead of ending in a traceback."""
     code = getattr(exc, "errno", None)
     if code is None:
         found = re.search(r"os error (\d+)", str(exc))
         code = int(found.group(1)) if found else None
     if code == errno.ENOSPC:
-        return CloverError(f"the disk is full while writing {path.name}; free some space and rerun with --resume"
-                           + (" (finished layers are kept)" if resumable else ""))
+        out = path.parent.parent if path.parent.name == PROGRESS else path.parent
+        done = finished_layers(out)
+        rerun = (f"rerun with --resume ({done} finished layer{'s' * (done != 1)} kept)" if done
+                 else "run the same command again (no layer was finished yet)")
+        return CloverError(f"the disk is full while writing {path.name}; free some space and {rerun}")
     reason = os.strerror(code) if code else (getattr(exc, "strerror", None) or str(exc))
     return CloverError(f"cannot write {path}: {reason}")
 
@@ -133,7 +137,7 @@ def _write_json(path: Path, data: dict) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise _write_error(path, exc, resumable=False) from None
+        raise _write_error(path, exc) from None
 
 
 def _file_sha(path: Path) -> str:

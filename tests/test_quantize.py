@@ -769,7 +769,7 @@ def test_full_disk_keeps_finished_layers_and_resumes(env, capsys, monkeypatch):
         return real(tensors, filename, metadata=metadata)
 
     monkeypatch.setattr(pipeline, "save_file", full_disk)
-    expect_error(capsys, env.cli_args(out), "disk is full", "--resume")
+    expect_error(capsys, env.cli_args(out), "disk is full", "--resume (2 finished layers kept)")
     assert state_of(out)["next_layer"] == 2
     assert (out / shard_name(1, N_SHARDS)).is_file() and (out / shard_name(2, N_SHARDS)).is_file()
     assert not list(out.glob(f"{blocked}*")) and not list(out.rglob("*.tmp"))
@@ -987,6 +987,12 @@ def test_resume_clears_temp_files_a_kill_left(env):
     (out / PROGRESS / ".tmpXy34Zw").write_bytes(b"half the next layer's inputs")
     env.quantize(out, resume=True)
     assert digest(out) == digest(env.pack)
+
+
+def test_a_full_disk_before_the_first_layer_does_not_send_to_resume(tmp_path):
+    """With no layer saved, --resume has nothing to resume (it says so): the full-disk line must not send there."""
+    err = pipeline._write_error(tmp_path / pipeline.PROGRESS / "hidden.safetensors", OSError(errno.ENOSPC, "full"))
+    assert "run the same command again (no layer was finished yet)" in str(err) and "--resume" not in str(err)
 
 
 def test_write_errors_from_safetensors_are_one_line(env, capsys, monkeypatch):
