@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,27 @@ def _bounds_checked_kernels():
 
     with checked_accesses(reverse_programs=True):
         yield
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch):
+    """No test reaches the network: any attempt to connect to, or resolve, a host other than this machine fails
+    loudly (a download test whose stub missed a step tried huggingface.co with its fake token)."""
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"test tried to reach {address!r}")
+        return real_connect(self, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host not in ("127.0.0.1", "::1", "localhost", None):
+            raise AssertionError(f"test tried to resolve {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
 @pytest.fixture(autouse=True)

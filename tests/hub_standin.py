@@ -22,9 +22,10 @@ RevisionNotFound, EntryNotFound). Writes need `Authorization: Bearer <token>` ma
 
 Fault injection: `faults[path]` is a list of what the next GETs of that file meet, in order:
 `("drop", n)` sends the headers and only n bytes of the body, then cuts the connection (a dropped home
-connection); `("status", 503)` answers with that status instead. Every request is logged in `requests`
-(method, path, Range header, whether it carried an Authorization header) so tests can assert what reached
-the server.
+connection); `("status", 503)` answers with that status instead. `ignore_range = True` makes file GETs answer
+200 with the whole file whatever Range they ask for (as some CDNs and proxies do). Every request is logged in
+`requests` (method, path, Range header, whether it carried an Authorization header, and for file GETs the body
+bytes sent) so tests can assert what reached the server and what came back.
 
 The server is bounded: it serves at most `max_requests` requests and stops by itself after `max_seconds`.
 """
@@ -36,6 +37,7 @@ import hashlib
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -116,6 +118,7 @@ class HubStandin:
         self.lfs: dict[str, bytes] = {}
         self.requests: list[dict] = []
         self.faults: dict[str, list[tuple[str, int]]] = {}
+        self.ignore_range = False
         self.validated_cards: list[str] = []
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -138,7 +141,13 @@ class HubStandin:
         class Handler(_Handler):
             hub = standin
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                if isinstance(sys.exc_info()[1], ConnectionError):
+                    return  # the client hung up mid-answer (a test's Ctrl-C or kill): not the stand-in's problem
+                super().handle_error(request, client_address)
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
@@ -229,15 +238,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return False
         with hub.lock:
-            hub.requests.append(
-                {
-                    "method": self.command,
-                    "path": unquote(urlsplit(self.path).path),
-                    "query": urlsplit(self.path).query,
-                    "range": self.headers.get("Range"),
-                    "auth": self.headers.get("Authorization") is not None,
-                }
-            )
+            self._entry = {
+                "method": self.command,
+                "path": unquote(urlsplit(self.path).path),
+                "query": urlsplit(self.path).query,
+                "range": self.headers.get("Range"),
+                "auth": self.headers.get("Authorization") is not None,
+            }
+            hub.requests.append(self._entry)
             over = len(hub.requests) > hub.max_requests
         if over:
             self._send(503, {"error": "stand-in request budget exhausted"})
@@ -435,7 +443,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(fault[1], None, "stand-in injected failure")
 
         start, end = 0, len(data) - 1
-        rng = self.headers.get("Range")
+        rng = None if self.hub.ignore_range else self.headers.get("Range")
         code = 200
         if rng:
             m = re.match(r"^bytes=(\d+)-(\d*)$", rng.strip())
@@ -457,6 +465,7 @@ class _Handler(BaseHTTPRequestHandler):
             # Send part of the body, then cut the connection: what a dropped home connection looks like.
             self.wfile.write(chunk[:drop])
             self.wfile.flush()
+            self._entry["sent"] = min(drop, len(chunk))
             try:
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -466,6 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
         view = memoryview(chunk)
         for i in range(0, len(chunk), 64 * 1024):
             self.wfile.write(view[i : i + 64 * 1024])
+        self._entry["sent"] = len(chunk)
 
     # -- write side --------------------------------------------------------------------------------
     def _need_token(self) -> bool:

@@ -1,8 +1,10 @@
 """Hub transfer against a local stand-in (tests/hub_standin.py): the real huggingface_hub client, no network.
 
 Covered: a download cut mid-file and resumed with a Range request; a download that failed outright and is
-resumed by running it again (finished files not fetched twice); offline use of the cache; unknown repo,
-revision and gated repo messages; resolve_model; an upload of a tiny pack (files arrive intact, card
+resumed by running it again (finished files not fetched twice); a large file cut or Ctrl-C'd in one run and
+continued from its partial file by the next (Hub cache and --dir), a server that ignores Range, a corrupted
+partial caught by its sha256, small files and offline use left to snapshot_download; offline use of the cache;
+unknown repo, revision and gated repo messages; resolve_model; an upload of a tiny pack (files arrive intact, card
 generated and validated, branch created, unchanged objects not re-sent); a dry run that sends nothing; a
 corrupt pack refused naming the file; a missing token; the token never printed; the CLI's one-line errors;
 the generated card against huggingface_hub's card parsing/validation.
@@ -14,7 +16,6 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -50,26 +51,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # ----------------------------------------------------------------------------------------------------
 # fixtures
 # ----------------------------------------------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch):
-    """Any attempt to reach a host other than 127.0.0.1 fails the test loudly."""
-    real_connect = socket.socket.connect
-    real_getaddrinfo = socket.getaddrinfo
-
-    def connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1", "localhost"):
-            raise AssertionError(f"test tried to reach {address!r}")
-        return real_connect(self, address)
-
-    def getaddrinfo(host, *args, **kwargs):
-        if host not in ("127.0.0.1", "::1", "localhost", None):
-            raise AssertionError(f"test tried to resolve {host!r}")
-        return real_getaddrinfo(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-
-
 def _point_client_at(monkeypatch, url: str, home: Path) -> None:
     """Point huggingface_hub at the stand-in and an isolated HF_HOME (constants are read at import time)."""
     from huggingface_hub import constants
@@ -407,6 +388,244 @@ def test_gated_message_links_the_configured_endpoint(hub):
     hub.add_repo("org/gated", {"config.json": b"{}"}, gated=True)
     with pytest.raises(CloverError, match=f"open {hub.url}/org/gated with"):
         transfer.download("org/gated", progress=False)
+
+
+# ----------------------------------------------------------------------------------------------------
+# large files resume across runs (clover_local/hub/resume.py)
+# ----------------------------------------------------------------------------------------------------
+BIG = "model-00001-of-00002.safetensors"  # ~1.5 MB in these tests, over the lowered threshold
+
+
+@pytest.fixture
+def resumable(monkeypatch):
+    """The resumable path for files over 256 KiB (64 MiB in use), in 64 KiB pieces, retrying without waiting."""
+    from clover_local.hub import resume
+
+    monkeypatch.setattr(resume, "THRESHOLD", 256 * 1024)
+    monkeypatch.setattr(resume, "CHUNK_SIZE", 64 * 1024)
+    monkeypatch.setattr(resume, "RETRY_WAIT_S", 0.0)
+    return resume
+
+
+def big_repo(hub, tmp_path, repo_id: str = "someone/big") -> dict[str, bytes]:
+    pack = tmp_path / "src"
+    make_pack(pack, shard_bytes=1_500_000)
+    files = pack_repo_files(pack)
+    hub.add_repo(repo_id, files)
+    return files
+
+
+def file_gets(requests: list[dict], name: str) -> list[dict]:
+    return [r for r in requests if r["method"] == "GET" and r["path"].endswith("/" + name)]
+
+
+def partials(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.clover-partial"))
+
+
+def cut_first_run(hub, repo_id: str, target: Path | None) -> str:
+    """Run 1: the large file's connection drops after 700 kB, the retry meets a 503: the run fails."""
+    hub.faults[BIG] = [("drop", 700_000), ("status", 503)]
+    with pytest.raises(CloverError) as err:
+        transfer.download(repo_id, dir=target, progress=False)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("into_dir", [False, True], ids=["hub-cache", "dir"])
+def test_an_interrupted_large_file_continues_in_the_next_run(hub, tmp_path, resumable, into_dir, capsys):
+    files = big_repo(hub, tmp_path)
+    size = len(files[BIG])
+    target = tmp_path / "dl" if into_dir else None
+    root = target if into_dir else tmp_path / "hf_home" / "hub"
+
+    msg = cut_first_run(hub, "someone/big", target)
+    assert "run the same command again to resume" in msg and "large files continue" in msg and "\n" not in msg
+    run1 = file_gets(hub.requests, BIG)
+    [partial] = partials(root)
+    kept = partial.stat().st_size
+    assert 0 < kept <= 700_000 and partial.read_bytes() == files[BIG][:kept]
+    # within the run, the dropped connection was retried from the bytes written
+    assert [r["range"] for r in run1] == [None, f"bytes={kept}-"]
+
+    n = len(hub.requests)
+    path = transfer.download("someone/big", dir=target, progress=True)
+    run2 = hub.requests[n:]
+    gets = file_gets(run2, BIG)
+    assert [r["range"] for r in gets] == [f"bytes={kept}-"]  # snapshot_download did not fetch it again
+    assert sum(r["sent"] for r in gets) == size - kept  # only the rest crossed the wire
+    assert "resuming from" in capsys.readouterr().err  # the bar says so
+    for name, data in files.items():
+        assert (path / name).read_bytes() == data
+        assert len(file_gets(hub.requests, name)) == (1 if name != BIG else 3)  # small files: once each
+    assert partials(root) == []
+    if into_dir:
+        assert path.resolve() == target.resolve() and not (target / ".cache" / "clover-local" / "partial").exists()
+        assert transfer._visible_files(target) == sorted(files)
+    else:
+        assert (path / BIG).is_symlink() and (path / BIG).resolve().name == sha(files[BIG])
+
+    n = len(hub.requests)
+    assert transfer.download("someone/big", dir=target, progress=False) == path
+    assert file_gets(hub.requests[n:], BIG) == []  # a third run finds it in place
+
+
+def test_a_server_that_ignores_range_still_gives_the_right_file(hub, tmp_path, resumable):
+    files = big_repo(hub, tmp_path)
+    cut_first_run(hub, "someone/big", None)
+    [partial] = partials(tmp_path / "hf_home" / "hub")
+    kept = partial.stat().st_size
+    assert kept > 0
+
+    hub.ignore_range = True  # a proxy that answers 200 with the whole file
+    n = len(hub.requests)
+    path = transfer.download("someone/big", progress=False)
+    [get] = file_gets(hub.requests[n:], BIG)
+    assert get["range"] == f"bytes={kept}-" and get["sent"] == len(files[BIG])
+    assert (path / BIG).read_bytes() == files[BIG]
+    assert partials(tmp_path / "hf_home" / "hub") == []
+
+
+def test_a_corrupted_partial_is_caught_deleted_and_the_next_run_succeeds(hub, tmp_path, resumable, monkeypatch, capsys):
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    files = big_repo(hub, tmp_path)
+    target = tmp_path / "dl"
+    cut_first_run(hub, "someone/big", target)
+    [partial] = partials(target)
+    data = bytearray(partial.read_bytes())
+    data[1000:1010] = b"0123456789"  # same size, other bytes (a bad disk, a stray write)
+    partial.write_bytes(bytes(data))
+
+    disable_progress_bars()  # stderr: only what the CLI says
+    try:
+        code, out, err = run_cli(["download", "someone/big", "--dir", str(target)], monkeypatch, capsys)
+    finally:
+        enable_progress_bars()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"error: {BIG} arrived corrupted") and "was deleted" in lines[0]
+    assert f"clover-local download someone/big --dir {target}" in lines[0]
+    assert partials(target) == [] and not (target / BIG).exists()
+
+    n = len(hub.requests)
+    path = transfer.download("someone/big", dir=target, progress=False)
+    assert [r["range"] for r in file_gets(hub.requests[n:], BIG)] == [None]  # fetched anew
+    assert (path / BIG).read_bytes() == files[BIG]
+
+
+def test_ctrl_c_keeps_the_partial_and_says_the_rerun_resumes_it(hub, tmp_path, resumable, monkeypatch, capsys):
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    files = big_repo(hub, tmp_path)
+    target = tmp_path / "dl"
+    real_write = resumable._write_chunk
+    written = []
+
+    def ctrl_c_after_500k(f, chunk, digest, bar):
+        if sum(written) >= 500_000:
+            raise KeyboardInterrupt
+        real_write(f, chunk, digest, bar)
+        written.append(len(chunk))
+
+    monkeypatch.setattr(resumable, "_write_chunk", ctrl_c_after_500k)
+    disable_progress_bars()
+    try:
+        code, out, err = run_cli(["download", "someone/big", "--dir", str(target)], monkeypatch, capsys)
+    finally:
+        enable_progress_bars()
+    assert code == 130 and "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert "again to resume" in line and "partly downloaded large files continue" in line, err
+    [partial] = partials(target)
+    assert partial.stat().st_size == sum(written) >= 500_000
+
+    monkeypatch.setattr(resumable, "_write_chunk", real_write)
+    n = len(hub.requests)
+    path = transfer.download("someone/big", dir=target, progress=False)
+    assert [r["range"] for r in file_gets(hub.requests[n:], BIG)] == [f"bytes={sum(written)}-"]
+    assert (path / BIG).read_bytes() == files[BIG]
+
+
+def test_a_full_size_partial_needs_no_request_and_a_longer_one_starts_over(hub, tmp_path, resumable):
+    from huggingface_hub import constants
+
+    files = big_repo(hub, tmp_path)
+    blobs = Path(constants.HF_HUB_CACHE) / "models--someone--big" / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / f"{sha(files[BIG])}.clover-partial"
+    partial.write_bytes(files[BIG])  # a run stopped after the last byte, before the check and rename
+    path = transfer.download("someone/big", progress=False)
+    assert file_gets(hub.requests, BIG) == [] and (path / BIG).read_bytes() == files[BIG]
+
+    hub.add_repo("someone/big2", files)
+    blobs2 = Path(constants.HF_HUB_CACHE) / "models--someone--big2" / "blobs"
+    blobs2.mkdir(parents=True)
+    (blobs2 / partial.name).write_bytes(files[BIG] + b"junk")  # not a prefix of the file
+    path = transfer.download("someone/big2", progress=False)
+    assert [r["range"] for r in file_gets(hub.requests, BIG)] == [None]
+    assert (path / BIG).read_bytes() == files[BIG] and partials(blobs2) == []
+
+
+def test_offline_or_unreachable_the_resumable_path_stays_out(hub, tmp_path, resumable, monkeypatch):
+    from huggingface_hub import constants
+
+    files = big_repo(hub, tmp_path)
+    online = transfer.download("someone/big", progress=False)
+
+    def must_not_run(*a, **k):
+        raise AssertionError("the resumable path ran offline")
+
+    n = len(hub.requests)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(resumable, "fetch_large_files", must_not_run)
+    assert transfer.download("someone/big", progress=False) == online
+    assert len(hub.requests) == n  # no request at all
+    monkeypatch.undo()  # everything back, the stand-in too
+    _point_client_at(monkeypatch, hub.url, tmp_path / "hf_home")
+    monkeypatch.setattr(resumable, "THRESHOLD", 256 * 1024)
+    monkeypatch.setattr(resumable, "RETRY_WAIT_S", 0.0)
+
+    hub.add_repo("someone/big2", files)
+    cut_first_run(hub, "someone/big2", None)
+    [partial] = partials(tmp_path / "hf_home" / "hub" / "models--someone--big2")
+    before = partial.read_bytes()
+    hub.stop()  # the Hub cannot be reached: the cached snapshot is used, or the usual message
+    assert transfer.download("someone/big", progress=False) == online
+    with pytest.raises(CloverError, match="Cannot reach the Hub"):
+        transfer.download("someone/big2", progress=False)
+    assert partial.read_bytes() == before  # kept for when the Hub is back
+
+
+def test_the_resumable_path_sends_the_token_and_never_shows_it(hub, tmp_path, resumable, with_token, capsys, caplog):
+    from huggingface_hub.utils import logging as hf_logging
+
+    pack = tmp_path / "src"
+    make_pack(pack, shard_bytes=1_500_000)
+    files = pack_repo_files(pack)
+    hub.add_repo("me/private-big", files, private=True)  # 404 without the token
+    hf_logging.set_verbosity_debug()
+    caplog.set_level(logging.DEBUG)
+    try:
+        msg = cut_first_run(hub, "me/private-big", None)
+        path = transfer.download("me/private-big", progress=True)
+    finally:
+        hf_logging.set_verbosity_warning()
+    gets = file_gets(hub.requests, BIG)
+    assert len(gets) == 3 and all(r["auth"] for r in gets) and gets[-1]["range"]
+    assert (path / BIG).read_bytes() == files[BIG]
+    out, err = capsys.readouterr()
+    assert TOKEN not in msg + out + err + caplog.text
+
+
+def test_small_files_stay_with_snapshot_download(hub, tmp_path, resumable, monkeypatch):
+    """Below the threshold nothing changes: one plain GET per file, no Range, no partial file, no HEAD of ours."""
+    monkeypatch.setattr(resumable, "THRESHOLD", 64 * 1024 * 1024)
+    files = big_repo(hub, tmp_path)
+    path = transfer.download("someone/big", progress=False)
+    for name, data in files.items():
+        assert [r["range"] for r in file_gets(hub.requests, name)] == [None]
+        assert (path / name).read_bytes() == data
+    assert partials(tmp_path / "hf_home") == []
 
 
 # ----------------------------------------------------------------------------------------------------

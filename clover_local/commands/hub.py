@@ -76,10 +76,12 @@ DOWNLOAD_HELP = (
     "Download a Clover checkpoint or a clover-local pack from the Hugging Face Hub.\n\n"
     "Only the files a model needs are fetched (safetensors, JSON configs, tokenizer, chat template, README, "
     "clover_manifest.json), into the Hub cache shared with other tools, or into --dir. Transfers resume: a "
-    "dropped connection is retried from where it stopped, and running the same command again after a failure "
-    "skips finished files. A pack is checked against the sha256 sums in its manifest. With HF_HUB_OFFLINE=1, or "
-    "when the Hub cannot be reached, the cached copy is used. --dir must be empty, new, or an earlier download "
-    "of the same repo.\n\n"
+    "dropped connection is retried from where it stopped, and running the same command again after a failure or "
+    "Ctrl-C skips finished files and continues each large file (over 64 MiB: the weight shards) from the bytes "
+    "already on disk; those are fetched one after another and checked against their sha256 before use. A pack "
+    "is checked against the sha256 sums in its manifest. With HF_HUB_OFFLINE=1, or when the Hub cannot be "
+    "reached, the cached copy is used. --force fetches every file again from the start. --dir must be empty, "
+    "new, or an earlier download of the same repo.\n\n"
     "The local folder is printed on stdout, so scripts can capture it."
 )
 
@@ -112,7 +114,8 @@ def download(
             )
     except KeyboardInterrupt:
         raise Interrupted(f"Download interrupted; run `{transfer.download_command(repo_id, dir, revision)}` again "
-                          "to resume (finished files are kept).") from None
+                          "to resume (finished files are kept, partly downloaded large files continue where they "
+                          "stopped).") from None
     if json_out:
         print(json.dumps({"repo_id": repo_id, "revision": revision, "path": str(path)}))
     else:

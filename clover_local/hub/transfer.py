@@ -2,12 +2,18 @@
 
 - `download(repo_id)`: `snapshot_download` limited to the files a Clover checkpoint or pack needs (top-level
   only), into the standard Hub cache (or `dir`, which must be empty, new, or an earlier download of the same
-  repo). Completed files are reused; an interrupted file is resumed with a Range request
-  while the call runs (huggingface_hub retries dropped connections), and a run that failed outright is resumed
-  by running it again: finished files are not fetched twice. Offline (`HF_HUB_OFFLINE=1`, or the Hub cannot be
-  reached) the cached snapshot is used. A pack is checked against its manifest after the transfer: every file's
-  presence and size, and the sha256 of the files written since the first run that did not finish (not the
-  files an earlier, checked download left).
+  repo). Completed files are reused, and a connection dropped while the call runs is retried with a Range
+  request (by huggingface_hub, and by resume.py for its files). Across runs huggingface_hub 2.x resumes nothing:
+  it deletes a partly fetched file when the run ends (huggingface/huggingface_hub#4196). So, online and without
+  `force`, the files over `resume.THRESHOLD` (64 MiB: the weight shards) are fetched first by
+  `resume.fetch_large_files`, one after another, into partial files kept on disk; a run that failed, was killed
+  or interrupted is resumed by running it again: finished files are not fetched twice and a partial file
+  continues from its last byte. Each is checked against its LFS sha256 and put where `snapshot_download` takes
+  it as done (a blob of the Hub cache, or the file and its download metadata in `dir`). `force` fetches every
+  file again through huggingface_hub. Offline (`HF_HUB_OFFLINE=1`, or the Hub cannot be reached) the cached
+  snapshot is used, exactly as before (resume.py sends nothing). A pack is checked against its manifest after
+  the transfer: every file's presence and size, and the sha256 of the files written since the first run that
+  did not finish (not the files an earlier, checked download left).
 - `resolve_model(arg)`: what every command calls on its MODEL/SRC argument: a local folder as is, a repo id
   through `download`.
 - `upload(pack, repo_id)`: refuses a pack whose manifest does not match its files, writes the model card if
@@ -191,7 +197,8 @@ def hub_error(
     resume = (
         "run the same command again to resume: files already uploaded are skipped"
         if uploading
-        else "run the same command again to resume: finished files are kept in the cache"
+        else "run the same command again to resume: finished files are kept, and large files continue from where "
+        "they stopped"
     )
     # Class names moved between huggingface_hub versions: look them up defensively.
     gated = getattr(E, "GatedRepoError", ())
@@ -376,10 +383,10 @@ def download(
 ) -> Path:
     """Download a Clover checkpoint or pack; return the local folder (Hub cache snapshot, or `dir`).
 
-    Resumable and cache-reusing (see the module docstring). Offline, or when the Hub cannot be reached, the
-    cached snapshot is returned if it is complete. With `verify`, a pack's newly written files are checked
-    against the sha256 sums in its manifest. A `dir` holding anything but an earlier download of `repo_id` is
-    refused.
+    Resumable across runs, large files included, and cache-reusing (see the module docstring and resume.py).
+    Offline, or when the Hub cannot be reached, the cached snapshot is returned if it is complete. With `verify`,
+    a pack's newly written files are checked against the sha256 sums in its manifest. A `dir` holding anything
+    but an earlier download of `repo_id` is refused.
     """
     from huggingface_hub import snapshot_download
 
@@ -408,6 +415,15 @@ def download(
     retry = download_command(repo_id, dir, revision)
     try:
         try:
+            if not offline and not force:
+                # huggingface_hub deletes a partly fetched file when a run ends: fetch the large ones ourselves,
+                # resumably, and leave them where snapshot_download takes them as done (see resume.py).
+                from clover_local.hub.resume import fetch_large_files
+
+                fetch_large_files(
+                    repo_id, revision=revision, local_dir=dir, allow_patterns=ALLOW_PATTERNS,
+                    ignore_patterns=IGNORE_PATTERNS, retry=retry, tqdm_class=kwargs.get("tqdm_class"),
+                )
             path = snapshot_download(**kwargs, local_files_only=offline)
         except Exception as exc:
             if offline or not is_connection_error(exc):
