@@ -165,12 +165,14 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path."""
     from clover_local.pack.reader import is_pack
 
+    dev = pick_device(device)
+    if runtime is None or runtime == AUTO:
+        _refuse_before_download(arg, dev, pick_dtype(dtype, dev), offloaded=runtime == AUTO)
     path = resolve_model_path(arg)
     config = load_config(path)
     config.check_context(context)
     model_context = config.max_context
     tokenizer = ChatTokenizer.from_folder(path)
-    dev = pick_device(device)
     if runtime == AUTO:
         if is_pack(path):
             runtime = auto_runtime(config, vram_budget, context, resident_routing, prefill_chunk)
@@ -226,19 +228,58 @@ def refuse_whole_load(arg: str, path: Path, config: CloverConfig, dev: torch.dev
     or 32 GB machine holds. Refused from the config before a byte is read (else: a CUDA out-of-memory minutes into
     the read, or the kernel's OOM killer), with the way that fits: a pack, run offloaded. Only what the weights
     alone need is compared, so nothing that could load is refused."""
-    from clover_local.model.clover import CloverModel
     from clover_local.pack.reader import is_pack
+
+    message = _whole_load_refusal(arg, config, is_pack(path), dev, dtype)
+    if message:
+        raise CloverError(message)
+
+
+def _whole_load_refusal(arg: str, config: CloverConfig, pack: bool, dev: torch.device, dtype: torch.dtype) -> str:
+    """Why `config`'s weights cannot load whole on `dev` in `dtype`, and what to do instead; "" when they fit (or
+    the free memory is unknown)."""
+    from clover_local.model.clover import CloverModel
     from clover_local.runtime.sizes import device_free_bytes, fmt_bytes, host_available_bytes
 
     free = device_free_bytes(dev) if dev.type == "cuda" else host_available_bytes()
     need = CloverModel.weight_bytes(config, dtype) if free is not None else 0
     if free is None or need <= free:
-        return
+        return ""
     where = (f"{dev} has {fmt_bytes(free)} free" if dev.type == "cuda"
              else f"this machine has {fmt_bytes(free)} of memory available")
-    if is_pack(path):
+    if pack:
         fix = "leave out --no-offload: the pack then runs offloaded, its experts in host memory"
     else:
         fix = f"quantize it (clover-local quantize {arg} --out PACK) and run the pack: it runs offloaded"
     dtype_name = str(dtype).removeprefix("torch.")
-    raise CloverError(f"{arg} needs {fmt_bytes(need)} to load whole in {dtype_name}, and {where}; {fix}")
+    return f"{arg} needs {fmt_bytes(need)} to load whole in {dtype_name}, and {where}; {fix}"
+
+
+def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, offloaded: bool) -> None:
+    """The same refusal for a Hub repo id, from its file list and config.json before any weight is fetched:
+    `chat` of the 69 GB BF16 release would otherwise download it all, then refuse. Whatever stops this look
+    (offline, unreachable, no such repo, a gated one) leaves the answer to the download, which says it properly;
+    the listing goes first because it fails at once where the Hub cannot be reached (a file's HEAD retries for
+    ≈ 20 s)."""
+    if arg in SHORT_NAMES or Path(arg).expanduser().exists():
+        return
+    try:
+        from huggingface_hub import HfApi, hf_hub_download
+
+        from clover_local import __version__
+        from clover_local.hub.transfer import is_repo_id, offline_mode
+        from clover_local.pack import MANIFEST_NAME
+
+        if not is_repo_id(arg) or offline_mode():
+            return
+        info = HfApi(library_name="clover-local", library_version=__version__).repo_info(arg, repo_type="model")
+        names = {s.rfilename for s in info.siblings or []}
+        pack = MANIFEST_NAME in names
+        if (pack and offloaded) or "config.json" not in names:
+            return
+        config = load_config(Path(hf_hub_download(arg, "config.json", revision=info.sha)).parent)
+    except Exception:  # noqa: BLE001 - the download that follows meets the same problem and reports it
+        return
+    message = _whole_load_refusal(arg, config, pack, dev, dtype)
+    if message:
+        raise CloverError(f"{message} (nothing was downloaded but its config.json)")

@@ -1061,3 +1061,37 @@ def test_card_claims_only_what_the_tool_knows(tmp_path):
     assert "license: other" in text and "Apache" not in text
     assert "The license of the base model [someone/Clover-finetune]" in text
     check_card(text)
+
+
+# ----------------------------------------------------------------------------------------------------
+# a BF16 checkpoint too large to load whole, refused before its weights are fetched
+# ----------------------------------------------------------------------------------------------------
+def test_a_hub_checkpoint_too_large_to_load_whole_is_refused_before_its_weights(hub, monkeypatch):
+    """`chat owner/Clover-35B-A3B-Preview` (the 69 GB BF16 release) on a 32 GB machine downloaded it all, then
+    could not load it: the file list and config.json say so first, and no weight file is asked for."""
+    import clover_local.runtime.sizes as sizes
+    from clover_local.checkpoint.synthetic import REAL_SPEC, tiny_config_dict
+    from clover_local.loader import load
+
+    config = json.dumps(tiny_config_dict(REAL_SPEC)).encode()
+    hub.add_repo("org/clover-bf16", {"config.json": config, "model-00001-of-00002.safetensors": b"x" * 64,
+                                     "model-00002-of-00002.safetensors": b"y" * 64})
+    monkeypatch.setattr(sizes, "host_available_bytes", lambda: 32 << 30)
+    with pytest.raises(CloverError) as err:
+        load("org/clover-bf16", "cpu", "bfloat16", "auto")
+    assert str(err.value) == (
+        "org/clover-bf16 needs 64.6 GiB to load whole in bfloat16, and this machine has 32 GiB of memory available; "
+        "quantize it (clover-local quantize org/clover-bf16 --out PACK) and run the pack: it runs offloaded "
+        "(nothing was downloaded but its config.json)")
+    assert hub.log(contains="config.json") and not hub.log("GET", ".safetensors")
+    # a pack of the same shape runs offloaded: not refused here (its download goes ahead)
+    hub.add_repo("org/clover-pack", {"config.json": config, MANIFEST_NAME: b"{}"})
+    class ReachedTheDownload(Exception):
+        pass
+
+    def download(arg):
+        raise ReachedTheDownload(arg)
+
+    monkeypatch.setattr("clover_local.loader.resolve_model_path", download)
+    with pytest.raises(ReachedTheDownload):
+        load("org/clover-pack", "cpu", "bfloat16", "auto")
