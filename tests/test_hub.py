@@ -469,6 +469,34 @@ def test_an_interrupted_large_file_continues_in_the_next_run(hub, tmp_path, resu
     assert file_gets(hub.requests[n:], BIG) == []  # a third run finds it in place
 
 
+def test_several_large_files_are_fetched_at_once_and_all_resume(hub, tmp_path, resumable):
+    """The shards are fetched side by side (as snapshot_download fetches files), each into its own partial: a run
+    that fails keeps every partial, and the next continues each from its last byte."""
+    rng = np.random.default_rng(3)
+    files = {f"model-0000{k}-of-00003.safetensors": rng.bytes(600_000 + k) for k in (1, 2, 3)}
+    hub.add_repo("someone/shards", {"config.json": b"{}", **files})
+    for name in files:
+        hub.faults[name] = [("drop", 400_000), ("status", 503)]
+    with pytest.raises(CloverError):
+        transfer.download("someone/shards", progress=False)
+    kept = {p.name: p.read_bytes() for p in partials(tmp_path / "hf_home" / "hub")}
+    by_sha = {sha(data) + ".clover-partial": data for data in files.values()}
+    assert kept and all(by_sha[name].startswith(part) for name, part in kept.items())
+    # side by side: all three were asked for before the first failure ended the run (one after another, the
+    # first file's failure came before the others' first request)
+    assert all(file_gets(hub.requests, name) for name in files)
+
+    hub.faults.clear()  # what the first failure stopped short never met its own
+    n = len(hub.requests)
+    path = transfer.download("someone/shards", progress=False)
+    for name, data in files.items():
+        assert (path / name).read_bytes() == data
+        [get] = file_gets(hub.requests[n:], name)
+        part = kept.get(sha(data) + ".clover-partial", b"")
+        assert get["range"] == (f"bytes={len(part)}-" if part else None)
+    assert partials(tmp_path / "hf_home" / "hub") == []
+
+
 def test_a_server_that_ignores_range_still_gives_the_right_file(hub, tmp_path, resumable):
     files = big_repo(hub, tmp_path)
     cut_first_run(hub, "someone/big", None)

@@ -78,7 +78,7 @@ DOWNLOAD_HELP = (
     "clover_manifest.json), into the Hub cache shared with other tools, or into --dir. Transfers resume: a "
     "dropped connection is retried from where it stopped, and running the same command again after a failure or "
     "Ctrl-C skips finished files and continues each large file (over 64 MiB: the weight shards) from the bytes "
-    "already on disk; those are fetched one after another and checked against their sha256 before use. A pack "
+    "already on disk; those are fetched up to 8 at once and checked against their sha256 before use. A pack "
     "is checked against the sha256 sums in its manifest. With HF_HUB_OFFLINE=1, or when the Hub cannot be "
     "reached, the cached copy is used. --force fetches every file again from the start. --dir must be empty, "
     "new, or an earlier download of the same repo.\n\n"

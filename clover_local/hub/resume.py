@@ -18,8 +18,9 @@ Offline, with `force`, or when the listing fails (the Hub cannot be reached, an 
 happens here and `snapshot_download` behaves, and reports, as before; nor with huggingface_hub < 1.0 (a requests
 session), which resumes its own `.incomplete` files. A lock per file keeps two runs from appending to one partial.
 
-The large files are fetched one after another: bandwidth, not the number of connections, is the limit on the lines
-this is for, and one stream per file keeps the partial a simple prefix. Small files are left to `snapshot_download`.
+Up to `PARALLEL` large files are fetched at once (as snapshot_download fetches 8 files at once: one stream per file
+keeps each partial a simple prefix, and several streams fill a line one may not); when one fails, or on Ctrl-C,
+the others stop at their next piece, their partials kept. Small files are left to `snapshot_download`.
 The HTTP goes through huggingface_hub's session and headers, so the token, HF_ENDPOINT and proxies work as for the
 rest of the download; the token is never printed (messages name files, never headers).
 """
@@ -29,7 +30,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import time
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -44,6 +46,7 @@ CHUNK_SIZE = 1024 * 1024  # bytes read from the stream at a time: never a whole 
 FSYNC_EVERY = 256 * 1024 * 1024  # flush a partial to disk this often, so a power cut loses little
 RETRIES = 5  # dropped connections in a row (no new bytes in between) before the run gives up
 RETRY_WAIT_S = 1.0
+PARALLEL = 8  # large files fetched at once, one stream each, as snapshot_download fetches files
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -159,18 +162,28 @@ def fetch_large_files(
     if not hasattr(get_session(), "stream"):
         return []  # huggingface_hub < 1.0 (requests): it resumes its own `.incomplete` files across runs
     files = list_large_files(repo_id, revision, allow_patterns, ignore_patterns)
-    done = []
-    for file in files or []:
-        place = place_of(file, repo_id, local_dir)
-        if already_there(file, place, local_dir):
-            continue
-        fetch_one(file, place, local_dir, retry=retry, tqdm_class=tqdm_class)
-        done.append(file.name)
-    return done
+    places = [(file, place_of(file, repo_id, local_dir)) for file in files or []]
+    todo = [(file, place) for file, place in places if not already_there(file, place, local_dir)]
+    if not todo:
+        return []
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(todo)), thread_name_prefix="clover-download") as pool:
+        futures = [pool.submit(fetch_one, file, place, local_dir, retry=retry, tqdm_class=tqdm_class, stop=stop)
+                   for file, place in todo]
+        try:
+            for future in as_completed(futures):
+                future.result()
+        except BaseException:  # Ctrl-C, or one file failed: the others stop at their next piece, partials kept
+            stop.set()
+            for future in futures:
+                future.cancel()
+            raise
+    return [file.name for file, _ in todo]
 
 
 def fetch_one(
-    file: LargeFile, place: Place, local_dir: str | os.PathLike | None, *, retry: str, tqdm_class: Any = None
+    file: LargeFile, place: Place, local_dir: str | os.PathLike | None, *, retry: str, tqdm_class: Any = None,
+    stop: threading.Event | None = None,
 ) -> None:
     """Bring `file` to its final place through its partial file, holding a lock so that two runs never append to
     the same partial."""
@@ -183,7 +196,7 @@ def fetch_one(
         with WeakFileLock(place.lock, timeout=2):
             if already_there(file, place, local_dir):  # another run finished it meanwhile
                 return
-            _download(file, place.partial, retry=retry, tqdm_class=tqdm_class)
+            _download(file, place.partial, retry=retry, tqdm_class=tqdm_class, stop=stop or threading.Event())
             _put_in_place(file, place, local_dir)
     except Timeout:
         raise CloverError(
@@ -248,7 +261,7 @@ def _write_chunk(f: BinaryIO, chunk: bytes, digest: _Digest | None, bar: Any) ->
     bar.update(len(chunk))
 
 
-def _download(file: LargeFile, partial: Path, *, retry: str, tqdm_class: Any = None) -> None:
+def _download(file: LargeFile, partial: Path, *, retry: str, stop: threading.Event, tqdm_class: Any = None) -> None:
     """Make `partial` hold all of `file`, continuing from what it holds, and check it against the LFS sha256.
 
     A partial longer than the file is not a prefix of it: it is discarded first. A partial of the full size (a run
@@ -272,14 +285,15 @@ def _download(file: LargeFile, partial: Path, *, retry: str, tqdm_class: Any = N
                 digest.sync(partial, have)
             before = have
             try:
-                have = _get_rest(file, partial, have, digest, bar, retry)
+                have = _get_rest(file, partial, have, digest, bar, retry, stop)
             except Exception as exc:
                 if not is_connection_error(exc):
                     raise
                 have = _size(partial)
                 if failures >= RETRIES and have <= before:
                     raise
-                time.sleep(RETRY_WAIT_S)
+                if stop.wait(RETRY_WAIT_S):
+                    raise _Stopped() from None
             failures = 0 if have > before else failures + 1
             if failures > RETRIES:  # answers without new bytes, again and again
                 raise CloverError(
@@ -296,7 +310,8 @@ def _download(file: LargeFile, partial: Path, *, retry: str, tqdm_class: Any = N
             )
 
 
-def _get_rest(file: LargeFile, partial: Path, have: int, digest: _Digest | None, bar: Any, retry: str) -> int:
+def _get_rest(file: LargeFile, partial: Path, have: int, digest: _Digest | None, bar: Any, retry: str,
+              stop: threading.Event) -> int:
     """One GET of the bytes `partial` lacks; returns how many bytes it holds afterwards.
 
     206 from `have`: append. 200 (the server ignored the Range): truncate and take the whole body. 416: complete if
@@ -329,7 +344,11 @@ def _get_rest(file: LargeFile, partial: Path, have: int, digest: _Digest | None,
             if digest is not None:
                 digest.sync(partial, 0)
             mode = "wb"
-        return _stream_to(response, partial, mode, have, file, digest, bar, retry)
+        return _stream_to(response, partial, mode, have, file, digest, bar, retry, stop)
+
+
+class _Stopped(Exception):
+    """This file's fetch ends because another's failed (or Ctrl-C): that one's error is the one reported."""
 
 
 def _restart(partial: Path, bar: Any) -> int:
@@ -341,7 +360,7 @@ def _restart(partial: Path, bar: Any) -> int:
 
 def _stream_to(
     response: Any, partial: Path, mode: str, have: int, file: LargeFile, digest: _Digest | None, bar: Any,
-    retry: str,
+    retry: str, stop: threading.Event,
 ) -> int:
     """Write the response body to `partial` (opened with `mode`), flushing to disk every `FSYNC_EVERY` bytes and
     at the end; returns the bytes it holds. A disk error becomes one sentence; the partial keeps what was written."""
@@ -349,6 +368,8 @@ def _stream_to(
     try:
         with partial.open(mode) as f:
             for chunk in response.iter_bytes(chunk_size=CHUNK_SIZE):
+                if stop.is_set():  # another file failed, or Ctrl-C: what arrived so far stays for the next run
+                    raise _Stopped()
                 if have + len(chunk) > file.size:
                     raise CloverError(
                         f"The Hub sent more bytes of {file.name} than it lists ({file.size}); run `{retry}` again."

@@ -6,7 +6,7 @@
   request (by huggingface_hub, and by resume.py for its files). Across runs huggingface_hub 2.x resumes nothing:
   it deletes a partly fetched file when the run ends (huggingface/huggingface_hub#4196). So, online and without
   `force`, the files over `resume.THRESHOLD` (64 MiB: the weight shards) are fetched first by
-  `resume.fetch_large_files`, one after another, into partial files kept on disk; a run that failed, was killed
+  `resume.fetch_large_files`, up to 8 at once, into partial files kept on disk; a run that failed, was killed
   or interrupted is resumed by running it again: finished files are not fetched twice and a partial file
   continues from its last byte. Each is checked against its LFS sha256 and put where `snapshot_download` takes
   it as done (a blob of the Hub cache, or the file and its download metadata in `dir`). `force` fetches every
