@@ -282,3 +282,167 @@ def test_jitter_moves_every_rows_choices_at_the_margin():
     calm, moving = (simulate(SimConfig(jitter=j, **kw)).to_dict() for j in (0.0, 0.3))
     assert moving["block_later_passes"]["host_read"] > 1.1 * calm["block_later_passes"]["host_read"]
     assert moving["first_pass_each"][0] == calm["first_pass_each"][0]  # before any pass moved
+
+
+def test_within_a_layer_and_block_the_least_recently_used_goes_first():
+    """Among unpinned experts of one layer from the same block (same tier, same distance in the sweep), the one
+    used longest ago goes first. Layer 2's experts 0–3 used one call each, in a shuffled order, then one of them
+    again; a later block's miss in layer 2 evicts exactly the least recently used one."""
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        ec = small_cache(4)
+        order = rng.permutation(4)
+        for x in order:
+            ec.acquire(2, e(int(x)), np.ones(1, dtype=np.int64))
+            ec.release()
+        again = int(order[0])  # the oldest, used once more: now the most recent
+        ec.acquire(2, e(again), np.ones(1, dtype=np.int64))
+        ec.release()
+        ec.end_block()
+        ec.acquire(2, e(4), np.ones(1, dtype=np.int64))
+        ec.release()
+        lru = int(order[1])
+        assert ec.slot_of[2, lru] < 0
+        assert (ec.slot_of[2, [int(x) for x in order if x != lru]] >= 0).all()
+
+
+def test_an_expert_repair_loaded_counts_as_a_miss_when_the_syncing_path_uses_it():
+    """`repair` copies what a pass lacked; each is a miss when the rerun uses it (here through `acquire`, the
+    syncing path, rather than `commit_uses`), and one the rerun does not use is a copy, not a miss
+    (`repair_unused`: booked as a miss, it made misses outnumber the uses' share). Once the pass is over
+    (`end_pass`), a later pass's use of one it loaded is an ordinary hit."""
+    ec = small_cache(12)
+    counts = np.zeros((ec.layer_ids.size, ec.n_experts), dtype=np.int64)
+    counts[1, [2, 5, 6]] = [3, 1, 2]
+    assert ec.repair(counts) == 3
+    c = ec.counters[1]
+    assert (c.uses, c.hits, c.misses, c.copied) == (0, 0, 0, 3)
+    ec.acquire(1, e(2, 7), np.ones(2, dtype=np.int64))  # one repaired, one new miss; 5 and 6 not used
+    ec.release()
+    assert (c.uses, c.hits, c.misses, c.copied) == (2, 0, 2, 4)
+    ec.end_pass()
+    assert c.repair_unused == 2 and c.misses == c.copied - c.repair_unused + c.cpu_runs
+    ec.acquire(1, e(2, 5, 6, 7), np.ones(4, dtype=np.int64))  # the next pass: all four resident
+    ec.release()
+    assert (c.uses, c.hits, c.misses) == (6, 4, 2) and c.hits + c.misses == c.uses
+
+
+def test_auto_cpu_policy_copies_the_busiest_misses_and_runs_light_ones_on_the_cpu():
+    """`cpu_experts="auto"`: misses take the free or unpinned slots in order of their rows (most first); past
+    those, a miss with at most `cpu_max_rows` rows runs on the CPU instead of evicting a pinned expert of the
+    block, and a busier one is still copied."""
+    import torch
+
+    from clover_local.runtime.expert_cache import ExpertCache
+    from clover_local.runtime.expert_store import HostExpertStore
+
+    layers = list(range(4))
+    host = HostExpertStore(cache_sim.TINY_SLAB, layers, 8, pin=False)
+    ec = ExpertCache(cache_sim.TINY_SLAB, 4, layers, 8, torch.device("cpu"), host, cpu_experts="auto",
+                     cpu_max_rows=2)
+    fill(ec, range(1), e(0, 1, 2))  # 3 slots pinned to the block, 1 free
+    acq = ec.acquire(1, e(3, 4, 5, 6), e(2, 5, 1, 3))
+    ec.release()
+    on_cpu = {int(x) for x, s in zip(acq.experts, acq.slots) if s < 0}
+    assert on_cpu == {3, 5}  # 2 rows (= cpu_max_rows) and 1 row
+    assert (ec.slot_of[1, [4, 6]] >= 0).all() and (ec.slot_of[1, [3, 5]] < 0).all()
+    c = ec.counters[1]
+    assert (c.misses, c.copied, c.cpu_runs, c.pinned_evictions) == (4, 2, 2, 1)
+    assert (ec.slot_of[0, [0, 1, 2]] >= 0).sum() == 2  # expert 6 (3 rows) took one pinned slot, 4 the free one
+
+
+def test_a_layer_major_miss_evicts_the_layer_done_not_the_one_in_progress():
+    """In a layer-by-layer prompt pass a miss at layer 1 evicts layer 0's experts (that layer is done for this
+    pass), never layer 1's own from its earlier chunk (the next chunk needs them first). A pass chunk after
+    chunk through every layer ranks the other way: layer 1's own were just swept, needed last."""
+    for layer_major in (True, False):
+        ec = small_cache(12)
+        ec.warm()  # layer 0's 8 experts, layer 1's first 4
+        ec.begin_pass(True, layer_major=layer_major)
+        ec.acquire(1, e(0, 1, 2, 3), np.ones(4, dtype=np.int64))  # layer 1, first chunk: hits
+        ec.release()
+        ec.acquire(1, e(4, 5), np.ones(2, dtype=np.int64))  # next chunk: two misses
+        ec.release()
+        ec.end_pass()
+        assert (ec.slot_of[1, [4, 5]] >= 0).all()
+        if layer_major:
+            assert (ec.slot_of[1, :4] >= 0).all() and (ec.slot_of[0] < 0).sum() == 2
+        else:
+            assert (ec.slot_of[0] >= 0).all() and (ec.slot_of[1, :4] < 0).sum() == 2
+
+
+def test_a_layer_major_prefetch_takes_the_done_layers_slots_for_the_next_layer():
+    """Layer by layer at layer 1 (two of its slots locked by the call in progress): the prefetch of layer 2 takes
+    its slots from layer 0, done for this pass, and copies the whole next layer; the in-progress layer's
+    unlocked experts are neither taken nor do they crowd the choice out."""
+    ec = small_cache(12)
+    ec.warm()  # layer 0's 8, layer 1's 0–3
+    ec.begin_pass(True, layer_major=True)
+    ec.acquire(1, e(0, 1), np.ones(2, dtype=np.int64))
+    assert ec.prefetch(2, e()) == 8
+    ec.release()
+    ec.end_pass()
+    assert (ec.slot_of[2] >= 0).all() and (ec.slot_of[1, :4] >= 0).all() and (ec.slot_of[0] < 0).all()
+    assert ec.counters[2].prefetched == 8
+
+
+def test_a_commits_repair_may_take_the_slots_of_pinned_experts_it_did_not_use():
+    """`repair(last_of_block=True)` (the block's commit replayed): the block's pinned experts the commit did not
+    use may make room for what it lacked; a preview's repair may not, and refuses (None) instead."""
+    ec = small_cache(4)
+    fill(ec, range(1), e(0, 1, 2, 3))  # every slot pinned to the block
+    counts = np.zeros((ec.layer_ids.size, ec.n_experts), dtype=np.int64)
+    counts[0, 0] = 4  # had
+    counts[1, [5, 6]] = [1, 2]  # lacked
+    assert ec.repair(counts) is None
+    assert (ec.slot_of[0, :4] >= 0).all() and (ec.slot_of[1] < 0).all()
+    assert ec.repair(counts, last_of_block=True) == 2
+    assert ec.missing(counts) == 0 and ec.slot_of[0, 0] >= 0
+    assert (ec.slot_of[0, 1:4] < 0).sum() == 2
+    assert (ec.pin_gen[ec.slot_of[[0, 1, 1], [0, 5, 6]]] == ec.gen).all()  # what the commit used stays pinned
+    assert ec.counters[1].pinned_evictions == 0  # they were unpinned first: no pinned eviction booked
+
+
+def test_a_prefetch_short_of_room_copies_the_most_likely_experts():
+    """`prefetch` takes experts most likely first (the routing history's order); with room for only some of them
+    (the rest of the slots pinned to the block), it copies the first ones, not the last."""
+    ec = small_cache(4)
+    fill(ec, range(1), e(0, 1))  # 2 slots pinned, 2 free
+    assert ec.prefetch(2, e(5, 3, 7, 1)) == 2
+    assert (ec.slot_of[2, [5, 3]] >= 0).all() and (ec.slot_of[2, [7, 1]] < 0).all()
+    assert (ec.slot_of[0, [0, 1]] >= 0).all()
+    assert ec.counters[2].prefetched == 2
+
+
+def test_a_layer_major_prefetch_of_the_second_layer_leaves_the_first_layer_alone():
+    """Layer by layer at layer 0 in a cache holding nothing else: the prefetch of layer 1 finds only layer 0's
+    unlocked experts to evict, which its next chunk needs, so it copies nothing (the rule holds for the layer
+    in progress whichever it is, the first one included)."""
+    ec = small_cache(8)
+    ec.warm()  # layer 0's 8 experts, nothing else
+    ec.begin_pass(True, layer_major=True)
+    ec.acquire(0, e(0, 1, 2, 3), np.ones(4, dtype=np.int64))  # layer 0, first chunk
+    assert ec.prefetch(1, e()) == 0
+    ec.release()
+    before = ec.counters[0].misses
+    ec.acquire(0, e(4, 5, 6, 7), np.ones(4, dtype=np.int64))  # layer 0, next chunk: all resident
+    ec.release()
+    ec.end_pass()
+    assert ec.counters[0].misses == before and (ec.slot_of[0] >= 0).all() and (ec.slot_of[1] < 0).all()
+
+
+def test_recover_gives_an_expert_owning_two_slots_one_and_frees_the_other():
+    """`recover` rebuilds the tables from the slots' owners; an expert two slots claim (a stop between a load's
+    bookkeeping steps) keeps one of them, the other is free again — not a slot lost to the cache for good."""
+    ec = small_cache(8)
+    fill(ec, range(1), e(0, 1, 2))
+    free = int(np.flatnonzero(ec.owner < 0)[0])
+    ec.owner[free] = ec.owner[ec.slot_of[0, 1]]  # expert 1 of layer 0 claimed by a second slot
+    ec.recover()
+    assert ec.resident() == 3 and (ec.owner >= 0).sum() == 3
+    for x in (0, 1, 2):
+        assert ec.owner[ec.slot_of[0, x]] == x
+    ec.acquire(1, e(0, 1, 2, 3, 4), np.ones(5, dtype=np.int64))  # exactly the 5 free slots
+    ec.release()
+    assert (ec.slot_of[0, [0, 1, 2]] >= 0).all() and (ec.slot_of[1, :5] >= 0).all()
+    assert ec.counters[1].pinned_evictions == 0 and np.unique(ec.owner[ec.owner >= 0]).size == 8

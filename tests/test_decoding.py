@@ -439,3 +439,94 @@ def test_the_lm_head_sees_only_the_rows_that_predict_masked_positions(loaded, mo
     monkeypatch.setattr(model, "forward", every_row)
     _, ref_fin = run(loaded, prompt, max_new_tokens=2 * bs, threshold=0.5)
     assert ref_fin.token_ids == fin.token_ids
+
+
+def test_threshold_one_reveals_exactly_one_even_where_confidences_saturate():
+    """fp32 softmax saturates: a peaked row's argmax probability is exactly 1.0, often for several masked
+    positions at once. A threshold of 1.0 still means one reveal per pass (the most confident, the first of
+    equals), not every position that reached 1.0."""
+    assert pick_reveals([1.0, 0.3, 1.0, 1.0], 1.0) == [0]
+    assert pick_reveals(torch.tensor([0.2, 1.0, 1.0]), 1.0) == [1]
+    assert pick_reveals([1.0, 0.3, 1.0], 2.0) == [0]
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(11))
+    logits[torch.arange(4), torch.tensor([3, 9, 9, 21])] = 200.0  # softmax 1.0 in fp32 for every row
+    ids, conf = choose(logits, 0.0, 1.0, None)
+    assert conf.tolist() == [1.0] * 4
+    assert pick_reveals(conf.tolist(), 1.0) == [0]
+    assert pick_reveals(conf.tolist(), 0.999) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_temperature_sharpens_below_one_and_flattens_above(temperature):
+    """The draw is from softmax(logits / T): token i comes up with probability ∝ p_i^(1/T), and the confidence
+    reported is that tempered probability. T < 1 favours the likely token, T > 1 the unlikely ones."""
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
+    logits = torch.log(p).float().expand(40_000, 4).contiguous()
+    want = p ** (1 / temperature)
+    want = want / want.sum()
+    ids, conf = choose(logits, temperature, 1.0, torch.Generator().manual_seed(1))
+    freq = torch.bincount(ids, minlength=4).double() / ids.numel()
+    assert torch.allclose(freq, want, atol=0.01)
+    torch.testing.assert_close(conf.double(), want[ids], rtol=1e-5, atol=1e-6)
+    if temperature < 1:
+        assert freq[0] > 0.6
+    else:
+        assert freq[0] < 0.45 and freq[3] > 0.1
+
+
+def test_top_p_sorts_the_whole_vocabulary_when_any_row_needs_it(monkeypatch):
+    """The TOP_P_CUT shortcut holds only when the most likely tokens cover top_p in EVERY row: a batch with peaked
+    and flat rows together draws, for each row, what a full sort draws (a flat row cut to TOP_P_CUT tokens would
+    keep far less than top_p of its mass)."""
+    from clover_local.generate import sampling
+
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(8, 5000, generator=g) * torch.tensor([4.0, 0.3] * 4)[:, None]
+    head = torch.softmax(logits / 0.8, -1).topk(sampling.TOP_P_CUT, -1)[0].sum(-1)
+    assert bool((head >= 0.9).any()) and not bool((head >= 0.9).all())  # mixed: some rows peaked, some flat
+    cut = choose(logits, 0.8, 0.9, torch.Generator().manual_seed(3))
+    monkeypatch.setattr(sampling, "TOP_P_CUT", 10**9)
+    full = choose(logits, 0.8, 0.9, torch.Generator().manual_seed(3))
+    monkeypatch.undo()
+    torch.testing.assert_close(cut[1], full[1])
+    assert torch.equal(cut[0], full[0])
+
+
+def test_a_snapshot_point_before_the_reused_prefix_saves_at_the_reused_prefix(loaded):
+    """A prompt cache resumed at 24 tokens, with the next save point asked for at 8 (the history rendered
+    shorter this turn): the saved prefix cannot move back (a GDN state cannot be rewound), so it is saved again
+    at 24, and the answer is the one a fresh prefill gives."""
+    from clover_local.generate.prompt_cache import PromptCache
+
+    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    settings = DecodeSettings(max_new_tokens=10, threshold=0.9, stop_token_ids=[])
+    pc, first = PromptCache(), prompt_ids(loaded, 24, 12)
+    one = list(dec.generate(first, settings, reuse=pc))[-1]
+    assert pc.saved_tokens == 24
+    second = first + one.token_ids + prompt_ids(loaded, 7, 13)
+    two = list(dec.generate(second, settings, reuse=pc, snapshot_at=8))[-1]
+    assert isinstance(two, Finished) and two.stats.reused_tokens == 24
+    assert pc.saved_tokens == 24
+    _, scratch = run(loaded, second, max_new_tokens=10, threshold=0.9)
+    assert two.token_ids == scratch.token_ids
+    three = list(dec.generate(second, settings, reuse=pc))[-1]  # and the saved prefix still resumes
+    assert three.stats.reused_tokens == 24 and three.token_ids == scratch.token_ids
+    assert pc.stats.to_dict() == {"lookups": 3, "hits": 2, "reused_tokens": 48, "last_reused": 24}
+
+
+@pytest.mark.parametrize("at", [0, 23])
+def test_a_prompt_differing_in_the_first_or_last_token_of_the_saved_prefix_is_not_resumed(loaded, at):
+    """The saved prefix is compared token for token, its ends included: a prompt that differs from it only in
+    its first or its last token starts from a fresh cache (and decodes what a fresh prefill does)."""
+    from clover_local.generate.prompt_cache import PromptCache
+
+    dec = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    settings = DecodeSettings(max_new_tokens=8, threshold=0.9, stop_token_ids=[])
+    pc, first = PromptCache(), prompt_ids(loaded, 24, 14)
+    list(dec.generate(first, settings, reuse=pc))
+    assert pc.saved_tokens == 24
+    changed = list(first) + prompt_ids(loaded, 9, 15)
+    changed[at] = (changed[at] + 1) % loaded.mask_token_id
+    fin = list(dec.generate(changed, settings, reuse=pc))[-1]
+    assert fin.stats.reused_tokens == 0 and pc.stats.hits == 0
+    assert fin.token_ids == run(loaded, changed, max_new_tokens=8, threshold=0.9)[1].token_ids

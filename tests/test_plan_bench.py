@@ -451,3 +451,50 @@ def test_bench_bad_input(capsys):
     assert one_line_error(capsys) == "error: --prefill-chunk must be at least 1, got -1"
     assert run_cli(["bench", "--synthetic", "huge"]) == 2
     assert "full, small" in one_line_error(capsys)
+
+
+@pytest.fixture(scope="module")
+def full_index():
+    """The real Clover shapes' PackIndex (synthetic, nothing written), made once for the tests below."""
+    from clover_local.runtime.synthetic_pack import synthetic_index
+
+    return synthetic_index("full")
+
+
+@pytest.mark.parametrize("kind", ["small", "full"])
+def test_plan_refuses_one_slot_short_of_a_layers_experts_and_fits_at_exactly_that(kind, request):
+    """The fewest slots a budget may leave is `min_slots` (one layer's experts a pass can need at once): a
+    --vram whose slots come out one short is refused, naming that count; one slab more and it fits with exactly
+    min_slots slots."""
+    from clover_local.runtime.synthetic_pack import synthetic_index
+
+    info = request.getfixturevalue("full_index") if kind == "full" else synthetic_index(kind)
+    base = make_plan(info, 64 * GIB, None, 4096)
+    fixed, slab, need = base.device_fixed + base.workspace, base.slab_bytes, base.min_slots
+    # a 32-row pass routes 32 × top_k choices a layer: enough to reach every expert (8 × 32 ≥ 256, 4 × 32 ≥ 16)
+    assert need == info.config.num_experts < base.experts_total
+    short = make_plan(info, fixed + need * slab - 1, None, 4096)
+    assert not short.fits and short.slots == need - 1
+    assert f"needs at least {need}" in short.refusal
+    with pytest.raises(CloverError):
+        short.check()
+    exact = make_plan(info, fixed + need * slab, None, 4096)
+    assert exact.fits and exact.refusal is None and exact.slots == need
+    assert exact.device_peak == fixed + need * slab
+
+
+def test_a_prefill_pass_takes_at_least_one_chunk_however_short_the_span():
+    """`prefill_rows`: a span shorter than the prefill chunk still takes a whole chunk a pass (never fewer rows
+    than a chunk), and never more than the context; the plan prices what the runtime will run."""
+    from clover_local.runtime.placement import prefill_rows
+    from clover_local.runtime.synthetic_pack import synthetic_index
+
+    assert prefill_rows(512, 128, 32768) == 512
+    assert prefill_rows(512, 4096, 32768) == 4096
+    assert prefill_rows(512, 4096, 2048) == 2048
+    info = synthetic_index("small")
+    plan = lambda span: make_plan(info, GIB, None, 4096, prefill_chunk=512, prefill_span=span, slots=20)  # noqa: E731
+    p, one_chunk, longer = plan(128), plan(512), plan(2048)  # 20 of 64 experts: a prefill copies the rest
+    assert p.prefill_chunk == p.prefill_span == one_chunk.prefill_span == 512
+    assert p.workspace == one_chunk.workspace and p.pcie_prefill_chunk == one_chunk.pcie_prefill_chunk
+    assert longer.prefill_span == 2048 and longer.workspace > p.workspace

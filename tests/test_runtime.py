@@ -18,6 +18,7 @@ from clover_local.runtime.load import RuntimeOptions
 from clover_local.runtime.pack_index import read_pack_index
 from clover_local.runtime.slab import SlabLayout
 from runtime_pack import N_EXPERTS, N_LAYERS, cold, decode, pack, prompt, ref, runtime  # noqa: F401 (fixtures)
+from test_runtime_graphs import stand_in  # noqa: F401 (fixture: graph replays on a CPU)
 
 TOTAL = N_EXPERTS * N_LAYERS
 
@@ -269,7 +270,7 @@ def test_counters_add_up(pack, ref):
         s = rt.model.runtime_stats()
         slab = rt.model.runtime.cache.layout.nbytes
         assert s["hits"] + s["misses"] == s["expert_uses"] > 0
-        assert s["misses"] == s["copied"] + s["cpu_runs"]
+        assert s["misses"] == s["copied"] - s["repair_unused"] + s["cpu_runs"]
         assert s["bytes_h2d"] == (s["copied"] + s["prefetched"]) * slab
         if not prefetch:
             assert s["prefetched"] == 0 and s["bytes_h2d"] == s["misses"] * slab
@@ -319,7 +320,7 @@ def test_eviction_prefers_unpinned_and_never_locked(pack):
 
 def test_repair_loads_what_a_pass_lacked_without_evicting_the_block(pack):
     """`repair` (after an optimistic replay missed): pins what the pass had, loads what it lacked into free or
-    unpinned slots as misses, and refuses (loading nothing) when that would evict the block's pinned experts."""
+    unpinned slots (misses when the rerun uses them), and refuses (loading nothing) when that would evict the block's pinned experts."""
     rt = runtime(pack, slots=4, prefetch=False)
     ec = cold(rt)
     e = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
@@ -333,12 +334,12 @@ def test_repair_loads_what_a_pass_lacked_without_evicting_the_block(pack):
     before = ec.counters[1].bytes
     assert ec.missing(counts) == 2 and ec.repair(counts) == 2
     assert ec.missing(counts) == 0 and (ec.slot_of[0, [0, 1]] >= 0).all()  # the two free slots took them
-    assert ec.counters[1].misses == ec.counters[1].copied == 2
+    assert (ec.counters[1].misses, ec.counters[1].copied) == (0, 2)  # copies now, misses when used
     assert ec.counters[1].bytes - before == 2 * ec.layout.nbytes
     assert (ec.pin_gen[ec.slot_of[[0, 1, 1], [0, 2, 5]]] == ec.gen).all()
-    ec.commit_uses(counts)  # the replay that stood: 3 uses, the 2 loaded ones are not hits
+    ec.commit_uses(counts)  # the replay that stood: 3 uses, the 2 loaded ones are misses, not hits
     assert (ec.counters[0].uses, ec.counters[0].hits) == (3, 1)  # layer 0: the acquire's 2 misses, then a hit
-    assert (ec.counters[1].uses, ec.counters[1].hits) == (2, 0)
+    assert (ec.counters[1].uses, ec.counters[1].hits, ec.counters[1].misses) == (2, 0, 2)
     counts[:] = 0
     counts[r0, 0] = counts[r1, [2, 5]] = 1
     counts[int(np.flatnonzero(ec.layer_ids == 2)[0]), [3, 4]] = 1  # two more: only one unpinned slot is left
@@ -505,3 +506,108 @@ def test_deferred_copies_land_in_stream_order(monkeypatch):
     assert torch.equal(dst, src) and copier.deferred == []
     monkeypatch.delenv("CLOVER_DEFER_COPIES")
     assert SlotCopier(torch.device("cpu")).copy([(dst[0], src[0] * 0)]) is None and not dst[0].any()  # at once
+
+
+@pytest.mark.parametrize("slots", [9, 16])
+def test_prefetch_fetches_the_next_layers_experts_and_saves_demand_copies(pack, ref, slots):
+    """The syncing path prefetches, after each layer's call, the next layer's likely experts (its routing in the
+    last pass, most used first): most of what it copies is then used, and the same decode makes fewer demand
+    copies than without prefetch. Every layer but the first is prefetched (with room: 16 slots); nothing comes
+    before the first, so it never is."""
+    runs = {}
+    for prefetch in (False, True):
+        rt = runtime(pack, slots=slots, prefetch=prefetch, optimistic=False)
+        tokens = decode(rt, prompt(ref, 11, seed=5), n=16)
+        runs[prefetch] = (tokens, rt.model.runtime_stats(), rt.model.runtime.cache)
+    (plain_tokens, plain, _), (tokens, s, ec) = runs[False], runs[True]
+    assert tokens == plain_tokens
+    assert s["prefetched"] > 0 and s["prefetch_used"] > s["prefetched"] // 2
+    assert s["copied"] < plain["copied"]
+    layers = ec.layer_ids.tolist()
+    assert ec.counters[layers[0]].prefetched == 0
+    if slots == 16:
+        assert all(ec.counters[layer].prefetch_used > 0 for layer in layers[1:])
+
+@pytest.mark.parametrize("slots", [TOTAL - 2, 20])
+def test_a_pass_repaired_twice_is_one_retried_pass(pack, ref, stand_in, slots):
+    """Every expert evicted between two blocks: the next block's first replay misses in every layer. With room
+    (30 of 32 slots) each repair fixes at least the first missing layer, so a pass takes more than one repair;
+    in a tight cache (20) a repair does not fit and the pass reruns through the syncing path (`synced`). The
+    counters count passes, not attempts: `retried_passes` is the passes rerun after a miss, however many
+    replays each took, `repair_replays` the replays; the logits are the syncing path's either way."""
+    from test_runtime_graphs import run_blocks, with_graphs
+
+    got = with_graphs(pack, slots=slots, prefetch=False)
+    rt = got.model.runtime
+
+    def evict_all(i: int) -> None:
+        if i == 0:
+            for layer in rt.layers:
+                rt.cache.evict(layer, np.arange(N_EXPERTS))
+
+    out = run_blocks(got, previews=3, after_commit=evict_all)
+    want = run_blocks(runtime(pack, slots=slots, prefetch=False, optimistic=False), previews=3)
+    assert all(torch.equal(a, b) for a, b in zip(want, out))
+    recs = list(rt.records)
+    if slots == TOTAL - 2:
+        assert max(r.repairs for r in recs) >= 2 and not any(r.synced for r in recs)
+    else:
+        assert any(r.synced for r in recs)
+    for r in recs:
+        assert r.retried == (r.repairs > 0 or r.synced)  # a retried pass was repaired or rerun syncing
+        assert not r.synced or r.optimistic
+    s = got.model.runtime_stats()
+    assert s["retried_passes"] == sum(r.retried for r in recs) > 0
+    assert s["repair_replays"] == sum(r.repairs for r in recs)
+    assert s["optimistic_passes"] == sum(r.optimistic for r in recs)
+
+@pytest.mark.parametrize("slots", [6, 12])
+def test_a_block_that_ran_experts_on_the_cpu_tries_no_resident_only_pass(pack, ref, slots):
+    """With `--cpu-experts misses`, what a pass ran on the CPU was never copied in: the block's next pass would
+    miss it, so it is not attempted optimistically (an attempt thrown away and rerun costs a pass); every pass
+    goes the syncing path and none is retried."""
+    rt = runtime(pack, slots=slots, cpu_experts="misses")
+    decode(rt, prompt(ref, 11, seed=5), n=24)
+    s = rt.model.runtime_stats()
+    assert s["cpu_runs"] > 0
+    assert s["retried_passes"] == 0 and s["optimistic_passes"] == 0
+    assert not any(r.retried for r in rt.model.runtime.records)
+
+
+def test_a_commit_replay_that_missed_is_repaired_into_the_blocks_unused_slots(pack, ref, stand_in):
+    """26 slots of 32: a commit's replay misses experts its final tokens route to, and the free and unpinned
+    slots cannot take them all. The commit ends its block, so the block's pinned experts it did not use may
+    make room (`repair(last_of_block=True)`): it is repaired and replayed, never rerun through the syncing
+    path, and its logits are the syncing path's."""
+    from test_runtime_graphs import commits, run_blocks, with_graphs
+
+    got = with_graphs(pack, slots=26, prefetch=False)
+    out = run_blocks(got, previews=3)
+    want = run_blocks(runtime(pack, slots=26, prefetch=False, optimistic=False), previews=3)
+    assert all(torch.equal(a, b) for a, b in zip(want, out))
+    recs = commits(got)
+    assert len(recs) == 2 and all(r.graphed and r.retried and r.repairs >= 1 and not r.synced for r in recs)
+
+
+def test_a_layer_call_over_more_experts_than_slots_serves_the_resident_ones_first(pack):
+    """A call that needs all 8 experts of a layer with 4 slots runs in groups: the 4 experts already resident
+    form the first group (hits), and only the other 4 are copied — not the other way round, which would evict
+    the resident ones first and copy them back for the second group. The output is the all-resident one."""
+    ids = np.arange(8)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 128, generator=g)
+    idx = torch.from_numpy(np.stack([ids, (ids + 3) % 8], 1))
+    weights = torch.softmax(torch.randn(8, 2, generator=g), -1)
+    full = runtime(pack, slots=TOTAL).model.runtime
+    want = full.run_experts(1, x, idx, weights)
+    tight = runtime(pack, slots=4, prefetch=False).model.runtime
+    ec = tight.cache
+    for layer in ec.layer_ids.tolist():
+        ec.evict(layer, np.arange(ec.n_experts))
+    ec.acquire(1, np.array([1, 4, 6, 7]), np.ones(4, dtype=np.int64))
+    ec.release()
+    before = (ec.counters[1].hits, ec.counters[1].misses, ec.counters[1].copied)
+    got = tight.run_experts(1, x, idx, weights)
+    c = ec.counters[1]
+    assert (c.hits - before[0], c.misses - before[1], c.copied - before[2]) == (4, 4, 4)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
