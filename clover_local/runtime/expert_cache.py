@@ -121,8 +121,9 @@ class SlotCopier:
 class LayerCounters:
     uses: int = 0  # distinct experts needed, summed over calls
     hits: int = 0
-    misses: int = 0  # = copied + cpu_runs + host_reads
+    misses: int = 0  # = copied - repair_unused + cpu_runs + host_reads
     copied: int = 0  # demand copies
+    repair_unused: int = 0  # of those, loaded by `repair` for a rerun that then did not use them (not misses)
     cpu_runs: int = 0
     host_reads: int = 0  # read in place from host memory by the MoE kernel (an optimistic pass's misses)
     read_through: int = 0  # of those, copied into an offered slot by the kernel as it read them (no second copy)
@@ -241,7 +242,11 @@ class ExpertCache:
         self.dense, self.layer_major = dense, layer_major
 
     def end_pass(self) -> None:
-        """The pass is over: experts `repair` loaded for it count as hits from now on."""
+        """The pass is over: experts `repair` loaded for it count as hits from now on (those its rerun did not use
+        were copies, not misses: `repair_unused`)."""
+        left = np.flatnonzero(self.repaired & (self.owner >= 0))
+        for layer in (self.owner[left] // self.n_experts).tolist():
+            self.counters[layer].repair_unused += 1
         self.repaired[:] = False
         self.dense = self.layer_major = False
 
@@ -405,7 +410,7 @@ class ExpertCache:
         """Book an optimistic pass that stood (counts [len(layer_ids), E] of routed rows per expert) for its hits:
         what `acquire` would have done for its hits, vectorised: counters, LRU ticks in layer order (as the
         per-layer calls would have set them), pins to the current block, prefetches marked used. Experts that
-        `repair` loaded for this pass were booked as misses then: they are uses, not hits.
+        `repair` loaded for this pass are misses, not hits.
 
         host_reads: the pass read its non-resident experts in place from host memory (`OptimisticPass`); they
         are booked as misses (`host_reads`, their bytes as PCIe bytes) and then copied into free or unpinned
@@ -435,6 +440,7 @@ class ExpertCache:
             c = self.counters[layer]
             c.uses += u
             c.hits += u - f
+            c.misses += f
             c.prefetch_used += p
         if missed[0].size:  # after the hits are pinned: the installs must not evict what this pass used
             self._book_host_reads(*missed, installed)
@@ -489,8 +495,8 @@ class ExpertCache:
 
     def repair(self, counts: np.ndarray, last_of_block: bool = False) -> int | None:
         """After an optimistic pass that missed (counts [len(layer_ids), E] of routed rows per expert): pin what
-        it used and had to the block, and load what it used and lacked into free or unpinned slots, booked as
-        misses (demand copies). Returns how many were loaded, or None (nothing loaded) when they do not fit
+        it used and had to the block, and load what it used and lacked into free or unpinned slots (demand
+        copies; each a miss when the rerun uses it: one it then does not use is a copy, not a miss). Returns how many were loaded, or None (nothing loaded) when they do not fit
         without evicting the block's pinned experts: the caller then takes the syncing path, which can.
         `last_of_block` (the block's commit): the block's pinned experts this pass did not use may go too.
 
@@ -513,9 +519,7 @@ class ExpertCache:
         self.tick += 1
         for layer, slots in self._load_by_layer(rows, experts, victims[: rows.size]):
             self.repaired[slots] = True
-            c = self.counters[layer]
-            c.misses += int(slots.size)
-            c.copied += int(slots.size)
+            self.counters[layer].copied += int(slots.size)
         return int(rows.size)
 
     def evict(self, layer: int, experts: np.ndarray) -> None:
@@ -570,6 +574,7 @@ class ExpertCache:
             self._table_stale = True
             c = self.counters[layer]
             c.prefetch_wasted += int(self.prefetched[slots[live]].sum())
+            c.repair_unused += int(self.repaired[slots[live]].sum())
             c.pinned_evictions += int((self.pin_gen[slots[live]] == self.gen).sum())
         self.owner[slots] = -1
         self.pin_gen[slots] = -1  # a slot's next expert is not pinned by its last one's use
@@ -646,7 +651,9 @@ class ExpertCache:
         hit = slots >= 0
         hit_slots = slots[hit]
         c.uses += int(experts.size)
-        c.hits += int(hit.sum() - self.repaired[hit_slots].sum())  # `repair` booked those as misses
+        fresh = int(self.repaired[hit_slots].sum())  # loaded by `repair` for this pass: misses, not hits
+        c.hits += int(hit.sum()) - fresh
+        c.misses += fresh
         self.repaired[hit_slots] = False
         c.prefetch_used += int(self.prefetched[hit_slots].sum())
         self.prefetched[hit_slots] = False

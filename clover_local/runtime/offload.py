@@ -839,6 +839,7 @@ class Runtime:
             "hits": tot.hits,
             "misses": tot.misses,
             "copied": tot.copied,
+            "repair_unused": tot.repair_unused,  # ... of those, repair copies its rerun did not use (not misses)
             "cpu_runs": tot.cpu_runs,
             "cpu_experts": self.cpu.summary() if self.cpu is not None else None,
             "host_reads": tot.host_reads,  # misses read in place from host memory (optimistic passes)
