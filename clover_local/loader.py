@@ -218,12 +218,12 @@ def _load_plain(arg: str, path: Path, config: CloverConfig, dev: torch.device, d
     from clover_local.model.clover import CloverModel
     from clover_local.pack.reader import PackReader, is_pack
 
-    refuse_whole_load(arg, path, config, dev, dtype)
+    _refuse_whole_load(arg, path, config, dev, dtype)
     reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
     return CloverModel.from_reader(reader, dev, dtype)
 
 
-def refuse_whole_load(arg: str, path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype) -> None:
+def _refuse_whole_load(arg: str, path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype) -> None:
     """A checkpoint loads whole onto one device: the 35B release takes 64.6 GiB at bfloat16, which no 16 GB card
     or 32 GB machine holds. Refused from the config before a byte is read (else: a CUDA out-of-memory minutes into
     the read, or the kernel's OOM killer), with the way that fits: a pack, run offloaded. Only what the weights

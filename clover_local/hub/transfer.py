@@ -21,8 +21,8 @@
   `HfApi.upload_large_folder` where the installed huggingface_hub has it; huggingface_hub 2.x has no such method
   and its `HfApi.upload_folder` is itself the streamed, resumable, multi-commit pipeline (with hf_xet installed).
   Weight files an earlier pack left in the repo that are not part of this one are then deleted (a download
-  would otherwise fetch them with it); a repo holding weights that are not a pack is refused before sending. `dry_run=True` returns exactly the files and sizes it would send and the
-  card, touching no network.
+  would otherwise fetch them with it); a repo holding weights that are not a pack is refused before sending.
+  `dry_run=True` returns exactly the files and sizes it would send and the card, touching no network.
 
 Every error a person can cause or meet (unknown repo, gated repo, bad revision, no token, offline with an
 empty cache, a dropped connection) becomes a one-sentence `CloverError`. The token is never printed: messages

@@ -496,8 +496,9 @@ class ExpertCache:
     def repair(self, counts: np.ndarray, last_of_block: bool = False) -> int | None:
         """After an optimistic pass that missed (counts [len(layer_ids), E] of routed rows per expert): pin what
         it used and had to the block, and load what it used and lacked into free or unpinned slots (demand
-        copies; each a miss when the rerun uses it: one it then does not use is a copy, not a miss). Returns how many were loaded, or None (nothing loaded) when they do not fit
-        without evicting the block's pinned experts: the caller then takes the syncing path, which can.
+        copies; each a miss when the rerun uses it: one it then does not use is a copy, not a miss). Returns
+        how many were loaded, or None (nothing loaded) when they do not fit without evicting the block's pinned
+        experts: the caller then takes the syncing path, which can.
         `last_of_block` (the block's commit): the block's pinned experts this pass did not use may go too.
 
         Why: the alternative, rerunning the pass through the syncing path, costs ~40 host round trips and an
