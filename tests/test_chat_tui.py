@@ -647,3 +647,112 @@ def test_held_keys_are_not_echoed_and_are_read_back():
     finally:
         os.close(master)
         os.close(slave)
+
+
+# ---------------------------------------------------------------------------------------------- mutation-found gaps
+
+class _ByteTokenizer:
+    """Token ids are bytes (a multi-byte character spans tokens); 1000 and 1001 are <think> and </think>."""
+
+    think_end_id = 1001
+    _tags = {1000: "<think>", 1001: "</think>"}
+
+    def decode(self, ids: list[int]) -> str:
+        out, run = [], []
+        for i in ids:
+            if i in self._tags:
+                out.append(bytes(run).decode("utf-8", errors="replace"))
+                out.append(self._tags[i])
+                run = []
+            else:
+                run.append(i)
+        out.append(bytes(run).decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+def test_turn_text_waits_for_the_rest_of_a_multibyte_character():
+    from clover_local.chat.turn import TurnText
+
+    turn = TurnText(_ByteTokenizer())
+    e_acute = list("é".encode("utf-8"))
+    assert turn.add(list(b"caf") + e_acute[:1]) == ("", "caf")  # half a character: not shown as U+FFFD
+    assert turn.add(e_acute[1:]) == ("", "é")
+    assert turn.finish() == ("", "") and turn.content == "café"
+
+
+def test_reasoning_tokens_count_up_to_and_including_the_closing_tag():
+    from clover_local.chat.turn import TurnText
+
+    tok = _ByteTokenizer()
+    turn = TurnText(tok)
+    turn.add([1000, *b"hmm", 1001, *b"\n\nok"])
+    turn.finish()
+    assert (turn.reasoning, turn.content) == ("hmm", "ok")
+    assert turn.reasoning_tokens == 5  # <think> h m m </think>
+    still = TurnText(tok, "<|im_start|>assistant\n<think>\n")  # the template opened the thinking
+    still.add(list(b"abc"))
+    still.finish()
+    assert (still.reasoning, still.content, still.reasoning_tokens) == ("abc", "", 3)
+    plain = TurnText(tok)
+    plain.add(list(b"just this"))
+    plain.finish()
+    assert (plain.content, plain.reasoning_tokens) == ("just this", 0)
+
+
+def test_set_checks_each_setting_at_its_bounds():
+    from clover_local.chat.conversation import ChatSettings, set_value
+    from clover_local.errors import CloverError
+
+    s = ChatSettings()
+    for name, raw, want in (("threshold", "1", 1.0), ("top_p", "1", 1.0), ("temperature", "0", 0.0),
+                            ("temperature", "10", 10.0), ("max_tokens", "1", 1), ("max-tokens", "7", 7),
+                            ("Top_P", "0.5", 0.5)):
+        assert set_value(s, name, raw) == want
+    assert (s.threshold, s.top_p, s.temperature, s.max_tokens) == (1.0, 0.5, 10.0, 7)
+    for name, raw in (("threshold", "0"), ("top_p", "0"), ("temperature", "10.5"), ("temperature", "-1"),
+                      ("max_tokens", "0"), ("max_tokens", "2.5"), ("think", "on")):
+        with pytest.raises(CloverError):
+            set_value(s, name, raw)
+    assert (s.threshold, s.top_p, s.temperature, s.max_tokens) == (1.0, 0.5, 10.0, 7)  # unchanged
+
+
+def test_restore_settings_checks_each_saved_value_and_keeps_the_command_lines():
+    from clover_local.chat.conversation import ChatSettings, restore_settings
+
+    s = ChatSettings()
+    saved = {"threshold": 1, "temperature": 0.5, "top_p": 0, "max_tokens": True, "think": "no",
+             "show_thinking": False, "seed": 3, "unknown": 1}
+    changed = restore_settings(s, saved, keep={"temperature"})
+    assert changed == ["threshold", "show_thinking", "seed"]
+    assert s.threshold == 1.0 and isinstance(s.threshold, float)
+    assert (s.temperature, s.top_p, s.max_tokens, s.think, s.show_thinking, s.seed) == (0.0, 1.0, 1024, True,
+                                                                                         False, 3)
+    assert restore_settings(s, {"seed": True, "think": 0}) == []
+    # a float where a whole number belongs (512.0, written by another tool): skipped, not a traceback that ends chat
+    assert restore_settings(s, {"max_tokens": 512.0}) == [] and s.max_tokens == 1024
+
+
+def test_save_and_load_keep_the_thinking_and_an_interrupted_answer(tmp_path):
+    from clover_local.chat.conversation import ChatSettings, Conversation
+    from clover_local.errors import CloverError
+
+    conv = Conversation(system="be brief")
+    conv.add_user("hi")
+    conv.add_assistant("hel", "they greet me", interrupted=True)
+    conv.add_user("again")
+    conv.add_assistant("hello")
+    conv.save(tmp_path / "c.json", ChatSettings(temperature=0.5), "m")
+    back = Conversation()
+    assert back.load(tmp_path / "c.json") == 5
+    assert back.messages == conv.messages
+    assert back.messages[2] == {"role": "assistant", "content": "hel", "reasoning_content": "they greet me",
+                                "interrupted": True}
+    assert back.saved_settings["temperature"] == 0.5
+    assert all("interrupted" not in m for m in back.template_messages())
+    (tmp_path / "late.json").write_text(json.dumps([{"role": "user", "content": "hi"},
+                                                    {"role": "system", "content": "late"}]), encoding="utf-8")
+    with pytest.raises(CloverError, match="system message may only come first"):
+        back.load(tmp_path / "late.json")

@@ -608,3 +608,188 @@ def test_sigterm_stops_the_server_in_order_and_exits_0():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------- mutation-found gaps
+
+def _parse(**fields):
+    from clover_local.serve.protocol import parse_chat_request
+
+    return parse_chat_request(json.dumps({"messages": MSG, **fields}).encode())
+
+
+def _refused(**fields):
+    from clover_local.serve.protocol import ApiError
+
+    with pytest.raises(ApiError) as err:
+        _parse(**fields)
+    assert err.value.status == 400
+    return err.value
+
+
+def test_sampling_fields_are_checked_at_their_bounds():
+    """The ranges' ends: temperature [0, 2], top_p and threshold (0, 1]; an open end refuses its own value."""
+    assert _parse(temperature=2).temperature == 2.0 and _parse(temperature=0).temperature == 0.0
+    assert _refused(temperature=-0.01).param == "temperature"
+    assert _parse(top_p=1).top_p == 1.0 and _parse(top_p=0.01).top_p == 0.01
+    e = _refused(top_p=0)
+    assert e.param == "top_p" and e.message == "'top_p' must be in (0, 1], got 0"
+    assert _parse(threshold=1).threshold == 1.0 and _parse().threshold is None
+    assert _refused(threshold=0).param == "threshold"
+    assert _refused(threshold=1.5).param == "threshold"
+
+
+def test_max_tokens_and_max_completion_tokens():
+    """max_completion_tokens (OpenAI's current name) wins over the older max_tokens; at least 1 either way."""
+    assert _parse(max_tokens=1).max_tokens == 1
+    assert _parse(max_completion_tokens=5, max_tokens=9).max_tokens == 5
+    assert _parse(max_completion_tokens=5).max_tokens == 5
+    assert _parse().max_tokens is None
+    assert _refused(max_tokens=0).param == "max_tokens"
+    assert _refused(max_completion_tokens=0).param == "max_completion_tokens"
+
+
+def test_stop_is_one_string_or_up_to_four_non_empty_ones():
+    assert _parse(stop="END").stop == ["END"]
+    assert _parse(stop=["a", "b", "c", "d"]).stop == ["a", "b", "c", "d"]
+    assert _refused(stop=["a", "b", "c", "d", "e"]).param == "stop"
+    assert _refused(stop=["a", ""]).param == "stop"
+    assert _refused(stop="").param == "stop"
+    assert _refused(stop=[1]).param == "stop"
+
+
+def test_chat_template_kwargs_enable_thinking_wins_and_reserved_keys_are_dropped():
+    req = _parse(enable_thinking=True, chat_template_kwargs={"enable_thinking": False, "messages": [],
+                                                             "add_generation_prompt": False, "extra": 1})
+    assert req.enable_thinking is False and req.template_kwargs == {"extra": 1}
+    req = _parse(enable_thinking=False, chat_template_kwargs={"enable_thinking": True})
+    assert req.enable_thinking is True
+    assert _parse(enable_thinking=False).enable_thinking is False and _parse().enable_thinking is True
+    assert _refused(chat_template_kwargs={"enable_thinking": "no"}).param == "enable_thinking"
+
+
+def test_messages_map_developer_to_system_and_keep_an_assistants_reasoning():
+    from clover_local.serve.protocol import parse_messages
+
+    got = parse_messages([{"role": "developer", "content": "be brief"},
+                          {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                           "reasoning_content": "not a user's"},
+                          {"role": "assistant", "content": None, "reasoning_content": "I thought"}])
+    assert got == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"},
+                   {"role": "assistant", "content": "", "reasoning_content": "I thought"}]
+
+
+def test_the_budget_allows_max_tokens_up_to_the_servers_limit():
+    from clover_local.serve.http import Limits, completion_budget
+    from clover_local.serve.protocol import ApiError
+
+    limits = Limits(max_tokens=48, context=64)
+    assert completion_budget(16, 48, limits) == 48  # exactly --max-tokens, exactly filling the context
+    with pytest.raises(ApiError) as err:
+        completion_budget(1, 49, limits)
+    assert err.value.code == "max_tokens_too_large"
+
+
+def _sse(url: str, body: dict) -> list[str]:
+    req = urllib.request.Request(url + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                                 data=json.dumps(body).encode())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        return [line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")]
+
+
+def test_streams_end_with_finish_reason_then_usage_only_when_asked_then_done(in_process):
+    """SSE framing: a role chunk first; a chunk with the finish reason; the usage chunk (no choices) only with
+    stream_options.include_usage; then [DONE]. An answer cut by max_tokens ends with finish_reason 'length',
+    streamed or not, and counts exactly max_tokens completion tokens."""
+    _, url = in_process
+    status, plain = post(url, json.dumps({"messages": MSG, "max_tokens": 4}).encode())
+    assert status == 200 and plain["choices"][0]["finish_reason"] == "length"
+    assert plain["usage"]["completion_tokens"] == 4
+    assert plain["usage"]["total_tokens"] == plain["usage"]["prompt_tokens"] + 4
+    for asked in (None, False, True):
+        body = {"messages": MSG, "max_tokens": 4, "stream": True}
+        if asked is not None:
+            body["stream_options"] = {"include_usage": asked}
+        events = _sse(url, body)
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and
+                    c["choices"][0]["finish_reason"]]
+        assert finishes == ["length"]
+        with_usage = [c for c in chunks if "usage" in c]
+        if asked:
+            assert with_usage == [chunks[-1]] and chunks[-1]["choices"] == []
+            assert chunks[-1]["usage"]["completion_tokens"] == 4
+            assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+        else:
+            assert with_usage == [] and chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_model_can_be_looked_up_by_name(in_process):
+    _, url = in_process
+    with urllib.request.urlopen(url + "/v1/models/opens-think", timeout=10) as r:
+        model = json.loads(r.read())
+    assert model["id"] == "opens-think" and model["object"] == "model" and model["max_model_len"] == 512
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url + "/v1/models/another", timeout=10)
+    assert err.value.code == 404 and json.loads(err.value.read())["error"]["code"] == "not_found"
+
+
+def test_a_client_that_hangs_up_on_a_plain_request_stops_its_generation(in_process, monkeypatch):
+    """Not streamed, nothing is written until the answer is done: the handler must notice the closed connection
+    while it waits, and cancel the job (counted as cancelled, not completed)."""
+    import socket
+
+    engine, url = in_process
+    monkeypatch.setenv("CLOVER_LOCAL_PASS_DELAY", "0.05")  # 64 passes: seconds, well past the hang-up
+    before = dict(engine.health()["requests"])
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"messages": MSG, "max_tokens": 64}).encode()
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.monotonic() + 20
+    while engine.health()["passes"] == 0:  # generating
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    sock.close()
+    while True:
+        h = engine.health()
+        if h["requests"]["cancelled"] > before["cancelled"] and not h["queue"]["running"]:
+            break
+        assert time.monotonic() < deadline, f"generation was not stopped: {h}"
+        time.sleep(0.05)
+    assert h["requests"]["completed"] == before["completed"]
+    assert h["tokens"] < 64
+
+
+def test_a_body_of_exactly_the_limit_is_read(server):
+    """--max-request-mb 0.05: 50000 bytes are read (and answered on their merits), 50001 are refused unread."""
+    def padded(size: int) -> bytes:
+        head = b'{"messages": [], "pad": "'
+        return head + b"x" * (size - len(head) - 2) + b'"}'
+
+    status, body = post(server, padded(50_000))
+    assert status == 400 and body["error"]["param"] == "messages"
+    status, body = post(server, padded(50_001))
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+
+
+def test_a_job_cancelled_while_waiting_is_skipped(in_process):
+    """A client gone before its turn: the worker skips its job (no pass run for it), counting it cancelled."""
+    engine, _ = in_process
+    running, waiting = _busy(engine)
+    waiting.cancel.set()
+    running.cancel.set()
+    deadline = time.monotonic() + 20
+    while True:
+        h = engine.health()
+        if h["requests"]["cancelled"] == 2 and not h["queue"]["running"] and h["queue"]["waiting"] == 0:
+            break
+        assert time.monotonic() < deadline, h
+        time.sleep(0.02)
+    time.sleep(0.2)
+    assert not waiting.started.is_set() and waiting.out.empty()
+    assert engine.health()["requests"]["cancelled"] == 2

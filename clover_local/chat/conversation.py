@@ -74,9 +74,14 @@ def restore_settings(settings: ChatSettings, saved: Any, keep: set[str] = frozen
             continue
         if key in SETTABLE:
             parse, ok, _ = SETTABLE[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(parse(str(value))):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            value = parse(str(value))
+            try:  # a float where a whole number belongs (512.0 by another tool) is a bad value, not a crash
+                value = parse(str(value))
+            except ValueError:
+                continue
+            if not ok(value):
+                continue
         elif key in ("think", "show_thinking"):
             if not isinstance(value, bool):
                 continue
