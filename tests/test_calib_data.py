@@ -207,3 +207,66 @@ def test_regeneration_is_byte_identical(tmp_path, raw_text, hashseed):
     )
     assert proc.returncode == 0, proc.stderr
     assert out.read_text(encoding="utf-8") == raw_text, "regenerated file differs; run python calib_data/build_calib.py"
+
+
+# --- mutation-testing additions: quantize.calibration's split, sizing and masking ---------------------------
+
+
+class _IdTokenizer:
+    """Text "sample <i>" → 40 copies of token 100 + i, so every token says which sample it came from."""
+
+    def encode(self, text: str) -> list[int]:
+        return [100 + int(text.split()[1])] * 40
+
+    def apply_chat_template(self, messages, add_generation_prompt=False):  # pragma: no cover - .txt input only
+        raise AssertionError("not used")
+
+
+def _calib_file(tmp_path: Path, n: int) -> Path:
+    path = tmp_path / f"calib{n}.txt"
+    path.write_text("\n\n".join(f"sample {i}" for i in range(n)), encoding="utf-8")
+    return path
+
+
+def _sources(ids) -> set[int]:
+    return {int(t) - 100 for t in ids.unique() if int(t) >= 100}
+
+
+def test_holdout_split_is_every_tenth_sample_and_disjoint(tmp_path):
+    from quantize.calibration import build_calibration
+
+    path = _calib_file(tmp_path, 25)
+    tok = _IdTokenizer()
+    calib = build_calibration(path, tok, samples=100, seq_len=32, block_size=8, mask_id=1, seed=3)
+    held = build_calibration(path, tok, samples=100, seq_len=32, block_size=8, mask_id=1, seed=3, holdout=True)
+    assert _sources(held.clean) == {9, 19}
+    assert _sources(calib.clean) == set(range(25)) - {9, 19}
+    assert (calib.n_texts, held.n_texts) == (23, 2)
+    # exactly ten samples: the split already applies (sample 9 is held out); under ten, both use everything
+    ten = _calib_file(tmp_path, 10)
+    assert _sources(build_calibration(ten, tok, 100, 32, 8, 1, 0).clean) == set(range(9))
+    assert _sources(build_calibration(ten, tok, 100, 32, 8, 1, 0, holdout=True).clean) == {9}
+    nine = _calib_file(tmp_path, 9)
+    for holdout in (False, True):
+        assert _sources(build_calibration(nine, tok, 100, 32, 8, 1, 0, holdout=holdout).clean) == set(range(9))
+
+
+def test_calibration_sizes_and_masks_the_noisy_copy(tmp_path):
+    import torch
+
+    from quantize.calibration import build_calibration
+
+    path = _calib_file(tmp_path, 25)  # 23 calibration samples x 40 tokens = 920 tokens
+    tok = _IdTokenizer()
+    few = build_calibration(path, tok, samples=3, seq_len=32, block_size=8, mask_id=1, seed=5)
+    assert tuple(few.clean.shape) == (3, 32) and few.tokens == 96
+    many = build_calibration(path, tok, samples=1000, seq_len=32, block_size=8, mask_id=1, seed=5)
+    assert tuple(many.clean.shape) == (920 // 32, 32) and many.tokens == 920 // 32 * 32
+    for c in (few, many):
+        masked = c.noisy == 1
+        assert torch.equal(c.noisy[~masked], c.clean[~masked])  # unmasked positions keep their tokens
+        assert 0 < float(masked.float().mean()) < 1
+    again = build_calibration(path, tok, samples=1000, seq_len=32, block_size=8, mask_id=1, seed=5)
+    assert torch.equal(again.clean, many.clean) and torch.equal(again.noisy, many.noisy)
+    other = build_calibration(path, tok, samples=1000, seq_len=32, block_size=8, mask_id=1, seed=6)
+    assert not torch.equal(other.clean, many.clean)  # the seed shuffles the sample order

@@ -286,3 +286,105 @@ def test_static_groups_in_a_batch_match_one_at_a_time() -> None:
         single = gptq_quantize(ws[b], Hs[b], bits=3, group_size=16, clip=20, act_order=True, static_groups=True)
         torch.testing.assert_close(single.scales, res.scales)
         assert float((single.q == res.q).float().mean()) > 0.99
+
+
+# --- mutation-testing additions: behaviour the tests above did not pin down ---------------------------------
+
+
+def test_damping_from_zero_starts_at_one_percent_and_retries_count() -> None:
+    w = random_weight(32, 64, seed=40)
+    # 0 fails (one negative eigenvalue), 0.01 · mean(diag) ≈ 0.01 lifts it: the ladder's first rung is used
+    mild = indefinite_hessian(64, negative=-0.005, seed=41)
+    assert gptq_quantize(w, mild, bits=4, group_size=32, damp=0.0).damp == pytest.approx(0.01)
+    # needs exactly one retry (0.01 → 0.1): allowed with max_retries=1, refused with 0
+    H = indefinite_hessian(64, negative=-0.05, seed=10)
+    assert gptq_quantize(w, H, bits=4, group_size=32, damp=0.01, max_retries=1).damp == pytest.approx(0.1)
+    with pytest.raises(HessianError, match="not positive definite"):
+        gptq_quantize(w, H, bits=4, group_size=32, damp=0.01, max_retries=0)
+
+
+def test_blocks_smaller_than_a_group_still_see_the_whole_group() -> None:
+    x = correlated_inputs(1024, 128, seed=42)
+    w = heavy_tailed_weight(64, 128, seed=43)
+    H = hessian(x)
+    whole = gptq_quantize(w, H, bits=4, group_size=64, block_size=128)
+    small = gptq_quantize(w, H, bits=4, group_size=64, block_size=16)  # blocks are widened to whole groups
+    torch.testing.assert_close(small.scales, whole.scales, rtol=2e-3, atol=0)
+    assert float((small.q == whole.q).float().mean()) > 0.99
+
+
+def reference_gptq_loss(w: torch.Tensor, H: torch.Tensor, scale: torch.Tensor, bits: int, damp: float) -> float:
+    """GPTQ's own proxy Σ (w − ŵ)² / (2·Uᵢᵢ²), in float64 with the textbook column loop."""
+    maxq = 2**bits - 1
+    w = w.double().clone()
+    H = H.double() + damp * H.diagonal().mean() * torch.eye(H.shape[0], dtype=torch.float64)
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    scale = scale.double()
+    zero = (maxq + 1) // 2
+    loss = 0.0
+    for i in range(w.shape[1]):
+        codes = torch.clamp(torch.round(w[:, i] / scale) + zero, 0, maxq)
+        err = (w[:, i] - (codes - zero) * scale) / U[i, i]
+        loss += float((err**2).sum()) / 2
+        w[:, i + 1 :] -= err[:, None] * U[i, i + 1 :][None, :]
+    return loss
+
+
+def test_gptq_loss_is_the_documented_proxy() -> None:
+    x = correlated_inputs(1024, 128, seed=44)
+    w = random_weight(64, 128, seed=45)
+    H = hessian(x)
+    scale, _ = compute_scale_zero(w, bits=4, sym=True)
+    expected = reference_gptq_loss(w, H, scale, bits=4, damp=0.01)
+    for block_size in (16, 128):
+        got = gptq_quantize(w, H, bits=4, group_size=-1, block_size=block_size)
+        assert got.loss == pytest.approx(expected, rel=2e-2), (block_size, got.loss, expected)
+
+
+@pytest.mark.parametrize("sym", [True, False])
+def test_clip_search_tries_exactly_the_documented_ranges(sym: bool) -> None:
+    # with clip=1 the only other candidate is the range shrunk to min_shrink: every row keeps either the min/max
+    # scale or exactly that one, and on heavy-tailed rows the narrow one wins somewhere
+    w = heavy_tailed_weight(256, 64, seed=46)
+    plain, _ = compute_scale_zero(w, 3, sym)
+    narrow_won = 0
+    for min_shrink in (0.75, 0.5):
+        narrow, _ = compute_scale_zero(w * min_shrink, 3, sym)  # min/max scaled exactly like the search does
+        got, zero = compute_scale_zero(w, 3, sym, clip=1, min_shrink=min_shrink)
+        assert torch.all((got == plain) | (got == narrow))
+        narrow_won += int(((got == narrow) & (narrow != plain)).sum())
+        assert torch.all(zero >= 1) and torch.all(zero <= 7)
+    assert narrow_won > 0
+    # with 4 steps the candidates are 1, 0.9375, 0.875, 0.8125, 0.75 of the range
+    candidates = torch.stack([compute_scale_zero(w * (1 - 0.25 * k / 4), 3, sym)[0] for k in range(5)])
+    got, _ = compute_scale_zero(w, 3, sym, clip=4)
+    assert torch.all((got[None] == candidates).any(dim=0))
+
+
+@pytest.mark.parametrize("sym", [True, False])
+def test_stored_scale_is_rounded_up_never_clipping_past_half_a_step(sym: bool) -> None:
+    gen = torch.Generator().manual_seed(47)
+    w = torch.randn(512, 32, generator=gen) * torch.rand(512, 1, generator=gen) * 3
+    scale, _ = compute_scale_zero(w, 4, sym)
+    hi, lo = w.amax(-1).clamp(min=0), w.amin(-1).clamp(max=0)
+    needed = 2 * torch.maximum(hi, -lo) / 15 if sym else (hi - lo) / 15
+    assert torch.equal(scale, scale.half().float())
+    assert torch.all(scale >= needed)  # fp16 rounding to nearest would go below on about half the rows
+    r = rtn_quantize(w, bits=4, group_size=32, sym=sym)
+    assert torch.all((r.dequantize() - w).abs() <= r.scales.float() / 2 * (1 + 1e-6))
+
+
+def test_gptq_clip_search_weighs_by_the_hessian_diagonal() -> None:
+    # The first group's (or per-channel) range is searched before any error feedback reaches it, so it must be
+    # exactly compute_scale_zero's choice weighted by each input's Hessian diagonal.
+    x = correlated_inputs(ROWS, 128, seed=48) * torch.linspace(0.05, 5.0, 128)
+    H = hessian(x)
+    w = heavy_tailed_weight(128, 128, seed=49)
+    d = torch.diagonal(H)
+    for group_size in (64, -1):
+        g = gptq_quantize(w, H, bits=3, group_size=group_size, clip=20)
+        width = 128 if group_size == -1 else group_size
+        expected, _ = compute_scale_zero(w[:, :width], 3, True, 20, d[None, :width])
+        unweighted, _ = compute_scale_zero(w[:, :width], 3, True, 20)
+        assert not torch.equal(expected, unweighted)  # the weighting matters for these rows
+        torch.testing.assert_close(g.scales[:, 0], expected.half(), rtol=0, atol=0)

@@ -155,3 +155,29 @@ def test_pack_rejects_bad_input() -> None:
         unpack_weight(tensors, 8)
     with pytest.raises(ValueError, match="missing"):
         unpack_weight({"qweight": tensors["qweight"]}, 4)
+
+
+# --- mutation-testing additions ------------------------------------------------------------------------------
+
+
+def test_pack_rejects_g_idx_naming_a_group_past_the_last() -> None:
+    w = _random_weight(16, 64, seed=21)
+    r = rtn_quantize(w, bits=4, group_size=32, sym=True)  # 2 groups: g_idx must lie in [0, 2)
+    g_idx = r.g_idx.clone()
+    g_idx[7] = 2  # exactly n_groups: one past the last group
+    with pytest.raises(ValueError, match="g_idx"):
+        pack_weight(r.q, r.scales, r.zeros, g_idx, 4)
+    g_idx[7] = -1
+    with pytest.raises(ValueError, match="g_idx"):
+        pack_weight(r.q, r.scales, r.zeros, g_idx, 4)
+    g_idx[7] = 1  # any column may sit in the last group
+    assert torch.equal(pack_weight(r.q, r.scales, r.zeros, g_idx, 4)["g_idx"], g_idx)
+
+
+def test_unpack_rejects_scales_that_do_not_match_the_groups() -> None:
+    w = _random_weight(16, 64, seed=22)
+    r = rtn_quantize(w, bits=4, group_size=32, sym=True)
+    tensors = pack_weight(r.q, r.scales, r.zeros, r.g_idx, 4)  # scales [2 groups, 16 out]
+    for bad in (tensors["scales"][:1], tensors["scales"][:, :8], torch.cat([tensors["scales"]] * 2)):
+        with pytest.raises(ValueError, match="scales"):
+            unpack_weight({**tensors, "scales": bad.contiguous()}, 4)

@@ -192,3 +192,88 @@ def test_pack_files_lists_subfolders_posix(tmp_path):
     assert "tok/tokenizer.json" in pack_files(tmp_path)
     assert MANIFEST_NAME not in pack_files(tmp_path)
     assert "README.md" not in pack_files(tmp_path)
+
+
+# --- mutation-testing additions ------------------------------------------------------------------------------
+
+
+def test_verify_names_a_truncated_file(tmp_path):
+    _pack(tmp_path)
+    shard = tmp_path / "model-00002-of-00002.safetensors"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-5])  # shorter than the manifest says (an interrupted download)
+    with pytest.raises(CloverError, match=rf"model-00002-of-00002\.safetensors .* has {len(data) - 5} bytes but "
+                                          rf"the manifest says {len(data)}"):
+        verify_pack(tmp_path)
+
+
+def test_verify_compares_the_whole_sha256(tmp_path):
+    _pack(tmp_path)
+    raw = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    entry = raw["files"]["tok/tokenizer.json"]
+    assert entry["sha256"] == hashlib.sha256((tmp_path / "tok" / "tokenizer.json").read_bytes()).hexdigest()
+    verify_pack(tmp_path)
+    last = entry["sha256"][-1]
+    entry["sha256"] = entry["sha256"][:-1] + ("0" if last != "0" else "1")  # only the final hex digit differs
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(raw))
+    with pytest.raises(CloverError, match=r"tok/tokenizer\.json .* sha256"):
+        verify_pack(tmp_path)
+    entry["sha256"] = entry["sha256"][:-1] + last
+    entry["sha256"] = entry["sha256"].upper()  # the digest's case does not matter
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(raw))
+    verify_pack(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "extra/model.gguf", "weights.pt", "adapter.npz"])
+def test_verify_refuses_unlisted_weight_files_of_every_kind(tmp_path, name):
+    _pack(tmp_path)
+    stray = tmp_path / name
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"\x00" * 16)
+    with pytest.raises(CloverError, match=name.replace(".", r"\.") + " .* does not list"):
+        verify_pack(tmp_path)
+
+
+def test_verify_only_ignores_names_the_manifest_does_not_list(tmp_path):
+    _pack(tmp_path)
+    shard = tmp_path / "model-00001-of-00002.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0x01
+    shard.write_bytes(bytes(data))
+    # a name the manifest does not list (e.g. a file the Hub listing had) is skipped, not a crash
+    assert verify_pack(tmp_path, only=["not-in-the-pack.json", "config.json"]).complete
+    with pytest.raises(CloverError, match="model-00001"):
+        verify_pack(tmp_path, only=["not-in-the-pack.json", "model-00001-of-00002.safetensors"])
+
+
+def test_hidden_files_inside_subfolders_are_not_hashed(tmp_path):
+    _pack(tmp_path, finalize=False)
+    (tmp_path / "tok" / ".tokenizer.json.swp").write_text("editor droppings")
+    m = Manifest.load(tmp_path)
+    m.finalize(tmp_path)
+    assert "tok/tokenizer.json" in m.files
+    assert not any(".swp" in name for name in m.files)
+    assert "tok/.tokenizer.json.swp" not in pack_files(tmp_path)
+    (tmp_path / "tok" / ".tokenizer.json.swp").write_text("changed later")  # still fine: not part of the pack
+    verify_pack(tmp_path)
+
+
+def test_card_tables_render_each_kind_of_value(tmp_path):
+    """The card's numbers: the disk row is the sum of the hashed files (not a memory estimate), extra memory keys
+    ending in `bytes` are sizes, top-1 agreement is a percentage even at 0, and every recorded setting has its row."""
+    from clover_local.pack.card import card_text, human_bytes
+
+    m = _pack(tmp_path)
+    m.settings["clip"] = False
+    m.memory = {"total_bytes": 7 * 1024**3, "kv_cache_bytes": 3 * 1024**2 + 512 * 1024, "experts_per_layer": 8}
+    m.quality = {"top1_causal": 0.0, "top1_preview": 1.0, "kl_causal_mean": 0.25}
+    text = card_text(m, None, "me/p")
+    disk = human_bytes(sum(e["bytes"] for e in m.files.values()))
+    assert disk != human_bytes(7 * 1024**3)
+    assert f"| Pack on disk (all files) | {disk} |" in text
+    assert "| Weights in total | 7.0 GiB |" in text
+    assert "| `kv_cache_bytes` | 3.5 MiB |" in text and "| `experts_per_layer` | 8 |" in text
+    assert "| Top-1 agreement with BF16, causal pass | 0.00 % |" in text
+    assert "| Top-1 agreement with BF16, preview pass | 100.00 % |" in text
+    assert "| Clip search per group | no |" in text and "| Symmetric | yes |" in text
+    assert "| GPTQ in activation order (static groups) | not recorded |" in text

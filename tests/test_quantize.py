@@ -1034,3 +1034,123 @@ def test_out_that_cannot_be_created_is_one_line(env, capsys, monkeypatch):
 
     monkeypatch.setattr(Path, "mkdir", read_only)
     expect_error(capsys, env.cli_args(env.root / "read-only-disk" / "pack"), "cannot create --out", "Read-only")
+
+
+# --- mutation-testing additions: which rows calibrate each routed expert --------------------------------------
+
+
+def test_expert_hessians_come_from_the_rows_routed_to_each_expert(env, monkeypatch):
+    """Each routed expert's gate/up Hessian is built from exactly the rows routed to it, its down Hessian from the
+    quantized gate/up's activations on those rows, and an expert with exactly --min-expert-rows rows is calibrated
+    (one fewer falls back to round-to-nearest)."""
+    from dataclasses import replace
+
+    import torch.nn.functional as F
+
+    from clover_local.model.clover import build_layer
+    from quantize import layer_quant
+    from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, _hessian
+    from quantize.profiles import get_profile
+
+    reader = CheckpointReader(env.src)
+    cfg = reader.config
+    layer = build_layer(cfg, 0, reader.layer_state(0), CPU, torch.float32)
+    n_exp, k, rows = cfg.num_experts, cfg.num_experts_per_tok, 96
+    gen = torch.Generator().manual_seed(7)
+    idx = torch.stack([torch.randperm(n_exp, generator=gen)[:k] for _ in range(rows)])  # k distinct experts a row
+    counts = torch.bincount(idx.reshape(-1), minlength=n_exp)
+    threshold = int(counts.sort().values[n_exp // 2])  # a count some expert has exactly
+    assert bool((counts == threshold).any() and (counts < threshold).any() and (counts > 0).all())
+    layer.mlp.route = lambda x, limit=None: (idx, torch.full(idx.shape, 1.0 / k), None)
+
+    calls = []
+    real = layer_quant.quantize_weights
+
+    def spy(weights, hessians, bits, opts):
+        results = real(weights, hessians, bits, opts)
+        calls.append((hessians.clone(), results))
+        return results
+
+    monkeypatch.setattr(layer_quant, "quantize_weights", spy)
+    shared = layer.mlp.shared_expert
+    shared_h = {}
+    real_one = layer_quant.quantize_weight
+
+    def spy_one(weight, hessian, bits, opts):
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            if weight is getattr(shared, name).weight:
+                shared_h[name] = hessian.clone()
+        return real_one(weight, hessian, bits, opts)
+
+    monkeypatch.setattr(layer_quant, "quantize_weight", spy_one)
+    profile = replace(get_profile("balanced"), experts=4)
+    opts = QuantOptions(min_expert_rows=threshold, expert_batch=1)
+    moe_in = torch.randn(rows, cfg.hidden_size, generator=gen)
+    normed = layer.post_attention_layernorm(moe_in)
+    report = LayerReport(0, "linear_attention")
+    with torch.no_grad():
+        LayerQuantizer(cfg, profile, opts, CPU, torch.float32)._quantize_moe(
+            layer, moe_in, {}, "model.layers.0", report, lambda msg: None)
+
+    calibrated = [e for e in range(n_exp) if counts[e] >= threshold]
+    assert report.expert_paths == {"gptq-routed": len(calibrated), "rtn-few-rows": n_exp - len(calibrated)}
+    assert len(calls) == 2 * len(calibrated)  # gate/up then down, one expert at a time
+    inter = cfg.moe_intermediate_size
+    for n, e in enumerate(calibrated):
+        routed = (idx == e).any(dim=-1).nonzero().squeeze(-1)
+        assert routed.numel() == counts[e]
+        x = normed[routed]
+        (h_gu,), (gate_up,) = calls[2 * n]
+        torch.testing.assert_close(h_gu, _hessian(x), rtol=1e-5, atol=1e-6)
+        hgu = F.linear(x, gate_up.dequantize())
+        (h_d,), _ = calls[2 * n + 1]
+        torch.testing.assert_close(h_d, _hessian(F.silu(hgu[:, :inter]) * hgu[:, inter:]), rtol=1e-4, atol=1e-6)
+    # the shared expert sees every row: gate/up from the normed inputs, down from the quantized gate/up's
+    # activations silu(gate(x)) * up(x)
+    assert set(shared_h) == {"gate_proj", "up_proj", "down_proj"}
+    torch.testing.assert_close(shared_h["gate_proj"], _hessian(normed), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(shared_h["up_proj"], _hessian(normed), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        act = F.silu(shared.gate_proj(normed)) * shared.up_proj(normed)  # gate/up now hold their quantized values
+    torch.testing.assert_close(shared_h["down_proj"], _hessian(act), rtol=1e-4, atol=1e-6)
+
+
+def test_resume_refuses_changed_calibration_content_or_source_config(env):
+    """The saved run's fingerprint covers what the flags do not show: the calibration file's bytes and the source's
+    config.json. A resume after either changed would mix two calibrations (or two models) in one pack."""
+    src = env.root / "src-for-fingerprint"
+    shutil.copytree(env.src, src)
+    calib = env.root / "calib-for-fingerprint.jsonl"
+    shutil.copy(env.calib, calib)
+    settings = QuantizeSettings(samples=4, seq_len=64, calib=str(calib))
+    out = env.root / "resume-fingerprint"
+    with pytest.raises(KeyboardInterrupt):
+        quantize_checkpoint(src, out, settings, CPU, stop_after_layer=0)
+    before = digest(out)
+
+    with open(calib, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "one more calibration sample, added after the run started"}) + "\n")
+    with pytest.raises(CloverError, match="calibration file's content changed"):
+        quantize_checkpoint(src, out, settings, CPU, resume=True)
+    shutil.copy(env.calib, calib)  # the original bytes again
+
+    config = json.loads((src / "config.json").read_text())
+    config["rms_norm_eps"] = config.get("rms_norm_eps", 1e-6) * 2
+    (src / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CloverError, match="config.json changed"):
+        quantize_checkpoint(src, out, settings, CPU, resume=True)
+    assert digest(out) == before  # refusing touched nothing
+
+
+def test_pack_reader_refuses_a_tensor_of_the_wrong_shape(env):
+    pack = env.root / "pack-wrong-shape"
+    shutil.copytree(env.pack, pack)
+    reader = PackReader(pack)
+    name = "model.layers.0.input_layernorm.weight"
+    shard = pack / reader.weight_map[name]
+    tensors = load_file(str(shard))
+    assert tuple(reader.layer_state(0)["input_layernorm.weight"].shape) == tuple(tensors[name].shape)
+    tensors[name] = tensors[name][:-8].contiguous()  # a tensor from a narrower model
+    save_file(tensors, str(shard))
+    with pytest.raises(CloverError, match=r"input_layernorm\.weight has shape"):
+        PackReader(pack).layer_state(0)
