@@ -149,6 +149,8 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     assert r["tokens_per_s"] == pytest.approx(3.0 * 1e3 / r["ms_per_pass"], rel=1e-2)
     assert r["ms_per_call"] >= r["ms_per_pass"]  # each call holds its pass, then the LM head and the booking
     assert r["slots"] == r["experts_total"] == 64 and r["hit_rate"] == 1.0
+    c = r["cache"]  # the counters' identity, as a reader of the JSON checks it
+    assert c["misses"] == c["copied"] - c["repair_unused"] + c["cpu_runs"] + c["host_reads"]
     assert abs(r["memory"]["plan_error"]) < 0.05
     comps = {c["component"] for c in r["components"]}
     assert {"routed experts", "GDN core", "attention core", "lm_head"} <= comps

@@ -603,8 +603,9 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             "host_experts": rt.cache.host.nbytes if rt.cache.host is not None else 0,
             "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
         },
-        "cache": {k: stats[k] for k in ("hits", "misses", "copied", "cpu_runs", "prefetched", "prefetch_used",
-                                        "prefetch_wasted", "pinned_evictions", "bytes_h2d")},
+        "cache": {k: stats[k] for k in ("hits", "misses", "copied", "repair_unused", "cpu_runs", "host_reads",
+                                        "prefetched", "prefetch_used", "prefetch_wasted", "pinned_evictions",
+                                        "bytes_h2d")},
         "cpu_experts": stats["cpu_experts"],  # conversions, kept, seconds: the CPU path's cost (--cpu-experts)
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"], "repair_replays": stats["repair_replays"]},
