@@ -90,8 +90,9 @@ def test_gptq_8bit_and_act_order() -> None:
 
 def reference_gptq_per_channel(
     w: torch.Tensor, H: torch.Tensor, scale: torch.Tensor, bits: int, damp: float
-) -> torch.Tensor:
-    """Textbook GPTQ in float64 without blocks or lazy updates: quantize one column, update all later ones."""
+) -> tuple[torch.Tensor, float]:
+    """Textbook GPTQ in float64 without blocks or lazy updates: quantize one column, update all later ones.
+    Returns the codes and GPTQ's own loss proxy Σ (w − ŵ)² / (2·Uᵢᵢ²)."""
     maxq = 2**bits - 1
     w = w.double().clone()
     H = H.double() + damp * H.diagonal().mean() * torch.eye(H.shape[0], dtype=torch.float64)
@@ -99,11 +100,13 @@ def reference_gptq_per_channel(
     scale = scale.double()
     zero = (maxq + 1) // 2
     codes = torch.empty_like(w)
+    loss = 0.0
     for i in range(w.shape[1]):
         codes[:, i] = torch.clamp(torch.round(w[:, i] / scale) + zero, 0, maxq)
         err = (w[:, i] - (codes[:, i] - zero) * scale) / U[i, i]
+        loss += float((err**2).sum()) / 2
         w[:, i + 1 :] -= err[:, None] * U[i, i + 1 :][None, :]
-    return codes
+    return codes, loss
 
 
 def test_blocked_lazy_updates_match_textbook_gptq() -> None:
@@ -111,7 +114,7 @@ def test_blocked_lazy_updates_match_textbook_gptq() -> None:
     w = random_weight(64, 128, seed=6)
     H = hessian(x)
     scale, _ = compute_scale_zero(w, bits=4, sym=True)  # the scale rule is tested on its own below
-    expected = reference_gptq_per_channel(w, H, scale, bits=4, damp=0.01)
+    expected, _ = reference_gptq_per_channel(w, H, scale, bits=4, damp=0.01)
     for block_size in (16, 128):
         got = gptq_quantize(w, H, bits=4, group_size=-1, block_size=block_size)
         agree = float((got.q.double() == expected).double().mean())
@@ -313,29 +316,12 @@ def test_blocks_smaller_than_a_group_still_see_the_whole_group() -> None:
     assert float((small.q == whole.q).float().mean()) > 0.99
 
 
-def reference_gptq_loss(w: torch.Tensor, H: torch.Tensor, scale: torch.Tensor, bits: int, damp: float) -> float:
-    """GPTQ's own proxy Σ (w − ŵ)² / (2·Uᵢᵢ²), in float64 with the textbook column loop."""
-    maxq = 2**bits - 1
-    w = w.double().clone()
-    H = H.double() + damp * H.diagonal().mean() * torch.eye(H.shape[0], dtype=torch.float64)
-    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
-    scale = scale.double()
-    zero = (maxq + 1) // 2
-    loss = 0.0
-    for i in range(w.shape[1]):
-        codes = torch.clamp(torch.round(w[:, i] / scale) + zero, 0, maxq)
-        err = (w[:, i] - (codes - zero) * scale) / U[i, i]
-        loss += float((err**2).sum()) / 2
-        w[:, i + 1 :] -= err[:, None] * U[i, i + 1 :][None, :]
-    return loss
-
-
 def test_gptq_loss_is_the_documented_proxy() -> None:
     x = correlated_inputs(1024, 128, seed=44)
     w = random_weight(64, 128, seed=45)
     H = hessian(x)
     scale, _ = compute_scale_zero(w, bits=4, sym=True)
-    expected = reference_gptq_loss(w, H, scale, bits=4, damp=0.01)
+    _, expected = reference_gptq_per_channel(w, H, scale, bits=4, damp=0.01)
     for block_size in (16, 128):
         got = gptq_quantize(w, H, bits=4, group_size=-1, block_size=block_size)
         assert got.loss == pytest.approx(expected, rel=2e-2), (block_size, got.loss, expected)

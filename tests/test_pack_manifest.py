@@ -122,6 +122,13 @@ def test_verify_names_missing_file(tmp_path):
         verify_pack(tmp_path)
 
 
+def _flip_a_byte(path) -> None:
+    """One bit of one byte near the end changed: the size stays, only the sha256 can tell."""
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
 def test_verify_names_file_with_wrong_size(tmp_path):
     _pack(tmp_path)
     with open(tmp_path / "config.json", "a") as f:
@@ -132,10 +139,7 @@ def test_verify_names_file_with_wrong_size(tmp_path):
 
 def test_verify_names_file_with_one_byte_changed(tmp_path):
     _pack(tmp_path)
-    shard = tmp_path / "model-00001-of-00002.safetensors"
-    data = bytearray(shard.read_bytes())
-    data[-3] ^= 0x01
-    shard.write_bytes(bytes(data))
+    _flip_a_byte(tmp_path / "model-00001-of-00002.safetensors")
     with pytest.raises(CloverError) as err:
         verify_pack(tmp_path)
     msg = str(err.value)
@@ -145,10 +149,7 @@ def test_verify_names_file_with_one_byte_changed(tmp_path):
 
 def test_verify_only_hashes_the_named_files(tmp_path):
     _pack(tmp_path)
-    shard = tmp_path / "model-00001-of-00002.safetensors"
-    data = bytearray(shard.read_bytes())
-    data[-3] ^= 0x01
-    shard.write_bytes(bytes(data))
+    _flip_a_byte(tmp_path / "model-00001-of-00002.safetensors")
     verify_pack(tmp_path, only=["config.json"])  # the corrupt shard is not re-hashed
     with pytest.raises(CloverError, match="model-00001"):
         verify_pack(tmp_path, only=["model-00001-of-00002.safetensors"])
@@ -236,10 +237,7 @@ def test_verify_refuses_unlisted_weight_files_of_every_kind(tmp_path, name):
 
 def test_verify_only_ignores_names_the_manifest_does_not_list(tmp_path):
     _pack(tmp_path)
-    shard = tmp_path / "model-00001-of-00002.safetensors"
-    data = bytearray(shard.read_bytes())
-    data[-3] ^= 0x01
-    shard.write_bytes(bytes(data))
+    _flip_a_byte(tmp_path / "model-00001-of-00002.safetensors")
     # a name the manifest does not list (e.g. a file the Hub listing had) is skipped, not a crash
     assert verify_pack(tmp_path, only=["not-in-the-pack.json", "config.json"]).complete
     with pytest.raises(CloverError, match="model-00001"):
