@@ -220,7 +220,10 @@ def test_ctrl_c_in_score_and_demo_is_one_line(capsys, monkeypatch, tmp_path, ctr
 
 
 _SLOW_AFTER_FIRST_COMMIT = """
-import json, os, sys, time
+import json, os, signal, sys, time
+# Ctrl-C as a terminal delivers it, whatever this test runs under: a runner started in the background (`nohup …
+# &`) passes SIGINT on ignored, and Python then installs no KeyboardInterrupt handler
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from clover_local.generate import block_diffusion
 from clover_local.generate.events import BlockCommitted
 
