@@ -166,8 +166,9 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     from clover_local.pack.reader import is_pack
 
     dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
     if runtime is None or runtime == AUTO:
-        _refuse_before_download(arg, dev, pick_dtype(dtype, dev), offloaded=runtime == AUTO)
+        _refuse_before_download(arg, dev, torch_dtype, offloaded=runtime == AUTO)
     path = resolve_model_path(arg)
     config = load_config(path)
     config.check_context(context)
@@ -182,10 +183,10 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     elif isinstance(runtime, str):
         raise ValueError(f"runtime must be None, {AUTO!r} or RuntimeOptions, not {runtime!r}")
     if runtime is not None:
-        model = _load_offloaded(arg, path, dev, pick_dtype(dtype, dev), runtime)
+        model = _load_offloaded(arg, path, dev, torch_dtype, runtime)
         config = model.config
     else:
-        model = _load_plain(arg, path, config, dev, pick_dtype(dtype, dev))
+        model = _load_plain(arg, path, config, dev, torch_dtype)
         if context is not None:
             config.max_position_embeddings = min(config.max_position_embeddings, context)
     return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer), model_context)
