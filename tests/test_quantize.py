@@ -827,6 +827,24 @@ def test_eval_refuses_a_reference_with_the_same_shape_but_other_weights(env, tok
                     "--calib", env.calib, "--device", "cpu"]) == 0, capsys.readouterr().err
 
 
+def test_eval_refuses_another_source_before_streaming_the_reference(env, tokenizer_dir):
+    """The check ran while the pack was streamed, after the reference's whole pass (hours at 35B): it now reads the
+    verbatim tensors of every layer first, so not one layer of either model is streamed (here the last layer's
+    input norm differs, the one a per-layer check during the stream would meet last)."""
+    from quantize.quality import compare
+
+    cfg = load_config(env.src)
+    last = cfg.num_hidden_layers - 1
+    state = random_state(cfg)
+    state[f"layers.{last}.input_layernorm.weight"] = state[f"layers.{last}.input_layernorm.weight"] + 0.25
+    other = write_src(env.root / "other-last-norm", tokenizer_dir, state=state)
+    streamed: list[tuple[str, int]] = []
+    with pytest.raises(CloverError, match=f"layer {last}'s input_layernorm.weight differs"):
+        compare(Path(env.pack), Path(other), samples=2, seq_len=64, calib=env.calib,
+                on_layer=lambda which, i: streamed.append((which, i)))
+    assert streamed == []
+
+
 def test_eval_of_an_unfinished_or_foreign_folder_says_what_it_is(env, capsys):
     """An interrupted quantization was 'not a GPTQ pack (its config.json has no quantization_config)', and so was
     a folder without any config.json: say it is unfinished (and --resume), or that there is no config.json."""

@@ -67,6 +67,12 @@ class PackReader:
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise CloverError(f"pack shard {shard} is corrupt or truncated ({exc})") from None
 
+    def tensor(self, name: str) -> torch.Tensor:
+        """One stored tensor by its name in the pack (`model.layers.0.input_layernorm.weight`), as stored."""
+        if name not in self.weight_map:
+            raise CloverError(f"pack {self.folder} has no tensor {name}")
+        return self._read(name)
+
     def close(self) -> None:
         """Unmap the shards (they reopen on the next read)."""
         self._handles.clear()
