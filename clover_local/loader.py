@@ -19,6 +19,16 @@ ASSETS = Path(__file__).parent / "assets"
 SHORT_NAMES = {"tiny": ASSETS / "tiny"}
 
 
+def is_hub_id(arg: str) -> bool:
+    """Whether MODEL names a Hub repo (`owner/name`): not a shipped short name, not a path that exists, and shaped
+    like a repo id."""
+    if arg in SHORT_NAMES or Path(arg).expanduser().exists() or arg.startswith((".", "/", "~")):
+        return False
+    from clover_local.hub.transfer import is_repo_id
+
+    return is_repo_id(arg)
+
+
 def resolve_model_path(arg: str) -> Path:
     """A folder on disk, a short name of a model shipped with the package, or a Hub repo id (downloaded)."""
     path = Path(arg).expanduser()
@@ -168,7 +178,9 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
     if runtime is None or runtime == AUTO:
-        _refuse_before_download(arg, dev, torch_dtype, offloaded=runtime == AUTO)
+        _refuse_before_download(arg, dev, torch_dtype, offloaded=runtime == AUTO,
+                                options=dict(vram_budget=vram_budget, context=context,
+                                             resident_routing=resident_routing, prefill_chunk=prefill_chunk))
     path = resolve_model_path(arg)
     config = load_config(path)
     config.check_context(context)
@@ -256,31 +268,76 @@ def _whole_load_refusal(arg: str, config: CloverConfig, pack: bool, dev: torch.d
     return f"{arg} needs {fmt_bytes(need)} to load whole in {dtype_name}, and {where}; {fix}"
 
 
-def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, offloaded: bool) -> None:
-    """The same refusal for a Hub repo id, from its file list and config.json before any weight is fetched:
-    `chat` of the 69 GB BF16 release would otherwise download it all, then refuse. Whatever stops this look
-    (offline, unreachable, no such repo, a gated one) leaves the answer to the download, which says it properly;
-    the listing goes first because it fails at once where the Hub cannot be reached (a file's HEAD retries for
-    ≈ 20 s)."""
-    if arg in SHORT_NAMES or Path(arg).expanduser().exists():
+def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, offloaded: bool,
+                            options: dict | None = None) -> None:
+    """The same refusals for a Hub repo id before any weight is fetched: `chat` of the 69 GB BF16 release, or of a
+    19 GB pack whose plan cannot fit this machine, would otherwise download it all, then refuse. A checkpoint (or
+    a pack loaded whole) is judged from its file list and config.json; a pack run offloaded by its plan, from the
+    shards' headers (`plan`'s Hub path), unless the cache already holds it all (the load's own plan then says
+    the same from the local files). Whatever stops this look (offline, unreachable, no such repo, a gated one)
+    leaves the answer to the download, which says it properly; the listing goes first because it fails at once
+    where the Hub cannot be reached (a file's HEAD retries for ≈ 20 s)."""
+    if not is_hub_id(arg):
         return
     try:
         from huggingface_hub import HfApi, hf_hub_download
 
         from clover_local import __version__
-        from clover_local.hub.transfer import is_repo_id, offline_mode
+        from clover_local.hub.transfer import offline_mode
         from clover_local.pack import MANIFEST_NAME
 
-        if not is_repo_id(arg) or offline_mode():
+        if offline_mode():
             return
         info = HfApi(library_name="clover-local", library_version=__version__).repo_info(arg, repo_type="model")
         names = {s.rfilename for s in info.siblings or []}
         pack = MANIFEST_NAME in names
-        if (pack and offloaded) or "config.json" not in names:
+        if "config.json" not in names:
+            return
+        if pack and offloaded:
+            if not _in_cache(arg, info.sha):
+                _refuse_pack_plan(arg, info.sha, dev, dtype, options or {})
             return
         config = load_config(Path(hf_hub_download(arg, "config.json", revision=info.sha)).parent)
+    except CloverError as exc:
+        if str(exc).endswith(_NOTHING_DOWNLOADED):
+            raise
+        return
     except Exception:  # noqa: BLE001 - the download that follows meets the same problem and reports it
         return
     message = _whole_load_refusal(arg, config, pack, dev, dtype)
     if message:
         raise CloverError(f"{message} (nothing was downloaded but its config.json)")
+
+
+_NOTHING_DOWNLOADED = "(nothing was downloaded: the plan was made from the Hub's headers)"
+
+
+def _in_cache(repo_id: str, commit: str) -> bool:
+    """Whether the Hub cache holds every shard of `repo_id`'s snapshot at `commit` (a pack downloaded before)."""
+    import json
+
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    snapshot = (Path(constants.HF_HUB_CACHE).expanduser() / repo_folder_name(repo_id=repo_id, repo_type="model")
+                / "snapshots" / commit)
+    try:
+        shards = set(json.loads((snapshot / "model.safetensors.index.json").read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return all((snapshot / shard).is_file() for shard in shards)
+
+
+def _refuse_pack_plan(arg: str, commit: str, dev: torch.device, dtype: torch.dtype, options: dict) -> None:
+    """The pack's plan for this machine, from the Hub's headers: its refusal (budget too small for the non-expert
+    weights, host RAM too small for the experts), before the download, with the setting to change."""
+    from clover_local.hub.remote_index import remote_pack_index
+    from clover_local.runtime.load import plan_for
+
+    remote = remote_pack_index(arg, commit)
+    if remote is None:
+        return
+    try:
+        plan_for(remote.index, dev, dtype, auto_runtime(remote.index.config, **options)).check()
+    except CloverError as exc:
+        raise CloverError(f"{exc} {_NOTHING_DOWNLOADED}") from None

@@ -13,22 +13,29 @@ from clover_local.errors import CloverError
 
 
 def _pack_index(model: str):
+    """The pack's index, and for a Hub repo read without downloading it, what was read (else None)."""
     from clover_local.runtime.pack_index import read_pack_index
 
     if model.startswith("synthetic:"):
         from clover_local.runtime.synthetic_pack import synthetic_index
 
-        return synthetic_index(model.split(":", 1)[1])
+        return synthetic_index(model.split(":", 1)[1]), None
     from clover_local.config import load_config
-    from clover_local.loader import resolve_model_path
+    from clover_local.loader import is_hub_id, resolve_model_path
     from clover_local.pack.reader import is_pack
 
-    path = resolve_model_path(model)
+    if is_hub_id(model):  # the headers alone, from the Hub: the plan before a 19 GB download, not after it
+        from clover_local.hub.remote_index import remote_pack_index
+
+        remote = remote_pack_index(model)
+        if remote is not None:
+            return remote.index, remote
+    path = resolve_model_path(model)  # a folder, or offline / unreachable: the pack in the local Hub cache
     if not is_pack(path):
         load_config(path)  # no config.json (an empty folder) or a broken one: say that, not "quantize it"
         raise CloverError(f"{model} is not a quantized pack (no quantization_config in config.json): plan reads GPTQ "
                           f"packs; make one with clover-local quantize {model} --out PACK")
-    return read_pack_index(path)  # which checks each shard's size against its header (a truncated download)
+    return read_pack_index(path), None  # which checks each shard's size against its header (a truncated download)
 
 
 @app.command(short_help=(
@@ -36,8 +43,9 @@ def _pack_index(model: str):
     "pass) from the pack's headers alone."
 ))
 def plan(
-    model: str = typer.Argument(..., help="Pack folder, Hub repo id, or synthetic:full / synthetic:small "
-                                 "(synthetic:full3 / small3: 3-bit experts)."),
+    model: str = typer.Argument(..., help="Pack folder, Hub repo id (read from the Hub without downloading "
+                                 "the pack), or synthetic:full / synthetic:small (synthetic:full3 / small3: 3-bit "
+                                 "experts)."),
     vram: Optional[str] = typer.Option(None, "--vram", help="Device memory the runtime may use, e.g. 16GB "
                                        "(sizes are binary: 16GB = 16 GiB). Default: this GPU's free memory."),
     ram: Optional[str] = typer.Option(None, "--ram", help="Host RAM to plan for, e.g. 32GB. Default: what this "
@@ -47,7 +55,9 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
 ) -> None:
     """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the
-    expected PCIe traffic per 32-row pass — from the pack's config and headers alone, no weights loaded.
+    expected PCIe traffic per 32-row pass — from the pack's config and headers alone, no weights loaded. A Hub
+    repo id is planned before it is downloaded: its config, index and each shard's header are read from the Hub
+    (≈ 20 MiB for the 35B pack; offline, the copy in the local Hub cache).
 
     Refuses, with the setting to change, when the budget cannot hold the non-expert weights or the host
     cannot hold the experts.
@@ -55,6 +65,8 @@ def plan(
     Examples:
 
       clover-local plan ./clover-int4 --vram 16GB --ram 32GB
+
+      clover-local plan someone/clover-35b-int4 --vram 16GB   # a pack on the Hub, before downloading it
 
       clover-local plan synthetic:full --vram 12GB --context 8192 --json
 
@@ -68,7 +80,7 @@ def plan(
     from clover_local.runtime.placement import PCIE_BPS, TARGET_BPS, make_plan
     from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes, parse_size
 
-    pack = _pack_index(model)
+    pack, remote = _pack_index(model)
     if vram is not None:
         vram_bytes = parse_size(vram, "--vram")
     elif torch.cuda.is_available():
@@ -79,9 +91,17 @@ def plan(
     p = make_plan(pack, vram_bytes, ram_bytes, context, prefill_chunk=prefill_chunk_rows(prefill_chunk),
                   prefill_span=env_prefill_span())
     if as_json:
-        print(json.dumps({"model": model, **p.to_dict()}, indent=2))
+        hub = {"hub": remote.to_dict()} if remote else {}
+        print(json.dumps({"model": model, **hub, **p.to_dict()}, indent=2))
     else:
         _print_plan(model, p, pack, fmt_bytes, PCIE_BPS, TARGET_BPS)
+        if remote:
+            from rich.console import Console
+
+            Console(highlight=False).print(
+                f"Read from the Hub at {remote.revision[:8]}: the config, the index and the {remote.shards} "
+                f"shards' headers ({fmt_bytes(remote.header_bytes)}); nothing was downloaded. The pack is "
+                f"{remote.download_files} files, {fmt_bytes(remote.download_bytes)}: clover-local download {model}")
     if p.refusal:
         raise CloverError(p.refusal)
 

@@ -197,6 +197,7 @@ def hub_error(
     resume = (
         "run the same command again to resume: files already uploaded are skipped"
         if uploading
+        else "run the same command again" if action == "reading"  # nothing kept to resume: plan's header reads
         else "run the same command again to resume: finished files are kept, and large files continue from where "
         "they stopped"
     )

@@ -14,6 +14,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 from clover_local.config import CloverConfig, load_config
 from clover_local.errors import CloverError
@@ -67,32 +68,52 @@ class QuantModule:
             4 * self.groups * (self.out_features * self.bits // 32)
 
 
+MAX_HEADER_BYTES = 100_000_000
+
+
+def header_length(first8: bytes, shard: str) -> int:
+    """The length of a safetensors header from the file's first 8 bytes (checked to be plausible)."""
+    if len(first8) != 8:
+        raise CloverError(f"pack shard {shard} is corrupt or truncated (file shorter than its header length)")
+    (n,) = struct.unpack("<Q", first8)
+    if n > MAX_HEADER_BYTES:
+        raise CloverError(f"pack shard {shard} is corrupt or truncated (header length {n} is implausible)")
+    return n
+
+
+def check_header(raw: bytes, n: int, size: int, shard: str) -> dict:
+    """A shard's JSON header (`raw`: the `n` bytes after the length), checked to describe no more data than the
+    file's `size` holds. Shared by local shards and those `plan` reads from the Hub by a ranged request."""
+    try:
+        if len(raw) != n:
+            raise ValueError("file shorter than its header")
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CloverError(f"pack shard {shard} is corrupt or truncated ({exc})") from None
+    if not isinstance(header, dict):
+        raise CloverError(f"pack shard {shard} has no valid safetensors header")
+    try:
+        end = 8 + n + max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CloverError(f"pack shard {shard} is corrupt or truncated (bad data_offsets: {exc})") from None
+    if size < end:
+        raise CloverError(f"pack shard {shard} is corrupt or truncated ({size:,} bytes; its header describes "
+                          f"{end:,})")
+    return header
+
+
 def read_header(path: Path) -> dict:
     """The JSON header of a safetensors file, checked to describe no more data than the file holds (the file's
     size against the last tensor's end: no data read, so cheap at 69 GB). Why: what reads headers only (`plan`)
     would otherwise take a cut-off download or copy for a whole shard."""
     try:
         with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise ValueError("file shorter than its header length")
-            (n,) = struct.unpack("<Q", raw)
-            if n > 100_000_000:
-                raise ValueError(f"header length {n} is implausible")
-            header = json.loads(f.read(n))
+            n = header_length(f.read(8), path.name)
+            raw = f.read(n)
         size = path.stat().st_size
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise CloverError(f"pack shard {path.name} is corrupt or truncated ({exc})") from None
-    if not isinstance(header, dict):
-        raise CloverError(f"pack shard {path.name} has no valid safetensors header")
-    try:
-        end = 8 + n + max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise CloverError(f"pack shard {path.name} is corrupt or truncated (bad data_offsets: {exc})") from None
-    if size < end:
-        raise CloverError(f"pack shard {path.name} is corrupt or truncated ({size:,} bytes; its header describes "
-                          f"{end:,})")
-    return header
+    return check_header(raw, n, size, path.name)
 
 
 def kind_of(name: str) -> str:
@@ -158,15 +179,32 @@ def _quant_module(name: str, parts: dict[str, TensorInfo]) -> QuantModule:
     return QuantModule(name, bits, k, n, groups)
 
 
-def read_pack_index(folder: str | Path) -> PackIndex:
+def _local_header(folder: Path) -> Callable[[str], dict]:
+    def header(shard: str) -> dict:
+        path = folder / shard
+        if not path.is_file():
+            raise CloverError(f"pack shard {shard} is missing from {folder}")
+        return read_header(path)
+    return header
+
+
+def read_pack_index(folder: str | Path, headers: Callable[[str], dict] | None = None,
+                    shown: str | None = None, parallel: int = 1) -> PackIndex:
     """Read config + index + every shard's header; check the quantization settings and that every expert is
-    complete. Raises CloverError (one line) on anything a user must fix."""
+    complete. Raises CloverError (one line) on anything a user must fix.
+
+    `headers(shard)` gives a shard's checked header (default: read from `folder`; `plan` of a Hub repo passes
+    one that asks the Hub for the header bytes alone, `folder` then holding only the small JSON files, and
+    `parallel` headers asked for at once); `shown` is how messages and `PackIndex.folder` name the pack (default:
+    the folder)."""
     folder = Path(folder)
+    headers = headers or _local_header(folder)
+    where = shown or str(folder)
     config = load_config(folder)
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     quant = raw.get("quantization_config")
     if not isinstance(quant, dict):
-        raise CloverError(f"{folder} is not a quantized pack (config.json has no quantization_config); quantize "
+        raise CloverError(f"{where} is not a quantized pack (config.json has no quantization_config); quantize "
                           "it first with clover-local quantize")
     method = str(quant.get("quant_method", "")).lower()
     if method != "gptq":
@@ -181,15 +219,12 @@ def read_pack_index(folder: str | Path) -> PackIndex:
     try:
         weight_map: dict[str, str] = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except FileNotFoundError:
-        raise CloverError(f"{folder} has no {INDEX_NAME}: not a complete pack") from None
+        raise CloverError(f"{where} has no {INDEX_NAME}: not a complete pack") from None
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise CloverError(f"{index} is not a valid safetensors index ({exc})") from None
+        raise CloverError(f"{where}/{INDEX_NAME} is not a valid safetensors index ({exc})") from None
     tensors: dict[str, TensorInfo] = {}
-    for shard in sorted(set(weight_map.values())):
-        path = folder / shard
-        if not path.is_file():
-            raise CloverError(f"pack shard {shard} is missing from {folder}")
-        for name, info in read_header(path).items():
+    for shard, header in _headers_of(sorted(set(weight_map.values())), headers, parallel):
+        for name, info in header.items():
             if name == "__metadata__" or weight_map.get(name) != shard:
                 continue
             tensors[name] = TensorInfo(name, shard, info["dtype"], tuple(info["shape"]))
@@ -197,9 +232,21 @@ def read_pack_index(folder: str | Path) -> PackIndex:
     if absent:
         raise CloverError(f"pack tensor {absent[0]} is listed in {INDEX_NAME} but not in its shard "
                           f"{weight_map[absent[0]]}: the shard is corrupt or from another pack")
-    pack = PackIndex(folder, config, quant, tensors)
+    pack = PackIndex(Path(shown) if shown else folder, config, quant, tensors)
     _classify(pack)
     return pack
+
+
+def _headers_of(shards: list[str], headers: Callable[[str], dict], parallel: int) -> Iterator[tuple[str, dict]]:
+    """Each shard's header in order; `parallel` at once where `headers` asks the Hub (a round trip each)."""
+    if parallel <= 1:
+        for shard in shards:
+            yield shard, headers(shard)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(parallel) as pool:
+        yield from zip(shards, pool.map(headers, shards))
 
 
 def _classify(pack: PackIndex) -> None:

@@ -1,0 +1,120 @@
+"""A pack on the Hub read for planning without downloading it: its config, index and each shard's header.
+
+Why: `clover-local plan owner/pack --vram 16GB` asks whether a pack fits a card, and it answered only after
+downloading the whole pack (≈ 19 GB at 35B): the answer matters most before that download. A safetensors shard
+says what it holds in a JSON header at its start (≈ 0.3 MiB a shard of the 35B pack), so one ranged GET of a
+shard's first bytes (two where the header is longer than the first ask) gives what `read_pack_index` reads from a
+local shard. The small JSON files go to a temporary folder, not the Hub cache: planning leaves nothing behind.
+
+Offline, or where the Hub cannot be reached, `remote_pack_index` returns None and `plan` reads the pack from the
+local cache as before. HTTP goes through huggingface_hub's session and headers (token, HF_ENDPOINT, proxies), and
+the token is never printed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from clover_local import __version__
+from clover_local.errors import CloverError
+from clover_local.runtime.pack_index import INDEX_NAME, PackIndex, check_header, header_length, read_pack_index
+
+HEADER_PROBE = 512 * 1024  # bytes asked for first: a 35B pack's layer shard has a ≈ 361 KiB header (one request)
+PARALLEL = 8  # headers asked for at once (a round trip each)
+SMALL_FILES = ("config.json", "generation_config.json", INDEX_NAME)
+
+
+@dataclass
+class RemotePack:
+    """What `plan` read from the Hub: the pack's index and what a download of it would fetch."""
+
+    index: PackIndex
+    repo_id: str
+    revision: str  # the commit the headers were read at
+    shards: int
+    header_bytes: int  # bytes of shard headers fetched to plan
+    download_files: int
+    download_bytes: int
+
+    def to_dict(self) -> dict:
+        return {"repo_id": self.repo_id, "revision": self.revision, "shards": self.shards,
+                "header_bytes": self.header_bytes, "download_files": self.download_files,
+                "download_bytes": self.download_bytes}
+
+
+def remote_pack_index(repo_id: str, revision: str | None = None) -> RemotePack | None:
+    """The pack `repo_id` as `read_pack_index` sees it, from the Hub's file list, its small JSON files and the
+    shards' headers; None offline or where the Hub cannot be reached (the caller then uses the local cache).
+    Other Hub problems (no such repo, gated, a rejected token) and a repo that is no pack are one CloverError."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import filter_repo_objects
+
+    from clover_local.hub.transfer import (
+        ALLOW_PATTERNS, IGNORE_PATTERNS, _check_token_text, _raise_hub, is_connection_error, offline_mode,
+    )
+
+    if offline_mode():
+        return None
+    _check_token_text()
+    api = HfApi(library_name="clover-local", library_version=__version__)
+    fetched = [0]
+    try:
+        commit = api.repo_info(repo_id=repo_id, repo_type="model", revision=revision).sha
+        entries = [e for e in api.list_repo_tree(repo_id=repo_id, repo_type="model", revision=commit)
+                   if isinstance(e, RepoFile)]
+        sizes = {e.path: (e.lfs.size if e.lfs else e.size) for e in entries}
+        if "config.json" not in sizes:
+            raise CloverError(f"{repo_id} has no config.json: not a Clover model or pack")
+        with tempfile.TemporaryDirectory(prefix="clover-plan-") as tmp:
+            for name in SMALL_FILES:
+                if name in sizes:
+                    (Path(tmp) / name).write_bytes(_get(repo_id, commit, name, sizes[name]))
+
+            def header(shard: str) -> dict:
+                if shard not in sizes:
+                    raise CloverError(f"pack shard {shard} is listed in {INDEX_NAME} but missing from {repo_id}")
+                raw = _get(repo_id, commit, shard, min(sizes[shard], HEADER_PROBE))
+                n = header_length(raw[:8], shard)
+                if 8 + n > len(raw) and 8 + n <= sizes[shard]:  # a header longer than the first ask
+                    raw = _get(repo_id, commit, shard, 8 + n)
+                fetched[0] += len(raw)
+                return check_header(raw[8:8 + n], n, sizes[shard], shard)
+
+            index = read_pack_index(tmp, header, shown=repo_id, parallel=PARALLEL)
+    except Exception as exc:  # noqa: BLE001 - sorted below: unreachable → None, the rest one line
+        if isinstance(exc, CloverError):
+            raise
+        if is_connection_error(exc):
+            return None
+        _raise_hub(exc, repo_id=repo_id, revision=revision, action="reading")
+        raise
+    wanted = list(filter_repo_objects(list(sizes), allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS))
+    shards = len({t.shard for t in index.tensors.values()})
+    return RemotePack(index, repo_id, commit, shards, fetched[0], len(wanted), sum(sizes[f] for f in wanted))
+
+
+def _get(repo_id: str, commit: str, name: str, length: int) -> bytes:
+    """The first `length` bytes of a file of the repo: a ranged GET, read no further than asked even where the
+    server ignores the Range and sends the whole file."""
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    headers = build_hf_headers(library_name="clover-local", library_version=__version__)
+    headers["Accept-Encoding"] = "identity"  # offsets are file offsets
+    if length:
+        headers["Range"] = f"bytes=0-{length - 1}"
+    url = hf_hub_url(repo_id, name, revision=commit)
+    out = bytearray()
+    with get_session().stream("GET", url, headers=headers, follow_redirects=True,
+                              timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as response:
+        if response.status_code >= 300:
+            response.read()  # the error body, for huggingface_hub's message
+            hf_raise_for_status(response)
+        for chunk in response.iter_bytes():
+            out += chunk
+            if len(out) >= length:
+                break
+    return bytes(out[:length])
