@@ -561,6 +561,29 @@ def test_a_pass_repaired_twice_is_one_retried_pass(pack, ref, stand_in, slots):
     assert s["repair_replays"] == sum(r.repairs for r in recs)
     assert s["optimistic_passes"] == sum(r.optimistic for r in recs)
 
+def test_repairs_stop_at_max_repairs_and_the_pass_reruns_syncing(pack, ref, stand_in, monkeypatch):
+    """The bound on repairs holds: a pass that would take more repairs than MAX_REPAIRS (here 1; the scenario
+    above takes ≥ 2 with room) reruns through the syncing path after that many, with the same logits."""
+    from clover_local.runtime import offload
+    from test_runtime_graphs import run_blocks, with_graphs
+
+    monkeypatch.setattr(offload, "MAX_REPAIRS", 1)
+    got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
+    rt = got.model.runtime
+
+    def evict_all(i: int) -> None:
+        if i == 0:
+            for layer in rt.layers:
+                rt.cache.evict(layer, np.arange(N_EXPERTS))
+
+    out = run_blocks(got, previews=3, after_commit=evict_all)
+    want = run_blocks(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False), previews=3)
+    assert all(torch.equal(a, b) for a, b in zip(want, out))
+    recs = list(rt.records)
+    assert max(r.repairs for r in recs) == 1
+    assert any(r.synced and r.repairs == 1 for r in recs)
+
+
 @pytest.mark.parametrize("slots", [6, 12])
 def test_a_block_that_ran_experts_on_the_cpu_tries_no_resident_only_pass(pack, ref, slots):
     """With `--cpu-experts misses`, what a pass ran on the CPU was never copied in: the block's next pass would
