@@ -335,7 +335,7 @@ def _refuse_pack_plan(arg: str, commit: str, dev: torch.device, dtype: torch.dty
     from clover_local.runtime.load import plan_for
 
     remote = remote_pack_index(arg, commit)
-    if remote is None:
+    if remote is None or remote.checkpoint:
         return
     try:
         plan_for(remote.index, dev, dtype, auto_runtime(remote.index.config, **options)).check()

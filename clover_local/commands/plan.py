@@ -12,14 +12,17 @@ from clover_local.commands._model_options import prefill_chunk_option, prefill_c
 from clover_local.errors import CloverError
 
 
-def _pack_index(model: str):
-    """The pack's index, and for a Hub repo read without downloading it, what was read (else None)."""
+def _pack_index(model: str, bits: int | None, profile: str | None):
+    """The pack's index; for a Hub repo read without downloading it, what was read (else None); and for a BF16
+    checkpoint, which is planned as the pack `quantize --bits BITS --profile PROFILE` makes of it (from its config
+    alone), those settings (else None)."""
     from clover_local.runtime.pack_index import read_pack_index
 
     if model.startswith("synthetic:"):
+        _pack_only(model, bits, profile)
         from clover_local.runtime.synthetic_pack import synthetic_index
 
-        return synthetic_index(model.split(":", 1)[1]), None
+        return synthetic_index(model.split(":", 1)[1]), None, None
     from clover_local.config import load_config
     from clover_local.loader import is_hub_id, resolve_model_path
     from clover_local.pack.reader import is_pack
@@ -27,15 +30,35 @@ def _pack_index(model: str):
     if is_hub_id(model):  # the headers alone, from the Hub: the plan before a 19 GB download, not after it
         from clover_local.hub.remote_index import remote_pack_index
 
-        remote = remote_pack_index(model)
+        remote = remote_pack_index(model, bits=bits or 4, profile=profile or "balanced")
         if remote is not None:
-            return remote.index, remote
+            if not remote.checkpoint:
+                _pack_only(model, bits, profile)
+            return remote.index, remote, _settings(bits, profile) if remote.checkpoint else None
     path = resolve_model_path(model)  # a folder, or offline / unreachable: the pack in the local Hub cache
     if not is_pack(path):
         load_config(path)  # no config.json (an empty folder) or a broken one: say that, not "quantize it"
-        raise CloverError(f"{model} is not a quantized pack (no quantization_config in config.json): plan reads GPTQ "
-                          f"packs; make one with clover-local quantize {model} --out PACK")
-    return read_pack_index(path), None  # which checks each shard's size against its header (a truncated download)
+        from clover_local.runtime.synthetic_pack import quantized_index
+
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        gen_path = path / "generation_config.json"
+        generation = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
+        index = quantized_index(raw, generation, bits or 4, profile or "balanced", shown=model)
+        return index, None, _settings(bits, profile)
+    _pack_only(model, bits, profile)
+    return read_pack_index(path), None, None  # which checks each shard's size against its header (a truncated download)
+
+
+def _settings(bits: int | None, profile: str | None) -> dict:
+    return {"bits": bits or 4, "profile": profile or "balanced"}
+
+
+def _pack_only(model: str, bits: int | None, profile: str | None) -> None:
+    """--bits / --profile choose the pack a checkpoint would make; a pack already has them."""
+    given = [flag for flag, value in (("--bits", bits), ("--profile", profile)) if value is not None]
+    if given:
+        raise CloverError(f"{model} is a pack: {' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to a "
+                          "BF16 checkpoint (planned as the pack quantize would make of it)")
 
 
 @app.command(short_help=(
@@ -43,21 +66,27 @@ def _pack_index(model: str):
     "pass) from the pack's headers alone."
 ))
 def plan(
-    model: str = typer.Argument(..., help="Pack folder, Hub repo id (read from the Hub without downloading "
-                                 "the pack), or synthetic:full / synthetic:small (synthetic:full3 / small3: 3-bit "
-                                 "experts)."),
+    model: str = typer.Argument(..., help="Pack or BF16 checkpoint: a folder, a Hub repo id (read from the Hub "
+                                 "without downloading it), or synthetic:full / synthetic:small (synthetic:full3 / "
+                                 "small3: 3-bit experts)."),
     vram: Optional[str] = typer.Option(None, "--vram", help="Device memory the runtime may use, e.g. 16GB "
                                        "(sizes are binary: 16GB = 16 GiB). Default: this GPU's free memory."),
     ram: Optional[str] = typer.Option(None, "--ram", help="Host RAM to plan for, e.g. 32GB. Default: what this "
                                       "machine has available."),
     context: int = typer.Option(32768, "--context", help="Tokens of context the KV cache is sized for."),
     prefill_chunk: Optional[int] = prefill_chunk_option(None),
+    bits: Optional[int] = typer.Option(None, "--bits", help="For a BF16 checkpoint: plan the pack `quantize "
+                                       "--bits N` makes of it (4, the default, or 3)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="For a BF16 checkpoint: the quantize profile "
+                                          "to plan for (default balanced)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
 ) -> None:
     """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the
     expected PCIe traffic per 32-row pass — from the pack's config and headers alone, no weights loaded. A Hub
     repo id is planned before it is downloaded: its config, index and each shard's header are read from the Hub
-    (≈ 20 MiB for the 35B pack; offline, the copy in the local Hub cache).
+    (≈ 20 MiB for the 35B pack; offline, the copy in the local Hub cache). A BF16 checkpoint is planned as the
+    pack `clover-local quantize` would make of it (`--bits`, `--profile` as there), from its config.json alone:
+    whether the 35B release will run on a card, before its 69 GB download and hours of quantizing.
 
     Refuses, with the setting to change, when the budget cannot hold the non-expert weights or the host
     cannot hold the experts.
@@ -67,6 +96,8 @@ def plan(
       clover-local plan ./clover-int4 --vram 16GB --ram 32GB
 
       clover-local plan someone/clover-35b-int4 --vram 16GB   # a pack on the Hub, before downloading it
+
+      clover-local plan Diffuspace/Clover-35B-A3B-Preview --vram 16GB --bits 3   # the pack quantize would make
 
       clover-local plan synthetic:full --vram 12GB --context 8192 --json
 
@@ -80,7 +111,13 @@ def plan(
     from clover_local.runtime.placement import PCIE_BPS, TARGET_BPS, make_plan
     from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes, parse_size
 
-    pack, remote = _pack_index(model)
+    if bits is not None and bits not in (3, 4):
+        raise CloverError(f"--bits must be 4 or 3, got {bits}")
+    if profile is not None:
+        from quantize.profiles import get_profile
+
+        get_profile(profile)  # an unknown name: one line listing the profiles
+    pack, remote, quantized = _pack_index(model, bits, profile)
     if vram is not None:
         vram_bytes = parse_size(vram, "--vram")
     elif torch.cuda.is_available():
@@ -90,17 +127,34 @@ def plan(
     ram_bytes = parse_size(ram, "--ram") if ram is not None else host_available_bytes()
     p = make_plan(pack, vram_bytes, ram_bytes, context, prefill_chunk=prefill_chunk_rows(prefill_chunk),
                   prefill_span=env_prefill_span())
+    extra = {}
+    if remote:
+        extra["hub"] = remote.to_dict()
+    if quantized:
+        command = " ".join(["clover-local quantize", model, "--out PACK"]
+                           + (["--bits 3"] if quantized["bits"] == 3 else [])
+                           + ([f"--profile {quantized['profile']}"] if quantized["profile"] != "balanced" else []))
+        extra["planned_as_pack"] = {**quantized, "pack_bytes": sum(t.nbytes for t in pack.tensors.values()),
+                                    "command": command}
     if as_json:
-        hub = {"hub": remote.to_dict()} if remote else {}
-        print(json.dumps({"model": model, **hub, **p.to_dict()}, indent=2))
+        print(json.dumps({"model": model, **extra, **p.to_dict()}, indent=2))
     else:
+        from rich.console import Console
+
+        console = Console(highlight=False)
+        if quantized:
+            q = extra["planned_as_pack"]
+            console.print(
+                f"{model} is a BF16 checkpoint: below is the plan of the pack `{q['command']}` makes of it "
+                f"({q['bits']}-bit routed experts, profile {q['profile']}; {fmt_bytes(q['pack_bytes'])}), worked out "
+                "from its config.json alone.")
         _print_plan(model, p, pack, fmt_bytes, PCIE_BPS, TARGET_BPS)
         if remote:
-            from rich.console import Console
-
-            Console(highlight=False).print(
-                f"Read from the Hub at {remote.revision[:8]}: the config, the index and the {remote.shards} "
-                f"shards' headers ({fmt_bytes(remote.header_bytes)}); nothing was downloaded. The pack is "
+            read = ("its config.json" if remote.checkpoint else
+                    f"the config, the index and the {remote.shards} shards' headers ({fmt_bytes(remote.header_bytes)})")
+            what = "checkpoint" if remote.checkpoint else "pack"
+            console.print(
+                f"Read from the Hub at {remote.revision[:8]}: {read}; nothing else was downloaded. The {what} is "
                 f"{remote.download_files} files, {fmt_bytes(remote.download_bytes)}: clover-local download {model}")
     if p.refusal:
         raise CloverError(p.refusal)

@@ -37,24 +37,25 @@ class RemotePack:
     header_bytes: int  # bytes of shard headers fetched to plan
     download_files: int
     download_bytes: int
+    checkpoint: bool = False  # a BF16 checkpoint: `index` is the pack quantize would make of it (config only)
 
     def to_dict(self) -> dict:
-        return {"repo_id": self.repo_id, "revision": self.revision, "shards": self.shards,
-                "header_bytes": self.header_bytes, "download_files": self.download_files,
+        return {"repo_id": self.repo_id, "revision": self.revision, "checkpoint": self.checkpoint,
+                "shards": self.shards, "header_bytes": self.header_bytes, "download_files": self.download_files,
                 "download_bytes": self.download_bytes}
 
 
-def remote_pack_index(repo_id: str, revision: str | None = None) -> RemotePack | None:
+def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 4,
+                      profile: str = "balanced") -> RemotePack | None:
     """The pack `repo_id` as `read_pack_index` sees it, from the Hub's file list, its small JSON files and the
-    shards' headers; None offline or where the Hub cannot be reached (the caller then uses the local cache).
-    Other Hub problems (no such repo, gated, a rejected token) and a repo that is no pack are one CloverError."""
+    shards' headers; for a BF16 checkpoint, the pack `quantize --bits BITS --profile PROFILE` would make of it,
+    from its config alone. None offline or where the Hub cannot be reached (the caller then uses the local cache).
+    Other Hub problems (no such repo, gated, a rejected token) and a repo that is no Clover model are one
+    CloverError."""
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
-    from huggingface_hub.utils import filter_repo_objects
 
-    from clover_local.hub.transfer import (
-        ALLOW_PATTERNS, IGNORE_PATTERNS, _check_token_text, _raise_hub, is_connection_error, offline_mode,
-    )
+    from clover_local.hub.transfer import _check_token_text, _raise_hub, is_connection_error, offline_mode
 
     if offline_mode():
         return None
@@ -72,6 +73,11 @@ def remote_pack_index(repo_id: str, revision: str | None = None) -> RemotePack |
             for name in SMALL_FILES:
                 if name in sizes:
                     (Path(tmp) / name).write_bytes(_get(repo_id, commit, name, sizes[name]))
+            checkpoint = _checkpoint_index(Path(tmp), repo_id, bits, profile)
+            if checkpoint is not None:
+                wanted = _wanted(sizes)
+                return RemotePack(checkpoint, repo_id, commit, 0, 0, len(wanted), sum(sizes[f] for f in wanted),
+                                  checkpoint=True)
 
             def header(shard: str) -> dict:
                 if shard not in sizes:
@@ -91,9 +97,35 @@ def remote_pack_index(repo_id: str, revision: str | None = None) -> RemotePack |
             return None
         _raise_hub(exc, repo_id=repo_id, revision=revision, action="reading")
         raise
-    wanted = list(filter_repo_objects(list(sizes), allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS))
+    wanted = _wanted(sizes)
     shards = len({t.shard for t in index.tensors.values()})
     return RemotePack(index, repo_id, commit, shards, fetched[0], len(wanted), sum(sizes[f] for f in wanted))
+
+
+def _wanted(sizes: dict[str, int]) -> list[str]:
+    """The files of the repo a download fetches (`clover-local download`'s patterns)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from clover_local.hub.transfer import ALLOW_PATTERNS, IGNORE_PATTERNS
+
+    return list(filter_repo_objects(list(sizes), allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS))
+
+
+def _checkpoint_index(folder: Path, repo_id: str, bits: int, profile: str) -> PackIndex | None:
+    """For a BF16 checkpoint (a Clover config.json without quantization_config), the index of the pack quantize
+    would make of it; None for a pack."""
+    import json
+
+    from clover_local.config import load_config
+    from clover_local.runtime.synthetic_pack import quantized_index
+
+    load_config(folder)  # a Clover model at all: the config's own one-line errors
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if "quantization_config" in raw:
+        return None
+    gen_path = folder / "generation_config.json"
+    generation = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
+    return quantized_index(raw, generation, bits, profile, shown=repo_id)
 
 
 def _get(repo_id: str, commit: str, name: str, length: int) -> bytes:

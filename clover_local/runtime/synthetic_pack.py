@@ -67,12 +67,16 @@ def synthetic_dir(kind: str) -> Path:
 
 
 def _config(kind: str) -> dict:
-    raw = tiny_config_dict(spec_of(kind))
-    bits = expert_bits(kind)
+    return _pack_config(tiny_config_dict(spec_of(kind)), expert_bits(kind), "balanced", synthetic=True)
+
+
+def _pack_config(raw: dict, bits: int, profile: str, synthetic: bool = False) -> dict:
+    """A checkpoint's config.json with the quantization_config `quantize --bits BITS --profile PROFILE` writes."""
+    raw = {k: v for k, v in raw.items() if k != "quantization_config"}
     raw["quantization_config"] = {
         "quant_method": "gptq", "bits": bits, "group_size": GROUP, "desc_act": False, "sym": True,
-        "checkpoint_format": "gptq", "dynamic": dynamic_rules(get_profile("balanced"), bits),
-        "clover_profile": "balanced", "synthetic": True,
+        "checkpoint_format": "gptq", "dynamic": dynamic_rules(get_profile(profile), bits),
+        "clover_profile": profile, **({"synthetic": True} if synthetic else {}),
     }
     return raw
 
@@ -121,7 +125,8 @@ def _quant(name: str, k: int, n: int, bits: int, pool: dict | None = None) -> li
 
     return [
         _T(f"{name}.qweight", torch.int32, (kw, n), qweight),
-        _T(f"{name}.qzeros", torch.int32, (groups, nw), lambda g: _zero_row(n, bits).expand(groups, nw).contiguous()),
+        _T(f"{name}.qzeros", torch.int32, (groups, nw),
+           lambda g: _zero_row(n, bits).expand(groups, nw).contiguous()),
         _T(f"{name}.scales", torch.float16, (groups, n), scales),
         _T(f"{name}.g_idx", torch.int32, (k,), lambda g: torch.arange(k, dtype=torch.int32) // GROUP),
     ]
@@ -159,13 +164,18 @@ def _plain(name: str, shape: tuple[int, ...]) -> _T:
 
 def _shards(kind: str) -> Iterator[tuple[str, list[_T]]]:
     """(shard file name, its tensors) in write order: one shard per layer, then the globals."""
-    cfg = parse_config(_config(kind))
-    bits = expert_bits(kind)
+    return _shards_of(parse_config(_config(kind)), expert_bits(kind), "balanced")
+
+
+def _shards_of(cfg, bits: int, profile_name: str) -> Iterator[tuple[str, list[_T]]]:
+    """The tensors of the pack `quantize` makes of a checkpoint of `cfg` (routed experts at `bits`, the rest as
+    `profile_name` says), one shard per layer, then the globals."""
     n = cfg.num_hidden_layers + 1
-    profile = get_profile("balanced")
+    profile = get_profile(profile_name)
     for i in range(cfg.num_hidden_layers):
         kind_i = "full_attention" if cfg.is_attention(i) else "linear_attention"
         quantized = {m: profile.mixer for m in MIXER_LINEARS[kind_i]} | {m: profile.shared for m in SHARED_LINEARS}
+        quantized = {m: b for m, b in quantized.items() if b is not None}  # None: the profile keeps it BF16
         tensors: list[_T] = []
         for rel, shape in layer_shapes(cfg, i).items():
             name = f"model.layers.{i}.{rel}"
@@ -186,7 +196,7 @@ def _shards(kind: str) -> Iterator[tuple[str, list[_T]]]:
         yield f"model-{i + 1:05d}-of-{n:05d}.safetensors", tensors
     glob: list[_T] = []
     for name, shape in global_shapes(cfg).items():
-        if name == "lm_head.weight":
+        if name == "lm_head.weight" and profile.lm_head is not None:
             glob += _quant("lm_head", shape[1], shape[0], profile.lm_head)
         else:
             glob.append(_plain(f"model.{name}", shape))
@@ -199,6 +209,20 @@ def synthetic_index(kind: str) -> PackIndex:
     cfg = parse_config(raw, {"mask_token_id": spec_of(kind).mask_token_id})
     tensors = {t.name: TensorInfo(t.name, shard, _ST[t.dtype], t.shape) for shard, ts in _shards(kind) for t in ts}
     pack = PackIndex(Path(f"synthetic:{kind}"), cfg, raw["quantization_config"], tensors)
+    _classify(pack)
+    return pack
+
+
+def quantized_index(raw: dict, generation: dict, bits: int = 4, profile: str = "balanced",
+                    shown: str = "") -> PackIndex:
+    """The PackIndex of the pack `quantize --bits BITS --profile PROFILE` would make of a checkpoint whose
+    config.json is `raw` (generation_config.json: `generation`), computed from the config alone: what `plan` of a
+    BF16 checkpoint shows, before hours of quantizing (and, from the Hub, a 69 GB download)."""
+    raw = _pack_config(raw, bits, profile)
+    cfg = parse_config(raw, generation)
+    tensors = {t.name: TensorInfo(t.name, shard, _ST[t.dtype], t.shape)
+               for shard, ts in _shards_of(cfg, bits, profile) for t in ts}
+    pack = PackIndex(Path(shown or "checkpoint"), cfg, raw["quantization_config"], tensors)
     _classify(pack)
     return pack
 
