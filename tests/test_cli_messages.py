@@ -109,11 +109,17 @@ def test_plan_on_an_empty_folder_names_the_missing_config(tmp_path, capsys):
     assert one_error_line(capsys) == f"error: {empty / 'config.json'} is missing"
 
 
-def test_plan_on_a_bf16_checkpoint_still_says_to_quantize_it(make_checkpoint, capsys):
+def test_plan_on_a_bf16_checkpoint_plans_the_pack_and_names_the_quantize_command(make_checkpoint, capsys):
+    """It said "not a quantized pack": now the pack quantize would make. This checkpoint's 64-wide inputs do not
+    take quantize's default groups of 128, which plan says as quantize would, naming --group-size."""
     ckpt = make_checkpoint()
-    assert run_cli(["plan", ckpt, "--vram", "16GB"]) == 2
+    assert run_cli(["plan", ckpt, "--vram", "16GB", "--ram", "8GB"]) == 2
     line = one_error_line(capsys)
-    assert "is not a quantized pack" in line and f"clover-local quantize {ckpt} --out PACK" in line
+    assert "--group-size 128 does not divide an input width of 64" in line
+    assert run_cli(["plan", ckpt, "--vram", "16GB", "--ram", "8GB", "--group-size", "32"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "is a BF16 checkpoint" in out and f"clover-local quantize {ckpt} --out PACK --group-size 32" in out
+    assert "fits" in out
 
 
 # ------------------------------------------------------------------------------ 4. --calib is a folder

@@ -12,14 +12,14 @@ from clover_local.commands._model_options import prefill_chunk_option, prefill_c
 from clover_local.errors import CloverError
 
 
-def _pack_index(model: str, bits: int | None, profile: str | None):
+def _pack_index(model: str, bits: int | None, profile: str | None, group: int | None):
     """The pack's index; for a Hub repo read without downloading it, what was read (else None); and for a BF16
-    checkpoint, which is planned as the pack `quantize --bits BITS --profile PROFILE` makes of it (from its config
-    alone), those settings (else None)."""
+    checkpoint, which is planned as the pack `quantize --bits BITS --profile PROFILE --group-size GROUP` makes of
+    it (from its config alone), those settings (else None)."""
     from clover_local.runtime.pack_index import read_pack_index
 
     if model.startswith("synthetic:"):
-        _pack_only(model, bits, profile)
+        _pack_only(model, bits, profile, group)
         from clover_local.runtime.synthetic_pack import synthetic_index
 
         return synthetic_index(model.split(":", 1)[1]), None, None
@@ -30,11 +30,13 @@ def _pack_index(model: str, bits: int | None, profile: str | None):
     if is_hub_id(model):  # the headers alone, from the Hub: the plan before a 19 GB download, not after it
         from clover_local.hub.remote_index import remote_pack_index
 
-        remote = remote_pack_index(model, bits=bits or 4, profile=profile or "balanced")
+        settings = _settings(bits, profile, group)
+        remote = remote_pack_index(model, bits=settings["bits"], profile=settings["profile"],
+                                   group=settings["group_size"])
         if remote is not None:
             if not remote.checkpoint:
-                _pack_only(model, bits, profile)
-            return remote.index, remote, _settings(bits, profile) if remote.checkpoint else None
+                _pack_only(model, bits, profile, group)
+            return remote.index, remote, settings if remote.checkpoint else None
     path = resolve_model_path(model)  # a folder, or offline / unreachable: the pack in the local Hub cache
     if not is_pack(path):
         load_config(path)  # no config.json (an empty folder) or a broken one: say that, not "quantize it"
@@ -43,19 +45,23 @@ def _pack_index(model: str, bits: int | None, profile: str | None):
         raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
         gen_path = path / "generation_config.json"
         generation = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
-        index = quantized_index(raw, generation, bits or 4, profile or "balanced", shown=model)
-        return index, None, _settings(bits, profile)
-    _pack_only(model, bits, profile)
+        settings = _settings(bits, profile, group)
+        index = quantized_index(raw, generation, settings["bits"], settings["profile"], settings["group_size"],
+                                shown=model)
+        return index, None, settings
+    _pack_only(model, bits, profile, group)
     return read_pack_index(path), None, None  # which checks each shard's size against its header (a truncated download)
 
 
-def _settings(bits: int | None, profile: str | None) -> dict:
-    return {"bits": bits or 4, "profile": profile or "balanced"}
+def _settings(bits: int | None, profile: str | None, group: int | None) -> dict:
+    """quantize's settings that shape a pack, its defaults where not given."""
+    return {"bits": bits or 4, "profile": profile or "balanced", "group_size": group or 128}
 
 
-def _pack_only(model: str, bits: int | None, profile: str | None) -> None:
-    """--bits / --profile choose the pack a checkpoint would make; a pack already has them."""
-    given = [flag for flag, value in (("--bits", bits), ("--profile", profile)) if value is not None]
+def _pack_only(model: str, bits: int | None, profile: str | None, group: int | None) -> None:
+    """--bits / --profile / --group-size choose the pack a checkpoint would make; a pack already has them."""
+    given = [flag for flag, value in (("--bits", bits), ("--profile", profile), ("--group-size", group))
+             if value is not None]
     if given:
         raise CloverError(f"{model} is a pack: {' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to a "
                           "BF16 checkpoint (planned as the pack quantize would make of it)")
@@ -79,13 +85,16 @@ def plan(
                                        "--bits N` makes of it (4, the default, or 3)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="For a BF16 checkpoint: the quantize profile "
                                           "to plan for (default balanced)."),
+    group_size: Optional[int] = typer.Option(None, "--group-size", help="For a BF16 checkpoint: the quantize "
+                                             "group size to plan for (default 128; -1 per-channel)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
 ) -> None:
     """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the
     expected PCIe traffic per 32-row pass — from the pack's config and headers alone, no weights loaded. A Hub
     repo id is planned before it is downloaded: its config, index and each shard's header are read from the Hub
     (≈ 20 MiB for the 35B pack; offline, the copy in the local Hub cache). A BF16 checkpoint is planned as the
-    pack `clover-local quantize` would make of it (`--bits`, `--profile` as there), from its config.json alone:
+    pack `clover-local quantize` would make of it (`--bits`, `--profile`, `--group-size` as there), from its
+    config.json alone:
     whether the 35B release will run on a card, before its 69 GB download and hours of quantizing.
 
     Refuses, with the setting to change, when the budget cannot hold the non-expert weights or the host
@@ -117,7 +126,9 @@ def plan(
         from quantize.profiles import get_profile
 
         get_profile(profile)  # an unknown name: one line listing the profiles
-    pack, remote, quantized = _pack_index(model, bits, profile)
+    if group_size is not None and group_size != -1 and (group_size < 8 or group_size % 8):
+        raise CloverError(f"--group-size must be a multiple of 8 (or -1 for per-channel), got {group_size}")
+    pack, remote, quantized = _pack_index(model, bits, profile, group_size)
     if vram is not None:
         vram_bytes = parse_size(vram, "--vram")
     elif torch.cuda.is_available():
@@ -133,7 +144,8 @@ def plan(
     if quantized:
         command = " ".join(["clover-local quantize", model, "--out PACK"]
                            + (["--bits 3"] if quantized["bits"] == 3 else [])
-                           + ([f"--profile {quantized['profile']}"] if quantized["profile"] != "balanced" else []))
+                           + ([f"--profile {quantized['profile']}"] if quantized["profile"] != "balanced" else [])
+                           + ([f"--group-size {quantized['group_size']}"] if quantized["group_size"] != 128 else []))
         extra["planned_as_pack"] = {**quantized, "pack_bytes": sum(t.nbytes for t in pack.tensors.values()),
                                     "command": command}
     if as_json:

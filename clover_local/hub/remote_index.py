@@ -45,13 +45,13 @@ class RemotePack:
                 "download_bytes": self.download_bytes}
 
 
-def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 4,
-                      profile: str = "balanced") -> RemotePack | None:
+def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 4, profile: str = "balanced",
+                      group: int = 128) -> RemotePack | None:
     """The pack `repo_id` as `read_pack_index` sees it, from the Hub's file list, its small JSON files and the
-    shards' headers; for a BF16 checkpoint, the pack `quantize --bits BITS --profile PROFILE` would make of it,
-    from its config alone. None offline or where the Hub cannot be reached (the caller then uses the local cache).
-    Other Hub problems (no such repo, gated, a rejected token) and a repo that is no Clover model are one
-    CloverError."""
+    shards' headers; for a BF16 checkpoint, the pack `quantize --bits BITS --profile PROFILE --group-size GROUP`
+    would make of it, from its config alone. None offline or where the Hub cannot be reached (the caller then
+    uses the local cache). Other Hub problems (no such repo, gated, a rejected token) and a repo that is no Clover
+    model are one CloverError."""
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
 
@@ -73,7 +73,7 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
             for name in SMALL_FILES:
                 if name in sizes:
                     (Path(tmp) / name).write_bytes(_get(repo_id, commit, name, sizes[name]))
-            checkpoint = _checkpoint_index(Path(tmp), repo_id, bits, profile)
+            checkpoint = _checkpoint_index(Path(tmp), repo_id, bits, profile, group)
             if checkpoint is not None:
                 wanted = _wanted(sizes)
                 return RemotePack(checkpoint, repo_id, commit, 0, 0, len(wanted), sum(sizes[f] for f in wanted),
@@ -111,7 +111,7 @@ def _wanted(sizes: dict[str, int]) -> list[str]:
     return list(filter_repo_objects(list(sizes), allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS))
 
 
-def _checkpoint_index(folder: Path, repo_id: str, bits: int, profile: str) -> PackIndex | None:
+def _checkpoint_index(folder: Path, repo_id: str, bits: int, profile: str, group: int) -> PackIndex | None:
     """For a BF16 checkpoint (a Clover config.json without quantization_config), the index of the pack quantize
     would make of it; None for a pack."""
     import json
@@ -125,7 +125,7 @@ def _checkpoint_index(folder: Path, repo_id: str, bits: int, profile: str) -> Pa
         return None
     gen_path = folder / "generation_config.json"
     generation = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
-    return quantized_index(raw, generation, bits, profile, shown=repo_id)
+    return quantized_index(raw, generation, bits, profile, group, shown=repo_id)
 
 
 def _get(repo_id: str, commit: str, name: str, length: int) -> bytes:

@@ -70,11 +70,12 @@ def _config(kind: str) -> dict:
     return _pack_config(tiny_config_dict(spec_of(kind)), expert_bits(kind), "balanced", synthetic=True)
 
 
-def _pack_config(raw: dict, bits: int, profile: str, synthetic: bool = False) -> dict:
-    """A checkpoint's config.json with the quantization_config `quantize --bits BITS --profile PROFILE` writes."""
+def _pack_config(raw: dict, bits: int, profile: str, synthetic: bool = False, group: int = GROUP) -> dict:
+    """A checkpoint's config.json with the quantization_config `quantize --bits BITS --profile PROFILE
+    --group-size GROUP` writes."""
     raw = {k: v for k, v in raw.items() if k != "quantization_config"}
     raw["quantization_config"] = {
-        "quant_method": "gptq", "bits": bits, "group_size": GROUP, "desc_act": False, "sym": True,
+        "quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": False, "sym": True,
         "checkpoint_format": "gptq", "dynamic": dynamic_rules(get_profile(profile), bits),
         "clover_profile": profile, **({"synthetic": True} if synthetic else {}),
     }
@@ -106,10 +107,15 @@ def _zero_row(n: int, bits: int) -> torch.Tensor:
     return pack_last(torch.full((1, n), (1 << (bits - 1)) - 1), bits)
 
 
-def _quant(name: str, k: int, n: int, bits: int, pool: dict | None = None) -> list[_T]:
-    """GPTQ tensors of a [K→N] linear with random codes, zero at mid-range, scales for weights of std ≈ 0.02."""
+def _quant(name: str, k: int, n: int, bits: int, group: int = GROUP) -> list[_T]:
+    """GPTQ tensors of a [K→N] linear with random codes, zero at mid-range, scales for weights of std ≈ 0.02
+    (`group` -1: one group per output channel)."""
     kw, nw = k * bits // 32, n * bits // 32  # packed rows of qweight, packed columns of qzeros
-    groups = k // GROUP
+    if group != -1 and k % group:  # what quantize refuses (layer_quant._checked_group), in its words
+        raise CloverError(f"--group-size {group} does not divide an input width of {k} ({name}); choose a group "
+                          "size that divides it (or -1 for per-channel)")
+    size = k if group == -1 else group
+    groups = k // size
     base = 0.02 / (((1 << bits) ** 2 - 1) / 12) ** 0.5
 
     def qweight(g):
@@ -128,7 +134,7 @@ def _quant(name: str, k: int, n: int, bits: int, pool: dict | None = None) -> li
         _T(f"{name}.qzeros", torch.int32, (groups, nw),
            lambda g: _zero_row(n, bits).expand(groups, nw).contiguous()),
         _T(f"{name}.scales", torch.float16, (groups, n), scales),
-        _T(f"{name}.g_idx", torch.int32, (k,), lambda g: torch.arange(k, dtype=torch.int32) // GROUP),
+        _T(f"{name}.g_idx", torch.int32, (k,), lambda g: torch.arange(k, dtype=torch.int32) // size),
     ]
 
 
@@ -167,9 +173,9 @@ def _shards(kind: str) -> Iterator[tuple[str, list[_T]]]:
     return _shards_of(parse_config(_config(kind)), expert_bits(kind), "balanced")
 
 
-def _shards_of(cfg, bits: int, profile_name: str) -> Iterator[tuple[str, list[_T]]]:
+def _shards_of(cfg, bits: int, profile_name: str, group: int = GROUP) -> Iterator[tuple[str, list[_T]]]:
     """The tensors of the pack `quantize` makes of a checkpoint of `cfg` (routed experts at `bits`, the rest as
-    `profile_name` says), one shard per layer, then the globals."""
+    `profile_name` says, groups of `group` inputs), one shard per layer, then the globals."""
     n = cfg.num_hidden_layers + 1
     profile = get_profile(profile_name)
     for i in range(cfg.num_hidden_layers):
@@ -184,20 +190,20 @@ def _shards_of(cfg, bits: int, profile_name: str) -> Iterator[tuple[str, list[_T
                 for e in range(cfg.num_experts):
                     for proj in ("gate_proj", "up_proj"):
                         tensors += _quant(f"model.layers.{i}.mlp.experts.{e}.{proj}", cfg.hidden_size,
-                                          cfg.moe_intermediate_size, bits)
+                                          cfg.moe_intermediate_size, bits, group)
             elif rel == "mlp.experts.down_proj":
                 for e in range(cfg.num_experts):
                     tensors += _quant(f"model.layers.{i}.mlp.experts.{e}.down_proj", cfg.moe_intermediate_size,
-                                      cfg.hidden_size, bits)
+                                      cfg.hidden_size, bits, group)
             elif module in quantized:
-                tensors += _quant(f"model.layers.{i}.{module}", shape[1], shape[0], quantized[module])
+                tensors += _quant(f"model.layers.{i}.{module}", shape[1], shape[0], quantized[module], group)
             else:
                 tensors.append(_plain(name, shape))
         yield f"model-{i + 1:05d}-of-{n:05d}.safetensors", tensors
     glob: list[_T] = []
     for name, shape in global_shapes(cfg).items():
         if name == "lm_head.weight" and profile.lm_head is not None:
-            glob += _quant("lm_head", shape[1], shape[0], profile.lm_head)
+            glob += _quant("lm_head", shape[1], shape[0], profile.lm_head, group)
         else:
             glob.append(_plain(f"model.{name}", shape))
     yield f"model-{n:05d}-of-{n:05d}.safetensors", glob
@@ -213,15 +219,15 @@ def synthetic_index(kind: str) -> PackIndex:
     return pack
 
 
-def quantized_index(raw: dict, generation: dict, bits: int = 4, profile: str = "balanced",
+def quantized_index(raw: dict, generation: dict, bits: int = 4, profile: str = "balanced", group: int = GROUP,
                     shown: str = "") -> PackIndex:
-    """The PackIndex of the pack `quantize --bits BITS --profile PROFILE` would make of a checkpoint whose
-    config.json is `raw` (generation_config.json: `generation`), computed from the config alone: what `plan` of a
-    BF16 checkpoint shows, before hours of quantizing (and, from the Hub, a 69 GB download)."""
-    raw = _pack_config(raw, bits, profile)
+    """The PackIndex of the pack `quantize --bits BITS --profile PROFILE --group-size GROUP` would make of a
+    checkpoint whose config.json is `raw` (generation_config.json: `generation`), computed from the config alone:
+    what `plan` of a BF16 checkpoint shows, before hours of quantizing (and, from the Hub, a 69 GB download)."""
+    raw = _pack_config(raw, bits, profile, group=group)
     cfg = parse_config(raw, generation)
     tensors = {t.name: TensorInfo(t.name, shard, _ST[t.dtype], t.shape)
-               for shard, ts in _shards_of(cfg, bits, profile) for t in ts}
+               for shard, ts in _shards_of(cfg, bits, profile, group) for t in ts}
     pack = PackIndex(Path(shown or "checkpoint"), cfg, raw["quantization_config"], tensors)
     _classify(pack)
     return pack
