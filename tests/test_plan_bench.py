@@ -169,7 +169,10 @@ def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
     args = ["bench", "--synthetic", "small", "--prefix", "64", "--passes", "3", "--device", "cpu", "--json"]
     assert run_cli(args) == 0
-    r = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    r = json.loads(out)
+    # written once: where it is kept and how to free it, said on stderr (stdout stays one JSON object)
+    assert "`clover-local cache rm synthetic/small-v1` frees it" in err
     for key in ("ms_per_pass", "ms_per_pass_first", "tokens_per_s", "tokens_per_pass", "hit_rate", "pcie_gbps",
                 "pcie_bytes", "device_bytes_per_pass", "roofline_ms", "roofline_ratio", "projection_5070ti",
                 "components", "memory", "device_name", "date"):

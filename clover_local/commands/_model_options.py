@@ -128,7 +128,17 @@ def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: s
     if synthetic is not None:
         spec_of(synthetic)
         progress(f"synthetic {synthetic} pack")
-        folder = ensure_synthetic(synthetic, on_shard=lambda i, n: progress(f"writing synthetic shard {i + 1}/{n}"))
+        written = []
+        folder = ensure_synthetic(synthetic, on_shard=lambda i, n: (
+            written.append(i), progress(f"writing synthetic shard {i + 1}/{n}")))
+        if written:  # a pack of up to 20 GB stays on disk: say where, and how to free it
+            import sys
+
+            from clover_local.runtime.sizes import fmt_bytes
+
+            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+            print(f"note: the synthetic {synthetic} pack ({fmt_bytes(size)}) is kept in {folder} for later runs; "
+                  f"`clover-local cache rm {folder.parent.name}/{folder.name}` frees it", file=sys.stderr, flush=True)
         return folder, f"synthetic:{synthetic}"
     folder = Path(resolve_model_path(model))
     if not is_pack(folder):
