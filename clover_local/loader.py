@@ -298,10 +298,8 @@ def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, off
                 _refuse_pack_plan(arg, info.sha, dev, dtype, options or {})
             return
         config = load_config(Path(hf_hub_download(arg, "config.json", revision=info.sha)).parent)
-    except CloverError as exc:
-        if str(exc).endswith(_NOTHING_DOWNLOADED):
-            raise
-        return
+    except _RefusedFromHeaders:
+        raise
     except Exception:  # noqa: BLE001 - the download that follows meets the same problem and reports it
         return
     message = _whole_load_refusal(arg, config, pack, dev, dtype)
@@ -309,7 +307,8 @@ def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, off
         raise CloverError(f"{message} (nothing was downloaded but its config.json)")
 
 
-_NOTHING_DOWNLOADED = "(nothing was downloaded: the plan was made from the Hub's headers)"
+class _RefusedFromHeaders(CloverError):
+    """A Hub pack's plan refused before its download (every other problem of the look is left to the download)."""
 
 
 def _in_cache(repo_id: str, commit: str) -> bool:
@@ -340,4 +339,5 @@ def _refuse_pack_plan(arg: str, commit: str, dev: torch.device, dtype: torch.dty
     try:
         plan_for(remote.index, dev, dtype, auto_runtime(remote.index.config, **options)).check()
     except CloverError as exc:
-        raise CloverError(f"{exc} {_NOTHING_DOWNLOADED}") from None
+        raise _RefusedFromHeaders(f"{exc} (nothing was downloaded: the plan was made from the Hub's headers)") \
+            from None

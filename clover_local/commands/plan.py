@@ -50,7 +50,7 @@ def _pack_index(model: str, bits: int | None, profile: str | None, group: int | 
                                 shown=model)
         return index, None, settings
     _pack_only(model, bits, profile, group)
-    return read_pack_index(path), None, None  # which checks each shard's size against its header (a truncated download)
+    return read_pack_index(path), None, None  # checks each shard's size against its header (a truncated download)
 
 
 def _settings(bits: int | None, profile: str | None, group: int | None) -> dict:
@@ -94,8 +94,8 @@ def plan(
     repo id is planned before it is downloaded: its config, index and each shard's header are read from the Hub
     (≈ 20 MiB for the 35B pack; offline, the copy in the local Hub cache). A BF16 checkpoint is planned as the
     pack `clover-local quantize` would make of it (`--bits`, `--profile`, `--group-size` as there), from its
-    config.json alone:
-    whether the 35B release will run on a card, before its 69 GB download and hours of quantizing.
+    config.json alone: whether the 35B release will run on a card, before its 69 GB download and hours of
+    quantizing.
 
     Refuses, with the setting to change, when the budget cannot hold the non-expert weights or the host
     cannot hold the experts.
