@@ -532,3 +532,26 @@ def test_a_prefill_pass_takes_at_least_one_chunk_however_short_the_span():
     assert p.prefill_chunk == p.prefill_span == one_chunk.prefill_span == 512
     assert p.workspace == one_chunk.workspace and p.pcie_prefill_chunk == one_chunk.pcie_prefill_chunk
     assert longer.prefill_span == 2048 and longer.workspace > p.workspace
+
+
+def test_the_model_card_says_what_each_gpu_size_holds(pack, monkeypatch):
+    """The card tells a person browsing the Hub what their card holds before downloading: `plan` of the pack at
+    8 / 12 / 16 / 24 GiB with 32 GiB of RAM (here the tiny pack, then the 35B shapes through the synthetic full
+    pack's index)."""
+    import clover_local.runtime.pack_index as pack_index
+    from clover_local.pack.card import card_for_pack, placement_rows
+    from clover_local.runtime.synthetic_pack import synthetic_index
+
+    text = str(card_for_pack(pack))
+    assert "## Will it run on my GPU?" in text
+    assert f"| 16 GiB | {N_EXPERTS * N_LAYERS} of {N_EXPERTS * N_LAYERS} (100%) | none | none |" in text
+    full = synthetic_index("full")
+    monkeypatch.setattr(pack_index, "read_pack_index", lambda folder: full)
+    rows = {r["vram_gib"]: r for r in placement_rows(pack)}
+    want = make_plan(full, 16 * GIB, 32 * GIB)
+    assert rows[16]["slots"] == want.slots == 8428 and rows[24]["slots"] == 10240
+    assert rows[8]["slots"] < rows[12]["slots"] < rows[16]["slots"]
+    assert rows[16]["pcie_first_bytes"] == int(want.pcie_first_pass) > rows[16]["pcie_later_bytes"] > 0
+    text = str(card_for_pack(pack))
+    assert "| 16 GiB | 8,428 of 10,240 (82%) | 1.8 GiB | 264.8 MiB (≈ 6 ms at 50 GB/s) |" in text
+    assert "| 24 GiB | 10,240 of 10,240 (100%) | none | none |" in text

@@ -189,8 +189,56 @@ def _text_config(config: dict | None) -> dict:
     return inner if isinstance(inner, dict) else config
 
 
-def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | None = None) -> str:
-    """The full README.md text (front matter + body)."""
+CARD_VRAM_GIB = (8, 12, 16, 24)  # GPU memory given to clover-local in the card's placement table
+CARD_RAM_GIB = 32
+
+
+def placement_rows(folder: str | Path) -> list[dict[str, Any]] | None:
+    """`clover-local plan` of the pack at common GPU sizes (32 GiB of RAM, the default context), for the card's
+    "Will it run on my GPU?" table: a person browsing the Hub sees what their card holds before downloading. None
+    when the pack's index cannot be read (the card then leaves the section out)."""
+    from clover_local.runtime.pack_index import read_pack_index
+    from clover_local.runtime.placement import PCIE_BPS, make_plan
+
+    try:
+        pack = read_pack_index(folder)
+    except CloverError:
+        return None
+    rows = []
+    for gib in CARD_VRAM_GIB:
+        plan = make_plan(pack, gib << 30, CARD_RAM_GIB << 30)
+        rows.append({"vram_gib": gib, "fits": plan.fits, "slots": plan.slots, "experts": plan.experts_total,
+                     "pcie_first_bytes": int(plan.pcie_first_pass), "pcie_later_bytes": int(plan.pcie_later_pass),
+                     "pcie_later_ms": 1e3 * plan.pcie_later_pass / PCIE_BPS, "context": plan.context})
+    return rows
+
+
+def _placement_lines(rows: list[dict[str, Any]], rid: str) -> list[str]:
+    table = []
+    for r in rows:
+        if not r["fits"]:
+            table.append((f"{r['vram_gib']} GiB", "does not fit (see `clover-local plan`)", "", ""))
+            continue
+        share = f"{r['slots']:,} of {r['experts']:,} ({100 * r['slots'] / r['experts']:.0f}%)"
+        later = (f"{human_bytes(r['pcie_later_bytes'])} (≈ {r['pcie_later_ms']:.0f} ms at 50 GB/s)"
+                 if r["pcie_later_bytes"] else "none")
+        table.append((f"{r['vram_gib']} GiB", share, human_bytes(r["pcie_first_bytes"]) if r["pcie_first_bytes"]
+                      else "none", later))
+    lines = ["## Will it run on my GPU?", "",
+             f"Predicted by `clover-local plan` from this pack's headers ({CARD_RAM_GIB} GiB of RAM, a "
+             f"{rows[0]['context']:,}-token context; not a measurement). Routed experts that do not fit the GPU stay "
+             "in RAM and cross PCIe when a pass needs them: the fewer on the GPU, the more each pass waits.", "",
+             "| GPU memory for clover-local | Experts on the GPU | PCIe, a block's first pass "
+             "| PCIe, each later pass |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in table]
+    lines += ["", f"A 16 GB card with a desktop on it has ≈ 14–15 GiB free: `clover-local plan {rid}` plans for "
+              "yours (`--vram`, `--ram`, `--context`).", ""]
+    return lines
+
+
+def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | None = None,
+              placement: list[dict[str, Any]] | None = None) -> str:
+    """The full README.md text (front matter + body); `placement`: `placement_rows` of the pack, or None."""
     from huggingface_hub import ModelCardData
 
     meta = card_metadata(manifest, config)
@@ -284,9 +332,11 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     lines += [
         "clover-local keeps the non-expert weights on the GPU and streams routed experts from system RAM "
         f"through an expert cache. `clover-local plan {rid} --vram 16GB --ram 32GB` shows the placement and "
-        "cache capacity for a given machine before anything is loaded.",
+        "cache capacity for a given machine before anything is loaded (from the Hub, without downloading the pack).",
         "",
     ]
+    if placement:
+        lines += _placement_lines(placement, rid)
 
     # -- model and provenance ----------------------------------------------------------------------
     tc = _text_config(config)
@@ -330,11 +380,12 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     return f"---\n{front}\n---\n" + "\n".join(lines)
 
 
-def build_card(manifest: Manifest, config: dict | None = None, repo_id: str | None = None):
+def build_card(manifest: Manifest, config: dict | None = None, repo_id: str | None = None,
+               placement: list[dict[str, Any]] | None = None):
     """A `huggingface_hub.ModelCard` for the pack; checked offline with `check_card` before it is returned."""
     from huggingface_hub import ModelCard
 
-    card = ModelCard(card_text(manifest, config, repo_id))
+    card = ModelCard(card_text(manifest, config, repo_id, placement))
     check_card(card)
     return card
 
@@ -353,7 +404,7 @@ def read_config(folder: str | Path) -> dict | None:
 def card_for_pack(folder: str | Path, repo_id: str | None = None, manifest: Manifest | None = None):
     """Build the card of the pack in `folder` (manifest + config.json)."""
     manifest = manifest if manifest is not None else Manifest.load(folder)
-    return build_card(manifest, read_config(folder), repo_id)
+    return build_card(manifest, read_config(folder), repo_id, placement_rows(folder))
 
 
 def is_generated_card(text: str) -> bool:
