@@ -69,11 +69,12 @@ def test_a_header_longer_than_the_first_ask_takes_a_second_ranged_get(hub, pack,
     monkeypatch.setattr(remote_index, "HEADER_PROBE", 64)
     code, remote, err = plan_json([REPO, *PLAN_ARGS], capsys)
     assert code == 0, err
-    remote.pop("hub")
+    info = remote.pop("hub")
     assert remote == {**local, "model": REPO}
     gets = shard_gets(hub)
     n_shards = len({Path(r["path"]).name for r in gets})
     assert len(gets) == 2 * n_shards and [r["range"] for r in gets].count("bytes=0-63") == n_shards
+    assert info["header_bytes"] == sum(r["sent"] for r in gets)  # both asks of every shard counted
 
 
 def test_a_server_that_ignores_range_still_gives_the_plan(hub, pack, capsys):

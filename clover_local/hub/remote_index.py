@@ -61,7 +61,7 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
         return None
     _check_token_text()
     api = HfApi(library_name="clover-local", library_version=__version__)
-    fetched = [0]
+    fetched: dict[str, int] = {}  # header bytes fetched per shard (the header reads run in threads)
     try:
         commit = api.repo_info(repo_id=repo_id, repo_type="model", revision=revision).sha
         entries = [e for e in api.list_repo_tree(repo_id=repo_id, repo_type="model", revision=commit)
@@ -83,10 +83,11 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
                 if shard not in sizes:
                     raise CloverError(f"pack shard {shard} is listed in {INDEX_NAME} but missing from {repo_id}")
                 raw = _get(repo_id, commit, shard, min(sizes[shard], HEADER_PROBE))
+                fetched[shard] = len(raw)
                 n = header_length(raw[:8], shard)
                 if 8 + n > len(raw) and 8 + n <= sizes[shard]:  # a header longer than the first ask
                     raw = _get(repo_id, commit, shard, 8 + n)
-                fetched[0] += len(raw)
+                    fetched[shard] += len(raw)
                 return check_header(raw[8:8 + n], n, sizes[shard], shard)
 
             index = read_pack_index(tmp, header, shown=repo_id, parallel=PARALLEL)
@@ -99,7 +100,8 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
         raise
     wanted = _wanted(sizes)
     shards = len({t.shard for t in index.tensors.values()})
-    return RemotePack(index, repo_id, commit, shards, fetched[0], len(wanted), sum(sizes[f] for f in wanted))
+    return RemotePack(index, repo_id, commit, shards, sum(fetched.values()), len(wanted),
+                      sum(sizes[f] for f in wanted))
 
 
 def _wanted(sizes: dict[str, int]) -> list[str]:
