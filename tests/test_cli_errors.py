@@ -235,7 +235,7 @@ def test_command_list_gives_each_command_one_sentence(capsys, monkeypatch):
     panel = out[out.index("Commands"):].splitlines()[1:]
     rows = [line.strip("│ ").rstrip() for line in panel if line.startswith("│")]
     names = ["bench", "chat", "demo", "generate", "download", "upload", "plan", "quantize", "eval", "score", "serve",
-             "tune", "cache"]
+             "tune", "cache", "doctor"]
     assert sorted(r.split()[0] for r in rows) == sorted(names), rows  # one line per command, nothing else
     assert all(r.endswith(".") for r in rows), rows
 
