@@ -59,6 +59,7 @@
 #                                (seconds a layer, peak host RSS; on one CPU core it took 245 s)
 #   compile_check.json           every kernel compiled by this machine's triton for sm_90 / sm_120 (registers,
 #                                K-loop instructions per weight), run on one CPU core beside the stages
+#   doctor.json                  `clover-local doctor --json` (before the stages: ≈ 3 s)
 #   summary.txt                  `python docs/gpu_summary.py $OUT`: the before/after pairs of all of the above
 # Before it, on the CPU machine: docs/gpu_versions_check.sh (the kernels compiled and tested with that machine's
 # torch / triton, which CI does not use).
@@ -89,6 +90,9 @@ log="$OUT/session.log"
   echo "cpus $(nproc)"; free -g | head -2; df -h "$HOME" | tail -1; df -h /dev/shm 2>/dev/null | tail -1
   echo "CLOVER_LOCAL_CACHE=${CLOVER_LOCAL_CACHE:-(default)}"
 } >>"$log" 2>&1
+# `clover-local doctor` (≈ 3 s): its CUDA branches (device facts, pinned copy, Triton kernels vs the reference,
+# the 35B fit at the default budget) have only run on CPU machines so far
+timeout 60 python3 -m clover_local doctor --json >"$OUT/doctor.json" 2>>"$log"; echo "== doctor rc=$?" >>"$log"
 
 stage() {  # stage NAME CAP_S COMMAND...: run under min(cap, time left - 5 s)
   local name=$1 cap=$2; shift 2
