@@ -535,19 +535,8 @@ def test_a_pass_repaired_twice_is_one_retried_pass(pack, ref, stand_in, slots):
     in a tight cache (20) a repair does not fit and the pass reruns through the syncing path (`synced`). The
     counters count passes, not attempts: `retried_passes` is the passes rerun after a miss, however many
     replays each took, `repair_replays` the replays; the logits are the syncing path's either way."""
-    from test_runtime_graphs import run_blocks, with_graphs
-
-    got = with_graphs(pack, slots=slots, prefetch=False)
+    got = _graphed_blocks_after_evicting_everything(pack, slots)
     rt = got.model.runtime
-
-    def evict_all(i: int) -> None:
-        if i == 0:
-            for layer in rt.layers:
-                rt.cache.evict(layer, np.arange(N_EXPERTS))
-
-    out = run_blocks(got, previews=3, after_commit=evict_all)
-    want = run_blocks(runtime(pack, slots=slots, prefetch=False, optimistic=False), previews=3)
-    assert all(torch.equal(a, b) for a, b in zip(want, out))
     recs = list(rt.records)
     if slots == TOTAL - 2:
         assert max(r.repairs for r in recs) >= 2 and not any(r.synced for r in recs)
@@ -561,14 +550,13 @@ def test_a_pass_repaired_twice_is_one_retried_pass(pack, ref, stand_in, slots):
     assert s["repair_replays"] == sum(r.repairs for r in recs)
     assert s["optimistic_passes"] == sum(r.optimistic for r in recs)
 
-def test_repairs_stop_at_max_repairs_and_the_pass_reruns_syncing(pack, ref, stand_in, monkeypatch):
-    """The bound on repairs holds: a pass that would take more repairs than MAX_REPAIRS (here 1; the scenario
-    above takes ≥ 2 with room) reruns through the syncing path after that many, with the same logits."""
-    from clover_local.runtime import offload
+
+def _graphed_blocks_after_evicting_everything(pack, slots: int):
+    """Graphed blocks with every expert evicted after the first commit (the next block's first replay misses in
+    every layer), checked to give the syncing path's logits; the loaded model, for its records and counters."""
     from test_runtime_graphs import run_blocks, with_graphs
 
-    monkeypatch.setattr(offload, "MAX_REPAIRS", 1)
-    got = with_graphs(pack, slots=TOTAL - 2, prefetch=False)
+    got = with_graphs(pack, slots=slots, prefetch=False)
     rt = got.model.runtime
 
     def evict_all(i: int) -> None:
@@ -577,9 +565,18 @@ def test_repairs_stop_at_max_repairs_and_the_pass_reruns_syncing(pack, ref, stan
                 rt.cache.evict(layer, np.arange(N_EXPERTS))
 
     out = run_blocks(got, previews=3, after_commit=evict_all)
-    want = run_blocks(runtime(pack, slots=TOTAL - 2, prefetch=False, optimistic=False), previews=3)
+    want = run_blocks(runtime(pack, slots=slots, prefetch=False, optimistic=False), previews=3)
     assert all(torch.equal(a, b) for a, b in zip(want, out))
-    recs = list(rt.records)
+    return got
+
+
+def test_repairs_stop_at_max_repairs_and_the_pass_reruns_syncing(pack, ref, stand_in, monkeypatch):
+    """The bound on repairs holds: a pass that would take more repairs than MAX_REPAIRS (here 1; the scenario
+    above takes ≥ 2 with room) reruns through the syncing path after that many, with the same logits."""
+    from clover_local.runtime import offload
+
+    monkeypatch.setattr(offload, "MAX_REPAIRS", 1)
+    recs = list(_graphed_blocks_after_evicting_everything(pack, TOTAL - 2).model.runtime.records)
     assert max(r.repairs for r in recs) == 1
     assert any(r.synced and r.repairs == 1 for r in recs)
 

@@ -540,19 +540,9 @@ def _check_vram_budget(say: Callable[[str], None]) -> Result:
 # host
 # ----------------------------------------------------------------------------------------------------
 def _ram_total() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:  # pragma: no cover - non-Linux
-        import psutil
+    from clover_local.runtime.sizes import host_total_bytes
 
-        return int(psutil.virtual_memory().total)
-    except Exception:  # noqa: BLE001
-        return None
+    return host_total_bytes()
 
 
 def _check_host(say: Callable[[str], None]) -> Result:

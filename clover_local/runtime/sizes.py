@@ -42,21 +42,31 @@ def fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def host_available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), else psutil if installed, else None."""
+def _meminfo(key: str, psutil_field: str) -> int | None:
+    """`key` of /proc/meminfo in bytes (Linux), else psutil's `psutil_field` if installed, else None."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{key}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     try:  # pragma: no cover - non-Linux
         import psutil
 
-        return int(psutil.virtual_memory().available)
+        return int(getattr(psutil.virtual_memory(), psutil_field))
     except Exception:  # pragma: no cover
         return None
+
+
+def host_available_bytes() -> int | None:
+    """Host memory available to a new process (MemAvailable), or None where it cannot be read."""
+    return _meminfo("MemAvailable", "available")
+
+
+def host_total_bytes() -> int | None:
+    """Host memory installed (MemTotal), or None where it cannot be read."""
+    return _meminfo("MemTotal", "total")
 
 
 def device_free_bytes(device: torch.device) -> int | None:
