@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,136 @@ def test_cache_is_listed_and_its_subcommands_end_on_ctrl_c_like_the_rest(capsys)
 
     callbacks = [c.callback for c in cache_app.registered_commands] + [cache_app.registered_callback.callback]
     assert all(hasattr(cb, "__wrapped__") for cb in callbacks)
+
+
+# ----------------------------------------------------------------------------------------------------
+# mutation-audit additions
+# ----------------------------------------------------------------------------------------------------
+def test_sizes_count_a_hard_linked_file_once_and_a_link_inside_an_entry_as_nothing(caches, capsys) -> None:
+    root, _ = caches
+    n = _write(root / "demo/tiny-int4/model.safetensors", 50_000)
+    os.link(root / "demo/tiny-int4/model.safetensors", root / "demo/tiny-int4/again.safetensors")
+    _write(root.parent / "elsewhere/big.bin", 90_000)
+    (root / "demo/tiny-int4/big.bin").symlink_to(root.parent / "elsewhere/big.bin")
+    (root / "demo/link-to-folder").symlink_to(root.parent / "elsewhere", target_is_directory=True)
+    rows = {e["name"]: e["bytes"] for e in _listing(capsys)["entries"]}
+    assert rows == {"demo": n}
+
+
+def test_a_hub_pack_without_manifest_is_a_pack_and_partial_downloads_are_counted(caches, capsys) -> None:
+    _, hub = caches
+    config = json.dumps({"model_type": "clover_moe", "quantization_config": {"quant_method": "gptq"}}).encode()
+    repo = _hub_repo(hub, "someone/gptq-pack", {"config.json": config, "model.safetensors": b"w" * 1000})
+    (repo / "blobs" / ("f" * 64 + ".incomplete")).write_bytes(b"p" * 4321)
+    row = _listing(capsys)["entries"][0]
+    assert row["name"] == "someone/gptq-pack" and "Clover pack" in row["what"] and "partly downloaded" in row["what"]
+    assert row["bytes"] == len(config) + 1000 + 4321
+    assert run_cli(["cache", "rm", "someone/gptq-pack", "--yes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bytes_freed"] == len(config) + 1000 + 4321 and not repo.exists()
+
+
+def test_hub_names_match_case_insensitively_when_unambiguous(caches, capsys) -> None:
+    _, hub = caches
+    _fill_hub(hub)
+    assert run_cli(["cache", "rm", "diffuspace/clover-35b-a3b-preview", "--dry-run", "--json"]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)["removed"]] == ["Diffuspace/Clover-35B-A3B-Preview"]
+    _hub_repo(hub, "DIFFUSPACE/clover-35b-a3b-preview", {"config.json": CLOVER_CONFIG}, sha=SHA_B)
+    assert run_cli(["cache", "rm", "diffuspace/clover-35b-a3b-preview", "--dry-run"]) == 2  # two: neither chosen
+    assert "nothing named" in capsys.readouterr().err
+
+
+def test_a_glob_matching_nothing_is_an_unknown_name_and_removes_nothing(caches, capsys) -> None:
+    root, _ = caches
+    sizes = _fill_cache(root)
+    assert run_cli(["cache", "rm", "demo", "synthetic/zzz*", "--yes"]) == 2
+    assert "nothing named 'synthetic/zzz*'" in capsys.readouterr().err
+    assert {e["name"]: e["bytes"] for e in _listing(capsys)["entries"]} == sizes
+
+
+def test_a_name_with_brackets_is_that_entry_not_a_pattern(caches, capsys) -> None:
+    """`cache rm '[old] pack'` said "nothing named '[old] pack'; did you mean [old] pack": [ made it a pattern."""
+    root, _ = caches
+    _write(root / "[old] pack" / "x.bin", 10)
+    _write(root / "o pack" / "x.bin", 10)  # what the pattern [old] pack would match
+    assert run_cli(["cache", "rm", "[old] pack", "--yes", "--json"]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)["removed"]] == ["[old] pack"]
+    assert not (root / "[old] pack").exists() and (root / "o pack").is_dir()
+
+
+def test_json_before_rm_is_refused(caches, capsys) -> None:
+    root, _ = caches
+    _fill_cache(root)
+    assert run_cli(["cache", "--json", "rm", "demo", "--yes"]) == 2
+    assert "--json goes after the subcommand" in capsys.readouterr().err and (root / "demo").is_dir()
+
+
+def test_in_a_terminal_an_empty_answer_removes_nothing(caches, capsys, monkeypatch) -> None:
+    root, _ = caches
+    _fill_cache(root)
+    monkeypatch.setattr("sys.stdin", _Terminal("\n"))
+    assert run_cli(["cache", "rm", "demo"]) == 1
+    assert (root / "demo").is_dir()
+
+
+def test_a_folder_cut_short_is_listed_as_left_over_not_as_the_pack(caches, capsys, monkeypatch) -> None:
+    """A folder is renamed before it is removed: one cut short (a full disk, Ctrl-C) is never taken for a
+    complete synthetic pack, and the error says what was removed before it and what is left."""
+    from clover_local.commands import cache
+
+    root, _ = caches
+    _fill_cache(root)
+    real = shutil.rmtree
+
+    def rmtree(path, *a, **kw):
+        if "full-v1" in str(path):
+            (Path(path) / "model-00001-of-00002.safetensors").unlink()  # part of it went, then:
+            raise PermissionError(13, "Permission denied", str(Path(path) / "model-00002-of-00002.safetensors"))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(cache.shutil, "rmtree", rmtree)
+    assert run_cli(["cache", "rm", "demo", "synthetic/full-v1", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: could not remove synthetic/full-v1") and "Permission denied" in err, err
+    assert "removed before it: demo" in err
+    names = {e["name"]: e["what"] for e in _listing(capsys)["entries"]}
+    assert "synthetic/full-v1" not in names and "demo" not in names
+    left = [n for n in names if n.startswith("synthetic/.removing-full-v1-")]
+    assert len(left) == 1 and "interrupted" in names[left[0]] and left[0] in err
+
+
+def test_a_hub_repo_that_cannot_be_deleted_is_an_error_not_a_success(caches, capsys, monkeypatch) -> None:
+    """huggingface_hub logs a path it may not delete (with a traceback) and returns: rm printed that traceback,
+    then "✓ removed 1 entry, freed …" and exited 0, the repo still there."""
+    _, hub = caches
+    _fill_hub(hub)
+    repo = hub / "models--Diffuspace--Clover-35B-A3B-Preview"
+    real = shutil.rmtree
+
+    def rmtree(path, *a, **kw):
+        if Path(path) == repo:
+            raise PermissionError(1, "Operation not permitted", str(repo / "blobs"))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert run_cli(["cache", "rm", "Diffuspace/Clover-35B-A3B-Preview", "--yes"]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: could not remove Diffuspace/Clover-35B-A3B-Preview from "
+                                                   "the Hub cache: ") and "permission denied" in lines[0], err
+    assert f"what is left is in {repo}" in lines[0]
+    assert "Traceback" not in out + err and "removed 1" not in out + err and repo.is_dir()
+
+
+def test_repos_sharing_a_commit_hash_lose_only_the_one_named(caches, capsys) -> None:
+    """huggingface_hub takes each commit hash from the first repo that has it, in an order that changes from run
+    to run: its planner is given only the named repo. Ten pairs, so a planner given every repo fails here."""
+    _, hub = caches
+    for k in range(10):
+        _hub_repo(hub, f"org/target-{k}", {"config.json": CLOVER_CONFIG, "m.safetensors": b"t%d" % k}, sha=SHA_A)
+        _hub_repo(hub, f"org/dup-{k}", {"config.json": CLOVER_CONFIG, "m.safetensors": b"d%d" % k}, sha=SHA_A)
+    for k in range(10):
+        assert run_cli(["cache", "rm", f"org/target-{k}", "--yes"]) == 0, capsys.readouterr().err
+        assert not (hub / f"models--org--target-{k}").exists()
+        assert (hub / f"models--org--dup-{k}" / "snapshots" / SHA_A / "m.safetensors").is_file()
+    capsys.readouterr()
+    assert sorted(e["name"] for e in _listing(capsys)["entries"]) == sorted(f"org/dup-{k}" for k in range(10))

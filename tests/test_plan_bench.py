@@ -86,7 +86,16 @@ def test_plan_refusals(pack, tmp_path, capsys):
     assert "missing model.layers.2.mlp.experts.5.down_proj.scales" in line
 
 
-@pytest.mark.parametrize("bits", [4, 3])
+def test_plan_names_a_shard_missing_from_the_pack(pack, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(pack, bad)
+    gone = sorted(bad.glob("model-*.safetensors"))[0]
+    gone.unlink()
+    assert run_cli(["plan", bad, "--vram", "1GB"]) == 2
+    assert f"pack shard {gone.name} is missing from {bad}" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("bits", [4, 3, 8])
 def test_plan_of_a_checkpoint_is_the_plan_of_the_pack_quantize_makes_of_it(bits, tmp_path_factory, tokenizer_dir,
                                                                            capsys):
     """`plan CHECKPOINT` said "not a quantized pack": it now plans the pack `quantize [--bits 3]` would make, from
@@ -98,19 +107,19 @@ def test_plan_of_a_checkpoint_is_the_plan_of_the_pack_quantize_makes_of_it(bits,
     args = ["--vram", "1GB", "--ram", "8GB", "--context", "4096", "--json"]
     assert run_cli(["plan", str(made), *args]) == 0
     want = json.loads(capsys.readouterr().out)
-    assert run_cli(["plan", str(src), *args, *(["--bits", "3"] if bits == 3 else [])]) == 0
+    assert run_cli(["plan", str(src), *args, *(["--bits", str(bits)] if bits != 4 else [])]) == 0
     got = json.loads(capsys.readouterr().out)
     planned = got.pop("planned_as_pack")
     assert got == {**want, "model": str(src)}
     assert planned["bits"] == bits and planned["profile"] == "balanced"
     assert planned["pack_bytes"] == sum(p.stat().st_size for p in made.glob("*.safetensors")) - sum(
         8 + int.from_bytes(p.read_bytes()[:8], "little") for p in made.glob("*.safetensors"))  # the tensors' bytes
-    assert planned["command"] == f"clover-local quantize {src} --out PACK" + (" --bits 3" if bits == 3 else "")
+    assert planned["command"] == f"clover-local quantize {src} --out PACK" + (f" --bits {bits}" if bits != 4 else "")
     # --bits / --profile choose a checkpoint's pack: refused for a pack, out of range, or unknown
     assert run_cli(["plan", str(made), "--vram", "1GB", "--bits", "3"]) == 2
     assert "--bits applies to a BF16 checkpoint" in one_line_error(capsys)
     assert run_cli(["plan", str(src), "--vram", "1GB", "--bits", "5"]) == 2
-    assert "--bits must be 4 or 3" in one_line_error(capsys)
+    assert "--bits must be 3, 4 or 8" in one_line_error(capsys)
     assert run_cli(["plan", str(src), "--vram", "1GB", "--profile", "nope"]) == 2
     assert "unknown profile 'nope'" in one_line_error(capsys)
 

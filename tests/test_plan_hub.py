@@ -158,3 +158,211 @@ def test_a_hub_pack_whose_plan_cannot_fit_is_refused_before_its_download(hub, pa
     n = len(shard_gets(hub))
     load(REPO, "cpu", "float32", "auto", vram_budget=1 << 30, context=4096)
     assert len(shard_gets(hub)) == n  # cached: neither headers nor shards fetched again
+
+
+# ----------------------------------------------------------------------------------------------------
+# mutation-audit additions
+# ----------------------------------------------------------------------------------------------------
+def test_a_repo_without_config_json_is_named_not_a_temporary_folder(hub, capsys):
+    hub.add_repo("org/readme-only", {"README.md": b"# notes"})
+    code, _, err = plan_json(["org/readme-only", "--vram", "1GB"], capsys)
+    assert code == 2 and "org/readme-only has no config.json: not a Clover model or pack" in err, err
+    assert "clover-plan-" not in err
+
+
+def test_a_hub_pack_without_index_or_experts_is_named_by_its_repo_id(hub, pack, capsys):
+    """The small JSON files sit in a temporary folder while the headers are read: messages name the repo."""
+    files = pack_repo_files(pack)
+    hub.add_repo("org/no-index", {k: v for k, v in files.items() if k != "model.safetensors.index.json"})
+    code, _, err = plan_json(["org/no-index", "--vram", "1GB"], capsys)
+    assert code == 2 and "org/no-index has no model.safetensors.index.json: not a complete pack" in err, err
+    assert "clover-plan-" not in err
+    index = json.loads(files["model.safetensors.index.json"])
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if ".mlp.experts." not in k}
+    hub.add_repo("org/no-experts", {**files, "model.safetensors.index.json": json.dumps(index).encode()})
+    code, _, err = plan_json(["org/no-experts", "--vram", "1GB"], capsys)
+    assert code == 2 and "org/no-experts has no per-expert quantized tensors" in err, err
+    assert "clover-plan-" not in err
+
+
+def test_plan_of_a_hub_pack_leaves_no_temporary_files(hub, pack, capsys, monkeypatch, tmp_path):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    hub.add_repo(REPO, pack_repo_files(pack))
+    code, _, err = plan_json([REPO, *PLAN_ARGS], capsys)
+    assert code == 0, err
+    assert list(scratch.iterdir()) == []
+
+
+def test_pack_only_flags_are_refused_for_a_hub_pack(hub, pack, capsys):
+    hub.add_repo(REPO, pack_repo_files(pack))
+    code, _, err = plan_json([REPO, "--vram", "1GB", "--bits", "3"], capsys)
+    assert code == 2 and f"{REPO} is a pack: --bits applies to a BF16 checkpoint" in err, err
+
+
+def test_download_size_counts_only_what_a_download_fetches(hub, pack, capsys):
+    files = pack_repo_files(pack)
+    extra = {"pytorch_model.bin": b"p" * 5000, "original/model.safetensors": b"o" * 7000, "train.py": b"#" * 300}
+    hub.add_repo(REPO, {**files, **extra})
+    code, remote, err = plan_json([REPO, *PLAN_ARGS], capsys)
+    assert code == 0, err
+    assert remote["hub"]["download_files"] == len(files)
+    assert remote["hub"]["download_bytes"] == sum(len(v) for v in files.values())
+
+
+def test_shard_headers_are_read_in_parallel(hub, pack, capsys, monkeypatch):
+    """One round trip a shard, several at once (PARALLEL): 41 sequential round trips at 35B otherwise."""
+    import threading
+
+    hub.add_repo(REPO, pack_repo_files(pack))
+    real, lock, started, second, overlapped = remote_index._get, threading.Lock(), [], threading.Event(), []
+
+    def get(repo_id, commit, name, length):
+        if name.endswith(".safetensors"):
+            with lock:
+                started.append(name)
+                first = len(started) == 1
+            if first:
+                overlapped.append(second.wait(10))  # a second header asked for while the first is in flight
+            else:
+                second.set()
+        return real(repo_id, commit, name, length)
+
+    monkeypatch.setattr(remote_index, "_get", get)
+    code, _, err = plan_json([REPO, *PLAN_ARGS], capsys)
+    assert code == 0, err
+    assert len(started) > 1 and overlapped == [True]
+
+
+def test_a_server_that_ignores_range_is_read_no_further_than_the_first_ask(hub, pack, capsys, monkeypatch):
+    """A proxy answering 200 with the whole file: the body is read up to the bytes asked for, then dropped (not
+    the whole shard: 19 GB at 35B)."""
+    import huggingface_hub.utils
+
+    monkeypatch.setattr(remote_index, "HEADER_PROBE", 16 * 1024)
+    real_session = huggingface_hub.utils.get_session
+    read: dict[str, int] = {}
+
+    class Counted:
+        def __init__(self, response, name):
+            self._response, self._name = response, name
+
+        def __getattr__(self, attr):
+            return getattr(self._response, attr)
+
+        def iter_bytes(self, *args, **kwargs):
+            for chunk in self._response.iter_bytes(*args, **kwargs):
+                read[self._name] = read.get(self._name, 0) + len(chunk)
+                yield chunk
+
+    class Session:
+        def __init__(self, session):
+            self._session = session
+
+        def __getattr__(self, attr):
+            return getattr(self._session, attr)
+
+        def stream(self, method, url, **kwargs):
+            from contextlib import contextmanager
+
+            @contextmanager
+            def opened():
+                with self._session.stream(method, url, **kwargs) as response:
+                    yield Counted(response, str(url).rsplit("/", 1)[-1])
+            return opened()
+
+    monkeypatch.setattr(huggingface_hub.utils, "get_session", lambda: Session(real_session()))
+    files = pack_repo_files(pack)
+    hub.add_repo(REPO, files)
+    hub.ignore_range = True
+    code, remote, err = plan_json([REPO, *PLAN_ARGS], capsys)
+    assert code == 0, err
+    shards = {n: len(d) for n, d in files.items() if n.endswith(".safetensors")}
+    big = {n: size for n, size in shards.items() if size > 4 * 65536}  # ≈ 350 KB: many network reads each
+    assert set(read) >= set(shards) and big
+    for name, size in big.items():  # the first ask and what came with its last network read, not the rest
+        assert read[name] < size // 2, (name, read[name], size)
+
+
+def test_an_unreachable_hub_plans_the_pack_in_the_local_cache(hub, pack, capsys):
+    from clover_local.hub import transfer
+
+    hub.add_repo(REPO, pack_repo_files(pack))
+    transfer.download(REPO, progress=False)
+    hub.stop()  # connections refused from here on
+    code, remote, err = plan_json([REPO, *PLAN_ARGS], capsys)
+    assert code == 0, err
+    assert "hub" not in remote and remote["fits"]
+
+
+def test_a_hub_checkpoint_is_planned_with_the_profile_and_group_size_given(hub, pack, capsys, tmp_path):
+    files = pack_repo_files(pack)
+    config = json.dumps({k: v for k, v in json.loads(files["config.json"]).items()
+                         if k != "quantization_config"}).encode()
+    hub.add_repo("org/bf16", {"config.json": config})
+    folder = tmp_path / "bf16"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(config)
+    flags = ["--profile", "compact", "--group-size", "64"]
+    code, local, err = plan_json([str(folder), *PLAN_ARGS, *flags], capsys)
+    assert code == 0, err
+    code, remote, err = plan_json(["org/bf16", *PLAN_ARGS, *flags], capsys)
+    assert code == 0, err
+    assert remote.pop("hub")["checkpoint"]
+    assert remote["planned_as_pack"].pop("command") == ("clover-local quantize org/bf16 --out PACK --profile compact "
+                                                        "--group-size 64")
+    local["planned_as_pack"].pop("command")
+    assert remote == {**local, "model": "org/bf16"}
+
+
+def test_a_relative_folder_shaped_like_a_repo_id_is_that_folder(hub, pack, capsys, monkeypatch, tmp_path):
+    import shutil
+
+    from clover_local.loader import load
+
+    shutil.copytree(pack, tmp_path / "work" / "org" / "local-pack")
+    monkeypatch.chdir(tmp_path / "work")
+    code, plan, err = plan_json(["org/local-pack", *PLAN_ARGS], capsys)
+    assert code == 0, err
+    assert "hub" not in plan and not hub.requests
+    loaded = load("org/local-pack", "cpu", "float32", "auto", vram_budget=1 << 30, context=4096)
+    assert loaded.model.runtime is not None and not hub.requests
+
+
+def test_a_pack_partly_in_the_cache_is_still_refused_before_the_rest_is_downloaded(hub, pack):
+    from clover_local.errors import CloverError
+    from clover_local.hub import transfer
+    from clover_local.loader import load
+
+    hub.add_repo(REPO, pack_repo_files(pack))
+    snapshot = Path(transfer.download(REPO, progress=False))
+    sorted(snapshot.glob("model-*.safetensors"))[0].unlink()  # an interrupted download: one shard missing
+    with pytest.raises(CloverError) as err:
+        load(REPO, "cpu", "float32", "auto", vram_budget=256 * 1024)
+    assert str(err.value).endswith("(nothing was downloaded: the plan was made from the Hub's headers)")
+
+
+@pytest.mark.parametrize("dtype,options", [("bfloat16", {}), ("float32", {"prefill_chunk": 64}),
+                                           ("float32", {"context": 1024})])
+def test_the_refusal_before_the_download_is_the_one_the_load_gives(hub, pack, dtype, options):
+    """The same options and dtype as the load itself: the budget it names is the one the load would ask for."""
+    from clover_local.errors import CloverError
+    from clover_local.loader import load
+
+    hub.add_repo(REPO, pack_repo_files(pack))
+    with pytest.raises(CloverError) as local:
+        load(str(pack), "cpu", dtype, "auto", vram_budget=300 * 1024, **options)
+    with pytest.raises(CloverError) as remote:
+        load(REPO, "cpu", dtype, "auto", vram_budget=300 * 1024, **options)
+    assert str(remote.value) == f"{local.value} (nothing was downloaded: the plan was made from the Hub's headers)"
+
+
+def test_a_whole_load_of_a_hub_pack_is_not_judged_by_the_offloaded_plan(hub, pack):
+    from clover_local.loader import load
+
+    hub.add_repo(REPO, pack_repo_files(pack))
+    loaded = load(REPO, "cpu", "float32", None, vram_budget=256 * 1024)  # dequantized whole: no budget applies
+    assert getattr(loaded.model, "runtime", None) is None

@@ -845,6 +845,52 @@ def test_eval_refuses_another_source_before_streaming_the_reference(env, tokeniz
     assert streamed == []
 
 
+@pytest.mark.parametrize("name", ["input_layernorm.weight", "post_attention_layernorm.weight", "mlp.gate.weight"])
+def test_eval_checks_each_tensor_the_pack_keeps_verbatim(env, tokenizer_dir, name):
+    from quantize.quality import VERBATIM, compare
+
+    assert name in VERBATIM
+    state = random_state(load_config(env.src))
+    state[f"layers.1.{name}"] = state[f"layers.1.{name}"] + 0.25
+    other = write_src(env.root / f"other-{name}", tokenizer_dir, state=state)
+    with pytest.raises(CloverError, match=f"layer 1's {re.escape(name)} differs"):
+        compare(Path(env.pack), Path(other), samples=2, seq_len=64, calib=env.calib,
+                on_layer=lambda which, i: pytest.fail("streamed before the check"))
+
+
+def test_pack_reader_tensor_names_what_is_missing(env):
+    reader = PackReader(env.pack)
+    assert reader.tensor("model.layers.0.input_layernorm.weight").dtype == torch.bfloat16
+    with pytest.raises(CloverError, match="has no tensor model.layers.0.nope.weight"):
+        reader.tensor("model.layers.0.nope.weight")
+
+
+@pytest.mark.parametrize("profile,group", [("compact", 128), ("experts-only", 128), ("balanced", -1)])
+def test_plan_of_the_checkpoint_is_the_plan_of_the_pack_for_each_profile_and_group(env, capsys, profile, group):
+    """`plan CHECKPOINT --profile P --group-size G` is the plan of the pack quantize makes with them, byte for
+    byte (balanced at 128 is test_plan_bench's). experts-only planned its BF16 head as model.lm_head.weight, a
+    "norms" row, where quantize writes lm_head.weight."""
+    if group == 128:
+        made = env.pack_for(profile, "gptq")[0]
+    else:
+        made = env.root / f"pack-{profile}-g{group}"
+        if not made.exists():
+            env.quantize(made, profile=profile, method="rtn", group_size=group)
+    args = ["--vram", "1GB", "--ram", "8GB", "--context", "4096", "--json"]
+    assert run_cli(["plan", str(made), *args]) == 0
+    want = json.loads(capsys.readouterr().out)
+    flags = (["--profile", profile] if profile != "balanced" else []) + (
+        ["--group-size", str(group)] if group != 128 else [])
+    assert run_cli(["plan", str(env.src), *args, *flags]) == 0
+    got = json.loads(capsys.readouterr().out)
+    planned = got.pop("planned_as_pack")
+    assert got == {**want, "model": str(env.src)}
+    assert planned["profile"] == profile and planned["group_size"] == group
+    shards = list(made.glob("*.safetensors"))
+    assert planned["pack_bytes"] == sum(p.stat().st_size - 8 - int.from_bytes(p.read_bytes()[:8], "little")
+                                        for p in shards)  # the tensors' bytes
+
+
 def test_eval_of_an_unfinished_or_foreign_folder_says_what_it_is(env, capsys):
     """An interrupted quantization was 'not a GPTQ pack (its config.json has no quantization_config)', and so was
     a folder without any config.json: say it is unfinished (and --resume), or that there is no config.json."""

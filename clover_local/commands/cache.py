@@ -452,10 +452,10 @@ def _select(names: list[str], listing: Listing) -> list[Entry]:
     chosen: dict[str, Entry] = {}
     for raw in names:
         name = _checked_name(raw)
-        if any(c in name for c in "*?["):
-            hits = [e for e in listing.entries if fnmatch.fnmatchcase(e.name, name)]
-        elif name in by_name:
+        if name in by_name:  # first: a listed name with [ or ? in it is that entry, not a pattern
             hits = [by_name[name]]
+        elif any(c in name for c in "*?["):
+            hits = [e for e in listing.entries if fnmatch.fnmatchcase(e.name, name)]
         else:
             hits = by_lower.get(name.lower(), [])  # Hub repo ids are case-insensitive on the Hub
             hits = hits if len(hits) == 1 else []
@@ -516,6 +516,29 @@ def _remove_local(target: Path) -> None:
     shutil.rmtree(doomed)
 
 
+def _execute_quietly(strategy: Any) -> list[str]:
+    """huggingface_hub's deletion, run with the warnings it logs for a path it could not delete (permission
+    denied: with a traceback, and no exception raised) collected instead of printed."""
+    import logging
+
+    log = logging.getLogger("huggingface_hub.utils._cache_manager")
+    problems: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            problems.append(record.getMessage())
+
+    handler, propagate = Collect(logging.WARNING), log.propagate
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        strategy.execute()
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+    return problems
+
+
 def _confirm(count: int) -> bool:
     return typer.confirm(f"Remove {_plural(count, 'entry', 'entries')}?", default=False, err=True)
 
@@ -569,14 +592,23 @@ def rm(
                 _remove_local(target)
             except OSError as exc:
                 done = f"; removed before it: {', '.join(r.name for r in removed)}" if removed else ""
-                raise CloverError(f"could not remove {e.name} ({target}): {exc.strerror or exc}{done}") from None
+                left = target.with_name(f"{REMOVING}{target.name}-{os.getpid()}")  # _remove_local's rename
+                kept = (f"; what is left of it is listed as {left.relative_to(listing.root.resolve()).as_posix()}"
+                        if left.exists() else "")
+                raise CloverError(f"could not remove {e.name} ({target}): {exc.strerror or exc}{kept}{done}") from None
             removed.append(e)
         if strategy is not None:
             try:
-                strategy.execute()
+                problems = _execute_quietly(strategy)
             except OSError as exc:
-                raise CloverError(f"could not remove {', '.join(e.name for e in hub)} from the Hub cache: "
-                                  f"{exc.strerror or exc}") from None
+                problems = [f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)]
+            left = [e for e in hub if os.path.lexists(e.repo.repo_path)]
+            if left:  # huggingface_hub logs a path it cannot delete and goes on: not removed, whatever it says
+                removed += [e for e in hub if e not in left]
+                done = f"; removed: {', '.join(r.name for r in removed)}" if removed else ""
+                why = problems[0] if problems else "its folder is still there"
+                raise CloverError(f"could not remove {', '.join(e.name for e in left)} from the Hub cache: {why}; "
+                                  f"what is left is in {', '.join(str(e.repo.repo_path) for e in left)}{done}")
             removed += hub
     if as_json:
         listed = chosen if dry_run else removed

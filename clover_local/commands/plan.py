@@ -63,8 +63,9 @@ def _pack_only(model: str, bits: int | None, profile: str | None, group: int | N
     given = [flag for flag, value in (("--bits", bits), ("--profile", profile), ("--group-size", group))
              if value is not None]
     if given:
-        raise CloverError(f"{model} is a pack: {' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to a "
-                          "BF16 checkpoint (planned as the pack quantize would make of it)")
+        flags = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+        raise CloverError(f"{model} is a pack: {flags} appl{'y' if len(given) > 1 else 'ies'} to a BF16 checkpoint "
+                          "(planned as the pack quantize would make of it)")
 
 
 @app.command(short_help=(
@@ -82,7 +83,7 @@ def plan(
     context: int = typer.Option(32768, "--context", help="Tokens of context the KV cache is sized for."),
     prefill_chunk: Optional[int] = prefill_chunk_option(None),
     bits: Optional[int] = typer.Option(None, "--bits", help="For a BF16 checkpoint: plan the pack `quantize "
-                                       "--bits N` makes of it (4, the default, or 3)."),
+                                       "--bits N` makes of it (4, the default, 3 or 8)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="For a BF16 checkpoint: the quantize profile "
                                           "to plan for (default balanced)."),
     group_size: Optional[int] = typer.Option(None, "--group-size", help="For a BF16 checkpoint: the quantize "
@@ -120,8 +121,8 @@ def plan(
     from clover_local.runtime.placement import PCIE_BPS, TARGET_BPS, make_plan
     from clover_local.runtime.sizes import default_budget, fmt_bytes, host_available_bytes, parse_size
 
-    if bits is not None and bits not in (3, 4):
-        raise CloverError(f"--bits must be 4 or 3, got {bits}")
+    if bits is not None and bits not in (3, 4, 8):  # quantize's choices (its SUPPORTED_BITS)
+        raise CloverError(f"--bits must be 3, 4 or 8, got {bits}")
     if profile is not None:
         from quantize.profiles import get_profile
 
@@ -143,7 +144,7 @@ def plan(
         extra["hub"] = remote.to_dict()
     if quantized:
         command = " ".join(["clover-local quantize", model, "--out PACK"]
-                           + (["--bits 3"] if quantized["bits"] == 3 else [])
+                           + ([f"--bits {quantized['bits']}"] if quantized["bits"] != 4 else [])
                            + ([f"--profile {quantized['profile']}"] if quantized["profile"] != "balanced" else [])
                            + ([f"--group-size {quantized['group_size']}"] if quantized["group_size"] != 128 else []))
         extra["planned_as_pack"] = {**quantized, "pack_bytes": sum(t.nbytes for t in pack.tensors.values()),

@@ -204,6 +204,8 @@ def _shards_of(cfg, bits: int, profile_name: str, group: int = GROUP) -> Iterato
     for name, shape in global_shapes(cfg).items():
         if name == "lm_head.weight" and profile.lm_head is not None:
             glob += _quant("lm_head", shape[1], shape[0], profile.lm_head, group)
+        elif name == "lm_head.weight":  # kept BF16 (experts-only): quantize names it lm_head.weight, no model.
+            glob.append(_plain(name, shape))
         else:
             glob.append(_plain(f"model.{name}", shape))
     yield f"model-{n:05d}-of-{n:05d}.safetensors", glob
