@@ -40,6 +40,18 @@ def packed_length(n: int, bits: int) -> int:
     return n * bits // 32
 
 
+def check_group_size(group_size: int, in_features: int) -> int:
+    """`group_size` if it divides `in_features` (or is -1, per-channel), else the one-line refusal quantize gives
+    (and `plan` of a checkpoint, in the same words): the pack's config promises one group size for every module,
+    and a silent per-channel fallback would make other GPTQ loaders misread this one."""
+    if group_size != -1 and in_features % group_size:
+        from clover_local.errors import CloverError
+
+        raise CloverError(f"--group-size {group_size} does not divide an input width of {in_features}; "
+                          "choose a group size that divides it (or -1 for per-channel)")
+    return group_size
+
+
 def default_g_idx(in_features: int, group_size: int, device: torch.device | str | None = None) -> Tensor:
     """g_idx for contiguous groups (no act-order); group_size -1 means one group per output channel."""
     if group_size == -1:

@@ -21,12 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from clover_local.config import CloverConfig
-from clover_local.errors import CloverError
 from clover_local.model.clover import DecoderLayer
 from clover_local.model.rope import Rotary
 from quantize.gptq import (CLIP_STEPS, HessianAccumulator, HessianError, QuantResult, gptq_quantize,
                            gptq_quantize_batch, rtn_quantize)
-from quantize.gptq_format import pack_weight
+from quantize.gptq_format import check_group_size, pack_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, Profile
 
 
@@ -95,13 +94,7 @@ def _clip_steps(opts: QuantOptions, bits: int) -> int:
 
 
 def _checked_group(opts: QuantOptions, in_features: int) -> int:
-    group = opts.group_size
-    if group != -1 and in_features % group:
-        # the pack's config promises one group size for every module; a silent per-channel fallback would
-        # make other GPTQ loaders misread this one
-        raise CloverError(f"--group-size {group} does not divide an input width of {in_features}; "
-                          "choose a group size that divides it (or -1 for per-channel)")
-    return group
+    return check_group_size(opts.group_size, in_features)
 
 
 def packed(prefix: str, result: QuantResult, bits: int) -> dict[str, torch.Tensor]:

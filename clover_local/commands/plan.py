@@ -23,7 +23,6 @@ def _pack_index(model: str, bits: int | None, profile: str | None, group: int | 
         from clover_local.runtime.synthetic_pack import synthetic_index
 
         return synthetic_index(model.split(":", 1)[1]), None, None
-    from clover_local.config import load_config
     from clover_local.loader import is_hub_id, resolve_model_path
     from clover_local.pack.reader import is_pack
 
@@ -38,16 +37,11 @@ def _pack_index(model: str, bits: int | None, profile: str | None, group: int | 
                 _pack_only(model, bits, profile, group)
             return remote.index, remote, settings if remote.checkpoint else None
     path = resolve_model_path(model)  # a folder, or offline / unreachable: the pack in the local Hub cache
-    if not is_pack(path):
-        load_config(path)  # no config.json (an empty folder) or a broken one: say that, not "quantize it"
-        from clover_local.runtime.synthetic_pack import quantized_index
+    if not is_pack(path):  # a checkpoint (no config.json, or a broken one: the config's own error, not "quantize")
+        from clover_local.runtime.synthetic_pack import checkpoint_index
 
-        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        gen_path = path / "generation_config.json"
-        generation = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
         settings = _settings(bits, profile, group)
-        index = quantized_index(raw, generation, settings["bits"], settings["profile"], settings["group_size"],
-                                shown=model)
+        index = checkpoint_index(path, settings["bits"], settings["profile"], settings["group_size"], model)
         return index, None, settings
     _pack_only(model, bits, profile, group)
     return read_pack_index(path), None, None  # checks each shard's size against its header (a truncated download)

@@ -56,6 +56,7 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
     from huggingface_hub.hf_api import RepoFile
 
     from clover_local.hub.transfer import _check_token_text, _raise_hub, is_connection_error, offline_mode
+    from clover_local.runtime.synthetic_pack import checkpoint_index
 
     if offline_mode():
         return None
@@ -73,7 +74,7 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
             for name in SMALL_FILES:
                 if name in sizes:
                     (Path(tmp) / name).write_bytes(_get(repo_id, commit, name, sizes[name]))
-            checkpoint = _checkpoint_index(Path(tmp), repo_id, bits, profile, group)
+            checkpoint = checkpoint_index(Path(tmp), bits, profile, group, repo_id)
             if checkpoint is not None:
                 wanted = _wanted(sizes)
                 return RemotePack(checkpoint, repo_id, commit, 0, 0, len(wanted), sum(sizes[f] for f in wanted),
@@ -111,23 +112,6 @@ def _wanted(sizes: dict[str, int]) -> list[str]:
     from clover_local.hub.transfer import ALLOW_PATTERNS, IGNORE_PATTERNS
 
     return list(filter_repo_objects(list(sizes), allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS))
-
-
-def _checkpoint_index(folder: Path, repo_id: str, bits: int, profile: str, group: int) -> PackIndex | None:
-    """For a BF16 checkpoint (a Clover config.json without quantization_config), the index of the pack quantize
-    would make of it; None for a pack."""
-    import json
-
-    from clover_local.config import load_config
-    from clover_local.runtime.synthetic_pack import quantized_index
-
-    load_config(folder)  # a Clover model at all: the config's own one-line errors
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if "quantization_config" in raw:
-        return None
-    gen_path = folder / "generation_config.json"
-    generation = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
-    return quantized_index(raw, generation, bits, profile, group, shown=repo_id)
 
 
 def _get(repo_id: str, commit: str, name: str, length: int) -> bytes:

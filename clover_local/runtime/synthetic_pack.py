@@ -30,7 +30,7 @@ from clover_local.config import parse_config
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
 from clover_local.runtime.pack_index import PackIndex, TensorInfo, _classify
-from quantize.gptq_format import pack_last
+from quantize.gptq_format import check_group_size, pack_last
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
 
 VERSION = 1
@@ -111,10 +111,7 @@ def _quant(name: str, k: int, n: int, bits: int, group: int = GROUP) -> list[_T]
     """GPTQ tensors of a [K→N] linear with random codes, zero at mid-range, scales for weights of std ≈ 0.02
     (`group` -1: one group per output channel)."""
     kw, nw = k * bits // 32, n * bits // 32  # packed rows of qweight, packed columns of qzeros
-    if group != -1 and k % group:  # what quantize refuses (layer_quant._checked_group), in its words
-        raise CloverError(f"--group-size {group} does not divide an input width of {k} ({name}); choose a group "
-                          "size that divides it (or -1 for per-channel)")
-    size = k if group == -1 else group
+    size = k if check_group_size(group, k) == -1 else group  # what quantize refuses, refused here alike
     groups = k // size
     base = 0.02 / (((1 << bits) ** 2 - 1) / 12) ** 0.5
 
@@ -213,12 +210,8 @@ def _shards_of(cfg, bits: int, profile_name: str, group: int = GROUP) -> Iterato
 
 def synthetic_index(kind: str) -> PackIndex:
     """The PackIndex of a synthetic pack, computed without writing it."""
-    raw = _config(kind)
-    cfg = parse_config(raw, {"mask_token_id": spec_of(kind).mask_token_id})
-    tensors = {t.name: TensorInfo(t.name, shard, _ST[t.dtype], t.shape) for shard, ts in _shards(kind) for t in ts}
-    pack = PackIndex(Path(f"synthetic:{kind}"), cfg, raw["quantization_config"], tensors)
-    _classify(pack)
-    return pack
+    return _index(_config(kind), {"mask_token_id": spec_of(kind).mask_token_id}, expert_bits(kind), "balanced",
+                  GROUP, f"synthetic:{kind}")
 
 
 def quantized_index(raw: dict, generation: dict, bits: int = 4, profile: str = "balanced", group: int = GROUP,
@@ -226,11 +219,31 @@ def quantized_index(raw: dict, generation: dict, bits: int = 4, profile: str = "
     """The PackIndex of the pack `quantize --bits BITS --profile PROFILE --group-size GROUP` would make of a
     checkpoint whose config.json is `raw` (generation_config.json: `generation`), computed from the config alone:
     what `plan` of a BF16 checkpoint shows, before hours of quantizing (and, from the Hub, a 69 GB download)."""
-    raw = _pack_config(raw, bits, profile, group=group)
+    return _index(_pack_config(raw, bits, profile, group=group), generation, bits, profile, group,
+                  shown or "checkpoint")
+
+
+def checkpoint_index(folder: Path, bits: int, profile: str, group: int, shown: str) -> PackIndex | None:
+    """`quantized_index` of the checkpoint in `folder` (its config.json and generation_config.json), or None when
+    the folder holds a pack (a quantization_config). Bad configs are the config's own one-line errors."""
+    from clover_local.config import load_config
+    from clover_local.pack.reader import is_pack
+
+    load_config(folder)
+    if is_pack(folder):
+        return None
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    gen_path = folder / "generation_config.json"
+    generation = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.is_file() else {}
+    return quantized_index(raw, generation, bits, profile, group, shown=shown)
+
+
+def _index(raw: dict, generation: dict, bits: int, profile: str, group: int, shown: str) -> PackIndex:
+    """The PackIndex of the pack `raw` (a config.json with its quantization_config) describes, without writing it."""
     cfg = parse_config(raw, generation)
     tensors = {t.name: TensorInfo(t.name, shard, _ST[t.dtype], t.shape)
                for shard, ts in _shards_of(cfg, bits, profile, group) for t in ts}
-    pack = PackIndex(Path(shown or "checkpoint"), cfg, raw["quantization_config"], tensors)
+    pack = PackIndex(Path(shown), cfg, raw["quantization_config"], tensors)
     _classify(pack)
     return pack
 
