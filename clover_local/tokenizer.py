@@ -131,6 +131,14 @@ class ChatTokenizer:
         """Text of `ids` (partial UTF-8 sequences decode to U+FFFD)."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """The text each token adds, in one linear pass: "".join(pieces(ids)) == decode(ids). A token that ends
+        inside a multi-byte character adds "" and the token completing it adds the character."""
+        from tokenizers.decoders import DecodeStream
+
+        stream = DecodeStream(skip_special_tokens=False)
+        return [stream.step(self.tokenizer, int(i)) or "" for i in ids]
+
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
 

@@ -237,24 +237,57 @@ class ReasoningSplitter:
         return dr, dc
 
 
-class TurnText:
+class PlainText:
+    """The generated token ids of one answer as text, decoded as blocks commit, as they are (a raw completion
+    has no chat template, so nothing in it is taken for reasoning)."""
+
+    reasoning = ""
+    reasoning_tokens = 0
+
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+        self.ids: list[int] = []
+        self.text = ""  # decoded so far (PlainText's content)
+
+    def _decoded(self, token_ids: list[int], final: bool) -> str:
+        self.ids.extend(token_ids)
+        text = self.tok.decode(self.ids)
+        return text if final else text.rstrip("\ufffd")  # wait for the rest of a multi-byte character
+
+    def add(self, token_ids: list[int], final: bool = False) -> tuple[str, str]:
+        """(reasoning, content) added by `token_ids`: here always ("", new text)."""
+        text = self._decoded(token_ids, final)
+        new, self.text = text[len(self.text):], text
+        return "", new
+
+    def finish(self) -> tuple[str, str]:
+        return self.add([], final=True)
+
+    @property
+    def content(self) -> str:
+        return self.text
+
+    def ids_covering(self, chars: int) -> list[int]:
+        """The fewest leading ids whose text holds the first `chars` characters (an answer cut by a stop string
+        keeps the tokens its text came from)."""
+        total = 0
+        for k, piece in enumerate(self.tok.pieces(self.ids)):
+            if total >= chars:
+                return self.ids[:k]
+            total += len(piece)
+        return list(self.ids)
+
+
+class TurnText(PlainText):
     """The generated token ids of one answer as text: decoded as blocks commit, split into reasoning/content."""
 
     def __init__(self, tokenizer, prompt_text: str = "") -> None:
-        self.tok = tokenizer
-        self.ids: list[int] = []
+        super().__init__(tokenizer)
         self.splitter = ReasoningSplitter(prompt_opens_thinking(prompt_text))
         self._think_end_id = tokenizer.think_end_id if hasattr(tokenizer, "think_end_id") else None
 
     def add(self, token_ids: list[int], final: bool = False) -> tuple[str, str]:
-        self.ids.extend(token_ids)
-        text = self.tok.decode(self.ids)
-        if not final:
-            text = text.rstrip("\ufffd")  # wait for the rest of a multi-byte character
-        return self.splitter.update(text, final)
-
-    def finish(self) -> tuple[str, str]:
-        return self.add([], final=True)
+        return self.splitter.update(self._decoded(token_ids, final), final)
 
     @property
     def reasoning(self) -> str:

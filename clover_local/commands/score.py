@@ -3,8 +3,7 @@
 A pack scores through the offloading runtime like `generate` (4-bit weights, experts cached on the device), so
 scoring a 35B pack needs no more memory than chatting with it, and reads the text in the runtime's prefill passes
 (up to 4,096 rows, each layer over all of them a chunk at a time: a layer's experts cross PCIe once a pass, not
-once a 512-row chunk). The LM head runs on a few rows at a time: at Clover's 248K vocabulary, 512 rows of fp32
-logits alone would be 0.5 GB.
+once a 512-row chunk). The scoring itself is `generate.scoring` (the server's `logprobs` use it too).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import math
 from pathlib import Path
 from typing import Optional
 
-import torch
 import typer
 
 from clover_local.cli import app
@@ -22,30 +20,8 @@ from clover_local.commands._model_options import (context_flag_limit, context_op
                                                   load_options, offload_option,
                                                   prefill_chunk_option, vram_budget_option)
 from clover_local.errors import CloverError
+from clover_local.generate.scoring import score_ids
 from clover_local.text_files import text_from
-
-CHUNK = 512  # rows per causal pass without the runtime: bounds activation memory on long texts
-HEAD_ROWS = 64  # rows per LM-head call: bounds the logits (rows x vocab x 4 bytes)
-
-
-def score_ids(model, ids: list[int]) -> list[float]:
-    """logprobs[i] = log p(ids[i+1] | ids[..i]), computed in causal passes through the prefix cache: the
-    runtime's prefill span (`CloverModel.prefill_rows`), else CHUNK rows."""
-    cache = model.new_cache()
-    device = model.embed_tokens.weight.device
-    chunk_rows = model.prefill_rows or CHUNK
-    out: list[float] = []
-    with torch.inference_mode():
-        for start in range(0, len(ids) - 1, chunk_rows):
-            chunk = ids[start : min(start + chunk_rows, len(ids) - 1)]
-            hidden = model.hidden(torch.tensor([chunk], device=device), cache)[0]
-            targets = torch.tensor(ids[start + 1 : start + 1 + len(chunk)], device=device)
-            for r in range(0, len(chunk), HEAD_ROWS):
-                logits = model.lm_head(hidden[r : r + HEAD_ROWS]).float()
-                lp = torch.log_softmax(logits, -1).gather(-1, targets[r : r + HEAD_ROWS, None]).squeeze(-1)
-                out.extend(lp.tolist())
-    return out
-
 
 @app.command()
 def score(
@@ -85,7 +61,7 @@ def score(
             raise CloverError(f"the text has {len(ids)} tokens, over {over} or score a shorter text")
         raise CloverError(f"the text has {len(ids)} tokens, over the context of {loaded.config.max_context}; "
                           "raise --context or score a shorter text")
-    logprobs = score_ids(loaded.model, ids)
+    logprobs = score_ids(loaded.model, ids).logprobs
     ppl = math.exp(-sum(logprobs) / len(logprobs))
     if as_json:
         print(json.dumps({"token_ids": ids, "logprobs": logprobs, "ppl": ppl}))

@@ -51,10 +51,12 @@ def serve(
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
-    """Serve a model over an OpenAI-compatible API: /v1/chat/completions (streaming and not), /v1/models, /health.
+    """Serve a model over an OpenAI-compatible API: /v1/chat/completions, /v1/completions, /v1/models, /health.
 
     One request generates at a time; others wait in a queue. Thinking comes back as `reasoning_content`;
     turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
+    /v1/completions continues raw text (no chat template); with "logprobs" and "echo" it scores the prompt
+    causally, as lm-evaluation-harness's local-completions model asks.
 
     Examples:
 
@@ -64,6 +66,9 @@ def serve(
 
       curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
         -d '{"model": "tiny", "messages": [{"role": "user", "content": "add 12+30"}]}'
+
+      lm_eval --model local-completions --tasks hellaswag \\
+        --model_args base_url=http://127.0.0.1:8000/v1/completions,model=tiny,tokenizer=./clover-int4
     """
     from clover_local.loader import load
     from clover_local.serve.engine import Engine

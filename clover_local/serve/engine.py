@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
-from clover_local.chat.turn import OUT_OF_MEMORY, TurnStats, TurnText, decode_events, release_memory
+from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
+from clover_local.generate.scoring import Stopped, score_ids
 from clover_local.serve.protocol import ApiError, StopText
 
 
@@ -40,6 +41,8 @@ class Job:
     settings: Any  # DecodeSettings
     stop: list[str] = field(default_factory=list)
     history_tokens: int | None = None  # the messages rendered without the generation prompt (prompt cache)
+    raw: bool = False  # /v1/completions: the text as generated, no reasoning split
+    score_top: int | None = None  # /v1/completions' logprobs: score prompt + answer, listing this many likeliest
     out: queue.Queue = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
@@ -152,10 +155,41 @@ class Engine:
             self.counts[what] += 1
 
     def _generate(self, job: Job) -> None:
-        turn = TurnText(self.tokenizer, job.prompt_text)
+        turn = PlainText(self.tokenizer) if job.raw else TurnText(self.tokenizer, job.prompt_text)
         stats = TurnStats(prompt_tokens=len(job.prompt_ids))
         stop = StopText(job.stop)
         finish_reason = None
+        if job.settings.max_new_tokens > 0:  # 0: a completions request that only scores its prompt (echo)
+            finish_reason = self._decode(job, turn, stats, stop)
+            if job.cancel.is_set() and finish_reason is None:
+                return self._cancelled(job, stats)
+        stats.end(finish_reason or "length")
+        dr, dc = turn.finish()
+        dc = stop.feed(dc, final=True)
+        if dr or dc:
+            job.out.put(("delta", dr, dc))
+        if stop.hit:  # also when the stop string came only with the last of the text
+            finish_reason = "stop"
+        info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
+                "prompt_tokens": len(job.prompt_ids), "cached_tokens": self.prompt_cache.stats.last_reused,
+                "completion_tokens": stats.tokens,
+                # the streamed pieces, joined: a plain answer is cut where a streamed one is
+                "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop.text,
+                "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
+                          "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
+        if job.score_top is not None:
+            answer = turn.ids_covering(len(stop.text)) if stop.hit else turn.ids
+            info["scored_ids"] = job.prompt_ids + answer
+            try:
+                info["scores"] = score_ids(self.loaded.model, info["scored_ids"], job.score_top,
+                                           should_stop=job.cancel.is_set)
+            except Stopped:
+                return self._cancelled(job, stats)
+        self._count("completed")
+        job.out.put(("done", info))
+
+    def _decode(self, job: Job, turn: PlainText, stats: TurnStats, stop: StopText) -> str | None:
+        """The answer's passes, its text put out as blocks commit; the finish reason (None: cancelled)."""
         events = decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set,
                                reuse=self.prompt_cache, snapshot_at=job.history_tokens)
         for ev in events:
@@ -171,32 +205,15 @@ class Engine:
                 if dr or dc:
                     job.out.put(("delta", dr, dc))
                 if stop.hit:
-                    finish_reason = "stop"
-                    break
+                    return "stop"
             elif isinstance(ev, Finished):
-                finish_reason = ev.stats.stop_reason
-        if job.cancel.is_set() and finish_reason is None:
-            stats.end("cancelled")
-            self._count("cancelled")
-            job.out.put(("error", shutting_down()) if self.closed else ("cancelled", None))
-            return
-        stats.end(finish_reason or "stop")
-        dr, dc = turn.finish()
-        dc = stop.feed(dc, final=True)
-        if dr or dc:
-            job.out.put(("delta", dr, dc))
-        if stop.hit:  # also when the stop string came only with the last of the text
-            finish_reason = "stop"
-        self._count("completed")
-        info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
-                "prompt_tokens": len(job.prompt_ids), "cached_tokens": self.prompt_cache.stats.last_reused,
-                "completion_tokens": stats.tokens,
-                # the streamed pieces, joined: a plain answer is cut where a streamed one is
-                "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop.text,
-                "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
-                          "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
-        job.out.put(("done", info))
+                return ev.stats.stop_reason
+        return None
 
+    def _cancelled(self, job: Job, stats: TurnStats) -> None:
+        stats.end("cancelled")
+        self._count("cancelled")
+        job.out.put(("error", shutting_down()) if self.closed else ("cancelled", None))
 
 def failed_request(exc: BaseException) -> ApiError:
     """A generation that failed for want of memory or on a runtime limit: 503 (the server is fine, this request

@@ -1,8 +1,8 @@
-"""The HTTP side, on the standard library (`http.server`): no web framework needed for four routes.
+"""The HTTP side, on the standard library (`http.server`): no web framework needed for five routes.
 
 A thread per connection (ThreadingHTTPServer) reads and checks the request, renders the conversation with
-the chat template and tokenizes it, then hands a Job to the Engine and relays its output: one JSON body, or
-Server-Sent Events over chunked transfer encoding. While it waits it watches its socket; a client that hung
+the chat template (or, for /v1/completions, takes the prompt as it is) and tokenizes it, then hands a Job to the
+Engine and relays its output: one JSON body, or Server-Sent Events over chunked transfer encoding. While it waits it watches its socket; a client that hung
 up cancels its job (the worker stops between passes).
 """
 
@@ -15,15 +15,17 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Iterator
 
 from clover_local.chat.turn import history_tokens
 from clover_local.errors import CloverError
 from clover_local.serve.engine import Engine, Job
-from clover_local.serve.protocol import (ApiError, ChatRequest, chunk, completion, completion_id,
-                                         parse_chat_request, usage)
+from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chunk, completion,
+                                         completion_id, legacy_logprobs, parse_chat_request,
+                                         parse_completion_request, text_choice, text_chunk, text_completion, usage)
 
 
 @dataclass
@@ -195,28 +197,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0].rstrip("/")
-        if path != "/v1/chat/completions":
-            self._error(ApiError(404, f"no route POST {path}; this server has /v1/chat/completions",
+        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions}
+        if path not in routes:
+            self._error(ApiError(404, f"no route POST {path}; this server has {' and '.join(routes)}",
                                  code="not_found"), close=True)
             return
         raw = self._read_body()
         if raw is None or not self._authorized():
             return
         try:
-            req = parse_chat_request(raw)
-            job = self._job(req)
-            self.server.engine.submit(job)
-        except ApiError as err:
-            self._error(err)
-            return
-        try:
-            if req.stream:
-                self._stream(req, job)
-            else:
-                self._complete(req, job)
+            routes[path](raw)
         except (ClientGone, BrokenPipeError, ConnectionResetError, socket.timeout):
-            job.cancel.set()
-            self.close_connection = True
+            self.close_connection = True  # its job was cancelled on the way out (`_relaying`)
 
     def do_PUT(self) -> None:  # noqa: N802
         self._error(ApiError(405, "method not allowed"), close=True)
@@ -224,11 +216,32 @@ class Handler(BaseHTTPRequestHandler):
     do_DELETE = do_PATCH = do_PUT
 
     # ------------------------------------------------------------------ chat completions
-    def _job(self, req: ChatRequest) -> Job:
+    def _chat(self, raw: bytes) -> None:
+        try:
+            req = parse_chat_request(raw)
+            job = self._job(req)
+            self.server.engine.submit(job)
+        except ApiError as err:
+            self._error(err)
+            return
+        with self._relaying(job):
+            if req.stream:
+                self._stream(req, job)
+            else:
+                self._complete(job)
+
+    def _settings(self, req: Sampling, prompt_tokens: int, what: str):
+        """DecodeSettings for one answer to a prompt of `prompt_tokens` tokens (400 when it cannot fit)."""
         from clover_local.generate.block_diffusion import DecodeSettings
 
-        engine, limits = self.server.engine, self.server.limits
-        tok = engine.tokenizer
+        engine = self.server.engine
+        max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what)
+        threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
+        return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
+                              top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids)
+
+    def _job(self, req: ChatRequest) -> Job:
+        tok = self.server.engine.tokenizer
         try:
             text = tok.apply_chat_template(req.messages, add_generation_prompt=True,
                                            enable_thinking=req.enable_thinking, **req.template_kwargs)
@@ -236,11 +249,16 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, str(exc), param="messages") from None
         ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
-        max_new = completion_budget(len(ids), req.max_tokens, limits)
-        threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
-        settings = DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
-                                  top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids)
-        return Job(ids, text, settings, stop=req.stop, history_tokens=history)
+        return Job(ids, text, self._settings(req, len(ids), "messages"), stop=req.stop, history_tokens=history)
+
+    @contextmanager
+    def _relaying(self, job: Job) -> Iterator[None]:
+        """A client gone while its job is relayed cancels the job (the worker stops at its next pass)."""
+        try:
+            yield
+        except (ClientGone, BrokenPipeError, ConnectionResetError, socket.timeout):
+            job.cancel.set()
+            raise
 
     def _next(self, job: Job) -> tuple:
         """The job's next output; watches the connection while waiting."""
@@ -251,22 +269,23 @@ class Handler(BaseHTTPRequestHandler):
                 if self._client_gone():
                     raise ClientGone from None
 
-    def _complete(self, req: ChatRequest, job: Job) -> None:
-        name = self.server.model_name
+    def _result(self, job: Job) -> dict | None:
+        """The job's final figures and text (its deltas skipped); None once its error was answered."""
         while True:
             item = self._next(job)
+            if item[0] == "done":
+                return item[1]
             if item[0] == "error":
                 self._error(item[1])
-                return
-            if item[0] == "done":
-                info = item[1]
-                use = usage(info["prompt_tokens"], info["completion_tokens"], info["reasoning_tokens"], info["stats"],
-                            info["cached_tokens"])
-                self._send_json(200, completion(completion_id(), name, info["content"], info["reasoning"],
-                                                info["finish_reason"], use))
-                return
+                return None
             if item[0] == "cancelled":
                 raise ClientGone
+
+    def _complete(self, job: Job) -> None:
+        info = self._result(job)
+        if info is not None:
+            self._send_json(200, completion(completion_id(), self.server.model_name, info["content"],
+                                            info["reasoning"], info["finish_reason"], _usage(info)))
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -276,14 +295,21 @@ class Handler(BaseHTTPRequestHandler):
         payload = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
         self._write_chunk(f"data: {payload}\n\n".encode("utf-8"))
 
-    def _stream(self, req: ChatRequest, job: Job) -> None:
-        name, cid, created = self.server.model_name, completion_id(), int(time.time())
+    def _start_events(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("X-Accel-Buffering", "no")
         self.end_headers()
+
+    def _end_events(self) -> None:
+        self._event("[DONE]")
+        self._write_chunk(b"")
+
+    def _stream(self, req: ChatRequest, job: Job) -> None:
+        name, cid, created = self.server.model_name, completion_id(), int(time.time())
+        self._start_events()
         self._event(chunk(cid, name, created, {"role": "assistant", "content": ""}))
         while True:
             item = self._next(job)
@@ -298,20 +324,101 @@ class Handler(BaseHTTPRequestHandler):
                 info = item[1]
                 self._event(chunk(cid, name, created, {}, info["finish_reason"]))
                 if req.include_usage:
-                    use = usage(info["prompt_tokens"], info["completion_tokens"], info["reasoning_tokens"],
-                                info["stats"], info["cached_tokens"])
-                    self._event(chunk(cid, name, created, None, use=use))
+                    self._event(chunk(cid, name, created, None, use=_usage(info)))
                 break
             elif kind == "error":
                 self._event(item[1].body())
                 break
             elif kind == "cancelled":
                 raise ClientGone
-        self._event("[DONE]")
-        self._write_chunk(b"")
+        self._end_events()
+
+    # ------------------------------------------------------------------ text completions
+    def _completions(self, raw: bytes) -> None:
+        """/v1/completions: each prompt (a batch runs one after another, each queued as its own job) continued
+        as raw text; with `logprobs`, a causal scoring pass over prompt and answer after the answer."""
+        try:
+            req = parse_completion_request(raw)
+            jobs = [self._completion_job(req, i, p) for i, p in enumerate(req.prompts)]  # all checked first
+        except ApiError as err:
+            self._error(err)
+            return
+        infos = []
+        for job in jobs:
+            try:
+                self.server.engine.submit(job)
+            except ApiError as err:
+                self._error(err)
+                return
+            with self._relaying(job):
+                if req.stream:
+                    return self._stream_text(req, job)
+                info = self._result(job)
+            if info is None:
+                return
+            infos.append(info)
+        choices = [text_choice(i, (job.prompt_text if req.echo else "") + info["content"], info["finish_reason"],
+                               self._logprobs(req, job, info)) for i, (job, info) in enumerate(zip(jobs, infos))]
+        self._send_json(200, text_completion(completion_id("cmpl"), self.server.model_name, choices,
+                                             _usage(*infos)))
+
+    def _completion_job(self, req: CompletionRequest, i: int, prompt: str | list[int]) -> Job:
+        engine = self.server.engine
+        if isinstance(prompt, str):
+            ids, text = engine.tokenizer.encode(prompt), prompt
+        else:
+            vocab = engine.loaded.config.vocab_size
+            bad = next((t for t in prompt if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise ApiError(400, f"prompt[{i}] holds token id {bad}, outside this model's vocabulary "
+                               f"(0 to {vocab - 1})", param="prompt")
+            ids, text = list(prompt), engine.tokenizer.decode(prompt)
+        return Job(ids, text, self._settings(req, len(ids), "prompt"), stop=req.stop, raw=True,
+                   score_top=req.logprobs)
+
+    def _logprobs(self, req: CompletionRequest, job: Job, info: dict) -> dict | None:
+        if req.logprobs is None:
+            return None
+        first = 0 if req.echo else len(job.prompt_ids)
+        return legacy_logprobs(self.server.engine.tokenizer, info["scored_ids"], info["scores"], first)
+
+    def _stream_text(self, req: CompletionRequest, job: Job) -> None:
+        name, cid, created = self.server.model_name, completion_id("cmpl"), int(time.time())
+        self._start_events()
+        if req.echo:
+            self._event(text_chunk(cid, name, created, text_choice(0, job.prompt_text, None)))
+        while True:
+            item = self._next(job)
+            kind = item[0]
+            if kind == "delta" and item[2]:
+                self._event(text_chunk(cid, name, created, text_choice(0, item[2], None)))
+            elif kind == "done":
+                self._event(text_chunk(cid, name, created, text_choice(0, "", item[1]["finish_reason"])))
+                if req.include_usage:
+                    self._event(text_chunk(cid, name, created, None, use=_usage(item[1])))
+                break
+            elif kind == "error":
+                self._event(item[1].body())
+                break
+            elif kind == "cancelled":
+                raise ClientGone
+        self._end_events()
 
 
-def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits) -> int:
+def _usage(*infos: dict) -> dict:
+    """Usage of one answer, or the sum over a batch's (block-diffusion figures recomputed from the sums)."""
+    if len(infos) == 1:
+        i = infos[0]
+        return usage(i["prompt_tokens"], i["completion_tokens"], i["reasoning_tokens"], i["stats"], i["cached_tokens"])
+    total = {k: sum(i[k] for i in infos) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens",
+                                                   "cached_tokens")}
+    passes, seconds = sum(i["stats"]["passes"] for i in infos), sum(i["stats"]["seconds"] for i in infos)
+    tokens = total["completion_tokens"]
+    stats = {"passes": passes, "tokens_per_pass": round(tokens / passes, 4) if passes else 0.0,
+             "seconds": round(seconds, 4), "tokens_per_second": round(tokens / seconds, 3) if seconds else 0.0}
+    return usage(total["prompt_tokens"], tokens, total["reasoning_tokens"], stats, total["cached_tokens"])
+
+def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits, what: str = "messages") -> int:
     """The tokens the answer may take: `max_tokens`, or without it what the context leaves (at most the server's
     --max-tokens). Raises a 400 when that does not fit; messages that fill the context alone are told so, since
     no max_tokens would help (OpenAI's wording would count a negative completion there)."""
@@ -320,16 +427,16 @@ def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits
                        param="max_tokens", code="max_tokens_too_large")
     if prompt_tokens >= limits.context:
         room = ", which leaves no room for an answer" if prompt_tokens == limits.context else ""
-        raise ApiError(400, f"the messages are {prompt_tokens} tokens; this server's maximum context length is "
-                       f"{limits.context} tokens (--context){room}: shorten them",
-                       param="messages", code="context_length_exceeded")
+        raise ApiError(400, f"the {what} {'is' if what == 'prompt' else 'are'} {prompt_tokens} tokens; this "
+                       f"server's maximum context length is {limits.context} tokens (--context){room}: shorten "
+                       f"{'it' if what == 'prompt' else 'them'}", param=what, code="context_length_exceeded")
     if max_tokens is None:
         return min(limits.max_tokens, limits.context - prompt_tokens)
     if prompt_tokens + max_tokens > limits.context:
         raise ApiError(400, f"This model's maximum context length is {limits.context} tokens. However, you "
-                       f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
-                       f"{max_tokens} in the completion). Please reduce the length of the messages or completion.",
-                       param="messages", code="context_length_exceeded")
+                       f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {what}, "
+                       f"{max_tokens} in the completion). Please reduce the length of the {what} or completion.",
+                       param=what, code="context_length_exceeded")
     return max_tokens
 
 

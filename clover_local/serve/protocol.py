@@ -1,4 +1,5 @@
-"""The OpenAI chat-completions wire format: parsing and checking a request, shaping responses and errors.
+"""The OpenAI chat-completions and completions wire formats: parsing and checking a request, shaping responses
+and errors. (/v1/completions' own fields and refusals: `parse_completion_request`.)
 
 Accepted (others are ignored, as OpenAI-compatible servers do): `messages` (system/developer, user, assistant;
 text content as a string or a list of text parts; an assistant's `reasoning_content`), `max_tokens` /
@@ -36,8 +37,9 @@ class ApiError(Exception):
 
 
 @dataclass
-class ChatRequest:
-    messages: list[dict[str, Any]]
+class Sampling:
+    """What a chat request and a completions request share: how to sample, when to stop, how to answer."""
+
     model: str | None = None
     stream: bool = False
     include_usage: bool = False
@@ -46,9 +48,23 @@ class ChatRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
-    enable_thinking: bool = True
     threshold: float | None = None
+
+
+@dataclass
+class ChatRequest(Sampling):
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    enable_thinking: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CompletionRequest(Sampling):
+    """/v1/completions: raw text (or token ids) continued, no chat template. One answer per prompt."""
+
+    prompts: list[str | list[int]] = field(default_factory=list)
+    echo: bool = False
+    logprobs: int | None = None  # how many likeliest tokens to list at each position (0: the token's own only)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -155,30 +171,41 @@ def parse_messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
+def _json_object(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _bad(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
-    refuse_unsupported(body)
-    req = ChatRequest(messages=parse_messages(body.get("messages")))
+    return body
+
+
+def _bool(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(f"'{name}' must be true or false", name)
+    return value
+
+
+def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
+    """The fields both endpoints read, checked, into `req`."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise _bad("'model' must be a string", "model")
     req.model = model
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool) and stream is not None:
-        raise _bad("'stream' must be true or false", "stream")
-    req.stream = bool(stream)
+    req.stream = _bool(body, "stream", False)
     opts = body.get("stream_options")
     if opts is not None:
         if not isinstance(opts, dict):
             raise _bad("'stream_options' must be an object", "stream_options")
         req.include_usage = bool(opts.get("include_usage", False))
-    mt = _int(body, "max_completion_tokens", 1)
-    req.max_tokens = mt if mt is not None else _int(body, "max_tokens", 1)
+    mt = _int(body, "max_completion_tokens", min_tokens)
+    mt = mt if mt is not None else _int(body, "max_tokens", min_tokens)
+    if mt is not None:
+        req.max_tokens = mt
     req.temperature = _number(body, "temperature", 0.0, 2.0, 0.0)
     req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.threshold = _number(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
@@ -196,6 +223,13 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
             raise _bad("'stop' must be a string or a list of up to 4 non-empty strings", "stop")
         req.stop = stop
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    body = _json_object(raw)
+    refuse_unsupported(body)
+    req = ChatRequest(messages=parse_messages(body.get("messages")))
+    _sampling(body, req)
     think = body.get("enable_thinking")
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
@@ -213,10 +247,62 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     return req
 
 
+MAX_LOGPROBS = 20  # likeliest tokens listed a position at most (OpenAI's legacy API: 5; vLLM's default: 20)
+COMPLETIONS_MAX_TOKENS = 16  # OpenAI's default for /v1/completions (vLLM's too)
+
+
+def parse_prompts(value: Any) -> list[str | list[int]]:
+    """`prompt` as OpenAI takes it: a string, a list of token ids, or a list of either (a batch)."""
+    def is_ids(x: Any) -> bool:
+        return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+    if isinstance(value, str) or (is_ids(value) and value):
+        prompts = [value]
+    elif isinstance(value, list) and value and all(isinstance(x, str) or is_ids(x) for x in value):
+        prompts = list(value)
+    else:
+        raise _bad("'prompt' must be a string, a list of token ids, or a non-empty list of either", "prompt")
+    for i, p in enumerate(prompts):
+        if not p:
+            raise _bad(f"prompt[{i}] is empty: a completion continues some text", "prompt")
+    return prompts
+
+
+def parse_completion_request(raw: bytes) -> CompletionRequest:
+    """/v1/completions. Refused rather than ignored: `suffix` (no infilling: the text is read left to right),
+    `best_of` above 1, `logprobs` with `stream` (they come from a scoring pass after the answer), a batch of prompts
+    with `stream`, and `max_tokens` 0 without `echo` (nothing to return)."""
+    body = _json_object(raw)
+    req = CompletionRequest(prompts=parse_prompts(body.get("prompt")), max_tokens=COMPLETIONS_MAX_TOKENS)
+    _sampling(body, req, min_tokens=0)
+    req.echo = _bool(body, "echo", False)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                 or not 0 <= logprobs <= MAX_LOGPROBS):
+        raise _bad(f"'logprobs' must be an integer from 0 to {MAX_LOGPROBS} on /v1/completions "
+                   "(how many likeliest tokens to list at each position)", "logprobs")
+    req.logprobs = logprobs
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise _bad("'suffix' must be a string", "suffix")
+    if suffix:
+        raise _unsupported("suffix", "no infilling: the model reads the text left to right here")
+    if body.get("best_of") not in (None, 1):
+        raise _bad("only best_of=1 is supported", "best_of")
+    if req.max_tokens == 0 and not req.echo:
+        raise _bad("'max_tokens' is 0 and 'echo' is off: there would be nothing to return", "max_tokens")
+    if req.stream and req.logprobs is not None:
+        raise _unsupported("logprobs", "not while streaming: they come from a scoring pass after the answer; "
+                           "send stream false")
+    if req.stream and len(req.prompts) > 1:
+        raise _bad("stream one prompt at a time (or send the batch with stream false)", "prompt")
+    return req
+
+
 # ---------------------------------------------------------------------------------------------- responses
 
-def completion_id() -> str:
-    return "chatcmpl-" + uuid.uuid4().hex[:24]
+def completion_id(kind: str = "chatcmpl") -> str:
+    return f"{kind}-{uuid.uuid4().hex[:24]}"
 
 
 def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, stats: dict, cached_tokens: int = 0
@@ -251,6 +337,47 @@ def chunk(cid: str, model: str, created: int, delta: dict | None, finish_reason:
         out["usage"] = use
     return out
 
+
+def text_completion(cid: str, model: str, choices: list[dict], use: dict) -> dict:
+    return {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": choices, "usage": use}
+
+
+def text_choice(index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def text_chunk(cid: str, model: str, created: int, choice: dict | None, use: dict | None = None) -> dict:
+    out: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
+                           "choices": [] if choice is None else [choice]}
+    if use is not None:
+        out["usage"] = use
+    return out
+
+
+def legacy_logprobs(tokenizer, ids: list[int], scores, first: int) -> dict:
+    """The completions API's `logprobs` for ids[first:]: each token's text, its log-probability given the tokens
+    before it (None for the text's first token, which nothing predicts), the likeliest alternatives (token text
+    → logprob; tokens whose texts coincide share a key, as in other servers), and where each token's text starts
+    in the returned text (a character split over two tokens starts at the one completing it). `scores` is
+    `score_ids(model, ids, top)`'s: scores.logprobs[i] is ids[i+1]'s."""
+    pieces = tokenizer.pieces(ids)
+    offset = 0
+    out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for i in range(first, len(ids)):
+        out["tokens"].append(tokenizer.decode([ids[i]]))
+        out["text_offset"].append(offset)
+        offset += len(pieces[i])
+        if i == 0:
+            out["token_logprobs"].append(None)
+            out["top_logprobs"].append(None)
+        else:
+            out["token_logprobs"].append(scores.logprobs[i - 1])
+            alternatives: dict[str, float] = {}
+            for t, lp in scores.top[i - 1] if scores.top else []:
+                alternatives.setdefault(tokenizer.decode([t]), lp)  # likeliest first; it keeps a shared key
+            out["top_logprobs"].append(alternatives)
+    return out
 
 def first_stop(text: str, stops: list[str]) -> int | None:
     """Where `text` is cut: at the start of the stop string that ends first in it (of two ending together, the

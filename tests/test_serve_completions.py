@@ -1,0 +1,216 @@
+"""`/v1/completions` (raw text continued, no chat template) through the official `openai` client, in-process so
+the answers can be checked against the model itself: the text is the block-diffusion decoder's own answer, a
+stream adds up to it, `logprobs` are the causal pass's log-probabilities (checked against one full forward pass,
+not against the scoring code that made them), lm-evaluation-harness's loglikelihood request reads back what it
+expects, a stop string cuts text and tokens alike, and every unsupported or malformed field gets a 400 naming it.
+
+The model is a tiny random checkpoint: gibberish, but it rarely ends early, so answers have text to compare.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+
+from clover_local.checkpoint.synthetic import write_checkpoint
+from tests.conftest import tokenizer_spec
+
+openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
+
+CONTEXT = 256
+PROMPT = "add 12+30 and then some"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tokenizer_dir):
+    """(loaded model, base URL) of an in-process server on a random checkpoint."""
+    from clover_local.loader import load
+    from clover_local.serve.engine import Engine
+    from clover_local.serve.http import Limits, make_server
+
+    torch.set_num_threads(1)
+    folder = write_checkpoint(tmp_path_factory.mktemp("completions") / "ckpt", tokenizer_spec(tokenizer_dir), seed=5)
+    for f in tokenizer_dir.iterdir():
+        if f.name != "generation_config.json":
+            shutil.copy(f, folder / f.name)
+    loaded = load(str(folder), "cpu", "float32")
+    engine = Engine(loaded, max_queue=4)
+    srv = make_server(engine, "127.0.0.1", 0, "raw", Limits(max_tokens=64, context=CONTEXT), quiet=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield loaded, f"http://127.0.0.1:{srv.server_address[1]}"
+    engine.stop()
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def client(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def decoded(loaded, ids: list[int], max_new: int) -> list[int]:
+    """The decoder's own greedy answer, outside the server."""
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.events import Finished
+
+    decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
+    settings = DecodeSettings(max_new_tokens=max_new, threshold=loaded.config.diffusion.threshold,
+                              stop_token_ids=loaded.stop_token_ids)
+    return next(ev for ev in decoder.generate(ids, settings) if isinstance(ev, Finished)).token_ids
+
+
+def causal_logprobs(loaded, ids: list[int]) -> torch.Tensor:
+    """log p over the vocabulary at every row of one plain causal pass [T, V] (row i predicts ids[i+1])."""
+    with torch.inference_mode():
+        return torch.log_softmax(loaded.model(torch.tensor([ids]))[0].float(), -1)
+
+
+def post(url: str, body: dict, path: str = "/v1/completions") -> tuple[int, dict]:
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_completion_is_the_decoders_answer_as_raw_text(served, client):
+    loaded, _ = served
+    ids = loaded.tokenizer.encode(PROMPT)
+    want = decoded(loaded, ids, 40)
+    assert want, "the random model ended at once: nothing to compare"
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40)
+    assert r.object == "text_completion" and r.id.startswith("cmpl-") and len(r.choices) == 1
+    choice = r.choices[0]
+    assert choice.text == loaded.tokenizer.decode(want)  # no chat template, no reasoning split
+    assert choice.finish_reason == ("length" if len(want) == 40 else "stop") and choice.logprobs is None
+    assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == len(want)
+    # the same answer from token ids; OpenAI's default of 16 tokens without max_tokens (a budget that ends inside
+    # a block changes which positions that block denoises, so it is its own answer, not a cut of the longer one)
+    assert client.completions.create(model="raw", prompt=ids, max_tokens=40).choices[0].text == choice.text
+    short = client.completions.create(model="raw", prompt=PROMPT)
+    assert short.choices[0].text == loaded.tokenizer.decode(decoded(loaded, ids, 16))
+
+
+def test_a_stream_adds_up_to_the_plain_answer_and_echoes_first(served, client):
+    loaded, _ = served
+    plain = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40).choices[0].text
+    parts = list(client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, stream=True, echo=True,
+                                           stream_options={"include_usage": True}))
+    texts = [p.choices[0].text for p in parts if p.choices]
+    assert texts[0] == PROMPT and "".join(texts) == PROMPT + plain
+    assert parts[-2].choices[0].finish_reason in ("stop", "length")
+    assert parts[-1].choices == [] and parts[-1].usage.prompt_tokens == len(loaded.tokenizer.encode(PROMPT))
+
+
+def test_echo_logprobs_are_the_causal_pass(served, client):
+    """max_tokens 0 with echo scores the prompt alone: each token's log p given those before it equals one full
+    causal pass's (the server scores in chunks through the prefix cache), and the alternatives are that row's
+    likeliest, likeliest first."""
+    loaded, _ = served
+    tok = loaded.tokenizer
+    ids = tok.encode(PROMPT)
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=0, echo=True, logprobs=3)
+    choice = r.choices[0]
+    assert choice.text == PROMPT and r.usage.completion_tokens == 0
+    lp = choice.logprobs
+    assert lp.tokens == [tok.decode([i]) for i in ids]
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    ref = causal_logprobs(loaded, ids)
+    for i in range(1, len(ids)):
+        assert lp.token_logprobs[i] == pytest.approx(ref[i - 1, ids[i]].item(), abs=1e-4)
+        top = lp.top_logprobs[i]
+        values, indices = ref[i - 1].topk(3)
+        want: dict[str, float] = {}
+        for t, v in zip(indices.tolist(), values.tolist()):
+            want.setdefault(tok.decode([t]), v)  # two tokens may read the same (partial UTF-8: U+FFFD)
+        assert list(top) == list(want) and list(top.values()) == pytest.approx(list(want.values()), abs=1e-4)
+    assert [PROMPT[o:].startswith(t) for o, t in zip(lp.text_offset, lp.tokens)] == [True] * len(ids)
+
+
+def test_lm_eval_loglikelihood_request(served):
+    """lm-evaluation-harness's `local-completions` loglikelihood payload (token-id prompts in a batch, max_tokens
+    1, echo, logprobs 1) and how it reads the answer: the continuation's summed logprob, and whether each of its
+    tokens was the likeliest (top_logprobs' best equals the token's own)."""
+    loaded, url = served
+    tok = loaded.tokenizer
+    context, continuations = tok.encode("add 12+30"), [tok.encode(" is 42"), tok.encode(" and more")]
+    prompts = [context + c for c in continuations]
+    code, body = post(url, {"model": "raw", "prompt": prompts, "temperature": 0, "max_tokens": 1, "logprobs": 1,
+                            "seed": 1234, "echo": True})
+    assert code == 200 and [c["index"] for c in body["choices"]] == [0, 1]
+    for choice, ids, cont in zip(body["choices"], prompts, continuations):
+        lp = choice["logprobs"]
+        assert len(lp["token_logprobs"]) == len(ids) + 1  # the prompt, echoed, and the one generated token
+        ctxlen = len(context)
+        summed = sum(lp["token_logprobs"][ctxlen:-1])
+        greedy = all(t == max(top.values()) for t, top in zip(lp["token_logprobs"][ctxlen:-1],
+                                                              lp["top_logprobs"][ctxlen:-1]))
+        ref = causal_logprobs(loaded, ids)
+        rows = range(ctxlen - 1, len(ids) - 1)
+        assert summed == pytest.approx(sum(ref[r, ids[r + 1]].item() for r in rows), abs=1e-3)
+        assert greedy == all(ref[r].argmax().item() == ids[r + 1] for r in rows)
+        assert choice["text"].startswith(tok.decode(ids))
+    assert body["usage"]["prompt_tokens"] == sum(map(len, prompts))
+
+
+def test_logprobs_of_an_answer_and_a_stop_string_cut(served, client):
+    """Without echo the logprobs cover the answer's tokens only (scored causally after the answer); a stop string
+    cuts the text, and the tokens listed are those the kept text came from."""
+    loaded, _ = served
+    tok = loaded.tokenizer
+    ids = tok.encode(PROMPT)
+    answer = decoded(loaded, ids, 40)
+    text = tok.decode(answer)
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, logprobs=0)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text == text and lp.tokens == [tok.decode([t]) for t in answer]
+    assert lp.text_offset[0] == 0 and all(top == {} for top in lp.top_logprobs)
+    ref = causal_logprobs(loaded, ids + answer)
+    assert lp.token_logprobs == pytest.approx([ref[len(ids) - 1 + k, t].item() for k, t in enumerate(answer)],
+                                              abs=1e-4)
+    stop = text[len(text) // 2: len(text) // 2 + 2]
+    assert stop.strip(), f"pick another stop string from {text!r}"
+    cut = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, logprobs=0, stop=[stop])
+    kept = cut.choices[0].text
+    assert kept == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
+    tokens = cut.choices[0].logprobs.tokens
+    assert "".join(tokens).startswith(kept) and len("".join(tokens[:-1])) < len(kept) if tokens else kept == ""
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"suffix": "end"}, "suffix", "no infilling"),
+    ({"best_of": 2}, "best_of", "best_of=1"),
+    ({"n": 2}, "n", "n=1"),
+    ({"logprobs": 21}, "logprobs", "0 to 20"),
+    ({"logprobs": True}, "logprobs", "0 to 20"),
+    ({"logprobs": 1, "stream": True}, "logprobs", "not while streaming"),
+    ({"prompt": ["a", "b"], "stream": True}, "prompt", "one prompt at a time"),
+    ({"max_tokens": 0}, "max_tokens", "nothing to return"),
+    ({"max_tokens": -1}, "max_tokens", "at least 0"),
+    ({"prompt": ""}, "prompt", "prompt[0] is empty"),
+    ({"prompt": []}, "prompt", "'prompt' must be"),
+    ({"prompt": [1.5]}, "prompt", "'prompt' must be"),
+    ({"prompt": {"text": "hi"}}, "prompt", "'prompt' must be"),
+    ({"prompt": None}, "prompt", "'prompt' must be"),
+    ({"prompt": [[3, 4], [5, 100000]]}, "prompt", "prompt[1] holds token id 100000"),
+    ({"prompt": "word " * 300}, "prompt", "maximum context length is 256"),
+    ({"max_tokens": 65}, "max_tokens", "at most 64"),
+])
+def test_bad_completion_requests_are_400_naming_the_field(served, body, param, words):
+    code, answer = post(served[1], {"model": "raw", "prompt": PROMPT, **body})
+    assert code == 400, answer
+    err = answer["error"]
+    assert err["param"] == param and words in err["message"], err
+
+
+def test_unknown_routes_name_both_endpoints(served):
+    code, answer = post(served[1], {"prompt": PROMPT}, path="/v1/complete")
+    assert code == 404 and "/v1/chat/completions and /v1/completions" in answer["error"]["message"]
