@@ -67,6 +67,9 @@ class CompletionRequest(Sampling):
     logprobs: int | None = None  # how many likeliest tokens to list at each position (0: the token's own only)
 
 
+MAX_STOPS = 16  # OpenAI takes 4; evaluation harnesses send a task's stop strings and the EOS text, often more
+
+
 def _bad(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param=param)
 
@@ -220,8 +223,8 @@ def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None:
-        if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
-            raise _bad("'stop' must be a string or a list of up to 4 non-empty strings", "stop")
+        if not isinstance(stop, list) or len(stop) > MAX_STOPS or not all(isinstance(s, str) and s for s in stop):
+            raise _bad(f"'stop' must be a string or a list of up to {MAX_STOPS} non-empty strings", "stop")
         req.stop = stop
 
 
