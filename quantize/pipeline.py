@@ -398,11 +398,14 @@ def quantize_checkpoint(
         on_layer(i + 1, n_layers, "done")
         if stop_after_layer is not None and i == stop_after_layer:
             raise KeyboardInterrupt
-    on_layer(n_layers, n_layers, "LM head")
-    _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile, settings, device)
     result = QuantizeResult(out, reports, resumed_from=start)
     try:
-        _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards)
+        if start == n_layers and _hashed(out):  # stopped after the pack was hashed: only the card and cleanup left
+            _tidy(out, Manifest.load(out))
+        else:
+            on_layer(n_layers, n_layers, "LM head")
+            _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile, settings, device)
+            _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise CloverError(f"the disk is full while finishing the pack in {out}; free some space and rerun "
@@ -487,13 +490,26 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
         memory={"total_bytes": total, "expert_bytes": expert_bytes, "non_expert_bytes": total - expert_bytes},
         created=created,
     )
+    # the progress goes last: a run killed before this point is still resumable (the manifest skips hidden folders)
+    manifest.finalize(out)
+    _tidy(out, manifest)
+
+
+def _hashed(out: Path) -> bool:
+    """The pack's manifest is there and complete: `_finish` got past hashing the files."""
+    try:
+        return (out / MANIFEST_NAME).is_file() and Manifest.load(out).complete
+    except CloverError:
+        return False
+
+
+def _tidy(out: Path, manifest: Manifest) -> None:
+    """What follows the hashing: the card, then the progress. A --resume after a kill here does only this (the
+    LM head is not quantized again to hash the same pack). state.json goes first, so a kill inside the removal
+    leaves either a whole progress folder or one without state beside a complete manifest (which prepare_output
+    clears without touching the pack), never a state.json whose inputs are gone."""
     from clover_local.pack.card import write_card
 
-    # the progress goes last: a run killed before this point is still resumable (the manifest skips hidden folders);
-    # state.json first, so a kill inside the removal leaves either a whole progress folder or one without state
-    # beside a complete manifest (which prepare_output clears without touching the pack), never a state.json
-    # whose inputs are gone
-    manifest.finalize(out)
     write_card(out, manifest=manifest)
     (out / PROGRESS / "state.json").unlink(missing_ok=True)
     shutil.rmtree(out / PROGRESS, ignore_errors=True)

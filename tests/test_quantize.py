@@ -532,7 +532,8 @@ def test_interrupted_while_finishing_resumes(env, capsys, monkeypatch):
     """Every layer is done and the pack is being finished (index, config, tokenizer, manifest, card) when the
     run stops — Ctrl-C while the manifest hashes the files, Ctrl-C after it is complete but before the card,
     a full disk while the tokenizer is copied: each time the progress is kept and --resume takes it from there,
-    ending in the same pack."""
+    ending in the same pack. Once the manifest is complete, --resume only writes the card and clears the progress
+    (it used to quantize the LM head again to hash the same pack: minutes at 35B)."""
     import clover_local.pack.card as card
 
     def ctrl_c(*args, **kwargs):
@@ -543,14 +544,16 @@ def test_interrupted_while_finishing_resumes(env, capsys, monkeypatch):
 
     out = env.root / "finish-interrupted"
     args = env.cli_args(out)
-    for obj, name, fake, needle in ((Manifest, "finalize", ctrl_c, "interrupted"),
-                                    (card, "write_card", ctrl_c, "interrupted"),
-                                    (pipeline.shutil, "copyfile", full_disk, "disk is full")):
+    for obj, name, fake, needle in ((pipeline.shutil, "copyfile", full_disk, "disk is full"),
+                                    (Manifest, "finalize", ctrl_c, "interrupted"),
+                                    (card, "write_card", ctrl_c, "interrupted")):
         monkeypatch.setattr(obj, name, fake)
         expect_error(capsys, args, needle, "--resume")
         monkeypatch.undo()
         assert state_of(out)["next_layer"] == N_LAYERS
         args = env.cli_args(out, "--resume")
+    assert not (out / "README.md").exists()
+    monkeypatch.setattr(pipeline, "_write_globals", ctrl_c)  # the LM head is not quantized again
     assert run_cli(args) == 0, capsys.readouterr().err
     assert digest(out) == digest(env.pack)
 
