@@ -57,11 +57,11 @@ def _register() -> None:
     for command in app.registered_commands:
         if command.callback is not None and not hasattr(command.callback, "__wrapped__"):
             if command.help is None and command.callback.__doc__:
-                command.help = _reflowed(command.callback.__doc__)
-            command.callback = _interrupt_exits(command.callback)
+                command.help = reflowed(command.callback.__doc__)
+            command.callback = interrupt_exits(command.callback)
 
 
-def _reflowed(doc: str) -> str:
+def reflowed(doc: str) -> str:
     """A command's docstring for --help: each prose paragraph on one line, so the terminal wraps it at its own
     width (typer's rich help keeps a docstring's line breaks: sentences broke mid-line at 80 columns); indented
     lines (examples, their continuations) are kept as written."""
@@ -76,7 +76,7 @@ def _reflowed(doc: str) -> str:
     return "\n\n".join(out)
 
 
-def _interrupt_exits(callback: Callable[..., Any]) -> Callable[..., Any]:
+def interrupt_exits(callback: Callable[..., Any]) -> Callable[..., Any]:
     """Ctrl-C that a command does not handle itself ends it with one `interrupted` line and exit status 130.
     Around each command, not in `main`: typer's standalone mode turns a KeyboardInterrupt into a silent exit 130
     before `main` sees it. A command may catch the interrupt first to keep what it made (generate --json prints

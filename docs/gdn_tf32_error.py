@@ -17,7 +17,7 @@ import torch
 
 from clover_local.config import parse_config
 from clover_local.model.gdn import GatedDeltaNet
-from clover_local.runtime.synthetic_pack import _config
+from clover_local.runtime.synthetic_pack import synthetic_config
 
 
 def tf32(x: torch.Tensor) -> torch.Tensor:
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=512, help="prompt rows (a multiple of 64)")
     args = parser.parse_args()
     gen = torch.Generator().manual_seed(3)
-    gdn = GatedDeltaNet(parse_config(_config("full")))
+    gdn = GatedDeltaNet(parse_config(synthetic_config("full")))
     with torch.no_grad():  # gpu_check's random layer: small weights, decays in the model's range
         for p in gdn.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * (0.02 if p.dim() > 1 else 0.3) + (1.0 if p.dim() == 1 else 0))

@@ -51,7 +51,7 @@ def test_every_command_ends_on_ctrl_c_with_one_line(capsys) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(typer.Exit) as exit_info:
-        cli._interrupt_exits(interrupted)()
+        cli.interrupt_exits(interrupted)()
     assert exit_info.value.exit_code == 130
     assert capsys.readouterr().err == "interrupted\n"
     assert run_cli(["plan", "--help"]) == 0 and "--vram" in capsys.readouterr().out
@@ -70,7 +70,7 @@ def test_generate_takes_max_tokens_as_chat_and_serve_spell_it(capsys) -> None:
 def test_help_prose_is_wrapped_by_the_terminal_not_the_docstring(capsys) -> None:
     """typer's rich help kept a docstring's line breaks, so sentences broke mid-line ("Without a terminal" then a
     short line); prose paragraphs are joined, indented example lines kept as written."""
-    from clover_local.cli import _reflowed
+    from clover_local.cli import reflowed
 
     doc = """Summary line.
 
@@ -82,7 +82,7 @@ def test_help_prose_is_wrapped_by_the_terminal_not_the_docstring(capsys) -> None
       clover-local plan x \\
         --vram 16GB
     """
-    assert _reflowed(doc) == ("Summary line.\n\nFirst sentence runs on into a second line.\n\nExamples:\n\n"
+    assert reflowed(doc) == ("Summary line.\n\nFirst sentence runs on into a second line.\n\nExamples:\n\n"
                               "  clover-local plan x \\\n    --vram 16GB")
     assert run_cli(["chat", "--help"]) == 0
     out = capsys.readouterr().out

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clover_local.cli import _interrupt_exits, _reflowed, app
+from clover_local.cli import interrupt_exits, reflowed, app
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
 
@@ -384,7 +384,7 @@ Examples:
 
 cache_app = typer.Typer(
     name="cache",
-    help=_reflowed(CACHE_HELP),
+    help=reflowed(CACHE_HELP),
     invoke_without_command=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -403,7 +403,7 @@ def cache(
         raise CloverError(f"--json goes after the subcommand: clover-local cache {ctx.invoked_subcommand} ... --json")
 
 
-@cache_app.command("list", help=_reflowed(LIST_HELP), short_help="List the cache entries, their sizes and a total.")
+@cache_app.command("list", help=reflowed(LIST_HELP), short_help="List the cache entries, their sizes and a total.")
 def list_cache(
     as_json: bool = typer.Option(False, "--json", help="Print the listing as one JSON object."),
 ) -> None:
@@ -558,7 +558,7 @@ def _print_plan(chosen: list[Entry], freed: int, dry_run: bool) -> None:
     out.print(f"{'Would free' if dry_run else 'Frees'} {fmt_bytes(freed)} ({freed} bytes).")
 
 
-@cache_app.command("rm", help=_reflowed(RM_HELP), short_help="Remove cache entries by name, freeing their space.",
+@cache_app.command("rm", help=reflowed(RM_HELP), short_help="Remove cache entries by name, freeing their space.",
                    no_args_is_help=True)
 def rm(
     names: list[str] = typer.Argument(..., metavar="NAME...", help="Entry names or Hub repo ids, as `cache list` "
@@ -625,9 +625,9 @@ def _wrap_like_top_level_commands() -> None:
     subcommands here get the same (help is set above), so `cache rm` cut short ends like every command."""
     for command in [*cache_app.registered_commands, cache_app.registered_callback]:
         if command is not None and command.callback is not None and not hasattr(command.callback, "__wrapped__"):
-            command.callback = _interrupt_exits(command.callback)
+            command.callback = interrupt_exits(command.callback)
 
 
 _wrap_like_top_level_commands()
-app.add_typer(cache_app, name="cache", help=_reflowed(CACHE_HELP),
+app.add_typer(cache_app, name="cache", help=reflowed(CACHE_HELP),
               short_help="List what clover-local keeps on disk (synthetic packs, demo, Hub models) and free it.")

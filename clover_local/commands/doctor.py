@@ -199,10 +199,10 @@ def _existing(path: Path) -> Path:
     return p
 
 
-def _token_and_source() -> tuple[bool, str]:
+def token_and_source() -> tuple[bool, str]:
     """Whether a Hub token is configured and where from, found as the download code finds it (no network).
     The token itself is dropped here, never returned."""
-    from clover_local.hub.transfer import _token_and_source as found
+    from clover_local.hub.transfer import token_and_source as found
 
     token, source = found()
     return bool(token), source
@@ -211,7 +211,7 @@ def _token_and_source() -> tuple[bool, str]:
 def _secrets() -> list[str]:
     """The configured Hub token (to scrub from anything printed); [] without one."""
     try:
-        from clover_local.hub.transfer import _token_and_source as found
+        from clover_local.hub.transfer import token_and_source as found
 
         token = found()[0]
     except Exception:  # noqa: BLE001
@@ -302,12 +302,12 @@ def _triton_error() -> str | None:
 def _check_triton(say: Callable[[str], None]) -> Result:
     import torch
 
-    from clover_local.runtime.kernels import _triton_on, triton_available
+    from clover_local.runtime.kernels import triton_on, triton_available
 
     version = _dist_version("triton", "pytorch-triton", "triton-windows")
     cuda = _cuda_available()
     loads = triton_available()
-    runs = _triton_on(torch.device("cuda" if cuda else "cpu"))
+    runs = triton_on(torch.device("cuda" if cuda else "cpu"))
     facts: dict[str, Any] = {"version": version, "kernels_import": loads, "kernels_run": runs}
     fallback = ("the INT4 matmuls run the PyTorch reference (dequantize then matmul: runtime/kernels/reference.py) "
                 "and the fused GDN preview, preview attention and layer ops the model's own PyTorch path")
@@ -628,11 +628,11 @@ def _kernel_case() -> _KernelCase:
     import torch
 
     from clover_local.loader import pick_dtype
-    from clover_local.runtime.kernels import _triton_on
+    from clover_local.runtime.kernels import triton_on
 
     dev = torch.device("cuda" if _cuda_available() else "cpu")
     dtype = pick_dtype(None, dev)  # what chat runs in: bfloat16 on CUDA, float32 on the CPU
-    return _KernelCase(dev, dtype, _triton_on(dev), 2e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-3)
+    return _KernelCase(dev, dtype, triton_on(dev), 2e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-3)
 
 
 def _random_weight(out_f: int, in_f: int, group: int, gen: Any) -> tuple[dict, Any]:
@@ -759,13 +759,13 @@ def _check_kernel_moe(say: Callable[[str], None]) -> Result:
 def _check_tuning(say: Callable[[str], None]) -> Result:
     import torch
 
-    from clover_local.runtime.kernels import _triton_on
+    from clover_local.runtime.kernels import triton_on
     from clover_local.runtime.kernels.tuning import device_identity, read_table, table_path, tuning_enabled
 
     if not _cuda_available():
         return Result(OK, "no GPU: tuning tables are made per GPU (`clover-local tune` on one)", facts={"gpu": False})
     dev = torch.device("cuda")
-    if not _triton_on(dev):
+    if not triton_on(dev):
         return Result(OK, "not used: the Triton kernels do not run here (see triton above)", facts={"gpu": True})
     identity = device_identity(dev)
     path = table_path(identity)
@@ -847,9 +847,9 @@ def _check_hub_cache(say: Callable[[str], None]) -> Result:
 
 def _check_hf_token(say: Callable[[str], None]) -> Result:
     from clover_local.errors import CloverError
-    from clover_local.hub.transfer import _check_token_text
+    from clover_local.hub.transfer import check_token_text
 
-    is_set, source = _token_and_source()
+    is_set, source = token_and_source()
     oidc = bool(os.environ.get("HF_OIDC_RESOURCE"))
     facts = {"set": is_set, "source": source if is_set else None, "oidc": oidc}
     if not is_set:
@@ -858,7 +858,7 @@ def _check_hf_token(say: Callable[[str], None]) -> Result:
         return Result(OK, "no token: public repos only (private repos and `upload` need one: `hf auth login` or "
                           "HF_TOKEN)", facts=facts)
     try:
-        _check_token_text()
+        check_token_text()
     except CloverError:  # a character no HTTP header can carry: the Hub client would fail on it
         return Result(WARN, f"a token is set (from {source}), but it holds a character a token cannot have (a space "
                             "or an invisible character pasted with it)", "set it again: hf auth login, or HF_TOKEN",

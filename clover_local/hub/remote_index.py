@@ -55,12 +55,12 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
 
-    from clover_local.hub.transfer import _check_token_text, _raise_hub, is_connection_error, offline_mode
+    from clover_local.hub.transfer import check_token_text, raise_hub_error, is_connection_error, offline_mode
     from clover_local.runtime.synthetic_pack import checkpoint_index
 
     if offline_mode():
         return None
-    _check_token_text()
+    check_token_text()
     api = HfApi(library_name="clover-local", library_version=__version__)
     fetched: dict[str, int] = {}  # header bytes fetched per shard (the header reads run in threads)
     try:
@@ -97,7 +97,7 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
             raise
         if is_connection_error(exc):
             return None
-        _raise_hub(exc, repo_id=repo_id, revision=revision, action="reading")
+        raise_hub_error(exc, repo_id=repo_id, revision=revision, action="reading")
         raise
     wanted = _wanted(sizes)
     shards = len({t.shard for t in index.tensors.values()})

@@ -267,7 +267,7 @@ def hub_error(
     return None
 
 
-def _raise_hub(exc: BaseException, **kw) -> None:
+def raise_hub_error(exc: BaseException, **kw) -> None:
     err = hub_error(exc, **kw)
     if err is None:
         raise exc
@@ -394,7 +394,7 @@ def download(
     _check_repo_id(repo_id)
     offline = offline_mode()
     if not offline:
-        _check_token_text()
+        check_token_text()
     kwargs: dict[str, Any] = dict(
         repo_id=repo_id,
         repo_type="model",
@@ -428,12 +428,12 @@ def download(
             path = snapshot_download(**kwargs, local_files_only=offline)
         except Exception as exc:
             if offline or not is_connection_error(exc):
-                _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
+                raise_hub_error(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
             # The connection dropped during the transfer: if the cache holds everything, carry on offline.
             try:
                 path = snapshot_download(**{**kwargs, "force_download": False}, local_files_only=True)
             except Exception:
-                _raise_hub(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
+                raise_hub_error(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
     except BaseException:
         if made_dir:
             _remove_if_no_files(Path(dir))
@@ -522,7 +522,7 @@ class UploadResult:
         return out
 
 
-def _token_and_source() -> tuple[str | None, str]:
+def token_and_source() -> tuple[str | None, str]:
     """The token from HF_TOKEN or the login file, found without any network call, and where it came from."""
     from huggingface_hub import constants
 
@@ -539,13 +539,13 @@ def _token_and_source() -> tuple[str | None, str]:
 
 def _offline_token() -> str | None:
     """The token from HF_TOKEN or the login file, found without any network call."""
-    return _token_and_source()[0]
+    return token_and_source()[0]
 
 
-def _check_token_text(token: str | None = None) -> None:
+def check_token_text(token: str | None = None) -> None:
     """Refuse a token that no HTTP header can carry (a non-breaking or zero-width space pasted with it): the Hub
     client would fail on it with a traceback before sending anything. The token itself is never shown."""
-    found, source = _token_and_source()
+    found, source = token_and_source()
     token = token if token is not None else found
     if not token:
         return
@@ -568,7 +568,7 @@ def _token() -> str:
         raise CloverError(f"Could not obtain a Hub token ({_short(exc)}); {_LOGIN_HINT}.") from None
     if not token:
         raise CloverError(f"You are not logged in to the Hugging Face Hub: {_LOGIN_HINT}, then run upload again.")
-    _check_token_text(token)
+    check_token_text(token)
     return token
 
 
@@ -751,7 +751,7 @@ def upload(
         _remove_stale(api, repo_id, revision, stale)
         result.removed = stale
     except Exception as exc:
-        _raise_hub(exc, repo_id=repo_id, revision=revision, action="uploading to")
+        raise_hub_error(exc, repo_id=repo_id, revision=revision, action="uploading to")
     finally:
         if restore_bars:
             enable_progress_bars()

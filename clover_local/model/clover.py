@@ -349,7 +349,7 @@ class CloverModel(nn.Module):
         with torch.device("meta"):
             model = cls(cfg)
         for name, tensor in reader.global_state().items():
-            _set_param(model, name, tensor.to(device=device, dtype=dtype))
+            set_param(model, name, tensor.to(device=device, dtype=dtype))
         if cfg.tie_word_embeddings:
             model.lm_head.weight = model.embed_tokens.weight
         model.has_preview_params = reader.has_preview_params
@@ -359,7 +359,7 @@ class CloverModel(nn.Module):
         return model.eval()
 
 
-def _set_param(module: nn.Module, name: str, value: torch.Tensor) -> None:
+def set_param(module: nn.Module, name: str, value: torch.Tensor) -> None:
     owner_name, _, attr = name.rpartition(".")
     owner = module.get_submodule(owner_name) if owner_name else module
     setattr(owner, attr, nn.Parameter(value, requires_grad=False))
@@ -369,7 +369,7 @@ def fill_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], device, dtyp
     """Put a layer's tensors (names relative to `layers.i.`) into it; a backbone without the block-diffusion
     extras gets neutral ones (no right taps, unit logit scale, no history preference)."""
     for name, tensor in state.items():
-        _set_param(layer, name, tensor.to(device=device, dtype=dtype))
+        set_param(layer, name, tensor.to(device=device, dtype=dtype))
     if not layer.is_attention:
         gdn = layer.linear_attn
         defaults = {
@@ -380,7 +380,7 @@ def fill_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], device, dtyp
         }
         for extra in PREVIEW_EXTRAS:
             if f"linear_attn.{extra}" not in state:
-                _set_param(layer, f"linear_attn.{extra}", defaults[extra].to(device=device, dtype=dtype))
+                set_param(layer, f"linear_attn.{extra}", defaults[extra].to(device=device, dtype=dtype))
     return layer
 
 

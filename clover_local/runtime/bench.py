@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from clover_local.errors import CloverError
 from clover_local.generate.prompt_cache import PromptCache
 from clover_local.runtime import segments
-from clover_local.runtime.kernels import _triton_on, kernel_forms, tuning
+from clover_local.runtime.kernels import triton_on, kernel_forms, tuning
 from clover_local.model.clover import CloverModel
 from clover_local.runtime.load import RuntimeOptions, load_packed_model, reconfigure
 from clover_local.runtime.offload import OffloadedExperts
@@ -526,7 +526,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "cpu_cores": cpu_count(),
         "torch": torch.__version__,
         "dtype": str(dtype).replace("torch.", ""),
-        "kernel_tuning": tuning.summary(device) if _triton_on(device) else None,
+        "kernel_tuning": tuning.summary(device) if triton_on(device) else None,
         "kernel_forms": kernel_forms(device),
         "vram_budget": plan.vram_budget,
         "slots": plan.slots,

@@ -49,13 +49,13 @@ def _timed_ms(dev: torch.device, fn, reps: int = 20) -> float:
 
 
 def _graph_us(fn) -> float | None:
-    """GPU µs of one `fn()` from CUDA-graph replays with L2 flushed (`bench_kernels._graph_time_us`: how a
+    """GPU µs of one `fn()` from CUDA-graph replays with L2 flushed (`bench_kernels.graph_time_us`: how a
     graphed pass runs it, where `_timed_ms`'s back-to-back eager calls mostly time the host's launches at these
     sizes); None where the call cannot be captured."""
-    from clover_local.runtime.kernels.bench_kernels import _graph_time_us
+    from clover_local.runtime.kernels.bench_kernels import graph_time_us
 
     try:
-        return round(_graph_time_us(fn), 2)
+        return round(graph_time_us(fn), 2)
     except Exception:  # a call that syncs or allocates in a way capture refuses: the eager figure stands alone
         return None
 
@@ -431,13 +431,13 @@ def layer_ops_check(dev: torch.device) -> dict:
     from clover_local.model.moe import SparseMoe
     from clover_local.model.norm import ZeroCenteredRMSNorm
     from clover_local.runtime.kernels import fused_layer_ops
-    from clover_local.runtime.synthetic_pack import _config
+    from clover_local.runtime.synthetic_pack import synthetic_config
     from clover_local.config import parse_config
 
     ops = fused_layer_ops(dev)
     if ops is None:
         return {"ok": False, "error": "fused layer ops not available on this device"}
-    cfg = parse_config(_config("full"))
+    cfg = parse_config(synthetic_config("full"))
     g = torch.Generator().manual_seed(4)
     x = torch.randn(32, cfg.hidden_size, generator=g).to(dev, torch.bfloat16)
     norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -560,10 +560,10 @@ def gdn_preview_check(dev: torch.device, reps: int = 50, causal: bool = False, r
     from clover_local.model.cache import GDNCache
     from clover_local.model.gdn import GatedDeltaNet
     from clover_local.runtime.kernels import gdn_causal_kernel, gdn_preview_kernel
-    from clover_local.runtime.synthetic_pack import _config
+    from clover_local.runtime.synthetic_pack import synthetic_config
     from clover_local.config import parse_config
 
-    cfg = parse_config(_config("full"))
+    cfg = parse_config(synthetic_config("full"))
     g = torch.Generator().manual_seed(3)
     gdn = GatedDeltaNet(cfg)
     with torch.no_grad():
@@ -1119,7 +1119,7 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     top-k over NaN logits) while every kernel passed its own check at the real shapes."""
     from unittest import mock
 
-    from clover_local.runtime.load import RuntimeOptions, _install_kernels, load_packed_model
+    from clover_local.runtime.load import RuntimeOptions, install_kernels, load_packed_model
     from clover_local.runtime.sizes import GIB
     from clover_local.runtime.synthetic_pack import ensure_synthetic
 
@@ -1167,9 +1167,9 @@ def stage_finite(dev: torch.device, kind: str = "full", budget_gib: float = 16, 
     out["ok"] = finite(out["default"])
     if variants or (variants is None and not out["ok"]):
         with mock.patch.dict(os.environ, {"CLOVER_DISABLE_FUSED": "1"}):
-            _install_kernels(model, dev)  # every fused hook None: the model's PyTorch path
+            install_kernels(model, dev)  # every fused hook None: the model's PyTorch path
             out["unfused"] = passes()
-        _install_kernels(model, dev)
+        install_kernels(model, dev)
         for name, env in (("unpacked", {"CLOVER_W4A16_FORM": "unpacked"}), ("unswapped", {"CLOVER_W4A16_SWAP": "0"}),
                           ("swapped", {"CLOVER_W4A16_SWAP": "1"})):
             with mock.patch.dict(os.environ, env):  # read at every call

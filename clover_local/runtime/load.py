@@ -23,7 +23,7 @@ from safetensors import SafetensorError, safe_open
 
 from clover_local.checkpoint.names import global_shapes, layer_shapes, optional
 from clover_local.errors import CloverError
-from clover_local.model.clover import CloverModel, _set_param, fill_layer
+from clover_local.model.clover import CloverModel, set_param, fill_layer
 from clover_local.model.attention import Attention
 from clover_local.model.gdn import GatedDeltaNet
 from clover_local.model.moe import SparseMoe
@@ -236,7 +236,7 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     runtime.set_host_reads(*_host_reads(options, cache, device, dtype, cfg))
     runtime.set_read_through(*_read_through(options, runtime, dtype, cfg))
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
-    _install_kernels(model, device)
+    install_kernels(model, device)
     model.has_preview_params = all(
         f"model.layers.{i}.linear_attn.conv_right_weight" in pack.tensors
         for i in range(cfg.num_hidden_layers) if not cfg.is_attention(i))
@@ -322,7 +322,7 @@ def _read_through(options: RuntimeOptions, runtime: Runtime, dtype: torch.dtype,
     return error is None, error
 
 
-def _install_kernels(model: CloverModel, device: torch.device) -> None:
+def install_kernels(model: CloverModel, device: torch.device) -> None:
     """The fused kernels on the model's hooks where they run (CUDA): GDN preview and causal pass (a commit, a
     prefill chunk) with its output norm, preview attention, norms (with the rotary embedding for attention's q and
     k), router, the shared expert's silu · up and its combine.
@@ -367,7 +367,7 @@ def _load_globals(model: CloverModel, pack: PackIndex, shards: _Shards, device, 
         if name == "embed_tokens.weight" and options.embed_on_host and not cfg.tie_word_embeddings:
             model.embed_tokens = HostEmbedding(t.to(dtype).contiguous(), device)
         else:
-            _set_param(model, name, t.to(device=device, dtype=dtype))
+            set_param(model, name, t.to(device=device, dtype=dtype))
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
 

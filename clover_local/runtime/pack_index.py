@@ -233,7 +233,7 @@ def read_pack_index(folder: str | Path, headers: Callable[[str], dict] | None = 
         raise CloverError(f"pack tensor {absent[0]} is listed in {INDEX_NAME} but not in its shard "
                           f"{weight_map[absent[0]]}: the shard is corrupt or from another pack")
     pack = PackIndex(Path(shown) if shown else folder, config, quant, tensors)
-    _classify(pack)
+    classify_tensor(pack)
     return pack
 
 
@@ -249,7 +249,7 @@ def _headers_of(shards: list[str], headers: Callable[[str], dict], parallel: int
         yield from zip(shards, pool.map(headers, shards))
 
 
-def _classify(pack: PackIndex) -> None:
+def classify_tensor(pack: PackIndex) -> None:
     cfg = pack.config
     quant_parts: dict[str, dict[str, TensorInfo]] = defaultdict(dict)
     expert_parts: dict[tuple[int, int, str], dict[str, TensorInfo]] = defaultdict(dict)

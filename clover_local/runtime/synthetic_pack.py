@@ -29,7 +29,7 @@ from clover_local.checkpoint.synthetic import TinySpec, tiny_config_dict
 from clover_local.config import parse_config
 from clover_local.errors import CloverError
 from clover_local.paths import cache_root
-from clover_local.runtime.pack_index import PackIndex, TensorInfo, _classify
+from clover_local.runtime.pack_index import PackIndex, TensorInfo, classify_tensor
 from quantize.gptq_format import check_group_size, pack_last
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
 
@@ -66,7 +66,7 @@ def synthetic_dir(kind: str) -> Path:
     return cache_root() / "synthetic" / f"{kind}-v{VERSION}"
 
 
-def _config(kind: str) -> dict:
+def synthetic_config(kind: str) -> dict:
     return _pack_config(tiny_config_dict(spec_of(kind)), expert_bits(kind), "balanced", synthetic=True)
 
 
@@ -167,7 +167,7 @@ def _plain(name: str, shape: tuple[int, ...]) -> _T:
 
 def _shards(kind: str) -> Iterator[tuple[str, list[_T]]]:
     """(shard file name, its tensors) in write order: one shard per layer, then the globals."""
-    return _shards_of(parse_config(_config(kind)), expert_bits(kind), "balanced")
+    return _shards_of(parse_config(synthetic_config(kind)), expert_bits(kind), "balanced")
 
 
 def _shards_of(cfg, bits: int, profile_name: str, group: int = GROUP) -> Iterator[tuple[str, list[_T]]]:
@@ -210,7 +210,7 @@ def _shards_of(cfg, bits: int, profile_name: str, group: int = GROUP) -> Iterato
 
 def synthetic_index(kind: str) -> PackIndex:
     """The PackIndex of a synthetic pack, computed without writing it."""
-    return _index(_config(kind), {"mask_token_id": spec_of(kind).mask_token_id}, expert_bits(kind), "balanced",
+    return _index(synthetic_config(kind), {"mask_token_id": spec_of(kind).mask_token_id}, expert_bits(kind), "balanced",
                   GROUP, f"synthetic:{kind}")
 
 
@@ -244,7 +244,7 @@ def _index(raw: dict, generation: dict, bits: int, profile: str, group: int, sho
     tensors = {t.name: TensorInfo(t.name, shard, _ST[t.dtype], t.shape)
                for shard, ts in _shards_of(cfg, bits, profile, group) for t in ts}
     pack = PackIndex(Path(shown), cfg, raw["quantization_config"], tensors)
-    _classify(pack)
+    classify_tensor(pack)
     return pack
 
 
@@ -279,7 +279,7 @@ def ensure_synthetic(kind: str, on_shard=lambda i, n: None) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    raw = _config(kind)
+    raw = synthetic_config(kind)
     spec = spec_of(kind)
     need = sum(TensorInfo(t.name, s, _ST[t.dtype], t.shape).nbytes for s, ts in _shards(kind) for t in ts)
     free = shutil.disk_usage(folder).free

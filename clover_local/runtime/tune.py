@@ -51,9 +51,9 @@ def record_preview_calls(model, block_size: int, device: torch.device, uniform: 
 def check_device(device: torch.device) -> None:
     """Refuse (one line) where the Triton kernels do not run: before anything is loaded or written (`tune
     --synthetic full` writes a ≈ 20 GB pack first)."""
-    from clover_local.runtime.kernels import _triton_on
+    from clover_local.runtime.kernels import triton_on
 
-    if not _triton_on(device):
+    if not triton_on(device):
         raise CloverError("tune times the Triton kernels' tiles, which run on a CUDA GPU; on this device the "
                           "PyTorch reference runs (no tiles to tune). Run it on the machine that will chat.")
 

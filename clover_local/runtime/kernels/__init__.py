@@ -67,10 +67,10 @@ def triton_available() -> bool:
 
 
 def _use_triton(x: Tensor) -> bool:
-    return _triton_on(x.device)
+    return triton_on(x.device)
 
 
-def _triton_on(device: torch.device) -> bool:
+def triton_on(device: torch.device) -> bool:
     if os.environ.get("CLOVER_DISABLE_TRITON") == "1":
         return False
     if device.type == "cuda":
@@ -97,7 +97,7 @@ def kernel_forms(device: torch.device) -> dict | None:
     """Which W4A16 forms a run on `device` uses by default (the environment switches above), with the triton that
     compiles them — for a report to say what it timed (BENCHMARKS.md: triton 3.6 and 3.8 compile the same MoE to
     different code). None where the Triton kernels do not run."""
-    if not _triton_on(device):
+    if not triton_on(device):
         return None
     import triton
 
@@ -123,7 +123,7 @@ def dense_k_tile(k: int, group_size: int, bits: int, device: torch.device) -> in
     form), whose loads of x then are contiguous and pipelined instead of 2-byte gathers. compile_check --sass,
     sm_90: W8A16 2048→8192 6.07 → 5.3 instructions per weight, W4A16 2048→8192 4.84 → 4.44, W8A16 4096→2048
     8.0 → 6.64. `CLOVER_W4A16_REPACK=0` keeps the GPTQ order (a before/after on a GPU)."""
-    if os.environ.get("CLOVER_W4A16_REPACK", "1") == "0" or not _triton_on(device):
+    if os.environ.get("CLOVER_W4A16_REPACK", "1") == "0" or not triton_on(device):
         return 0
     from .w4a16 import _block_k, _default_fields, _fields_ok
 
@@ -142,7 +142,7 @@ def expert_planes(bits: int, hidden: int, inter: int, group_gu: int, group_down:
     shared-memory store per weight):
     3-bit experts, where the Triton kernels run, 16-bit activations, every K tile of 128 inputs inside one group.
     CLOVER_W3_PLANES=0 keeps GPTQ's layout and the unpacking form (a before/after on a GPU)."""
-    if bits != 3 or os.environ.get("CLOVER_W3_PLANES", "1") == "0" or not _triton_on(device):
+    if bits != 3 or os.environ.get("CLOVER_W3_PLANES", "1") == "0" or not triton_on(device):
         return False
     from .reference import PLANES_TILE
 
@@ -165,7 +165,7 @@ def moe_w4a16(x: Tensor, slot_ids: Tensor, weights: Tensor, gate_up: PackedStack
 def planes3_in_place(qweight: Tensor) -> None:
     """A 3-bit qweight [S, K·3/32, N] rewritten in place into the planes layout: one Triton launch where the
     kernels run (the load's device cache), else `reference.planes3_rows` in pieces."""
-    if _triton_on(qweight.device):
+    if triton_on(qweight.device):
         from .w4a16 import planes3_rows_triton
 
         planes3_rows_triton(qweight)
@@ -176,7 +176,7 @@ def planes3_in_place(qweight: Tensor) -> None:
 
 
 def _fused_on(device: torch.device) -> bool:
-    return _triton_on(device) and os.environ.get("CLOVER_DISABLE_FUSED") != "1"
+    return triton_on(device) and os.environ.get("CLOVER_DISABLE_FUSED") != "1"
 
 
 def gdn_preview_kernel(gdn, device: torch.device) -> Callable | None:

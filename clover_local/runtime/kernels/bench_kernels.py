@@ -64,7 +64,7 @@ def _time_us(fn) -> float:
         fn()
         return 1e6 * (time.perf_counter() - t0)
     try:
-        return _graph_time_us(fn)
+        return graph_time_us(fn)
     except Exception:  # a call that cannot be captured: the launch-inclusive figure, marked by the caller's err
         return _eager_us(fn)
 
@@ -89,7 +89,7 @@ def _warm_up(fn) -> None:
 _FLUSH: list[torch.Tensor] = []
 
 
-def _graph_time_us(fn, reps: int = 10, trials: int = 5) -> float:
+def graph_time_us(fn, reps: int = 10, trials: int = 5) -> float:
     if not _FLUSH:
         _FLUSH.append(torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE))  # > the H200's 60 MB of L2
     buf = _FLUSH[0]

@@ -76,7 +76,7 @@ def capture_launches() -> list[Launch]:
     from clover_local.config import parse_config
     from clover_local.model.gdn import GatedDeltaNet
     from clover_local.runtime.placement import DEFAULT_PREFILL_CHUNK
-    from clover_local.runtime.synthetic_pack import _config
+    from clover_local.runtime.synthetic_pack import synthetic_config
 
     from . import gdn_causal, gdn_chunked, gdn_preview, layer_ops, moe_anatomy, preview_attention, w4a16
     from .reference import PackedStack
@@ -95,7 +95,7 @@ def capture_launches() -> list[Launch]:
                     "_silu_mul_kernel", "_norm_rope_kernel", "_gated_rms_norm_kernel"],
         moe_anatomy: ["_read_tiles_kernel", "_read_slabs_kernel"],  # gpu_check's read probes (not the runtime's)
     }
-    cfg = parse_config(_config("full"))
+    cfg = parse_config(synthetic_config("full"))
     bf = torch.bfloat16
     m, h, inter, topk = 32, cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts_per_tok
     with _intercepted(w4a16, kernels[w4a16], sink, case), \
