@@ -450,6 +450,7 @@ def test_an_api_key_guards_the_routes_and_the_health_figures(make_checkpoint):
         code, body = get("/v1/models")
         assert code == 401 and body["error"]["code"] == "invalid_api_key" and "s3cret" not in json.dumps(body)
         assert get("/v1/models", "wrong")[0] == 401
+        assert get("/tokenizer_info")[0] == 401 and get("/tokenizer_info", "s3cret")[0] == 200
         code, body = get("/v1/models", "s3cret")
         assert code == 200 and body["data"][0]["id"] == "keyed"
         with pytest.raises(openai.AuthenticationError):

@@ -211,6 +211,34 @@ def test_bad_completion_requests_are_400_naming_the_field(served, body, param, w
     assert err["param"] == param and words in err["message"], err
 
 
-def test_unknown_routes_name_both_endpoints(served):
+def test_unknown_routes_name_the_endpoints(served):
     code, answer = post(served[1], {"prompt": PROMPT}, path="/v1/complete")
-    assert code == 404 and "/v1/chat/completions and /v1/completions" in answer["error"]["message"]
+    assert code == 404 and "/v1/chat/completions, /v1/completions, /tokenize, /detokenize" in answer["error"]["message"]
+
+
+def test_tokenizer_routes_tokenize_as_the_server_does(served):
+    """vLLM's /tokenizer_info, /tokenize and /detokenize: lm-evaluation-harness finds them and tokenizes through the
+    server instead of needing a tokenizer of its own (a Hub pack's sits in the Hub cache)."""
+    loaded, url = served
+    tok = loaded.tokenizer
+    with urllib.request.urlopen(url + "/tokenizer_info", timeout=10) as r:
+        info = json.loads(r.read())
+    assert info["eos_token"] == tok.special_tokens_map()["eos_token"] and info["chat_template"] == tok.chat_template
+    assert info["model_max_length"] == CONTEXT and info["vocab_size"] == loaded.config.vocab_size
+    code, body = post(url, {"prompt": PROMPT, "add_special_tokens": False}, "/tokenize")
+    assert code == 200 and body["tokens"] == tok.encode(PROMPT) and body["count"] == len(body["tokens"])
+    msgs = [{"role": "user", "content": PROMPT}]
+    for extra, kwargs in (({}, {}), ({"add_generation_prompt": False}, {"add_generation_prompt": False}),
+                          ({"chat_template_kwargs": {"enable_thinking": False}}, {"enable_thinking": False})):
+        code, body = post(url, {"messages": msgs, **extra}, "/tokenize")
+        assert code == 200 and body["tokens"] == tok.encode(tok.apply_chat_template(msgs, **kwargs)), extra
+    code, body = post(url, {"tokens": tok.encode(PROMPT)}, "/detokenize")
+    assert code == 200 and body == {"prompt": PROMPT}
+    for path, request, param in (("/detokenize", {"tokens": [1, loaded.config.vocab_size]}, "tokens"),
+                                 ("/detokenize", {"tokens": "abc"}, "tokens"),
+                                 ("/tokenize", {"prompt": PROMPT, "messages": msgs}, "prompt"),
+                                 ("/tokenize", {}, "prompt"),
+                                 ("/tokenize", {"prompt": 5}, "prompt"),
+                                 ("/tokenize", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role")):
+        code, body = post(url, request, path)
+        assert code == 400 and body["error"]["param"] == param, (path, request, body)

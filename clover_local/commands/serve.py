@@ -56,7 +56,7 @@ def serve(
     One request generates at a time; others wait in a queue. Thinking comes back as `reasoning_content`;
     turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
     /v1/completions continues raw text (no chat template); with "logprobs" and "echo" it scores the prompt
-    causally, as lm-evaluation-harness's local-completions model asks.
+    causally, as lm-evaluation-harness's local-completions model asks (it tokenizes through /tokenize).
 
     Examples:
 
@@ -68,7 +68,7 @@ def serve(
         -d '{"model": "tiny", "messages": [{"role": "user", "content": "add 12+30"}]}'
 
       lm_eval --model local-completions --tasks hellaswag \\
-        --model_args base_url=http://127.0.0.1:8000/v1/completions,model=tiny,tokenizer=./clover-int4
+        --model_args base_url=http://127.0.0.1:8000/v1/completions,model=tiny
     """
     from clover_local.loader import load
     from clover_local.serve.engine import Engine

@@ -1,9 +1,10 @@
-"""The HTTP side, on the standard library (`http.server`): no web framework needed for five routes.
+"""The HTTP side, on the standard library (`http.server`): no web framework needed for a handful of routes.
 
 A thread per connection (ThreadingHTTPServer) reads and checks the request, renders the conversation with
 the chat template (or, for /v1/completions, takes the prompt as it is) and tokenizes it, then hands a Job to the
-Engine and relays its output: one JSON body, or Server-Sent Events over chunked transfer encoding. While it waits it watches its socket; a client that hung
-up cancels its job (the worker stops between passes).
+Engine and relays its output: one JSON body, or Server-Sent Events over chunked transfer encoding. While it
+waits it watches its socket; a client that hung up cancels its job (the worker stops between passes).
+/tokenize, /detokenize and /tokenizer_info (vLLM's) answer in the handler's thread, without the queue.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any, Iterator
 from clover_local.chat.turn import history_tokens
 from clover_local.errors import CloverError
 from clover_local.serve.engine import Engine, Job
-from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chunk, completion,
-                                         completion_id, legacy_logprobs, parse_chat_request,
-                                         parse_completion_request, text_choice, text_chunk, text_completion, usage)
+from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, check_ids, chunk,
+                                         completion, completion_id, legacy_logprobs, parse_chat_request,
+                                         parse_completion_request, parse_detokenize_request, parse_tokenize_request,
+                                         text_choice, text_chunk, text_completion, usage)
 
 
 @dataclass
@@ -192,14 +194,17 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"object": "list", "data": [model]})
         elif path == f"/v1/models/{name}":
             self._send_json(200, model)
+        elif path == "/tokenizer_info":
+            self._send_json(200, self._tokenizer_info())
         else:
             self._error(ApiError(404, f"no route GET {path}", code="not_found"))
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0].rstrip("/")
-        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions}
+        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
+                  "/tokenize": self._tokenize, "/detokenize": self._detokenize}
         if path not in routes:
-            self._error(ApiError(404, f"no route POST {path}; this server has {' and '.join(routes)}",
+            self._error(ApiError(404, f"no route POST {path}; this server has {', '.join(routes)}",
                                  code="not_found"), close=True)
             return
         raw = self._read_body()
@@ -367,11 +372,7 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(prompt, str):
             ids, text = engine.tokenizer.encode(prompt), prompt
         else:
-            vocab = engine.loaded.config.vocab_size
-            bad = next((t for t in prompt if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise ApiError(400, f"prompt[{i}] holds token id {bad}, outside this model's vocabulary "
-                               f"(0 to {vocab - 1})", param="prompt")
+            check_ids(prompt, engine.loaded.config.vocab_size, f"prompt[{i}]", "prompt")
             ids, text = list(prompt), engine.tokenizer.decode(prompt)
         return Job(ids, text, self._settings(req, len(ids), "prompt"), stop=req.stop, raw=True,
                    score_top=req.logprobs)
@@ -403,6 +404,43 @@ class Handler(BaseHTTPRequestHandler):
             elif kind == "cancelled":
                 raise ClientGone
         self._end_events()
+
+
+    # ------------------------------------------------------------------ the tokenizer (vLLM's routes)
+    def _tokenizer_info(self) -> dict:
+        """What a client needs to tokenize as the server does (lm-evaluation-harness reads it to use /tokenize
+        instead of loading a tokenizer of its own)."""
+        tok = self.server.engine.tokenizer
+        return {**tok.special_tokens_map(), "chat_template": tok.chat_template,
+                "model_max_length": self.server.limits.context,
+                "vocab_size": self.server.engine.loaded.config.vocab_size, "tokenizer_class": "PreTrainedTokenizerFast"}
+
+    def _tokenize(self, raw: bytes) -> None:
+        tok = self.server.engine.tokenizer
+        try:
+            req = parse_tokenize_request(raw)
+            if req.prompt is not None:
+                text = req.prompt
+            else:
+                try:
+                    text = tok.apply_chat_template(req.messages, add_generation_prompt=req.add_generation_prompt,
+                                                   enable_thinking=req.enable_thinking, **req.template_kwargs)
+                except CloverError as exc:
+                    raise ApiError(400, str(exc), param="messages") from None
+        except ApiError as err:
+            self._error(err)
+            return
+        ids = tok.encode(text)
+        self._send_json(200, {"tokens": ids, "count": len(ids), "max_model_len": self.server.limits.context})
+
+    def _detokenize(self, raw: bytes) -> None:
+        try:
+            ids = parse_detokenize_request(raw)
+            check_ids(ids, self.server.engine.loaded.config.vocab_size, "'tokens'", "tokens")
+        except ApiError as err:
+            self._error(err)
+            return
+        self._send_json(200, {"prompt": self.server.engine.tokenizer.decode(ids)})
 
 
 def _usage(*infos: dict) -> dict:

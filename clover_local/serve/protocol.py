@@ -228,11 +228,9 @@ def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
         req.stop = stop
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
-    body = _json_object(raw)
-    refuse_unsupported(body)
-    req = ChatRequest(messages=parse_messages(body.get("messages")))
-    _sampling(body, req)
+def _template_options(body: dict) -> tuple[bool, dict[str, Any]]:
+    """(enable_thinking, other chat-template variables): vLLM's `chat_template_kwargs`, whose enable_thinking wins
+    over the top-level one; the variables the server sets itself are dropped."""
     think = body.get("enable_thinking")
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
@@ -243,11 +241,57 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
             think = kwargs.pop("enable_thinking")
         for reserved in ("messages", "add_generation_prompt"):
             kwargs.pop(reserved, None)
-        req.template_kwargs = kwargs
     if think is not None and not isinstance(think, bool):
         raise _bad("'enable_thinking' must be true or false", "enable_thinking")
-    req.enable_thinking = True if think is None else think
+    return True if think is None else think, kwargs or {}
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    body = _json_object(raw)
+    refuse_unsupported(body)
+    req = ChatRequest(messages=parse_messages(body.get("messages")))
+    _sampling(body, req)
+    req.enable_thinking, req.template_kwargs = _template_options(body)
     return req
+
+
+@dataclass
+class TokenizeRequest:
+    """vLLM's /tokenize: a `prompt` as it is, or `messages` rendered with the chat template."""
+
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    enable_thinking: bool = True
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_tokenize_request(raw: bytes) -> TokenizeRequest:
+    body = _json_object(raw)
+    if ("prompt" in body) == ("messages" in body):
+        raise _bad("send either 'prompt' (text) or 'messages' (a conversation) to tokenize", "prompt")
+    if "prompt" in body:
+        if not isinstance(body["prompt"], str):
+            raise _bad("'prompt' must be a string", "prompt")
+        return TokenizeRequest(prompt=body["prompt"])
+    req = TokenizeRequest(messages=parse_messages(body["messages"]))
+    req.add_generation_prompt = _bool(body, "add_generation_prompt", True)
+    req.enable_thinking, req.template_kwargs = _template_options(body)
+    return req
+
+
+def parse_detokenize_request(raw: bytes) -> list[int]:
+    tokens = _json_object(raw).get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise _bad("'tokens' must be a list of token ids", "tokens")
+    return tokens
+
+
+def check_ids(ids: list[int], vocab_size: int, what: str, param: str) -> None:
+    """A 400 for a token id the model has no row for (it would index past the embedding)."""
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise _bad(f"{what} holds token id {bad}, outside this model's vocabulary (0 to {vocab_size - 1})", param)
 
 
 MAX_LOGPROBS = 20  # likeliest tokens listed a position at most (OpenAI's legacy API: 5; vLLM's default: 20)
