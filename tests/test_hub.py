@@ -13,6 +13,7 @@ the generated card against huggingface_hub's card parsing/validation.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import logging
 import os
@@ -211,6 +212,31 @@ def test_download_verifies_a_pack_against_its_manifest(hub, tmp_path):
     hub.add_repo("someone/tampered", files)
     with pytest.raises(CloverError, match=r"config\.json .*sha256.*--force"):
         transfer.download("someone/tampered", progress=False)
+
+
+def test_download_reads_a_shard_once_and_still_catches_a_wrong_one(hub, tmp_path, monkeypatch):
+    """A large file's sha256 is checked as it arrives; when that equals the manifest's sum, the manifest check does
+    not read the file again (the shards: ≈ 19 GB at 35B). A shard the Hub serves faithfully but that is not the
+    manifest's (same size, other bytes) is still refused."""
+    from clover_local.hub import resume
+
+    monkeypatch.setattr(resume, "THRESHOLD", 512)  # both shards are large files here (fetched by resume.py)
+    pack = tmp_path / "src"
+    make_pack(pack, shard_bytes=1 << 16)
+    files = pack_repo_files(pack)
+    shards = [n for n in files if n.endswith(".safetensors")]
+    small = sum(len(data) for name, data in files.items()
+                if name not in shards and name not in (MANIFEST_NAME, "README.md"))
+    hashed: list[int] = []
+    hub.add_repo("someone/tiny-pack", files)
+    transfer.download("someone/tiny-pack", progress=False, on_verify_bytes=hashed.append)
+    assert sum(hashed) == small  # config, tokenizer…: read for their sums; the shards were checked on arrival
+
+    last = files[shards[-1]]
+    files[shards[-1]] = last[:-8] + bytes(8)  # the Hub's sha256 (its etag) matches these bytes; the manifest's not
+    hub.add_repo("someone/swapped-shard", files)
+    with pytest.raises(CloverError, match=re.escape(shards[-1]) + ".*sha256"):
+        transfer.download("someone/swapped-shard", progress=False)
 
 
 def test_download_into_a_folder_and_reuse(hub, tmp_path):

@@ -152,20 +152,22 @@ def fetch_large_files(
     ignore_patterns: list[str],
     retry: str,
     tqdm_class: Any = None,
-) -> list[str]:
-    """Fetch every large file of the snapshot that is not in place yet, resuming partial files; return their names.
+) -> dict[str, str | None]:
+    """Fetch every large file of the snapshot that is not in place yet, resuming partial files. Returns each fetched
+    file's name and the sha256 its bytes were checked against as they arrived (None: the Hub gave none), so that a
+    manifest check need not read them again.
 
     Network and HTTP errors propagate as huggingface_hub raises them (the caller turns them into one sentence); the
     partial files stay for the next run. `retry` is the command to suggest in our own messages."""
     from huggingface_hub.utils import get_session
 
     if not hasattr(get_session(), "stream"):
-        return []  # huggingface_hub < 1.0 (requests): it resumes its own `.incomplete` files across runs
+        return {}  # huggingface_hub < 1.0 (requests): it resumes its own `.incomplete` files across runs
     files = list_large_files(repo_id, revision, allow_patterns, ignore_patterns)
     places = [(file, place_of(file, repo_id, local_dir)) for file in files or []]
     todo = [(file, place) for file, place in places if not already_there(file, place, local_dir)]
     if not todo:
-        return []
+        return {}
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=min(PARALLEL, len(todo)), thread_name_prefix="clover-download") as pool:
         futures = [pool.submit(fetch_one, file, place, local_dir, retry=retry, tqdm_class=tqdm_class, stop=stop)
@@ -178,7 +180,7 @@ def fetch_large_files(
             for future in futures:
                 future.cancel()
             raise
-    return [file.name for file, _ in todo]
+    return {file.name: file.etag if _SHA256.match(file.etag) else None for file, _ in todo}
 
 
 def fetch_one(
