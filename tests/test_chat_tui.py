@@ -24,6 +24,7 @@ import pytest
 
 from clover_local.chat.display import MarkdownSettler
 from clover_local.chat.turn import ReasoningSplitter, prompt_opens_thinking
+from clover_local.errors import CloverError
 
 REPO = Path(__file__).resolve().parents[1]
 SUMMARY = re.compile(r"[\d,]+ tokens? · [\d,]+ pass(?:es)? · [\d.]+ tok/pass")
@@ -606,6 +607,43 @@ def test_system_message_can_be_shown_set_and_removed_mid_conversation(make_check
     assert app.conv.messages == [{"role": "system", "content": "Answer in French."}]
     app.command("/system off")
     assert app.conv.messages == [] and app.conv.system is None
+
+
+def test_undo_and_retry_take_back_the_last_exchange(make_checkpoint, capsys, monkeypatch):
+    """/undo drops your last message and its answer; /retry asks it again under the settings of now (greedy: the
+    same answer, and it says so); both keep the system message, refuse when there is nothing of yours, and a retry
+    that fails leaves the conversation as it was."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/system Be brief.")
+    with pytest.raises(CloverError, match="nothing to take back"):
+        app.command("/undo")
+    app.ask("hello")
+    first = app.conv.messages[-1]["content"]
+    app.ask("and again")
+    assert [m["role"] for m in app.conv.messages] == ["system", "user", "assistant", "user", "assistant"]
+    capsys.readouterr()
+    app.command("/undo")
+    assert [m.get("content") for m in app.conv.messages[:2]] == ["Be brief.", "hello"] and len(app.conv.messages) == 3
+    assert "took back your last message and its answer (1 turn left)" in capsys.readouterr().err
+    app.command("/retry")
+    err = capsys.readouterr().err
+    assert "temperature 0: unchanged settings give the same answer" in err and "asking again: hello" in err
+    assert [m["role"] for m in app.conv.messages] == ["system", "user", "assistant"]
+    assert app.conv.messages[1]["content"] == "hello" and app.conv.messages[2]["content"] == first
+
+    before = [dict(m) for m in app.conv.messages]
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(app, "_answer_plain", out_of_memory)
+    app.command("/retry")
+    assert app.conv.messages == before and "error:" in capsys.readouterr().err
+    monkeypatch.undo()
+    app.command("/undo")
+    assert app.conv.messages == [{"role": "system", "content": "Be brief."}]
+    with pytest.raises(CloverError, match="nothing to answer again"):
+        app.command("/retry")
 
 
 def test_typed_lines_are_what_a_person_meant():

@@ -44,6 +44,8 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
     ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1"),
     ("/set", "show the settings"),
+    ("/retry", "answer your last message again (after /set, /think or /system; with temperature > 0, anew)"),
+    ("/undo", "take back your last message and its answer"),
     ("/reset", "forget the conversation (settings stay)"),
     ("/save FILE", "save the conversation as JSON"),
     ("/load FILE", "continue a conversation saved with /save (or {\"messages\": [...]})"),
@@ -302,6 +304,8 @@ class ChatApp:
             self._system(rest)
         elif name == "/set":
             self._set(rest)
+        elif name in ("/retry", "/undo"):
+            self._take_back(again=name == "/retry")
         elif name == "/reset":
             self.conv.reset()
             self.last_reasoning = ""
@@ -332,6 +336,24 @@ class ChatApp:
         turns = self.conv.turns
         self.note(f"loaded {plural(n, 'message')} ({plural(turns, 'turn')}) from {path}{restored}; "
                   "the next message continues that conversation")
+
+    def _take_back(self, again: bool) -> None:
+        """/undo: the last exchange goes; /retry: and its question is asked again, under today's settings (a
+        retry that fails puts the exchange back as it was)."""
+        removed = self.conv.pop_exchange()
+        if not removed:
+            raise CloverError(f"nothing to {'answer again' if again else 'take back'}: no message of yours yet")
+        self.last_reasoning = ""
+        if not again:
+            self.note(f"took back your last message and its answer ({plural(self.conv.turns, 'turn')} left)")
+            return
+        text = removed[0]["content"]
+        if self.settings.temperature == 0 or self.settings.seed is not None:
+            why = "temperature 0" if self.settings.temperature == 0 else f"seed {self.settings.seed}"
+            self.note(f"({why}: unchanged settings give the same answer; /set temperature 0.7 for another)")
+        self.note(f"asking again: {_first_line(text)}")
+        if self.ask(text) is None:
+            self.conv.messages.extend(removed)
 
     def _send_file(self, rest: str) -> None:
         """/file PATH [ASK]: the file's text (then ASK after a blank line) as the next user message. PATH may be
@@ -656,6 +678,13 @@ class ChatApp:
         self.out.write(dc + "\n")
         self.out.flush()
         return stopped
+
+
+def _first_line(text: str, width: int = 60) -> str:
+    """A message's beginning, for a one-line note."""
+    lines = text.strip().splitlines() or [""]
+    more = len(lines) > 1 or len(lines[0]) > width
+    return lines[0][: width - 1].rstrip() + "…" if more else lines[0]
 
 
 def failed_turn_message(exc: BaseException) -> str:

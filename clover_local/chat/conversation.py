@@ -157,6 +157,16 @@ class Conversation:
             msg["interrupted"] = True
         self.messages.append(msg)
 
+    def pop_exchange(self) -> list[dict[str, Any]]:
+        """Remove the last user message and what came after it (its answer) and return them ([] when there is no
+        user message: the system message stays)."""
+        last = max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
+        if last is None:
+            return []
+        removed = self.messages[last:]
+        del self.messages[last:]
+        return removed
+
     def template_messages(self) -> list[dict[str, Any]]:
         """Messages as the chat template takes them (our own bookkeeping keys dropped)."""
         return [{k: v for k, v in m.items() if k != "interrupted"} for m in self.messages]
