@@ -742,19 +742,23 @@ def test_reasoning_tokens_count_up_to_and_including_the_closing_tag():
 
 def test_set_checks_each_setting_at_its_bounds():
     from clover_local.chat.conversation import ChatSettings, set_value
-    from clover_local.errors import CloverError
+    from clover_local.generate.sampling import Penalties
 
     s = ChatSettings()
     for name, raw, want in (("threshold", "1", 1.0), ("top_p", "1", 1.0), ("temperature", "0", 0.0),
                             ("temperature", "10", 10.0), ("max_tokens", "1", 1), ("max-tokens", "7", 7),
-                            ("Top_P", "0.5", 0.5)):
+                            ("Top_P", "0.5", 0.5), ("presence_penalty", "-2", -2.0), ("frequency-penalty", "2", 2.0),
+                            ("repetition_penalty", "10", 10.0)):
         assert set_value(s, name, raw) == want
     assert (s.threshold, s.top_p, s.temperature, s.max_tokens) == (1.0, 0.5, 10.0, 7)
+    assert s.penalties() == Penalties(presence=-2.0, frequency=2.0, repetition=10.0)
     for name, raw in (("threshold", "0"), ("top_p", "0"), ("temperature", "10.5"), ("temperature", "-1"),
-                      ("max_tokens", "0"), ("max_tokens", "2.5"), ("think", "on")):
+                      ("max_tokens", "0"), ("max_tokens", "2.5"), ("think", "on"), ("presence_penalty", "2.1"),
+                      ("frequency_penalty", "-2.5"), ("repetition_penalty", "0"), ("repetition_penalty", "11")):
         with pytest.raises(CloverError):
             set_value(s, name, raw)
     assert (s.threshold, s.top_p, s.temperature, s.max_tokens) == (1.0, 0.5, 10.0, 7)  # unchanged
+    assert s.penalties() == Penalties(presence=-2.0, frequency=2.0, repetition=10.0)
 
 
 def test_restore_settings_checks_each_saved_value_and_keeps_the_command_lines():

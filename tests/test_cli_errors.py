@@ -144,7 +144,8 @@ def test_generate_reads_its_prompt_from_a_file_or_stdin(make_checkpoint, tmp_pat
 
 @pytest.mark.parametrize(
     "flag,value",
-    [("--threshold", "2"), ("--threshold", "-0.5"), ("--temperature", "-1"), ("--top-p", "1.5")],
+    [("--threshold", "2"), ("--threshold", "-0.5"), ("--temperature", "-1"), ("--top-p", "1.5"),
+     ("--presence-penalty", "2.5"), ("--frequency-penalty", "-3"), ("--repetition-penalty", "0")],
 )
 def test_out_of_range_flags(make_checkpoint, capsys, flag, value):
     folder = make_checkpoint()

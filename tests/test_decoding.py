@@ -530,3 +530,34 @@ def test_a_prompt_differing_in_the_first_or_last_token_of_the_saved_prefix_is_no
     fin = list(dec.generate(changed, settings, reuse=pc))[-1]
     assert fin.stats.reused_tokens == 0 and pc.stats.hits == 0
     assert fin.token_ids == run(loaded, changed, max_new_tokens=8, threshold=0.9)[1].token_ids
+
+
+def test_penalties_change_the_logits_as_openai_and_vllm_define_them():
+    """presence: minus once for a token the answer holds; frequency: minus once per time; repetition: a positive
+    logit divided, a negative multiplied, for tokens in the prompt or the answer. Numbers worked by hand."""
+    from clover_local.generate.sampling import Penalties, TokenCounts
+
+    counts = TokenCounts(5, torch.device("cpu"), prompt_ids=[0])
+    counts.add([2, 2])
+    counts.add([3])
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0]])
+    got = counts.apply(logits.clone(), Penalties(presence=0.5, frequency=0.25, repetition=2.0))
+    # 0: prompt only, 2/2; 1: untouched; 2: twice in the answer, 0.5/2 - 2*0.25 - 0.5; 3: once, 3/2 - 0.25 - 0.5
+    assert got.tolist() == [[1.0, -1.0, -0.75, 0.75, -2.0]]
+    counts.add([4])
+    assert counts.apply(logits.clone(), Penalties(repetition=2.0)).tolist() == [[1.0, -1.0, 0.25, 1.5, -4.0]]
+    assert not Penalties().active and Penalties(repetition=1.1).active
+
+
+def test_a_presence_penalty_keeps_the_answer_from_repeating_a_token(loaded):
+    """One token a pass (threshold 1), so each pass sees every token revealed before it: with a large presence
+    penalty no token comes twice, where the plain greedy answer repeats some."""
+    from clover_local.generate.sampling import Penalties
+
+    prompt = prompt_ids(loaded, 16, 3)
+    _, plain = run(loaded, prompt, max_new_tokens=BS, threshold=1.0)
+    assert len(set(plain.token_ids)) < len(plain.token_ids), "the plain answer repeats nothing: pick another prompt"
+    _, penalized = run(loaded, prompt, max_new_tokens=BS, threshold=1.0, penalties=Penalties(presence=100.0))
+    assert len(penalized.token_ids) == BS and len(set(penalized.token_ids)) == BS
+    _, same = run(loaded, prompt, max_new_tokens=BS, threshold=1.0, penalties=Penalties())
+    assert same.token_ids == plain.token_ids  # the defaults change nothing

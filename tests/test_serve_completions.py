@@ -55,14 +55,15 @@ def client(served):
     return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def decoded(loaded, ids: list[int], max_new: int) -> list[int]:
+def decoded(loaded, ids: list[int], max_new: int, **penalties: float) -> list[int]:
     """The decoder's own greedy answer, outside the server."""
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import Finished
+    from clover_local.generate.sampling import Penalties
 
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     settings = DecodeSettings(max_new_tokens=max_new, threshold=loaded.config.diffusion.threshold,
-                              stop_token_ids=loaded.stop_token_ids)
+                              stop_token_ids=loaded.stop_token_ids, penalties=Penalties(**penalties))
     return next(ev for ev in decoder.generate(ids, settings) if isinstance(ev, Finished)).token_ids
 
 
@@ -97,6 +98,22 @@ def test_a_completion_is_the_decoders_answer_as_raw_text(served, client):
     assert client.completions.create(model="raw", prompt=ids, max_tokens=40).choices[0].text == choice.text
     short = client.completions.create(model="raw", prompt=PROMPT)
     assert short.choices[0].text == loaded.tokenizer.decode(decoded(loaded, ids, 16))
+
+
+def test_penalties_reach_the_decoder(served, client):
+    """presence_penalty, frequency_penalty and vLLM's repetition_penalty give the decoder's own penalised answer
+    (on both endpoints' shared path); out of range, a 400 naming the field."""
+    loaded, url = served
+    ids = loaded.tokenizer.encode(PROMPT)
+    plain = decoded(loaded, ids, 40)
+    want = decoded(loaded, ids, 40, presence=1.5, frequency=0.5, repetition=1.3)
+    assert want != plain, "the penalties changed nothing here: pick others"
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, presence_penalty=1.5,
+                                  frequency_penalty=0.5, extra_body={"repetition_penalty": 1.3})
+    assert r.choices[0].text == loaded.tokenizer.decode(want)
+    for name, value in (("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0)):
+        code, body = post(url, {"prompt": PROMPT, name: value})
+        assert code == 400 and body["error"]["param"] == name, body
 
 
 def test_a_stream_adds_up_to_the_plain_answer_and_echoes_first(served, client):

@@ -42,7 +42,8 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/think on|off", "let the model think first (the chat template's enable_thinking)"),
     ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
     ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
-    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1"),
+    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1, presence_penalty and "
+                        "frequency_penalty [-2, 2], repetition_penalty (0-10]"),
     ("/set", "show the settings"),
     ("/retry", "answer your last message again (after /set, /think or /system; with temperature > 0, anew)"),
     ("/undo", "take back your last message and its answer"),
@@ -409,8 +410,11 @@ class ChatApp:
         parts = rest.split()
         if not parts:
             s = self.settings
-            self.note(f"threshold {s.threshold:g} · temperature {s.temperature:g} · top_p {s.top_p:g} · "
-                      f"max_tokens {s.max_tokens} · thinking {'on' if s.think else 'off'}")
+            penalties = [f"{name} {getattr(s, name):g}" for name, default in
+                         (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0))
+                         if getattr(s, name) != default]  # shown once set: most chats never touch them
+            self.note(" · ".join([f"threshold {s.threshold:g}", f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
+                                  f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}", *penalties]))
             return
         if len(parts) != 2:
             raise CloverError(f"/set takes a name and a value, e.g. /set threshold 0.8 (names: {', '.join(SETTABLE)})")
@@ -506,7 +510,8 @@ class ChatApp:
             self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")
         settings = DecodeSettings(max_new_tokens=max_new, threshold=self.settings.threshold,
                                   temperature=self.settings.temperature, top_p=self.settings.top_p,
-                                  seed=self.settings.seed, stop_token_ids=self.loaded.stop_token_ids)
+                                  seed=self.settings.seed, stop_token_ids=self.loaded.stop_token_ids,
+                                  penalties=self.settings.penalties())
         turn = TurnText(self.tok, prompt)
         stats = TurnStats(prompt_tokens=len(ids))
         history = history_tokens(self.tok, self.conv.template_messages(), enable_thinking=self.settings.think)

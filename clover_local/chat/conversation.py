@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_local.errors import CloverError
+from clover_local.generate.sampling import PENALTY_RANGES, Penalties
 
 SAVE_FORMAT = "clover-local-chat"
 ROLES = ("system", "user", "assistant")
@@ -27,6 +28,12 @@ class ChatSettings:
     think: bool = True  # enable_thinking in the chat template
     show_thinking: bool = True  # display: thinking expanded, or one summary line
     seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+
+    def penalties(self) -> Penalties:
+        return Penalties(self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
 
 
 # name -> (parse, check, description of what is allowed)
@@ -43,6 +50,9 @@ SETTABLE: dict[str, tuple[Any, Any, str]] = {
     "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
     "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
     "max_tokens": (_int, lambda x: x >= 1, "a whole number of at least 1"),
+    **{name: (_float, lambda x, r=r: (r[0] < x if r[2] else r[0] <= x) and x <= r[1],
+              f"a number in {'(' if r[2] else '['}{r[0]:g}, {r[1]:g}]; {'1' if r[2] else '0'} is off")
+       for name, r in PENALTY_RANGES.items()},
 }
 
 

@@ -13,12 +13,9 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
+from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
+                                                     presence_penalty_option, repetition_penalty_option)
 from clover_local.errors import CloverError
-
-
-def check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
-    if not (low < value if low_open else low <= value) or value > high:
-        raise CloverError(f"{name} must be between {low} and {high}, got {value}")
 
 
 def load_with_status(model: str, device: str, dtype: str, interactive: bool, **options):
@@ -47,6 +44,9 @@ def chat(
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="Longest answer, in tokens."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for sampling."),
+    presence_penalty: float = presence_penalty_option(),
+    frequency_penalty: float = frequency_penalty_option(),
+    repetition_penalty: float = repetition_penalty_option(),
     system: Optional[str] = typer.Option(None, "--system", help="A system message that starts the conversation."),
     resume: Optional[Path] = typer.Option(None, "--load", help="Continue a conversation saved with /save."),
     plain: bool = typer.Option(False, "--plain", help="Plain streamed text even on a terminal."),
@@ -82,6 +82,7 @@ def chat(
         check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
+    penalties(presence_penalty, frequency_penalty, repetition_penalty)
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
@@ -90,7 +91,8 @@ def chat(
     settings = ChatSettings(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
         temperature=temperature, top_p=top_p, max_tokens=min(max_tokens, loaded.config.max_context),
-        think=think, show_thinking=show_thinking, seed=seed,
+        think=think, show_thinking=show_thinking, seed=seed, presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty,
     )
     session = ChatApp(loaded, model, settings, interactive=interactive, system=system)
     session.pace = pace

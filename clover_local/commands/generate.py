@@ -19,15 +19,12 @@ from clover_local.commands._model_options import (context_flag_limit, context_op
                                                   load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
+from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
+                                                     presence_penalty_option, repetition_penalty_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
 DIM, RESET = "\033[2m", "\033[0m"
-
-
-def _check_range(name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise CloverError(f"{name} must be between {low} and {high}, got {value}")
 
 
 def message_from(prompt: Optional[str], file: Optional[Path]) -> str:
@@ -134,6 +131,9 @@ def generate(
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for sampling (same seed, same answer)."),
+    presence_penalty: float = presence_penalty_option(),
+    frequency_penalty: float = frequency_penalty_option(),
+    repetition_penalty: float = repetition_penalty_option(),
     think: bool = typer.Option(True, "--think/--no-think", help="Let the model think before answering (the "
                                "thinking is shown on stderr, the answer alone on stdout)."),
     system: Optional[str] = typer.Option(None, "--system", help="Optional system message."),
@@ -172,12 +172,13 @@ def generate(
     from clover_local.loader import load
 
     prompt = message_from(prompt, file)
-    _check_range("--temperature", temperature, 0.0, 10.0)
-    _check_range("--top-p", top_p, 0.0, 1.0)
+    check_range("--temperature", temperature, 0.0, 10.0)
+    check_range("--top-p", top_p, 0.0, 1.0)
     if threshold is not None:
-        _check_range("--threshold", threshold, 0.0, 1.0)
+        check_range("--threshold", threshold, 0.0, 1.0)
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
+    penalized = penalties(presence_penalty, frequency_penalty, repetition_penalty)
     loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
     tok = loaded.tokenizer
     if raw:
@@ -197,6 +198,7 @@ def generate(
         top_p=top_p,
         seed=seed,
         stop_token_ids=loaded.stop_token_ids,
+        penalties=penalized,
     )
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     answer = Answer(tok, text, split=not raw)

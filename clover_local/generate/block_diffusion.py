@@ -26,7 +26,7 @@ import torch
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, PrefillProgress, Reveal
 from clover_local.generate.prompt_cache import PromptCache
-from clover_local.generate.sampling import choose, device_generator, pick_reveals
+from clover_local.generate.sampling import Penalties, TokenCounts, choose, device_generator, pick_reveals
 from clover_local.model.cache import PrefixCache
 from clover_local.model.clover import CloverModel
 
@@ -39,6 +39,7 @@ class DecodeSettings:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
+    penalties: Penalties = field(default_factory=Penalties)
 
 
 def _index(rows: list[int]) -> slice | list[int]:
@@ -120,6 +121,7 @@ class BlockDiffusionDecoder:
                   snapshot_at: int | None) -> Iterator[Event]:
         bs, stops = self.block_size, set(settings.stop_token_ids)
         gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
+        counts = None  # the answer's tokens so far, for settings.penalties (made like `gen`, when they apply)
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
@@ -155,6 +157,10 @@ class BlockDiffusionDecoder:
                     first = last_logits if last_logits is not None else torch.zeros_like(logits[0])
                     # (a copy either way: the mask column is set below, and `first` may be a prompt cache's)
                     logits = first[None].clone() if logits is None else torch.cat([first[None], logits], 0)
+                if settings.penalties.active:
+                    if counts is None:
+                        counts = TokenCounts(logits.shape[-1], logits.device, prompt_ids)
+                    counts.apply(logits, settings.penalties)
                 logits[:, self.mask_id] = float("-inf")
                 if gen is None and settings.temperature > 0:
                     gen = device_generator(settings.seed, logits.device)
@@ -165,6 +171,8 @@ class BlockDiffusionDecoder:
                     tokens[masked[j]] = ids_h[j]
                     reveals.append(Reveal(masked[j], ids_h[j], conf_h[j]))
                 reveals.sort(key=lambda r: r.position)
+                if counts is not None:
+                    counts.add([r.token_id for r in reveals])
                 stats.passes += 1
                 yield PassDone(block_no, passes, reveals, list(tokens), fixed)
                 passes += 1

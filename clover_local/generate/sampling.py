@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -40,6 +41,55 @@ def choose(
     race = torch.rand(probs.shape, generator=generator, device=probs.device).log_().neg_()
     ids = torch.div(probs, race).argmax(-1)
     return ids, probs.gather(-1, ids[:, None]).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class Penalties:
+    """Repetition control, as OpenAI's API and vLLM define it: `presence` is subtracted from the logit of every
+    token the answer already holds, `frequency` once per time it holds it; `repetition` (> 0; 1 is off) divides a
+    positive logit and multiplies a negative one of every token in the prompt or the answer. A diffusion block
+    reveals several tokens a pass: a pass sees the tokens revealed before it, not those revealed beside it."""
+
+    presence: float = 0.0
+    frequency: float = 0.0
+    repetition: float = 1.0
+
+    @property
+    def active(self) -> bool:
+        return self.presence != 0.0 or self.frequency != 0.0 or self.repetition != 1.0
+
+
+# name -> (low, high, low excluded): OpenAI's range for presence/frequency; repetition (vLLM's) must stay positive
+PENALTY_RANGES = {"presence_penalty": (-2.0, 2.0, False), "frequency_penalty": (-2.0, 2.0, False),
+                  "repetition_penalty": (0.0, 10.0, True)}
+
+
+class TokenCounts:
+    """How often the answer holds each token, and which tokens the prompt or the answer holds, kept on the
+    logits' device so that a penalised pass reads nothing back (one [V] vector each, updated by the revealed ids)."""
+
+    def __init__(self, vocab: int, device: torch.device, prompt_ids: list[int]) -> None:
+        self.counts = torch.zeros(vocab, device=device)
+        self.seen = torch.zeros(vocab, dtype=torch.bool, device=device)
+        if prompt_ids:
+            self.seen[torch.tensor(prompt_ids, device=device)] = True
+
+    def add(self, ids: list[int]) -> None:
+        if ids:
+            index = torch.tensor(ids, device=self.counts.device)
+            self.counts.index_add_(0, index, torch.ones(len(ids), device=self.counts.device))
+            self.seen[index] = True
+
+    def apply(self, logits: torch.Tensor, p: Penalties) -> torch.Tensor:
+        """`logits` [N, V] with the penalties applied (in place)."""
+        if p.repetition != 1.0:
+            scaled = torch.where(logits > 0, logits / p.repetition, logits * p.repetition)
+            logits.copy_(torch.where(self.seen, scaled, logits))
+        if p.frequency != 0.0:
+            logits.sub_(p.frequency * self.counts)
+        if p.presence != 0.0:
+            logits.sub_(p.presence * (self.counts > 0).float())
+        return logits
 
 
 # top-p keeps the most likely tokens up to a mass: they are nearly always among the first TOP_P_CUT

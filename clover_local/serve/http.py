@@ -243,7 +243,8 @@ class Handler(BaseHTTPRequestHandler):
         max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
-                              top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids)
+                              top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids,
+                              penalties=req.penalties)
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer

@@ -4,8 +4,9 @@ and errors. (/v1/completions' own fields and refusals: `parse_completion_request
 Accepted (others are ignored, as OpenAI-compatible servers do): `messages` (system/developer, user, assistant;
 text content as a string or a list of text parts; an assistant's `reasoning_content`), `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
-`stream_options.include_usage`, `enable_thinking` and `chat_template_kwargs` (vLLM style;
-`chat_template_kwargs.enable_thinking` wins), and our own `threshold`.
+`stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
+`enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins), and our
+own `threshold`.
 
 Refused with a 400 rather than ignored, since the answer would look as if they were honoured: `logprobs: true`,
 `top_logprobs` above 0, `tools` / `functions` (function calling), a `tool_choice` / `function_call` other than
@@ -21,6 +22,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from clover_local.generate.sampling import PENALTY_RANGES, Penalties
 
 
 class ApiError(Exception):
@@ -49,6 +52,7 @@ class Sampling:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     threshold: float | None = None
+    penalties: Penalties = field(default_factory=Penalties)
 
 
 @dataclass
@@ -84,6 +88,11 @@ def _number(body: dict, name: str, low: float, high: float, default: float, low_
         lo = "(" if low_open else "["
         raise _bad(f"'{name}' must be in {lo}{low:g}, {high:g}], got {value}", name)
     return float(value)
+
+
+def _penalty(body: dict, name: str, default: float) -> float:
+    low, high, low_open = PENALTY_RANGES[name]
+    return _number(body, name, low, high, default, low_open)
 
 
 def _int(body: dict, name: str, minimum: int) -> int | None:
@@ -212,6 +221,8 @@ def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.temperature = _number(body, "temperature", 0.0, 2.0, 0.0)
     req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.threshold = _number(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
+    req.penalties = Penalties(_penalty(body, "presence_penalty", 0.0), _penalty(body, "frequency_penalty", 0.0),
+                              _penalty(body, "repetition_penalty", 1.0))
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("'seed' must be an integer", "seed")

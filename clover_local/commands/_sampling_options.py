@@ -1,0 +1,39 @@
+"""Sampling flags shared by `chat` and `generate`: their checks and the repetition penalties."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from clover_local.errors import CloverError
+from clover_local.generate.sampling import PENALTY_RANGES, Penalties
+
+def check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+    if not (low < value if low_open else low <= value) or value > high:
+        raise CloverError(f"{name} must be between {low} and {high}, got {value}")
+
+
+def presence_penalty_option() -> Any:
+    return typer.Option(0.0, "--presence-penalty",
+                        help="Subtracted from the logit of each token the answer already holds (-2 to 2; 0: off).")
+
+
+def frequency_penalty_option() -> Any:
+    return typer.Option(0.0, "--frequency-penalty",
+                        help="Subtracted once per time the answer holds a token (-2 to 2; 0: off).")
+
+
+def repetition_penalty_option() -> Any:
+    return typer.Option(1.0, "--repetition-penalty",
+                        help="Divides the positive logits of tokens in the prompt or answer (above 1 repeats "
+                             "less; 1: off).")
+
+
+def penalties(presence_penalty: float, frequency_penalty: float, repetition_penalty: float) -> Penalties:
+    """The three flags checked (one line naming the flag and its range when out of it)."""
+    for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty),
+                        ("repetition_penalty", repetition_penalty)):
+        low, high, low_open = PENALTY_RANGES[name]
+        check_range("--" + name.replace("_", "-"), value, low, high, low_open)
+    return Penalties(presence_penalty, frequency_penalty, repetition_penalty)
