@@ -101,10 +101,10 @@ def test_score_through_the_runtime_matches_no_offload(pack, placed, capsys, monk
     """`score` of a pack runs through the runtime too, in its prefill passes (each layer over a pass's rows a
     chunk at a time) and LM-head slices smaller than the text, and gives the dequantizing path's
     log-probabilities (which reads the text in CHUNK-row passes)."""
-    import clover_local.commands.score as score_cmd
+    import clover_local.generate.scoring as scoring
 
-    monkeypatch.setattr(score_cmd, "CHUNK", 16)
-    monkeypatch.setattr(score_cmd, "HEAD_ROWS", 6)
+    monkeypatch.setattr(scoring, "CHUNK", 16)
+    monkeypatch.setattr(scoring, "HEAD_ROWS", 6)
     monkeypatch.setenv("CLOVER_PREFILL_SPAN", "24")
     text = "add 12+30 and then reverse a b c d e, sort 5 12 3, count items cat dog fig owl bee ant"
     base = ["score", pack, "--text", text, "--json", *GEN]
