@@ -272,6 +272,15 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         f"clover-local chat {rid}            # interactive chat with the live block-diffusion display",
         f'clover-local generate {rid} --prompt "Explain block diffusion in two sentences."',
         f"clover-local plan {rid} --vram 16GB --ram 32GB   # what goes where on your machine",
+        f"clover-local serve {rid}           # OpenAI-compatible API on 127.0.0.1:8000 (chat and completions)",
+        "```",
+        "",
+        "Benchmarks through [lm-evaluation-harness](https://github.com/EleutherAI/lm-evaluation-harness), against",
+        "`clover-local serve` (it tokenizes through the server's `/tokenize`):",
+        "",
+        "```bash",
+        f"lm_eval --model local-completions --tasks hellaswag --model_args "
+        f"base_url=http://127.0.0.1:8000/v1/completions,model={rid}",
         "```",
         "",
     ]

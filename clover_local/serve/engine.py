@@ -215,6 +215,7 @@ class Engine:
         self._count("cancelled")
         job.out.put(("error", shutting_down()) if self.closed else ("cancelled", None))
 
+
 def failed_request(exc: BaseException) -> ApiError:
     """A generation that failed for want of memory or on a runtime limit: 503 (the server is fine, this request
     did not fit now), with what to change. Requests are checked before they are queued, so a CloverError here
