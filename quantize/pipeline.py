@@ -10,7 +10,6 @@ after every file is written and hashed into the manifest.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -29,7 +28,7 @@ from clover_local.errors import CloverError
 from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
-from clover_local.pack.manifest import MANIFEST_NAME, Manifest, share_like_any_file
+from clover_local.pack.manifest import MANIFEST_NAME, AlteredFile, Manifest, sha256_file, share_like_any_file
 from clover_local.runtime.pack_index import read_header
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
@@ -138,14 +137,6 @@ def _write_json(path: Path, data: dict) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise _write_error(path, exc) from None
-
-
-def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def shard_name(k: int, n: int) -> str:
@@ -281,9 +272,10 @@ def _load_progress(out: Path, fingerprint: dict) -> tuple[dict, dict[str, torch.
     return state, hidden
 
 
-def _check_finished_shards(out: Path, done: int, n_shards: int) -> None:
-    """Every finished layer's shard is there and as long as its header says, before a resume builds on them:
-    a truncated one would otherwise end the run in a traceback, or be hashed into a 'complete' pack."""
+def _check_finished_shards(out: Path, done: int, n_shards: int, sums: dict[str, str]) -> None:
+    """Every finished layer's shard is there, as long as its header says and, where its sha256 was recorded when it
+    was written (`sums`), with those bytes, before a resume builds on them: a truncated or altered one would
+    otherwise end the run in a traceback, or be hashed into a 'complete' pack."""
     for k in range(1, done + 1):
         path = out / shard_name(k, n_shards)
         if not path.is_file():
@@ -294,6 +286,13 @@ def _check_finished_shards(out: Path, done: int, n_shards: int) -> None:
         except CloverError as exc:
             raise CloverError(f"{exc}: layer {k - 1} in {out} cannot be resumed from; "
                               "start over with --overwrite") from None
+        if path.name in sums and sha256_file(path) != sums[path.name]:
+            raise _altered(path, k - 1, out)
+
+
+def _altered(path: Path, layer: int, out: Path) -> CloverError:
+    return CloverError(f"layer {layer}'s shard {path.name} is not what was written (its sha256 changed: a disk or "
+                       f"copy error?); its inputs are no longer kept, so start over in {out} with --overwrite")
 
 
 def quantize_checkpoint(
@@ -328,7 +327,7 @@ def quantize_checkpoint(
     profile = replace(get_profile(settings.profile), experts=settings.bits)
     calib_path = resolve_calib_path(settings.calib, src)
     try:  # before the output folder is touched: an unreadable file (permissions) is one clear line
-        calib_sha = _file_sha(calib_path)
+        calib_sha = sha256_file(calib_path)
     except OSError as exc:
         raise CloverError(f"cannot read calibration file {calib_path}: {exc.strerror or exc}") from None
     has_progress = prepare_output(out, resume, overwrite)
@@ -338,12 +337,13 @@ def quantize_checkpoint(
     n_shards = n_layers + 1
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     fingerprint = {"settings": asdict(settings), "calib_sha256": calib_sha,
-                   "source": str(src.resolve()), "config_sha256": _file_sha(src / "config.json")}
+                   "source": str(src.resolve()), "config_sha256": sha256_file(src / "config.json")}
     reports: list[LayerReport] = []
     if has_progress:
         state, hidden = _load_progress(out, fingerprint)
         start = state["next_layer"]
-        _check_finished_shards(out, start, n_shards)
+        sums = state.get("shards", {})
+        _check_finished_shards(out, start, n_shards, sums)
         _clear_temp_files(out)
         clean, noisy = hidden["clean"], hidden.get("noisy")
         calib_info = state["calibration"]
@@ -363,6 +363,7 @@ def quantize_checkpoint(
                       **({"conversations_left_out": calib.refused} if calib.refused else {})}
         created = _created()
         start = 0
+        sums = {}
     quantizer = LayerQuantizer(cfg, profile, settings.options(), device, dtype)
     for i in range(start, n_layers):
         lt = time.perf_counter()
@@ -377,7 +378,9 @@ def quantize_checkpoint(
         quantized = {n for n in MIXER_LINEARS[kind] if profile.mixer} | (
             set(SHARED_LINEARS) if profile.shared else set())
         tensors.update(bf16_tensors(f"model.layers.{i}", state_i, quantized))
-        _atomic_save(tensors, out / shard_name(i + 1, n_shards))
+        shard = out / shard_name(i + 1, n_shards)
+        _atomic_save(tensors, shard)
+        sums[shard.name] = sha256_file(shard)  # read back while still cached: a later change to it is caught
         report.seconds = round(time.perf_counter() - lt, 3)
         reports.append(report)
         del layer, tensors, state_i
@@ -390,7 +393,7 @@ def quantize_checkpoint(
         _atomic_save(hidden, prog_dir / hidden_name)
         _write_json(prog_dir / "state.json", {
             "fingerprint": fingerprint, "next_layer": i + 1, "hidden": hidden_name, "calibration": calib_info,
-            "created": created, "reports": [asdict(r) for r in reports],
+            "created": created, "reports": [asdict(r) for r in reports], "shards": sums,
         })
         for old in prog_dir.glob("hidden-*.safetensors"):
             if old.name != hidden_name:
@@ -405,7 +408,7 @@ def quantize_checkpoint(
         else:
             on_layer(n_layers, n_layers, "LM head")
             _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile, settings, device)
-            _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards)
+            _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards, sums)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise CloverError(f"the disk is full while finishing the pack in {out}; free some space and rerun "
@@ -458,7 +461,7 @@ def _write_globals(reader, path: Path, clean, noisy, profile, settings: Quantize
     _atomic_save(tensors, path)
 
 
-def _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards) -> None:
+def _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards, sums) -> None:
     weight_map = {}
     total = expert_bytes = 0
     for k in range(1, n_shards + 1):
@@ -490,8 +493,13 @@ def _finish(src, out, reader, settings, profile, calib_info, created, source_lab
         memory={"total_bytes": total, "expert_bytes": expert_bytes, "non_expert_bytes": total - expert_bytes},
         created=created,
     )
-    # the progress goes last: a run killed before this point is still resumable (the manifest skips hidden folders)
-    manifest.finalize(out)
+    # the manifest is marked complete only over the bytes each layer wrote (`sums`, read back then): a shard
+    # altered since is refused, not certified. The progress goes last: a run killed before this point is still
+    # resumable (the manifest skips hidden folders)
+    try:
+        manifest.finalize(out, expected=sums)
+    except AlteredFile as exc:
+        raise _altered(out / exc.name, int(exc.name.split("-")[1]) - 1, out) from None
     _tidy(out, manifest)
 
 

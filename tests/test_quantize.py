@@ -1017,7 +1017,8 @@ def test_a_kill_while_the_progress_is_removed_keeps_the_finished_pack(env, capsy
 
 
 def test_resume_refuses_damaged_progress_in_one_line_and_touches_nothing(env, capsys):
-    """A finished layer's shard cut short or gone, the saved inputs cut short or gone, state.json garbled: one
+    """A finished layer's shard altered (same length: its sha256 recorded when written says so), cut short or gone,
+    the saved inputs cut short or gone, state.json garbled: one
     `error:` line naming what is wrong and --overwrite (the earlier layers' inputs are not kept), never a
     traceback, and never a 'complete' pack hashed over a broken shard."""
     base = _partial(env, "damaged-base")
@@ -1030,7 +1031,8 @@ def test_resume_refuses_damaged_progress_in_one_line_and_touches_nothing(env, ca
     def cut_data(path: Path) -> None:  # the header intact, the tensors' bytes short
         path.write_bytes(path.read_bytes()[:-64])
 
-    cases = [(lambda o: cut(o / shard), (shard, "corrupt or truncated", "--overwrite")),
+    cases = [(lambda o: flip_last_byte(o / shard), (shard, "not what was written", "--overwrite")),
+             (lambda o: cut(o / shard), (shard, "corrupt or truncated", "--overwrite")),
              (lambda o: cut_data(o / shard), (shard, "corrupt or truncated", "--overwrite")),
              (lambda o: (o / shard_name(1, N_SHARDS)).unlink(), (shard_name(1, N_SHARDS), "missing", "--overwrite")),
              (lambda o: cut(o / PROGRESS / hidden.name), ("damaged", hidden.name, "--overwrite")),
@@ -1043,6 +1045,29 @@ def test_resume_refuses_damaged_progress_in_one_line_and_touches_nothing(env, ca
         before = digest(out)
         expect_error(capsys, env.cli_args(out, "--resume"), *needles)
         assert digest(out) == before and not (out / MANIFEST_NAME).exists()
+
+
+def flip_last_byte(path: Path) -> None:
+    """A bit flip in the tensors' bytes: the same length, the header intact."""
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_shard_altered_before_the_pack_is_hashed_is_refused_not_certified(env, capsys, monkeypatch):
+    """Each layer's shard is read back for its sha256 when written; one altered before the finish hashes the pack
+    (here while the LM head is quantized) stops the run in one line, the manifest never marked complete."""
+    out = env.root / "altered-before-finish"
+    real = pipeline._write_globals
+
+    def globals_then_flip(reader, path, *args, **kwargs):
+        real(reader, path, *args, **kwargs)
+        flip_last_byte(path.parent / shard_name(2, N_SHARDS))
+
+    monkeypatch.setattr(pipeline, "_write_globals", globals_then_flip)
+    expect_error(capsys, env.cli_args(out), "layer 1", shard_name(2, N_SHARDS), "not what was written",
+                 "--overwrite")
+    assert not (out / MANIFEST_NAME).exists() or not Manifest.load(out).complete
 
 
 def test_resume_clears_temp_files_a_kill_left(env):

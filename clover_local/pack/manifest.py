@@ -108,6 +108,14 @@ def share_like_any_file(path: str | os.PathLike) -> None:
     os.chmod(path, 0o666 & ~mask)
 
 
+class AlteredFile(CloverError):
+    """A file's bytes are not those it was written with (`Manifest.finalize`'s `expected`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name} is not what was written (its sha256 changed since: a disk or copy error?)")
+        self.name = name
+
+
 @dataclass
 class Manifest:
     """In-memory form of `clover_manifest.json`. Free-form sections are plain dicts."""
@@ -252,9 +260,15 @@ class Manifest:
         self.files = files
         return files
 
-    def finalize(self, folder: str | os.PathLike, on_bytes: ProgressFn | None = None) -> "Manifest":
-        """Hash all files, mark the pack complete and write the manifest. Call after the last file is written."""
+    def finalize(self, folder: str | os.PathLike, on_bytes: ProgressFn | None = None,
+                 expected: dict[str, str] | None = None) -> "Manifest":
+        """Hash all files, mark the pack complete and write the manifest. Call after the last file is written.
+        `expected`: name → the sha256 a file had when it was written; one that differs now raises AlteredFile and
+        nothing is written (a manifest never certifies bytes other than those written)."""
         self.compute_files(folder, on_bytes=on_bytes)
+        for name, sha in (expected or {}).items():
+            if self.files.get(name, {}).get("sha256") != sha:
+                raise AlteredFile(name)
         self.complete = True
         self.write(folder)
         return self
