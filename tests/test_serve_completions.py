@@ -178,6 +178,40 @@ def test_lm_eval_loglikelihood_request(served):
     assert body["usage"]["prompt_tokens"] == sum(map(len, prompts))
 
 
+def test_a_prompt_scored_and_answered_is_read_once(served, monkeypatch):
+    """echo + logprobs + an answer (lm-eval's loglikelihood request) on a prompt of several blocks: the scoring
+    pass leaves the cache where the decoder resumes, so the causal rows read are the prompt and answer once
+    (P + A - 1), not a prefill for the decoder and the whole prompt again to score it; the logprobs still equal
+    one full forward pass's, and the answer the decoder's own."""
+    loaded, url = served
+    tok, model = loaded.tokenizer, loaded.model
+    ids = tok.encode(" ".join([PROMPT] * 6))
+    bs = loaded.config.diffusion.block_size
+    assert len(ids) > 2 * bs and len(ids) % bs, "want whole blocks and a tail"
+    rows = []
+    real = type(model).hidden
+
+    def counted(self, x, cache=None, preview=False, commit_rows=0):
+        if not preview and not commit_rows:
+            rows.append(x.shape[1])
+        return real(self, x, cache, preview, commit_rows)
+
+    monkeypatch.setattr(type(model), "hidden", counted)
+    code, body = post(url, {"prompt": ids, "max_tokens": 3, "echo": True, "logprobs": 2})
+    monkeypatch.undo()
+    assert code == 200, body
+    answer = decoded(loaded, ids, 3)
+    lp = body["choices"][0]["logprobs"]
+    full = ids + answer
+    assert body["choices"][0]["text"] == tok.decode(full) and len(lp["tokens"]) == len(full)
+    assert sum(rows) == len(full) - 1, rows  # (without the hand-over: + the prompt's whole blocks again)
+    ref = causal_logprobs(loaded, full)
+    assert lp["token_logprobs"][1:] == pytest.approx([ref[i, full[i + 1]].item() for i in range(len(full) - 1)],
+                                                     abs=1e-4)
+    assert [max(t.values()) for t in lp["top_logprobs"][1:]] == pytest.approx(ref.max(-1).values[:-1].tolist(),
+                                                                              abs=1e-4)
+
+
 def test_logprobs_of_an_answer_and_a_stop_string_cut(served, client):
     """Without echo the logprobs cover the answer's tokens only (scored causally after the answer); a stop string
     cuts the text, and the tokens listed are those the kept text came from."""

@@ -10,9 +10,12 @@ alone would be 0.5 GB.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
+
+if TYPE_CHECKING:
+    from clover_local.generate.prompt_cache import PromptCache
 
 CHUNK = 512  # rows per causal pass without the runtime: bounds activation memory on long texts
 HEAD_ROWS = 64  # rows per LM-head call: bounds the logits (rows x vocab x 4 bytes)
@@ -26,29 +29,73 @@ class Scores:
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
 
+    def add(self, logits: torch.Tensor, targets: list[int], top: int) -> None:
+        """Rows of raw logits [R, V] scoring `targets` (R of them)."""
+        logp = torch.log_softmax(logits.float(), -1)
+        index = torch.tensor(targets, device=logp.device)[:, None]
+        self.logprobs.extend(logp.gather(-1, index).squeeze(-1).tolist())
+        if top:
+            values, indices = logp.topk(top, -1)
+            self.top.extend(list(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist()))
+
 
 class Stopped(Exception):
     """`should_stop` said so between two passes."""
 
 
+def _read(model, cache, inputs: list[int], targets: list[int], top: int, should_stop: Callable[[], bool] | None,
+          out: Scores) -> torch.Tensor | None:
+    """Causal passes of `inputs` into `cache`, row i scoring targets[i] into `out` (targets may be shorter: rows
+    past them are only read); the last row's raw logits. `should_stop` is asked before each pass (True: Stopped)."""
+    device = model.embed_tokens.weight.device
+    step = model.prefill_rows or CHUNK
+    last = None
+    for start in range(0, len(inputs), step):
+        if should_stop is not None and should_stop():
+            raise Stopped
+        chunk = inputs[start : start + step]
+        hidden = model.hidden(torch.tensor([chunk], device=device), cache)[0]
+        for r in range(0, len(chunk), HEAD_ROWS):
+            logits = model.lm_head(hidden[r : r + HEAD_ROWS]).float()
+            scored = targets[start + r : start + r + len(logits)]
+            if scored:
+                out.add(logits[: len(scored)], scored, top)
+            last = logits[-1]
+    return last
+
+
 def score_ids(model, ids: list[int], top: int = 0, should_stop: Callable[[], bool] | None = None) -> Scores:
     """Log-probabilities of ids[1:] given what precedes each (a fresh cache: nothing of an earlier generation is
-    assumed). `should_stop` is asked before each pass; True raises Stopped."""
-    cache = model.new_cache()
-    device = model.embed_tokens.weight.device
-    chunk_rows = model.prefill_rows or CHUNK
+    assumed)."""
     out = Scores()
     with torch.inference_mode():
-        for start in range(0, len(ids) - 1, chunk_rows):
-            if should_stop is not None and should_stop():
-                raise Stopped
-            chunk = ids[start : min(start + chunk_rows, len(ids) - 1)]
-            hidden = model.hidden(torch.tensor([chunk], device=device), cache)[0]
-            targets = torch.tensor(ids[start + 1 : start + 1 + len(chunk)], device=device)
-            for r in range(0, len(chunk), HEAD_ROWS):
-                logp = torch.log_softmax(model.lm_head(hidden[r : r + HEAD_ROWS]).float(), -1)
-                out.logprobs.extend(logp.gather(-1, targets[r : r + HEAD_ROWS, None]).squeeze(-1).tolist())
-                if top:
-                    values, indices = logp.topk(top, -1)
-                    out.top.extend(list(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist()))
+        _read(model, model.new_cache(), ids[:-1], ids[1:], top, should_stop, out)
+    return out
+
+
+def score_prefix(model, ids: list[int], upto: int, top: int, reuse: PromptCache,
+                 should_stop: Callable[[], bool] | None = None) -> Scores:
+    """Scores of ids[1:upto], leaving the cache after ids[:upto] (a whole number of blocks) saved in `reuse` with
+    its last row's logits: where a decoder given `reuse` resumes. A request that wants an answer and the logprobs
+    of its prompt reads the prompt once for both, not once to decode and again to score."""
+    out = Scores()
+    with torch.inference_mode():
+        cache = model.new_cache()
+        last = _read(model, cache, ids[:upto], ids[1:upto], top, should_stop, out)
+        reuse.save(model, cache, ids[:upto], last)
+    return out
+
+
+def score_rest(model, ids: list[int], upto: int, top: int, reuse: PromptCache, head: Scores,
+               should_stop: Callable[[], bool] | None = None) -> Scores:
+    """`head` (score_prefix's scores of ids[1:upto]) completed to all of ids[1:] from the snapshot at `upto` that
+    `reuse` holds (score_prefix's, saved again by the decoder): its logits score ids[upto], one pass over
+    ids[upto:-1] the rest. Without that snapshot (a failed or other generation since), all of ids afresh."""
+    resume = reuse.take(model, ids[:upto])
+    if resume is None or resume.length != upto or resume.last_logits is None or upto >= len(ids):
+        return score_ids(model, ids, top, should_stop)
+    out = Scores(list(head.logprobs), list(head.top))
+    with torch.inference_mode():
+        out.add(resume.last_logits[None], [ids[upto]], top)
+        _read(model, resume.cache, ids[upto:-1], ids[upto + 1 :], top, should_stop, out)
     return out

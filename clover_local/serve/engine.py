@@ -30,7 +30,8 @@ from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
 from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
-from clover_local.generate.scoring import Stopped, score_ids
+from clover_local.generate.block_diffusion import whole_blocks
+from clover_local.generate.scoring import Stopped, score_ids, score_prefix, score_rest
 from clover_local.serve.protocol import ApiError, StopText
 
 
@@ -159,6 +160,15 @@ class Engine:
         stats = TurnStats(prompt_tokens=len(job.prompt_ids))
         stop = StopText(job.stop)
         finish_reason = None
+        # logprobs of a prompt that will also be answered: read it once, scoring as it goes, and decode from there
+        upto = whole_blocks(len(job.prompt_ids), self.decoder.block_size)
+        head = None
+        try:
+            if job.score_top is not None and job.settings.max_new_tokens > 0 and upto > 0:
+                head = score_prefix(self.loaded.model, job.prompt_ids, upto, job.score_top, self.prompt_cache,
+                                    should_stop=job.cancel.is_set)
+        except Stopped:
+            return self._cancelled(job, stats)
         if job.settings.max_new_tokens > 0:  # 0: a completions request that only scores its prompt (echo)
             finish_reason = self._decode(job, turn, stats, stop)
             if job.cancel.is_set() and finish_reason is None:
@@ -170,8 +180,9 @@ class Engine:
             job.out.put(("delta", dr, dc))
         if stop.hit:  # also when the stop string came only with the last of the text
             finish_reason = "stop"
+        reused = self.prompt_cache.stats.last_reused if head is None else 0  # not from an earlier request
         info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
-                "prompt_tokens": len(job.prompt_ids), "cached_tokens": self.prompt_cache.stats.last_reused,
+                "prompt_tokens": len(job.prompt_ids), "cached_tokens": reused,
                 "completion_tokens": stats.tokens,
                 # the streamed pieces, joined: a plain answer is cut where a streamed one is
                 "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop.text,
@@ -179,10 +190,11 @@ class Engine:
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
         if job.score_top is not None:
             answer = turn.ids_covering(len(stop.text)) if stop.hit else turn.ids
-            info["scored_ids"] = job.prompt_ids + answer
+            ids = info["scored_ids"] = job.prompt_ids + answer
             try:
-                info["scores"] = score_ids(self.loaded.model, info["scored_ids"], job.score_top,
-                                           should_stop=job.cancel.is_set)
+                info["scores"] = (score_ids(self.loaded.model, ids, job.score_top, job.cancel.is_set) if head is None
+                                  else score_rest(self.loaded.model, ids, upto, job.score_top, self.prompt_cache, head,
+                                                  job.cancel.is_set))
             except Stopped:
                 return self._cancelled(job, stats)
         self._count("completed")
