@@ -798,3 +798,25 @@ def test_save_and_load_keep_the_thinking_and_an_interrupted_answer(tmp_path):
                                                     {"role": "system", "content": "late"}]), encoding="utf-8")
     with pytest.raises(CloverError, match="system message may only come first"):
         back.load(tmp_path / "late.json")
+
+
+def test_penalties_set_in_chat_change_the_answer_and_show_once_set(make_checkpoint, capsys):
+    """/set presence_penalty and frequency_penalty reach the decoder (greedy: /retry answers otherwise, and the
+    same again once they are back at 0); /set lists a penalty only while it is not at its default."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/set")
+    assert "penalty" not in capsys.readouterr().err
+    app.ask("hello")
+    plain = app.conv.messages[-1]
+    app.command("/set presence_penalty -2")
+    app.command("/set frequency_penalty -2")
+    capsys.readouterr()
+    app.command("/set")
+    shown = capsys.readouterr().err
+    assert "presence_penalty -2" in shown and "frequency_penalty -2" in shown and "repetition_penalty" not in shown
+    app.command("/retry")
+    assert app.conv.messages[-1] != plain, "the penalties changed nothing here: pick others"
+    app.command("/set presence_penalty 0")
+    app.command("/set frequency_penalty 0")
+    app.command("/retry")
+    assert app.conv.messages[-1] == plain

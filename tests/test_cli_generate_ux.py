@@ -365,3 +365,34 @@ def test_pack_only_flags_on_a_pack_say_nothing(tmp_path, capsys):
     warn_pack_only(tmp_path, "bf16", "1KB", True, 64)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and all(f in err for f in ("--vram-budget", "--resident-routing", "--prefill-chunk"))
+
+
+@needs_tiny
+def test_penalty_flags_reach_the_decoder_in_generate_and_chat(capsys, tmp_path):
+    """--repetition-penalty (and its siblings) change the greedy answer of `generate` and of a piped `chat`, and
+    both give what the decoder gives with those penalties (the flags are not just checked and dropped)."""
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.events import Finished
+    from clover_local.generate.sampling import Penalties
+    from clover_local.loader import load
+
+    args = ["generate", "tiny", "-p", "add 12+30", "--no-think", "--max-new-tokens", "12", "--json", *GEN]
+    assert run_cli(args) == 0
+    plain = json.loads(capsys.readouterr().out)["token_ids"]
+    flags = ["--repetition-penalty", "1.3", "--presence-penalty", "0.5", "--frequency-penalty", "0.25"]
+    assert run_cli(args + flags) == 0
+    penalized = json.loads(capsys.readouterr().out)["token_ids"]
+    assert penalized != plain, "the penalties changed nothing here: pick others"
+    loaded = load("tiny", "cpu", "float32")
+    tok = loaded.tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "add 12+30"}], enable_thinking=False))
+    settings = DecodeSettings(max_new_tokens=12, threshold=loaded.config.diffusion.threshold,
+                              stop_token_ids=loaded.stop_token_ids, penalties=Penalties(0.5, 0.25, 1.3))
+    events = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id).generate(ids, settings)
+    assert next(e for e in events if isinstance(e, Finished)).token_ids == penalized
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOVER_LOCAL_")}
+    answers = [subprocess.run([sys.executable, "-m", "clover_local", "chat", "tiny", "--no-think", "--max-tokens",
+                               "12", *GEN, *extra], input="add 12+30\n", capture_output=True, text=True,
+                              timeout=120, env={**env, "HOME": str(tmp_path)}).stdout for extra in ([], flags)]
+    assert answers[0].strip() == tok.decode(plain).strip() and answers[1].strip() == tok.decode(penalized).strip()

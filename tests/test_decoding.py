@@ -546,7 +546,8 @@ def test_penalties_change_the_logits_as_openai_and_vllm_define_them():
     assert got.tolist() == [[1.0, -1.0, -0.75, 0.75, -2.0]]
     counts.add([4])
     assert counts.apply(logits.clone(), Penalties(repetition=2.0)).tolist() == [[1.0, -1.0, 0.25, 1.5, -4.0]]
-    assert not Penalties().active and Penalties(repetition=1.1).active
+    assert not Penalties().active
+    assert Penalties(presence=0.5).active and Penalties(frequency=-0.5).active and Penalties(repetition=1.1).active
 
 
 def test_a_presence_penalty_keeps_the_answer_from_repeating_a_token(loaded):
@@ -561,3 +562,16 @@ def test_a_presence_penalty_keeps_the_answer_from_repeating_a_token(loaded):
     assert len(penalized.token_ids) == BS and len(set(penalized.token_ids)) == BS
     _, same = run(loaded, prompt, max_new_tokens=BS, threshold=1.0, penalties=Penalties())
     assert same.token_ids == plain.token_ids  # the defaults change nothing
+
+
+def test_a_repetition_penalty_covers_the_prompts_tokens_too(loaded):
+    """vLLM's repetition_penalty counts the prompt's tokens as seen, not only the answer's: with a large one (and
+    one token a pass) the answer avoids every token of the prompt, where the plain greedy answer reuses some."""
+    from clover_local.generate.sampling import Penalties
+
+    prompt = prompt_ids(loaded, 96, 5)
+    _, plain = run(loaded, prompt, max_new_tokens=BS, threshold=1.0)
+    assert set(plain.token_ids) & set(prompt), "the plain answer reuses no prompt token: pick another prompt"
+    _, penalized = run(loaded, prompt, max_new_tokens=BS, threshold=1.0, penalties=Penalties(repetition=1e6))
+    assert not set(penalized.token_ids) & set(prompt)
+    assert len(set(penalized.token_ids)) == len(penalized.token_ids)

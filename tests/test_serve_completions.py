@@ -111,30 +111,46 @@ def test_penalties_reach_the_decoder(served, client):
     r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, presence_penalty=1.5,
                                   frequency_penalty=0.5, extra_body={"repetition_penalty": 1.3})
     assert r.choices[0].text == loaded.tokenizer.decode(want)
-    for name, value in (("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0)):
+    # each field alone reaches its own penalty: presence and frequency differ once a token comes twice, which a
+    # negative penalty (repeat more) makes sure of
+    alone = {name: decoded(loaded, ids, 40, **{name: -0.2}) for name in ("presence", "frequency")}
+    assert alone["presence"] != alone["frequency"], "presence and frequency agree here: pick another value"
+    for name, want in alone.items():
+        r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, **{f"{name}_penalty": -0.2})
+        assert r.choices[0].text == loaded.tokenizer.decode(want), name
+    for name, value in (("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0),
+                        ("presence_penalty", -2.01), ("frequency_penalty", 2.01), ("repetition_penalty", 10.01)):
         code, body = post(url, {"prompt": PROMPT, name: value})
         assert code == 400 and body["error"]["param"] == name, body
 
 
 def test_a_stream_adds_up_to_the_plain_answer_and_echoes_first(served, client):
     loaded, _ = served
-    plain = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40).choices[0].text
+    whole = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40).choices[0]
+    plain = whole.text
     parts = list(client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, stream=True, echo=True,
                                            stream_options={"include_usage": True}))
     texts = [p.choices[0].text for p in parts if p.choices]
     assert texts[0] == PROMPT and "".join(texts) == PROMPT + plain
-    assert parts[-2].choices[0].finish_reason in ("stop", "length")
+    assert parts[-2].choices[0].finish_reason == whole.finish_reason
     assert parts[-1].choices == [] and parts[-1].usage.prompt_tokens == len(loaded.tokenizer.encode(PROMPT))
+    short = client.completions.create(model="raw", prompt=PROMPT, max_tokens=4).choices[0]
+    assert short.finish_reason == "length", "the answer ends within 4 tokens: pick a longer prompt"
+    unasked = list(client.completions.create(model="raw", prompt=PROMPT, max_tokens=4, stream=True))
+    assert all(p.choices and p.usage is None for p in unasked)  # no usage chunk unless include_usage
+    assert "".join(p.choices[0].text for p in unasked) == short.text
+    assert unasked[-1].choices[0].finish_reason == "length"
 
 
-def test_echo_logprobs_are_the_causal_pass(served, client):
+@pytest.mark.parametrize("n_top", [3, 20])  # 20: the most a request may ask for
+def test_echo_logprobs_are_the_causal_pass(served, client, n_top):
     """max_tokens 0 with echo scores the prompt alone: each token's log p given those before it equals one full
     causal pass's (the server scores in chunks through the prefix cache), and the alternatives are that row's
     likeliest, likeliest first."""
     loaded, _ = served
     tok = loaded.tokenizer
     ids = tok.encode(PROMPT)
-    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=0, echo=True, logprobs=3)
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=0, echo=True, logprobs=n_top)
     choice = r.choices[0]
     assert choice.text == PROMPT and r.usage.completion_tokens == 0
     lp = choice.logprobs
@@ -144,7 +160,7 @@ def test_echo_logprobs_are_the_causal_pass(served, client):
     for i in range(1, len(ids)):
         assert lp.token_logprobs[i] == pytest.approx(ref[i - 1, ids[i]].item(), abs=1e-4)
         top = lp.top_logprobs[i]
-        values, indices = ref[i - 1].topk(3)
+        values, indices = ref[i - 1].topk(n_top)
         want: dict[str, float] = {}
         for t, v in zip(indices.tolist(), values.tolist()):
             want.setdefault(tok.decode([t]), v)  # two tokens may read the same (partial UTF-8: U+FFFD)
@@ -243,6 +259,7 @@ def test_logprobs_of_an_answer_and_a_stop_string_cut(served, client):
     ({"logprobs": 21}, "logprobs", "0 to 20"),
     ({"logprobs": True}, "logprobs", "0 to 20"),
     ({"logprobs": 1, "stream": True}, "logprobs", "not while streaming"),
+    ({"logprobs": 0, "stream": True}, "logprobs", "not while streaming"),
     ({"prompt": ["a", "b"], "stream": True}, "prompt", "one prompt at a time"),
     ({"max_tokens": 0}, "max_tokens", "nothing to return"),
     ({"max_tokens": -1}, "max_tokens", "at least 0"),
@@ -252,7 +269,9 @@ def test_logprobs_of_an_answer_and_a_stop_string_cut(served, client):
     ({"prompt": {"text": "hi"}}, "prompt", "'prompt' must be"),
     ({"prompt": None}, "prompt", "'prompt' must be"),
     ({"prompt": [[3, 4], [5, 100000]]}, "prompt", "prompt[1] holds token id 100000"),
+    ({"prompt": [[3, 4], [5, -1]]}, "prompt", "prompt[1] holds token id -1"),
     ({"prompt": "word " * 300}, "prompt", "maximum context length is 256"),
+    ({"prompt": "word " * 300}, "prompt", ": shorten it"),  # one prompt: "it", not the chat's "them"
     ({"max_tokens": 65}, "max_tokens", "at most 64"),
 ])
 def test_bad_completion_requests_are_400_naming_the_field(served, body, param, words):
@@ -278,6 +297,7 @@ def test_tokenizer_routes_tokenize_as_the_server_does(served):
     assert info["model_max_length"] == CONTEXT and info["vocab_size"] == loaded.config.vocab_size
     code, body = post(url, {"prompt": PROMPT, "add_special_tokens": False}, "/tokenize")
     assert code == 200 and body["tokens"] == tok.encode(PROMPT) and body["count"] == len(body["tokens"])
+    assert body["max_model_len"] == CONTEXT
     msgs = [{"role": "user", "content": PROMPT}]
     for extra, kwargs in (({}, {}), ({"add_generation_prompt": False}, {"add_generation_prompt": False}),
                           ({"chat_template_kwargs": {"enable_thinking": False}}, {"enable_thinking": False})):
@@ -287,9 +307,90 @@ def test_tokenizer_routes_tokenize_as_the_server_does(served):
     assert code == 200 and body == {"prompt": PROMPT}
     for path, request, param in (("/detokenize", {"tokens": [1, loaded.config.vocab_size]}, "tokens"),
                                  ("/detokenize", {"tokens": "abc"}, "tokens"),
+                                 ("/detokenize", {"tokens": [3, -2]}, "tokens"),
+                                 ("/detokenize", {"tokens": [True, 3]}, "tokens"),
                                  ("/tokenize", {"prompt": PROMPT, "messages": msgs}, "prompt"),
                                  ("/tokenize", {}, "prompt"),
                                  ("/tokenize", {"prompt": 5}, "prompt"),
                                  ("/tokenize", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role")):
         code, body = post(url, request, path)
         assert code == 400 and body["error"]["param"] == param, (path, request, body)
+
+
+def test_text_offsets_of_characters_split_over_tokens(served, client):
+    """A character of several UTF-8 bytes may come in several tokens: each token's text_offset is where the text
+    stood before it (a character starts at the token completing it, so the offsets never run past the text), and a
+    token after such a character still starts where its own text does."""
+    import random
+
+    loaded, _ = served
+    tok = loaded.tokenizer
+    rng = random.Random(17)
+    words = ["add", "banana", "fox", "é", "ü", "€", "✓", "中", "ß", "😀", "12", "dog"]
+    text = " ".join(rng.choice(words) for _ in range(24))
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text and any("\ufffd" in tok.decode([t]) for t in ids), "no split character"
+    lp = client.completions.create(model="raw", prompt=text, max_tokens=0, echo=True, logprobs=0).choices[0].logprobs
+    assert lp.text_offset == [len(tok.decode(ids[:i]).rstrip("\ufffd")) for i in range(len(ids))]
+    assert all(text[o:].startswith(t) for o, t in zip(lp.text_offset, lp.tokens) if "\ufffd" not in t)
+
+
+def test_a_raw_prompt_that_opens_a_think_tag_is_continued_as_text(served, client):
+    """/v1/completions applies no chat template: a prompt ending in an open `<think>` is continued as plain text
+    (nothing is taken for reasoning and hidden), as the decoder wrote it."""
+    loaded, _ = served
+    prompt = PROMPT + " <think>\n"
+    want = decoded(loaded, loaded.tokenizer.encode(prompt), 24)
+    assert want, "the random model ended at once: nothing to compare"
+    r = client.completions.create(model="raw", prompt=prompt, max_tokens=24)
+    assert r.choices[0].text == loaded.tokenizer.decode(want)
+
+
+def test_a_batch_answers_each_prompt_as_alone_and_sums_the_usage(served, client):
+    """A list of prompts: each choice is what that prompt alone gets, in order, and the usage adds up the
+    prompts' (tokens, and block diffusion's passes with the tokens per pass they make)."""
+    loaded, _ = served
+    prompts = [PROMPT, "count a in banana", loaded.tokenizer.encode("the quick brown fox")]
+    alone = [client.completions.create(model="raw", prompt=p, max_tokens=24) for p in prompts]
+    batch = client.completions.create(model="raw", prompt=prompts, max_tokens=24)
+    assert [c.index for c in batch.choices] == [0, 1, 2]
+    assert [c.text for c in batch.choices] == [r.choices[0].text for r in alone]
+    assert [c.finish_reason for c in batch.choices] == [r.choices[0].finish_reason for r in alone]
+    for field in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert getattr(batch.usage, field) == sum(getattr(r.usage, field) for r in alone), field
+    passes = sum(r.usage.clover["passes"] for r in alone)
+    assert batch.usage.clover["passes"] == passes
+    assert batch.usage.clover["tokens_per_pass"] == pytest.approx(batch.usage.completion_tokens / passes, abs=1e-4)
+
+
+def test_a_client_gone_during_the_scoring_pass_stops_it(served):
+    """`logprobs` cost a causal pass over prompt and answer after the answer: a client that hangs up meanwhile
+    stops that pass too (between its chunks), and the job is counted cancelled, not completed."""
+    from clover_local.generate.block_diffusion import DecodeSettings
+    from clover_local.serve.engine import Engine, Job
+
+    class GoneOnceStarted(threading.Event):
+        """Not set when the worker takes the job; set from the first look after (the client hung up)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.looks = 0
+
+        def is_set(self) -> bool:
+            self.looks += 1
+            if self.looks > 1:
+                self.set()
+            return super().is_set()
+
+    loaded, _ = served
+    engine = Engine(loaded, max_queue=2)
+    try:
+        ids = loaded.tokenizer.encode(PROMPT * 4)
+        job = Job(ids, PROMPT * 4, DecodeSettings(max_new_tokens=0, stop_token_ids=loaded.stop_token_ids), raw=True,
+                  score_top=1, cancel=GoneOnceStarted())
+        engine.submit(job)
+        assert job.out.get(timeout=60) == ("cancelled", None)
+        counts = engine.health()["requests"]
+        assert (counts["cancelled"], counts["completed"]) == (1, 0)
+    finally:
+        assert engine.stop()
