@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from clover_local.chat.turn import history_tokens
 from clover_local.errors import CloverError
@@ -313,24 +313,18 @@ class Handler(BaseHTTPRequestHandler):
         self._event("[DONE]")
         self._write_chunk(b"")
 
-    def _stream(self, req: ChatRequest, job: Job) -> None:
-        name, cid, created = self.server.model_name, completion_id(), int(time.time())
-        self._start_events()
-        self._event(chunk(cid, name, created, {"role": "assistant", "content": ""}))
+    def _relay(self, job: Job, on_delta: Callable[[str, str], list], on_done: Callable[[dict], list]) -> None:
+        """A job's output as server-sent events, whichever endpoint shapes them: each delta's, then the end's (or
+        the error), then [DONE]."""
         while True:
             item = self._next(job)
             kind = item[0]
             if kind == "delta":
-                _, dr, dc = item
-                if dr:
-                    self._event(chunk(cid, name, created, {"reasoning_content": dr}))
-                if dc:
-                    self._event(chunk(cid, name, created, {"content": dc}))
+                for event in on_delta(item[1], item[2]):
+                    self._event(event)
             elif kind == "done":
-                info = item[1]
-                self._event(chunk(cid, name, created, {}, info["finish_reason"]))
-                if req.include_usage:
-                    self._event(chunk(cid, name, created, None, use=_usage(info)))
+                for event in on_done(item[1]):
+                    self._event(event)
                 break
             elif kind == "error":
                 self._event(item[1].body())
@@ -338,6 +332,21 @@ class Handler(BaseHTTPRequestHandler):
             elif kind == "cancelled":
                 raise ClientGone
         self._end_events()
+
+    def _stream(self, req: ChatRequest, job: Job) -> None:
+        name, cid, created = self.server.model_name, completion_id(), int(time.time())
+        self._start_events()
+        self._event(chunk(cid, name, created, {"role": "assistant", "content": ""}))
+
+        def delta(dr: str, dc: str) -> list:
+            return ([chunk(cid, name, created, {"reasoning_content": dr})] if dr else []) + (
+                [chunk(cid, name, created, {"content": dc})] if dc else [])
+
+        def done(info: dict) -> list:
+            return [chunk(cid, name, created, {}, info["finish_reason"])] + (
+                [chunk(cid, name, created, None, use=_usage(info))] if req.include_usage else [])
+
+        self._relay(job, delta, done)
 
     # ------------------------------------------------------------------ text completions
     def _completions(self, raw: bytes) -> None:
@@ -389,23 +398,15 @@ class Handler(BaseHTTPRequestHandler):
         self._start_events()
         if req.echo:
             self._event(text_chunk(cid, name, created, text_choice(0, job.prompt_text, None)))
-        while True:
-            item = self._next(job)
-            kind = item[0]
-            if kind == "delta" and item[2]:
-                self._event(text_chunk(cid, name, created, text_choice(0, item[2], None)))
-            elif kind == "done":
-                self._event(text_chunk(cid, name, created, text_choice(0, "", item[1]["finish_reason"])))
-                if req.include_usage:
-                    self._event(text_chunk(cid, name, created, None, use=_usage(item[1])))
-                break
-            elif kind == "error":
-                self._event(item[1].body())
-                break
-            elif kind == "cancelled":
-                raise ClientGone
-        self._end_events()
 
+        def delta(_: str, dc: str) -> list:
+            return [text_chunk(cid, name, created, text_choice(0, dc, None))] if dc else []
+
+        def done(info: dict) -> list:
+            return [text_chunk(cid, name, created, text_choice(0, "", info["finish_reason"]))] + (
+                [text_chunk(cid, name, created, None, use=_usage(info))] if req.include_usage else [])
+
+        self._relay(job, delta, done)
 
     # ------------------------------------------------------------------ the tokenizer (vLLM's routes)
     def _tokenizer_info(self) -> dict:
