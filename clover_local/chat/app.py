@@ -27,6 +27,7 @@ from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, ke
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
                                     history_tokens, is_out_of_memory, release_memory)
 from clover_local.errors import CloverError
+from clover_local.generate.sampling import PENALTY_RANGES
 from clover_local.paths import cache_root
 from clover_local.text_files import read_text_file
 from clover_local.generate.block_diffusion import whole_blocks
@@ -410,9 +411,8 @@ class ChatApp:
         parts = rest.split()
         if not parts:
             s = self.settings
-            penalties = [f"{name} {getattr(s, name):g}" for name, default in
-                         (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0))
-                         if getattr(s, name) != default]  # shown once set: most chats never touch them
+            penalties = [f"{name} {getattr(s, name):g}" for name, r in PENALTY_RANGES.items()
+                         if getattr(s, name) != r.off]  # shown once set: most chats never touch them
             self.note(" · ".join([f"threshold {s.threshold:g}", f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
                                   f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}", *penalties]))
             return

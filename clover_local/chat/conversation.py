@@ -50,9 +50,7 @@ SETTABLE: dict[str, tuple[Any, Any, str]] = {
     "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
     "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
     "max_tokens": (_int, lambda x: x >= 1, "a whole number of at least 1"),
-    **{name: (_float, lambda x, r=r: (r[0] < x if r[2] else r[0] <= x) and x <= r[1],
-              f"a number in {'(' if r[2] else '['}{r[0]:g}, {r[1]:g}]; {'1' if r[2] else '0'} is off")
-       for name, r in PENALTY_RANGES.items()},
+    **{name: (_float, r.allows, f"a number in {r}; {r.off:g} is off") for name, r in PENALTY_RANGES.items()},
 }
 
 

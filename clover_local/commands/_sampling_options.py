@@ -32,8 +32,8 @@ def repetition_penalty_option() -> Any:
 
 def penalties(presence_penalty: float, frequency_penalty: float, repetition_penalty: float) -> Penalties:
     """The three flags checked (one line naming the flag and its range when out of it)."""
-    for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty),
-                        ("repetition_penalty", repetition_penalty)):
-        low, high, low_open = PENALTY_RANGES[name]
-        check_range("--" + name.replace("_", "-"), value, low, high, low_open)
-    return Penalties(presence_penalty, frequency_penalty, repetition_penalty)
+    given = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,
+             "repetition_penalty": repetition_penalty}
+    for name, r in PENALTY_RANGES.items():
+        check_range("--" + name.replace("_", "-"), given[name], r.low, r.high, r.low_open)
+    return Penalties(**{name.removesuffix("_penalty"): value for name, value in given.items()})

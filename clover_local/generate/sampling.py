@@ -59,9 +59,25 @@ class Penalties:
         return self.presence != 0.0 or self.frequency != 0.0 or self.repetition != 1.0
 
 
-# name -> (low, high, low excluded): OpenAI's range for presence/frequency; repetition (vLLM's) must stay positive
-PENALTY_RANGES = {"presence_penalty": (-2.0, 2.0, False), "frequency_penalty": (-2.0, 2.0, False),
-                  "repetition_penalty": (0.0, 10.0, True)}
+@dataclass(frozen=True)
+class PenaltyRange:
+    low: float
+    high: float
+    low_open: bool  # `low` itself refused
+    off: float  # the value that changes nothing
+
+    def allows(self, x: float) -> bool:
+        return (self.low < x if self.low_open else self.low <= x) and x <= self.high
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+
+
+# OpenAI's range for presence/frequency; repetition (vLLM's) must stay positive. The names are the request fields,
+# the /set names and (with dashes) the flags.
+PENALTY_RANGES = {"presence_penalty": PenaltyRange(-2.0, 2.0, False, 0.0),
+                  "frequency_penalty": PenaltyRange(-2.0, 2.0, False, 0.0),
+                  "repetition_penalty": PenaltyRange(0.0, 10.0, True, 1.0)}
 
 
 class TokenCounts:

@@ -309,10 +309,6 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Accel-Buffering", "no")
         self.end_headers()
 
-    def _end_events(self) -> None:
-        self._event("[DONE]")
-        self._write_chunk(b"")
-
     def _relay(self, job: Job, on_delta: Callable[[str, str], list], on_done: Callable[[dict], list]) -> None:
         """A job's output as server-sent events, whichever endpoint shapes them: each delta's, then the end's (or
         the error), then [DONE]."""
@@ -331,7 +327,8 @@ class Handler(BaseHTTPRequestHandler):
                 break
             elif kind == "cancelled":
                 raise ClientGone
-        self._end_events()
+        self._event("[DONE]")
+        self._write_chunk(b"")
 
     def _stream(self, req: ChatRequest, job: Job) -> None:
         name, cid, created = self.server.model_name, completion_id(), int(time.time())

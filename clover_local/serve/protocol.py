@@ -90,9 +90,9 @@ def _number(body: dict, name: str, low: float, high: float, default: float, low_
     return float(value)
 
 
-def _penalty(body: dict, name: str, default: float) -> float:
-    low, high, low_open = PENALTY_RANGES[name]
-    return _number(body, name, low, high, default, low_open)
+def _penalty(body: dict, name: str) -> float:
+    r = PENALTY_RANGES[name]
+    return _number(body, name, r.low, r.high, r.off, r.low_open)
 
 
 def _int(body: dict, name: str, minimum: int) -> int | None:
@@ -221,8 +221,7 @@ def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.temperature = _number(body, "temperature", 0.0, 2.0, 0.0)
     req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.threshold = _number(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
-    req.penalties = Penalties(_penalty(body, "presence_penalty", 0.0), _penalty(body, "frequency_penalty", 0.0),
-                              _penalty(body, "repetition_penalty", 1.0))
+    req.penalties = Penalties(**{name.removesuffix("_penalty"): _penalty(body, name) for name in PENALTY_RANGES})
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("'seed' must be an integer", "seed")
