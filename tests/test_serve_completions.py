@@ -303,6 +303,9 @@ def test_tokenizer_routes_tokenize_as_the_server_does(served):
                           ({"chat_template_kwargs": {"enable_thinking": False}}, {"enable_thinking": False})):
         code, body = post(url, {"messages": msgs, **extra}, "/tokenize")
         assert code == 200 and body["tokens"] == tok.encode(tok.apply_chat_template(msgs, **kwargs)), extra
+    # lm-evaluation-harness's remote tokenizer sends a chat-templated request's messages as `prompt`
+    code, body = post(url, {"prompt": msgs, "add_special_tokens": False}, "/tokenize")
+    assert code == 200 and body["tokens"] == tok.encode(tok.apply_chat_template(msgs))
     code, body = post(url, {"tokens": tok.encode(PROMPT)}, "/detokenize")
     assert code == 200 and body == {"prompt": PROMPT}
     for path, request, param in (("/detokenize", {"tokens": [1, loaded.config.vocab_size]}, "tokens"),
@@ -312,6 +315,9 @@ def test_tokenizer_routes_tokenize_as_the_server_does(served):
                                  ("/tokenize", {"prompt": PROMPT, "messages": msgs}, "prompt"),
                                  ("/tokenize", {}, "prompt"),
                                  ("/tokenize", {"prompt": 5}, "prompt"),
+                                 ("/tokenize", {"prompt": []}, "prompt"),
+                                 ("/tokenize", {"prompt": [3, 4]}, "prompt"),
+                                 ("/tokenize", {"prompt": [{"role": "user"}]}, "messages[0].content"),
                                  ("/tokenize", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role")):
         code, body = post(url, request, path)
         assert code == 400 and body["error"]["param"] == param, (path, request, body)

@@ -277,14 +277,17 @@ class TokenizeRequest:
 
 
 def parse_tokenize_request(raw: bytes) -> TokenizeRequest:
+    """A conversation sent as `prompt` (a list of {role, content}) is taken as `messages`: lm-evaluation-harness's
+    remote tokenizer sends its chat-templated requests that way (`--apply_chat_template`)."""
     body = _json_object(raw)
     if ("prompt" in body) == ("messages" in body):
         raise _bad("send either 'prompt' (text) or 'messages' (a conversation) to tokenize", "prompt")
-    if "prompt" in body:
-        if not isinstance(body["prompt"], str):
-            raise _bad("'prompt' must be a string", "prompt")
-        return TokenizeRequest(prompt=body["prompt"])
-    req = TokenizeRequest(messages=parse_messages(body["messages"]))
+    prompt = body.get("prompt")
+    if "prompt" in body and not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt)):
+        if not isinstance(prompt, str):
+            raise _bad("'prompt' must be a string (or a list of {role, content} messages)", "prompt")
+        return TokenizeRequest(prompt=prompt)
+    req = TokenizeRequest(messages=parse_messages(body["messages"] if prompt is None else prompt))
     req.add_generation_prompt = _bool(body, "add_generation_prompt", True)
     req.enable_thinking, req.template_kwargs = _template_options(body)
     return req
