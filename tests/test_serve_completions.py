@@ -400,3 +400,25 @@ def test_a_client_gone_during_the_scoring_pass_stops_it(served):
         assert (counts["cancelled"], counts["completed"]) == (1, 0)
     finally:
         assert engine.stop()
+
+
+def test_scoring_hand_over_at_a_block_boundary(served):
+    """score_prefix then score_rest give score_ids' figures whatever follows the prompt's whole blocks: an
+    answer, or nothing at all (a whole-block prompt whose answer ended at once: the prefix's scores are all
+    there is, and no pass runs again)."""
+    from clover_local.generate.prompt_cache import PromptCache
+    from clover_local.generate.scoring import score_ids, score_prefix, score_rest
+
+    loaded, _ = served
+    bs = loaded.config.diffusion.block_size
+    ids = (loaded.tokenizer.encode(" ".join([PROMPT] * 6)) * 2)[: 2 * bs]
+    want = score_ids(loaded.model, ids, 2)
+    for extra in ([], loaded.tokenizer.encode(" and more")):
+        reuse = PromptCache()
+        head = score_prefix(loaded.model, ids, 2 * bs, 2, reuse)
+        lookups = reuse.stats.lookups
+        got = score_rest(loaded.model, ids + extra, 2 * bs, 2, reuse, head)
+        ref = score_ids(loaded.model, ids + extra, 2) if extra else want
+        assert got.logprobs == pytest.approx(ref.logprobs, abs=1e-4)
+        assert [t for t, _ in sum(got.top, [])] == [t for t, _ in sum(ref.top, [])]
+        assert reuse.stats.lookups == lookups + (1 if extra else 0)  # nothing past the prefix: no snapshot taken

@@ -199,7 +199,7 @@ def _existing(path: Path) -> Path:
     return p
 
 
-def token_and_source() -> tuple[bool, str]:
+def _token_set() -> tuple[bool, str]:
     """Whether a Hub token is configured and where from, found as the download code finds it (no network).
     The token itself is dropped here, never returned."""
     from clover_local.hub.transfer import token_and_source as found
@@ -539,17 +539,11 @@ def _check_vram_budget(say: Callable[[str], None]) -> Result:
 # ----------------------------------------------------------------------------------------------------
 # host
 # ----------------------------------------------------------------------------------------------------
-def _ram_total() -> int | None:
-    from clover_local.runtime.sizes import host_total_bytes
-
-    return host_total_bytes()
-
-
 def _check_host(say: Callable[[str], None]) -> Result:
-    from clover_local.runtime.sizes import cpu_count, host_available_bytes
+    from clover_local.runtime.sizes import cpu_count, host_available_bytes, host_total_bytes
 
     usable, cores = cpu_count(), os.cpu_count()
-    total, avail = _ram_total(), host_available_bytes()
+    total, avail = host_total_bytes(), host_available_bytes()
     facts = {"cpu_cores": cores, "cpu_usable": usable, "ram_total_bytes": total, "ram_available_bytes": avail}
     cpus = f"{usable} CPU cores" + (f" (of {cores}: the others are not this process's)" if cores and cores != usable
                                     else "")
@@ -849,7 +843,7 @@ def _check_hf_token(say: Callable[[str], None]) -> Result:
     from clover_local.errors import CloverError
     from clover_local.hub.transfer import check_token_text
 
-    is_set, source = token_and_source()
+    is_set, source = _token_set()
     oidc = bool(os.environ.get("HF_OIDC_RESOURCE"))
     facts = {"set": is_set, "source": source if is_set else None, "oidc": oidc}
     if not is_set:

@@ -88,14 +88,16 @@ def score_prefix(model, ids: list[int], upto: int, top: int, reuse: PromptCache,
 
 def score_rest(model, ids: list[int], upto: int, top: int, reuse: PromptCache, head: Scores,
                should_stop: Callable[[], bool] | None = None) -> Scores:
-    """`head` (score_prefix's scores of ids[1:upto]) completed to all of ids[1:] from the snapshot at `upto` that
-    `reuse` holds (score_prefix's, saved again by the decoder): its logits score ids[upto], one pass over
-    ids[upto:-1] the rest. Without that snapshot (a failed or other generation since), all of ids afresh."""
+    """`head` (score_prefix's scores of ids[1:upto]) completed, in place, to all of ids[1:] from the snapshot at
+    `upto` that `reuse` holds (score_prefix's, saved again by the decoder): its logits score ids[upto], one pass
+    over ids[upto:-1] the rest. Nothing past `upto` (a whole-block prompt, an empty answer): `head` as it is.
+    Without that snapshot (a failed or other generation since), all of ids afresh."""
+    if len(ids) <= upto:
+        return head
     resume = reuse.take(model, ids[:upto])
-    if resume is None or resume.length != upto or resume.last_logits is None or upto >= len(ids):
+    if resume is None or resume.length != upto or resume.last_logits is None:
         return score_ids(model, ids, top, should_stop)
-    out = Scores(list(head.logprobs), list(head.top))
     with torch.inference_mode():
-        out.add(resume.last_logits[None], [ids[upto]], top)
-        _read(model, resume.cache, ids[upto:-1], ids[upto + 1 :], top, should_stop, out)
-    return out
+        head.add(resume.last_logits[None], [ids[upto]], top)
+        _read(model, resume.cache, ids[upto:-1], ids[upto + 1 :], top, should_stop, head)
+    return head
