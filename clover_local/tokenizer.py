@@ -82,6 +82,19 @@ def _compile_template(source: str):
     return env.from_string(source)
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE writes each byte as one printable character: the printable Latin-1 bytes as
+    themselves, the other 68 (controls, space, 0x7f-0xa0, 0xad) as characters from U+0100 up, in byte order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    char_of = {b: b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in char_of:
+            char_of[b] = 0x100 + extra
+            extra += 1
+    return {chr(c): b for b, c in char_of.items()}
+
+
 @dataclass
 class ChatTokenizer:
     """A `tokenizers.Tokenizer` plus the folder's special tokens and chat template."""
@@ -141,6 +154,47 @@ class ChatTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
+
+    @cached_property
+    def _added_ids(self) -> frozenset[int]:
+        return frozenset(self.tokenizer.get_added_tokens_decoder())
+
+    @cached_property
+    def _byte_of_char(self) -> dict[str, int] | None:
+        """A byte-level BPE vocabulary's alphabet (None for other tokenizers)."""
+        from tokenizers import decoders
+
+        return _byte_level_alphabet() if isinstance(self.tokenizer.decoder, decoders.ByteLevel) else None
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes token `token_id` writes; None for an added token (special or not: `<think>` is one) or an
+        unknown id. Byte-level vocabularies give the exact bytes, half a character included; others the token's
+        decoded text (a partial character as U+FFFD)."""
+        if token_id in self._added_ids:
+            return None
+        token = self.tokenizer.id_to_token(token_id)
+        if token is None:
+            return None
+        alphabet = self._byte_of_char
+        if alphabet is None:
+            return self.decode([token_id]).encode()
+        try:
+            return bytes(alphabet[c] for c in token)
+        except KeyError:  # not of the alphabet: a token the decoder would not write as bytes
+            return None
+
+    @cached_property
+    def _first_bytes(self) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = {}
+        for token_id in self.tokenizer.get_vocab(with_added_tokens=False).values():
+            data = self.token_bytes(token_id)
+            if data:
+                groups.setdefault(data[0], []).append(token_id)
+        return groups
+
+    def ids_by_first_byte(self) -> dict[int, list[int]]:
+        """The vocabulary's (non-added) token ids grouped by their first byte, made once (JSON mode's search)."""
+        return self._first_bytes
 
     def id_to_token(self, idx: int) -> str | None:
         return self.tokenizer.id_to_token(idx)

@@ -201,11 +201,10 @@ def test_the_context_error_counts_right():
     ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
     ({"functions": [{"name": "add", "parameters": {"type": "object"}}]}, "functions"),
     ({"function_call": {"name": "add"}}, "function_call"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
 ])
 def test_features_it_lacks_are_refused_not_ignored(extra, param):
-    """Logprobs, tools and JSON modes would otherwise come back as plain text, as if honoured."""
+    """Logprobs, tools and a JSON schema would otherwise come back as plain text, as if honoured."""
     from clover_local.serve.protocol import ApiError, parse_chat_request
 
     with pytest.raises(ApiError) as err:

@@ -134,8 +134,12 @@ def generate(
     presence_penalty: float = presence_penalty_option(),
     frequency_penalty: float = frequency_penalty_option(),
     repetition_penalty: float = repetition_penalty_option(),
-    think: bool = typer.Option(True, "--think/--no-think", help="Let the model think before answering (the "
-                               "thinking is shown on stderr, the answer alone on stdout)."),
+    think: Optional[bool] = typer.Option(None, "--think/--no-think", help="Let the model think before answering "
+                                         "(the thinking is shown on stderr, the answer alone on stdout). Default: "
+                                         "on, off with --format json."),
+    answer_format: str = typer.Option("text", "--format", help="json: the answer is one JSON object, held to JSON "
+                                      "token by token (JSON mode; ask for the fields in the prompt), written "
+                                      "without thinking. text: anything."),
     system: Optional[str] = typer.Option(None, "--system", help="Optional system message."),
     raw: bool = typer.Option(False, "--raw", help="Use the prompt as is, without the chat template (the "
                              "output as is too: no thinking split off)."),
@@ -166,9 +170,13 @@ def generate(
       clover-local generate ./clover-int4 -p "Hello" --vram-budget 14GB --context 4096
 
       clover-local generate ./clover-int4 -f question-about-report.txt --context 16384
+
+      clover-local generate ./clover-int4 -p "Name and age of: Ada, 36. Keys: name, age" --format json
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
+    from clover_local.chat.turn import prompt_opens_thinking
+    from clover_local.generate.json_mode import JsonObjectConstraint
     from clover_local.loader import load
 
     prompt = message_from(prompt, file)
@@ -179,6 +187,12 @@ def generate(
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
     penalized = penalties(presence_penalty, frequency_penalty, repetition_penalty)
+    if answer_format not in ("text", "json"):
+        raise CloverError(f"--format must be text or json, got {answer_format!r}")
+    json_mode = answer_format == "json"
+    if json_mode and think:
+        raise CloverError("--format json answers without thinking (the whole answer is the object): drop --think")
+    think = not json_mode if think is None else think
     loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
     tok = loaded.tokenizer
     if raw:
@@ -186,6 +200,9 @@ def generate(
     else:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         text = tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=think)
+        if json_mode and prompt_opens_thinking(text):
+            raise CloverError("this model's chat template opens a thinking section even with --no-think, and "
+                              "--format json answers with the object alone; use --raw with your own prompt")
     prompt_ids = tok.encode(text)
     over = context_flag_limit(loaded, context)
     if over is not None and len(prompt_ids) + max_new_tokens > loaded.config.max_context:
@@ -199,6 +216,7 @@ def generate(
         seed=seed,
         stop_token_ids=loaded.stop_token_ids,
         penalties=penalized,
+        constraint=JsonObjectConstraint(tok, loaded.stop_token_ids) if json_mode else None,
     )
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     answer = Answer(tok, text, split=not raw)

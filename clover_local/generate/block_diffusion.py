@@ -25,8 +25,10 @@ import torch
 
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, PrefillProgress, Reveal
+from clover_local.generate.json_mode import JsonObjectConstraint, JsonPrefix
 from clover_local.generate.prompt_cache import PromptCache
-from clover_local.generate.sampling import Penalties, TokenCounts, choose, device_generator, pick_reveals
+from clover_local.generate.sampling import (Penalties, TokenCounts, check_finite, choose, device_generator,
+                                            pick_reveals)
 from clover_local.model.cache import PrefixCache
 from clover_local.model.clover import CloverModel
 
@@ -40,6 +42,7 @@ class DecodeSettings:
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     penalties: Penalties = field(default_factory=Penalties)
+    constraint: JsonObjectConstraint | None = None  # JSON mode: the answer is one JSON object (json_mode.py)
 
 
 def _index(rows: list[int]) -> slice | list[int]:
@@ -122,6 +125,7 @@ class BlockDiffusionDecoder:
         bs, stops = self.block_size, set(settings.stop_token_ids)
         gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
         counts = None  # the answer's tokens so far, for settings.penalties (made like `gen`, when they apply)
+        shape = settings.constraint.start() if settings.constraint else None  # JSON mode: the answer so far
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
@@ -166,11 +170,13 @@ class BlockDiffusionDecoder:
                     gen = device_generator(settings.seed, logits.device)
                 ids, conf = choose(logits, settings.temperature, settings.top_p, gen)
                 ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
-                reveals = []
-                for j in pick_reveals(conf_h, settings.threshold):
-                    tokens[masked[j]] = ids_h[j]
-                    reveals.append(Reveal(masked[j], ids_h[j], conf_h[j]))
-                reveals.sort(key=lambda r: r.position)
+                if settings.constraint is None:
+                    reveals = [Reveal(masked[j], ids_h[j], conf_h[j]) for j in pick_reveals(conf_h, settings.threshold)]
+                    reveals.sort(key=lambda r: r.position)
+                else:
+                    reveals, shape = self._constrained_reveals(settings, shape, masked, logits, ids_h, conf_h)
+                for r in reveals:
+                    tokens[r.position] = r.token_id
                 if counts is not None:
                     counts.add([r.token_id for r in reveals])
                 stats.passes += 1
@@ -204,6 +210,34 @@ class BlockDiffusionDecoder:
         stats.tokens = len(out)
         stats.seconds = time.perf_counter() - t0
         yield Finished(out, stats)
+
+    @staticmethod
+    def _constrained_reveals(settings: DecodeSettings, shape: JsonPrefix, masked: list[int], logits: torch.Tensor,
+                             ids: list[int], conf: list[float]) -> tuple[list[Reveal], JsonPrefix]:
+        """JSON mode's reveals this pass (json_mode.py): the leftmost masked position — the model's choice if the
+        constraint allows it, else the likeliest token it allows — then, while the model's own choices (that first
+        one's included) are allowed and reach the threshold, the positions right after it: they were predicted with
+        the first one masked, so after a replaced or unsure token they wait for the next pass. Masked positions are
+        always the block's last ones here."""
+        check_finite(conf)
+        constraint, stops = settings.constraint, settings.stop_token_ids
+        assert constraint is not None
+        token, nxt, first_conf = ids[0], constraint.advance(shape, ids[0]), conf[0]
+        run = nxt is not None and conf[0] >= settings.threshold  # the next ones were predicted beside this one
+        if nxt is None:
+            token, nxt = constraint.likeliest_allowed(shape, logits[0])
+            first_conf = float(torch.softmax(logits[0].float(), -1)[token])
+        reveals = [Reveal(masked[0], token, first_conf)]
+        j = 1
+        while run and token not in stops and j < len(masked) and settings.threshold < 1.0 \
+                and conf[j] >= settings.threshold:
+            after = constraint.advance(nxt, ids[j])
+            if after is None:
+                break
+            token, nxt = ids[j], after
+            reveals.append(Reveal(masked[j], token, conf[j]))
+            j += 1
+        return reveals, nxt
 
     def _causal(self, tokens: list[int], cache: PrefixCache) -> torch.Tensor:
         """Append `tokens` to the cache; the logits of their last row."""

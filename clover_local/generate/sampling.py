@@ -129,16 +129,21 @@ def device_generator(seed: int | None, device: torch.device) -> torch.Generator 
     return torch.Generator(device).manual_seed(seed) if seed is not None else None
 
 
+def check_finite(confidence: list[float]) -> None:
+    """NaN confidences: the pass's logits were not finite (a pass that never synced midway, an optimistic one,
+    carries NaN hidden states to here without stopping)."""
+    if any(math.isnan(c) for c in confidence):
+        raise CloverError("the model's logits for this pass are not finite (NaN): a kernel or weight problem; "
+                          "`python -m clover_local.runtime.gpu_check --stages finite` names the first module "
+                          "that made them")
+
+
 def pick_reveals(confidence: torch.Tensor | list[float], threshold: float) -> list[int]:
     """Indices (into `confidence`) to reveal this pass: every one at or above the threshold, and at least the
     single most confident. A threshold of 1.0 or more means exactly one per pass. Works on host floats (the
     decoder reads a pass's confidences off the device once)."""
     conf = confidence.tolist() if isinstance(confidence, torch.Tensor) else list(confidence)
-    if any(math.isnan(c) for c in conf):  # NaN: the pass's logits were not finite (a pass that never synced midway,
-        # an optimistic one, carries NaN hidden states to here without stopping)
-        raise CloverError("the model's logits for this pass are not finite (NaN): a kernel or weight problem; "
-                          "`python -m clover_local.runtime.gpu_check --stages finite` names the first module "
-                          "that made them")
+    check_finite(conf)
     best = max(range(len(conf)), key=conf.__getitem__)
     if threshold >= 1.0:
         return [best]

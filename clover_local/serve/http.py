@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
-from clover_local.chat.turn import history_tokens
+from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
+from clover_local.generate.json_mode import JsonObjectConstraint
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, check_ids, chunk,
                                          completion, completion_id, legacy_logprobs, parse_chat_request,
@@ -242,9 +243,10 @@ class Handler(BaseHTTPRequestHandler):
         engine = self.server.engine
         max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
+        stops = engine.loaded.stop_token_ids
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
-                              top_p=req.top_p, seed=req.seed, stop_token_ids=engine.loaded.stop_token_ids,
-                              penalties=req.penalties)
+                              top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
+                              constraint=JsonObjectConstraint(engine.tokenizer, stops) if req.json_object else None)
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
@@ -253,6 +255,10 @@ class Handler(BaseHTTPRequestHandler):
                                            enable_thinking=req.enable_thinking, **req.template_kwargs)
         except CloverError as exc:
             raise ApiError(400, str(exc), param="messages") from None
+        if req.json_object and prompt_opens_thinking(text):
+            raise ApiError(400, "this model's chat template opens a thinking section even with enable_thinking "
+                           "false, and a JSON-mode answer is the object alone: send response_format text",
+                           param="response_format")
         ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
         return Job(ids, text, self._settings(req, len(ids), "messages"), stop=req.stop, history_tokens=history)

@@ -5,14 +5,14 @@ Accepted (others are ignored, as OpenAI-compatible servers do): `messages` (syst
 text content as a string or a list of text parts; an assistant's `reasoning_content`), `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
-`enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins), and our
-own `threshold`.
+`enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins),
+`response_format` text or json_object (JSON mode, both endpoints: the answer is one JSON object, written without
+thinking), and our own `threshold`.
 
 Refused with a 400 rather than ignored, since the answer would look as if they were honoured: `logprobs: true`,
 `top_logprobs` above 0, `tools` / `functions` (function calling), a `tool_choice` / `function_call` other than
-none, and a `response_format` of json_object or json_schema. Their harmless forms pass: no tools (`[]` or null),
-`tool_choice` "none" or "auto" with no tools, `logprobs: false`, `top_logprobs: 0`, `response_format:
-{"type": "text"}`.
+none, and a `response_format` of json_schema. Their harmless forms pass: no tools (`[]` or null), `tool_choice`
+"none" or "auto" with no tools, `logprobs: false`, `top_logprobs: 0`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class Sampling:
     stop: list[str] = field(default_factory=list)
     threshold: float | None = None
     penalties: Penalties = field(default_factory=Penalties)
+    json_object: bool = False  # response_format json_object: the answer is one JSON object
 
 
 @dataclass
@@ -128,8 +129,8 @@ def _unsupported(name: str, why: str) -> ApiError:
 
 
 def refuse_unsupported(body: dict) -> None:
-    """A 400 for what this server cannot do but a client could take as done: logprobs, function calling, JSON
-    modes. Their harmless values (what clients send by default) pass."""
+    """A 400 for what this server cannot do but a client could take as done: logprobs, function calling. Their
+    harmless values (what clients send by default) pass."""
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):
         raise _bad("'logprobs' must be true or false", "logprobs")
@@ -152,16 +153,22 @@ def refuse_unsupported(body: dict) -> None:
             raise _bad(f"'{name}' must be a string or an object", name)
         if value not in (None, "none", "auto"):  # "auto" with no tools (refused above) calls none
             raise _unsupported(name, f"no function calling; got {json.dumps(value)}: send \"none\" or leave it out")
+
+
+def _json_mode(body: dict) -> bool:
+    """`response_format`: json_object turns JSON mode on (generate/json_mode.py); json_schema is refused, since an
+    object that ignored the schema would look like one that kept it."""
     fmt = body.get("response_format")
     if fmt is None:
-        return
+        return False
     kind = fmt.get("type") if isinstance(fmt, dict) else None
     if kind not in ("text", "json_object", "json_schema"):
         raise _bad("'response_format' must be an object whose 'type' is text, json_object or json_schema",
                    "response_format")
-    if kind != "text":
-        raise _unsupported("response_format", f"type {kind}: no constrained decoding; ask for JSON in the "
-                           "messages instead, or send {\"type\": \"text\"}")
+    if kind == "json_schema":
+        raise _unsupported("response_format", "type json_schema: the answer is not held to a schema; send "
+                           "{\"type\": \"json_object\"} for any JSON object and describe the fields in the messages")
+    return kind == "json_object"
 
 
 def parse_messages(value: Any) -> list[dict[str, Any]]:
@@ -222,6 +229,7 @@ def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.threshold = _number(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
     req.penalties = Penalties(**{name.removesuffix("_penalty"): _penalty(body, name) for name in PENALTY_RANGES})
+    req.json_object = _json_mode(body)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("'seed' must be an integer", "seed")
@@ -238,9 +246,9 @@ def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
         req.stop = stop
 
 
-def _template_options(body: dict) -> tuple[bool, dict[str, Any]]:
+def _template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str, Any]]:
     """(enable_thinking, other chat-template variables): vLLM's `chat_template_kwargs`, whose enable_thinking wins
-    over the top-level one; the variables the server sets itself are dropped."""
+    over the top-level one, `thinking` where neither is sent; the variables the server sets itself are dropped."""
     think = body.get("enable_thinking")
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
@@ -253,7 +261,7 @@ def _template_options(body: dict) -> tuple[bool, dict[str, Any]]:
             kwargs.pop(reserved, None)
     if think is not None and not isinstance(think, bool):
         raise _bad("'enable_thinking' must be true or false", "enable_thinking")
-    return True if think is None else think, kwargs or {}
+    return thinking if think is None else think, kwargs or {}
 
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
@@ -261,7 +269,11 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     refuse_unsupported(body)
     req = ChatRequest(messages=parse_messages(body.get("messages")))
     _sampling(body, req)
-    req.enable_thinking, req.template_kwargs = _template_options(body)
+    # JSON mode holds the whole answer to one object, so the model answers without thinking first
+    req.enable_thinking, req.template_kwargs = _template_options(body, thinking=not req.json_object)
+    if req.json_object and req.enable_thinking:
+        raise _bad("'response_format' json_object answers without thinking (the whole answer is the object): "
+                   "leave enable_thinking out or set it to false", "enable_thinking")
     return req
 
 

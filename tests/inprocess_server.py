@@ -1,0 +1,28 @@
+"""`clover-local serve` in this process (a thread), for tests that check answers against the model itself."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def running_server(loaded: Any, name: str, max_tokens: int, context: int, max_queue: int = 4,
+                   **server_options: Any) -> Iterator[tuple[Any, str]]:
+    """(engine, base URL) of a server on `loaded` at 127.0.0.1, port chosen by the system; stopped on exit."""
+    from clover_local.serve.engine import Engine
+    from clover_local.serve.http import Limits, make_server
+
+    engine = Engine(loaded, max_queue=max_queue)
+    srv = make_server(engine, "127.0.0.1", 0, name, Limits(max_tokens=max_tokens, context=context), quiet=True,
+                      **server_options)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield engine, f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        engine.stop()
+        srv.shutdown()
+        srv.server_close()
