@@ -196,7 +196,6 @@ def test_the_context_error_counts_right():
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),  # without logprobs: was answered as if nothing was asked
-    ({"tools": [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
     ({"functions": [{"name": "add", "parameters": {"type": "object"}}]}, "functions"),
@@ -204,7 +203,8 @@ def test_the_context_error_counts_right():
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
 ])
 def test_features_it_lacks_are_refused_not_ignored(extra, param):
-    """Logprobs, tools and a JSON schema would otherwise come back as plain text, as if honoured."""
+    """Logprobs, a forced tool call and a JSON schema would otherwise come back as plain text, as if honoured
+    (tools themselves: tests/test_serve_tools.py)."""
     from clover_local.serve.protocol import ApiError, parse_chat_request
 
     with pytest.raises(ApiError) as err:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import JsonObjectConstraint
+from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, check_ids, chunk,
                                          completion, completion_id, legacy_logprobs, parse_chat_request,
@@ -234,7 +235,7 @@ class Handler(BaseHTTPRequestHandler):
             if req.stream:
                 self._stream(req, job)
             else:
-                self._complete(job)
+                self._complete(req, job)
 
     def _settings(self, req: Sampling, prompt_tokens: int, what: str):
         """DecodeSettings for one answer to a prompt of `prompt_tokens` tokens (400 when it cannot fit)."""
@@ -250,6 +251,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
+        if req.tools and "tools" not in (tok.chat_template or ""):
+            raise ApiError(400, "this model's chat template does not read 'tools', so the model would never see "
+                           "them; describe the tools in the messages instead", param="tools")
         try:
             text = tok.apply_chat_template(req.messages, add_generation_prompt=True,
                                            enable_thinking=req.enable_thinking, **req.template_kwargs)
@@ -293,11 +297,12 @@ class Handler(BaseHTTPRequestHandler):
             if item[0] == "cancelled":
                 raise ClientGone
 
-    def _complete(self, job: Job) -> None:
+    def _complete(self, req: ChatRequest, job: Job) -> None:
         info = self._result(job)
         if info is not None:
-            self._send_json(200, completion(completion_id(), self.server.model_name, info["content"],
-                                            info["reasoning"], info["finish_reason"], _usage(info)))
+            content, calls = split_tool_calls(info["content"], req.tools) if req.tools else (info["content"], [])
+            self._send_json(200, completion(completion_id(), self.server.model_name, content, info["reasoning"],
+                                            info["finish_reason"], _usage(info), [c.to_api() for c in calls]))
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -341,13 +346,20 @@ class Handler(BaseHTTPRequestHandler):
         self._start_events()
         self._event(chunk(cid, name, created, {"role": "assistant", "content": ""}))
 
+        calls = ToolCallStream(req.tools) if req.tools else None  # the answer's tool calls, held back
+
         def delta(dr: str, dc: str) -> list:
+            dc = calls.feed(dc) if calls else dc
             return ([chunk(cid, name, created, {"reasoning_content": dr})] if dr else []) + (
                 [chunk(cid, name, created, {"content": dc})] if dc else [])
 
         def done(info: dict) -> list:
-            return [chunk(cid, name, created, {}, info["finish_reason"])] + (
-                [chunk(cid, name, created, None, use=_usage(info))] if req.include_usage else [])
+            rest, found = calls.finish() if calls else ("", [])
+            events = [chunk(cid, name, created, {"content": rest})] if rest else []
+            if found:
+                events.append(chunk(cid, name, created, {"tool_calls": [c.to_api(k) for k, c in enumerate(found)]}))
+            events.append(chunk(cid, name, created, {}, "tool_calls" if found else info["finish_reason"]))
+            return events + ([chunk(cid, name, created, None, use=_usage(info))] if req.include_usage else [])
 
         self._relay(job, delta, done)
 

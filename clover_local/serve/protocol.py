@@ -1,8 +1,9 @@
 """The OpenAI chat-completions and completions wire formats: parsing and checking a request, shaping responses
 and errors. (/v1/completions' own fields and refusals: `parse_completion_request`.)
 
-Accepted (others are ignored, as OpenAI-compatible servers do): `messages` (system/developer, user, assistant;
-text content as a string or a list of text parts; an assistant's `reasoning_content`), `max_tokens` /
+Accepted (others are ignored, as OpenAI-compatible servers do): `messages` (system/developer, user, assistant, tool;
+text content as a string or a list of text parts; an assistant's `reasoning_content` and `tool_calls`, a tool's
+`tool_call_id`), `tools` with `tool_choice` auto or none (serve/tools.py reads the calls back), `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
 `enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins),
@@ -10,9 +11,9 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 thinking), and our own `threshold`.
 
 Refused with a 400 rather than ignored, since the answer would look as if they were honoured: `logprobs: true`,
-`top_logprobs` above 0, `tools` / `functions` (function calling), a `tool_choice` / `function_call` other than
-none, and a `response_format` of json_schema. Their harmless forms pass: no tools (`[]` or null), `tool_choice`
-"none" or "auto" with no tools, `logprobs: false`, `top_logprobs: 0`.
+`top_logprobs` above 0, a `tool_choice` that forces a call ("required", a named function), the deprecated
+`functions` / `function_call`, and a `response_format` of json_schema. Their harmless forms pass: `functions: []`,
+`function_call` "none" or "auto", `logprobs: false`, `top_logprobs: 0`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Sampling:
 @dataclass
 class ChatRequest(Sampling):
     messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict] | None = None  # for the template, and to read the answer's calls back (serve/tools.py)
     enable_thinking: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -141,18 +143,63 @@ def refuse_unsupported(body: dict) -> None:
         raise _bad("'top_logprobs' must be a non-negative integer", "top_logprobs")
     if top:  # without logprobs too: OpenAI refuses it there, and nothing here would honour it
         raise _unsupported("top_logprobs", "it returns no token probabilities; leave it out or send 0")
-    for name in ("tools", "functions"):
-        value = body.get(name)
-        if value is not None and not isinstance(value, list):
-            raise _bad(f"'{name}' must be a list", name)
-        if value:
-            raise _unsupported(name, "no function calling; leave it out or send an empty list")
-    for name in ("tool_choice", "function_call"):
-        value = body.get(name)
-        if value is not None and not isinstance(value, (str, dict)):
-            raise _bad(f"'{name}' must be a string or an object", name)
-        if value not in (None, "none", "auto"):  # "auto" with no tools (refused above) calls none
-            raise _unsupported(name, f"no function calling; got {json.dumps(value)}: send \"none\" or leave it out")
+
+
+def _tools(body: dict) -> list[dict] | None:
+    """The request's tools for the template (None: none, or `tool_choice` "none"), checked; a 400 for a malformed
+    list or a `tool_choice` this server cannot honour."""
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise _bad("'tools' must be a list", "tools")
+    if body.get("functions"):  # the deprecated form: the same thing under another name, not worth a second path
+        raise _bad("'functions' is not supported by clover-local serve (the deprecated form of tools): send "
+                          "'tools' instead", "functions")
+    choice = body.get("tool_choice")
+    if body.get("function_call") not in (None, "none", "auto"):
+        raise _bad("'function_call' is not supported by clover-local serve: send 'tool_choice'",
+                          "function_call")
+    if choice is not None and not isinstance(choice, (str, dict)):
+        raise _bad("'tool_choice' must be a string or an object", "tool_choice")
+    if choice not in (None, "none", "auto"):
+        raise _bad(f"'tool_choice' {json.dumps(choice)} is not supported by clover-local serve (no call "
+                          "is forced): send \"auto\" and say in the messages which tool to use", "tool_choice")
+    for i, tool in enumerate(tools or []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(function, dict)
+                and isinstance(function.get("name"), str) and function["name"]):
+            raise _bad(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
+                              "\"description\", \"parameters\"}}", f"tools[{i}]")
+        if not isinstance(function.get("parameters", {}), dict):
+            raise _bad(f"tools[{i}].function.parameters must be a JSON schema object",
+                              f"tools[{i}].function.parameters")
+    return tools if tools and choice != "none" else None
+
+
+def _template_tool_calls(message: dict, i: int) -> dict:
+    """An assistant message's `tool_calls` as chat templates read them: each call's `arguments` an object (the
+    API sends a JSON string)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        raise _bad(f"messages[{i}].tool_calls must be a list", f"messages[{i}].tool_calls")
+    out = []
+    for k, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _bad(f"messages[{i}].tool_calls[{k}] must hold a function with a name",
+                              f"messages[{i}].tool_calls")
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                raise _bad(f"messages[{i}].tool_calls[{k}].function.arguments is not JSON",
+                                  f"messages[{i}].tool_calls") from None
+        if not isinstance(arguments, dict):
+            raise _bad(f"messages[{i}].tool_calls[{k}].function.arguments must be a JSON object",
+                              f"messages[{i}].tool_calls")
+        out.append({"id": call.get("id"), "type": "function",
+                    "function": {"name": function["name"], "arguments": arguments}})
+    return {**message, "tool_calls": out}
 
 
 def _json_mode(body: dict) -> bool:
@@ -181,11 +228,16 @@ def parse_messages(value: Any) -> list[dict[str, Any]]:
         role = m.get("role")
         if role == "developer":
             role = "system"
-        if role not in ("system", "user", "assistant"):
-            raise _bad(f"messages[{i}].role must be system, user or assistant, got {role!r}", f"messages[{i}].role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise _bad(f"messages[{i}].role must be system, user, assistant or tool, got {role!r}",
+                       f"messages[{i}].role")
         msg: dict[str, Any] = {"role": role, "content": _content(m.get("content"), i, role)}
         if role == "assistant" and isinstance(m.get("reasoning_content"), str):
             msg["reasoning_content"] = m["reasoning_content"]
+        if role == "assistant" and m.get("tool_calls") is not None:
+            msg = _template_tool_calls({**msg, "tool_calls": m["tool_calls"]}, i)
+        if role == "tool" and isinstance(m.get("tool_call_id"), str):
+            msg["tool_call_id"] = m["tool_call_id"]
         out.append(msg)
     return out
 
@@ -267,10 +319,15 @@ def _template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str
 def parse_chat_request(raw: bytes) -> ChatRequest:
     body = _json_object(raw)
     refuse_unsupported(body)
-    req = ChatRequest(messages=parse_messages(body.get("messages")))
+    req = ChatRequest(messages=parse_messages(body.get("messages")), tools=_tools(body))
     _sampling(body, req)
     # JSON mode holds the whole answer to one object, so the model answers without thinking first
     req.enable_thinking, req.template_kwargs = _template_options(body, thinking=not req.json_object)
+    if req.tools and req.json_object:
+        raise _bad("'response_format' json_object holds the whole answer to one object, so no tool could be "
+                   "called: send one or the other", "response_format")
+    if req.tools:
+        req.template_kwargs["tools"] = req.tools
     if req.json_object and req.enable_thinking:
         raise _bad("'response_format' json_object answers without thinking (the whole answer is the object): "
                    "leave enable_thinking out or set it to false", "enable_thinking")
@@ -391,11 +448,15 @@ def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, sta
     }
 
 
-def completion(cid: str, model: str, content: str, reasoning: str | None, finish_reason: str, use: dict) -> dict:
+def completion(cid: str, model: str, content: str, reasoning: str | None, finish_reason: str, use: dict,
+               tool_calls: list[dict] | None = None) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning or None}
+    if tool_calls:  # OpenAI's shape: the calls, content null unless the model also wrote some
+        message.update(content=content if content.strip() else None, tool_calls=tool_calls)
+        finish_reason = "tool_calls"
     return {
         "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": None,
-                     "message": {"role": "assistant", "content": content, "reasoning_content": reasoning or None}}],
+        "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": None, "message": message}],
         "usage": use,
     }
 

@@ -1,0 +1,143 @@
+"""Function calling: OpenAI's `tools` handed to the model's chat template, its tool calls read back out of the answer.
+
+The model writes a call as the Qwen3.5/3.6 templates teach it (Clover is built on that backbone):
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Paris
+    </parameter>
+    </function>
+    </tool_call>
+
+and the older Qwen/Hermes form, `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, is read too. A parameter's
+text becomes the JSON type the tool's schema gives it (a number, a boolean, an object ...; a string otherwise). A
+block that is not a call in either form, or one cut off by the token limit, stays in the content as written, so
+nothing the model wrote is lost.
+
+(The request's side — `tools`, `tool_choice`, the messages' `tool_calls` and `tool` role — is checked in
+protocol.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+_CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
+_FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*?)</function>\s*\Z", re.S)
+_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.S)
+_SCALAR_TYPES = {"integer", "number", "boolean", "null", "object", "array"}
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        self.id = self.id or "call_" + uuid.uuid4().hex[:24]
+
+    def to_api(self, index: int | None = None) -> dict:
+        out: dict[str, Any] = {"id": self.id, "type": "function",
+                               "function": {"name": self.name, "arguments": json.dumps(self.arguments,
+                                                                                       ensure_ascii=False)}}
+        return out if index is None else {"index": index, **out}
+
+
+def _typed(value: str, schema: Any) -> Any:
+    """A parameter's text as its schema's type says; a string where it says string, nothing, or it will not parse."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    kinds = set(kind) if isinstance(kind, list) else {kind}
+    if not kinds & _SCALAR_TYPES:
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        if "boolean" in kinds and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        return value
+
+
+def _call(block: str, tools: list[dict]) -> ToolCall | None:
+    """One `<tool_call>` block's call, in either form; None when it is neither."""
+    m = _FUNCTION.match(block)
+    if m:
+        name = m.group(1).strip()
+        schema = next((t["function"].get("parameters") or {} for t in tools if t["function"]["name"] == name), {})
+        properties = schema.get("properties") or {}
+        arguments = {}
+        for p in _PARAMETER.finditer(m.group(2)):
+            key, value = p.group(1).strip(), p.group(2)
+            value = value[1:] if value.startswith("\n") else value
+            value = value[:-1] if value.endswith("\n") else value
+            arguments[key] = _typed(value, properties.get(key))
+        return ToolCall(name, arguments)
+    try:
+        data = json.loads(block)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return None
+    arguments = data.get("arguments", data.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    return ToolCall(data["name"], arguments) if isinstance(arguments, dict) else None
+
+
+def split_tool_calls(content: str, tools: list[dict]) -> tuple[str, list[ToolCall]]:
+    """(the content without its tool calls, the calls in order). Blocks that are not calls stay in the content,
+    and so does whatever was written around the calls, whitespace included."""
+    calls: list[ToolCall] = []
+    kept: list[str] = []
+    last = 0
+    for m in _CALL.finditer(content):
+        call = _call(m.group(1), tools)
+        if call is None:
+            continue
+        kept.append(content[last:m.start()])
+        calls.append(call)
+        last = m.end()
+    kept.append(content[last:])
+    return "".join(kept), calls
+
+
+class ToolCallStream:
+    """A streamed answer's content with its tool calls held back: text before the first `<tool_call>` goes out as
+    it comes (less what may be the start of one), everything from there on waits for the end, when `finish` reads
+    the calls out of it. The streamed pieces add up to `split_tool_calls`' content."""
+
+    def __init__(self, tools: list[dict]) -> None:
+        self.tools = tools
+        self.sent = ""
+        self.held = ""
+        self.opened = False
+
+    def feed(self, text: str) -> str:
+        if self.opened:
+            self.held += text
+            return ""
+        self.held += text
+        at = self.held.find(CALL_OPEN)
+        if at >= 0:
+            self.opened = True
+            out, self.held = self.held[:at], self.held[at:]
+        else:
+            keep = next((n for n in range(min(len(CALL_OPEN) - 1, len(self.held)), 0, -1)
+                         if CALL_OPEN.startswith(self.held[-n:])), 0)
+            out, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+        self.sent += out
+        return out
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """(the rest of the content, the calls)."""
+        whole, calls = split_tool_calls(self.sent + self.held, self.tools)
+        return whole[len(self.sent):], calls  # (the calls all follow what was sent)
