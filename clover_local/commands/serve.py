@@ -57,6 +57,8 @@ def serve(
     turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
     /v1/completions continues raw text (no chat template); with "logprobs" and "echo" it scores the prompt
     causally, as lm-evaluation-harness's local-completions model asks (it tokenizes through /tokenize).
+    "response_format": {"type": "json_object"} holds an answer to one JSON object (JSON mode); "tools" go to the
+    chat template and the model's calls come back as "tool_calls".
 
     Examples:
 
@@ -69,6 +71,9 @@ def serve(
 
       lm_eval --model local-completions --tasks hellaswag \\
         --model_args base_url=http://127.0.0.1:8000/v1/completions,model=tiny
+
+      curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+        -d '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}'
     """
     from clover_local.loader import load
     from clover_local.serve.engine import Engine
