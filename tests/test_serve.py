@@ -193,9 +193,6 @@ def test_the_context_error_counts_right():
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"logprobs": True}, "logprobs"),
-    ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
-    ({"top_logprobs": 3}, "top_logprobs"),  # without logprobs: was answered as if nothing was asked
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
     ({"functions": [{"name": "add", "parameters": {"type": "object"}}]}, "functions"),
@@ -203,8 +200,8 @@ def test_the_context_error_counts_right():
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
 ])
 def test_features_it_lacks_are_refused_not_ignored(extra, param):
-    """Logprobs, a forced tool call and a JSON schema would otherwise come back as plain text, as if honoured
-    (tools themselves: tests/test_serve_tools.py)."""
+    """A forced tool call and a JSON schema would otherwise come back as plain text, as if honoured. (Tools
+    themselves: test_serve_tools; logprobs' refusals: test_serve_chat_logprobs.)"""
     from clover_local.serve.protocol import ApiError, parse_chat_request
 
     with pytest.raises(ApiError) as err:
@@ -232,7 +229,8 @@ def test_malformed_feature_fields_get_a_clear_400(extra, param):
 
 
 def test_harmless_feature_fields_are_accepted(client, server):
-    """What clients send by default (no tools, plain text, no logprobs) must not be refused."""
+    """What clients send by default (no tools, plain text, no logprobs) must not be refused; logprobs are
+    answered (not streamed: refused there)."""
     from clover_local.serve.protocol import parse_chat_request
 
     for extra in ({"tools": [], "tool_choice": "none", "logprobs": False, "top_logprobs": 0,
@@ -244,9 +242,13 @@ def test_harmless_feature_fields_are_accepted(client, server):
     status, body = post(server, json.dumps({"messages": MSG, "max_tokens": 2, "tools": [], "tool_choice": "none",
                                             "logprobs": False, "response_format": {"type": "text"}}).encode())
     assert status == 200 and body["choices"][0]["message"]["role"] == "assistant"
+    assert body["choices"][0]["logprobs"] is None
+    r = client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=2, logprobs=True,
+                                       extra_body={"enable_thinking": False})
+    assert len(r.choices[0].logprobs.content) == r.usage.completion_tokens and r.choices[0].logprobs.refusal is None
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=2, logprobs=True)
-    assert err.value.body["param"] == "logprobs" and "not supported" in err.value.body["message"]
+        client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=2, logprobs=True, stream=True)
+    assert err.value.body["param"] == "logprobs" and "not while streaming" in err.value.body["message"]
 
 
 def _cut_by_reading(text: str, stops: list[str]) -> tuple[str, bool]:

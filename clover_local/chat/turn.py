@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import torch
 
@@ -276,6 +277,22 @@ class PlainText:
                 return self.ids[:k]
             total += len(piece)
         return list(self.ids)
+
+    def content_ids(self, chars: int) -> tuple[int, int]:
+        """ids[first:last] of the finished answer: the fewest tokens whose text holds the content's first `chars`
+        characters (a chat's logprobs list those, not the thinking's). The content is the text's end, so it starts
+        `len(content)` characters from the end; a token split over that start (a newline after `</think>` merged
+        into a word) is in, as are all the tokens of a character split over several."""
+        if chars <= 0:
+            return len(self.ids), len(self.ids)
+        pieces = self.tok.pieces(self.ids)
+        start = len(self.tok.decode(self.ids)) - len(self.content)
+        ends = list(accumulate(map(len, pieces)))
+        first = next((k for k, end in enumerate(ends) if end > start), len(ends))
+        while first > 0 and not pieces[first - 1]:  # the leading bytes of the content's first character
+            first -= 1
+        last = next((k + 1 for k, end in enumerate(ends) if end >= start + chars), len(ends))
+        return first, last
 
 
 class TurnText(PlainText):

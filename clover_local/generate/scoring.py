@@ -101,3 +101,27 @@ def score_rest(model, ids: list[int], upto: int, top: int, reuse: PromptCache, h
         head.add(resume.last_logits[None], [ids[upto]], top)
         _read(model, resume.cache, ids[upto:-1], ids[upto + 1 :], top, should_stop, head)
     return head
+
+
+def score_from_snapshot(model, ids: list[int], first: int, top: int, reuse: PromptCache,
+                        should_stop: Callable[[], bool] | None = None) -> Scores:
+    """Scores of ids[first:] alone (logprobs[i] is ids[first + i]'s), for a chat answer's tokens after its prompt
+    ids[:first]. Resumes from the snapshot `reuse` holds when it is of a prefix of the prompt (the decoder's, where
+    the conversation's next request resumes), so only the rows after it are read: the prompt's history is not
+    read again. That snapshot is saved back before reading on, so the next request still finds it. Without one
+    (a prompt under a block, another generation since), all of ids afresh."""
+    if len(ids) <= first:
+        return Scores()
+    resume = reuse.take(model, ids[:first])
+    if resume is not None:
+        reuse.save(model, resume.cache, ids[: resume.length], resume.last_logits)  # the next request's, still
+    if resume is None or resume.last_logits is None:
+        out, start = score_ids(model, ids, top, should_stop), 1
+    else:
+        start = resume.length
+        out = Scores()
+        with torch.inference_mode():
+            out.add(resume.last_logits[None], [ids[start]], top)
+            _read(model, resume.cache, ids[start:-1], ids[start + 1 :], top, should_stop, out)
+    skip = first - start
+    return Scores(out.logprobs[skip:], out.top[skip:])

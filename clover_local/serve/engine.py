@@ -31,7 +31,7 @@ from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.generate.block_diffusion import whole_blocks
-from clover_local.generate.scoring import Stopped, score_ids, score_prefix, score_rest
+from clover_local.generate.scoring import Stopped, score_from_snapshot, score_ids, score_prefix, score_rest
 from clover_local.serve.protocol import ApiError, StopText
 
 
@@ -43,7 +43,7 @@ class Job:
     stop: list[str] = field(default_factory=list)
     history_tokens: int | None = None  # the messages rendered without the generation prompt (prompt cache)
     raw: bool = False  # /v1/completions: the text as generated, no reasoning split
-    score_top: int | None = None  # /v1/completions' logprobs: score prompt + answer, listing this many likeliest
+    score_top: int | None = None  # logprobs: score the answer (a completion's prompt too), listing this many likeliest
     out: queue.Queue = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
@@ -164,7 +164,7 @@ class Engine:
         upto = whole_blocks(len(job.prompt_ids), self.decoder.block_size)
         head = None
         try:
-            if job.score_top is not None and job.settings.max_new_tokens > 0 and upto > 0:
+            if job.raw and job.score_top is not None and job.settings.max_new_tokens > 0 and upto > 0:
                 head = score_prefix(self.loaded.model, job.prompt_ids, upto, job.score_top, self.prompt_cache,
                                     should_stop=job.cancel.is_set)
         except Stopped:
@@ -188,7 +188,12 @@ class Engine:
                 "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop.text,
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
-        if job.score_top is not None:
+        if job.score_top is not None and not job.raw:
+            try:
+                info.update(self._score_content(job, turn, len(stop.text)))
+            except Stopped:
+                return self._cancelled(job, stats)
+        elif job.score_top is not None:
             answer = turn.ids_covering(len(stop.text)) if stop.hit else turn.ids
             ids = info["scored_ids"] = job.prompt_ids + answer
             try:
@@ -199,6 +204,17 @@ class Engine:
                 return self._cancelled(job, stats)
         self._count("completed")
         job.out.put(("done", info))
+
+    def _score_content(self, job: Job, turn: PlainText, chars: int) -> dict:
+        """A chat's logprobs: the answer's ids up to its content's end ("answer_ids"), where the content starts in
+        them ("content_from") and the scores of the content's tokens, from a causal pass after the answer that
+        resumes at the decoder's prompt snapshot (`score_from_snapshot`): the conversation's history is not read
+        again, and stays saved for its next turn."""
+        first, last = turn.content_ids(chars)
+        ids = job.prompt_ids + turn.ids[:last]
+        scores = score_from_snapshot(self.loaded.model, ids, len(job.prompt_ids) + first, job.score_top,
+                                     self.prompt_cache, job.cancel.is_set)
+        return {"answer_ids": turn.ids[:last], "content_from": first, "scores": scores}
 
     def _decode(self, job: Job, turn: PlainText, stats: TurnStats, stop: StopText) -> str | None:
         """The answer's passes, its text put out as blocks commit; the finish reason (None: cancelled)."""

@@ -26,8 +26,8 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_mode import JsonObjectConstraint
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
-from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, check_ids, chunk,
-                                         completion, completion_id, legacy_logprobs, parse_chat_request,
+from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chat_logprobs, check_ids,
+                                         chunk, completion, completion_id, legacy_logprobs, parse_chat_request,
                                          parse_completion_request, parse_detokenize_request, parse_tokenize_request,
                                          text_choice, text_chunk, text_completion, usage)
 
@@ -265,7 +265,8 @@ class Handler(BaseHTTPRequestHandler):
                            param="response_format")
         ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
-        return Job(ids, text, self._settings(req, len(ids), "messages"), stop=req.stop, history_tokens=history)
+        return Job(ids, text, self._settings(req, len(ids), "messages"), stop=req.stop, history_tokens=history,
+                   score_top=req.logprobs)
 
     @contextmanager
     def _relaying(self, job: Job) -> Iterator[None]:
@@ -301,8 +302,12 @@ class Handler(BaseHTTPRequestHandler):
         info = self._result(job)
         if info is not None:
             content, calls = split_tool_calls(info["content"], req.tools) if req.tools else (info["content"], [])
+            # (logprobs: of the content as the model wrote it, tool-call text included)
+            logprobs = None if job.score_top is None else chat_logprobs(
+                self.server.engine.tokenizer, info["answer_ids"], info["content_from"], info["scores"])
             self._send_json(200, completion(completion_id(), self.server.model_name, content, info["reasoning"],
-                                            info["finish_reason"], _usage(info), [c.to_api() for c in calls]))
+                                            info["finish_reason"], _usage(info), [c.to_api() for c in calls],
+                                            logprobs))
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

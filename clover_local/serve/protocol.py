@@ -10,10 +10,15 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 `response_format` text or json_object (JSON mode, both endpoints: the answer is one JSON object, written without
 thinking), and our own `threshold`.
 
-Refused with a 400 rather than ignored, since the answer would look as if they were honoured: `logprobs: true`,
-`top_logprobs` above 0, a `tool_choice` that forces a call ("required", a named function), the deprecated
-`functions` / `function_call`, and a `response_format` of json_schema. Their harmless forms pass: `functions: []`,
-`function_call` "none" or "auto", `logprobs: false`, `top_logprobs: 0`.
+`logprobs: true` (with `top_logprobs` 0 to 20) answers OpenAI's `choices[0].logprobs.content`: for each token of
+the message's content (not the thinking's), its log-probability given the conversation and the answer before it,
+and the likeliest alternatives. Those come from a causal (left-to-right) scoring pass after the answer: the model
+decodes by block diffusion, so no token has a sampling probability of its own (`chat_logprobs`). Not while
+streaming (refused, as on /v1/completions), and `top_logprobs` above 0 needs `logprobs: true` (as OpenAI).
+
+Refused with a 400 rather than ignored, since the answer would look as if they were honoured: a `tool_choice` that
+forces a call ("required", a named function), the deprecated `functions` / `function_call`, and a
+`response_format` of json_schema. Their harmless forms pass: `functions: []`, `function_call` "none" or "auto".
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class Sampling:
 @dataclass
 class ChatRequest(Sampling):
     messages: list[dict[str, Any]] = field(default_factory=list)
+    logprobs: int | None = None  # with logprobs: true, top_logprobs (0: the token's own only); None: logprobs off
     tools: list[dict] | None = None  # for the template, and to read the answer's calls back (serve/tools.py)
     enable_thinking: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -128,21 +134,6 @@ def _content(value: Any, i: int, role: str) -> str:
 
 def _unsupported(name: str, why: str) -> ApiError:
     return _bad(f"'{name}' is not supported by clover-local serve ({why})", name)
-
-
-def refuse_unsupported(body: dict) -> None:
-    """A 400 for what this server cannot do but a client could take as done: logprobs, function calling. Their
-    harmless values (what clients send by default) pass."""
-    logprobs = body.get("logprobs")
-    if logprobs is not None and not isinstance(logprobs, bool):
-        raise _bad("'logprobs' must be true or false", "logprobs")
-    if logprobs:
-        raise _unsupported("logprobs", "it returns no token probabilities; leave it out or set it to false")
-    top = body.get("top_logprobs")
-    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
-        raise _bad("'top_logprobs' must be a non-negative integer", "top_logprobs")
-    if top:  # without logprobs too: OpenAI refuses it there, and nothing here would honour it
-        raise _unsupported("top_logprobs", "it returns no token probabilities; leave it out or send 0")
 
 
 def _tools(body: dict) -> list[dict] | None:
@@ -316,11 +307,27 @@ def _template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str
     return thinking if think is None else think, kwargs or {}
 
 
+def _chat_logprobs(body: dict, stream: bool) -> int | None:
+    """`logprobs` / `top_logprobs` as OpenAI takes them: None when logprobs are off, else how many alternatives.
+    Refused: top_logprobs above 0 without logprobs (OpenAI's 400; it would come back as if honoured), out of
+    range, and logprobs while streaming (they come from a scoring pass after the answer)."""
+    on = _bool(body, "logprobs", False)
+    top = body.get("top_logprobs")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_LOGPROBS):
+        raise _bad(f"'top_logprobs' must be an integer from 0 to {MAX_LOGPROBS}", "top_logprobs")
+    if top and not on:
+        raise _bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    if on and stream:
+        raise _unsupported("logprobs", "not while streaming: they come from a scoring pass after the answer; "
+                           "send stream false")
+    return (top or 0) if on else None
+
+
 def parse_chat_request(raw: bytes) -> ChatRequest:
     body = _json_object(raw)
-    refuse_unsupported(body)
     req = ChatRequest(messages=parse_messages(body.get("messages")), tools=_tools(body))
     _sampling(body, req)
+    req.logprobs = _chat_logprobs(body, req.stream)
     # JSON mode holds the whole answer to one object, so the model answers without thinking first
     req.enable_thinking, req.template_kwargs = _template_options(body, thinking=not req.json_object)
     if req.tools and req.json_object:
@@ -449,14 +456,14 @@ def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, sta
 
 
 def completion(cid: str, model: str, content: str, reasoning: str | None, finish_reason: str, use: dict,
-               tool_calls: list[dict] | None = None) -> dict:
+               tool_calls: list[dict] | None = None, logprobs: dict | None = None) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning or None}
     if tool_calls:  # OpenAI's shape: the calls, content null unless the model also wrote some
         message.update(content=content if content.strip() else None, tool_calls=tool_calls)
         finish_reason = "tool_calls"
     return {
         "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": None, "message": message}],
+        "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": logprobs, "message": message}],
         "usage": use,
     }
 
@@ -511,6 +518,33 @@ def legacy_logprobs(tokenizer, ids: list[int], scores, first: int) -> dict:
                 alternatives.setdefault(tokenizer.decode([t]), lp)  # likeliest first; it keeps a shared key
             out["top_logprobs"].append(alternatives)
     return out
+
+
+def _logprob(text: str, logprob: float) -> dict:
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+
+def chat_logprobs(tokenizer, ids: list[int], first: int, scores) -> dict:
+    """The chat API's `logprobs` for the content's tokens ids[first:] (`ids`: the answer up to there; `scores`:
+    theirs, `score_from_snapshot`'s). A token's text and bytes are the text it adds (ChatTokenizer.pieces), so the
+    texts join into the content; a token ending inside a multi-byte character adds "" and the one completing it
+    the whole character; bytes still open when the answer ends read as the content does (U+FFFD), on its last
+    token. Each alternative's text is what it would add in the same place (after the bytes of a character still
+    open there), so a greedy token reads as the first of its alternatives."""
+    pieces = tokenizer.pieces(ids)
+    if ids:
+        pieces[-1] += tokenizer.decode(ids)[sum(map(len, pieces)):]
+    content = []
+    for i in range(first, len(ids)):
+        lp = scores.logprobs[i - first]
+        open_from = i
+        while open_from > 0 and not pieces[open_from - 1]:  # bytes of a character the token may complete
+            open_from -= 1
+        top = [_logprob(tokenizer.pieces(ids[open_from:i] + [t])[-1], v)
+               for t, v in (scores.top[i - first] if scores.top else [])]
+        content.append({**_logprob(pieces[i], lp), "top_logprobs": top})
+    return {"content": content, "refusal": None}
+
 
 def first_stop(text: str, stops: list[str]) -> int | None:
     """Where `text` is cut: at the start of the stop string that ends first in it (of two ending together, the
