@@ -101,16 +101,21 @@ def tokenizer_spec(tokenizer_dir: Path, **overrides) -> TinySpec:
     return spec
 
 
+def checkpoint_with_tokenizer(folder: Path, tokenizer_dir: Path, spec: TinySpec | None = None, **kwargs) -> Path:
+    """A random checkpoint in `folder` (write_checkpoint kwargs) with the test tokenizer's files beside it."""
+    out = write_checkpoint(folder, spec or tokenizer_spec(tokenizer_dir), **kwargs)
+    for f in tokenizer_dir.iterdir():
+        if f.name != "generation_config.json":
+            shutil.copy(f, out / f.name)
+    return out
+
+
 @pytest.fixture
 def make_checkpoint(tmp_path, tokenizer_dir):
     """make_checkpoint(name, spec=None, **write_checkpoint kwargs) -> folder with weights and tokenizer files."""
 
     def make(name: str = "ckpt", spec: TinySpec | None = None, **kwargs) -> Path:
-        folder = write_checkpoint(tmp_path / name, spec or tokenizer_spec(tokenizer_dir), **kwargs)
-        for f in tokenizer_dir.iterdir():
-            if f.name != "generation_config.json":
-                shutil.copy(f, folder / f.name)
-        return folder
+        return checkpoint_with_tokenizer(tmp_path / name, tokenizer_dir, spec, **kwargs)
 
     return make
 

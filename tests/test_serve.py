@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +26,7 @@ import torch
 
 from clover_local.checkpoint.synthetic import write_checkpoint
 from tests.conftest import tokenizer_spec
+from tests.inprocess_server import running_server
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
 
@@ -386,8 +386,6 @@ def test_twenty_concurrent_requests_are_queued_and_all_answered(server):
 def in_process(make_checkpoint, monkeypatch):
     """A server in this process (a thread), on a checkpoint whose template opens <think> itself."""
     from clover_local.loader import load
-    from clover_local.serve.engine import Engine
-    from clover_local.serve.http import Limits, make_server
 
     torch.set_num_threads(1)
     ckpt = make_checkpoint(seed=12)
@@ -395,14 +393,9 @@ def in_process(make_checkpoint, monkeypatch):
     (ckpt / "chat_template.jinja").write_text(tpl.replace("{{- '<|im_start|>assistant\\n' }}",
                                                           "{{- '<|im_start|>assistant\\n<think>\\n' }}", 1))
     monkeypatch.setenv("CLOVER_LOCAL_PASS_DELAY", "0.01")
-    engine = Engine(load(str(ckpt), "cpu", "float32"), max_queue=1)
-    srv = make_server(engine, "127.0.0.1", 0, "opens-think", Limits(max_tokens=64, context=512), quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield engine, f"http://127.0.0.1:{srv.server_address[1]}"
-    engine.stop()
-    srv.shutdown()
-    srv.server_close()
+    with running_server(load(str(ckpt), "cpu", "float32"), "opens-think", max_tokens=64, context=512,
+                        max_queue=1) as served:
+        yield served
 
 
 def test_reasoning_content_is_apart_from_content(in_process):
@@ -425,25 +418,18 @@ def test_an_api_key_guards_the_routes_and_the_health_figures(make_checkpoint):
     """With --api-key: every /v1 route answers 401 without the key; /health tells anyone the server is alive but
     its figures (requests, tokens, the runtime's counters) only to a caller with the key."""
     from clover_local.loader import load
-    from clover_local.serve.engine import Engine
-    from clover_local.serve.http import Limits, make_server
 
-    engine = Engine(load(str(make_checkpoint(seed=12)), "cpu", "float32"), max_queue=1)
-    srv = make_server(engine, "127.0.0.1", 0, "keyed", Limits(max_tokens=8, context=256), api_key="s3cret",
-                      quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    loaded = load(str(make_checkpoint(seed=12)), "cpu", "float32")
+    with running_server(loaded, "keyed", max_tokens=8, context=256, max_queue=1, api_key="s3cret") as (_, url):
 
-    def get(path: str, key: str | None = None) -> tuple[int, dict]:
-        req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {key}"} if key else {})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read())
+        def get(path: str, key: str | None = None) -> tuple[int, dict]:
+            req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {key}"} if key else {})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as err:
+                return err.code, json.loads(err.read())
 
-    try:
         assert get("/health") == (200, {"status": "ok"})
         assert get("/health", "wrong") == (200, {"status": "ok"})
         code, full = get("/health", "s3cret")
@@ -457,10 +443,6 @@ def test_an_api_key_guards_the_routes_and_the_health_figures(make_checkpoint):
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0, timeout=30).chat.completions.create(
                 model="keyed", messages=MSG, max_tokens=2)
-    finally:
-        engine.stop()
-        srv.shutdown()
-        srv.server_close()
 
 
 def _busy(engine):

@@ -10,14 +10,12 @@ The model is a tiny random checkpoint: gibberish, but it rarely ends early, so a
 from __future__ import annotations
 
 import json
-import shutil
-import threading
 
 import pytest
 import torch
 
-from clover_local.checkpoint.synthetic import write_checkpoint
-from tests.conftest import tokenizer_spec
+from tests.conftest import checkpoint_with_tokenizer
+from tests.inprocess_server import running_server
 from tests.test_serve_completions import causal_logprobs, decoded, post
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
@@ -30,22 +28,11 @@ MSG = [{"role": "user", "content": "add 12+30 and then some more, please"}]
 def served(tmp_path_factory, tokenizer_dir):
     """(engine, base URL) of an in-process server on a random checkpoint."""
     from clover_local.loader import load
-    from clover_local.serve.engine import Engine
-    from clover_local.serve.http import Limits, make_server
 
     torch.set_num_threads(1)
-    folder = write_checkpoint(tmp_path_factory.mktemp("chat-logprobs") / "ckpt", tokenizer_spec(tokenizer_dir), seed=7)
-    for f in tokenizer_dir.iterdir():
-        if f.name != "generation_config.json":
-            shutil.copy(f, folder / f.name)
-    engine = Engine(load(str(folder), "cpu", "float32"), max_queue=4)
-    srv = make_server(engine, "127.0.0.1", 0, "chat", Limits(max_tokens=64, context=512), quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield engine, f"http://127.0.0.1:{srv.server_address[1]}"
-    engine.stop()
-    srv.shutdown()
-    srv.server_close()
+    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("chat-logprobs") / "ckpt", tokenizer_dir, seed=7)
+    with running_server(load(str(folder), "cpu", "float32"), "chat", max_tokens=64, context=512) as served:
+        yield served
 
 
 @pytest.fixture

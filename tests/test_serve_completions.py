@@ -10,7 +10,6 @@ The model is a tiny random checkpoint: gibberish, but it rarely ends early, so a
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -18,8 +17,8 @@ import urllib.request
 import pytest
 import torch
 
-from clover_local.checkpoint.synthetic import write_checkpoint
-from tests.conftest import tokenizer_spec
+from tests.conftest import checkpoint_with_tokenizer
+from tests.inprocess_server import running_server
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
 
@@ -31,23 +30,12 @@ PROMPT = "add 12+30 and then some"
 def served(tmp_path_factory, tokenizer_dir):
     """(loaded model, base URL) of an in-process server on a random checkpoint."""
     from clover_local.loader import load
-    from clover_local.serve.engine import Engine
-    from clover_local.serve.http import Limits, make_server
 
     torch.set_num_threads(1)
-    folder = write_checkpoint(tmp_path_factory.mktemp("completions") / "ckpt", tokenizer_spec(tokenizer_dir), seed=5)
-    for f in tokenizer_dir.iterdir():
-        if f.name != "generation_config.json":
-            shutil.copy(f, folder / f.name)
+    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("completions") / "ckpt", tokenizer_dir, seed=5)
     loaded = load(str(folder), "cpu", "float32")
-    engine = Engine(loaded, max_queue=4)
-    srv = make_server(engine, "127.0.0.1", 0, "raw", Limits(max_tokens=64, context=CONTEXT), quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield loaded, f"http://127.0.0.1:{srv.server_address[1]}"
-    engine.stop()
-    srv.shutdown()
-    srv.server_close()
+    with running_server(loaded, "raw", max_tokens=64, context=CONTEXT) as (_, url):
+        yield loaded, url
 
 
 @pytest.fixture

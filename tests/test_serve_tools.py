@@ -16,6 +16,7 @@ import torch
 
 from clover_local.generate.events import BlockCommitted, DecodeStats, Finished
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
+from tests.conftest import checkpoint_with_tokenizer
 from tests.inprocess_server import running_server
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
@@ -185,17 +186,10 @@ class ScriptedDecoder:
 
 @pytest.fixture(scope="module")
 def tool_server(tmp_path_factory, tokenizer_dir):
-    import shutil
-
-    from clover_local.checkpoint.synthetic import write_checkpoint
     from clover_local.loader import load
-    from tests.conftest import tokenizer_spec
 
     torch.set_num_threads(1)
-    folder = write_checkpoint(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_spec(tokenizer_dir), seed=3)
-    for f in tokenizer_dir.iterdir():
-        if f.name != "generation_config.json":
-            shutil.copy(f, folder / f.name)
+    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_dir, seed=3)
     (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)
     loaded = load(str(folder), "cpu", "float32")
     with running_server(loaded, "tools", max_tokens=1024, context=4096) as (engine, url):
