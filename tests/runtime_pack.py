@@ -5,7 +5,6 @@ shared by the runtime, plan/bench, offload-command and prompt-cache tests (every
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -39,19 +38,15 @@ def ref(pack: Path):
 
 
 def make_pack(root: Path, tokenizer_dir: Path, bits: int = 4) -> Path:
-    from conftest import _TOKENIZER_TEXTS, tokenizer_spec
+    from conftest import _TOKENIZER_TEXTS, checkpoint_with_tokenizer, tokenizer_spec
 
-    from clover_local.checkpoint.synthetic import write_checkpoint
     from quantize.pipeline import QuantizeSettings, quantize_checkpoint
 
     spec = tokenizer_spec(tokenizer_dir, hidden_size=128, moe_intermediate_size=128,
                           shared_expert_intermediate_size=128, num_experts=N_EXPERTS, num_experts_per_tok=TOP_K,
                           num_hidden_layers=N_LAYERS, head_dim=32, linear_key_head_dim=32,
                           linear_value_head_dim=32)  # every input width a multiple of 128
-    src = write_checkpoint(root / "src", spec, fused=False, seed=5)
-    for f in tokenizer_dir.iterdir():
-        if f.name != "generation_config.json":
-            shutil.copy(f, src / f.name)
+    src = checkpoint_with_tokenizer(root / "src", tokenizer_dir, spec, fused=False, seed=5)
     calib = root / "calib.jsonl"
     calib.write_text("\n".join(json.dumps({"text": t * 3}) for t in _TOKENIZER_TEXTS * 2), encoding="utf-8")
     out = root / "pack"

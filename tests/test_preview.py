@@ -8,27 +8,22 @@ from __future__ import annotations
 
 import copy
 import math
-import shutil
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from clover_local.checkpoint.synthetic import write_checkpoint
 from clover_local.model.cache import AttentionCache, GDNCache
 from clover_local.model.clover import load_model
 from clover_local.model.gdn import l2_normalize, preview_mix
-from tests.conftest import tokenizer_spec
+from tests.conftest import checkpoint_with_tokenizer
 
 PREFIX = 19
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory, tokenizer_dir):
-    folder = write_checkpoint(tmp_path_factory.mktemp("preview_ckpt"), tokenizer_spec(tokenizer_dir), seed=11)
-    for f in tokenizer_dir.iterdir():
-        if f.name != "generation_config.json":
-            shutil.copy(f, folder / f.name)
+    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("preview_ckpt"), tokenizer_dir, seed=11)
     return load_model(folder, dtype=torch.float32)
 
 

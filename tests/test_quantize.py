@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 
 from clover_local.checkpoint.names import PREVIEW_EXTRAS, layer_shapes
 from clover_local.checkpoint.reader import CheckpointReader
-from clover_local.checkpoint.synthetic import random_state, write_checkpoint
+from clover_local.checkpoint.synthetic import random_state
 from clover_local.config import load_config
 from clover_local.errors import CloverError
 from clover_local.pack.manifest import MANIFEST_NAME, Manifest, verify_pack
@@ -38,7 +38,7 @@ from quantize import pipeline
 from quantize.gptq import CLIP_MIN_SHRINK
 from quantize.pipeline import PROGRESS, QuantizeSettings, quantize_checkpoint, shard_name
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, PROFILES
-from tests.conftest import run_cli, tokenizer_spec
+from tests.conftest import checkpoint_with_tokenizer, run_cli, tokenizer_spec
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -77,11 +77,7 @@ def write_src(folder: Path, tokenizer_dir: Path, *, state=None, **kwargs) -> Pat
     """A tiny BF16 Clover checkpoint with the test tokenizer; kwargs override the spec (or go to write_checkpoint)."""
     ckpt_kw = {k: kwargs.pop(k) for k in ("shards", "seed") if k in kwargs}
     spec = tokenizer_spec(tokenizer_dir, **{**SPEC, **kwargs})
-    write_checkpoint(folder, spec, dtype=torch.bfloat16, state=state, **ckpt_kw)
-    for f in tokenizer_dir.iterdir():
-        if f.name != "generation_config.json":
-            shutil.copy(f, folder / f.name)
-    return folder
+    return checkpoint_with_tokenizer(folder, tokenizer_dir, spec, dtype=torch.bfloat16, state=state, **ckpt_kw)
 
 
 class Env:

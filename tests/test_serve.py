@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -24,8 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clover_local.checkpoint.synthetic import write_checkpoint
-from tests.conftest import tokenizer_spec
+from tests.conftest import checkpoint_with_tokenizer
 from tests.inprocess_server import running_server
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
@@ -34,17 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS, CONTEXT = 200, 512
 
 
-def _checkpoint(folder: Path, tokenizer_dir: Path, seed: int) -> Path:
-    out = write_checkpoint(folder, tokenizer_spec(tokenizer_dir), seed=seed)
-    for f in tokenizer_dir.iterdir():
-        if f.name != "generation_config.json":
-            shutil.copy(f, out / f.name)
-    return out
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tokenizer_dir):
-    ckpt = _checkpoint(tmp_path_factory.mktemp("serve") / "ckpt", tokenizer_dir, seed=11)
+    ckpt = checkpoint_with_tokenizer(tmp_path_factory.mktemp("serve") / "ckpt", tokenizer_dir, seed=11)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOVER_LOCAL_")}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO), CLOVER_LOCAL_PASS_DELAY="0.01")
     proc = subprocess.Popen(
