@@ -182,6 +182,47 @@ def test_lm_eval_loglikelihood_request(served):
     assert body["usage"]["prompt_tokens"] == sum(map(len, prompts))
 
 
+def test_a_context_shared_by_scored_requests_is_read_once(served, monkeypatch):
+    """A harness's multiple-choice question: one context sent with each answer, one request after another. The
+    second request resumes at the first one's prompt snapshot (the context's whole blocks) with its scores, so it
+    reads only the rows past it; its logprobs still equal one full forward pass's, and usage says what was reused."""
+    loaded, url = served
+    tok, model = loaded.tokenizer, loaded.model
+    bs = loaded.config.diffusion.block_size
+    context = tok.encode(" ".join([PROMPT] * 12))[: 3 * bs + 1]
+    prompts = [context + tok.encode(c) for c in (" 42", " 41")]
+    assert all(len(p) // bs == 3 for p in prompts), "want the snapshot inside the shared context"
+    post(url, {"prompt": "something else entirely", "max_tokens": 1})  # no snapshot of this context before
+    rows = []
+    real = type(model).hidden
+
+    def counted(self, x, cache=None, preview=False, commit_rows=0):
+        if not preview and not commit_rows:
+            rows.append(x.shape[1])
+        return real(self, x, cache, preview, commit_rows)
+
+    monkeypatch.setattr(type(model), "hidden", counted)
+    bodies = []
+    for ids in prompts:
+        rows.clear()
+        code, body = post(url, {"prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0})
+        assert code == 200, body
+        bodies.append((body, sum(rows)))
+    monkeypatch.undo()
+    (first, first_rows), (second, second_rows) = bodies
+    assert first_rows == len(prompts[0])  # P + A - 1 with one answer token
+    assert second_rows == len(prompts[1]) - 3 * bs  # the context's whole blocks were not read again
+    assert (first["usage"]["prompt_tokens_details"]["cached_tokens"],
+            second["usage"]["prompt_tokens_details"]["cached_tokens"]) == (0, 3 * bs)
+    lp = second["choices"][0]["logprobs"]
+    full = prompts[1] + decoded(loaded, prompts[1], 1)
+    ref = causal_logprobs(loaded, full)
+    assert lp["token_logprobs"][1:] == pytest.approx([ref[i, full[i + 1]].item() for i in range(len(full) - 1)],
+                                                     abs=1e-4)
+    assert [max(t.values()) for t in lp["top_logprobs"][1:]] == pytest.approx(ref.max(-1).values[:-1].tolist(),
+                                                                              abs=1e-4)
+
+
 def test_a_prompt_scored_and_answered_is_read_once(served, monkeypatch):
     """echo + logprobs + an answer (lm-eval's loglikelihood request) on a prompt of several blocks: the scoring
     pass leaves the cache where the decoder resumes, so the causal rows read are the prompt and answer once

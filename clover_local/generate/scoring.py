@@ -74,16 +74,48 @@ def score_ids(model, ids: list[int], top: int = 0, should_stop: Callable[[], boo
 
 
 def score_prefix(model, ids: list[int], upto: int, top: int, reuse: PromptCache,
-                 should_stop: Callable[[], bool] | None = None) -> Scores:
+                 should_stop: Callable[[], bool] | None = None, known: Scored | None = None) -> Scores:
     """Scores of ids[1:upto], leaving the cache after ids[:upto] (a whole number of blocks) saved in `reuse` with
     its last row's logits: where a decoder given `reuse` resumes. A request that wants an answer and the logprobs
-    of its prompt reads the prompt once for both, not once to decode and again to score."""
+    of its prompt reads the prompt once for both, not once to decode and again to score.
+
+    `known`: the scores of the prompt a scoring request saved last (`Scored`). When `reuse` still holds a snapshot
+    inside it that this prompt starts with, the prompt resumes there and only the rows after it are read: a
+    harness's multiple-choice questions send one context with each answer, and all but the first read the
+    context's whole blocks no more."""
     out = Scores()
     with torch.inference_mode():
-        cache = model.new_cache()
-        last = _read(model, cache, ids[:upto], ids[1:upto], top, should_stop, out)
+        resume = reuse.take(model, ids[:upto])
+        start = 0 if resume is None or resume.last_logits is None else resume.length
+        head = known.head(ids, start, top) if known is not None and start else None
+        if head is None:  # nothing to resume from, or no scores for what it holds
+            cache = model.new_cache()
+            last = _read(model, cache, ids[:upto], ids[1:upto], top, should_stop, out)
+        else:
+            cache, out = resume.cache, head
+            last = resume.last_logits
+            if start < upto:
+                out.add(last[None], [ids[start]], top)
+                last = _read(model, cache, ids[start:upto], ids[start + 1 : upto], top, should_stop, out)
         reuse.save(model, cache, ids[:upto], last)
     return out
+
+
+@dataclass
+class Scored:
+    """A scored prompt prefix: its token ids and `Scores` of ids[1:]."""
+
+    ids: list[int]
+    scores: Scores
+
+    def head(self, ids: list[int], n: int, top: int) -> Scores | None:
+        """Scores of ids[1:n] when ids[:n] is within this prefix and it listed at least `top` alternatives (a copy,
+        cut to `top`), else None."""
+        if n > len(self.ids) or ids[:n] != self.ids[:n] or (top and len(self.scores.top) < n - 1):
+            return None
+        if top and n > 1 and len(self.scores.top[0]) < top:
+            return None
+        return Scores(self.scores.logprobs[: n - 1], [t[:top] for t in self.scores.top[: n - 1]] if top else [])
 
 
 def score_rest(model, ids: list[int], upto: int, top: int, reuse: PromptCache, head: Scores,
@@ -97,6 +129,7 @@ def score_rest(model, ids: list[int], upto: int, top: int, reuse: PromptCache, h
     resume = reuse.take(model, ids[:upto])
     if resume is None or resume.length != upto or resume.last_logits is None:
         return score_ids(model, ids, top, should_stop)
+    reuse.save(model, resume.cache, ids[:upto], resume.last_logits)  # for the next request (score_prefix's `known`)
     with torch.inference_mode():
         head.add(resume.last_logits[None], [ids[upto]], top)
         _read(model, resume.cache, ids[upto:-1], ids[upto + 1 :], top, should_stop, head)

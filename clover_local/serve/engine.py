@@ -31,7 +31,8 @@ from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.generate.block_diffusion import whole_blocks
-from clover_local.generate.scoring import Stopped, score_from_snapshot, score_ids, score_prefix, score_rest
+from clover_local.generate.scoring import (Scored, Scores, Stopped, score_from_snapshot, score_ids, score_prefix,
+                                           score_rest)
 from clover_local.serve.protocol import ApiError, StopText
 
 
@@ -58,6 +59,7 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
         self.prompt_cache = PromptCache()  # the worker's alone
+        self.scored: Scored | None = None  # the scores of the prompt prefix a scoring request saved in it
         self.max_queue = max_queue
         self.waiting: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.lock = threading.Lock()
@@ -162,11 +164,14 @@ class Engine:
         finish_reason = None
         # logprobs of a prompt that will also be answered: read it once, scoring as it goes, and decode from there
         upto = whole_blocks(len(job.prompt_ids), self.decoder.block_size)
-        head = None
+        head, reused = None, 0
         try:
             if job.raw and job.score_top is not None and job.settings.max_new_tokens > 0 and upto > 0:
+                known, self.scored = self.scored, None  # (kept only while the prompt cache holds its snapshot)
                 head = score_prefix(self.loaded.model, job.prompt_ids, upto, job.score_top, self.prompt_cache,
-                                    should_stop=job.cancel.is_set)
+                                    job.cancel.is_set, known)
+                reused = self.prompt_cache.stats.last_reused  # (the decoder's take below is of this request's)
+                self.scored = Scored(job.prompt_ids[:upto], Scores(head.logprobs[:], head.top[:]))
         except Stopped:
             return self._cancelled(job, stats)
         if job.settings.max_new_tokens > 0:  # 0: a completions request that only scores its prompt (echo)
@@ -180,7 +185,7 @@ class Engine:
             job.out.put(("delta", dr, dc))
         if stop.hit:  # also when the stop string came only with the last of the text
             finish_reason = "stop"
-        reused = self.prompt_cache.stats.last_reused if head is None else 0  # not from an earlier request
+        reused = self.prompt_cache.stats.last_reused if head is None else reused
         info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
                 "prompt_tokens": len(job.prompt_ids), "cached_tokens": reused,
                 "completion_tokens": stats.tokens,
