@@ -187,11 +187,11 @@ def test_the_context_error_counts_right():
     ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
     ({"functions": [{"name": "add", "parameters": {"type": "object"}}]}, "functions"),
     ({"function_call": {"name": "add"}}, "function_call"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
 ])
 def test_features_it_lacks_are_refused_not_ignored(extra, param):
-    """A forced tool call and a JSON schema would otherwise come back as plain text, as if honoured. (Tools
-    themselves: test_serve_tools; logprobs' refusals: test_serve_chat_logprobs.)"""
+    """A forced tool call would otherwise come back as plain text, as if honoured. (Tools themselves:
+    test_serve_tools; logprobs' refusals: test_serve_chat_logprobs; a JSON schema's unsupported keywords:
+    test_json_schema.)"""
     from clover_local.serve.protocol import ApiError, parse_chat_request
 
     with pytest.raises(ApiError) as err:

@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 import typer
 
@@ -23,6 +23,9 @@ from clover_local.commands._sampling_options import (check_range, frequency_pena
                                                      presence_penalty_option, repetition_penalty_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
+
+if TYPE_CHECKING:
+    from clover_local.generate.json_schema import Schema
 
 DIM, RESET = "\033[2m", "\033[0m"
 
@@ -116,6 +119,24 @@ def result(answer: Answer, token_ids: list[int], stats: dict, stopped: bool) -> 
                        "stopped": stopped}, ensure_ascii=False)
 
 
+def read_schema(path: Path) -> Schema:
+    """--json-schema's file, compiled (json_schema.compile_schema); CloverError for a missing or bad file."""
+    from clover_local.generate.json_schema import compile_schema
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CloverError(f"--json-schema: cannot read {path}: {exc}") from None
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CloverError(f"--json-schema: {path} is not JSON: {exc}") from None
+    try:
+        return compile_schema(schema)
+    except CloverError as exc:
+        raise CloverError(f"--json-schema {path}: {exc}") from None
+
+
 @app.command()
 def generate(
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
@@ -136,10 +157,15 @@ def generate(
     repetition_penalty: float = repetition_penalty_option(),
     think: Optional[bool] = typer.Option(None, "--think/--no-think", help="Let the model think before answering "
                                          "(the thinking is shown on stderr, the answer alone on stdout). Default: "
-                                         "on, off with --format json."),
+                                         "on, off with --format json and --json-schema."),
     answer_format: str = typer.Option("text", "--format", help="json: the answer is one JSON object, held to JSON "
                                       "token by token (JSON mode; ask for the fields in the prompt), written "
                                       "without thinking. text: anything."),
+    json_schema: Optional[Path] = typer.Option(None, "--json-schema", help="A JSON schema file (pydantic's "
+                                               "model_json_schema(), OpenAI structured outputs): the answer is one "
+                                               "value it allows, held to it token by token like --format json (type, "
+                                               "properties, required, additionalProperties, items, min/maxItems, "
+                                               "enum, const, anyOf, $ref, min/maxLength; other keywords refused)."),
     system: Optional[str] = typer.Option(None, "--system", help="Optional system message."),
     raw: bool = typer.Option(False, "--raw", help="Use the prompt as is, without the chat template (the "
                              "output as is too: no thinking split off)."),
@@ -172,11 +198,14 @@ def generate(
       clover-local generate ./clover-int4 -f question-about-report.txt --context 16384
 
       clover-local generate ./clover-int4 -p "Name and age of: Ada, 36. Keys: name, age" --format json
+
+      clover-local generate ./clover-int4 -p "Name and age of: Ada, 36" --json-schema person.schema.json
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
     from clover_local.chat.turn import prompt_opens_thinking
     from clover_local.generate.json_mode import JsonObjectConstraint
+    from clover_local.generate.json_schema import SchemaConstraint
     from clover_local.loader import load
 
     prompt = message_from(prompt, file)
@@ -189,9 +218,13 @@ def generate(
     penalized = penalties(presence_penalty, frequency_penalty, repetition_penalty)
     if answer_format not in ("text", "json"):
         raise CloverError(f"--format must be text or json, got {answer_format!r}")
-    json_mode = answer_format == "json"
+    if json_schema is not None and answer_format != "text":
+        raise CloverError("--json-schema already holds the answer to JSON: leave --format out")
+    schema = read_schema(json_schema) if json_schema is not None else None
+    json_mode = answer_format == "json" or schema is not None
+    flag = "--json-schema" if schema is not None else "--format json"
     if json_mode and think:
-        raise CloverError("--format json answers without thinking (the whole answer is the object): drop --think")
+        raise CloverError(f"{flag} answers without thinking (the whole answer is the JSON): drop --think")
     think = not json_mode if think is None else think
     loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
     tok = loaded.tokenizer
@@ -202,7 +235,7 @@ def generate(
         text = tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=think)
         if json_mode and prompt_opens_thinking(text):
             raise CloverError("this model's chat template opens a thinking section even with --no-think, and "
-                              "--format json answers with the object alone; use --raw with your own prompt")
+                              f"{flag} answers with the JSON alone; use --raw with your own prompt")
     prompt_ids = tok.encode(text)
     over = context_flag_limit(loaded, context)
     if over is not None and len(prompt_ids) + max_new_tokens > loaded.config.max_context:
@@ -216,7 +249,8 @@ def generate(
         seed=seed,
         stop_token_ids=loaded.stop_token_ids,
         penalties=penalized,
-        constraint=JsonObjectConstraint(tok, loaded.stop_token_ids) if json_mode else None,
+        constraint=(SchemaConstraint(tok, loaded.stop_token_ids, schema) if schema is not None
+                    else JsonObjectConstraint(tok, loaded.stop_token_ids) if json_mode else None),
     )
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     answer = Answer(tok, text, split=not raw)

@@ -25,7 +25,7 @@ import torch
 
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, PrefillProgress, Reveal
-from clover_local.generate.json_mode import JsonObjectConstraint, JsonPrefix
+from clover_local.generate.json_mode import ByteConstraint, PrefixState
 from clover_local.generate.prompt_cache import PromptCache
 from clover_local.generate.sampling import (Penalties, TokenCounts, check_finite, choose, device_generator,
                                             pick_reveals)
@@ -42,7 +42,8 @@ class DecodeSettings:
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     penalties: Penalties = field(default_factory=Penalties)
-    constraint: JsonObjectConstraint | None = None  # JSON mode: the answer is one JSON object (json_mode.py)
+    # JSON mode: the answer is one JSON object (json_mode.py), or one value a JSON schema allows (json_schema.py)
+    constraint: ByteConstraint | None = None
 
 
 def _index(rows: list[int]) -> slice | list[int]:
@@ -212,8 +213,8 @@ class BlockDiffusionDecoder:
         yield Finished(out, stats)
 
     @staticmethod
-    def _constrained_reveals(settings: DecodeSettings, shape: JsonPrefix, masked: list[int], logits: torch.Tensor,
-                             ids: list[int], conf: list[float]) -> tuple[list[Reveal], JsonPrefix]:
+    def _constrained_reveals(settings: DecodeSettings, shape: PrefixState, masked: list[int], logits: torch.Tensor,
+                             ids: list[int], conf: list[float]) -> tuple[list[Reveal], PrefixState]:
         """JSON mode's reveals this pass (json_mode.py): the leftmost masked position — the model's choice if the
         constraint allows it, else the likeliest token it allows — then, while the model's own choices (that first
         one's included) are allowed and reach the threshold, the positions right after it: they were predicted with

@@ -21,20 +21,20 @@ import torch
 
 from clover_local.errors import CloverError
 
-_WS = frozenset(b" \t\n\r")
-_DIGITS = frozenset(b"0123456789")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-_ESCAPES = frozenset(b'"\\/bfnrt')
-_LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
+WHITESPACE = frozenset(b" \t\n\r")
+DIGITS = frozenset(b"0123456789")
+HEX = frozenset(b"0123456789abcdefABCDEF")
+ESCAPES = frozenset(b'"\\/bfnrt')
+LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 # whitespace between tokens is one space or tab, or a newline and up to MAX_INDENT spaces or tabs (pretty-printed
 # JSON's indentation): a model that spins on whitespace would otherwise never finish
 MAX_INDENT = 24
 MAX_DEPTH = 64
 # number states: which byte may come next, and whether the number could end here
-_NUMBER_NEXT = {
-    "minus": (_DIGITS, False), "zero": (frozenset(b".eE"), True), "int": (_DIGITS | frozenset(b".eE"), True),
-    "dot": (_DIGITS, False), "frac": (_DIGITS | frozenset(b"eE"), True), "exp": (_DIGITS | frozenset(b"+-"), False),
-    "exp_sign": (_DIGITS, False), "exp_digits": (_DIGITS, True),
+NUMBER_NEXT = {
+    "minus": (DIGITS, False), "zero": (frozenset(b".eE"), True), "int": (DIGITS | frozenset(b".eE"), True),
+    "dot": (DIGITS, False), "frac": (DIGITS | frozenset(b"eE"), True), "exp": (DIGITS | frozenset(b"+-"), False),
+    "exp_sign": (DIGITS, False), "exp_digits": (DIGITS, True),
 }
 
 
@@ -67,6 +67,11 @@ class JsonPrefix:
     def done(self) -> bool:
         return self.mode == "done"
 
+    @property
+    def final(self) -> bool:
+        """Complete, and nothing may follow: the next token is the stop token."""
+        return self.mode == "done"
+
     def feed_all(self, data: bytes) -> bool:
         return all(self.feed(b) for b in data)
 
@@ -75,9 +80,9 @@ class JsonPrefix:
         if mode == "string":
             return self._string(b)
         if mode == "number":
-            allowed, may_end = _NUMBER_NEXT[self.number]
+            allowed, may_end = NUMBER_NEXT[self.number]
             if b in allowed:
-                self.number = _number_step(self.number, b)
+                self.number = number_step(self.number, b)
                 return True
             if not may_end:
                 return False
@@ -94,20 +99,20 @@ class JsonPrefix:
         if mode == "escape":
             if b == ord("u"):
                 self.mode, self.left = "unicode", 4
-            elif b in _ESCAPES:
+            elif b in ESCAPES:
                 self.mode = "string"
             else:
                 return False
             return True
         if mode == "unicode":
             assert isinstance(self.left, int)
-            if b not in _HEX:
+            if b not in HEX:
                 return False
             self.left -= 1
             if not self.left:
                 self.mode = "string"
             return True
-        if b in _WS:
+        if b in WHITESPACE:
             return mode != "done" and self._space(b)
         self.spaces = None
         if mode == "start":
@@ -161,11 +166,11 @@ class JsonPrefix:
         if b == ord("-"):
             self.mode, self.number = "number", "minus"
             return True
-        if b in _DIGITS:
+        if b in DIGITS:
             self.mode, self.number = "number", "zero" if b == ord("0") else "int"
             return True
-        if b in _LITERALS:
-            self.mode, self.left = "literal", _LITERALS[b]
+        if b in LITERALS:
+            self.mode, self.left = "literal", LITERALS[b]
             return True
         return False
 
@@ -184,7 +189,7 @@ class JsonPrefix:
         return True
 
     def _after(self, b: int) -> bool:
-        if b in _WS:
+        if b in WHITESPACE:
             return self._space(b)
         self.spaces = None
         if b in (ord("}"), ord("]")):
@@ -195,7 +200,7 @@ class JsonPrefix:
         return False
 
 
-def _number_step(state: str, b: int) -> str:
+def number_step(state: str, b: int) -> str:
     if b in (ord("e"), ord("E")):
         return "exp"
     if b == ord("."):
@@ -205,6 +210,24 @@ def _number_step(state: str, b: int) -> str:
     # a digit
     return {"minus": "zero" if b == ord("0") else "int", "int": "int", "dot": "frac", "frac": "frac",
             "exp": "exp_digits", "exp_sign": "exp_digits", "exp_digits": "exp_digits"}[state]
+
+
+class PrefixState(Protocol):
+    """A byte automaton's state, as the constraint drives it: `feed` a byte (False: refused, the state is then
+    unusable, so try bytes on a `copy`); `done` once the bytes so far are a complete answer (the stop token may
+    come); `final` once nothing but the stop token may come. `JsonPrefix` here, `SchemaPrefix` (json_schema.py)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def final(self) -> bool: ...
+
+    def feed(self, b: int) -> bool: ...
+
+    def feed_all(self, data: bytes) -> bool: ...
+
+    def copy(self) -> "PrefixState": ...
 
 
 class TokenBytes(Protocol):
@@ -221,36 +244,39 @@ TOP_TRIES = 64
 
 
 @dataclass
-class JsonObjectConstraint:
-    """The decoder's handle on JSON mode: the answer is one JSON object, then one of `stop_ids`."""
+class ByteConstraint:
+    """The decoder's handle on a byte automaton (`start`, one per answer): the answer is what the automaton accepts,
+    then one of `stop_ids`. JSON mode (`JsonObjectConstraint`) and a JSON schema (json_schema.SchemaConstraint)
+    differ only in their start state."""
 
     vocab: TokenBytes
     stop_ids: list[int]
 
     def __post_init__(self) -> None:
         if not self.stop_ids:
-            raise CloverError("JSON mode needs a stop token to end the answer after the object; this model's "
+            raise CloverError("JSON mode needs a stop token to end the answer after the JSON; this model's "
                               "tokenizer names none")
 
-    def start(self) -> JsonPrefix:
-        return JsonPrefix()
+    def start(self) -> PrefixState:
+        raise NotImplementedError
 
-    def advance(self, state: JsonPrefix, token_id: int) -> JsonPrefix | None:
+    def advance(self, state: PrefixState, token_id: int) -> PrefixState | None:
         """The state after `token_id`, or None where the token may not come next."""
-        if state.done:
-            return state if token_id in self.stop_ids else None
+        if state.done and token_id in self.stop_ids:
+            return state
         data = self.vocab.token_bytes(token_id)
-        if not data:  # a special token (a stop token included) or an empty one
+        if not data or state.final:  # a special token (a stop token included), an empty one, or past the end
             return None
         nxt = state.copy()
         return nxt if nxt.feed_all(data) else None
 
-    def likeliest_allowed(self, state: JsonPrefix, logits: torch.Tensor) -> tuple[int, JsonPrefix]:
+    def likeliest_allowed(self, state: PrefixState, logits: torch.Tensor) -> tuple[int, PrefixState]:
         """The likeliest token `logits` [V] allows after `state`: its TOP_TRIES likeliest first, then every token
-        whose first byte the state takes, likeliest first. Why by first byte: where the structure leaves a few
-        choices (after a key only `:` or whitespace) the top tokens of a model that is not writing JSON may all be
-        refused; the first byte narrows 248,320 tokens to those few before any is checked whole."""
-        if state.done:
+        whose first byte the state takes (and the stop tokens once the answer may end), likeliest first. Why by
+        first byte: where the structure leaves a few choices (after a key only `:` or whitespace) the top tokens of
+        a model that is not writing JSON may all be refused; the first byte narrows 248,320 tokens to those few
+        before any is checked whole."""
+        if state.final:
             stop = max(self.stop_ids, key=lambda i: float(logits[i]))
             return stop, state
         for token in logits.topk(min(TOP_TRIES, logits.shape[-1])).indices.tolist():
@@ -259,7 +285,7 @@ class JsonObjectConstraint:
                 return token, nxt
         firsts = [b for b in range(256) if state.copy().feed(b)]
         groups = self.vocab.ids_by_first_byte()
-        ids = [i for b in firsts for i in groups.get(b, ())]
+        ids = [i for b in firsts for i in groups.get(b, ())] + (list(self.stop_ids) if state.done else [])
         if ids:
             index = torch.tensor(ids, device=logits.device)
             order = logits[index].argsort(descending=True).tolist()
@@ -267,5 +293,12 @@ class JsonObjectConstraint:
                 nxt = self.advance(state, ids[k])
                 if nxt is not None:
                     return ids[k], nxt
-        raise CloverError("JSON mode found no token that continues the object (the tokenizer cannot write the "
+        raise CloverError("JSON mode found no token that continues the JSON (the tokenizer cannot write the "
                           "bytes it needs)")
+
+
+class JsonObjectConstraint(ByteConstraint):
+    """JSON mode: the answer is one JSON object, then one of `stop_ids`."""
+
+    def start(self) -> JsonPrefix:
+        return JsonPrefix()

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import JsonObjectConstraint
+from clover_local.generate.json_schema import SchemaConstraint
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chat_logprobs, check_ids,
@@ -245,9 +246,11 @@ class Handler(BaseHTTPRequestHandler):
         max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         stops = engine.loaded.stop_token_ids
+        constraint = (SchemaConstraint(engine.tokenizer, stops, req.json_schema) if req.json_schema is not None
+                      else JsonObjectConstraint(engine.tokenizer, stops) if req.json_object else None)
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                               top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
-                              constraint=JsonObjectConstraint(engine.tokenizer, stops) if req.json_object else None)
+                              constraint=constraint)
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
@@ -259,7 +262,7 @@ class Handler(BaseHTTPRequestHandler):
                                            enable_thinking=req.enable_thinking, **req.template_kwargs)
         except CloverError as exc:
             raise ApiError(400, str(exc), param="messages") from None
-        if req.json_object and prompt_opens_thinking(text):
+        if req.json_mode and prompt_opens_thinking(text):
             raise ApiError(400, "this model's chat template opens a thinking section even with enable_thinking "
                            "false, and a JSON-mode answer is the object alone: send response_format text",
                            param="response_format")

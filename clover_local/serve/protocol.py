@@ -7,8 +7,11 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 `max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
 `enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins),
-`response_format` text or json_object (JSON mode, both endpoints: the answer is one JSON object, written without
-thinking), and our own `threshold`.
+`response_format` text, json_object (JSON mode, both endpoints: the answer is one JSON object, written without
+thinking) or json_schema (structured outputs: `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`,
+the answer is one value the schema allows, held to it byte by byte as JSON mode is; the subset of JSON Schema in
+generate/json_schema.py, anything else in the schema refused with a 400 naming the keyword; also without thinking),
+and our own `threshold`.
 
 `logprobs: true` (with `top_logprobs` 0 to 20) answers OpenAI's `choices[0].logprobs.content`: for each token of
 the message's content (not the thinking's), its log-probability given the conversation and the answer before it,
@@ -17,8 +20,9 @@ decodes by block diffusion, so no token has a sampling probability of its own (`
 streaming (refused, as on /v1/completions), and `top_logprobs` above 0 needs `logprobs: true` (as OpenAI).
 
 Refused with a 400 rather than ignored, since the answer would look as if they were honoured: a `tool_choice` that
-forces a call ("required", a named function), the deprecated `functions` / `function_call`, and a
-`response_format` of json_schema. Their harmless forms pass: `functions: []`, `function_call` "none" or "auto".
+forces a call ("required", a named function), the deprecated `functions` / `function_call`, and a json_schema
+keyword outside the supported subset (`pattern`, `minimum`, `oneOf` ...). Their harmless forms pass:
+`functions: []`, `function_call` "none" or "auto".
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from clover_local.errors import CloverError
+from clover_local.generate.json_schema import Schema, compile_schema
 from clover_local.generate.sampling import PENALTY_RANGES, Penalties
 
 
@@ -60,6 +66,12 @@ class Sampling:
     threshold: float | None = None
     penalties: Penalties = field(default_factory=Penalties)
     json_object: bool = False  # response_format json_object: the answer is one JSON object
+    json_schema: Schema | None = None  # response_format json_schema, compiled: the answer is one value it allows
+
+    @property
+    def json_mode(self) -> str | None:
+        """The response_format that holds the answer to JSON (json_object or json_schema), if any."""
+        return "json_schema" if self.json_schema is not None else "json_object" if self.json_object else None
 
 
 @dataclass
@@ -193,20 +205,29 @@ def _template_tool_calls(message: dict, i: int) -> dict:
     return {**message, "tool_calls": out}
 
 
-def _json_mode(body: dict) -> bool:
-    """`response_format`: json_object turns JSON mode on (generate/json_mode.py); json_schema is refused, since an
-    object that ignored the schema would look like one that kept it."""
+def _response_format(body: dict) -> tuple[bool, Schema | None]:
+    """`response_format` as (json_object, compiled json_schema): json_object turns JSON mode on
+    (generate/json_mode.py), json_schema holds the answer to the schema (generate/json_schema.py), compiled here so
+    that a schema outside the supported subset is a 400 before anything runs."""
     fmt = body.get("response_format")
     if fmt is None:
-        return False
+        return False, None
     kind = fmt.get("type") if isinstance(fmt, dict) else None
     if kind not in ("text", "json_object", "json_schema"):
         raise _bad("'response_format' must be an object whose 'type' is text, json_object or json_schema",
                    "response_format")
-    if kind == "json_schema":
-        raise _unsupported("response_format", "type json_schema: the answer is not held to a schema; send "
-                           "{\"type\": \"json_object\"} for any JSON object and describe the fields in the messages")
-    return kind == "json_object"
+    if kind != "json_schema":
+        return kind == "json_object", None
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or "schema" not in spec:
+        raise _bad("'response_format' json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}",
+                   "response_format")
+    if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
+        raise _bad("'response_format.json_schema.strict' must be true or false", "response_format")
+    try:  # strict or not, the answer is held to the schema
+        return False, compile_schema(spec["schema"])
+    except CloverError as exc:
+        raise _bad(f"'response_format': {exc}", "response_format") from None
 
 
 def parse_messages(value: Any) -> list[dict[str, Any]]:
@@ -272,7 +293,7 @@ def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.threshold = _number(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
     req.penalties = Penalties(**{name.removesuffix("_penalty"): _penalty(body, name) for name in PENALTY_RANGES})
-    req.json_object = _json_mode(body)
+    req.json_object, req.json_schema = _response_format(body)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("'seed' must be an integer", "seed")
@@ -328,15 +349,16 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     req = ChatRequest(messages=parse_messages(body.get("messages")), tools=_tools(body))
     _sampling(body, req)
     req.logprobs = _chat_logprobs(body, req.stream)
-    # JSON mode holds the whole answer to one object, so the model answers without thinking first
-    req.enable_thinking, req.template_kwargs = _template_options(body, thinking=not req.json_object)
-    if req.tools and req.json_object:
-        raise _bad("'response_format' json_object holds the whole answer to one object, so no tool could be "
+    # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first
+    mode = req.json_mode
+    req.enable_thinking, req.template_kwargs = _template_options(body, thinking=mode is None)
+    if req.tools and mode:
+        raise _bad(f"'response_format' {mode} holds the whole answer to the JSON, so no tool could be "
                    "called: send one or the other", "response_format")
     if req.tools:
         req.template_kwargs["tools"] = req.tools
-    if req.json_object and req.enable_thinking:
-        raise _bad("'response_format' json_object answers without thinking (the whole answer is the object): "
+    if mode and req.enable_thinking:
+        raise _bad(f"'response_format' {mode} answers without thinking (the whole answer is the JSON): "
                    "leave enable_thinking out or set it to false", "enable_thinking")
     return req
 
