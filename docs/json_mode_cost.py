@@ -36,3 +36,29 @@ for name, prefix in [("inside a string", b'{"a": "x'), ("after a key (only : or 
 s = state(b'{"a": "x'); t = time.perf_counter()
 for i in range(10000): c.advance(s, i)
 print(f"advance (one token check): {(time.perf_counter()-t)/10000*1e6:.1f} us")
+
+# a JSON schema (generate --json-schema, serve's json_schema): the same search, a schema automaton's states
+from clover_local.generate.json_schema import SchemaConstraint, compile_schema  # noqa: E402
+
+schema = compile_schema({"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
+                         "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
+                                        "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}},
+                                        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}}})
+sc = SchemaConstraint(v, [V - 1], schema)
+
+
+def schema_state(prefix):
+    s = schema.start(); assert s.feed_all(prefix), prefix; return s
+
+
+for name, prefix in [("schema: inside a string", b'{"name": "Ad'), ("schema: a key being written", b'{"na'),
+                     ("schema: after a key", b'{"name"'), ("schema: an enum value", b'{"name": "A", "age": 3, "tags": ["r')]:
+    s = schema_state(prefix)
+    logits = torch.randn(V)
+    for _ in range(2): sc.likeliest_allowed(s, logits)
+    n = 20; t = time.perf_counter()
+    for _ in range(n): sc.likeliest_allowed(s, logits)
+    print(f"{name}: {(time.perf_counter() - t) / n * 1e3:.1f} ms per refused choice")
+s = schema_state(b'{"name": "Ad'); t = time.perf_counter()
+for i in range(10000): sc.advance(s, i)
+print(f"schema advance (one token check, inside a string): {(time.perf_counter()-t)/10000*1e6:.1f} us")
