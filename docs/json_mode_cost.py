@@ -1,64 +1,91 @@
-"""What JSON mode's search costs at the 35B vocabulary size (248,320 tokens): `python docs/json_mode_cost.py`.
+"""What JSON mode's and a JSON schema's token search costs at the 35B vocabulary size (248,320 tokens):
+`python docs/json_mode_cost.py` (figures in BENCHMARKS.md).
 
 The vocabulary is synthetic (random byte strings of 1-8 bytes; the real tokenizer cannot be downloaded here), so
-this times the automaton and the search, not the tokenizer's own lookups (`ChatTokenizer.token_bytes`)."""
-import random, time, torch
-from clover_local.generate.json_mode import JsonObjectConstraint, JsonPrefix
-rng = random.Random(0)
-V = 248320
-alphabet = [bytes([b]) for b in range(32, 127)] + [bytes([b]) for b in range(128, 256)]
-toks = [b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(V)]
-class Vocab:
-    def __init__(self): self._g = None
-    def token_bytes(self, i): return toks[i]
-    def ids_by_first_byte(self):
-        if self._g is None:
-            g = {}
-            for i, t in enumerate(toks): g.setdefault(t[0], []).append(i)
-            self._g = g
-        return self._g
-v = Vocab()
-t = time.perf_counter(); v.ids_by_first_byte(); print(f"group build: {time.perf_counter()-t:.3f} s")
-c = JsonObjectConstraint(v, [V - 1])
-def state(prefix):
-    s = JsonPrefix(); assert s.feed_all(prefix); return s
-for name, prefix in [("inside a string", b'{"a": "x'), ("after a key (only : or whitespace)", b'{"a"'),
-                     ("after a value (, or })", b'{"a": 1'), ("start (only { or whitespace)", b"")]:
-    s = state(prefix)
-    logits = torch.randn(V)
-    for _ in range(2): c.likeliest_allowed(s, logits)
-    n = 20; t = time.perf_counter()
-    for _ in range(n): c.likeliest_allowed(s, logits)
-    dt = (time.perf_counter() - t) / n
-    ok = sum(c.advance(s, i) is not None for i in logits.topk(64).indices.tolist())
-    print(f"{name}: {dt*1e3:.1f} ms per refused choice ({ok}/64 of the top tokens allowed)")
-# the common case: the model's choice allowed: one advance
-s = state(b'{"a": "x'); t = time.perf_counter()
-for i in range(10000): c.advance(s, i)
-print(f"advance (one token check): {(time.perf_counter()-t)/10000*1e6:.1f} us")
+this times the automata and the search, not the tokenizer's own lookups (`ChatTokenizer.token_bytes`)."""
 
-# a JSON schema (generate --json-schema, serve's json_schema): the same search, a schema automaton's states
-from clover_local.generate.json_schema import SchemaConstraint, compile_schema  # noqa: E402
+from __future__ import annotations
 
-schema = compile_schema({"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
-                         "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
-                                        "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}},
-                                        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}}})
-sc = SchemaConstraint(v, [V - 1], schema)
+import random
+import time
+
+import torch
+
+from clover_local.generate.json_mode import ByteConstraint, JsonObjectConstraint
+from clover_local.generate.json_schema import SchemaConstraint, compile_schema
+
+VOCAB = 248_320
+STOP = VOCAB - 1
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
+          "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
+                         "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}},
+                         "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}
 
 
-def schema_state(prefix):
-    s = schema.start(); assert s.feed_all(prefix), prefix; return s
+class SyntheticVocab:
+    """TokenBytes over random byte strings (printable ASCII and high bytes)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        rng = random.Random(seed)
+        alphabet = [bytes([b]) for b in range(32, 127)] + [bytes([b]) for b in range(128, 256)]
+        self.tokens = [b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(VOCAB)]
+        self._groups: dict[int, list[int]] | None = None
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        return self.tokens[token_id]
+
+    def ids_by_first_byte(self) -> dict[int, list[int]]:
+        if self._groups is None:
+            self._groups = {}
+            for i, t in enumerate(self.tokens):
+                self._groups.setdefault(t[0], []).append(i)
+        return self._groups
 
 
-for name, prefix in [("schema: inside a string", b'{"name": "Ad'), ("schema: a key being written", b'{"na'),
-                     ("schema: after a key", b'{"name"'), ("schema: an enum value", b'{"name": "A", "age": 3, "tags": ["r')]:
-    s = schema_state(prefix)
-    logits = torch.randn(V)
-    for _ in range(2): sc.likeliest_allowed(s, logits)
-    n = 20; t = time.perf_counter()
-    for _ in range(n): sc.likeliest_allowed(s, logits)
-    print(f"{name}: {(time.perf_counter() - t) / n * 1e3:.1f} ms per refused choice")
-s = schema_state(b'{"name": "Ad'); t = time.perf_counter()
-for i in range(10000): sc.advance(s, i)
-print(f"schema advance (one token check, inside a string): {(time.perf_counter()-t)/10000*1e6:.1f} us")
+def search_ms(constraint: ByteConstraint, prefix: bytes, runs: int = 20) -> tuple[float, int]:
+    """(ms per `likeliest_allowed` after `prefix` with random logits, how many of the top 64 the state allows)."""
+    state = constraint.start()
+    assert state.feed_all(prefix), prefix
+    logits = torch.randn(VOCAB)
+    for _ in range(2):
+        constraint.likeliest_allowed(state, logits)
+    t = time.perf_counter()
+    for _ in range(runs):
+        constraint.likeliest_allowed(state, logits)
+    allowed = sum(constraint.advance(state, i) is not None for i in logits.topk(64).indices.tolist())
+    return (time.perf_counter() - t) / runs * 1e3, allowed
+
+
+def check_us(constraint: ByteConstraint, prefix: bytes, runs: int = 10_000) -> float:
+    """µs per `advance` (one token checked: the common case, the model's own choice) after `prefix`."""
+    state = constraint.start()
+    assert state.feed_all(prefix), prefix
+    t = time.perf_counter()
+    for i in range(runs):
+        constraint.advance(state, i)
+    return (time.perf_counter() - t) / runs * 1e6
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    vocab = SyntheticVocab()
+    t = time.perf_counter()
+    vocab.ids_by_first_byte()
+    print(f"group build: {time.perf_counter() - t:.3f} s")
+    json_mode = JsonObjectConstraint(vocab, [STOP])
+    for name, prefix in [("inside a string", b'{"a": "x'), ("after a key (only : or whitespace)", b'{"a"'),
+                         ("after a value (, or })", b'{"a": 1'), ("start (only { or whitespace)", b"")]:
+        ms, allowed = search_ms(json_mode, prefix)
+        print(f"{name}: {ms:.1f} ms per refused choice ({allowed}/64 of the top tokens allowed)")
+    us = check_us(json_mode, b'{"a": "x')
+    print(f"advance (one token check): {us:.1f} us")
+    schema = SchemaConstraint(vocab, [STOP], compile_schema(SCHEMA))
+    for name, prefix in [("inside a string", b'{"name": "Ad'), ("a key being written", b'{"na'),
+                         ("after a key", b'{"name"'), ("an enum value", b'{"name": "A", "age": 3, "tags": ["r')]:
+        print(f"schema: {name}: {search_ms(schema, prefix)[0]:.1f} ms per refused choice")
+    us = check_us(schema, b'{"name": "Ad')
+    print(f"schema advance (one token check, inside a string): {us:.1f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@ import json
 import random
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -68,6 +69,21 @@ def test_valid_objects_are_accepted_at_every_byte_and_complete_only_at_the_end()
             assert state.done == (i == len(doc) - 1), (doc, i)
 
 
+def one_byte_mutants(doc: bytes, rng: random.Random, alphabet: bytes, n: int) -> Iterator[bytes]:
+    """Up to `n` copies of `doc` with one byte replaced, inserted or deleted (bytes from `alphabet`)."""
+    for _ in range(n):
+        i = rng.randrange(len(doc) + 1)
+        op = rng.choice(["replace", "insert", "delete"])
+        if op == "insert":
+            yield doc[:i] + bytes([rng.choice(alphabet)]) + doc[i:]
+        elif i == len(doc):
+            continue
+        elif op == "replace":
+            yield doc[:i] + bytes([rng.choice(alphabet)]) + doc[i + 1:]
+        else:
+            yield doc[:i] + doc[i + 1:]
+
+
 def _python_says(data: bytes) -> bool:
     def refuse(name: str):  # NaN / Infinity: Python's extension, not JSON
         raise ValueError(name)
@@ -86,17 +102,7 @@ def test_one_byte_mutants_are_judged_as_python_judges_them():
     docs = [d for d in random_documents(400, seed=2) if b"\n" not in d and b", " not in d]
     checked = agreed_valid = 0
     for doc in docs:
-        for _ in range(30):
-            i = rng.randrange(len(doc) + 1)
-            op = rng.choice(["replace", "insert", "delete"])
-            if op == "insert":
-                mutant = doc[:i] + bytes([rng.choice(alphabet)]) + doc[i:]
-            elif i == len(doc):
-                continue
-            elif op == "replace":
-                mutant = doc[:i] + bytes([rng.choice(alphabet)]) + doc[i + 1:]
-            else:
-                mutant = doc[:i] + doc[i + 1:]
+        for mutant in one_byte_mutants(doc, rng, alphabet, 30):
             ours, python = complete(mutant), _python_says(mutant)
             assert ours == python, mutant
             checked += 1

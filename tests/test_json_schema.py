@@ -17,7 +17,7 @@ from clover_local.generate.json_schema import MAX_ALTERNATIVES, SchemaConstraint
 from clover_local.loader import SHORT_NAMES
 from tests.conftest import run_cli
 from tests.inprocess_server import running_server
-from tests.test_json_mode import _post
+from tests.test_json_mode import _post, one_byte_mutants
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency (pip install -e '.[test]')")
 
@@ -228,17 +228,7 @@ def test_one_byte_mutants_are_judged_as_jsonschema_judges_them(name):
     for _ in range(60):
         doc = json.dumps(instance(schema, schema, rng), separators=(",", ":"),
                          ensure_ascii=rng.random() < 0.5).encode()
-        for _ in range(25):
-            i = rng.randrange(len(doc) + 1)
-            op = rng.choice(["replace", "insert", "delete"])
-            if op == "insert":
-                mutant = doc[:i] + bytes([rng.choice(ALPHABET)]) + doc[i:]
-            elif i == len(doc):
-                continue
-            elif op == "replace":
-                mutant = doc[:i] + bytes([rng.choice(ALPHABET)]) + doc[i + 1:]
-            else:
-                mutant = doc[:i] + doc[i + 1:]
+        for mutant in one_byte_mutants(doc, rng, ALPHABET, 25):
             ours = complete(compiled, mutant)
             assert ours == oracle(schema, mutant), (mutant, ours)
             checked += 1

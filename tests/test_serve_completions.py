@@ -61,6 +61,20 @@ def causal_logprobs(loaded, ids: list[int]) -> torch.Tensor:
         return torch.log_softmax(loaded.model(torch.tensor([ids]))[0].float(), -1)
 
 
+def causal_rows(model, monkeypatch) -> list[int]:
+    """The row counts of the model's causal passes from now on (previews and commits left out), as they run."""
+    rows: list[int] = []
+    real = type(model).hidden
+
+    def counted(self, x, cache=None, preview=False, commit_rows=0):
+        if not preview and not commit_rows:
+            rows.append(x.shape[1])
+        return real(self, x, cache, preview, commit_rows)
+
+    monkeypatch.setattr(type(model), "hidden", counted)
+    return rows
+
+
 def post(url: str, body: dict, path: str = "/v1/completions") -> tuple[int, dict]:
     req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     try:
@@ -193,15 +207,7 @@ def test_a_context_shared_by_scored_requests_is_read_once(served, monkeypatch):
     prompts = [context + tok.encode(c) for c in (" 42", " 41")]
     assert all(len(p) // bs == 3 for p in prompts), "want the snapshot inside the shared context"
     post(url, {"prompt": "something else entirely", "max_tokens": 1})  # no snapshot of this context before
-    rows = []
-    real = type(model).hidden
-
-    def counted(self, x, cache=None, preview=False, commit_rows=0):
-        if not preview and not commit_rows:
-            rows.append(x.shape[1])
-        return real(self, x, cache, preview, commit_rows)
-
-    monkeypatch.setattr(type(model), "hidden", counted)
+    rows = causal_rows(model, monkeypatch)
     bodies = []
     for ids in prompts:
         rows.clear()
@@ -233,15 +239,7 @@ def test_a_prompt_scored_and_answered_is_read_once(served, monkeypatch):
     ids = tok.encode(" ".join([PROMPT] * 6))
     bs = loaded.config.diffusion.block_size
     assert len(ids) > 2 * bs and len(ids) % bs, "want whole blocks and a tail"
-    rows = []
-    real = type(model).hidden
-
-    def counted(self, x, cache=None, preview=False, commit_rows=0):
-        if not preview and not commit_rows:
-            rows.append(x.shape[1])
-        return real(self, x, cache, preview, commit_rows)
-
-    monkeypatch.setattr(type(model), "hidden", counted)
+    rows = causal_rows(model, monkeypatch)
     code, body = post(url, {"prompt": ids, "max_tokens": 3, "echo": True, "logprobs": 2})
     monkeypatch.undo()
     assert code == 200, body
