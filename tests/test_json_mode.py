@@ -277,7 +277,8 @@ def test_generate_format_json(tiny, capsys):
 
 
 def _post(url: str, path: str, body: dict) -> tuple[int, dict | list]:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             raw = r.read().decode()
@@ -309,4 +310,5 @@ def test_serve_response_format_json_object(tiny):
                                                            "response_format": {"type": "json_object"}})
         assert status == 400 and body["error"]["param"] == "enable_thinking"
         status, body = _post(url, "/v1/chat/completions", {"messages": hi, "response_format": {"type": "yaml"}})
-        assert status == 400 and body["error"]["param"] == "response_format" and "json_schema" in body["error"]["message"]
+        error = body["error"]
+        assert status == 400 and error["param"] == "response_format" and "json_schema" in error["message"]

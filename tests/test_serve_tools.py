@@ -54,7 +54,8 @@ def test_the_json_form_and_several_calls():
     assert [c.arguments for c in calls] == [{"city": "Oslo"}, {"city": "Rome"}] and content.strip() == ""
     assert len({c.id for c in calls}) == 2 and all(c.id.startswith("call_") for c in calls)
     api = calls[0].to_api(0)
-    assert api["index"] == 0 and api["type"] == "function" and json.loads(api["function"]["arguments"]) == {"city": "Oslo"}
+    assert api["index"] == 0 and api["type"] == "function"
+    assert json.loads(api["function"]["arguments"]) == {"city": "Oslo"}
 
 
 @pytest.mark.parametrize("text", [
@@ -115,7 +116,8 @@ def test_tools_reach_the_template_and_past_calls_become_objects():
     req = _parse({"tools": TOOLS, "tool_choice": "auto"}, [
         {"role": "user", "content": "weather?"},
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])
     assert req.template_kwargs["tools"] == TOOLS
     assert req.messages[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Oslo"}

@@ -204,8 +204,7 @@ def generate(
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
     from clover_local.chat.turn import prompt_opens_thinking
-    from clover_local.generate.json_mode import JsonObjectConstraint
-    from clover_local.generate.json_schema import SchemaConstraint
+    from clover_local.generate.json_schema import answer_constraint
     from clover_local.loader import load
 
     prompt = message_from(prompt, file)
@@ -249,8 +248,7 @@ def generate(
         seed=seed,
         stop_token_ids=loaded.stop_token_ids,
         penalties=penalized,
-        constraint=(SchemaConstraint(tok, loaded.stop_token_ids, schema) if schema is not None
-                    else JsonObjectConstraint(tok, loaded.stop_token_ids) if json_mode else None),
+        constraint=answer_constraint(tok, loaded.stop_token_ids, json_mode, schema),
     )
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     answer = Answer(tok, text, split=not raw)

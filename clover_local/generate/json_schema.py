@@ -28,7 +28,7 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import (DIGITS, ESCAPES, HEX, MAX_DEPTH, MAX_INDENT, NUMBER_NEXT, WHITESPACE,
-                                             ByteConstraint, number_step)
+                                             ByteConstraint, JsonObjectConstraint, TokenBytes, number_step)
 
 TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
@@ -132,6 +132,14 @@ class SchemaConstraint(ByteConstraint):
 
     def start(self) -> "SchemaPrefix":
         return self.schema.start()
+
+
+def answer_constraint(vocab: TokenBytes, stop_ids: list[int], json_object: bool = False,
+                      schema: Schema | None = None) -> ByteConstraint | None:
+    """What holds an answer to JSON, if anything: a schema's automaton, else JSON mode's (any object)."""
+    if schema is not None:
+        return SchemaConstraint(vocab, stop_ids, schema)
+    return JsonObjectConstraint(vocab, stop_ids) if json_object else None
 
 
 # --- compiling -----------------------------------------------------------------------------------------------------

@@ -23,8 +23,7 @@ from typing import Any, Callable, Iterator
 
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
-from clover_local.generate.json_mode import JsonObjectConstraint
-from clover_local.generate.json_schema import SchemaConstraint
+from clover_local.generate.json_schema import answer_constraint
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chat_logprobs, check_ids,
@@ -246,11 +245,9 @@ class Handler(BaseHTTPRequestHandler):
         max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         stops = engine.loaded.stop_token_ids
-        constraint = (SchemaConstraint(engine.tokenizer, stops, req.json_schema) if req.json_schema is not None
-                      else JsonObjectConstraint(engine.tokenizer, stops) if req.json_object else None)
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                               top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
-                              constraint=constraint)
+                              constraint=answer_constraint(engine.tokenizer, stops, req.json_object, req.json_schema))
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
