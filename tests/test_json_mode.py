@@ -127,6 +127,15 @@ def test_one_byte_mutants_are_judged_as_python_judges_them():
     (b'{"a": "\xe4\xb8\xad"}', True),  # UTF-8 inside strings
     (b'{"\xe4": 1}', True),  # half a character: a byte-level token may end there
     (b'{\xe4: 1}', False),
+    (b'{\r"a": 1}', False),  # a carriage return never starts whitespace
+    (b'{"a": 1e}', False),  # numbers that stop where they may not end
+    (b'{"a": 1e+}', False),
+    (b'{"a": 1.}', False),
+    (b'{"a": -}', False),
+    (b'{"a": 1E-7}', True),
+    (b'{"a": "\x1f"}', False),  # control characters in strings: escaped or refused
+    (b'{"a": "\x00"}', False),
+    (b'{"a": "\x7f"}', True),
 ])
 def test_whitespace_and_top_level_rules(text, ok):
     assert complete(text) == ok
@@ -182,6 +191,35 @@ def test_the_decoder_reveals_a_run_from_the_leftmost_mask():
     assert _reveal([0, 5, 1], [0.99, 0.99, 0.99])[0] == [(5, 0)]
     # the leftmost is revealed even when unsure (at least one a pass)
     assert _reveal([0, 1], [0.1, 0.99])[0] == [(5, 0)]
+    # a confidence at the threshold counts, as pick_reveals counts it
+    assert _reveal([0, 1, 6], [0.9, 0.9, 0.9])[0] == [(5, 0), (6, 1), (7, 6)]
+    # the stop token ends the run: nothing is revealed after it, even another stop
+    assert _reveal([1, 6, 6], [0.99, 0.99, 0.99], state=b"{")[0] == [(5, 1), (6, 6)]
+    # a threshold of 1.0: one a pass, even where the model is certain
+    assert _reveal([0, 1, 6], [1.0, 1.0, 1.0], threshold=1.0)[0] == [(5, 0)]
+
+
+def test_a_replaced_token_carries_its_own_probability_and_nan_is_refused():
+    from clover_local.errors import CloverError
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+
+    settings = DecodeSettings(threshold=0.9, stop_token_ids=[6], constraint=JsonObjectConstraint(_Vocab(), [6]))
+    logits = torch.tensor([[0.0, 5.0, 1.0, 0.0, 4.0, 9.0, 0.0]])
+    reveals, _ = BlockDiffusionDecoder._constrained_reveals(settings, accepts(b"{"), [5], logits, [5], [0.99])
+    (r,) = reveals  # `x` refused: `}` in its place, with `}`'s probability, not the refused token's
+    assert r.token_id == 1 and r.confidence == pytest.approx(torch.softmax(logits[0], -1)[1].item())
+    with pytest.raises(CloverError, match="not finite"):
+        BlockDiffusionDecoder._constrained_reveals(settings, accepts(b"{"), [5, 6], torch.zeros(2, 7), [1, 6],
+                                                   [float("nan"), 0.99])
+
+
+def test_once_the_object_closes_the_likeliest_stop_token_ends_it():
+    class TwoStops(_Vocab):
+        TOKENS = [b"{", b"}", b'"a"', b":", b"1", b"x", None, None]
+
+    constraint = JsonObjectConstraint(TwoStops(), [6, 7])
+    token, _ = constraint.likeliest_allowed(accepts(b"{}"), torch.tensor([9.0, 9, 9, 9, 9, 9, 1, 2]))
+    assert token == 7
 
 
 def test_a_refused_choice_becomes_the_likeliest_allowed_token_and_stands_alone():

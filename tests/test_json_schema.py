@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from clover_local.errors import CloverError
+from clover_local.generate.json_mode import MAX_DEPTH, MAX_INDENT
 from clover_local.generate.json_schema import MAX_ALTERNATIVES, SchemaConstraint, compile_schema
 from clover_local.loader import SHORT_NAMES
 from tests.conftest import run_cli
@@ -68,6 +69,10 @@ SCHEMAS = {
     "number or bool": {"type": ["number", "boolean"]},
     "any": {},
 }
+
+
+_AB = {"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"}},
+       "additionalProperties": False}
 
 
 def pydantic_schema() -> dict | None:
@@ -268,6 +273,8 @@ def test_unsupported_keywords_are_refused_by_name_and_pointer(schema, keyword, p
     {"type": "object", "required": ["a"], "additionalProperties": False},
     {"$defs": {"N": {"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "required": ["n"]}},
      "$ref": "#/$defs/N"},  # only infinite values
+    {"enum": ["a", "b"], "const": "c"},  # both: the values in both
+    {"type": "string", "minLength": 3, "maxLength": 1},
 ])
 def test_a_schema_that_allows_nothing_is_refused(schema):
     with pytest.raises(CloverError, match="allows no value"):
@@ -275,7 +282,8 @@ def test_a_schema_that_allows_nothing_is_refused(schema):
 
 
 @pytest.mark.parametrize("schema", [{"$ref": "#/$defs/missing"}, {"$ref": "other.json#/a"}, {"type": "date"},
-                                    {"minLength": -1}, {"required": "a"}, []])
+                                    {"minLength": -1}, {"required": "a"}, [], {"maxLength": True},
+                                    {"$defs": [{"type": "string"}]}])
 def test_malformed_schemas_are_refused(schema):
     with pytest.raises(CloverError):
         compile_schema(schema)
@@ -290,6 +298,71 @@ def test_unsatisfiable_parts_are_pruned_so_every_prefix_can_finish():
     # a closed object whose keys are all used takes no comma; required keys gate the closing brace
     assert not compiled.start().feed_all(b'{"b":1,')
     assert not compiled.start().feed_all(b'{}')
+
+
+@pytest.mark.parametrize("schema, data, ok", [
+    # JSON mode's whitespace rules
+    ({}, b"[1, 2]", True), ({}, b"[1,  2]", False), ({}, b"[\r1]", False), ({}, b"[\n\n1]", False),
+    ({}, b"[\n" + b" " * MAX_INDENT + b"1]", True), ({}, b"[\n" + b" " * (MAX_INDENT + 1) + b"1]", False),
+    # strings are valid UTF-8 (Python's strict decoder) without raw control characters
+    ({"type": "string"}, b'"\xc3\xa9 \xe0\xa0\x80 \xed\x9f\xbf \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf \x7f"', True),
+    ({"type": "string"}, b'"\xc0\x80"', False),  # overlong
+    ({"type": "string"}, b'"\xc1\xbf"', False),
+    ({"type": "string"}, b'"\xe0\x80\x80"', False),
+    ({"type": "string"}, b'"\xed\xa0\x80"', False),  # a surrogate
+    ({"type": "string"}, b'"\xf4\x90\x80\x80"', False),  # above U+10FFFF
+    ({"type": "string"}, b'"\x1f"', False),
+    # \u escapes count as characters; a surrogate pair as one
+    ({"type": "string", "maxLength": 1}, b'"\\ud83d\\ude00"', True),
+    ({"type": "string", "maxLength": 1}, b'"\\u0041"', True),
+    ({"type": "string", "maxLength": 1}, b'"a\\u0041"', False),
+    ({"type": "string", "maxLength": 1}, b'"\\u0041\\u0042"', False),
+    ({"type": "string", "maxLength": 1}, b'"\\ud83d\\u0041"', False),  # after a high half: only a low half
+    # an enum's integers are numbers too
+    ({"type": "number", "enum": [1, 2.5, "x"]}, b"1", True),
+    ({"type": "number", "enum": [1, 2.5, "x"]}, b"2.5", True),
+    ({"type": "number", "enum": [1, 2.5, "x"]}, b'"x"', False),
+    # no key twice, even where a longer key starts like it
+    (_AB, b'{"a":1,"ab":2}', True), (_AB, b'{"a":1,"a":2}', False),
+])
+def test_spelling_rules(schema, data, ok):
+    assert complete(compile_schema(schema), data) == ok
+    if schema != {}:  # (the whitespace rules are stricter than JSON's on purpose)
+        assert oracle(schema, data) == ok
+
+
+def test_depth_is_bounded():
+    assert compile_schema({}).start().feed_all(b"[" * MAX_DEPTH)
+    assert not compile_schema({}).start().feed_all(b"[" * (MAX_DEPTH + 1))
+
+
+def test_keys_whose_value_cannot_be_written_are_refused_at_once():
+    """A property or additionalProperties that allows nothing: its key is refused where it ends, not taken into a
+    value that could never be finished."""
+    compiled = compile_schema({"type": "object", "properties": {"a": {"enum": []}}})
+    assert not compiled.start().feed_all(b'{"a"') and complete(compiled, b'{"b":1}')
+    compiled = compile_schema({"type": "object", "additionalProperties": {"enum": []}})
+    assert not compiled.start().feed_all(b'{"') and complete(compiled, b"{}")
+
+
+def test_once_a_top_level_number_may_end_the_stop_token_is_found_past_the_top_tries():
+    """After a complete top-level number, where the TOP_TRIES likeliest tokens are all refused, the search by
+    first byte still offers the stop token (and it is likelier than the digit)."""
+    from clover_local.generate.json_mode import TOP_TRIES
+
+    class Wide:
+        def token_bytes(self, i):
+            return b"1" if i == 0 else None if i == 1 else b"x%d" % i
+
+        def ids_by_first_byte(self):
+            return {ord("1"): [0], ord("x"): list(range(2, TOP_TRIES + 10))}
+
+    constraint = SchemaConstraint(Wide(), [1], compile_schema({"type": "integer"}))
+    state = constraint.advance(constraint.start(), 0)
+    logits = torch.arange(TOP_TRIES + 10, dtype=torch.float32)
+    logits[0], logits[1] = -2.0, -1.0  # the stop token likelier than `1`, both below every `x`
+    token, after = constraint.likeliest_allowed(state, logits)
+    assert token == 1 and after is state
 
 
 def test_top_level_numbers_may_stop_or_go_on():
@@ -429,3 +502,30 @@ def test_generate_json_schema(tiny, capsys, tmp_path):
     assert "'format'" in capsys.readouterr().err
     assert run_cli(["generate", "tiny", "-p", "hi", "--json-schema", str(path), "--format", "json",
                     "--device", "cpu"]) == 2
+
+
+def test_generate_json_schema_flags(tiny, capsys, tmp_path, monkeypatch):
+    """--json-schema with --format json is refused (with a schema that compiles), a file that is not JSON is named,
+    and the answer is asked for without thinking unless the flags say otherwise."""
+    from clover_local.tokenizer import ChatTokenizer
+
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps({"type": "boolean"}))
+    assert run_cli(["generate", "tiny", "-p", "hi", "--json-schema", str(path), "--format", "json",
+                    "--device", "cpu"]) == 2
+    assert "leave --format out" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{type: boolean")
+    assert run_cli(["generate", "tiny", "-p", "hi", "--json-schema", str(bad), "--device", "cpu"]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+    asked = []
+    real = ChatTokenizer.apply_chat_template
+
+    def recorded(self, messages, *args, **kwargs):
+        asked.append(kwargs.get("enable_thinking"))
+        return real(self, messages, *args, **kwargs)
+
+    monkeypatch.setattr(ChatTokenizer, "apply_chat_template", recorded)
+    assert run_cli(["generate", "tiny", "-p", "hi", "--json-schema", str(path), "--max-new-tokens", "8",
+                    "--device", "cpu", "--json"]) == 0
+    assert asked == [False]

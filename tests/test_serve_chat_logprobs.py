@@ -256,3 +256,19 @@ def test_a_client_gone_during_the_scoring_pass_stops_it(served, monkeypatch):
     assert kinds[-1] == "cancelled" and "delta" in kinds  # answered, then stopped while scoring
     after = engine.health()["requests"]
     assert (after["cancelled"] - before["cancelled"], after["completed"] - before["completed"]) == (1, 0)
+
+
+def test_the_content_tokens_start_with_a_character_split_over_tokens(served):
+    """Content whose first character is split over tokens: the tokens listed start at that character's first byte
+    (not at the token completing it); content cut to nothing by a stop string lists no token."""
+    from clover_local.chat.turn import TurnText
+
+    tok = served[0].tokenizer
+    turn = TurnText(tok)
+    turn.add(tok.encode("<think>\nhm\n</think>\n\n日本 ok"))
+    turn.finish()
+    assert turn.content == "日本 ok"
+    pieces = tok.pieces(turn.ids)
+    first, last = turn.content_ids(len(turn.content))
+    assert "".join(pieces[first:last]) == "日本 ok" and pieces[first] == "", pieces
+    assert turn.content_ids(0) == (len(turn.ids), len(turn.ids))

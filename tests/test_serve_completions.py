@@ -229,6 +229,55 @@ def test_a_context_shared_by_scored_requests_is_read_once(served, monkeypatch):
                                                                               abs=1e-4)
 
 
+def test_saved_scores_serve_only_their_own_context_and_top(served):
+    """The scores a scored request saved are used again only for the same context (a plain request in between
+    leaves the prompt cache with another prompt's snapshot) and cut to the next request's top_logprobs."""
+    loaded, url = served
+    tok = loaded.tokenizer
+    bs = loaded.config.diffusion.block_size
+    context = tok.encode(" ".join([PROMPT] * 12))[: 3 * bs + 1]
+    other = tok.encode(" ".join(["a different context, read fresh"] * 12))[: 3 * bs + 1]
+    assert context[: 3 * bs] != other[: 3 * bs]
+
+    def scored(ids, top):
+        code, body = post(url, {"prompt": ids, "max_tokens": 1, "echo": True, "logprobs": top, "temperature": 0})
+        assert code == 200, body
+        return body
+
+    scored(context + tok.encode(" 42"), 5)
+    code, body = post(url, {"prompt": other + tok.encode(" 7"), "max_tokens": 1})  # the decoder's own snapshot
+    assert code == 200, body
+    ids = other + tok.encode(" 41")
+    body = scored(ids, 1)  # resumes at `other`'s snapshot, but must not take `context`'s saved scores for it
+    full = ids + decoded(loaded, ids, 1)
+    ref = causal_logprobs(loaded, full)
+    assert body["choices"][0]["logprobs"]["token_logprobs"][1:] == pytest.approx(
+        [ref[i, full[i + 1]].item() for i in range(len(full) - 1)], abs=1e-4)
+    scored(context + tok.encode(" 42"), 5)
+    body = scored(context + tok.encode(" 41"), 1)
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 3 * bs
+    assert {len(t) for t in body["choices"][0]["logprobs"]["top_logprobs"][1:]} == {1}
+
+
+def test_a_snapshot_of_another_context_is_not_reported_as_reused(served, monkeypatch):
+    """A scored request on context A, a plain one on B, then a scored one on B: the snapshot is B's but the saved
+    scores are A's, so the third reads its whole prompt — and says it reused nothing (it used to report B's
+    snapshot as cached while reading every row again)."""
+    loaded, url = served
+    tok, model = loaded.tokenizer, loaded.model
+    bs = loaded.config.diffusion.block_size
+    a = tok.encode(" ".join([PROMPT] * 12))[: 3 * bs + 1]
+    b = tok.encode(" ".join(["a different context, read fresh"] * 12))[: 3 * bs + 1]
+    post(url, {"prompt": a + tok.encode(" 42"), "max_tokens": 1, "echo": True, "logprobs": 1})
+    post(url, {"prompt": b + tok.encode(" 7"), "max_tokens": 1})
+    rows = causal_rows(model, monkeypatch)
+    ids = b + tok.encode(" 41")
+    code, body = post(url, {"prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 1})
+    monkeypatch.undo()
+    assert code == 200 and sum(rows) == len(ids)  # P + A - 1 with one answer token: read afresh
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
 def test_a_prompt_scored_and_answered_is_read_once(served, monkeypatch):
     """echo + logprobs + an answer (lm-eval's loglikelihood request) on a prompt of several blocks: the scoring
     pass leaves the cache where the decoder resumes, so the causal rows read are the prompt and answer once
@@ -442,7 +491,8 @@ def test_scoring_hand_over_at_a_block_boundary(served):
     want = score_ids(loaded.model, ids, 2)
     for extra in ([], loaded.tokenizer.encode(" and more")):
         reuse = PromptCache()
-        head = score_prefix(loaded.model, ids, 2 * bs, 2, reuse)
+        head, resumed = score_prefix(loaded.model, ids, 2 * bs, 2, reuse)
+        assert resumed == 0
         lookups = reuse.stats.lookups
         got = score_rest(loaded.model, ids + extra, 2 * bs, 2, reuse, head)
         ref = score_ids(loaded.model, ids + extra, 2) if extra else want

@@ -47,6 +47,33 @@ def test_the_xml_form_is_read_with_the_schemas_types():
     assert calls[0].arguments == {"days": "three", "extra": "12"}
 
 
+def test_parameter_text_types_and_lookups():
+    """A string parameter loses one newline each side, nothing more; a boolean in any case; each call typed by its
+    own tool's schema; the JSON form's `parameters`; a block that is not a call does not hide the calls after it."""
+    other = {"type": "function", "function": {"name": "other", "parameters": {
+        "type": "object", "properties": {"days": {"type": "string"}}}}}
+    text = ("<tool_call>\n<function=get_weather>\n<parameter=city>\n  Oslo \n\n</parameter>\n"
+            "<parameter=metric>\nTrue\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>")
+    _, calls = split_tool_calls(text, [other, WEATHER])
+    assert calls[0].arguments == {"city": "  Oslo \n", "metric": True, "days": 3}
+    _, calls = split_tool_calls(text.replace("get_weather", "other"), [other, WEATHER])
+    assert calls[0].arguments["days"] == "3"
+    _, calls = split_tool_calls('<tool_call>{"name": "get_weather", "parameters": {"city": "Oslo"}}</tool_call>',
+                                TOOLS)
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Oslo"})]
+    content, calls = split_tool_calls("<tool_call>\nnot a call\n</tool_call> then " + XML_CALL, TOOLS)
+    assert content == "<tool_call>\nnot a call\n</tool_call> then " and [c.arguments for c in calls] == [XML_ARGS]
+
+
+def test_a_message_with_calls_has_content_null_unless_it_says_something():
+    from clover_local.serve.protocol import completion
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    for content, expected in [("\n\n", None), ("Checking.", "Checking.")]:
+        choice = completion("c", "m", content, None, "stop", {}, [call])["choices"][0]
+        assert (choice["message"]["content"], choice["finish_reason"]) == (expected, "tool_calls")
+
+
 def test_the_json_form_and_several_calls():
     text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n'
             '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Rome\\"}"}\n</tool_call>')
@@ -63,6 +90,8 @@ def test_the_json_form_and_several_calls():
     '<tool_call>{"arguments": {}}</tool_call>',  # no name
     '<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n',  # cut off by the token limit
     "I would call <tool_call",
+    '<tool_call>{"name": "get_weather", "arguments": [1]}</tool_call>',  # arguments not an object
+    "<tool_call>\n<function=get_weather>\n</function>\nand more\n</tool_call>",  # text after the function
 ])
 def test_what_is_not_a_call_stays_in_the_content(text):
     assert split_tool_calls(text, TOOLS) == (text, [])
@@ -122,6 +151,16 @@ def test_tools_reach_the_template_and_past_calls_become_objects():
     assert req.template_kwargs["tools"] == TOOLS
     assert req.messages[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Oslo"}
     assert req.messages[2] == {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}
+    assert req.messages[1]["tool_calls"][0]["id"] == "call_1"
+    past = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}]
+    assert _parse({"tools": TOOLS}, past).messages[1]["tool_calls"][0]["function"]["arguments"] == {}  # no arguments
+    from clover_local.serve.protocol import ApiError
+
+    past[1]["tool_calls"][0]["function"]["arguments"] = "[1]"
+    with pytest.raises(ApiError) as err:
+        _parse({"tools": TOOLS}, past)
+    assert err.value.param == "messages[1].tool_calls" and "JSON object" in err.value.message
     assert _parse({"tools": TOOLS, "tool_choice": "none"}).tools is None  # "none": the model is not told of them
     assert _parse({"tools": []}).tools is None
 
@@ -231,6 +270,23 @@ def test_a_call_comes_back_as_tool_calls_streamed_or_not(tool_server):
     plain = client.chat.completions.create(model="tools", messages=messages)
     assert plain.choices[0].message.content == "Let me check.\n" + XML_CALL
     assert not plain.choices[0].message.tool_calls and plain.choices[0].finish_reason == "stop"
+
+
+def test_text_after_a_streamed_call_still_comes_out(tool_server):
+    """What the model wrote after its call (held back while streaming) still comes out, in the last content
+    delta, and the streamed content equals the complete answer's."""
+    engine, url = tool_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    messages = [{"role": "user", "content": "Weather in SF?"}]
+    scripted = engine.decoder.ids
+    engine.decoder.ids = engine.tokenizer.encode("Checking.\n" + XML_CALL + "\nDone.")
+    try:
+        full = client.chat.completions.create(model="tools", messages=messages, tools=TOOLS).choices[0].message
+        parts = list(client.chat.completions.create(model="tools", messages=messages, tools=TOOLS, stream=True))
+    finally:
+        engine.decoder.ids = scripted
+    assert full.content == "Checking.\n\nDone." and len(full.tool_calls) == 1
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == full.content
 
 
 def test_a_template_that_never_reads_tools_is_refused(make_checkpoint):
