@@ -74,31 +74,32 @@ def score_ids(model, ids: list[int], top: int = 0, should_stop: Callable[[], boo
 
 
 def score_prefix(model, ids: list[int], upto: int, top: int, reuse: PromptCache,
-                 should_stop: Callable[[], bool] | None = None, known: Scored | None = None) -> Scores:
-    """Scores of ids[1:upto], leaving the cache after ids[:upto] (a whole number of blocks) saved in `reuse` with
-    its last row's logits: where a decoder given `reuse` resumes. A request that wants an answer and the logprobs
-    of its prompt reads the prompt once for both, not once to decode and again to score.
+                 should_stop: Callable[[], bool] | None = None, known: Scored | None = None) -> tuple[Scores, int]:
+    """(scores of ids[1:upto], how many prompt tokens were resumed rather than read), leaving the cache after
+    ids[:upto] (a whole number of blocks) saved in `reuse` with its last row's logits: where a decoder given `reuse`
+    resumes. A request that wants an answer and the logprobs of its prompt reads the prompt once for both, not once
+    to decode and again to score.
 
     `known`: the scores of the prompt a scoring request saved last (`Scored`). When `reuse` still holds a snapshot
     inside it that this prompt starts with, the prompt resumes there and only the rows after it are read: a
     harness's multiple-choice questions send one context with each answer, and all but the first read the
-    context's whole blocks no more."""
+    context's whole blocks no more. The snapshot is taken only when those scores cover it (a snapshot of another
+    prompt since, or too few alternatives listed: read afresh, and no reuse reported)."""
     out = Scores()
+    n = reuse.saved_tokens
+    head = known.head(ids, n, top) if known is not None and 0 < n <= upto else None
+    resume = reuse.take(model, ids[:upto]) if head is not None else None
     with torch.inference_mode():
-        resume = reuse.take(model, ids[:upto])
-        start = 0 if resume is None or resume.last_logits is None else resume.length
-        head = known.head(ids, start, top) if known is not None and start else None
-        if head is None:  # nothing to resume from, or no scores for what it holds
-            cache = model.new_cache()
+        if resume is None or resume.length != n or resume.last_logits is None:
+            cache, start = model.new_cache(), 0
             last = _read(model, cache, ids[:upto], ids[1:upto], top, should_stop, out)
         else:
-            cache, out = resume.cache, head
-            last = resume.last_logits
-            if start < upto:
-                out.add(last[None], [ids[start]], top)
-                last = _read(model, cache, ids[start:upto], ids[start + 1 : upto], top, should_stop, out)
+            cache, out, start, last = resume.cache, head, n, resume.last_logits
+            if n < upto:
+                out.add(last[None], [ids[n]], top)
+                last = _read(model, cache, ids[n:upto], ids[n + 1 : upto], top, should_stop, out)
         reuse.save(model, cache, ids[:upto], last)
-    return out
+    return out, start
 
 
 @dataclass

@@ -168,9 +168,8 @@ class Engine:
         try:
             if job.raw and job.score_top is not None and job.settings.max_new_tokens > 0 and upto > 0:
                 known, self.scored = self.scored, None  # (kept only while the prompt cache holds its snapshot)
-                head = score_prefix(self.loaded.model, job.prompt_ids, upto, job.score_top, self.prompt_cache,
-                                    job.cancel.is_set, known)
-                reused = self.prompt_cache.stats.last_reused  # (the decoder's take below is of this request's)
+                head, reused = score_prefix(self.loaded.model, job.prompt_ids, upto, job.score_top,
+                                            self.prompt_cache, job.cancel.is_set, known)
                 self.scored = Scored(job.prompt_ids[:upto], Scores(head.logprobs[:], head.top[:]))
         except Stopped:
             return self._cancelled(job, stats)
