@@ -110,6 +110,17 @@ def checkpoint_with_tokenizer(folder: Path, tokenizer_dir: Path, spec: TinySpec 
     return out
 
 
+@pytest.fixture(scope="module")
+def tiny():
+    """The shipped tiny model on the CPU (float32), loaded once per test module."""
+    from clover_local.loader import SHORT_NAMES, load
+
+    if not SHORT_NAMES["tiny"].is_dir():
+        pytest.skip("tiny model assets are not built")
+    torch.set_num_threads(1)
+    return load("tiny", "cpu", "float32")
+
+
 @pytest.fixture
 def make_checkpoint(tmp_path, tokenizer_dir):
     """make_checkpoint(name, spec=None, **write_checkpoint kwargs) -> folder with weights and tokenizer files."""

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from clover_local.generate.json_mode import MAX_INDENT, JsonObjectConstraint, JsonPrefix
-from clover_local.loader import SHORT_NAMES
 from tests.conftest import run_cli
 from tests.inprocess_server import running_server
 
@@ -250,16 +249,6 @@ def test_where_the_likeliest_tokens_are_all_refused_the_first_byte_finds_one():
     logits = torch.arange(TOP_TRIES + 10, dtype=torch.float32)  # `:` least likely
     token, after = constraint.likeliest_allowed(accepts(b'{"a"'), logits)
     assert token == 0 and after.mode == "value"
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from clover_local.loader import load
-
-    if not SHORT_NAMES["tiny"].is_dir():
-        pytest.skip("tiny model assets are not built")
-    torch.set_num_threads(1)
-    return load("tiny", "cpu")
 
 
 PROMPTS = ["What is 12 + 7?", "Reverse the list a b c d.", "hi"]

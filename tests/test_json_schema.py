@@ -15,7 +15,6 @@ import torch
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import MAX_DEPTH, MAX_INDENT
 from clover_local.generate.json_schema import MAX_ALTERNATIVES, SchemaConstraint, compile_schema
-from clover_local.loader import SHORT_NAMES
 from tests.conftest import run_cli
 from tests.inprocess_server import running_server
 from tests.test_json_mode import _post, one_byte_mutants
@@ -416,16 +415,6 @@ def test_a_token_check_takes_microseconds():
 SMALL = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 6}, "ok": {"type": "boolean"},
                                           "n": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
          "required": ["answer", "ok"], "additionalProperties": False}
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from clover_local.loader import load
-
-    if not SHORT_NAMES["tiny"].is_dir():
-        pytest.skip("tiny model assets are not built")
-    torch.set_num_threads(1)
-    return load("tiny", "cpu")
 
 
 def test_the_tiny_model_is_held_to_a_schema(tiny):

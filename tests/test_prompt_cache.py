@@ -14,7 +14,7 @@ import torch
 from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
 from clover_local.generate.events import BlockCommitted, Finished, PassDone, PrefillProgress
 from clover_local.generate.prompt_cache import PromptCache
-from clover_local.loader import SHORT_NAMES, load
+from clover_local.loader import load
 from clover_local.model.cache import AttentionCache, GDNCache, PrefixCache
 from clover_local.runtime.load import RuntimeOptions
 from runtime_pack import tiny_pack
@@ -275,13 +275,6 @@ def test_restore_cuts_keys_values_and_puts_states_back(loaded):
 
 
 # ---------------------------------------------------------------------------------------------- front ends
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    if not SHORT_NAMES["tiny"].is_dir():
-        pytest.skip("tiny model assets are not built")
-    return load("tiny", "cpu", "float32")
 
 
 def chat_app(loaded):

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-from clover_local.loader import SHORT_NAMES, load
+from clover_local.loader import SHORT_NAMES
 from clover_local.tiny import corpus
 from clover_local.tiny.evaluate import HELDOUT_SEED, evaluate
 
 pytestmark = pytest.mark.skipif(not SHORT_NAMES["tiny"].is_dir(), reason="tiny model assets are not built")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    torch.set_num_threads(1)
-    return load("tiny", "cpu", "float32")
 
 
 def test_shipped_files_are_small_and_complete():
