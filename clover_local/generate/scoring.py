@@ -64,6 +64,14 @@ def _read(model, cache, inputs: list[int], targets: list[int], top: int, should_
     return last
 
 
+def _read_from(model, cache, last: torch.Tensor, ids: list[int], start: int, end: int, top: int,
+               should_stop: Callable[[], bool] | None, out: Scores) -> torch.Tensor | None:
+    """Scoring on from a snapshot after ids[:start] whose last row's logits are `last`: they score ids[start], and
+    one pass over ids[start:end] scores the tokens after each row; the last row's logits (`_read`'s)."""
+    out.add(last[None], [ids[start]], top)
+    return _read(model, cache, ids[start:end], ids[start + 1 :], top, should_stop, out)
+
+
 def score_ids(model, ids: list[int], top: int = 0, should_stop: Callable[[], bool] | None = None) -> Scores:
     """Log-probabilities of ids[1:] given what precedes each (a fresh cache: nothing of an earlier generation is
     assumed)."""
@@ -96,8 +104,7 @@ def score_prefix(model, ids: list[int], upto: int, top: int, reuse: PromptCache,
         else:
             cache, out, start, last = resume.cache, head, n, resume.last_logits
             if n < upto:
-                out.add(last[None], [ids[n]], top)
-                last = _read(model, cache, ids[n:upto], ids[n + 1 : upto], top, should_stop, out)
+                last = _read_from(model, cache, last, ids[:upto], n, upto, top, should_stop, out)
         reuse.save(model, cache, ids[:upto], last)
     return out, start
 
@@ -132,8 +139,7 @@ def score_rest(model, ids: list[int], upto: int, top: int, reuse: PromptCache, h
         return score_ids(model, ids, top, should_stop)
     reuse.save(model, resume.cache, ids[:upto], resume.last_logits)  # for the next request (score_prefix's `known`)
     with torch.inference_mode():
-        head.add(resume.last_logits[None], [ids[upto]], top)
-        _read(model, resume.cache, ids[upto:-1], ids[upto + 1 :], top, should_stop, head)
+        _read_from(model, resume.cache, resume.last_logits, ids, upto, len(ids) - 1, top, should_stop, head)
     return head
 
 
@@ -155,7 +161,6 @@ def score_from_snapshot(model, ids: list[int], first: int, top: int, reuse: Prom
         start = resume.length
         out = Scores()
         with torch.inference_mode():
-            out.add(resume.last_logits[None], [ids[start]], top)
-            _read(model, resume.cache, ids[start:-1], ids[start + 1 :], top, should_stop, out)
+            _read_from(model, resume.cache, resume.last_logits, ids, start, len(ids) - 1, top, should_stop, out)
     skip = first - start
     return Scores(out.logprobs[skip:], out.top[skip:])
