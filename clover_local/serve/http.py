@@ -9,6 +9,7 @@ waits it watches its socket; a client that hung up cancels its job (the worker s
 
 from __future__ import annotations
 
+import hmac
 import json
 import queue
 import select
@@ -108,6 +109,8 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "clover-local"
     timeout = 120  # an idle keep-alive connection is closed after this many seconds
     server: CloverHTTPServer
+    # how an error reads on the route being answered (OpenAI's shape unless a route sets its own)
+    error_body: Callable[[ApiError], dict] = staticmethod(ApiError.body)
 
     # ------------------------------------------------------------------ plumbing
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
@@ -129,18 +132,23 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _error(self, err: ApiError, close: bool = False) -> None:
-        self._send_json(err.status, err.body(), err.headers, close=close)
+        self._send_json(err.status, self.error_body(err), err.headers, close=close)
 
     def _has_key(self) -> bool:
-        """No --api-key, or the request carries it."""
+        """No --api-key, or the request carries it: `Authorization: Bearer KEY` (OpenAI's clients) or `x-api-key`
+        (Anthropic's)."""
         key = self.server.api_key
-        return not key or self.headers.get("Authorization", "") == f"Bearer {key}"
+        if not key:
+            return True
+        bearer = self.headers.get("Authorization", "")
+        sent = self.headers.get("x-api-key") or (bearer[len("Bearer "):] if bearer.startswith("Bearer ") else "")
+        return hmac.compare_digest(sent.encode("utf-8"), key.encode("utf-8"))
 
     def _authorized(self) -> bool:
         if self._has_key():
             return True
-        self._error(ApiError(401, "missing or wrong API key (Authorization: Bearer …)", type="authentication_error",
-                             code="invalid_api_key"))
+        self._error(ApiError(401, "missing or wrong API key (Authorization: Bearer … or x-api-key)",
+                             type="authentication_error", code="invalid_api_key"))
         return False
 
     def _client_gone(self) -> bool:
@@ -205,6 +213,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
                   "/tokenize": self._tokenize, "/detokenize": self._detokenize}
+        self.error_body = ApiError.body  # (a keep-alive connection's handler answers request after request)
         if path not in routes:
             self._error(ApiError(404, f"no route POST {path}; this server has {', '.join(routes)}",
                                  code="not_found"), close=True)
@@ -313,9 +322,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _event(self, obj: Any) -> None:
+    def _event(self, obj: Any, name: str | None = None) -> None:
+        """One server-sent event; `name` is its `event:` line (Anthropic's and the Responses API's streams)."""
         payload = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
-        self._write_chunk(f"data: {payload}\n\n".encode("utf-8"))
+        head = f"event: {name}\n" if name else ""
+        self._write_chunk(f"{head}data: {payload}\n\n".encode("utf-8"))
 
     def _start_events(self) -> None:
         self.send_response(200)
@@ -325,25 +336,31 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Accel-Buffering", "no")
         self.end_headers()
 
-    def _relay(self, job: Job, on_delta: Callable[[str, str], list], on_done: Callable[[dict], list]) -> None:
+    def _relay(self, job: Job, on_delta: Callable[[str, str], list], on_done: Callable[[dict], list],
+               on_error: Callable[[ApiError], list] | None = None, last: str | None = "[DONE]") -> None:
         """A job's output as server-sent events, whichever endpoint shapes them: each delta's, then the end's (or
-        the error), then [DONE]."""
+        the error's: by default the route's error body), then `last` (OpenAI's [DONE]; None for streams that end
+        with an event of their own). An event is a payload, or (event name, payload)."""
+
+        def send(events: list) -> None:
+            for event in events:
+                self._event(*event) if isinstance(event, tuple) else self._event(event)
+
         while True:
             item = self._next(job)
             kind = item[0]
             if kind == "delta":
-                for event in on_delta(item[1], item[2]):
-                    self._event(event)
+                send(on_delta(item[1], item[2]))
             elif kind == "done":
-                for event in on_done(item[1]):
-                    self._event(event)
+                send(on_done(item[1]))
                 break
             elif kind == "error":
-                self._event(item[1].body())
+                send(on_error(item[1]) if on_error else [self.error_body(item[1])])
                 break
             elif kind == "cancelled":
                 raise ClientGone
-        self._event("[DONE]")
+        if last is not None:
+            self._event(last)
         self._write_chunk(b"")
 
     def _stream(self, req: ChatRequest, job: Job) -> None:
