@@ -359,7 +359,8 @@ def test_bad_completion_requests_are_400_naming_the_field(served, body, param, w
 
 def test_unknown_routes_name_the_endpoints(served):
     code, answer = post(served[1], {"prompt": PROMPT}, path="/v1/complete")
-    assert code == 404 and "/v1/chat/completions, /v1/completions, /tokenize, /detokenize" in answer["error"]["message"]
+    assert code == 404 and all(r in answer["error"]["message"] for r in (
+        "/v1/chat/completions", "/v1/completions", "/v1/messages", "/tokenize", "/detokenize"))
 
 
 def test_tokenizer_routes_tokenize_as_the_server_does(served):

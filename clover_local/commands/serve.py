@@ -1,4 +1,4 @@
-"""`clover-local serve`: an OpenAI-compatible chat-completions server on loopback."""
+"""`clover-local serve`: an OpenAI- and Anthropic-compatible server on loopback."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def serve(
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Most tokens one answer may ask for (also the default)."),
     max_request_mb: float = typer.Option(4.0, "--max-request-mb", help="Largest request body, in MB."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="CLOVER_LOCAL_API_KEY",
-                                          help="Require 'Authorization: Bearer KEY' (advised off loopback)."),
+                                          help="Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (advised off loopback)."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
@@ -51,14 +51,16 @@ def serve(
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
-    """Serve a model over an OpenAI-compatible API: /v1/chat/completions, /v1/completions, /v1/models, /health.
+    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health)
+    and Anthropic's Messages API (/v1/messages: Claude Code and the anthropic SDK).
 
     One request generates at a time; others wait in a queue. Thinking comes back as `reasoning_content`;
     turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
     /v1/completions continues raw text (no chat template); with "logprobs" and "echo" it scores the prompt
     causally, as lm-evaluation-harness's local-completions model asks (it tokenizes through /tokenize).
     "response_format": {"type": "json_object"} holds an answer to one JSON object (JSON mode); "tools" go to the
-    chat template and the model's calls come back as "tool_calls".
+    chat template and the model's calls come back as "tool_calls". On /v1/messages, Anthropic's required
+    "max_tokens" is a ceiling (cut to --max-tokens), thinking comes back as thinking blocks, tool calls as tool_use.
 
     Examples:
 
@@ -74,6 +76,8 @@ def serve(
 
       curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
         -d '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}'
+
+      ANTHROPIC_BASE_URL=http://127.0.0.1:8000 ANTHROPIC_AUTH_TOKEN=local ANTHROPIC_MODEL=tiny claude
     """
     from clover_local.loader import load
     from clover_local.serve.engine import Engine

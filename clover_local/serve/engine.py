@@ -190,6 +190,7 @@ class Engine:
                 "completion_tokens": stats.tokens,
                 # the streamed pieces, joined: a plain answer is cut where a streamed one is
                 "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop.text,
+                "stop_sequence": stop.matched,
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
         if job.score_top is not None and not job.raw:

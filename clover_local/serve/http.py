@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import answer_constraint
+from clover_local.serve import anthropic
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chat_logprobs, check_ids,
@@ -197,11 +198,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not self._authorized():
             return
-        name = self.server.model_name
-        model = {"id": name, "object": "model", "created": int(self.server.engine.started), "owned_by": "clover-local",
-                 "max_model_len": self.server.limits.context}
+        name, started = self.server.model_name, self.server.engine.started
+        # OpenAI's model object and Anthropic's in one (each client reads its own fields)
+        model = {"id": name, "object": "model", "created": int(started), "owned_by": "clover-local",
+                 "max_model_len": self.server.limits.context, "type": "model", "display_name": name,
+                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
         if path == "/v1/models":
-            self._send_json(200, {"object": "list", "data": [model]})
+            self._send_json(200, {"object": "list", "data": [model], "has_more": False, "first_id": name,
+                                  "last_id": name})
         elif path == f"/v1/models/{name}":
             self._send_json(200, model)
         elif path == "/tokenizer_info":
@@ -212,8 +216,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0].rstrip("/")
         routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
+                  "/v1/messages": self._messages, "/v1/messages/count_tokens": self._count_tokens,
                   "/tokenize": self._tokenize, "/detokenize": self._detokenize}
-        self.error_body = ApiError.body  # (a keep-alive connection's handler answers request after request)
+        # Anthropic's routes answer errors in Anthropic's shape (a keep-alive connection's handler answers request
+        # after request, so it is set each time)
+        self.error_body = anthropic.error_body if path.startswith("/v1/messages") else ApiError.body
         if path not in routes:
             self._error(ApiError(404, f"no route POST {path}; this server has {', '.join(routes)}",
                                  code="not_found"), close=True)
@@ -251,14 +258,15 @@ class Handler(BaseHTTPRequestHandler):
         from clover_local.generate.block_diffusion import DecodeSettings
 
         engine = self.server.engine
-        max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what)
+        max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what, req.max_tokens_ceiling)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         stops = engine.loaded.stop_token_ids
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                               top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
                               constraint=answer_constraint(engine.tokenizer, stops, req.json_object, req.json_schema))
 
-    def _job(self, req: ChatRequest) -> Job:
+    def _prompt(self, req: ChatRequest) -> str:
+        """The conversation rendered by the chat template, as the model will read it (400s for what cannot be)."""
         tok = self.server.engine.tokenizer
         if req.tools and "tools" not in (tok.chat_template or ""):
             raise ApiError(400, "this model's chat template does not read 'tools', so the model would never see "
@@ -272,6 +280,11 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "this model's chat template opens a thinking section even with enable_thinking "
                            "false, and a JSON-mode answer is the object alone: send response_format text",
                            param="response_format")
+        return text
+
+    def _job(self, req: ChatRequest) -> Job:
+        tok = self.server.engine.tokenizer
+        text = self._prompt(req)
         ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
         return Job(ids, text, self._settings(req, len(ids), "messages"), stop=req.stop, history_tokens=history,
@@ -344,7 +357,8 @@ class Handler(BaseHTTPRequestHandler):
 
         def send(events: list) -> None:
             for event in events:
-                self._event(*event) if isinstance(event, tuple) else self._event(event)
+                name, payload = event if isinstance(event, tuple) else (None, event)
+                self._event(payload, name)
 
         while True:
             item = self._next(job)
@@ -384,6 +398,52 @@ class Handler(BaseHTTPRequestHandler):
             return events + ([chunk(cid, name, created, None, use=_usage(info))] if req.include_usage else [])
 
         self._relay(job, delta, done)
+
+    # ------------------------------------------------------------------ Anthropic's messages
+    def _messages(self, raw: bytes) -> None:
+        """/v1/messages: the chat route's work, in Anthropic's wire format (serve/anthropic.py)."""
+        try:
+            req = anthropic.parse_messages_request(raw)
+            job = self._job(req)
+            self.server.engine.submit(job)
+        except ApiError as err:
+            self._error(err)
+            return
+        mid, name = anthropic.message_id(), self.server.model_name
+        with self._relaying(job):
+            if req.stream:
+                self._stream_message(req, job, mid)
+                return
+            info = self._result(job)
+            if info is not None:
+                content, calls = split_tool_calls(info["content"], req.tools) if req.tools else (info["content"], [])
+                self._send_json(200, anthropic.message(mid, name, info, content, calls))
+
+    def _stream_message(self, req: ChatRequest, job: Job, mid: str) -> None:
+        stream = anthropic.MessageStream(mid, self.server.model_name, len(job.prompt_ids))
+        calls = ToolCallStream(req.tools) if req.tools else None  # the answer's tool calls, held back
+        self._start_events()
+        name, payload = stream.start()
+        self._event(payload, name)
+
+        def delta(dr: str, dc: str) -> list:
+            return stream.delta(dr, calls.feed(dc) if calls else dc)
+
+        def done(info: dict) -> list:
+            rest, found = calls.finish() if calls else ("", [])
+            return stream.finish(info, rest, found)
+
+        self._relay(job, delta, done, on_error=anthropic.stream_error, last=None)
+
+    def _count_tokens(self, raw: bytes) -> None:
+        """/v1/messages/count_tokens: the prompt's tokens as the model would read it (Claude Code sizes its
+        context with it)."""
+        try:
+            text = self._prompt(anthropic.parse_messages_request(raw, count_only=True))
+        except ApiError as err:
+            self._error(err)
+            return
+        self._send_json(200, {"input_tokens": len(self.server.engine.tokenizer.encode(text))})
 
     # ------------------------------------------------------------------ text completions
     def _completions(self, raw: bytes) -> None:
@@ -495,10 +555,20 @@ def _usage(*infos: dict) -> dict:
              "seconds": round(seconds, 4), "tokens_per_second": round(tokens / seconds, 3) if seconds else 0.0}
     return usage(total["prompt_tokens"], tokens, total["reasoning_tokens"], stats, total["cached_tokens"])
 
-def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits, what: str = "messages") -> int:
+def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits, what: str = "messages",
+                      ceiling: bool = False) -> int:
     """The tokens the answer may take: `max_tokens`, or without it what the context leaves (at most the server's
     --max-tokens). Raises a 400 when that does not fit; messages that fill the context alone are told so, since
-    no max_tokens would help (OpenAI's wording would count a negative completion there)."""
+    no max_tokens would help (OpenAI's wording would count a negative completion there). With `ceiling`
+    (Anthropic's required max_tokens, which clients set far above what a local server allows) a larger max_tokens
+    is cut to what is allowed, and messages that fill the context are refused in Anthropic's words ("prompt is too
+    long", which Claude Code reads as its cue to compact the conversation)."""
+    if ceiling:
+        if prompt_tokens >= limits.context:
+            raise ApiError(400, f"prompt is too long: {prompt_tokens} tokens > {limits.context - 1} maximum (this "
+                           "server's --context, less one token for the answer)", param=what,
+                           code="context_length_exceeded")
+        return min(max_tokens or limits.max_tokens, limits.max_tokens, limits.context - prompt_tokens)
     if max_tokens is not None and max_tokens > limits.max_tokens:
         raise ApiError(400, f"max_tokens is {max_tokens}; this server allows at most {limits.max_tokens}",
                        param="max_tokens", code="max_tokens_too_large")

@@ -67,6 +67,9 @@ class Sampling:
     penalties: Penalties = field(default_factory=Penalties)
     json_object: bool = False  # response_format json_object: the answer is one JSON object
     json_schema: Schema | None = None  # response_format json_schema, compiled: the answer is one value it allows
+    # max_tokens is a ceiling the client must send and sets high (Anthropic's): cut to what the server and the
+    # context allow instead of refused
+    max_tokens_ceiling: bool = False
 
     @property
     def json_mode(self) -> str | None:
@@ -592,6 +595,7 @@ class StopText:
         self.buffer = ""
         self.text = ""  # all let out so far: the answer's content
         self.hit = False
+        self.matched: str | None = None  # the stop string that ended the answer (Anthropic's `stop_sequence`)
 
     def feed(self, text: str, final: bool = False) -> str:
         """The part of `text` (after what was held back) that is settled; "" once a stop string was met."""
@@ -602,7 +606,8 @@ class StopText:
             return text
         self.buffer += text
         cut = first_stop(self.buffer, self.stops)
-        if cut is not None:
+        if cut is not None:  # (the one that ends first: the shortest of those starting at the cut)
+            self.matched = min((t for t in self.stops if self.buffer.startswith(t, cut)), key=len)
             out, self.buffer, self.hit = self.buffer[:cut], "", True
         else:
             keep = 0 if final else min(self.hold, len(self.buffer))  # a buffer shorter than `hold`: all kept

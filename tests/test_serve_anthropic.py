@@ -1,0 +1,268 @@
+"""Anthropic's Messages API on `serve` (/v1/messages, /v1/messages/count_tokens), through the official `anthropic`
+client: the same answer as /v1/chat/completions for the same conversation (streamed or not), Anthropic's blocks,
+stop reasons, usage and errors, tool_use read out of a scripted answer and tool_result rendered back, structured
+outputs, and the refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from clover_local.serve.anthropic import parse_messages_request
+from clover_local.serve.protocol import ApiError
+from tests.conftest import checkpoint_with_tokenizer
+from tests.inprocess_server import running_server
+from tests.test_serve_tools import TOOL_TEMPLATE, TOOLS, XML_ARGS, XML_CALL, ScriptedDecoder
+
+anthropic = pytest.importorskip("anthropic", reason="the anthropic client is a test dependency")
+openai = pytest.importorskip("openai", reason="the openai client is a test dependency")
+
+WEATHER = {"name": "get_weather", "description": TOOLS[0]["function"]["description"],
+           "input_schema": TOOLS[0]["function"]["parameters"]}
+
+
+def _client(url: str, key: str = "unused") -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=120)
+
+
+def _parse(body: dict, count_only: bool = False):
+    return parse_messages_request(json.dumps({"max_tokens": 16, **body}).encode(), count_only)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny):
+    with running_server(tiny, "tiny", max_tokens=48, context=1024) as served:
+        yield served
+
+
+def test_the_answer_is_the_chat_routes_answer_streamed_or_not(tiny_server):
+    """Greedy, the same conversation answers the same on both routes: Anthropic's blocks carry the chat route's
+    reasoning and content, its usage the same tokens (input split into read and cached); a stream's deltas add
+    up to the whole answer, each block opened, filled and closed in order."""
+    engine, url = tiny_server
+    chat = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    client = _client(url)
+    for prompt, thinking in (("reverse a b c d", {"type": "disabled"}),
+                             ("hello", {"type": "enabled", "budget_tokens": 1024})):  # (the tiny model thinks here)
+        ref = chat.chat.completions.create(model="tiny", max_tokens=48, messages=[
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": prompt}],
+            extra_body={"enable_thinking": thinking["type"] == "enabled"})
+        ref_msg = ref.choices[0].message
+        kwargs = dict(model="tiny", max_tokens=48, system=[{"type": "text", "text": "Be brief.",
+                                                            "cache_control": {"type": "ephemeral"}}],
+                      messages=[{"role": "user", "content": prompt}], thinking=thinking)
+        msg = client.messages.create(**kwargs)
+        texts = [b.text for b in msg.content if b.type == "text"]
+        thoughts = [b.thinking for b in msg.content if b.type == "thinking"]
+        assert texts == [ref_msg.content]
+        reasoning = ref_msg.model_extra.get("reasoning_content")
+        assert thoughts == ([reasoning] if thinking["type"] == "enabled" else []) and (reasoning or "") == "".join(
+            thoughts)
+        assert msg.stop_reason == ("max_tokens" if ref.choices[0].finish_reason == "length" else "end_turn")
+        assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == ref.usage.prompt_tokens
+        assert msg.usage.output_tokens == ref.usage.completion_tokens
+        assert msg.usage.cache_read_input_tokens > 0  # the chat request just read this prompt: its prefill resumed
+        assert client.messages.count_tokens(model="tiny", system="Be brief.", thinking=thinking, messages=[
+            {"role": "user", "content": prompt}]).input_tokens == ref.usage.prompt_tokens
+
+        with client.messages.stream(**kwargs) as stream:
+            events = list(stream)
+            final = stream.get_final_message()
+        assert [b.model_dump() for b in final.content] == [b.model_dump() for b in msg.content]
+        kinds = [e.type for e in events if e.type in ("message_start", "content_block_start", "content_block_stop",
+                                                      "message_delta", "message_stop")]
+        blocks = len(msg.content)
+        assert kinds == ["message_start"] + ["content_block_start", "content_block_stop"] * blocks + [
+            "message_delta", "message_stop"]
+        joined = "".join(e.delta.text for e in events if e.type == "content_block_delta"
+                         and e.delta.type == "text_delta")
+        assert joined == ref_msg.content and final.stop_reason == msg.stop_reason
+
+
+def test_stop_sequences_and_the_max_tokens_ceiling(tiny_server):
+    """A stop sequence is named in `stop_sequence`; a max_tokens far above the server's limit is a ceiling (cut to
+    the server's --max-tokens), and one the answer reaches ends it with stop_reason max_tokens."""
+    _, url = tiny_server
+    client = _client(url)
+    messages = [{"role": "user", "content": "reverse a b c d"}]
+    whole = client.messages.create(model="tiny", max_tokens=100_000, messages=messages, thinking={"type": "disabled"})
+    text = whole.content[0].text
+    assert whole.stop_reason == "end_turn" and len(text) > 2
+    stop = text[1:3]
+    cut = client.messages.create(model="tiny", max_tokens=48, messages=messages, thinking={"type": "disabled"},
+                                 stop_sequences=["zzz", stop])
+    assert (cut.content[0].text, cut.stop_reason, cut.stop_sequence) == (text[:1], "stop_sequence", stop)
+    with client.messages.stream(model="tiny", max_tokens=48, messages=messages, thinking={"type": "disabled"},
+                                stop_sequences=[stop]) as stream:
+        final = stream.get_final_message()
+    assert (final.content[0].text, final.stop_reason, final.stop_sequence) == (text[:1], "stop_sequence", stop)
+    short = client.messages.create(model="tiny", max_tokens=1, messages=messages, thinking={"type": "disabled"})
+    assert short.stop_reason == "max_tokens" and short.usage.output_tokens == 1
+
+
+def test_structured_output_holds_the_answer_to_the_schema(tiny_server):
+    _, url = tiny_server
+    client = _client(url)
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],
+              "additionalProperties": False}
+    msg = client.messages.create(model="tiny", max_tokens=48, messages=[{"role": "user", "content": "is 2 > 1?"}],
+                                 extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    assert [b.type for b in msg.content] == ["text"] and msg.stop_reason == "end_turn"
+    assert json.loads(msg.content[0].text)["answer"] in ("yes", "no")
+
+
+def test_errors_come_in_anthropics_shape(tiny_server):
+    _, url = tiny_server
+    client = _client(url)
+    with pytest.raises(anthropic.BadRequestError) as err:
+        client.messages.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])
+    assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
+    assert "'image' block is not supported" in err.value.body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError) as err:  # Claude Code compacts on this wording
+        client.messages.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": "a b " * 600}])
+    assert err.value.body["error"]["message"].startswith("prompt is too long: ")
+    with pytest.raises(anthropic.NotFoundError) as err:  # a route error on /v1/messages/… is Anthropic's too
+        client.post("/v1/messages/batches", body={}, cast_to=dict)
+    assert err.value.body["error"]["type"] == "not_found_error"
+
+
+def test_a_key_is_taken_as_x_api_key_or_bearer(tiny):
+    with running_server(tiny, "keyed", max_tokens=4, context=256, api_key="s3cret") as (_, url):
+        messages = [{"role": "user", "content": "hi"}]
+        assert _client(url, "s3cret").messages.create(model="k", max_tokens=2, messages=messages).content
+        assert anthropic.Anthropic(base_url=url, auth_token="s3cret", max_retries=0).messages.count_tokens(
+            model="k", messages=messages).input_tokens > 0
+        with pytest.raises(anthropic.AuthenticationError) as err:
+            _client(url, "wrong").messages.create(model="k", max_tokens=2, messages=messages)
+        assert err.value.body["error"]["type"] == "authentication_error" and "s3cret" not in str(err.value.body)
+        with pytest.raises(openai.AuthenticationError):  # and the OpenAI routes read x-api-key as well
+            openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).models.list()
+        ok = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                           default_headers={"x-api-key": "s3cret"})
+        assert ok.models.list().data[0].id == "keyed"
+
+
+def test_blocks_become_the_chat_messages_the_template_reads():
+    req = _parse({"system": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}], "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "look it up", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "xx"},
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}],
+             "cache_control": {"type": "ephemeral"}},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "boom", "is_error": True},
+            {"type": "text", "text": "and tomorrow?"}]}],
+        "tools": [WEATHER], "tool_choice": {"type": "auto"}})
+    assert req.messages == [
+        {"role": "system", "content": "A\nB"},
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "look it up", "tool_calls": [
+            {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "toolu_1"},
+        {"role": "tool", "content": "Error: boom", "tool_call_id": "toolu_2"},
+        {"role": "user", "content": "and tomorrow?"}]
+    assert req.template_kwargs["tools"] == TOOLS and req.tools == TOOLS
+    assert req.enable_thinking is True and req.max_tokens_ceiling
+    assert _parse({"messages": [{"role": "user", "content": "x"}], "thinking": {"type": "disabled"}}).enable_thinking \
+        is False
+    assert _parse({"messages": [{"role": "user", "content": "x"}], "tools": [WEATHER],
+                   "tool_choice": {"type": "none"}}).tools is None
+    assert _parse({"messages": [{"role": "user", "content": "x"}]}, count_only=True).max_tokens == 16
+
+
+USER = [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"messages": USER, "max_tokens": None}, "max_tokens", "required"),
+    ({"messages": USER, "top_k": 5}, "top_k", "not supported"),
+    ({"messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0]",
+     "custom tool"),
+    ({"messages": USER, "tools": [WEATHER], "tool_choice": {"type": "any"}}, "tool_choice", "no call is forced"),
+    ({"messages": USER + [{"role": "assistant", "content": "The answer is"}]}, "messages", "prefill"),
+    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role", "user or assistant"),
+    ({"messages": USER, "thinking": {"type": "maybe"}}, "thinking", "enabled"),
+    ({"messages": USER, "stop_sequences": "END"}, "stop_sequences", "list"),
+    ({"messages": USER, "output_config": {"format": {"type": "json_schema", "schema": {"pattern": "a+"}}}},
+     "output_config", "pattern"),
+    ({"messages": USER, "output_format": {"type": "json_schema", "schema": {"type": "string"}},
+      "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking", "without thinking"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "image", "source": {}}]}]}]}, "messages[0].content[0].content", "text"),
+])
+def test_requests_it_cannot_honour_get_a_400(body, param, words):
+    with pytest.raises(ApiError) as err:
+        _parse(body)
+    assert (err.value.status, err.value.param) == (400, param) and words in err.value.message
+
+
+@pytest.fixture(scope="module")
+def tool_server(tmp_path_factory, tokenizer_dir):
+    from clover_local.loader import load
+
+    torch.set_num_threads(1)
+    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_dir, seed=3)
+    (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)
+    loaded = load(str(folder), "cpu", "float32")
+    with running_server(loaded, "tools", max_tokens=1024, context=4096) as (engine, url):
+        engine.decoder = ScriptedDecoder(loaded.tokenizer, "Let me check.\n" + XML_CALL, engine.decoder.block_size)
+        yield engine, url
+
+
+def test_a_call_comes_back_as_tool_use_and_its_result_goes_back(tool_server):
+    engine, url = tool_server
+    client = _client(url)
+    messages = [{"role": "user", "content": "Weather in SF?"}]
+    msg = client.messages.create(model="tools", max_tokens=32000, messages=messages, tools=[WEATHER])
+    assert [b.type for b in msg.content] == ["text", "tool_use"] and msg.stop_reason == "tool_use"
+    assert msg.content[0].text == "Let me check.\n"
+    use = msg.content[1]
+    assert use.name == "get_weather" and use.input == XML_ARGS and use.id.startswith("toolu_")
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert '"name": "get_weather"' in prompt and "# Tools" in prompt  # the model was told of the tool
+
+    with client.messages.stream(model="tools", max_tokens=32000, messages=messages, tools=[WEATHER]) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    assert "<tool" not in "".join(e.delta.text for e in events if e.type == "content_block_delta"
+                                  and e.delta.type == "text_delta")
+    assert [(b.type, getattr(b, "input", None)) for b in final.content] == [("text", None), ("tool_use", XML_ARGS)]
+    assert final.stop_reason == "tool_use"
+
+    client.messages.create(model="tools", max_tokens=64, tools=[WEATHER], messages=messages + [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "18 C and foggy"}]}])
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert "<tool_response>\n18 C and foggy\n</tool_response>" in prompt
+    assert "<function=get_weather>" in prompt and "<parameter=city>\nSan Francisco\n</parameter>" in prompt
+
+
+def test_a_failure_mid_stream_is_an_error_event(tool_server):
+    """A generation that fails while streaming ends the stream with Anthropic's `error` event (no message_stop),
+    which the client raises; the server goes on."""
+    from clover_local.errors import CloverError
+
+    engine, url = tool_server
+    real = engine.decoder.generate
+
+    def failing(prompt_ids, settings, **options):
+        yield from (e for _, e in zip(range(1), real(prompt_ids, settings, **options)))
+        raise CloverError("the sequence reached the 64-token context the runtime was loaded for")
+
+    engine.decoder.generate = failing
+    try:
+        with pytest.raises(anthropic.APIStatusError) as err:
+            with _client(url).messages.stream(model="tools", max_tokens=64, messages=[
+                    {"role": "user", "content": "hi"}]) as stream:
+                list(stream)
+        assert "64-token context" in str(err.value)
+    finally:
+        engine.decoder.generate = real
+    assert _client(url).messages.create(model="tools", max_tokens=64, messages=[
+        {"role": "user", "content": "hi"}]).stop_reason == "end_turn"
