@@ -186,7 +186,7 @@ USER = [{"role": "user", "content": "x"}]
      "custom tool"),
     ({"messages": USER, "tools": [WEATHER], "tool_choice": {"type": "any"}}, "tool_choice", "no call is forced"),
     ({"messages": USER + [{"role": "assistant", "content": "The answer is"}]}, "messages", "prefill"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role", "user or assistant"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "user, assistant or system"),
     ({"messages": USER, "thinking": {"type": "maybe"}}, "thinking", "enabled"),
     ({"messages": USER, "stop_sequences": "END"}, "stop_sequences", "list"),
     ({"messages": USER, "output_config": {"format": {"type": "json_schema", "schema": {"pattern": "a+"}}}},
@@ -266,3 +266,34 @@ def test_a_failure_mid_stream_is_an_error_event(tool_server):
         engine.decoder.generate = real
     assert _client(url).messages.create(model="tools", max_tokens=64, messages=[
         {"role": "user", "content": "hi"}]).stop_reason == "end_turn"
+
+
+def test_a_late_system_message_reaches_a_template_that_takes_one_only_first(tiny_server):
+    """Claude Code sends context as a system message after the first user turn; the tiny template, like the
+    Qwen3.5/3.6 ones, refuses a system message anywhere but first. Such a message becomes a user turn in place,
+    marked as a system reminder — on both routes, and only for a template that refuses it as sent."""
+    from clover_local.serve.protocol import late_system_as_user
+
+    _, url = tiny_server
+    late = [{"role": "user", "content": "hello"}, {"role": "system", "content": "Be brief."}]
+    as_user = [late[0], {"role": "user", "content": "<system-reminder>\nBe brief.\n</system-reminder>"}]
+    assert late_system_as_user(late) == as_user
+    assert late_system_as_user([{"role": "system", "content": "s"}] + as_user) is None  # a first one stays
+    chat = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    ref = chat.chat.completions.create(model="tiny", max_tokens=24, messages=as_user).choices[0].message
+    again = chat.chat.completions.create(model="tiny", max_tokens=24, messages=late).choices[0].message
+    msg = _client(url).messages.create(model="tiny", max_tokens=24, messages=late)
+    assert again.content == ref.content == [b.text for b in msg.content if b.type == "text"][0]
+
+
+def test_a_head_request_finds_the_server(tiny_server):
+    """Claude Code checks the base URL with `HEAD /` first: 200, no body (an unknown path 404)."""
+    import urllib.error
+    import urllib.request
+
+    _, url = tiny_server
+    with urllib.request.urlopen(urllib.request.Request(url + "/", method="HEAD"), timeout=10) as r:
+        assert r.status == 200 and r.read() == b""
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(urllib.request.Request(url + "/nothing", method="HEAD"), timeout=10)
+    assert err.value.code == 404

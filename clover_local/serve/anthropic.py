@@ -3,8 +3,9 @@ the `anthropic` SDK speak, translated to and from the chat request the server al
 
 A request becomes a `ChatRequest`, so the chat template, tools, thinking and structured outputs behave exactly as
 on /v1/chat/completions:
-- `system` (a string or text blocks) → a system message first; `messages` of user and assistant turns whose content
-  is a string or blocks: `text`; an assistant's `thinking` (→ its reasoning) and `tool_use` (→ its tool calls, whose
+- `system` (a string or text blocks) → a system message first; `messages` of user and assistant turns (and system
+  ones, which Claude Code sends mid-conversation; see `_prompt` in http.py for a template that refuses them) whose
+  content is a string or blocks: `text`; an assistant's `thinking` (→ its reasoning) and `tool_use` (→ its tool calls, whose
   `input` the template reads as the arguments); a user's `tool_result` (→ a `tool` message, before the turn's text,
   as Anthropic orders them). `cache_control` marks are ignored (the server's prompt cache needs none: a request
   that repeats the last one's prefix resumes its prefill, reported as `cache_read_input_tokens`).
@@ -121,9 +122,12 @@ def _messages(body: dict) -> list[dict]:
         out.append({"role": "system", "content": _text(body["system"], "system")})
     for i, m in enumerate(value):
         role = m.get("role") if isinstance(m, dict) else None
-        if role not in ("user", "assistant"):
-            raise _bad(f"messages[{i}].role must be user or assistant, got {role!r}", f"messages[{i}].role")
+        if role not in ("user", "assistant", "system"):
+            raise _bad(f"messages[{i}].role must be user, assistant or system, got {role!r}", f"messages[{i}].role")
         content = m.get("content")
+        if role == "system":  # Claude Code sends some context this way, after the first user turn
+            out.append({"role": "system", "content": _text(content, f"messages[{i}].content")})
+            continue
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
         if not isinstance(content, list):

@@ -29,8 +29,9 @@ from clover_local.serve import anthropic
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chat_logprobs, check_ids,
-                                         chunk, completion, completion_id, legacy_logprobs, parse_chat_request,
-                                         parse_completion_request, parse_detokenize_request, parse_tokenize_request,
+                                         chunk, completion, completion_id, late_system_as_user, legacy_logprobs,
+                                         parse_chat_request, parse_completion_request, parse_detokenize_request,
+                                         parse_tokenize_request,
                                          text_choice, text_chunk, text_completion, usage)
 
 
@@ -233,6 +234,13 @@ class Handler(BaseHTTPRequestHandler):
         except (ClientGone, BrokenPipeError, ConnectionResetError, socket.timeout):
             self.close_connection = True  # its job was cancelled on the way out (`_relaying`)
 
+    def do_HEAD(self) -> None:  # noqa: N802
+        """A reachability check (Claude Code sends `HEAD /` before its first request): no body, no key needed."""
+        path = self.path.split("?", 1)[0].rstrip("/")
+        self.send_response(200 if path in ("", "/health", "/v1/health") else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_PUT(self) -> None:  # noqa: N802
         self._error(ApiError(405, "method not allowed"), close=True)
 
@@ -271,11 +279,22 @@ class Handler(BaseHTTPRequestHandler):
         if req.tools and "tools" not in (tok.chat_template or ""):
             raise ApiError(400, "this model's chat template does not read 'tools', so the model would never see "
                            "them; describe the tools in the messages instead", param="tools")
+
+        def render(messages: list[dict]) -> str:
+            return tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=req.enable_thinking,
+                                           **req.template_kwargs)
+
         try:
-            text = tok.apply_chat_template(req.messages, add_generation_prompt=True,
-                                           enable_thinking=req.enable_thinking, **req.template_kwargs)
+            text = render(req.messages)
         except CloverError as exc:
-            raise ApiError(400, str(exc), param="messages") from None
+            moved = late_system_as_user(req.messages)  # a template that takes a system message only first
+            try:
+                text = render(moved) if moved else None
+            except CloverError:
+                text = None
+            if text is None:
+                raise ApiError(400, str(exc), param="messages") from None
+            req.messages = moved  # (the prompt cache's history is rendered from the same messages)
         if req.json_mode and prompt_opens_thinking(text):
             raise ApiError(400, "this model's chat template opens a thinking section even with enable_thinking "
                            "false, and a JSON-mode answer is the object alone: send response_format text",

@@ -257,6 +257,18 @@ def parse_messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def late_system_as_user(messages: list[dict]) -> list[dict] | None:
+    """`messages` with each system message after the first turn made a user message in place, its text marked as
+    a system reminder (the form Claude Code itself uses in user turns); None when there is none. For chat templates
+    that refuse a system message anywhere but first, as the Qwen3.5/3.6 ones do ("System message must be at the
+    beginning"), while agents send one mid-conversation (Claude Code's context, late developer messages). In place
+    rather than merged into the first: the prompt's start, which the prompt cache resumes, stays as it was."""
+    if not any(m["role"] == "system" for m in messages[1:]):
+        return None
+    return [messages[0]] + [{"role": "user", "content": f"<system-reminder>\n{m['content']}\n</system-reminder>"}
+                            if m["role"] == "system" else m for m in messages[1:]]
+
+
 def _json_object(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
