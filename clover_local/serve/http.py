@@ -5,6 +5,7 @@ the chat template (or, for /v1/completions, takes the prompt as it is) and token
 Engine and relays its output: one JSON body, or Server-Sent Events over chunked transfer encoding. While it
 waits it watches its socket; a client that hung up cancels its job (the worker stops between passes).
 /tokenize, /detokenize and /tokenizer_info (vLLM's) answer in the handler's thread, without the queue.
+/v1/responses (OpenAI's Responses API) runs as the chat request it reads as (serve/responses.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from clover_local.generate.json_schema import answer_constraint
 from clover_local.serve import anthropic
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
+from clover_local.serve.responses import ResponseEvents, ResponseShape, parse_responses_request, responses_error
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chat_logprobs, check_ids,
                                          chunk, completion, completion_id, late_system_as_user, legacy_logprobs,
                                          parse_chat_request, parse_completion_request, parse_detokenize_request,
@@ -218,7 +220,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
                   "/v1/messages": self._messages, "/v1/messages/count_tokens": self._count_tokens,
-                  "/tokenize": self._tokenize, "/detokenize": self._detokenize}
+                  "/v1/responses": self._responses, "/tokenize": self._tokenize,
+                  "/detokenize": self._detokenize}
         # Anthropic's routes answer errors in Anthropic's shape (a keep-alive connection's handler answers request
         # after request, so it is set each time)
         self.error_body = anthropic.error_body if path.startswith("/v1/messages") else ApiError.body
@@ -463,6 +466,39 @@ class Handler(BaseHTTPRequestHandler):
             self._error(err)
             return
         self._send_json(200, {"input_tokens": len(self.server.engine.tokenizer.encode(text))})
+
+    # ------------------------------------------------------------------ the Responses API
+    def _responses(self, raw: bytes) -> None:
+        """/v1/responses: run as the chat request it reads as (serve/responses.py), answered in its own shape."""
+        try:
+            req = parse_responses_request(raw)
+            job = self._job(req.chat)
+            self.server.engine.submit(job)
+        except ApiError as err:
+            self._error(responses_error(err))
+            return
+        tools, shape = req.chat.tools, ResponseShape(req, self.server.model_name)
+        with self._relaying(job):
+            if not req.chat.stream:
+                info = self._result(job)
+                if info is not None:
+                    content, calls = split_tool_calls(info["content"], tools) if tools else (info["content"], [])
+                    self._send_json(200, shape.complete(info["reasoning"], content, calls, info["finish_reason"],
+                                                        _usage(info)))
+                return
+            events, held = ResponseEvents(shape), ToolCallStream(tools) if tools else None
+            self._start_events()
+            for name, payload in events.start():
+                self._event(payload, name)
+
+            def delta(dr: str, dc: str) -> list:
+                return events.delta(dr, held.feed(dc) if held else dc)
+
+            def done(info: dict) -> list:
+                rest, calls = held.finish() if held else ("", [])
+                return events.done(rest, calls, info["finish_reason"], _usage(info))
+
+            self._relay(job, delta, done, events.failed, last=None)
 
     # ------------------------------------------------------------------ text completions
     def _completions(self, raw: bytes) -> None:

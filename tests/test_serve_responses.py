@@ -1,0 +1,265 @@
+"""The Responses API (`POST /v1/responses`) through the official `openai` client: on the shipped tiny model, the
+same answer /v1/chat/completions gives for the same conversation (text, thinking, instructions, several items),
+streamed as named events the client's accumulator rebuilds, thinking switched by reasoning.effort, JSON mode, the
+token limit as status "incomplete", refusals as OpenAI's error shape; on a scripted decoder (test_serve_tools.py's),
+function calls out (plain and streamed), past calls and their outputs rendered back, and a failure mid-stream."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from clover_local.errors import CloverError
+from clover_local.serve.protocol import ApiError
+from clover_local.serve.responses import parse_responses_request
+from tests.inprocess_server import running_server
+from tests.test_serve_tools import WEATHER, XML_ARGS, ScriptedDecoder, tool_server  # noqa: F401 (a fixture)
+
+openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
+
+FLAT_WEATHER = {"type": "function", **WEATHER["function"]}  # the Responses API's tool form
+ASK = "add 12+30"
+
+
+@pytest.fixture(scope="module")
+def served(tiny):
+    with running_server(tiny, "tiny", max_tokens=128, context=1024) as (engine, url):
+        yield engine, url
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url + "/v1/responses", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def chat(client, messages: list[dict], **extra):
+    return client.chat.completions.create(model="tiny", messages=messages, max_tokens=64, **extra)
+
+
+def reasoning_of(response) -> str:
+    return "".join(c.text for o in response.output if o.type == "reasoning" for c in o.content or [])
+
+
+# ---------------------------------------------------------------------------------------------- the tiny model
+
+def test_a_text_answer_is_the_chat_answer(client):
+    """A string input and a conversation with instructions and several items answer as chat does (greedy)."""
+    one = client.responses.create(model="tiny", input=ASK, max_output_tokens=64)
+    same = chat(client, [{"role": "user", "content": ASK}]).choices[0].message
+    assert one.output_text == same.content and one.output_text  # the tiny model answers something
+    assert reasoning_of(one) == same.model_extra["reasoning_content"]
+    assert [o.type for o in one.output] == ["reasoning", "message"] and one.status == "completed"
+    assert one.id.startswith("resp_") and one.object == "response" and one.error is None
+
+    items = [{"role": "developer", "content": "Answer briefly."},
+             {"role": "user", "content": "add 1+2"},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "3"}]},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "add 2+5"}]}]
+    many = client.responses.create(model="tiny", instructions="You add numbers.", input=items,
+                                   max_output_tokens=64, metadata={"run": "7"})
+    messages = [{"role": "system", "content": "You add numbers.\n\nAnswer briefly."},
+                {"role": "user", "content": "add 1+2"}, {"role": "assistant", "content": "3"},
+                {"role": "user", "content": "add 2+5"}]
+    reference = chat(client, messages)
+    assert many.output_text == reference.choices[0].message.content
+    assert many.usage.input_tokens == reference.usage.prompt_tokens  # the same prompt, system message included
+    assert many.usage.output_tokens == reference.usage.completion_tokens
+    assert many.usage.total_tokens == many.usage.input_tokens + many.usage.output_tokens
+    assert many.metadata == {"run": "7"} and many.instructions == "You add numbers."
+
+
+def test_a_stream_adds_up_to_the_response(client, served):
+    full = client.responses.create(model="tiny", input=ASK, max_output_tokens=64)
+    events = list(client.responses.create(model="tiny", input=ASK, max_output_tokens=64, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    final = events[-1].response
+    assert text == final.output_text == full.output_text and thought == reasoning_of(full)
+    assert len({e.response.id for e in events if e.type.startswith("response.") and hasattr(e, "response")}) == 1
+    assert kinds.count("response.output_item.added") == kinds.count("response.output_item.done") == 2
+
+    with client.responses.stream(model="tiny", input=ASK, max_output_tokens=64) as stream:
+        for _ in stream:
+            pass
+        accumulated = stream.get_final_response()  # the client's own bookkeeping of every event
+    assert accumulated.output_text == full.output_text
+
+    # each event's `event:` line names its payload's type; no [DONE] at the end
+    req = urllib.request.Request(served[1] + "/v1/responses", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"input": ASK, "max_output_tokens": 8, "stream": True}).encode())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        blocks = [b for b in r.read().decode().split("\n\n") if b.strip()]
+    for block in blocks:
+        name, data = block.split("\n")
+        assert name.removeprefix("event: ") == json.loads(data.removeprefix("data: "))["type"]
+    assert "[DONE]" not in blocks[-1]
+
+
+@pytest.mark.parametrize("effort, thinks", [("none", False), ("minimal", False), ("low", True), ("high", True)])
+def test_reasoning_effort_switches_thinking(client, effort, thinks):
+    answer = client.responses.create(model="tiny", input=ASK, max_output_tokens=64, reasoning={"effort": effort})
+    reference = chat(client, [{"role": "user", "content": ASK}], extra_body={"enable_thinking": thinks})
+    assert answer.output_text == reference.choices[0].message.content
+    assert answer.usage.input_tokens == reference.usage.prompt_tokens  # the template's empty <think> when off
+    assert bool(reasoning_of(answer)) == thinks and answer.reasoning.effort == effort
+    assert (answer.usage.output_tokens_details.reasoning_tokens > 0) == thinks
+
+
+def test_json_mode_answers_one_object(client):
+    answer = client.responses.create(model="tiny", input="hi", max_output_tokens=48,
+                                     text={"format": {"type": "json_object"}})
+    assert isinstance(json.loads(answer.output_text), dict) and not reasoning_of(answer)
+    reference = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=48, response_format={"type": "json_object"})
+    assert answer.output_text == reference.choices[0].message.content
+    schema = {"type": "object", "properties": {"op": {"enum": ["add", "sub"]}}, "required": ["op"],
+              "additionalProperties": False}
+    shaped = client.responses.create(model="tiny", input="hi", max_output_tokens=128, reasoning={"effort": "high"},
+                                     text={"format": {"type": "json_schema", "name": "op", "schema": schema}})
+    assert json.loads(shaped.output_text)["op"] in ("add", "sub") and shaped.text.format.type == "json_schema"
+
+
+def test_the_token_limit_leaves_the_response_incomplete(client):
+    short = client.responses.create(model="tiny", input=ASK, max_output_tokens=3)
+    assert (short.status, short.incomplete_details.reason) == ("incomplete", "max_output_tokens")
+    assert short.usage.output_tokens == 3 and short.max_output_tokens == 3
+    events = list(client.responses.create(model="tiny", input=ASK, max_output_tokens=3, stream=True))
+    assert events[-1].type == "response.incomplete" and events[-1].response.status == "incomplete"
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "keeps no responses"),
+    ({"input": "hi", "background": True}, "background", "background"),
+    ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]", "'web_search'"),
+    ({"input": 5}, "input", "'input' must be"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content",
+     "only text parts"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]", "keeps no responses"),
+    ({"input": "hi", "max_output_tokens": 100000}, "max_output_tokens", "max_output_tokens is 100000"),
+    ({"input": "hi", "tool_choice": "required", "tools": [FLAT_WEATHER]}, "tool_choice", "not supported"),
+    ({"input": "hi", "text": {"format": {"type": "xml"}}}, "text.format", "'text.format'"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format", "'schema'"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": {"pattern": "a"}}}}, "text.format",
+     "pattern"),
+])
+def test_what_cannot_be_honoured_is_a_400_in_openais_shape(client, served, body, param, words):
+    status, answer = post(served[1], body)
+    assert status == 400 and set(answer["error"]) == {"message", "type", "param", "code"}
+    assert answer["error"]["param"] == param and words in answer["error"]["message"]
+    assert answer["error"]["type"] == "invalid_request_error"
+
+
+def test_the_sdk_sees_a_refusal_as_bad_request(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="tiny", input="hi", previous_response_id="resp_123")
+    assert err.value.status_code == 400 and err.value.body["param"] == "previous_response_id"
+
+
+def test_input_items_become_the_chat_messages():
+    """Consecutive calls are one assistant turn, a reasoning item that turn's reasoning_content, an output its
+    tool message; max_output_tokens is the chat request's max_tokens."""
+    body = {"instructions": "Be brief.", "max_output_tokens": 9, "tools": [FLAT_WEATHER], "input": [
+        {"role": "system", "content": "No chatter."},
+        {"role": "user", "content": "weather?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "ask"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "rain"}]}]}
+    req = parse_responses_request(json.dumps(body).encode())
+    chat_req = req.chat
+    assert [m["role"] for m in chat_req.messages] == ["system", "user", "assistant", "tool", "tool"]
+    assert chat_req.messages[0]["content"] == "Be brief.\n\nNo chatter."
+    turn = chat_req.messages[2]
+    assert turn["reasoning_content"] == "ask" and turn["content"] == ""
+    assert [(c["id"], c["function"]["arguments"]) for c in turn["tool_calls"]] == [
+        ("call_1", {"city": "Oslo"}), ("call_2", {"city": "Rome"})]
+    assert chat_req.messages[4] == {"role": "tool", "content": "rain", "tool_call_id": "call_2"}
+    assert chat_req.tools == [WEATHER] and chat_req.template_kwargs["tools"] == [WEATHER]
+    assert chat_req.max_tokens == 9 and chat_req.enable_thinking
+    assert req.echo["tools"] == [FLAT_WEATHER] and req.echo["store"] is False
+    with pytest.raises(ApiError) as err:
+        parse_responses_request(json.dumps({**body, "text": {"format": {"type": "json_object"}}}).encode())
+    assert err.value.param == "text.format"  # tools and JSON mode: one or the other, as on chat
+
+
+# ---------------------------------------------------------------------------------------------- scripted calls
+
+def test_a_call_comes_back_as_a_function_call_item_streamed_or_not(tool_server):
+    engine, url = tool_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    full = client.responses.create(model="tools", input="Weather in SF?", tools=[FLAT_WEATHER])
+    assert [o.type for o in full.output] == ["message", "function_call"]
+    call = full.output[1]
+    assert (call.name, json.loads(call.arguments), call.status) == ("get_weather", XML_ARGS, "completed")
+    assert call.call_id.startswith("call_") and call.id.startswith("fc_")
+    assert full.output_text == "Let me check.\n" and full.tools[0].name == "get_weather"
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert '"name": "get_weather"' in prompt and "# Tools" in prompt  # the model was told of the tool
+
+    with client.responses.stream(model="tools", input="Weather in SF?", tools=[FLAT_WEATHER]) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Let me check.\n" and "<tool" not in text
+    (args,) = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+    assert json.loads(args) == XML_ARGS
+    assert [o.type for o in final.output] == ["message", "function_call"]
+    assert json.loads(final.output[1].arguments) == XML_ARGS and final.output_text == "Let me check.\n"
+
+
+def test_past_calls_and_their_outputs_are_rendered_back(tool_server):
+    engine, url = tool_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    client.responses.create(model="tools", tools=[FLAT_WEATHER], instructions="Use the tools.", input=[
+        {"role": "user", "content": "Weather in Oslo and Rome?"},
+        {"type": "function_call", "call_id": "call_a", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call", "call_id": "call_b", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "call_a", "output": "18 C and foggy"},
+        {"type": "function_call_output", "call_id": "call_b", "output": "25 C"}])
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert "<|im_start|>system\nUse the tools.<|im_end|>" in prompt
+    assert "<tool_response>\n18 C and foggy\n</tool_response>" in prompt and "<tool_response>\n25 C\n" in prompt
+    past = prompt.split("<|im_start|>assistant")[1]  # both calls in one assistant turn
+    assert "<parameter=city>\nOslo\n</parameter>" in past and "<parameter=city>\nRome\n</parameter>" in past
+    assert prompt.count("<|im_start|>assistant") == 2  # that turn and the answer's
+
+
+class FailingDecoder(ScriptedDecoder):
+    """Writes its first block, then fails as a runtime would."""
+
+    def generate(self, prompt_ids, settings, reuse=None, snapshot_at=None):
+        yield next(super().generate(prompt_ids, settings, reuse, snapshot_at))
+        raise CloverError("the device fell over")
+
+
+def test_a_failure_mid_stream_ends_it_with_response_failed(tool_server):
+    engine, url = tool_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    scripted = engine.decoder
+    engine.decoder = FailingDecoder(engine.tokenizer, "Some text that runs on " * 4, scripted.block_size)
+    try:
+        events = list(client.responses.create(model="tools", input="hi", stream=True))
+    finally:
+        engine.decoder = scripted
+    last = events[-1]
+    assert last.type == "response.failed" and last.response.status == "failed"
+    assert last.response.error.code == "generation_failed" and "fell over" in last.response.error.message
+    assert last.response.output[0].content[0].text.startswith("Some text")  # what came before the failure
+    assert [e.sequence_number for e in events] == list(range(len(events)))
