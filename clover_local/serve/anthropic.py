@@ -5,10 +5,10 @@ A request becomes a `ChatRequest`, so the chat template, tools, thinking and str
 on /v1/chat/completions:
 - `system` (a string or text blocks) → a system message first; `messages` of user and assistant turns (and system
   ones, which Claude Code sends mid-conversation; see `_prompt` in http.py for a template that refuses them) whose
-  content is a string or blocks: `text`; an assistant's `thinking` (→ its reasoning) and `tool_use` (→ its tool calls, whose
-  `input` the template reads as the arguments); a user's `tool_result` (→ a `tool` message, before the turn's text,
-  as Anthropic orders them). `cache_control` marks are ignored (the server's prompt cache needs none: a request
-  that repeats the last one's prefix resumes its prefill, reported as `cache_read_input_tokens`).
+  content is a string or blocks: `text`; an assistant's `thinking` (→ its reasoning) and `tool_use` (→ its tool
+  calls, whose `input` the template reads as the arguments); a user's `tool_result` (→ a `tool` message, before the
+  turn's text, as Anthropic orders them). `cache_control` marks are ignored (the server's prompt cache needs none:
+  a request that repeats the last one's prefix resumes its prefill, reported as `cache_read_input_tokens`).
 - `tools` (custom tools: `name`, `description`, `input_schema`) with `tool_choice` auto or none; `thinking`
   `enabled`/`adaptive` or `disabled` (absent: the model's default; `budget_tokens` is not enforced: thinking ends
   when the model ends it, within max_tokens); `stop_sequences`, `temperature`, `top_p`, `stream`, `metadata`;
@@ -35,7 +35,8 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import compile_schema
-from clover_local.serve.protocol import ApiError, ChatRequest, MAX_STOPS, _bad, _int, _json_object, _number, _tools
+from clover_local.serve.protocol import (MAX_STOPS, ApiError, ChatRequest, bad_request, bool_field, int_field,
+                                         json_body, number_field, read_tools)
 from clover_local.serve.tools import ToolCall
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
@@ -59,7 +60,7 @@ def _text(value: Any, where: str) -> str:
     if isinstance(value, list) and all(isinstance(b, dict) and b.get("type") == "text"
                                        and isinstance(b.get("text"), str) for b in value):
         return "\n".join(b["text"] for b in value)
-    raise _bad(f"{where} must be a string or a list of text blocks (this model reads text only)", where)
+    raise bad_request(f"{where} must be a string or a list of text blocks (this model reads text only)", where)
 
 
 def _user_turn(blocks: list, i: int) -> list[dict]:
@@ -78,8 +79,8 @@ def _user_turn(blocks: list, i: int) -> list[dict]:
                 text = f"Error: {text}"
             out.append({"role": "tool", "content": text, "tool_call_id": str(block.get("tool_use_id", ""))})
         else:
-            raise _bad(f"{where}: a {kind!r} block is not supported (this model reads text; send text and "
-                       "tool_result blocks)", f"messages[{i}].content")
+            raise bad_request(f"{where}: a {kind!r} block is not supported (this model reads text; send text and "
+                              "tool_result blocks)", f"messages[{i}].content")
     if texts:
         out.append({"role": "user", "content": "\n".join(texts)})
     return out
@@ -99,12 +100,12 @@ def _assistant_turn(blocks: list, i: int) -> dict:
             continue  # encrypted by another model's API: nothing this one could read
         elif kind == "tool_use":
             if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
-                raise _bad(f"{where}: a tool_use block needs a 'name' and an 'input' object", f"messages[{i}]")
+                raise bad_request(f"{where}: a tool_use block needs a 'name' and an 'input' object", f"messages[{i}]")
             calls.append({"id": block.get("id"), "type": "function",
                           "function": {"name": block["name"], "arguments": block.get("input", {})}})
         else:
-            raise _bad(f"{where}: a {kind!r} block is not supported in an assistant turn (text, thinking and "
-                       "tool_use are)", f"messages[{i}].content")
+            raise bad_request(f"{where}: a {kind!r} block is not supported in an assistant turn (text, thinking and "
+                              "tool_use are)", f"messages[{i}].content")
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if thinking:
         msg["reasoning_content"] = "\n".join(thinking)
@@ -116,14 +117,15 @@ def _assistant_turn(blocks: list, i: int) -> dict:
 def _messages(body: dict) -> list[dict]:
     value = body.get("messages")
     if not isinstance(value, list) or not value:
-        raise _bad("'messages' must be a non-empty list of {role, content} objects", "messages")
+        raise bad_request("'messages' must be a non-empty list of {role, content} objects", "messages")
     out: list[dict] = []
     if body.get("system") is not None:
         out.append({"role": "system", "content": _text(body["system"], "system")})
     for i, m in enumerate(value):
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ("user", "assistant", "system"):
-            raise _bad(f"messages[{i}].role must be user, assistant or system, got {role!r}", f"messages[{i}].role")
+            raise bad_request(f"messages[{i}].role must be user, assistant or system, got {role!r}",
+                              f"messages[{i}].role")
         content = m.get("content")
         if role == "system":  # Claude Code sends some context this way, after the first user turn
             out.append({"role": "system", "content": _text(content, f"messages[{i}].content")})
@@ -131,12 +133,12 @@ def _messages(body: dict) -> list[dict]:
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
         if not isinstance(content, list):
-            raise _bad(f"messages[{i}].content must be a string or a list of content blocks",
-                       f"messages[{i}].content")
+            raise bad_request(f"messages[{i}].content must be a string or a list of content blocks",
+                              f"messages[{i}].content")
         out.extend(_user_turn(content, i) if role == "user" else [_assistant_turn(content, i)])
     if value[-1].get("role") == "assistant":
-        raise _bad("the last message is the assistant's (a prefill for the answer to continue), which clover-local "
-                   "serve does not support: end with a user message", "messages")
+        raise bad_request("the last message is the assistant's (a prefill for the answer to continue), which "
+                          "clover-local serve does not support: end with a user message", "messages")
     return out
 
 
@@ -144,23 +146,24 @@ def _chat_tools(body: dict) -> list[dict] | None:
     """Anthropic's custom tools in the chat form the template reads, checked as the chat route checks them."""
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
-        raise _bad("'tools' must be a list", "tools")
+        raise bad_request("'tools' must be a list", "tools")
     converted = []
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict):
-            raise _bad(f"tools[{i}] must be an object", f"tools[{i}]")
+            raise bad_request(f"tools[{i}] must be an object", f"tools[{i}]")
         if tool.get("type") not in (None, "custom"):
-            raise _bad(f"tools[{i}] is Anthropic's {tool['type']!r} tool, whose schema only Anthropic's models know: "
-                       "describe it as a custom tool (name, description, input_schema)", f"tools[{i}]")
+            raise bad_request(f"tools[{i}] is Anthropic's {tool['type']!r} tool, whose schema only Anthropic's "
+                              "models know: describe it as a custom tool (name, description, input_schema)",
+                              f"tools[{i}]")
         converted.append({"type": "function", "function": {
             "name": tool.get("name"), "description": tool.get("description", ""),
             "parameters": tool.get("input_schema", {"type": "object"})}})
     choice = body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
     if choice is not None and kind not in ("auto", "none"):
-        raise _bad(f"'tool_choice' {json.dumps(choice)} is not supported by clover-local serve (no call is "
-                   "forced): send {\"type\": \"auto\"} and say in the messages which tool to use", "tool_choice")
-    return _tools({"tools": converted, "tool_choice": kind})
+        raise bad_request(f"'tool_choice' {json.dumps(choice)} is not supported by clover-local serve (no call is "
+                          "forced): send {\"type\": \"auto\"} and say in the messages which tool to use", "tool_choice")
+    return read_tools({"tools": converted, "tool_choice": kind})
 
 
 def _thinking(body: dict, default: bool) -> bool:
@@ -169,7 +172,7 @@ def _thinking(body: dict, default: bool) -> bool:
         return default
     kind = value.get("type") if isinstance(value, dict) else None
     if kind not in ("enabled", "adaptive", "disabled"):
-        raise _bad("'thinking' must be {\"type\": \"enabled\" | \"adaptive\" | \"disabled\"}", "thinking")
+        raise bad_request("'thinking' must be {\"type\": \"enabled\" | \"adaptive\" | \"disabled\"}", "thinking")
     return kind != "disabled"
 
 
@@ -181,46 +184,44 @@ def _output_schema(body: dict):
     if fmt is None:
         return None
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
-        raise _bad("the output format must be {\"type\": \"json_schema\", \"schema\": {...}}", "output_config")
+        raise bad_request("the output format must be {\"type\": \"json_schema\", \"schema\": {...}}", "output_config")
     try:
         return compile_schema(fmt["schema"])
     except CloverError as exc:
-        raise _bad(f"'output_config.format': {exc}", "output_config") from None
+        raise bad_request(f"'output_config.format': {exc}", "output_config") from None
 
 
 def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     """A Messages request as the chat request the server runs (`count_only`: /count_tokens, no max_tokens)."""
-    body = _json_object(raw)
+    body = json_body(raw)
     for name in ("top_k", "mcp_servers"):
         if body.get(name) is not None:
-            raise _bad(f"'{name}' is not supported by clover-local serve", name)
+            raise bad_request(f"'{name}' is not supported by clover-local serve", name)
     req = ChatRequest(messages=_messages(body), tools=_chat_tools(body), max_tokens_ceiling=True)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _bad("'model' must be a string", "model")
+        raise bad_request("'model' must be a string", "model")
     req.model = model
-    req.max_tokens = _int(body, "max_tokens", 1)
+    req.max_tokens = int_field(body, "max_tokens", 1)
     if req.max_tokens is None and not count_only:
-        raise _bad("'max_tokens' is required (the most tokens the answer may take)", "max_tokens")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise _bad("'stream' must be true or false", "stream")
-    req.stream = stream
-    req.temperature = _number(body, "temperature", 0.0, 2.0, 0.0)
-    req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
+        raise bad_request("'max_tokens' is required (the most tokens the answer may take)", "max_tokens")
+    req.stream = bool_field(body, "stream", False)
+    req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
+    req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
-            raise _bad(f"'stop_sequences' must be a list of up to {MAX_STOPS} non-empty strings", "stop_sequences")
+            raise bad_request(f"'stop_sequences' must be a list of up to {MAX_STOPS} non-empty strings",
+                              "stop_sequences")
         req.stop = stops
     req.json_schema = _output_schema(body)
     req.enable_thinking = _thinking(body, default=req.json_schema is None)
     if req.json_schema is not None and req.enable_thinking:
-        raise _bad("a json_schema output format answers without thinking (the whole answer is the JSON): leave "
-                   "'thinking' out or disable it", "thinking")
+        raise bad_request("a json_schema output format answers without thinking (the whole answer is the JSON): leave "
+                          "'thinking' out or disable it", "thinking")
     if req.tools and req.json_schema is not None:
-        raise _bad("a json_schema output format holds the whole answer to the JSON, so no tool could be called: "
-                   "send one or the other", "output_config")
+        raise bad_request("a json_schema output format holds the whole answer to the JSON, so no tool could be called: "
+                          "send one or the other", "output_config")
     if req.tools:
         req.template_kwargs["tools"] = req.tools
     return req

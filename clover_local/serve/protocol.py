@@ -98,35 +98,35 @@ class CompletionRequest(Sampling):
 MAX_STOPS = 16  # OpenAI takes 4; evaluation harnesses send a task's stop strings and the EOS text, often more
 
 
-def _bad(message: str, param: str | None = None) -> ApiError:
+def bad_request(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param=param)
 
 
-def _number(body: dict, name: str, low: float, high: float, default: float, low_open: bool = False) -> float:
+def number_field(body: dict, name: str, low: float, high: float, default: float, low_open: bool = False) -> float:
     value = body.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(f"'{name}' must be a number", name)
+        raise bad_request(f"'{name}' must be a number", name)
     if not (low < value if low_open else low <= value) or value > high:
         lo = "(" if low_open else "["
-        raise _bad(f"'{name}' must be in {lo}{low:g}, {high:g}], got {value}", name)
+        raise bad_request(f"'{name}' must be in {lo}{low:g}, {high:g}], got {value}", name)
     return float(value)
 
 
 def _penalty(body: dict, name: str) -> float:
     r = PENALTY_RANGES[name]
-    return _number(body, name, r.low, r.high, r.off, r.low_open)
+    return number_field(body, name, r.low, r.high, r.off, r.low_open)
 
 
-def _int(body: dict, name: str, minimum: int) -> int | None:
+def int_field(body: dict, name: str, minimum: int) -> int | None:
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(f"'{name}' must be an integer", name)
+        raise bad_request(f"'{name}' must be an integer", name)
     if value < minimum:
-        raise _bad(f"'{name}' must be at least {minimum}, got {value}", name)
+        raise bad_request(f"'{name}' must be at least {minimum}, got {value}", name)
     return value
 
 
@@ -140,43 +140,43 @@ def _content(value: Any, i: int, role: str) -> str:
         for part in value:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise _bad(f"messages[{i}].content: only text parts are supported, got {kind!r}",
-                           f"messages[{i}].content")
+                raise bad_request(f"messages[{i}].content: only text parts are supported, got {kind!r}",
+                                  f"messages[{i}].content")
             texts.append(part["text"])
         return "".join(texts)
-    raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+    raise bad_request(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
 def _unsupported(name: str, why: str) -> ApiError:
-    return _bad(f"'{name}' is not supported by clover-local serve ({why})", name)
+    return bad_request(f"'{name}' is not supported by clover-local serve ({why})", name)
 
 
-def _tools(body: dict) -> list[dict] | None:
+def read_tools(body: dict) -> list[dict] | None:
     """The request's tools for the template (None: none, or `tool_choice` "none"), checked; a 400 for a malformed
     list or a `tool_choice` this server cannot honour."""
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
-        raise _bad("'tools' must be a list", "tools")
+        raise bad_request("'tools' must be a list", "tools")
     if body.get("functions"):  # the deprecated form: the same thing under another name, not worth a second path
-        raise _bad("'functions' is not supported by clover-local serve (the deprecated form of tools): send "
+        raise bad_request("'functions' is not supported by clover-local serve (the deprecated form of tools): send "
                           "'tools' instead", "functions")
     choice = body.get("tool_choice")
     if body.get("function_call") not in (None, "none", "auto"):
-        raise _bad("'function_call' is not supported by clover-local serve: send 'tool_choice'",
+        raise bad_request("'function_call' is not supported by clover-local serve: send 'tool_choice'",
                           "function_call")
     if choice is not None and not isinstance(choice, (str, dict)):
-        raise _bad("'tool_choice' must be a string or an object", "tool_choice")
+        raise bad_request("'tool_choice' must be a string or an object", "tool_choice")
     if choice not in (None, "none", "auto"):
-        raise _bad(f"'tool_choice' {json.dumps(choice)} is not supported by clover-local serve (no call "
+        raise bad_request(f"'tool_choice' {json.dumps(choice)} is not supported by clover-local serve (no call "
                           "is forced): send \"auto\" and say in the messages which tool to use", "tool_choice")
     for i, tool in enumerate(tools or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(function, dict)
                 and isinstance(function.get("name"), str) and function["name"]):
-            raise _bad(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
+            raise bad_request(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
                               "\"description\", \"parameters\"}}", f"tools[{i}]")
         if not isinstance(function.get("parameters", {}), dict):
-            raise _bad(f"tools[{i}].function.parameters must be a JSON schema object",
+            raise bad_request(f"tools[{i}].function.parameters must be a JSON schema object",
                               f"tools[{i}].function.parameters")
     return tools if tools and choice != "none" else None
 
@@ -186,22 +186,22 @@ def _template_tool_calls(message: dict, i: int) -> dict:
     API sends a JSON string)."""
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
-        raise _bad(f"messages[{i}].tool_calls must be a list", f"messages[{i}].tool_calls")
+        raise bad_request(f"messages[{i}].tool_calls must be a list", f"messages[{i}].tool_calls")
     out = []
     for k, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _bad(f"messages[{i}].tool_calls[{k}] must hold a function with a name",
+            raise bad_request(f"messages[{i}].tool_calls[{k}] must hold a function with a name",
                               f"messages[{i}].tool_calls")
         arguments = function.get("arguments", {})
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError:
-                raise _bad(f"messages[{i}].tool_calls[{k}].function.arguments is not JSON",
+                raise bad_request(f"messages[{i}].tool_calls[{k}].function.arguments is not JSON",
                                   f"messages[{i}].tool_calls") from None
         if not isinstance(arguments, dict):
-            raise _bad(f"messages[{i}].tool_calls[{k}].function.arguments must be a JSON object",
+            raise bad_request(f"messages[{i}].tool_calls[{k}].function.arguments must be a JSON object",
                               f"messages[{i}].tool_calls")
         out.append({"id": call.get("id"), "type": "function",
                     "function": {"name": function["name"], "arguments": arguments}})
@@ -217,35 +217,35 @@ def _response_format(body: dict) -> tuple[bool, Schema | None]:
         return False, None
     kind = fmt.get("type") if isinstance(fmt, dict) else None
     if kind not in ("text", "json_object", "json_schema"):
-        raise _bad("'response_format' must be an object whose 'type' is text, json_object or json_schema",
-                   "response_format")
+        raise bad_request("'response_format' must be an object whose 'type' is text, json_object or json_schema",
+                          "response_format")
     if kind != "json_schema":
         return kind == "json_object", None
     spec = fmt.get("json_schema")
     if not isinstance(spec, dict) or "schema" not in spec:
-        raise _bad("'response_format' json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}",
-                   "response_format")
+        raise bad_request("'response_format' json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}",
+                          "response_format")
     if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
-        raise _bad("'response_format.json_schema.strict' must be true or false", "response_format")
+        raise bad_request("'response_format.json_schema.strict' must be true or false", "response_format")
     try:  # strict or not, the answer is held to the schema
         return False, compile_schema(spec["schema"])
     except CloverError as exc:
-        raise _bad(f"'response_format': {exc}", "response_format") from None
+        raise bad_request(f"'response_format': {exc}", "response_format") from None
 
 
 def parse_messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
-        raise _bad("'messages' must be a non-empty list of {role, content} objects", "messages")
+        raise bad_request("'messages' must be a non-empty list of {role, content} objects", "messages")
     out = []
     for i, m in enumerate(value):
         if not isinstance(m, dict):
-            raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
+            raise bad_request(f"messages[{i}] must be an object", f"messages[{i}]")
         role = m.get("role")
         if role == "developer":
             role = "system"
         if role not in ("system", "user", "assistant", "tool"):
-            raise _bad(f"messages[{i}].role must be system, user, assistant or tool, got {role!r}",
-                       f"messages[{i}].role")
+            raise bad_request(f"messages[{i}].role must be system, user, assistant or tool, got {role!r}",
+                              f"messages[{i}].role")
         msg: dict[str, Any] = {"role": role, "content": _content(m.get("content"), i, role)}
         if role == "assistant" and isinstance(m.get("reasoning_content"), str):
             msg["reasoning_content"] = m["reasoning_content"]
@@ -269,77 +269,77 @@ def late_system_as_user(messages: list[dict]) -> list[dict] | None:
                             if m["role"] == "system" else m for m in messages[1:]]
 
 
-def _json_object(raw: bytes) -> dict:
+def json_body(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _bad(f"the request body is not valid JSON: {exc}") from None
+        raise bad_request(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
-        raise _bad("the request body must be a JSON object")
+        raise bad_request("the request body must be a JSON object")
     return body
 
 
-def _bool(body: dict, name: str, default: bool) -> bool:
+def bool_field(body: dict, name: str, default: bool) -> bool:
     value = body.get(name)
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise _bad(f"'{name}' must be true or false", name)
+        raise bad_request(f"'{name}' must be true or false", name)
     return value
 
 
-def _sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
+def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     """The fields both endpoints read, checked, into `req`."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _bad("'model' must be a string", "model")
+        raise bad_request("'model' must be a string", "model")
     req.model = model
-    req.stream = _bool(body, "stream", False)
+    req.stream = bool_field(body, "stream", False)
     opts = body.get("stream_options")
     if opts is not None:
         if not isinstance(opts, dict):
-            raise _bad("'stream_options' must be an object", "stream_options")
+            raise bad_request("'stream_options' must be an object", "stream_options")
         req.include_usage = bool(opts.get("include_usage", False))
-    mt = _int(body, "max_completion_tokens", min_tokens)
-    mt = mt if mt is not None else _int(body, "max_tokens", min_tokens)
+    mt = int_field(body, "max_completion_tokens", min_tokens)
+    mt = mt if mt is not None else int_field(body, "max_tokens", min_tokens)
     if mt is not None:
         req.max_tokens = mt
-    req.temperature = _number(body, "temperature", 0.0, 2.0, 0.0)
-    req.top_p = _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
-    req.threshold = _number(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
+    req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
+    req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
+    req.threshold = number_field(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
     req.penalties = Penalties(**{name.removesuffix("_penalty"): _penalty(body, name) for name in PENALTY_RANGES})
     req.json_object, req.json_schema = _response_format(body)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise _bad("'seed' must be an integer", "seed")
+        raise bad_request("'seed' must be an integer", "seed")
     req.seed = seed
     n = body.get("n")
     if n not in (None, 1):
-        raise _bad("only n=1 is supported", "n")
+        raise bad_request("only n=1 is supported", "n")
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None:
         if not isinstance(stop, list) or len(stop) > MAX_STOPS or not all(isinstance(s, str) and s for s in stop):
-            raise _bad(f"'stop' must be a string or a list of up to {MAX_STOPS} non-empty strings", "stop")
+            raise bad_request(f"'stop' must be a string or a list of up to {MAX_STOPS} non-empty strings", "stop")
         req.stop = stop
 
 
-def _template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str, Any]]:
+def template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str, Any]]:
     """(enable_thinking, other chat-template variables): vLLM's `chat_template_kwargs`, whose enable_thinking wins
     over the top-level one, `thinking` where neither is sent; the variables the server sets itself are dropped."""
     think = body.get("enable_thinking")
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         if not isinstance(kwargs, dict):
-            raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+            raise bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs")
         kwargs = dict(kwargs)
         if "enable_thinking" in kwargs:
             think = kwargs.pop("enable_thinking")
         for reserved in ("messages", "add_generation_prompt"):
             kwargs.pop(reserved, None)
     if think is not None and not isinstance(think, bool):
-        raise _bad("'enable_thinking' must be true or false", "enable_thinking")
+        raise bad_request("'enable_thinking' must be true or false", "enable_thinking")
     return thinking if think is None else think, kwargs or {}
 
 
@@ -347,12 +347,12 @@ def _chat_logprobs(body: dict, stream: bool) -> int | None:
     """`logprobs` / `top_logprobs` as OpenAI takes them: None when logprobs are off, else how many alternatives.
     Refused: top_logprobs above 0 without logprobs (OpenAI's 400; it would come back as if honoured), out of
     range, and logprobs while streaming (they come from a scoring pass after the answer)."""
-    on = _bool(body, "logprobs", False)
+    on = bool_field(body, "logprobs", False)
     top = body.get("top_logprobs")
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_LOGPROBS):
-        raise _bad(f"'top_logprobs' must be an integer from 0 to {MAX_LOGPROBS}", "top_logprobs")
+        raise bad_request(f"'top_logprobs' must be an integer from 0 to {MAX_LOGPROBS}", "top_logprobs")
     if top and not on:
-        raise _bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
     if on and stream:
         raise _unsupported("logprobs", "not while streaming: they come from a scoring pass after the answer; "
                            "send stream false")
@@ -360,21 +360,21 @@ def _chat_logprobs(body: dict, stream: bool) -> int | None:
 
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
-    body = _json_object(raw)
-    req = ChatRequest(messages=parse_messages(body.get("messages")), tools=_tools(body))
-    _sampling(body, req)
+    body = json_body(raw)
+    req = ChatRequest(messages=parse_messages(body.get("messages")), tools=read_tools(body))
+    read_sampling(body, req)
     req.logprobs = _chat_logprobs(body, req.stream)
     # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first
     mode = req.json_mode
-    req.enable_thinking, req.template_kwargs = _template_options(body, thinking=mode is None)
+    req.enable_thinking, req.template_kwargs = template_options(body, thinking=mode is None)
     if req.tools and mode:
-        raise _bad(f"'response_format' {mode} holds the whole answer to the JSON, so no tool could be "
-                   "called: send one or the other", "response_format")
+        raise bad_request(f"'response_format' {mode} holds the whole answer to the JSON, so no tool could be "
+                          "called: send one or the other", "response_format")
     if req.tools:
         req.template_kwargs["tools"] = req.tools
     if mode and req.enable_thinking:
-        raise _bad(f"'response_format' {mode} answers without thinking (the whole answer is the JSON): "
-                   "leave enable_thinking out or set it to false", "enable_thinking")
+        raise bad_request(f"'response_format' {mode} answers without thinking (the whole answer is the JSON): "
+                          "leave enable_thinking out or set it to false", "enable_thinking")
     return req
 
 
@@ -392,24 +392,24 @@ class TokenizeRequest:
 def parse_tokenize_request(raw: bytes) -> TokenizeRequest:
     """A conversation sent as `prompt` (a list of {role, content}) is taken as `messages`: lm-evaluation-harness's
     remote tokenizer sends its chat-templated requests that way (`--apply_chat_template`)."""
-    body = _json_object(raw)
+    body = json_body(raw)
     if ("prompt" in body) == ("messages" in body):
-        raise _bad("send either 'prompt' (text) or 'messages' (a conversation) to tokenize", "prompt")
+        raise bad_request("send either 'prompt' (text) or 'messages' (a conversation) to tokenize", "prompt")
     prompt = body.get("prompt")
     if "prompt" in body and not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt)):
         if not isinstance(prompt, str):
-            raise _bad("'prompt' must be a string (or a list of {role, content} messages)", "prompt")
+            raise bad_request("'prompt' must be a string (or a list of {role, content} messages)", "prompt")
         return TokenizeRequest(prompt=prompt)
     req = TokenizeRequest(messages=parse_messages(body["messages"] if prompt is None else prompt))
-    req.add_generation_prompt = _bool(body, "add_generation_prompt", True)
-    req.enable_thinking, req.template_kwargs = _template_options(body)
+    req.add_generation_prompt = bool_field(body, "add_generation_prompt", True)
+    req.enable_thinking, req.template_kwargs = template_options(body)
     return req
 
 
 def parse_detokenize_request(raw: bytes) -> list[int]:
-    tokens = _json_object(raw).get("tokens")
+    tokens = json_body(raw).get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-        raise _bad("'tokens' must be a list of token ids", "tokens")
+        raise bad_request("'tokens' must be a list of token ids", "tokens")
     return tokens
 
 
@@ -417,7 +417,8 @@ def check_ids(ids: list[int], vocab_size: int, what: str, param: str) -> None:
     """A 400 for a token id the model has no row for (it would index past the embedding)."""
     bad = next((t for t in ids if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise _bad(f"{what} holds token id {bad}, outside this model's vocabulary (0 to {vocab_size - 1})", param)
+        raise bad_request(f"{what} holds token id {bad}, outside this model's vocabulary (0 to {vocab_size - 1})",
+                          param)
 
 
 MAX_LOGPROBS = 20  # likeliest tokens listed a position at most (OpenAI's legacy API: 5; vLLM's default: 20)
@@ -434,10 +435,10 @@ def parse_prompts(value: Any) -> list[str | list[int]]:
     elif isinstance(value, list) and value and all(isinstance(x, str) or is_ids(x) for x in value):
         prompts = list(value)
     else:
-        raise _bad("'prompt' must be a string, a list of token ids, or a non-empty list of either", "prompt")
+        raise bad_request("'prompt' must be a string, a list of token ids, or a non-empty list of either", "prompt")
     for i, p in enumerate(prompts):
         if not p:
-            raise _bad(f"prompt[{i}] is empty: a completion continues some text", "prompt")
+            raise bad_request(f"prompt[{i}] is empty: a completion continues some text", "prompt")
     return prompts
 
 
@@ -445,30 +446,30 @@ def parse_completion_request(raw: bytes) -> CompletionRequest:
     """/v1/completions. Refused rather than ignored: `suffix` (no infilling: the text is read left to right),
     `best_of` above 1, `logprobs` with `stream` (they come from a scoring pass after the answer), a batch of prompts
     with `stream`, and `max_tokens` 0 without `echo` (nothing to return)."""
-    body = _json_object(raw)
+    body = json_body(raw)
     req = CompletionRequest(prompts=parse_prompts(body.get("prompt")), max_tokens=COMPLETIONS_MAX_TOKENS)
-    _sampling(body, req, min_tokens=0)
-    req.echo = _bool(body, "echo", False)
+    read_sampling(body, req, min_tokens=0)
+    req.echo = bool_field(body, "echo", False)
     logprobs = body.get("logprobs")
     if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                  or not 0 <= logprobs <= MAX_LOGPROBS):
-        raise _bad(f"'logprobs' must be an integer from 0 to {MAX_LOGPROBS} on /v1/completions "
-                   "(how many likeliest tokens to list at each position)", "logprobs")
+        raise bad_request(f"'logprobs' must be an integer from 0 to {MAX_LOGPROBS} on /v1/completions "
+                          "(how many likeliest tokens to list at each position)", "logprobs")
     req.logprobs = logprobs
     suffix = body.get("suffix")
     if suffix is not None and not isinstance(suffix, str):
-        raise _bad("'suffix' must be a string", "suffix")
+        raise bad_request("'suffix' must be a string", "suffix")
     if suffix:
         raise _unsupported("suffix", "no infilling: the model reads the text left to right here")
     if body.get("best_of") not in (None, 1):
-        raise _bad("only best_of=1 is supported", "best_of")
+        raise bad_request("only best_of=1 is supported", "best_of")
     if req.max_tokens == 0 and not req.echo:
-        raise _bad("'max_tokens' is 0 and 'echo' is off: there would be nothing to return", "max_tokens")
+        raise bad_request("'max_tokens' is 0 and 'echo' is off: there would be nothing to return", "max_tokens")
     if req.stream and req.logprobs is not None:
         raise _unsupported("logprobs", "not while streaming: they come from a scoring pass after the answer; "
                            "send stream false")
     if req.stream and len(req.prompts) > 1:
-        raise _bad("stream one prompt at a time (or send the batch with stream false)", "prompt")
+        raise bad_request("stream one prompt at a time (or send the batch with stream false)", "prompt")
     return req
 
 

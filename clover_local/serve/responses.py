@@ -25,8 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from clover_local.serve.protocol import (ApiError, ChatRequest, _bad, _bool, _int, _json_object, _sampling,
-                                         _template_options, _tools, parse_messages)
+from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
+                                         parse_messages, read_sampling, read_tools, template_options)
 from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
@@ -67,13 +67,14 @@ def _refuse_stateful(body: dict) -> None:
     """Fields that need a server that keeps responses, runs them later or stores prompts: a 400 each."""
     for name in ("previous_response_id", "conversation"):
         if body.get(name) is not None:
-            raise _bad(f"'{name}' is not supported: this server keeps no responses or conversations; send the "
-                       "whole conversation in 'input'", name)
+            raise bad_request(f"'{name}' is not supported: this server keeps no responses or conversations; send the "
+                              "whole conversation in 'input'", name)
     if body.get("background"):
-        raise _bad("'background' is not supported: this server answers while the request is open; send "
-                   "background false (or leave it out)", "background")
+        raise bad_request("'background' is not supported: this server answers while the request is open; send "
+                          "background false (or leave it out)", "background")
     if body.get("prompt") is not None:
-        raise _bad("'prompt' (a stored prompt template) is not supported: send 'instructions' and 'input'", "prompt")
+        raise bad_request("'prompt' (a stored prompt template) is not supported: send 'instructions' and 'input'",
+                          "prompt")
 
 
 def _text(content: Any, param: str) -> str:
@@ -81,7 +82,7 @@ def _text(content: Any, param: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _bad(f"{param} must be a string or a list of text parts", param)
+        raise bad_request(f"{param} must be a string or a list of text parts", param)
     texts = []
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
@@ -90,8 +91,8 @@ def _text(content: Any, param: str) -> str:
         elif kind in _TEXT_PARTS and isinstance(part.get("text"), str):
             texts.append(part["text"])
         else:
-            raise _bad(f"{param}[{k}]: only text parts are supported ({', '.join(_TEXT_PARTS)}), got "
-                       f"{kind or type(part).__name__!r}", param)
+            raise bad_request(f"{param}[{k}]: only text parts are supported ({', '.join(_TEXT_PARTS)}), got "
+                              f"{kind or type(part).__name__!r}", param)
     return "".join(texts)
 
 
@@ -107,10 +108,10 @@ def _reasoning_text(item: dict) -> str:
 def _call(item: dict, param: str) -> dict:
     """A past function_call item as a chat tool call (parse_messages checks its arguments)."""
     if not isinstance(item.get("name"), str) or not item["name"]:
-        raise _bad(f"{param} needs a 'name'", param)
+        raise bad_request(f"{param} needs a 'name'", param)
     arguments = item.get("arguments", "")
     if not isinstance(arguments, str):
-        raise _bad(f"{param}.arguments must be a JSON string", param)
+        raise bad_request(f"{param}.arguments must be a JSON string", param)
     return {"id": item.get("call_id") or item.get("id"), "type": "function",
             "function": {"name": item["name"], "arguments": arguments}}
 
@@ -127,23 +128,23 @@ def _assistant(messages: list[dict], reasoning: str | None) -> dict:
 def input_messages(value: Any, instructions: Any = None) -> list[dict]:
     """`input` (and `instructions`) as chat messages in the form parse_messages takes."""
     if instructions is not None and not isinstance(instructions, str):
-        raise _bad("'instructions' must be a string", "instructions")
+        raise bad_request("'instructions' must be a string", "instructions")
     if isinstance(value, str):
         value = [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
-        raise _bad("'input' must be a string or a non-empty list of items (messages, function_call, "
-                   "function_call_output)", "input")
+        raise bad_request("'input' must be a string or a non-empty list of items (messages, function_call, "
+                          "function_call_output)", "input")
     messages: list[dict] = []
     reasoning: str | None = None  # a reasoning item's text, for the assistant turn it precedes
     for i, item in enumerate(value):
         param = f"input[{i}]"
         if not isinstance(item, dict):
-            raise _bad(f"{param} must be an object", param)
+            raise bad_request(f"{param} must be an object", param)
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
-                raise _bad(f"{param}.role must be user, assistant, system or developer, got {role!r}", param)
+                raise bad_request(f"{param}.role must be user, assistant, system or developer, got {role!r}", param)
             text = _text(item.get("content"), f"{param}.content")
             if role == "assistant":
                 turn = _assistant(messages, reasoning)
@@ -157,17 +158,17 @@ def input_messages(value: Any, instructions: Any = None) -> list[dict]:
         elif kind == "function_call_output":
             output = item.get("output")
             if not isinstance(item.get("call_id"), str):
-                raise _bad(f"{param} needs the 'call_id' of the call it answers", param)
+                raise bad_request(f"{param} needs the 'call_id' of the call it answers", param)
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": _text(output, f"{param}.output")})
         elif kind == "reasoning":
             reasoning = _reasoning_text(item)
         elif kind == "item_reference":
-            raise _bad(f"{param}: 'item_reference' is not supported: this server keeps no responses; send the "
-                       "item itself", param)
+            raise bad_request(f"{param}: 'item_reference' is not supported: this server keeps no responses; send the "
+                              "item itself", param)
         else:
-            raise _bad(f"{param}: items of type {kind!r} are not supported (messages, function_call, "
-                       "function_call_output and reasoning are)", param)
+            raise bad_request(f"{param}: items of type {kind!r} are not supported (messages, function_call, "
+                              "function_call_output and reasoning are)", param)
     return _one_system(messages, instructions)
 
 
@@ -185,13 +186,13 @@ def chat_tools(tools: Any) -> list[dict] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
-        raise _bad("'tools' must be a list", "tools")
+        raise bad_request("'tools' must be a list", "tools")
     out = []
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
-            raise _bad(f"tools[{i}] is of type {kind!r}: this server runs function tools only (the model asks, "
-                       "your client runs them); leave built-in tools out", f"tools[{i}]")
+            raise bad_request(f"tools[{i}] is of type {kind!r}: this server runs function tools only (the model asks, "
+                              "your client runs them); leave built-in tools out", f"tools[{i}]")
         function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         out.append({"type": "function", "function": function})
     return out
@@ -203,13 +204,14 @@ def _text_format(body: dict) -> dict | None:
     if text is None:
         return None
     if not isinstance(text, dict):
-        raise _bad("'text' must be an object", "text")
+        raise bad_request("'text' must be an object", "text")
     fmt = text.get("format")
     if fmt is None or not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
         return fmt
     if "schema" not in fmt:
-        raise _bad("'text.format' json_schema needs 'name' and 'schema': {\"type\": \"json_schema\", \"name\": ..., "
-                   "\"schema\": {...}}", "text.format")
+        raise bad_request("'text.format' json_schema needs 'name' and 'schema': {\"type\": \"json_schema\", "
+                          "\"name\": ..., "
+                          "\"schema\": {...}}", "text.format")
     spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
     return {"type": "json_schema", "json_schema": spec}
 
@@ -220,12 +222,12 @@ def _thinking(body: dict) -> bool | None:
     if reasoning is None:
         return None
     if not isinstance(reasoning, dict):
-        raise _bad("'reasoning' must be an object", "reasoning")
+        raise bad_request("'reasoning' must be an object", "reasoning")
     effort = reasoning.get("effort")
     if effort is None:
         return None
     if not isinstance(effort, str):
-        raise _bad("'reasoning.effort' must be a string", "reasoning.effort")
+        raise bad_request("'reasoning.effort' must be a string", "reasoning.effort")
     return effort not in _NO_THINKING
 
 
@@ -233,15 +235,15 @@ def _echo(body: dict, req: ChatRequest) -> dict[str, Any]:
     """The request's fields a response object repeats."""
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
-        raise _bad("'metadata' must be an object", "metadata")
+        raise bad_request("'metadata' must be an object", "metadata")
     truncation = body.get("truncation")
     if truncation not in (None, "disabled", "auto"):
-        raise _bad("'truncation' must be \"disabled\" or \"auto\"", "truncation")
-    _bool(body, "store", True)  # checked only
+        raise bad_request("'truncation' must be \"disabled\" or \"auto\"", "truncation")
+    bool_field(body, "store", True)  # checked only
     text = body.get("text") if isinstance(body.get("text"), dict) else {}
     return {"instructions": body.get("instructions"), "tools": body.get("tools") or [],
             "tool_choice": body.get("tool_choice") or "auto",
-            "parallel_tool_calls": _bool(body, "parallel_tool_calls", True),
+            "parallel_tool_calls": bool_field(body, "parallel_tool_calls", True),
             "temperature": req.temperature, "top_p": req.top_p, "max_output_tokens": body.get("max_output_tokens"),
             "metadata": metadata or {}, "text": {**text, "format": text.get("format") or {"type": "text"}},
             "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
@@ -252,26 +254,27 @@ def _echo(body: dict, req: ChatRequest) -> dict[str, Any]:
 
 def parse_responses_request(raw: bytes) -> ResponsesRequest:
     """A /v1/responses body as the chat request it runs as (a 400 for what cannot be honoured)."""
-    body = _json_object(raw)
+    body = json_body(raw)
     _refuse_stateful(body)
-    max_output = _int(body, "max_output_tokens", 1)
+    max_output = int_field(body, "max_output_tokens", 1)
     shim = {k: body[k] for k in _SAMPLING_FIELDS if k in body}
     shim.update(max_tokens=max_output, response_format=_text_format(body), tools=chat_tools(body.get("tools")),
                 tool_choice=body.get("tool_choice"))
     try:
         req = ChatRequest(messages=parse_messages(input_messages(body.get("input"), body.get("instructions"))),
-                          tools=_tools(shim))
-        _sampling(shim, req)  # (response_format too)
+                          tools=read_tools(shim))
+        read_sampling(shim, req)  # (response_format too)
         mode = req.json_mode
         think = _thinking(body)
         options = {"enable_thinking": None if mode else think, "chat_template_kwargs": body.get("chat_template_kwargs")}
-        req.enable_thinking, req.template_kwargs = _template_options(options, thinking=mode is None)
+        req.enable_thinking, req.template_kwargs = template_options(options, thinking=mode is None)
         if req.tools and mode:
-            raise _bad(f"'text.format' {mode} holds the whole answer to the JSON, so no tool could be called: send "
-                       "one or the other", "text.format")
+            raise bad_request(f"'text.format' {mode} holds the whole answer to the JSON, so no tool could be "
+                              "called: send "
+                              "one or the other", "text.format")
         if mode and req.enable_thinking:
-            raise _bad(f"'text.format' {mode} answers without thinking (the whole answer is the JSON): leave "
-                       "chat_template_kwargs.enable_thinking out", "chat_template_kwargs")
+            raise bad_request(f"'text.format' {mode} answers without thinking (the whole answer is the JSON): leave "
+                              "chat_template_kwargs.enable_thinking out", "chat_template_kwargs")
     except ApiError as err:
         raise responses_error(err) from None
     if req.tools:
