@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from clover_local.serve.anthropic import parse_messages_request
 from clover_local.serve.protocol import ApiError
-from tests.conftest import checkpoint_with_tokenizer
 from tests.inprocess_server import running_server
-from tests.test_serve_tools import TOOL_TEMPLATE, TOOLS, XML_ARGS, XML_CALL, ScriptedDecoder
+from tests.test_serve_tools import TOOLS, XML_ARGS, tool_server  # noqa: F401 (a fixture)
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic client is a test dependency")
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency")
@@ -200,19 +198,6 @@ def test_requests_it_cannot_honour_get_a_400(body, param, words):
     with pytest.raises(ApiError) as err:
         _parse(body)
     assert (err.value.status, err.value.param) == (400, param) and words in err.value.message
-
-
-@pytest.fixture(scope="module")
-def tool_server(tmp_path_factory, tokenizer_dir):
-    from clover_local.loader import load
-
-    torch.set_num_threads(1)
-    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_dir, seed=3)
-    (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)
-    loaded = load(str(folder), "cpu", "float32")
-    with running_server(loaded, "tools", max_tokens=1024, context=4096) as (engine, url):
-        engine.decoder = ScriptedDecoder(loaded.tokenizer, "Let me check.\n" + XML_CALL, engine.decoder.block_size)
-        yield engine, url
 
 
 def test_a_call_comes_back_as_tool_use_and_its_result_goes_back(tool_server):

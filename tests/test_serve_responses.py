@@ -146,7 +146,9 @@ def test_the_token_limit_leaves_the_response_incomplete(client):
 @pytest.mark.parametrize("body, param, words", [
     ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "keeps no responses"),
     ({"input": "hi", "background": True}, "background", "background"),
-    ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]", "'web_search'"),
+    ({"input": "hi", "tools": [{"type": "custom", "name": "apply_patch"}]}, "tools[0]", "'custom'"),
+    ({"input": "hi", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "custom", "name": "x"}]}]},
+     "tools[0]", "only function tools"),
     ({"input": 5}, "input", "'input' must be"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content",
      "only text parts"),
@@ -263,3 +265,42 @@ def test_a_failure_mid_stream_ends_it_with_response_failed(tool_server):
     assert last.response.error.code == "generation_failed" and "fell over" in last.response.error.message
     assert last.response.output[0].content[0].text.startswith("Some text")  # what came before the failure
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+AGENTS = {"type": "namespace", "name": "agents", "description": "Sub-agents.", "tools": [
+    {"type": "function", "name": "close_agent", "parameters": {"type": "object", "properties": {
+        "id": {"type": "integer"}}}}]}
+CLOSE_CALL = ("<tool_call>\n<function=agents.close_agent>\n<parameter=id>\n7\n</parameter>\n</function>\n"
+              "</tool_call>")
+
+
+def test_what_codex_sends_namespaces_and_hosted_tools(tool_server):
+    """Codex sends a `namespace` of function tools and the hosted web_search with every request: the namespace's
+    functions reach the template as `namespace.name` and a call to one comes back as its name with its namespace
+    (and goes back in the same form); web_search, which only OpenAI's servers run, is left out — the model is
+    never told of it — rather than failing the request."""
+    engine, url = tool_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    scripted = engine.decoder.ids
+    engine.decoder.ids = engine.tokenizer.encode(CLOSE_CALL)
+    try:
+        tools = [FLAT_WEATHER, AGENTS, {"type": "web_search", "external_web_access": False}]
+        full = client.responses.create(model="tools", input="close agent 7", tools=tools)
+        events = list(client.responses.create(model="tools", input="close agent 7", tools=tools, stream=True))
+    finally:
+        engine.decoder.ids = scripted
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert '"name": "agents.close_agent"' in prompt and '"name": "get_weather"' in prompt
+    assert "web_search" not in prompt
+    (call,) = full.output
+    assert (call.type, call.name, call.namespace, json.loads(call.arguments)) == (
+        "function_call", "close_agent", "agents", {"id": 7})
+    (done,) = [e.item for e in events if e.type == "response.output_item.done"]
+    assert (done.name, done.namespace) == ("close_agent", "agents")
+    client.responses.create(model="tools", tools=tools, input=[
+        {"role": "user", "content": "close agent 7"},
+        {"type": "function_call", "call_id": call.call_id, "name": "close_agent", "namespace": "agents",
+         "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "closed"}])
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert "<function=agents.close_agent>" in prompt and "<tool_response>\nclosed\n</tool_response>" in prompt

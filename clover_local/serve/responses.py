@@ -5,7 +5,8 @@ and the answer is shaped as a response object or its stream of named events.
 Accepted: `input` (a string, or a list of items: messages with text parts, past `function_call`s — consecutive ones
 one assistant turn — and their `function_call_output`s, `reasoning` items, whose text becomes the next assistant
 turn's reasoning_content), `instructions` (with the input's leading system/developer messages, the one system
-message), function `tools` (`tool_choice` auto or none), `max_output_tokens`, `temperature`, `top_p`, `stream`,
+message), function `tools` and namespaces of them (`tool_choice` auto or none; hosted tools such as web_search
+left out: see `chat_tools`), `max_output_tokens`, `temperature`, `top_p`, `stream`,
 `text.format` (text, json_object, json_schema), `reasoning.effort` ("none"/"minimal": no thinking; any other: the
 model thinks; absent: the model's default. JSON mode answers without thinking whatever the effort: the whole answer
 is the JSON), `metadata`, `parallel_tool_calls`, `user`, `truncation` (echoed), `store` (accepted; the response
@@ -14,7 +15,7 @@ says `store: false`, since nothing is kept); our chat extensions `threshold`, `s
 
 Refused with a 400 rather than ignored, since the answer would not be what was asked for: `previous_response_id`,
 `conversation` and `item_reference` items (this server keeps no responses: send the whole input), `background: true`,
-a stored `prompt`, tools other than functions (web_search, file_search, ...), and input parts other than text.
+a stored `prompt`, `custom` (free-text) tools, and input parts other than text.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _SAMPLING_FIELDS = ("model", "stream", "temperature", "top_p", "threshold", "see
                     "frequency_penalty", "repetition_penalty")
 _NO_THINKING = ("none", "minimal")
 _TEXT_PARTS = ("input_text", "output_text", "text")
+NAMESPACE_SEP = "."  # a namespaced function's name for the template: `namespace.name`
 # a chat error's param, as this route names it
 _PARAMS = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format",
            "enable_thinking": "reasoning.effort"}
@@ -45,6 +47,7 @@ class ResponsesRequest:
 
     chat: ChatRequest
     echo: dict[str, Any] = field(default_factory=dict)
+    namespaces: set[str] = field(default_factory=set)  # tool namespaces: their calls come back named apart
 
 
 def new_id(prefix: str) -> str:
@@ -106,14 +109,16 @@ def _reasoning_text(item: dict) -> str:
 
 
 def _call(item: dict, param: str) -> dict:
-    """A past function_call item as a chat tool call (parse_messages checks its arguments)."""
+    """A past function_call item as a chat tool call (parse_messages checks its arguments); one in a namespace
+    named as its tool is (`namespace.name`)."""
     if not isinstance(item.get("name"), str) or not item["name"]:
         raise bad_request(f"{param} needs a 'name'", param)
     arguments = item.get("arguments", "")
     if not isinstance(arguments, str):
         raise bad_request(f"{param}.arguments must be a JSON string", param)
+    name = item["name"] if not item.get("namespace") else f"{item['namespace']}{NAMESPACE_SEP}{item['name']}"
     return {"id": item.get("call_id") or item.get("id"), "type": "function",
-            "function": {"name": item["name"], "arguments": arguments}}
+            "function": {"name": name, "arguments": arguments}}
 
 
 def _assistant(messages: list[dict], reasoning: str | None) -> dict:
@@ -181,21 +186,43 @@ def _one_system(messages: list[dict], instructions: str | None) -> list[dict]:
     return ([{"role": "system", "content": "\n\n".join(lead)}] if lead else []) + messages
 
 
-def chat_tools(tools: Any) -> list[dict] | None:
-    """Function tools in the chat form the template takes; a 400 naming any other kind."""
+def _function(tool: dict, param: str, namespace: str | None = None) -> dict:
+    """A function tool in the chat form; one inside a namespace named `namespace.name` (the form its calls take)."""
+    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+    if not isinstance(function.get("name"), str) or not function["name"]:
+        raise bad_request(f"{param} needs a 'name'", param)
+    if namespace is not None:
+        function["name"] = f"{namespace}{NAMESPACE_SEP}{function['name']}"
+    return {"type": "function", "function": function}
+
+
+def chat_tools(tools: Any) -> tuple[list[dict] | None, set[str]]:
+    """(The tools in the chat form the template takes, the namespaces among them.)
+
+    Function tools pass; a `namespace` (Codex groups its sub-agent tools in one) becomes its functions, each named
+    `namespace.name`. Hosted tools — web_search, file_search, code_interpreter, mcp … — are run by OpenAI's servers,
+    which this one cannot do: they are left out, so the model never hears of them (Codex sends web_search with every
+    request). A `custom` (free-text) tool is a 400: the model could call it, but not in a form read back here."""
     if tools is None:
-        return None
+        return None, set()
     if not isinstance(tools, list):
         raise bad_request("'tools' must be a list", "tools")
-    out = []
+    out, namespaces = [], set()
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise bad_request(f"tools[{i}] is of type {kind!r}: this server runs function tools only (the model asks, "
-                              "your client runs them); leave built-in tools out", f"tools[{i}]")
-        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
-        out.append({"type": "function", "function": function})
-    return out
+        if kind == "function":
+            out.append(_function(tool, f"tools[{i}]"))
+        elif kind == "namespace" and isinstance(tool.get("name"), str) and isinstance(tool.get("tools"), list):
+            namespaces.add(tool["name"])
+            for k, inner in enumerate(tool["tools"]):
+                if not isinstance(inner, dict) or inner.get("type") != "function":
+                    raise bad_request(f"tools[{i}].tools[{k}]: only function tools are supported in a namespace",
+                                      f"tools[{i}]")
+                out.append(_function(inner, f"tools[{i}].tools[{k}]", tool["name"]))
+        elif kind in ("custom", "namespace", None):
+            raise bad_request(f"tools[{i}] is of type {kind!r}: this server runs function tools (and namespaces of "
+                              "them) only", f"tools[{i}]")
+    return out, namespaces
 
 
 def _text_format(body: dict) -> dict | None:
@@ -258,7 +285,8 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
     _refuse_stateful(body)
     max_output = int_field(body, "max_output_tokens", 1)
     shim = {k: body[k] for k in _SAMPLING_FIELDS if k in body}
-    shim.update(max_tokens=max_output, response_format=_text_format(body), tools=chat_tools(body.get("tools")),
+    tools, namespaces = chat_tools(body.get("tools"))
+    shim.update(max_tokens=max_output, response_format=_text_format(body), tools=tools,
                 tool_choice=body.get("tool_choice"))
     try:
         req = ChatRequest(messages=parse_messages(input_messages(body.get("input"), body.get("instructions"))),
@@ -270,8 +298,7 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
         req.enable_thinking, req.template_kwargs = template_options(options, thinking=mode is None)
         if req.tools and mode:
             raise bad_request(f"'text.format' {mode} holds the whole answer to the JSON, so no tool could be "
-                              "called: send "
-                              "one or the other", "text.format")
+                              "called: send one or the other", "text.format")
         if mode and req.enable_thinking:
             raise bad_request(f"'text.format' {mode} answers without thinking (the whole answer is the JSON): leave "
                               "chat_template_kwargs.enable_thinking out", "chat_template_kwargs")
@@ -279,7 +306,7 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
         raise responses_error(err) from None
     if req.tools:
         req.template_kwargs["tools"] = req.tools
-    return ResponsesRequest(req, _echo(body, req))
+    return ResponsesRequest(req, _echo(body, req), namespaces)
 
 
 # ------------------------------------------------------------------------------------------------ the response
@@ -308,9 +335,12 @@ def message_item(item_id: str, text: str | None, status: str = "completed") -> d
             "content": [] if text is None else [output_text(text)]}
 
 
-def call_item(item_id: str, call: ToolCall, done: bool = True) -> dict:
+def call_item(item_id: str, call: ToolCall, namespaces: set[str], done: bool = True) -> dict:
+    """A function_call item; a call to `namespace.name` as `name` with its `namespace`."""
     arguments = json.dumps(call.arguments, ensure_ascii=False) if done else ""
-    return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name, "arguments": arguments,
+    space, sep, name = call.name.partition(NAMESPACE_SEP)
+    named = {"name": name, "namespace": space} if sep and space in namespaces else {"name": call.name}
+    return {"type": "function_call", "id": item_id, "call_id": call.id, **named, "arguments": arguments,
             "status": "completed" if done else "in_progress"}
 
 
@@ -324,6 +354,7 @@ class ResponseShape:
 
     def __init__(self, req: ResponsesRequest, model: str) -> None:
         self.id, self.created_at, self.model, self.echo = new_id("resp"), int(time.time()), model, req.echo
+        self.namespaces = req.namespaces
 
     def object(self, status: str, output: list[dict], use: dict | None = None, finish_reason: str | None = None,
                error: dict | None = None) -> dict:
@@ -341,7 +372,7 @@ class ResponseShape:
         if said(content):
             output.append(message_item(new_id("msg"), content, "incomplete" if finish_reason == "length" else
                                        "completed"))
-        output += [call_item(new_id("fc"), c) for c in calls]
+        output += [call_item(new_id("fc"), c, self.namespaces) for c in calls]
         return self.object("completed", output, responses_usage(use), finish_reason)
 
 
@@ -439,10 +470,11 @@ class ResponseEvents:
 
     def _call(self, call: ToolCall) -> list[tuple[str, dict]]:
         item_id, index = new_id("fc"), len(self.items)
-        done = call_item(item_id, call)
+        done = call_item(item_id, call, self.shape.namespaces)
         self.items.append(done)
         where = {"item_id": item_id, "output_index": index}
-        return [self._ev("response.output_item.added", output_index=index, item=call_item(item_id, call, False)),
+        opened = call_item(item_id, call, self.shape.namespaces, done=False)
+        return [self._ev("response.output_item.added", output_index=index, item=opened),
                 self._ev("response.function_call_arguments.delta", **where, delta=done["arguments"]),
                 self._ev("response.function_call_arguments.done", **where, arguments=done["arguments"]),
                 self._ev("response.output_item.done", output_index=index, item=done)]
