@@ -108,7 +108,7 @@ def serve(
         signal.signal(signal.SIGTERM, _interrupt)
         bound_host, bound_port = server.server_address[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-        print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
+        print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI- and Anthropic-compatible; Ctrl-C stops)", flush=True)
         if host not in LOOPBACK:
             note = "" if api_key else "; consider --api-key"
             print(f"warning: listening on {host}: reachable from other machines{note}", file=sys.stderr, flush=True)
