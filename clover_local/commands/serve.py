@@ -41,7 +41,8 @@ def serve(
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Most tokens one answer may ask for (also the default)."),
     max_request_mb: float = typer.Option(4.0, "--max-request-mb", help="Largest request body, in MB."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="CLOVER_LOCAL_API_KEY",
-                                          help="Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (advised off loopback)."),
+                                          help="Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (advised "
+                                               "off loopback)."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
@@ -108,7 +109,8 @@ def serve(
         signal.signal(signal.SIGTERM, _interrupt)
         bound_host, bound_port = server.server_address[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-        print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI- and Anthropic-compatible; Ctrl-C stops)", flush=True)
+        print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI- and Anthropic-compatible; Ctrl-C stops)",
+              flush=True)
         if host not in LOOPBACK:
             note = "" if api_key else "; consider --api-key"
             print(f"warning: listening on {host}: reachable from other machines{note}", file=sys.stderr, flush=True)
