@@ -225,32 +225,32 @@ def chat_tools(tools: Any) -> tuple[list[dict] | None, set[str]]:
     return out, namespaces
 
 
+def _member(body: dict, outer: str, inner: str) -> Any:
+    """body[outer][inner] (`text.format`, `reasoning.effort`): None where either is absent, a 400 where `outer` is
+    not an object."""
+    value = body.get(outer)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad_request(f"'{outer}' must be an object", outer)
+    return value.get(inner)
+
+
 def _text_format(body: dict) -> dict | None:
     """`text.format` as chat's `response_format`."""
-    text = body.get("text")
-    if text is None:
-        return None
-    if not isinstance(text, dict):
-        raise bad_request("'text' must be an object", "text")
-    fmt = text.get("format")
+    fmt = _member(body, "text", "format")
     if fmt is None or not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
         return fmt
     if "schema" not in fmt:
         raise bad_request("'text.format' json_schema needs 'name' and 'schema': {\"type\": \"json_schema\", "
-                          "\"name\": ..., "
-                          "\"schema\": {...}}", "text.format")
+                          "\"name\": ..., \"schema\": {...}}", "text.format")
     spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
     return {"type": "json_schema", "json_schema": spec}
 
 
 def _thinking(body: dict) -> bool | None:
     """`reasoning.effort` as enable_thinking: off for none/minimal, on for any other effort, None when absent."""
-    reasoning = body.get("reasoning")
-    if reasoning is None:
-        return None
-    if not isinstance(reasoning, dict):
-        raise bad_request("'reasoning' must be an object", "reasoning")
-    effort = reasoning.get("effort")
+    effort = _member(body, "reasoning", "effort")
     if effort is None:
         return None
     if not isinstance(effort, str):
