@@ -345,7 +345,7 @@ class Handler(BaseHTTPRequestHandler):
     def _complete(self, req: ChatRequest, job: Job) -> None:
         info = self._result(job)
         if info is not None:
-            content, calls = split_tool_calls(info["content"], req.tools) if req.tools else (info["content"], [])
+            content, calls = split_tool_calls(info["content"], req.tools)
             # (logprobs: of the content as the model wrote it, tool-call text included)
             logprobs = None if job.score_top is None else chat_logprobs(
                 self.server.engine.tokenizer, info["answer_ids"], info["content_from"], info["scores"])
@@ -404,15 +404,15 @@ class Handler(BaseHTTPRequestHandler):
         self._start_events()
         self._event(chunk(cid, name, created, {"role": "assistant", "content": ""}))
 
-        calls = ToolCallStream(req.tools) if req.tools else None  # the answer's tool calls, held back
+        calls = ToolCallStream(req.tools)  # the answer's tool calls, held back
 
         def delta(dr: str, dc: str) -> list:
-            dc = calls.feed(dc) if calls else dc
+            dc = calls.feed(dc)
             return ([chunk(cid, name, created, {"reasoning_content": dr})] if dr else []) + (
                 [chunk(cid, name, created, {"content": dc})] if dc else [])
 
         def done(info: dict) -> list:
-            rest, found = calls.finish() if calls else ("", [])
+            rest, found = calls.finish()
             events = [chunk(cid, name, created, {"content": rest})] if rest else []
             if found:
                 events.append(chunk(cid, name, created, {"tool_calls": [c.to_api(k) for k, c in enumerate(found)]}))
@@ -438,21 +438,21 @@ class Handler(BaseHTTPRequestHandler):
                 return
             info = self._result(job)
             if info is not None:
-                content, calls = split_tool_calls(info["content"], req.tools) if req.tools else (info["content"], [])
+                content, calls = split_tool_calls(info["content"], req.tools)
                 self._send_json(200, anthropic.message(mid, name, info, content, calls))
 
     def _stream_message(self, req: ChatRequest, job: Job, mid: str) -> None:
         stream = anthropic.MessageStream(mid, self.server.model_name, len(job.prompt_ids))
-        calls = ToolCallStream(req.tools) if req.tools else None  # the answer's tool calls, held back
+        calls = ToolCallStream(req.tools)  # the answer's tool calls, held back
         self._start_events()
         name, payload = stream.start()
         self._event(payload, name)
 
         def delta(dr: str, dc: str) -> list:
-            return stream.delta(dr, calls.feed(dc) if calls else dc)
+            return stream.delta(dr, calls.feed(dc))
 
         def done(info: dict) -> list:
-            rest, found = calls.finish() if calls else ("", [])
+            rest, found = calls.finish()
             return stream.finish(info, rest, found)
 
         self._relay(job, delta, done, on_error=anthropic.stream_error, last=None)
@@ -482,20 +482,20 @@ class Handler(BaseHTTPRequestHandler):
             if not req.chat.stream:
                 info = self._result(job)
                 if info is not None:
-                    content, calls = split_tool_calls(info["content"], tools) if tools else (info["content"], [])
+                    content, calls = split_tool_calls(info["content"], tools)
                     self._send_json(200, shape.complete(info["reasoning"], content, calls, info["finish_reason"],
                                                         _usage(info)))
                 return
-            events, held = ResponseEvents(shape), ToolCallStream(tools) if tools else None
+            events, held = ResponseEvents(shape), ToolCallStream(tools)
             self._start_events()
             for name, payload in events.start():
                 self._event(payload, name)
 
             def delta(dr: str, dc: str) -> list:
-                return events.delta(dr, held.feed(dc) if held else dc)
+                return events.delta(dr, held.feed(dc))
 
             def done(info: dict) -> list:
-                rest, calls = held.finish() if held else ("", [])
+                rest, calls = held.finish()
                 return events.done(rest, calls, info["finish_reason"], _usage(info))
 
             self._relay(job, delta, done, events.failed, last=None)

@@ -93,10 +93,13 @@ def _call(block: str, tools: list[dict]) -> ToolCall | None:
     return ToolCall(data["name"], arguments) if isinstance(arguments, dict) else None
 
 
-def split_tool_calls(content: str, tools: list[dict]) -> tuple[str, list[ToolCall]]:
+def split_tool_calls(content: str, tools: list[dict] | None) -> tuple[str, list[ToolCall]]:
     """(the content without its tool calls, the calls in order). Blocks that are not calls stay in the content,
-    and so does whatever was written around the calls, whitespace included."""
+    and so does whatever was written around the calls, whitespace included. Without tools nothing is read out:
+    the model was told of none, so a `<tool_call>` it writes is text."""
     calls: list[ToolCall] = []
+    if not tools:
+        return content, calls
     kept: list[str] = []
     last = 0
     for m in _CALL.finditer(content):
@@ -113,15 +116,18 @@ def split_tool_calls(content: str, tools: list[dict]) -> tuple[str, list[ToolCal
 class ToolCallStream:
     """A streamed answer's content with its tool calls held back: text before the first `<tool_call>` goes out as
     it comes (less what may be the start of one), everything from there on waits for the end, when `finish` reads
-    the calls out of it. The streamed pieces add up to `split_tool_calls`' content."""
+    the calls out of it. The streamed pieces add up to `split_tool_calls`' content. Without tools, text passes
+    straight through."""
 
-    def __init__(self, tools: list[dict]) -> None:
+    def __init__(self, tools: list[dict] | None) -> None:
         self.tools = tools
         self.sent = ""
         self.held = ""
         self.opened = False
 
     def feed(self, text: str) -> str:
+        if not self.tools:
+            return text
         if self.opened:
             self.held += text
             return ""
