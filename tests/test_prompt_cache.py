@@ -500,3 +500,60 @@ def test_a_stop_inside_a_layer_by_layer_pass_abandons_it(offloaded, monkeypatch)
     assert len(rt.records) == before and pc.saved_tokens == 0 and not rt.cache.layer_major
     monkeypatch.setattr(rt, "run_experts", real)
     assert decode(offloaded, prompt).token_ids == whole.token_ids
+
+
+# ---------------------------------------------------------------------------------------------- parked prefixes
+
+
+@pytest.mark.parametrize("model", ["loaded", "offloaded"])
+def test_a_prefix_displaced_by_another_prompt_is_parked_and_resumed(model, request):
+    """Conversation A, then a request of another (B) takes the cache over, then A's next turn: with room to park,
+    A's prefix comes back from host memory and its answer equals a fresh decode's; without (park_bytes 0), A's next
+    turn reads its whole prompt again. Plain caches and the runtime's arena alike."""
+    loaded = request.getfixturevalue(model)
+    a, b, more = ids(loaded, 21, 40), ids(loaded, 19, 41), ids(loaded, 11, 42)
+    for park, reused in ((1 << 30, 16), (0, 0)):
+        pc = PromptCache(park_bytes=park)
+        one = decode(loaded, a, pc)
+        decode(loaded, b, pc)  # another conversation in between
+        again = a + one.token_ids + more
+        two = decode(loaded, again, pc)
+        assert two.stats.reused_tokens == reused
+        assert pc.stats.parked == (2 if park else 0) and pc.stats.parked_hits == (1 if park else 0)
+        assert (pc.parked_bytes > 0) == bool(park)  # B's, parked in its turn when A's came back
+        assert two.token_ids == decode(loaded, again).token_ids
+
+
+def test_parked_prefixes_are_bounded_oldest_first_and_the_longest_match_wins(loaded):
+    a, b, c = ids(loaded, 17, 43), ids(loaded, 17, 44), ids(loaded, 17, 45)
+    probe = PromptCache(park_bytes=1 << 30)
+    decode(loaded, a, probe, n=4)
+    decode(loaded, b, probe, n=4)
+    one = probe.parked_bytes  # one 16-token prefix parked
+    assert one > 0 and probe.stats.parked == 1
+    pc = PromptCache(park_bytes=2 * one)  # room for two
+    for p in (a, b, c, a[:9]):
+        decode(loaded, p, pc, n=4)  # a, b parked as c comes; c parked as a[:9] (one block: 8) comes, a dropped
+    assert pc.stats.parked == 3 and pc.parked_bytes == 2 * one
+    assert decode(loaded, a + [1], pc, n=4).stats.reused_tokens == 8  # a's 16 were dropped: only a[:8] is left
+    assert decode(loaded, b + [1], pc, n=4).stats.reused_tokens == 16  # b's, parked, still there
+    longest = PromptCache(park_bytes=1 << 30)
+    for p in (a[:9], c, a + a, b):
+        decode(loaded, p, longest, n=4)  # parked: a[:8], c[:16], (a + a)[:32]
+    assert decode(loaded, a + a + [1], longest, n=4).stats.reused_tokens == 32
+
+
+def test_a_failed_generation_keeps_what_was_parked(loaded, monkeypatch):
+    a, b = ids(loaded, 21, 46), ids(loaded, 21, 47)
+    pc = PromptCache(park_bytes=1 << 30)
+    decode(loaded, a, pc)
+    real = loaded.model.forward
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(loaded.model, "forward", boom)
+    with pytest.raises(RuntimeError):
+        decode(loaded, b, pc)  # a was parked as b came, then b failed: clear() drops only the live one
+    monkeypatch.setattr(loaded.model, "forward", real)
+    assert decode(loaded, a + [1], pc).stats.reused_tokens == 16

@@ -282,3 +282,26 @@ def test_a_head_request_finds_the_server(tiny_server):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(urllib.request.Request(url + "/nothing", method="HEAD"), timeout=10)
     assert err.value.code == 404
+
+
+def test_a_side_request_does_not_cost_the_conversation_its_prefill(tiny_server):
+    """Claude Code's pattern: its conversation, a side request with another prompt, the conversation's next turn.
+    The side request parks the conversation's saved prefix in host memory; the next turn resumes from it (that a
+    resumed answer equals a fresh one: test_prompt_cache.py)."""
+    from clover_local.serve.engine import Engine
+
+    engine, url = tiny_server
+    client = _client(url)
+    system = "You are a small model. Answer the user briefly and do not think for long. " * 3  # > one block
+    talk = [{"role": "user", "content": "hello"}]
+    first = client.messages.create(model="tiny", max_tokens=24, system=system, messages=talk,
+                                   thinking={"type": "disabled"})
+    client.messages.create(model="tiny", max_tokens=4, messages=[{"role": "user", "content": "what is your name?"}],
+                           thinking={"type": "disabled"})
+    before = engine.health()["prompt_cache"]
+    talk += [{"role": "assistant", "content": first.content[0].text}, {"role": "user", "content": "thanks"}]
+    second = client.messages.create(model="tiny", max_tokens=24, system=system, messages=talk,
+                                    thinking={"type": "disabled"})
+    after = engine.health()["prompt_cache"]
+    assert after["parked_hits"] - before["parked_hits"] == 1 and second.usage.cache_read_input_tokens >= 32
+    assert Engine.__init__.__defaults__[-1] > 0  # served with parking on by default

@@ -12,8 +12,10 @@ exit would drop the last reference to the model while the interpreter finalizes,
 when a tensor's release wants the GIL back then ("terminate called without an active exception").
 
 The worker keeps one PromptCache: consecutive requests of one conversation re-send its history, so a request
-whose prompt starts with the last one's saved prefix (token ids compared) prefills only the rest. Requests of
-other conversations in between simply miss (and take the saved slot over).
+whose prompt starts with the last one's saved prefix (token ids compared) prefills only the rest. A request of
+another conversation in between takes the cache over, and the saved prefix is parked in host memory (up to
+`park_bytes`, oldest dropped first), so the conversation's next request resumes from there all the same: agents
+interleave side requests with their main conversation.
 """
 
 from __future__ import annotations
@@ -50,15 +52,20 @@ class Job:
     started: threading.Event = field(default_factory=threading.Event)
 
 
+# Host memory for conversations parked while another's request runs (generate/prompt_cache.py): at 35B, a
+# 20K-token prompt (Claude Code's system prompt and tools alone) parks in about 0.5 GiB.
+DEFAULT_PARK_BYTES = 2 << 30
+
+
 class Engine:
-    def __init__(self, loaded: Any, max_queue: int = 32) -> None:
+    def __init__(self, loaded: Any, max_queue: int = 32, park_bytes: int = DEFAULT_PARK_BYTES) -> None:
         from clover_local.generate.block_diffusion import BlockDiffusionDecoder
         from clover_local.generate.prompt_cache import PromptCache
 
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         self.decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
-        self.prompt_cache = PromptCache()  # the worker's alone
+        self.prompt_cache = PromptCache(park_bytes=park_bytes)  # the worker's alone
         self.scored: Scored | None = None  # the scores of the prompt prefix a scoring request saved in it
         self.max_queue = max_queue
         self.waiting: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
