@@ -305,3 +305,29 @@ def test_a_side_request_does_not_cost_the_conversation_its_prefill(tiny_server):
     after = engine.health()["prompt_cache"]
     assert after["parked_hits"] - before["parked_hits"] == 1 and second.usage.cache_read_input_tokens >= 32
     assert Engine.__init__.__defaults__[-1] > 0  # served with parking on by default
+
+
+def test_the_blocks_are_the_same_streamed_or_not():
+    """`message` and `MessageStream` shape one answer alike, for every mix of thinking, text and calls."""
+    from clover_local.serve.anthropic import MessageStream, message
+    from clover_local.serve.tools import ToolCall
+
+    call = ToolCall("get_weather", {"city": "Oslo"}, "call_1")
+    for reasoning in ("", "hmm"):
+        for content in ("", "Sure."):
+            for calls in ([], [call]):
+                info = {"reasoning": reasoning, "finish_reason": "stop", "stop_sequence": None, "cached_tokens": 0,
+                        "prompt_tokens": 5, "completion_tokens": 3, "stats": {}}
+                whole = message("msg_1", "m", info, content, calls)["content"]
+                stream = MessageStream("msg_1", "m", 5)
+                events = stream.delta(reasoning, "") + stream.finish(info, content, calls)
+                blocks = [e["content_block"] for name, e in events if name == "content_block_start"]
+                for name, e in events:
+                    if name == "content_block_delta":
+                        block, delta = blocks[e["index"]], e["delta"]
+                        key = {"thinking_delta": "thinking", "text_delta": "text"}.get(delta["type"])
+                        if key:
+                            block[key] += delta[key]
+                        else:
+                            block["input"] = json.loads(delta["partial_json"])
+                assert blocks == whole, (reasoning, content, calls)

@@ -258,7 +258,7 @@ def message(mid: str, model: str, info: dict, content: str, calls: list[ToolCall
     blocks: list[dict] = []
     if info["reasoning"]:
         blocks.append({"type": "thinking", "thinking": info["reasoning"], "signature": ""})
-    if content or not calls:
+    if content or not (blocks or calls):  # an empty answer still has its (empty) text block, as streamed
         blocks.append({"type": "text", "text": content})
     blocks += [{**_tool_use(c), "input": c.arguments} for c in calls]
     reason, sequence = stop_reason(info, calls)
