@@ -53,7 +53,8 @@ class Job:
 
 
 # Host memory for conversations parked while another's request runs (generate/prompt_cache.py): at 35B, a
-# 20K-token prompt (Claude Code's system prompt and tools alone) parks in about 0.5 GiB.
+# 20K-token prompt parks in about 0.5 GiB (Claude Code 2.1.197's first request, its system prompt and tools, is
+# 78 KB of JSON: on the order of 20K tokens).
 DEFAULT_PARK_BYTES = 2 << 30
 
 
