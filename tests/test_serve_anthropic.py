@@ -285,7 +285,8 @@ def test_a_head_request_finds_the_server(tiny_server):
 
 
 def test_a_side_request_does_not_cost_the_conversation_its_prefill(tiny_server):
-    """Claude Code's pattern: its conversation, a side request with another prompt, the conversation's next turn.
+    """An agent's pattern: its conversation, a request with another prompt (a sub-agent's, a side question), the
+    conversation's next turn.
     The side request parks the conversation's saved prefix in host memory; the next turn resumes from it (that a
     resumed answer equals a fresh one: test_prompt_cache.py)."""
     from clover_local.serve.engine import Engine

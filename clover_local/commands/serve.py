@@ -47,8 +47,8 @@ def serve(
     park_prompts: str = typer.Option(
         "2GB", "--park-prompts", metavar="SIZE",
         help="Host RAM for conversations set aside while another's request runs: the next request of one resumes "
-             "its prompt's prefill instead of reading it again (agents such as Claude Code send side requests "
-             "between their turns). At 35B a 20K-token prompt takes about 0.5 GB. 0 turns it off."),
+             "its prompt's prefill instead of reading it again (an agent's sub-agents and side questions come "
+             "between its turns). At 35B a 20K-token prompt takes about 0.5 GB. 0 turns it off."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),

@@ -15,7 +15,7 @@ The worker keeps one PromptCache: consecutive requests of one conversation re-se
 whose prompt starts with the last one's saved prefix (token ids compared) prefills only the rest. A request of
 another conversation in between takes the cache over, and the saved prefix is parked in host memory (up to
 `park_bytes`, oldest dropped first), so the conversation's next request resumes from there all the same: agents
-interleave side requests with their main conversation.
+interleave sub-agents' and side requests with their main conversation.
 """
 
 from __future__ import annotations
