@@ -20,11 +20,10 @@ One live sequence: a PromptCache belongs to one front end's single decoding loop
 Parked prefixes (`park_bytes` > 0, the server's): a request of another conversation takes the cache over, which
 would lose the saved prefix — and agents interleave such requests (a sub-agent's turns between the main
 conversation's, a side question such as a title with a prompt of its own), so the main conversation's next turn
-would read its whole prompt again (tens of thousands of tokens: seconds to tens of seconds on a 16 GB card). Before that, the saved prefix is
-parked: its keys/values up to the save point, its GDN snapshot and last-row logits copied to host memory (at 35B,
-20 KiB a token plus ~62 MiB: ≈ 0.5 GiB for a 20K-token prompt, a few tens of ms each way). A later prompt that
-starts with a parked prefix gets a fresh cache with them copied back in. The oldest parked prefixes go first
-once their bytes pass `park_bytes`.
+would read its whole prompt (often tens of thousands of tokens) again. Before that, the saved prefix is parked:
+its keys/values up to the save point, its GDN snapshot and last-row logits copied to host memory (at 35B, 20 KiB
+a token plus ~62 MiB: ≈ 0.5 GiB for a 20K-token prompt). A later prompt that starts with a parked prefix gets a
+fresh cache with them copied back in. The oldest parked prefixes go first once their bytes pass `park_bytes`.
 """
 
 from __future__ import annotations
