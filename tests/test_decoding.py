@@ -511,7 +511,8 @@ def test_a_snapshot_point_before_the_reused_prefix_saves_at_the_reused_prefix(lo
     assert two.token_ids == scratch.token_ids
     three = list(dec.generate(second, settings, reuse=pc))[-1]  # and the saved prefix still resumes
     assert three.stats.reused_tokens == 24 and three.token_ids == scratch.token_ids
-    assert pc.stats.to_dict() == {"lookups": 3, "hits": 2, "reused_tokens": 48, "last_reused": 24}
+    assert pc.stats.to_dict() == {"lookups": 3, "hits": 2, "parked_hits": 0, "parked": 0, "reused_tokens": 48,
+                                  "last_reused": 24}
 
 
 @pytest.mark.parametrize("at", [0, 23])
