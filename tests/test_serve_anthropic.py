@@ -305,6 +305,7 @@ def test_a_side_request_does_not_cost_the_conversation_its_prefill(tiny_server):
                                     thinking={"type": "disabled"})
     after = engine.health()["prompt_cache"]
     assert after["parked_hits"] - before["parked_hits"] == 1 and second.usage.cache_read_input_tokens >= 32
+    assert before["parked_bytes"] > 0  # the conversation, parked while the side question ran
     assert Engine.__init__.__defaults__[-1] > 0  # served with parking on by default
 
 

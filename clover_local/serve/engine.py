@@ -103,7 +103,7 @@ class Engine:
                 "passes": self.passes,
                 "tokens": self.tokens,
                 "uptime_seconds": round(time.time() - self.started, 1),
-                "prompt_cache": self.prompt_cache.stats.to_dict(),
+                "prompt_cache": {**self.prompt_cache.stats.to_dict(), "parked_bytes": self.prompt_cache.parked_bytes},
                 "runtime": runtime,
             }
 
