@@ -144,3 +144,20 @@ def run_cli(args: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+@pytest.fixture(scope="module")
+def tool_server(tmp_path_factory, tokenizer_dir):
+    """(engine, url) of a server whose chat template reads tools and whose decoder is scripted to answer
+    "Let me check." and a get_weather call (test_serve_tools.py's), for every wire format's tool-call tests."""
+    from clover_local.loader import load
+    from tests.inprocess_server import running_server
+    from tests.test_serve_tools import TOOL_TEMPLATE, XML_CALL, ScriptedDecoder
+
+    torch.set_num_threads(1)
+    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_dir, seed=3)
+    (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)
+    loaded = load(str(folder), "cpu", "float32")
+    with running_server(loaded, "tools", max_tokens=1024, context=4096) as (engine, url):
+        engine.decoder = ScriptedDecoder(loaded.tokenizer, "Let me check.\n" + XML_CALL, engine.decoder.block_size)
+        yield engine, url

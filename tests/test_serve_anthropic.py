@@ -12,7 +12,7 @@ import pytest
 from clover_local.serve.anthropic import parse_messages_request
 from clover_local.serve.protocol import ApiError
 from tests.inprocess_server import running_server
-from tests.test_serve_tools import TOOLS, XML_ARGS, tool_server  # noqa: F401 (a fixture)
+from tests.test_serve_tools import TOOLS, XML_ARGS
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic client is a test dependency")
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency")

@@ -16,7 +16,7 @@ from clover_local.errors import CloverError
 from clover_local.serve.protocol import ApiError
 from clover_local.serve.responses import parse_responses_request
 from tests.inprocess_server import running_server
-from tests.test_serve_tools import WEATHER, XML_ARGS, ScriptedDecoder, tool_server  # noqa: F401 (a fixture)
+from tests.test_serve_tools import WEATHER, XML_ARGS, ScriptedDecoder
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
 

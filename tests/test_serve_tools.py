@@ -12,11 +12,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-import torch
 
 from clover_local.generate.events import BlockCommitted, DecodeStats, Finished
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
-from tests.conftest import checkpoint_with_tokenizer
 from tests.inprocess_server import running_server
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency (pip install -e '.[test]')")
@@ -223,19 +221,6 @@ class ScriptedDecoder:
         for b in range(0, len(ids), 32):
             yield BlockCommitted(b // 32, ids[b:b + 32], 1)
         yield Finished(ids, DecodeStats(tokens=len(ids), passes=1, stop_reason="stop"))
-
-
-@pytest.fixture(scope="module")
-def tool_server(tmp_path_factory, tokenizer_dir):
-    from clover_local.loader import load
-
-    torch.set_num_threads(1)
-    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_dir, seed=3)
-    (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)
-    loaded = load(str(folder), "cpu", "float32")
-    with running_server(loaded, "tools", max_tokens=1024, context=4096) as (engine, url):
-        engine.decoder = ScriptedDecoder(loaded.tokenizer, "Let me check.\n" + XML_CALL, engine.decoder.block_size)
-        yield engine, url
 
 
 def test_a_call_comes_back_as_tool_calls_streamed_or_not(tool_server):

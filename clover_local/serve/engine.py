@@ -199,6 +199,9 @@ class Engine:
                 # the streamed pieces, joined: a plain answer is cut where a streamed one is
                 "reasoning_tokens": turn.reasoning_tokens, "reasoning": turn.reasoning, "content": stop.text,
                 "stop_sequence": stop.matched,
+                # of `seconds`, the time reading a long prompt took before the answer's passes (0 for a prompt read
+                # in the answer's first pass, which is not timed apart)
+                "prefill_seconds": round(stats.prefill_seconds, 4),
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
         if job.score_top is not None and not job.raw:

@@ -5,7 +5,8 @@ the chat template (or, for /v1/completions, takes the prompt as it is) and token
 Engine and relays its output: one JSON body, or Server-Sent Events over chunked transfer encoding. While it
 waits it watches its socket; a client that hung up cancels its job (the worker stops between passes).
 /tokenize, /detokenize and /tokenizer_info (vLLM's) answer in the handler's thread, without the queue.
-/v1/responses (OpenAI's Responses API) runs as the chat request it reads as (serve/responses.py).
+/v1/responses (OpenAI's Responses API) runs as the chat request it reads as (serve/responses.py); Ollama's /api/chat
+and /api/generate as the chat or completion request they read as (serve/ollama.py), streamed as newline-delimited JSON.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterator
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import answer_constraint
-from clover_local.serve import anthropic
+from clover_local.serve import anthropic, ollama
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.responses import ResponseEvents, ResponseShape, parse_responses_request, responses_error
@@ -115,6 +116,7 @@ class Handler(BaseHTTPRequestHandler):
     server: CloverHTTPServer
     # how an error reads on the route being answered (OpenAI's shape unless a route sets its own)
     error_body: Callable[[ApiError], dict] = staticmethod(ApiError.body)
+    ndjson = False  # the stream being written is newline-delimited JSON (Ollama's), not server-sent events
 
     # ------------------------------------------------------------------ plumbing
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
@@ -191,8 +193,15 @@ class Handler(BaseHTTPRequestHandler):
             return None
 
     # ------------------------------------------------------------------ routes
+    def _error_shape(self, path: str) -> None:
+        """How errors read on `path`: Anthropic's and Ollama's routes have their own shapes (a keep-alive
+        connection's handler answers request after request, so it is set each time)."""
+        self.error_body = (anthropic.error_body if path.startswith("/v1/messages") else
+                           ollama.error_body if path.startswith("/api/") else ApiError.body)
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0].rstrip("/")
+        self._error_shape(path)
         if path in ("/health", "/v1/health"):
             if not self._has_key():
                 self._send_json(200, {"status": "ok"})  # liveness for anyone; the server's figures need the key
@@ -213,6 +222,15 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, model)
         elif path == "/tokenizer_info":
             self._send_json(200, self._tokenizer_info())
+        elif path == "/api/tags":
+            self._send_json(200, {"models": [ollama.model_entry(self.server.engine.loaded, name)]})
+        elif path == "/api/ps":
+            self._send_json(200, {"models": [ollama.running_entry(self.server.engine.loaded, name,
+                                                                  self.server.limits.context)]})
+        elif path == "/api/version":
+            from clover_local import __version__
+
+            self._send_json(200, {"version": __version__})
         else:
             self._error(ApiError(404, f"no route GET {path}", code="not_found"))
 
@@ -221,10 +239,9 @@ class Handler(BaseHTTPRequestHandler):
         routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
                   "/v1/messages": self._messages, "/v1/messages/count_tokens": self._count_tokens,
                   "/v1/responses": self._responses, "/tokenize": self._tokenize,
-                  "/detokenize": self._detokenize}
-        # Anthropic's routes answer errors in Anthropic's shape (a keep-alive connection's handler answers request
-        # after request, so it is set each time)
-        self.error_body = anthropic.error_body if path.startswith("/v1/messages") else ApiError.body
+                  "/detokenize": self._detokenize, "/api/chat": self._ollama_chat,
+                  "/api/generate": self._ollama_generate, "/api/show": self._ollama_show}
+        self._error_shape(path)
         if path not in routes:
             self._error(ApiError(404, f"no route POST {path}; this server has {', '.join(routes)}",
                                  code="not_found"), close=True)
@@ -358,14 +375,20 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _event(self, obj: Any, name: str | None = None) -> None:
-        """One server-sent event; `name` is its `event:` line (Anthropic's and the Responses API's streams)."""
+        """One server-sent event; `name` is its `event:` line (Anthropic's and the Responses API's streams). In an
+        NDJSON stream (Ollama's), one line of JSON."""
         payload = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
+        if self.ndjson:
+            self._write_chunk(f"{payload}\n".encode("utf-8"))
+            return
         head = f"event: {name}\n" if name else ""
         self._write_chunk(f"{head}data: {payload}\n\n".encode("utf-8"))
 
-    def _start_events(self) -> None:
+    def _start_events(self, ndjson: bool = False) -> None:
+        """A streamed answer's headers: server-sent events, or (`ndjson`) newline-delimited JSON."""
+        self.ndjson = ndjson
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Type", "application/x-ndjson" if ndjson else "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("X-Accel-Buffering", "no")
@@ -499,6 +522,54 @@ class Handler(BaseHTTPRequestHandler):
                 return events.done(rest, calls, info["finish_reason"], _usage(info))
 
             self._relay(job, delta, done, events.failed, last=None)
+
+    # ------------------------------------------------------------------ Ollama's API
+    def _ollama_chat(self, raw: bytes) -> None:
+        self._ollama(raw, ollama.parse_chat, chat=True)
+
+    def _ollama_generate(self, raw: bytes) -> None:
+        self._ollama(raw, ollama.parse_generate, chat=False)
+
+    def _ollama(self, raw: bytes, parse: Callable[[bytes], ChatRequest | CompletionRequest | None], chat: bool
+                ) -> None:
+        """/api/chat and /api/generate: the chat (or, raw, the completion) job they read as (serve/ollama.py),
+        answered as one object or as NDJSON."""
+        started = time.perf_counter()
+        try:
+            req = parse(raw)
+            if req is None:  # nothing to answer: Ollama's "load the model", and it is loaded
+                name = ollama.requested_model(raw) or ollama.tag(self.server.model_name)
+                self._send_json(200, ollama.Answer(chat, name, started).loaded())
+                return
+            is_chat = isinstance(req, ChatRequest)
+            job = self._job(req) if is_chat else self._completion_job(req, 0, req.prompts[0])
+            self.server.engine.submit(job)
+        except ApiError as err:
+            self._error(err)
+            return
+        tools = req.tools if is_chat else None
+        answer = ollama.Answer(chat, req.model or ollama.tag(self.server.model_name), started)
+        with self._relaying(job):
+            if not req.stream:
+                info = self._result(job)
+                if info is not None:
+                    self._send_json(200, answer.whole(info, *split_tool_calls(info["content"], tools)))
+                return
+            held = ToolCallStream(tools)
+            self._start_events(ndjson=True)
+
+            def delta(dr: str, dc: str) -> list:
+                return answer.delta(dr, held.feed(dc))
+
+            def done(info: dict) -> list:
+                return answer.end(info, *held.finish())
+
+            self._relay(job, delta, done, ollama.stream_error, last=None)
+
+    def _ollama_show(self, raw: bytes) -> None:
+        """/api/show: the served model, whatever name was asked for (one model is served, as on the other routes)."""
+        loaded = self.server.engine.loaded
+        self._send_json(200, ollama.show(loaded, self.server.model_name, self.server.limits.context))
 
     # ------------------------------------------------------------------ text completions
     def _completions(self, raw: bytes) -> None:

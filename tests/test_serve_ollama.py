@@ -1,0 +1,229 @@
+"""Ollama's native API on `serve` (/api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version), through
+the official `ollama` client: the same answers as the OpenAI routes for the same request (streamed as NDJSON or
+not), Ollama's final figures, JSON formats, tool calls read out of a scripted answer and a tool's result rendered
+back, the refusals in Ollama's error shape, and the model routes."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from clover_local.errors import CloverError
+from clover_local.generate.events import BlockCommitted
+from tests.inprocess_server import running_server
+from tests.test_serve_tools import TOOLS, XML_ARGS
+
+ollama = pytest.importorskip("ollama", reason="the ollama client is a test dependency")
+openai = pytest.importorskip("openai", reason="the openai client is a test dependency")
+
+SYSTEM = "Be brief."
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny):
+    with running_server(tiny, "tiny", max_tokens=48, context=1024) as served:
+        yield served
+
+
+def _openai(url: str):
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def _post(url: str, path: str, body: dict, headers: dict | None = None) -> tuple[int, str, bytes]:
+    """(status, content type, body) of a raw POST (what the client hides: the framing, the error body)."""
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read()
+
+
+def test_chat_answers_what_the_chat_route_answers_streamed_or_not(tiny_server):
+    """Greedy, the same conversation answers the same on /api/chat as on /v1/chat/completions, thinking on and
+    off; the NDJSON stream's pieces add up to the whole answer and its last object carries the usage's counts."""
+    _, url = tiny_server
+    chat, client = _openai(url), ollama.Client(host=url)
+    for prompt, think in (("reverse a b c d", False), ("hello", True)):  # (the tiny model thinks on "hello")
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+        ref = chat.chat.completions.create(model="tiny", messages=messages, extra_body={"enable_thinking": think})
+        ref_msg = ref.choices[0].message
+        reasoning = ref_msg.model_extra.get("reasoning_content")
+        assert bool(reasoning) == think
+        r = client.chat(model="tiny", messages=messages, think=think)
+        assert (r.message.content, r.message.thinking) == (ref_msg.content, reasoning)
+        assert r.done and r.done_reason == ref.choices[0].finish_reason
+        assert (r.prompt_eval_count, r.eval_count) == (ref.usage.prompt_tokens, ref.usage.completion_tokens)
+        assert r.total_duration >= r.eval_duration > 0 and r.load_duration == 0
+
+        parts = list(client.chat(model="tiny", messages=messages, think=think, stream=True))
+        assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True] and len(parts) > 1
+        assert "".join(p.message.content or "" for p in parts) == ref_msg.content
+        assert "".join(p.message.thinking or "" for p in parts) == (reasoning or "")
+        last = parts[-1]
+        assert (last.done_reason, last.prompt_eval_count, last.eval_count) == (
+            r.done_reason, r.prompt_eval_count, r.eval_count)
+    # "high" is thinking on; the answer is the one asked with think true
+    effort = client.chat(model="tiny", messages=[{"role": "user", "content": "hello"}], think="high")
+    assert effort.message.thinking and effort.message == client.chat(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], think=True).message
+
+
+def test_the_stream_is_newline_delimited_json(tiny_server):
+    _, url = tiny_server
+    status, kind, body = _post(url, "/api/chat", {"model": "other", "messages": [{"role": "user", "content": "hi"}]})
+    lines = body.decode().splitlines()
+    assert status == 200 and kind == "application/x-ndjson" and len(lines) > 1  # streamed: Ollama's default
+    objects = [json.loads(line) for line in lines]
+    assert objects[-1]["done"] is True and not any(o["done"] for o in objects[:-1])
+    assert {o["model"] for o in objects} == {"other"}  # answered under the name asked for, as Ollama does
+
+
+def test_generate_raw_is_a_completion_and_templated_is_a_chat(tiny_server):
+    _, url = tiny_server
+    chat, client = _openai(url), ollama.Client(host=url)
+    prompt = "<|im_start|>user\nreverse a b c d<|im_end|>\n<|im_start|>assistant\n"
+    ref = chat.completions.create(model="tiny", prompt=prompt, max_tokens=24).choices[0]
+    raw = client.generate(model="tiny", prompt=prompt, raw=True, options={"num_predict": 24})
+    assert raw.response == ref.text and raw.response and raw.done_reason == ref.finish_reason
+    streamed = list(client.generate(model="tiny", prompt=prompt, raw=True, options={"num_predict": 24}, stream=True))
+    assert "".join(p.response for p in streamed) == ref.text and streamed[-1].done
+
+    ref_chat = chat.chat.completions.create(model="tiny", messages=[
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]).choices[0].message
+    templated = client.generate(model="tiny", system=SYSTEM, prompt="hello")
+    assert (templated.response, templated.thinking) == (ref_chat.content, ref_chat.model_extra["reasoning_content"])
+
+
+def test_json_formats_hold_the_answer(tiny_server):
+    _, url = tiny_server
+    client = ollama.Client(host=url)
+    messages = [{"role": "user", "content": "is 2 > 1?"}]
+    r = client.chat(model="tiny", messages=messages, format="json")
+    assert isinstance(json.loads(r.message.content), dict) and not r.message.thinking
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],
+              "additionalProperties": False}
+    r = client.chat(model="tiny", messages=messages, format=schema)
+    assert json.loads(r.message.content)["answer"] in ("yes", "no")
+    g = client.generate(model="tiny", prompt="is 2 > 1?", format=schema)
+    assert json.loads(g.response)["answer"] in ("yes", "no")
+
+
+def test_options_num_predict_stop_and_load_requests(tiny_server):
+    _, url = tiny_server
+    client = ollama.Client(host=url)
+    messages = [{"role": "user", "content": "reverse a b c d"}]
+    whole = client.chat(model="tiny", messages=messages, think=False, options={"num_predict": -1, "num_ctx": 8192})
+    assert whole.done_reason == "stop" and len(whole.message.content) > 2
+    short = client.chat(model="tiny", messages=messages, think=False, options={"num_predict": 1})
+    assert short.done_reason == "length" and short.eval_count == 1
+    stop = whole.message.content[1:3]
+    cut = client.chat(model="tiny", messages=messages, think=False, options={"stop": [stop]}, keep_alive="5m")
+    assert cut.message.content == whole.message.content[:1]
+    # greedy, top_k changes nothing, so it is taken
+    assert client.chat(model="tiny", messages=messages, think=False, options={"top_k": 5}).message == whole.message
+    loaded = client.generate(model="tiny")  # Ollama's way to load a model: nothing to answer
+    assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+
+
+@pytest.mark.parametrize("call, named", [
+    (dict(route="generate", prompt="hi", images=["AAAA"]), "images"),
+    (dict(route="generate", prompt="hi", suffix="end"), "suffix"),
+    (dict(route="generate", prompt="hi", context=[1, 2, 3]), "context"),
+    (dict(route="generate", prompt="hi", options={"temperature": 0.7, "top_k": 5}), "top_k"),
+    (dict(route="chat", messages=[{"role": "user", "content": "hi", "images": ["AAAA"]}]), "images"),
+    (dict(route="chat", messages=[{"role": "user", "content": "hi"}], options={"mirostat": 2}), "mirostat"),
+    (dict(route="chat", messages=[{"role": "user", "content": "hi"}], format="json", think=True), "think"),
+], ids=["images", "suffix", "context", "top_k", "message-images", "mirostat", "format-and-think"])
+def test_refusals_are_ollama_errors(tiny_server, call, named):
+    _, url = tiny_server
+    client = ollama.Client(host=url)
+    route = call.pop("route")
+    with pytest.raises(ollama.ResponseError) as err:
+        getattr(client, route)(model="tiny", **call)
+    assert err.value.status_code == 400 and (f"'{named}" in err.value.error or f".{named}'" in err.value.error)
+
+
+def test_model_routes(tiny_server, tiny):
+    _, url = tiny_server
+    client = ollama.Client(host=url)
+    (listed,) = client.list().models
+    assert listed.model == "tiny:latest" and listed.size > 0 and len(listed.digest) == 64
+    assert (listed.details.format, listed.details.family) == ("safetensors", "clover")
+    shown = client.show("tiny")
+    assert shown.template == tiny.tokenizer.chat_template and shown.capabilities == ["completion", "thinking"]
+    assert shown.modelinfo["clover.context_length"] == 1024
+    (running,) = client.ps().models
+    assert running.model == "tiny:latest" and running.context_length == 1024
+    with urllib.request.urlopen(url + "/api/version", timeout=30) as r:
+        from clover_local import __version__
+
+        assert json.load(r) == {"version": __version__}
+    status, _, body = _post(url, "/api/nothing", {})
+    assert status == 404 and set(json.loads(body)) == {"error"}
+
+
+def test_an_api_key_guards_the_api_routes(tiny):
+    with running_server(tiny, "keyed", max_tokens=8, context=256, api_key="s3cret") as (_, url):
+        with pytest.raises(ollama.ResponseError) as err:
+            ollama.Client(host=url).list()
+        assert err.value.status_code == 401 and "API key" in err.value.error
+        keyed = ollama.Client(host=url, headers={"Authorization": "Bearer s3cret"})
+        assert keyed.list().models[0].model == "keyed:latest"
+        assert keyed.chat(model="keyed", messages=[{"role": "user", "content": "hi"}]).done
+
+
+def test_tool_calls_come_back_and_results_are_rendered(tool_server):
+    engine, url = tool_server
+    client = ollama.Client(host=url)
+    messages = [{"role": "user", "content": "Weather in SF?"}]
+    r = client.chat(model="tools", messages=messages, tools=TOOLS)
+    (call,) = r.message.tool_calls
+    assert (call.function.name, dict(call.function.arguments)) == ("get_weather", XML_ARGS)
+    assert r.message.content == "Let me check.\n" and r.done_reason == "stop"
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert '"name": "get_weather"' in prompt  # the model was told of the tool
+
+    parts = list(client.chat(model="tools", messages=messages, tools=TOOLS, stream=True))
+    assert "".join(p.message.content or "" for p in parts) == "Let me check.\n"
+    with_calls = [k for k, p in enumerate(parts) if p.message.tool_calls]
+    assert with_calls == [len(parts) - 2] and parts[-1].done  # in the last message before done
+    assert dict(parts[with_calls[0]].message.tool_calls[0].function.arguments) == XML_ARGS
+
+    client.chat(model="tools", tools=TOOLS, messages=messages + [
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather",
+                                                                            "arguments": {"city": "San Francisco"}}}]},
+        {"role": "tool", "tool_name": "get_weather", "content": "18 C and foggy"}])
+    prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert "<tool_response>\n18 C and foggy\n</tool_response>" in prompt
+    assert "<parameter=city>\nSan Francisco\n</parameter>" in prompt
+
+
+class FailingDecoder:
+    """Writes one block, then fails as a generation that ran out of its runtime's room does."""
+
+    def __init__(self, tokenizer, block_size: int) -> None:
+        self.ids, self.block_size = tokenizer.encode("Let me"), block_size
+
+    def generate(self, prompt_ids, settings, reuse=None, snapshot_at=None):
+        yield BlockCommitted(0, self.ids, 1)
+        raise CloverError("the runtime's context is full")
+
+
+def test_an_error_mid_stream_is_a_last_error_line(tool_server):
+    engine, url = tool_server
+    scripted, engine.decoder = engine.decoder, FailingDecoder(engine.tokenizer, engine.decoder.block_size)
+    try:
+        status, _, body = _post(url, "/api/chat", {"messages": [{"role": "user", "content": "hi"}]})
+        with pytest.raises(ollama.ResponseError) as err:
+            list(ollama.Client(host=url).chat(model="tools", messages=[{"role": "user", "content": "hi"}],
+                                              stream=True))
+    finally:
+        engine.decoder = scripted
+    *pieces, last = [json.loads(line) for line in body.decode().splitlines()]
+    assert status == 200 and "".join(p["message"]["content"] for p in pieces) == "Let me"
+    assert set(last) == {"error"} and "context is full" in last["error"] and "context is full" in err.value.error
