@@ -279,6 +279,8 @@ def test_a_head_request_finds_the_server(tiny_server):
     _, url = tiny_server
     with urllib.request.urlopen(urllib.request.Request(url + "/", method="HEAD"), timeout=10) as r:
         assert r.status == 200 and r.read() == b""
+    with urllib.request.urlopen(url + "/", timeout=10) as r:  # and GET / (Ollama's clients) in plain text
+        assert r.status == 200 and r.read() == b"clover-local is running"
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(urllib.request.Request(url + "/nothing", method="HEAD"), timeout=10)
     assert err.value.code == 404

@@ -202,6 +202,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0].rstrip("/")
         self._error_shape(path)
+        if path == "":  # a reachability probe (Ollama's clients expect it to answer in plain text), key or not
+            data = b"clover-local is running"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if path in ("/health", "/v1/health"):
             if not self._has_key():
                 self._send_json(200, {"status": "ok"})  # liveness for anyone; the server's figures need the key
