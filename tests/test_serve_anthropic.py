@@ -186,7 +186,7 @@ USER = [{"role": "user", "content": "x"}]
     ({"messages": USER + [{"role": "assistant", "content": "The answer is"}]}, "messages", "prefill"),
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "user, assistant or system"),
     ({"messages": USER, "thinking": {"type": "maybe"}}, "thinking", "enabled"),
-    ({"messages": USER, "stop_sequences": "END"}, "stop_sequences", "list"),
+    ({"messages": USER, "stop_sequences": ["END", ""]}, "stop_sequences", "non-empty strings"),
     ({"messages": USER, "output_config": {"format": {"type": "json_schema", "schema": {"pattern": "a+"}}}},
      "output_config", "pattern"),
     ({"messages": USER, "output_format": {"type": "json_schema", "schema": {"type": "string"}},

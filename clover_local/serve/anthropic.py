@@ -35,8 +35,8 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import compile_schema
-from clover_local.serve.protocol import (MAX_STOPS, ApiError, ChatRequest, bad_request, bool_field, int_field,
-                                         json_body, number_field, read_tools)
+from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
+                                         number_field, read_tools, stop_field)
 from clover_local.serve.tools import ToolCall
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
@@ -208,12 +208,7 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     req.stream = bool_field(body, "stream", False)
     req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
-    stops = body.get("stop_sequences")
-    if stops is not None:
-        if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
-            raise bad_request(f"'stop_sequences' must be a list of up to {MAX_STOPS} non-empty strings",
-                              "stop_sequences")
-        req.stop = stops
+    req.stop = stop_field(body, "stop_sequences") or []
     req.json_schema = _output_schema(body)
     req.enable_thinking = _thinking(body, default=req.json_schema is None)
     if req.json_schema is not None and req.enable_thinking:

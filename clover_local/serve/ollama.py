@@ -41,9 +41,9 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
-from clover_local.generate.sampling import Penalties
-from clover_local.serve.protocol import (MAX_STOPS, ApiError, ChatRequest, CompletionRequest, bad_request,
-                                         int_field, json_body, number_field, parse_messages, read_tools)
+from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, bad_request, int_field, json_body,
+                                         number_field, parse_messages, penalties_field, read_tools, seed_field,
+                                         stop_field)
 from clover_local.serve.tools import ToolCall
 
 # Ollama's options that only tell it how to load or run the model: `serve` fixed all of that at start
@@ -78,25 +78,12 @@ def _options(body: dict, req: ChatRequest | CompletionRequest) -> None:
         raise bad_request("'options' must be an object", "options")
     req.temperature = number_field(opts, "temperature", 0.0, 2.0, 0.0)
     req.top_p = number_field(opts, "top_p", 0.0, 1.0, 1.0, low_open=True)
-    penalties = {"presence": ("presence_penalty", -2.0, 2.0, 0.0, False),
-                 "frequency": ("frequency_penalty", -2.0, 2.0, 0.0, False),
-                 "repetition": ("repeat_penalty", 0.0, 10.0, 1.0, True)}
-    req.penalties = Penalties(**{k: number_field(opts, name, lo, hi, off, low_open)
-                                 for k, (name, lo, hi, off, low_open) in penalties.items()})
-    seed = opts.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise bad_request("'options.seed' must be an integer", "options")
-    req.seed = seed
+    req.penalties = penalties_field(opts, {"repetition_penalty": "repeat_penalty"})
+    req.seed = seed_field(opts)
     predict = opts.get("num_predict")
     req.max_tokens = None if predict in (None, -1, -2) else int_field(opts, "num_predict", 1)
     req.max_tokens_ceiling = True  # a cap, as Ollama takes it: cut to what the server and the context allow
-    stop = opts.get("stop")
-    if isinstance(stop, str):
-        stop = [stop]
-    if stop is not None:
-        if not isinstance(stop, list) or len(stop) > MAX_STOPS or not all(isinstance(s, str) and s for s in stop):
-            raise bad_request(f"'options.stop' must be a list of up to {MAX_STOPS} non-empty strings", "options")
-        req.stop = stop
+    req.stop = stop_field(opts) or []
     _check_unimplemented(opts, req.temperature)
 
 

@@ -114,9 +114,32 @@ def number_field(body: dict, name: str, low: float, high: float, default: float,
     return float(value)
 
 
-def _penalty(body: dict, name: str) -> float:
-    r = PENALTY_RANGES[name]
-    return number_field(body, name, r.low, r.high, r.off, r.low_open)
+def penalties_field(body: dict, names: dict[str, str] | None = None) -> Penalties:
+    """The three penalties, each checked against its range; `names` maps ours (presence_penalty, ...) to the
+    fields a wire format sends them as (Ollama's repeat_penalty)."""
+    values = {}
+    for ours, r in PENALTY_RANGES.items():
+        name = (names or {}).get(ours, ours)
+        values[ours.removesuffix("_penalty")] = number_field(body, name, r.low, r.high, r.off, r.low_open)
+    return Penalties(**values)
+
+
+def seed_field(body: dict, name: str = "seed") -> int | None:
+    seed = body.get(name)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise bad_request(f"'{name}' must be an integer", name)
+    return seed
+
+
+def stop_field(body: dict, name: str = "stop") -> list[str] | None:
+    """Stop strings: a string or a list of up to MAX_STOPS non-empty ones (None when absent)."""
+    stop = body.get(name)
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and (not isinstance(stop, list) or len(stop) > MAX_STOPS
+                             or not all(isinstance(s, str) and s for s in stop)):
+        raise bad_request(f"'{name}' must be a string or a list of up to {MAX_STOPS} non-empty strings", name)
+    return stop
 
 
 def int_field(body: dict, name: str, minimum: int) -> int | None:
@@ -307,22 +330,13 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.threshold = number_field(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
-    req.penalties = Penalties(**{name.removesuffix("_penalty"): _penalty(body, name) for name in PENALTY_RANGES})
+    req.penalties = penalties_field(body)
     req.json_object, req.json_schema = _response_format(body)
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise bad_request("'seed' must be an integer", "seed")
-    req.seed = seed
+    req.seed = seed_field(body)
     n = body.get("n")
     if n not in (None, 1):
         raise bad_request("only n=1 is supported", "n")
-    stop = body.get("stop")
-    if isinstance(stop, str):
-        stop = [stop]
-    if stop is not None:
-        if not isinstance(stop, list) or len(stop) > MAX_STOPS or not all(isinstance(s, str) and s for s in stop):
-            raise bad_request(f"'stop' must be a string or a list of up to {MAX_STOPS} non-empty strings", "stop")
-        req.stop = stop
+    req.stop = stop_field(body) or req.stop
 
 
 def template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str, Any]]:
