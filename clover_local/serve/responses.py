@@ -202,7 +202,8 @@ def chat_tools(tools: Any) -> tuple[list[dict] | None, set[str]]:
     Function tools pass; a `namespace` (Codex groups its sub-agent tools in one) becomes its functions, each named
     `namespace.name`. Hosted tools — web_search, file_search, code_interpreter, mcp … — are run by OpenAI's
     servers, which this one cannot do: they are left out, so the model never hears of them (Codex sends web_search
-    with every request). A `custom` (free-text) tool is a 400: the model could call it, but not in a form read back here."""
+    with every request). A `custom` (free-text) tool is a 400: the model could call it, but not in a form read
+    back here."""
     if tools is None:
         return None, set()
     if not isinstance(tools, list):
