@@ -312,8 +312,8 @@ def test_a_side_request_does_not_cost_the_conversation_its_prefill(tiny_server):
 
 
 def test_the_blocks_are_the_same_streamed_or_not():
-    """`message` and `MessageStream` shape one answer alike, for every mix of thinking, text and calls."""
-    from clover_local.serve.anthropic import MessageStream, message
+    """`MessageAnswer` shapes one answer alike whole and streamed, for every mix of thinking, text and calls."""
+    from clover_local.serve.anthropic import MessageAnswer
     from clover_local.serve.tools import ToolCall
 
     call = ToolCall("get_weather", {"city": "Oslo"}, "call_1")
@@ -322,9 +322,9 @@ def test_the_blocks_are_the_same_streamed_or_not():
             for calls in ([], [call]):
                 info = {"reasoning": reasoning, "finish_reason": "stop", "stop_sequence": None, "cached_tokens": 0,
                         "prompt_tokens": 5, "completion_tokens": 3, "stats": {}}
-                whole = message("msg_1", "m", info, content, calls)["content"]
-                stream = MessageStream("msg_1", "m", 5)
-                events = stream.delta(reasoning, "") + stream.finish(info, content, calls)
+                whole = MessageAnswer("m", 5).whole(info, content, calls)["content"]
+                stream = MessageAnswer("m", 5)
+                events = stream.start() + stream.delta(reasoning, "") + stream.end(info, content, calls)
                 blocks = [e["content_block"] for name, e in events if name == "content_block_start"]
                 for name, e in events:
                     if name == "content_block_delta":

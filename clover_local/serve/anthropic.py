@@ -248,33 +248,36 @@ def stop_reason(info: dict, calls: list[ToolCall]) -> tuple[str, str | None]:
     return ("stop_sequence", info["stop_sequence"]) if info.get("stop_sequence") else ("end_turn", None)
 
 
-def message(mid: str, model: str, info: dict, content: str, calls: list[ToolCall]) -> dict:
-    """A whole (non-streamed) answer."""
-    blocks: list[dict] = []
-    if info["reasoning"]:
-        blocks.append({"type": "thinking", "thinking": info["reasoning"], "signature": ""})
-    if content or not (blocks or calls):  # an empty answer still has its (empty) text block, as streamed
-        blocks.append({"type": "text", "text": content})
-    blocks += [{**_tool_use(c), "input": c.arguments} for c in calls]
-    reason, sequence = stop_reason(info, calls)
-    return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": blocks,
-            "stop_reason": reason, "stop_sequence": sequence, "usage": usage(info)}
+class MessageAnswer:
+    """An answer in Anthropic's shape (`Handler._answer` runs it): one message, or its stream events — one content
+    block open at a time (thinking, then text), each opened when its first delta comes and closed when the other
+    kind starts or the answer ends, the tool_use blocks at the end."""
 
+    ndjson = False  # server-sent events
+    last = None  # the stream ends with its own message_stop
+    error = staticmethod(lambda err: [("error", error_body(err))])
 
-class MessageStream:
-    """An answer's deltas as Anthropic's stream events: one content block open at a time (thinking, then text),
-    each opened when its first delta comes and closed when the other kind starts or the answer ends."""
-
-    def __init__(self, mid: str, model: str, prompt_tokens: int) -> None:
-        self.mid, self.model, self.prompt_tokens = mid, model, prompt_tokens
+    def __init__(self, model: str, prompt_tokens: int) -> None:
+        self.mid, self.model, self.prompt_tokens = message_id(), model, prompt_tokens
         self.index = -1
         self.open: str | None = None  # "thinking" or "text"
 
-    def start(self) -> tuple[str, dict]:
-        return ("message_start", {"type": "message_start", "message": {
+    def whole(self, info: dict, content: str, calls: list[ToolCall]) -> dict:
+        blocks: list[dict] = []
+        if info["reasoning"]:
+            blocks.append({"type": "thinking", "thinking": info["reasoning"], "signature": ""})
+        if content or not (blocks or calls):  # an empty answer still has its (empty) text block, as streamed
+            blocks.append({"type": "text", "text": content})
+        blocks += [{**_tool_use(c), "input": c.arguments} for c in calls]
+        reason, sequence = stop_reason(info, calls)
+        return {"id": self.mid, "type": "message", "role": "assistant", "model": self.model, "content": blocks,
+                "stop_reason": reason, "stop_sequence": sequence, "usage": usage(info)}
+
+    def start(self) -> list[tuple[str, dict]]:
+        return [("message_start", {"type": "message_start", "message": {
             "id": self.mid, "type": "message", "role": "assistant", "model": self.model, "content": [],
             "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 0}}})
+            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 0}}})]
 
     def _switch(self, kind: str | None) -> list[tuple[str, dict]]:
         events = []
@@ -301,7 +304,7 @@ class MessageStream:
             events += self._switch("text") + [self._delta({"type": "text_delta", "text": content})]
         return events
 
-    def finish(self, info: dict, rest: str, calls: list[ToolCall]) -> list[tuple[str, dict]]:
+    def end(self, info: dict, rest: str, calls: list[ToolCall]) -> list[tuple[str, dict]]:
         """The last text, the tool_use blocks, the stop reason and usage, message_stop."""
         events = self.delta("", rest)
         if not calls and self.index < 0:  # an empty answer still has its (empty) text block
@@ -319,8 +322,3 @@ class MessageStream:
                                             "delta": {"stop_reason": reason, "stop_sequence": sequence},
                                             "usage": usage(info)}),
                          ("message_stop", {"type": "message_stop"})]
-
-
-def stream_error(err: ApiError) -> list[tuple[str, dict]]:
-    return [("error", error_body(err))]
-

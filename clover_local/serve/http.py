@@ -30,12 +30,12 @@ from clover_local.generate.json_schema import answer_constraint
 from clover_local.serve import anthropic, ollama
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
-from clover_local.serve.responses import ResponseEvents, ResponseShape, parse_responses_request, responses_error
-from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, Sampling, chat_logprobs, check_ids,
-                                         chunk, completion, completion_id, late_system_as_user, legacy_logprobs,
-                                         parse_chat_request, parse_completion_request, parse_detokenize_request,
-                                         parse_tokenize_request,
-                                         text_choice, text_chunk, text_completion, usage)
+from clover_local.serve.responses import ResponseAnswer, parse_responses_request, responses_error
+from clover_local.serve.protocol import (AnswerShape, ApiError, ChatAnswer, ChatRequest, CompletionRequest, Sampling,
+                                         answer_usage, chat_logprobs, check_ids, completion_id, late_system_as_user,
+                                         legacy_logprobs, parse_chat_request, parse_completion_request,
+                                         parse_detokenize_request, parse_tokenize_request, text_choice, text_chunk,
+                                         text_completion)
 
 
 @dataclass
@@ -283,11 +283,10 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             self._error(err)
             return
-        with self._relaying(job):
-            if req.stream:
-                self._stream(req, job)
-            else:
-                self._complete(req, job)
+        tok = self.server.engine.tokenizer
+        logprobs = (lambda info: None) if job.score_top is None else (
+            lambda info: chat_logprobs(tok, info["answer_ids"], info["content_from"], info["scores"]))
+        self._answer(job, ChatAnswer(self.server.model_name, req.include_usage, logprobs), req.stream, req.tools)
 
     def _settings(self, req: Sampling, prompt_tokens: int, what: str):
         """DecodeSettings for one answer to a prompt of `prompt_tokens` tokens (400 when it cannot fit)."""
@@ -367,17 +366,6 @@ class Handler(BaseHTTPRequestHandler):
             if item[0] == "cancelled":
                 raise ClientGone
 
-    def _complete(self, req: ChatRequest, job: Job) -> None:
-        info = self._result(job)
-        if info is not None:
-            content, calls = split_tool_calls(info["content"], req.tools)
-            # (logprobs: of the content as the model wrote it, tool-call text included)
-            logprobs = None if job.score_top is None else chat_logprobs(
-                self.server.engine.tokenizer, info["answer_ids"], info["content_from"], info["scores"])
-            self._send_json(200, completion(completion_id(), self.server.model_name, content, info["reasoning"],
-                                            info["finish_reason"], _usage(info), [c.to_api() for c in calls],
-                                            logprobs))
-
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
@@ -391,6 +379,12 @@ class Handler(BaseHTTPRequestHandler):
             return
         head = f"event: {name}\n" if name else ""
         self._write_chunk(f"{head}data: {payload}\n\n".encode("utf-8"))
+
+    def _send_events(self, events: list) -> None:
+        """Events as the shapes give them: each a payload, or (event name, payload)."""
+        for event in events:
+            name, payload = event if isinstance(event, tuple) else (None, event)
+            self._event(payload, name)
 
     def _start_events(self, ndjson: bool = False) -> None:
         """A streamed answer's headers: server-sent events, or (`ndjson`) newline-delimited JSON."""
@@ -408,11 +402,7 @@ class Handler(BaseHTTPRequestHandler):
         the error's: by default the route's error body), then `last` (OpenAI's [DONE]; None for streams that end
         with an event of their own). An event is a payload, or (event name, payload)."""
 
-        def send(events: list) -> None:
-            for event in events:
-                name, payload = event if isinstance(event, tuple) else (None, event)
-                self._event(payload, name)
-
+        send = self._send_events
         while True:
             item = self._next(job)
             kind = item[0]
@@ -430,27 +420,21 @@ class Handler(BaseHTTPRequestHandler):
             self._event(last)
         self._write_chunk(b"")
 
-    def _stream(self, req: ChatRequest, job: Job) -> None:
-        name, cid, created = self.server.model_name, completion_id(), int(time.time())
-        self._start_events()
-        self._event(chunk(cid, name, created, {"role": "assistant", "content": ""}))
-
-        calls = ToolCallStream(req.tools)  # the answer's tool calls, held back
-
-        def delta(dr: str, dc: str) -> list:
-            dc = calls.feed(dc)
-            return ([chunk(cid, name, created, {"reasoning_content": dr})] if dr else []) + (
-                [chunk(cid, name, created, {"content": dc})] if dc else [])
-
-        def done(info: dict) -> list:
-            rest, found = calls.finish()
-            events = [chunk(cid, name, created, {"content": rest})] if rest else []
-            if found:
-                events.append(chunk(cid, name, created, {"tool_calls": [c.to_api(k) for k, c in enumerate(found)]}))
-            events.append(chunk(cid, name, created, {}, "tool_calls" if found else info["finish_reason"]))
-            return events + ([chunk(cid, name, created, None, use=_usage(info))] if req.include_usage else [])
-
-        self._relay(job, delta, done)
+    def _answer(self, job: Job, shape: AnswerShape, stream: bool, tools: list[dict] | None) -> None:
+        """A submitted job's answer in one wire format's shape (protocol.ChatAnswer, anthropic.MessageAnswer,
+        responses.ResponseAnswer, ollama.Answer): one body, or a stream whose tool calls are held back to its end
+        (serve/tools.py) — the same for every route."""
+        with self._relaying(job):
+            if not stream:
+                info = self._result(job)
+                if info is not None:
+                    self._send_json(200, shape.whole(info, *split_tool_calls(info["content"], tools)))
+                return
+            held = ToolCallStream(tools)
+            self._start_events(shape.ndjson)
+            self._send_events(shape.start())
+            self._relay(job, lambda dr, dc: shape.delta(dr, held.feed(dc)),
+                        lambda info: shape.end(info, *held.finish()), shape.error, shape.last)
 
     # ------------------------------------------------------------------ Anthropic's messages
     def _messages(self, raw: bytes) -> None:
@@ -462,31 +446,8 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             self._error(err)
             return
-        mid, name = anthropic.message_id(), self.server.model_name
-        with self._relaying(job):
-            if req.stream:
-                self._stream_message(req, job, mid)
-                return
-            info = self._result(job)
-            if info is not None:
-                content, calls = split_tool_calls(info["content"], req.tools)
-                self._send_json(200, anthropic.message(mid, name, info, content, calls))
-
-    def _stream_message(self, req: ChatRequest, job: Job, mid: str) -> None:
-        stream = anthropic.MessageStream(mid, self.server.model_name, len(job.prompt_ids))
-        calls = ToolCallStream(req.tools)  # the answer's tool calls, held back
-        self._start_events()
-        name, payload = stream.start()
-        self._event(payload, name)
-
-        def delta(dr: str, dc: str) -> list:
-            return stream.delta(dr, calls.feed(dc))
-
-        def done(info: dict) -> list:
-            rest, found = calls.finish()
-            return stream.finish(info, rest, found)
-
-        self._relay(job, delta, done, on_error=anthropic.stream_error, last=None)
+        shape = anthropic.MessageAnswer(self.server.model_name, len(job.prompt_ids))
+        self._answer(job, shape, req.stream, req.tools)
 
     def _count_tokens(self, raw: bytes) -> None:
         """/v1/messages/count_tokens: the prompt's tokens as the model would read it (Claude Code sizes its
@@ -508,28 +469,7 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             self._error(responses_error(err))
             return
-        tools, shape = req.chat.tools, ResponseShape(req, self.server.model_name)
-        with self._relaying(job):
-            if not req.chat.stream:
-                info = self._result(job)
-                if info is not None:
-                    content, calls = split_tool_calls(info["content"], tools)
-                    self._send_json(200, shape.complete(info["reasoning"], content, calls, info["finish_reason"],
-                                                        _usage(info)))
-                return
-            events, held = ResponseEvents(shape), ToolCallStream(tools)
-            self._start_events()
-            for name, payload in events.start():
-                self._event(payload, name)
-
-            def delta(dr: str, dc: str) -> list:
-                return events.delta(dr, held.feed(dc))
-
-            def done(info: dict) -> list:
-                rest, calls = held.finish()
-                return events.done(rest, calls, info["finish_reason"], _usage(info))
-
-            self._relay(job, delta, done, events.failed, last=None)
+        self._answer(job, ResponseAnswer(req, self.server.model_name), req.chat.stream, req.chat.tools)
 
     # ------------------------------------------------------------------ Ollama's API
     def _ollama_chat(self, raw: bytes) -> None:
@@ -555,24 +495,8 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             self._error(err)
             return
-        tools = req.tools if is_chat else None
         answer = ollama.Answer(chat, req.model or ollama.tag(self.server.model_name), started)
-        with self._relaying(job):
-            if not req.stream:
-                info = self._result(job)
-                if info is not None:
-                    self._send_json(200, answer.whole(info, *split_tool_calls(info["content"], tools)))
-                return
-            held = ToolCallStream(tools)
-            self._start_events(ndjson=True)
-
-            def delta(dr: str, dc: str) -> list:
-                return answer.delta(dr, held.feed(dc))
-
-            def done(info: dict) -> list:
-                return answer.end(info, *held.finish())
-
-            self._relay(job, delta, done, ollama.stream_error, last=None)
+        self._answer(job, answer, req.stream, req.tools if is_chat else None)
 
     def _ollama_show(self, raw: bytes) -> None:
         """/api/show: the served model, whatever name was asked for (one model is served, as on the other routes)."""
@@ -606,7 +530,7 @@ class Handler(BaseHTTPRequestHandler):
         choices = [text_choice(i, (job.prompt_text if req.echo else "") + info["content"], info["finish_reason"],
                                self._logprobs(req, job, info)) for i, (job, info) in enumerate(zip(jobs, infos))]
         self._send_json(200, text_completion(completion_id("cmpl"), self.server.model_name, choices,
-                                             _usage(*infos)))
+                                             answer_usage(*infos)))
 
     def _completion_job(self, req: CompletionRequest, i: int, prompt: str | list[int]) -> Job:
         engine = self.server.engine
@@ -635,7 +559,7 @@ class Handler(BaseHTTPRequestHandler):
 
         def done(info: dict) -> list:
             return [text_chunk(cid, name, created, text_choice(0, "", info["finish_reason"]))] + (
-                [text_chunk(cid, name, created, None, use=_usage(info))] if req.include_usage else [])
+                [text_chunk(cid, name, created, None, use=answer_usage(info))] if req.include_usage else [])
 
         self._relay(job, delta, done)
 
@@ -675,19 +599,6 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._send_json(200, {"prompt": self.server.engine.tokenizer.decode(ids)})
 
-
-def _usage(*infos: dict) -> dict:
-    """Usage of one answer, or the sum over a batch's (block-diffusion figures recomputed from the sums)."""
-    if len(infos) == 1:
-        i = infos[0]
-        return usage(i["prompt_tokens"], i["completion_tokens"], i["reasoning_tokens"], i["stats"], i["cached_tokens"])
-    total = {k: sum(i[k] for i in infos) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens",
-                                                   "cached_tokens")}
-    passes, seconds = sum(i["stats"]["passes"] for i in infos), sum(i["stats"]["seconds"] for i in infos)
-    tokens = total["completion_tokens"]
-    stats = {"passes": passes, "tokens_per_pass": round(tokens / passes, 4) if passes else 0.0,
-             "seconds": round(seconds, 4), "tokens_per_second": round(tokens / seconds, 3) if seconds else 0.0}
-    return usage(total["prompt_tokens"], tokens, total["reasoning_tokens"], stats, total["cached_tokens"])
 
 def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits, what: str = "messages",
                       ceiling: bool = False) -> int:

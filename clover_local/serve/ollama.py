@@ -241,10 +241,18 @@ def _tool_call(call: ToolCall, index: int) -> dict:
 
 
 class Answer:
-    """The objects of one answer, for /api/chat (`message`) or /api/generate (`response`)."""
+    """The objects of one answer, for /api/chat (`message`) or /api/generate (`response`), in Ollama's shape
+    (`Handler._answer` runs it): one object, or newline-delimited JSON."""
+
+    ndjson = True
+    last = None  # the stream ends with its own done object
+    error = staticmethod(stream_error)
 
     def __init__(self, chat: bool, model: str, started: float) -> None:
         self.chat, self.model, self.started = chat, model, started
+
+    def start(self) -> list[dict]:
+        return []
 
     def piece(self, reasoning: str, content: str, calls: list[ToolCall] | None = None) -> dict:
         """One object, not done: a delta's text (or, unstreamed, the whole answer's)."""

@@ -31,11 +31,12 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
 from clover_local.generate.sampling import PENALTY_RANGES, Penalties
+from clover_local.serve.tools import ToolCall
 
 
 class ApiError(Exception):
@@ -507,6 +508,20 @@ def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, sta
     }
 
 
+def answer_usage(*infos: dict) -> dict:
+    """Usage of one answer, or the sum over a batch's (block-diffusion figures recomputed from the sums)."""
+    if len(infos) == 1:
+        i = infos[0]
+        return usage(i["prompt_tokens"], i["completion_tokens"], i["reasoning_tokens"], i["stats"], i["cached_tokens"])
+    total = {k: sum(i[k] for i in infos) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens",
+                                                   "cached_tokens")}
+    passes, seconds = sum(i["stats"]["passes"] for i in infos), sum(i["stats"]["seconds"] for i in infos)
+    tokens = total["completion_tokens"]
+    stats = {"passes": passes, "tokens_per_pass": round(tokens / passes, 4) if passes else 0.0,
+             "seconds": round(seconds, 4), "tokens_per_second": round(tokens / seconds, 3) if seconds else 0.0}
+    return usage(total["prompt_tokens"], tokens, total["reasoning_tokens"], stats, total["cached_tokens"])
+
+
 def completion(cid: str, model: str, content: str, reasoning: str | None, finish_reason: str, use: dict,
                tool_calls: list[dict] | None = None, logprobs: dict | None = None) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning or None}
@@ -528,6 +543,65 @@ def chunk(cid: str, model: str, created: int, delta: dict | None, finish_reason:
     if use is not None:
         out["usage"] = use
     return out
+
+
+class AnswerShape(Protocol):
+    """How one wire format shapes an answer (`Handler._answer` runs it): whole, or as a stream's events — each a
+    payload or (event name, payload) — from the engine's deltas; the text's tool calls already split off."""
+
+    ndjson: bool  # the stream is newline-delimited JSON (Ollama's), else server-sent events
+    last: str | None  # the stream's closing data line (OpenAI's [DONE]), or None
+
+    def whole(self, info: dict, content: str, calls: list[ToolCall]) -> dict: ...
+
+    def start(self) -> list: ...
+
+    def delta(self, reasoning: str, content: str) -> list: ...
+
+    def end(self, info: dict, rest: str, calls: list[ToolCall]) -> list: ...
+
+    def error(self, err: ApiError) -> list: ...
+
+
+@dataclass
+class ChatAnswer:
+    """/v1/chat/completions' shape of an answer: one chat.completion, or its chunks ending with [DONE]. (Each wire
+    format has one such shape, with the same methods: `Handler._answer` runs them all.)"""
+
+    model: str
+    include_usage: bool = False
+    logprobs: Callable[[dict], dict | None] = lambda info: None  # the message's logprobs from a finished answer
+    ndjson = False  # a stream of server-sent events
+    last = "[DONE]"  # the stream's closing data line
+
+    def __post_init__(self) -> None:
+        self.cid, self.created = completion_id(), int(time.time())
+
+    def _chunk(self, delta: dict | None, finish_reason: str | None = None, use: dict | None = None) -> dict:
+        return chunk(self.cid, self.model, self.created, delta, finish_reason, use)
+
+    def whole(self, info: dict, content: str, calls: list[ToolCall]) -> dict:
+        # (logprobs: of the content as the model wrote it, tool-call text included)
+        return completion(self.cid, self.model, content, info["reasoning"], info["finish_reason"], answer_usage(info),
+                          [c.to_api() for c in calls], self.logprobs(info))
+
+    def start(self) -> list[dict]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def delta(self, reasoning: str, content: str) -> list[dict]:
+        return ([self._chunk({"reasoning_content": reasoning})] if reasoning else []) + (
+            [self._chunk({"content": content})] if content else [])
+
+    def end(self, info: dict, rest: str, calls: list[ToolCall]) -> list[dict]:
+        events = [self._chunk({"content": rest})] if rest else []
+        if calls:
+            events.append(self._chunk({"tool_calls": [c.to_api(k) for k, c in enumerate(calls)]}))
+        events.append(self._chunk({}, "tool_calls" if calls else info["finish_reason"]))
+        return events + ([self._chunk(None, use=answer_usage(info))] if self.include_usage else [])
+
+    @staticmethod
+    def error(err: ApiError) -> list[dict]:
+        return [err.body()]
 
 
 def text_completion(cid: str, model: str, choices: list[dict], use: dict) -> dict:

@@ -26,8 +26,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
-                                         parse_messages, read_sampling, read_tools, template_options)
+from clover_local.serve.protocol import (ApiError, ChatRequest, answer_usage, bad_request, bool_field, int_field,
+                                         json_body, parse_messages, read_sampling, read_tools, template_options)
 from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
@@ -485,3 +485,22 @@ class ResponseEvents:
         self._finished("incomplete")
         error = {"code": err.code or "server_error", "message": err.message, "type": err.type, "param": err.param}
         return [self._ev("response.failed", response=self.shape.object("failed", self.items, error=error))]
+
+
+class ResponseAnswer(ResponseEvents):
+    """A response in the Responses API's shape (`Handler._answer` runs it): the response object, or its events."""
+
+    ndjson = False  # server-sent events
+    last = None  # the stream ends with its own response.completed (or .incomplete)
+
+    def __init__(self, req: ResponsesRequest, model: str) -> None:
+        super().__init__(ResponseShape(req, model))
+
+    def whole(self, info: dict, content: str, calls: list[ToolCall]) -> dict:
+        return self.shape.complete(info["reasoning"], content, calls, info["finish_reason"], answer_usage(info))
+
+    def end(self, info: dict, rest: str, calls: list[ToolCall]) -> list[tuple[str, dict]]:
+        return self.done(rest, calls, info["finish_reason"], answer_usage(info))
+
+    def error(self, err: ApiError) -> list[tuple[str, dict]]:
+        return self.failed(err)
