@@ -1,4 +1,4 @@
-"""`clover-local serve`: an OpenAI- and Anthropic-compatible server on loopback."""
+"""`clover-local serve`: an OpenAI-, Anthropic- and Ollama-compatible server on loopback."""
 
 from __future__ import annotations
 
@@ -58,8 +58,9 @@ def serve(
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
-    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health)
-    and Anthropic's Messages API (/v1/messages: Claude Code and the anthropic SDK).
+    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses for Codex
+    CLI, /v1/models, /health), Anthropic's Messages API (/v1/messages: Claude Code, the anthropic SDK) and
+    Ollama's API (/api/chat, /api/generate, /api/tags: the ollama libraries, Open WebUI).
 
     One request generates at a time; others wait in a queue. Thinking comes back as `reasoning_content`;
     turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
@@ -85,6 +86,8 @@ def serve(
         -d '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}'
 
       ANTHROPIC_BASE_URL=http://127.0.0.1:8000 ANTHROPIC_AUTH_TOKEN=local ANTHROPIC_MODEL=tiny claude
+
+      curl http://127.0.0.1:8000/api/chat -d '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
     """
     from clover_local.loader import load
     from clover_local.serve.engine import Engine
@@ -116,7 +119,7 @@ def serve(
         signal.signal(signal.SIGTERM, _interrupt)
         bound_host, bound_port = server.server_address[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-        print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI- and Anthropic-compatible; Ctrl-C stops)",
+        print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI, Anthropic and Ollama APIs; Ctrl-C stops)",
               flush=True)
         if host not in LOOPBACK:
             note = "" if api_key else "; consider --api-key"
