@@ -36,7 +36,7 @@ from typing import Any
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import compile_schema
 from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
-                                         number_field, read_tools, stop_field)
+                                         model_field, number_field, read_tools, stop_field)
 from clover_local.serve.tools import ToolCall
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
@@ -198,10 +198,7 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
         if body.get(name) is not None:
             raise bad_request(f"'{name}' is not supported by clover-local serve", name)
     req = ChatRequest(messages=_messages(body), tools=_chat_tools(body), max_tokens_ceiling=True)
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise bad_request("'model' must be a string", "model")
-    req.model = model
+    req.model = model_field(body)
     req.max_tokens = int_field(body, "max_tokens", 1)
     if req.max_tokens is None and not count_only:
         raise bad_request("'max_tokens' is required (the most tokens the answer may take)", "max_tokens")

@@ -41,9 +41,9 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
-from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, bad_request, int_field, json_body,
-                                         number_field, parse_messages, penalties_field, read_tools, seed_field,
-                                         stop_field)
+from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, bad_request, bool_field, int_field,
+                                         json_body, model_field, number_field, parse_messages, penalties_field,
+                                         read_tools, seed_field, stop_field)
 from clover_local.serve.tools import ToolCall
 
 # Ollama's options that only tell it how to load or run the model: `serve` fixed all of that at start
@@ -154,14 +154,8 @@ def _tools(body: dict) -> list[dict] | None:
 
 
 def _common(body: dict, req: ChatRequest | CompletionRequest) -> None:
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise bad_request("'model' must be a string", "model")
-    req.model = model or None
-    stream = body.get("stream", True)
-    if not isinstance(stream, bool):
-        raise bad_request("'stream' must be true or false", "stream")
-    req.stream = stream
+    req.model = model_field(body) or None
+    req.stream = bool_field(body, "stream", True)  # (Ollama's default: streamed)
     _options(body, req)
     req.json_object, req.json_schema = _format(body)
 
@@ -212,8 +206,7 @@ def parse_generate(raw: bytes) -> ChatRequest | CompletionRequest | None:
 
 
 def _load_only(body: dict) -> None:
-    if body.get("model") is not None and not isinstance(body["model"], str):
-        raise bad_request("'model' must be a string", "model")
+    model_field(body)  # (checked: the answer names it)
     return None
 
 

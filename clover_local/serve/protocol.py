@@ -312,12 +312,17 @@ def bool_field(body: dict, name: str, default: bool) -> bool:
     return value
 
 
-def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
-    """The fields both endpoints read, checked, into `req`."""
+def model_field(body: dict) -> str | None:
+    """The model a request names (any name: one model is served), checked to be a string."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad_request("'model' must be a string", "model")
-    req.model = model
+    return model
+
+
+def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
+    """The fields both endpoints read, checked, into `req`."""
+    req.model = model_field(body)
     req.stream = bool_field(body, "stream", False)
     opts = body.get("stream_options")
     if opts is not None:
