@@ -58,9 +58,11 @@ def serve(
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
 ) -> None:
-    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses for Codex
-    CLI, /v1/models, /health), Anthropic's Messages API (/v1/messages: Claude Code, the anthropic SDK) and
-    Ollama's API (/api/chat, /api/generate, /api/tags: the ollama libraries, Open WebUI).
+    """Serve a model over OpenAI's, Anthropic's and Ollama's APIs, for chat front ends and agents.
+
+    OpenAI's /v1/chat/completions, /v1/completions and /v1/responses (Codex CLI), /v1/models, /health;
+    Anthropic's /v1/messages (Claude Code, the anthropic SDK); Ollama's /api/chat, /api/generate, /api/tags (the
+    ollama libraries, Open WebUI).
 
     One request generates at a time; others wait in a queue. Thinking comes back as `reasoning_content`;
     turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
