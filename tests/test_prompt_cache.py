@@ -531,6 +531,11 @@ def test_parked_prefixes_are_bounded_oldest_first_and_the_longest_match_wins(loa
     decode(loaded, b, probe, n=4)
     one = probe.parked_bytes  # one 16-token prefix parked
     assert one > 0 and probe.stats.parked == 1
+    small = PromptCache(park_bytes=one - 1)  # room for none: the displaced prefix is counted, not kept
+    decode(loaded, a, small, n=4)
+    decode(loaded, b, small, n=4)
+    assert small.stats.parked == 1 and small.parked_bytes == 0
+    assert decode(loaded, a + [1], small, n=4).stats.reused_tokens == 0
     pc = PromptCache(park_bytes=2 * one)  # room for two
     for p in (a, b, c, a[:9]):
         decode(loaded, p, pc, n=4)  # a, b parked as c comes; c parked as a[:9] (one block: 8) comes, a dropped

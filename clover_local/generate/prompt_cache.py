@@ -166,13 +166,18 @@ class PromptCache:
         parked ones past `park_bytes` (this one too, if it alone is larger)."""
         n = len(saved.tokens)
         attention = {i: c for i, c in enumerate(saved.cache.layers) if isinstance(c, AttentionCache)}
-        kv = {i: (c.k[:, :, :n].to("cpu", copy=True), c.v[:, :, :n].to("cpu", copy=True)) for i, c in attention.items()}
         device = next(iter([c.k.device for c in attention.values()] + [
             t.device for c in saved.snapshot.gdn.values() for t in (c.state, c.ring) if t is not None]),
             torch.device("cpu"))
+        # views first: a prefix larger than the whole budget would be dropped at once, so it is not copied
+        views = {i: (c.k[:, :, :n], c.v[:, :, :n]) for i, c in attention.items()}
+        on_device = _Parked(saved.model, saved.tokens, views, saved.snapshot, saved.last_logits, device)
+        self.stats.parked += 1
+        if on_device.nbytes > self.park_bytes:
+            return
+        kv = {i: (k.to("cpu", copy=True), v.to("cpu", copy=True)) for i, (k, v) in on_device.kv.items()}
         logits = saved.last_logits.to("cpu", copy=True) if saved.last_logits is not None else None
         self._parked.append(_Parked(saved.model, saved.tokens, kv, _moved(saved.snapshot, "cpu"), logits, device))
-        self.stats.parked += 1
         while self._parked and self.parked_bytes > self.park_bytes:
             self._parked.pop(0)
 
