@@ -28,6 +28,7 @@ def one_line_error(capsys) -> str:
 def test_sizes_and_expected_distinct():
     assert parse_size("16GB") == parse_size("16GiB") == parse_size("16") == 16 * GIB
     assert parse_size("900MB") == 900 * MIB and parse_size("1.5G") == int(1.5 * GIB) and parse_size("512B") == 512
+    assert parse_size("0", allow_zero=True) == parse_size("0MB", allow_zero=True) == 0  # --park-prompts 0: off
     with pytest.raises(CloverError, match="--vram"):
         parse_size("lots", "--vram")
     # 32 rows × top 8 of 256, uniform: ≈163 distinct experts per layer

@@ -45,7 +45,7 @@ def serve(
                                           help="Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (advised "
                                                "off loopback)."),
     park_prompts: str = typer.Option(
-        "2GB", "--park-prompts", metavar="SIZE",
+        "2GB", "--park-prompts", metavar="SIZE",  # (serve.engine.DEFAULT_PARK_BYTES; not imported: start-up)
         help="Host RAM for conversations set aside while another's request runs: the next request of one resumes "
              "its prompt's prefill instead of reading it again (an agent's sub-agents and side questions come "
              "between its turns). At 35B a 20K-token prompt takes about 0.5 GB. 0 turns it off."),
@@ -103,7 +103,7 @@ def serve(
         raise CloverError("--max-tokens must be at least 1")
     if max_request_mb <= 0:
         raise CloverError("--max-request-mb must be above 0")
-    park_bytes = 0 if park_prompts.strip() in ("0", "0B", "0GB") else parse_size(park_prompts, "--park-prompts")
+    park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)

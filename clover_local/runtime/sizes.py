@@ -19,15 +19,16 @@ _UNITS = {"": GIB, "t": 1 << 40, "g": GIB, "m": MIB, "k": 1 << 10, "b": 1}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([tgmkb]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str | int | float, flag: str = "size") -> int:
-    """`16GB` → 17179869184. Raises CloverError naming the flag on anything else."""
+def parse_size(text: str | int | float, flag: str = "size", allow_zero: bool = False) -> int:
+    """`16GB` → 17179869184. Raises CloverError naming the flag on anything else (zero too, unless `allow_zero`:
+    a size that may switch its feature off)."""
     if isinstance(text, (int, float)):
         return int(text)
     m = _SIZE.match(str(text))
     if not m:
         raise CloverError(f"{flag} {text!r} is not a size (examples: 16GB, 14.5GiB, 900MB)")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value <= 0:
+    if value < 0 or (value == 0 and not allow_zero):
         raise CloverError(f"{flag} must be positive, got {text!r}")
     return int(value)
 
