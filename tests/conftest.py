@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -146,18 +147,35 @@ def run_cli(args: list[str]) -> int:
     return 0
 
 
-@pytest.fixture(scope="module")
-def tool_server(tmp_path_factory, tokenizer_dir):
-    """(engine, url) of a server whose chat template reads tools and whose decoder is scripted to answer
-    "Let me check." and a get_weather call (test_serve_tools.py's), for every wire format's tool-call tests."""
+@contextlib.contextmanager
+def _tools_template_server(tmp_path_factory, tokenizer_dir):
+    """(engine, url) of a server on a random checkpoint whose chat template reads tools (test_serve_tools.py's)."""
     from clover_local.loader import load
     from tests.inprocess_server import running_server
-    from tests.test_serve_tools import TOOL_TEMPLATE, XML_CALL, ScriptedDecoder
+    from tests.test_serve_tools import TOOL_TEMPLATE
 
     torch.set_num_threads(1)
     folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_dir, seed=3)
     (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)
     loaded = load(str(folder), "cpu", "float32")
     with running_server(loaded, "tools", max_tokens=1024, context=4096) as (engine, url):
-        engine.decoder = ScriptedDecoder(loaded.tokenizer, "Let me check.\n" + XML_CALL, engine.decoder.block_size)
+        yield engine, url
+
+
+@pytest.fixture(scope="module")
+def tool_server(tmp_path_factory, tokenizer_dir):
+    """(engine, url) of a server whose chat template reads tools and whose decoder is scripted to answer
+    "Let me check." and a get_weather call (test_serve_tools.py's), for every wire format's tool-call tests."""
+    from tests.test_serve_tools import XML_CALL, ScriptedDecoder
+
+    with _tools_template_server(tmp_path_factory, tokenizer_dir) as (engine, url):
+        engine.decoder = ScriptedDecoder(engine.tokenizer, "Let me check.\n" + XML_CALL, engine.decoder.block_size)
+        yield engine, url
+
+
+@pytest.fixture(scope="module")
+def forced_call_server(tmp_path_factory, tokenizer_dir):
+    """(engine, url) of the same server with the real decoder: a forced call is held to its schema by the
+    decoder's constraint, which a scripted answer would skip."""
+    with _tools_template_server(tmp_path_factory, tokenizer_dir) as (engine, url):
         yield engine, url

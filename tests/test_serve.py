@@ -183,15 +183,13 @@ def test_the_context_error_counts_right():
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tool_choice": "required"}, "tool_choice"),
-    ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
     ({"functions": [{"name": "add", "parameters": {"type": "object"}}]}, "functions"),
     ({"function_call": {"name": "add"}}, "function_call"),
 ])
 def test_features_it_lacks_are_refused_not_ignored(extra, param):
-    """A forced tool call would otherwise come back as plain text, as if honoured. (Tools themselves:
-    test_serve_tools; logprobs' refusals: test_serve_chat_logprobs; a JSON schema's unsupported keywords:
-    test_json_schema.)"""
+    """The deprecated function-calling fields would otherwise be ignored, as if honoured. (Tools themselves:
+    test_serve_tools; forced calls: test_serve_forced_calls; logprobs' refusals: test_serve_chat_logprobs; a JSON
+    schema's unsupported keywords: test_json_schema.)"""
     from clover_local.serve.protocol import ApiError, parse_chat_request
 
     with pytest.raises(ApiError) as err:

@@ -123,8 +123,7 @@ def _parse(extra: dict, messages: list | None = None):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
     ({"functions": [{"name": "add"}]}, "functions"),
     ({"function_call": {"name": "add"}}, "function_call"),
     ({"tools": [{"type": "function"}]}, "tools[0]"),

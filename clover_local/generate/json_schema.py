@@ -44,6 +44,14 @@ MAX_ALTERNATIVES = 64
 _INT_NEXT = {"minus": (DIGITS, False), "zero": (frozenset(), True), "int": (DIGITS, True)}
 
 
+@dataclass(frozen=True)
+class Document:
+    """A schema placed inside another with its own root for `$ref`: a tool's parameters inside a forced call's schema
+    (serve/tools.py), whose `#/$defs/...` point into the parameters, not into the schema built around them."""
+
+    schema: Any
+
+
 # --- the compiled schema -------------------------------------------------------------------------------------------
 
 class Node:
@@ -169,6 +177,8 @@ class _Compiler:
         self.any.items = self.any
 
     def node(self, schema: Any, path: str) -> Node:
+        if isinstance(schema, Document):
+            return _Compiler(schema.schema).node(schema.schema, path)
         if schema is True or schema == {}:
             return self.any
         if schema is False:

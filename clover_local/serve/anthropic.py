@@ -9,7 +9,9 @@ on /v1/chat/completions:
   calls, whose `input` the template reads as the arguments); a user's `tool_result` (→ a `tool` message, before the
   turn's text, as Anthropic orders them). `cache_control` marks are ignored (the server's prompt cache needs none:
   a request that repeats the last one's prefix resumes its prefill, reported as `cache_read_input_tokens`).
-- `tools` (custom tools: `name`, `description`, `input_schema`) with `tool_choice` auto or none; `thinking`
+- `tools` (custom tools: `name`, `description`, `input_schema`) with `tool_choice` auto, none, any or a named tool
+  (`{"type": "tool", "name"}`; the last two force a call as OpenAI's "required" and named function do on the chat
+  route, without thinking; `disable_parallel_tool_use`: one call); `thinking`
   `enabled`/`adaptive` or `disabled` (absent: the model's default; `budget_tokens` is not enforced: thinking ends
   when the model ends it, within max_tokens); `stop_sequences`, `temperature`, `top_p`, `stream`, `metadata`;
   structured outputs (`output_config.format` or the beta's `output_format`, `{"type": "json_schema", "schema"}`) as
@@ -18,8 +20,8 @@ on /v1/chat/completions:
   server's --max-tokens and what the context leaves, and `stop_reason` "max_tokens" says when the cut was reached.
 
 Refused with a 400 rather than ignored: image or document blocks (the model reads text), Anthropic's server and
-built-in tools (`web_search_…`, `bash_…`, `text_editor_…`: their schemas are Anthropic's), `tool_choice` any or a
-named tool (nothing forces a call), `top_k`, an assistant message last (prefill), and `mcp_servers`.
+built-in tools (`web_search_…`, `bash_…`, `text_editor_…`: their schemas are Anthropic's), `top_k`, an assistant
+message last (prefill), and `mcp_servers`.
 
 The answer: a `thinking` block (with an empty `signature`: nothing here verifies one), a `text` block, then one
 `tool_use` block per call read out of the answer (serve/tools.py); streamed as Anthropic's named events
@@ -36,8 +38,9 @@ from typing import Any
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import compile_schema
 from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
-                                         model_field, number_field, read_tools, stop_field)
-from clover_local.serve.tools import ToolCall
+                                         check_forced_thinking, model_field, number_field, read_tool_choice,
+                                         read_tools, stop_field)
+from clover_local.serve.tools import ForcedCall, ToolCall
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -142,8 +145,9 @@ def _messages(body: dict) -> list[dict]:
     return out
 
 
-def _chat_tools(body: dict) -> list[dict] | None:
-    """Anthropic's custom tools in the chat form the template reads, checked as the chat route checks them."""
+def _chat_tools(body: dict) -> tuple[list[dict] | None, ForcedCall | None]:
+    """Anthropic's custom tools in the chat form the template reads, and the call `tool_choice` forces, checked as
+    the chat route checks them."""
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise bad_request("'tools' must be a list", "tools")
@@ -160,10 +164,13 @@ def _chat_tools(body: dict) -> list[dict] | None:
             "parameters": tool.get("input_schema", {"type": "object"})}})
     choice = body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if choice is not None and kind not in ("auto", "none"):
-        raise bad_request(f"'tool_choice' {json.dumps(choice)} is not supported by clover-local serve (no call is "
-                          "forced): send {\"type\": \"auto\"} and say in the messages which tool to use", "tool_choice")
-    return read_tools({"tools": converted, "tool_choice": kind})
+    if choice is not None and kind not in ("auto", "none", "any", "tool"):
+        raise bad_request("'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}", "tool_choice")
+    chat = {"tools": converted, "tool_choice": {"any": "required", "tool": {
+        "type": "function", "function": {"name": choice.get("name") if kind == "tool" else None}}}.get(kind, kind),
+        "parallel_tool_calls": not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)}
+    tools = read_tools(chat)
+    return tools, read_tool_choice(chat, tools)
 
 
 def _thinking(body: dict, default: bool) -> bool:
@@ -197,7 +204,8 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     for name in ("top_k", "mcp_servers"):
         if body.get(name) is not None:
             raise bad_request(f"'{name}' is not supported by clover-local serve", name)
-    req = ChatRequest(messages=_messages(body), tools=_chat_tools(body), max_tokens_ceiling=True)
+    tools, forced = _chat_tools(body)
+    req = ChatRequest(messages=_messages(body), tools=tools, forced=forced, max_tokens_ceiling=True)
     req.model = model_field(body)
     req.max_tokens = int_field(body, "max_tokens", 1)
     if req.max_tokens is None and not count_only:
@@ -207,7 +215,8 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.stop = stop_field(body, "stop_sequences") or []
     req.json_schema = _output_schema(body)
-    req.enable_thinking = _thinking(body, default=req.json_schema is None)
+    req.enable_thinking = _thinking(body, default=req.json_schema is None and forced is None)
+    check_forced_thinking(req, "thinking")
     if req.json_schema is not None and req.enable_thinking:
         raise bad_request("a json_schema output format answers without thinking (the whole answer is the JSON): leave "
                           "'thinking' out or disable it", "thinking")

@@ -286,7 +286,7 @@ class Handler(BaseHTTPRequestHandler):
         tok = self.server.engine.tokenizer
         logprobs = (lambda info: None) if job.score_top is None else (
             lambda info: chat_logprobs(tok, info["answer_ids"], info["content_from"], info["scores"]))
-        self._answer(job, ChatAnswer(self.server.model_name, req.include_usage, logprobs), req.stream, req.tools)
+        self._answer(job, ChatAnswer(self.server.model_name, req.include_usage, logprobs), req)
 
     def _settings(self, req: Sampling, prompt_tokens: int, what: str):
         """DecodeSettings for one answer to a prompt of `prompt_tokens` tokens (400 when it cannot fit)."""
@@ -298,7 +298,7 @@ class Handler(BaseHTTPRequestHandler):
         stops = engine.loaded.stop_token_ids
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                               top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
-                              constraint=answer_constraint(engine.tokenizer, stops, req.json_object, req.json_schema))
+                              constraint=answer_constraint(engine.tokenizer, stops, req.json_object, req.answer_schema))
 
     def _prompt(self, req: ChatRequest) -> str:
         """The conversation rendered by the chat template, as the model will read it (400s for what cannot be)."""
@@ -322,10 +322,12 @@ class Handler(BaseHTTPRequestHandler):
             if text is None:
                 raise ApiError(400, str(exc), param="messages") from None
             req.messages = moved  # (the prompt cache's history is rendered from the same messages)
-        if req.json_mode and prompt_opens_thinking(text):
+        if (req.json_mode or req.forced) and prompt_opens_thinking(text):
+            what, param = (("a JSON-mode answer is the object alone: send response_format text", "response_format")
+                           if req.json_mode else ("a forced call is the call alone: send tool_choice auto",
+                                                  "tool_choice"))
             raise ApiError(400, "this model's chat template opens a thinking section even with enable_thinking "
-                           "false, and a JSON-mode answer is the object alone: send response_format text",
-                           param="response_format")
+                           f"false, and {what}", param=param)
         return text
 
     def _job(self, req: ChatRequest) -> Job:
@@ -420,17 +422,18 @@ class Handler(BaseHTTPRequestHandler):
             self._event(last)
         self._write_chunk(b"")
 
-    def _answer(self, job: Job, shape: AnswerShape, stream: bool, tools: list[dict] | None) -> None:
-        """A submitted job's answer in one wire format's shape (protocol.ChatAnswer, anthropic.MessageAnswer,
-        responses.ResponseAnswer, ollama.Answer): one body, or a stream whose tool calls are held back to its end
-        (serve/tools.py) — the same for every route."""
+    def _answer(self, job: Job, shape: AnswerShape, req: Sampling) -> None:
+        """A submitted job's answer to `req` in one wire format's shape (protocol.ChatAnswer,
+        anthropic.MessageAnswer, responses.ResponseAnswer, ollama.Answer): one body, or a stream whose tool calls
+        are held back to its end (serve/tools.py) — the same for every route."""
+        tools, forced = (req.tools, req.forced) if isinstance(req, ChatRequest) else (None, None)
         with self._relaying(job):
-            if not stream:
+            if not req.stream:
                 info = self._result(job)
                 if info is not None:
-                    self._send_json(200, shape.whole(info, *split_tool_calls(info["content"], tools)))
+                    self._send_json(200, shape.whole(info, *split_tool_calls(info["content"], tools, forced)))
                 return
-            held = ToolCallStream(tools)
+            held = ToolCallStream(tools, forced)
             self._start_events(shape.ndjson)
             self._send_events(shape.start())
             self._relay(job, lambda dr, dc: shape.delta(dr, held.feed(dc)),
@@ -447,7 +450,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(err)
             return
         shape = anthropic.MessageAnswer(self.server.model_name, len(job.prompt_ids))
-        self._answer(job, shape, req.stream, req.tools)
+        self._answer(job, shape, req)
 
     def _count_tokens(self, raw: bytes) -> None:
         """/v1/messages/count_tokens: the prompt's tokens as the model would read it (Claude Code sizes its
@@ -469,7 +472,7 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             self._error(responses_error(err))
             return
-        self._answer(job, ResponseAnswer(req, self.server.model_name), req.chat.stream, req.chat.tools)
+        self._answer(job, ResponseAnswer(req, self.server.model_name), req.chat)
 
     # ------------------------------------------------------------------ Ollama's API
     def _ollama_chat(self, raw: bytes) -> None:
@@ -496,7 +499,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(err)
             return
         answer = ollama.Answer(chat, req.model or ollama.tag(self.server.model_name), started)
-        self._answer(job, answer, req.stream, req.tools if is_chat else None)
+        self._answer(job, answer, req)
 
     def _ollama_show(self, raw: bytes) -> None:
         """/api/show: the served model, whatever name was asked for (one model is served, as on the other routes)."""

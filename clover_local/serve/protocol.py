@@ -3,7 +3,7 @@ and errors. (/v1/completions' own fields and refusals: `parse_completion_request
 
 Accepted (others are ignored, as OpenAI-compatible servers do): `messages` (system/developer, user, assistant, tool;
 text content as a string or a list of text parts; an assistant's `reasoning_content` and `tool_calls`, a tool's
-`tool_call_id`), `tools` with `tool_choice` auto or none (serve/tools.py reads the calls back), `max_tokens` /
+`tool_call_id`), `tools` with `tool_choice` (serve/tools.py reads the calls back; a forced call: below), `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
 `enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins),
@@ -19,10 +19,13 @@ and the likeliest alternatives. Those come from a causal (left-to-right) scoring
 decodes by block diffusion, so no token has a sampling probability of its own (`chat_logprobs`). Not while
 streaming (refused, as on /v1/completions), and `top_logprobs` above 0 needs `logprobs: true` (as OpenAI).
 
-Refused with a 400 rather than ignored, since the answer would look as if they were honoured: a `tool_choice` that
-forces a call ("required", a named function), the deprecated `functions` / `function_call`, and a json_schema
-keyword outside the supported subset (`pattern`, `minimum`, `oneOf` ...). Their harmless forms pass:
-`functions: []`, `function_call` "none" or "auto".
+A `tool_choice` that forces a call ("required": some call of the tools, or a named function; `parallel_tool_calls`
+false: exactly one) holds the answer to the call (serve/tools.py's `ForcedCall`): written without thinking, its
+arguments held to the tool's parameters schema — so a schema outside the supported subset is a 400 there too.
+
+Refused with a 400 rather than ignored, since the answer would look as if they were honoured: the deprecated
+`functions` / `function_call`, and a json_schema keyword outside the supported subset (`pattern`, `minimum`,
+`oneOf` ...). Their harmless forms pass: `functions: []`, `function_call` "none" or "auto".
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any, Callable, Protocol
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
 from clover_local.generate.sampling import PENALTY_RANGES, Penalties
-from clover_local.serve.tools import ToolCall
+from clover_local.serve.tools import ForcedCall, ToolCall
 
 
 class ApiError(Exception):
@@ -77,14 +80,24 @@ class Sampling:
         """The response_format that holds the answer to JSON (json_object or json_schema), if any."""
         return "json_schema" if self.json_schema is not None else "json_object" if self.json_object else None
 
+    @property
+    def answer_schema(self) -> Schema | None:
+        """The schema the answer is held to, if any (a chat's forced call's too)."""
+        return self.json_schema
+
 
 @dataclass
 class ChatRequest(Sampling):
     messages: list[dict[str, Any]] = field(default_factory=list)
     logprobs: int | None = None  # with logprobs: true, top_logprobs (0: the token's own only); None: logprobs off
     tools: list[dict] | None = None  # for the template, and to read the answer's calls back (serve/tools.py)
+    forced: ForcedCall | None = None  # a tool_choice that forces a call: the answer is held to it
     enable_thinking: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answer_schema(self) -> Schema | None:
+        return self.forced.schema if self.forced is not None else self.json_schema
 
 
 @dataclass
@@ -188,11 +201,6 @@ def read_tools(body: dict) -> list[dict] | None:
     if body.get("function_call") not in (None, "none", "auto"):
         raise bad_request("'function_call' is not supported by clover-local serve: send 'tool_choice'",
                           "function_call")
-    if choice is not None and not isinstance(choice, (str, dict)):
-        raise bad_request("'tool_choice' must be a string or an object", "tool_choice")
-    if choice not in (None, "none", "auto"):
-        raise bad_request(f"'tool_choice' {json.dumps(choice)} is not supported by clover-local serve (no call "
-                          "is forced): send \"auto\" and say in the messages which tool to use", "tool_choice")
     for i, tool in enumerate(tools or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(function, dict)
@@ -203,6 +211,34 @@ def read_tools(body: dict) -> list[dict] | None:
             raise bad_request(f"tools[{i}].function.parameters must be a JSON schema object",
                               f"tools[{i}].function.parameters")
     return tools if tools and choice != "none" else None
+
+
+def read_tool_choice(body: dict, tools: list[dict] | None) -> ForcedCall | None:
+    """The call `tool_choice` forces (OpenAI chat's forms; the other wire formats translate theirs into them), None
+    for "auto" and "none": "required" is some call of `tools` (one or more; one with `parallel_tool_calls` false),
+    `{"type": "function", "function": {"name"}}` one call of that tool. Each candidate's parameters are compiled
+    here, so a schema outside the supported subset is a 400 before anything runs."""
+    choice = body.get("tool_choice")
+    if choice in (None, "auto", "none"):
+        return None
+    named = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    name = named.get("name") if isinstance(named, dict) else None
+    if choice != "required" and not isinstance(name, str):
+        raise bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}", "tool_choice")
+    if not tools:
+        raise bad_request(f"'tool_choice' {json.dumps(choice)} forces a call, but the request has no tools",
+                          "tool_choice")
+    picked = [(i, t) for i, t in enumerate(tools) if name is None or t["function"]["name"] == name]
+    if not picked:
+        raise bad_request(f"'tool_choice' names the function {name!r}, which is not among the tools", "tool_choice")
+    for i, tool in picked:
+        try:
+            compile_schema(tool["function"].get("parameters") or {"type": "object"})
+        except CloverError as exc:
+            raise bad_request(f"tools[{i}].function.parameters: {exc} (a forced call's arguments are held to it)",
+                              f"tools[{i}].function.parameters") from None
+    return ForcedCall([t for _, t in picked], parallel=name is None and bool_field(body, "parallel_tool_calls", True))
 
 
 def _template_tool_calls(message: dict, i: int) -> dict:
@@ -383,10 +419,11 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     body = json_body(raw)
     req = ChatRequest(messages=parse_messages(body.get("messages")), tools=read_tools(body))
     read_sampling(body, req)
+    req.forced = read_tool_choice(body, req.tools)
     req.logprobs = _chat_logprobs(body, req.stream)
     # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first
     mode = req.json_mode
-    req.enable_thinking, req.template_kwargs = template_options(body, thinking=mode is None)
+    req.enable_thinking, req.template_kwargs = template_options(body, thinking=mode is None and req.forced is None)
     if req.tools and mode:
         raise bad_request(f"'response_format' {mode} holds the whole answer to the JSON, so no tool could be "
                           "called: send one or the other", "response_format")
@@ -395,7 +432,16 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     if mode and req.enable_thinking:
         raise bad_request(f"'response_format' {mode} answers without thinking (the whole answer is the JSON): "
                           "leave enable_thinking out or set it to false", "enable_thinking")
+    check_forced_thinking(req, "enable_thinking")
     return req
+
+
+def check_forced_thinking(req: ChatRequest, param: str) -> None:
+    """A forced call is the whole answer, written without thinking: a 400 where thinking was asked for (Anthropic's
+    API refuses the same)."""
+    if req.forced is not None and req.enable_thinking:
+        raise bad_request("a 'tool_choice' that forces a call answers without thinking (the whole answer is the "
+                          "call): leave thinking off, or send tool_choice auto", param)
 
 
 @dataclass

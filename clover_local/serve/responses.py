@@ -5,11 +5,11 @@ and the answer is shaped as a response object or its stream of named events.
 Accepted: `input` (a string, or a list of items: messages with text parts, past `function_call`s — consecutive ones
 one assistant turn — and their `function_call_output`s, `reasoning` items, whose text becomes the next assistant
 turn's reasoning_content), `instructions` (with the input's leading system/developer messages, the one system
-message), function `tools` and namespaces of them (`tool_choice` auto or none; hosted tools such as web_search
-left out: see `chat_tools`), `max_output_tokens`, `temperature`, `top_p`, `stream`,
-`text.format` (text, json_object, json_schema), `reasoning.effort` ("none"/"minimal": no thinking; any other: the
-model thinks; absent: the model's default. JSON mode answers without thinking whatever the effort: the whole answer
-is the JSON), `metadata`, `parallel_tool_calls`, `user`, `truncation` (echoed), `store` (accepted; the response
+message), function `tools` and namespaces of them (hosted tools such as web_search left out: see `chat_tools`) with
+`tool_choice` auto, none, required or `{"type": "function", "name"}` (the last two force a call as on the chat
+route), `max_output_tokens`, `temperature`, `top_p`, `stream`, `text.format` (text, json_object, json_schema),
+`reasoning.effort` ("none"/"minimal": no thinking; any other: the model thinks; absent: the model's default. JSON
+mode and a forced call answer without thinking whatever the effort: the whole answer is the JSON), `metadata`, `parallel_tool_calls`, `user`, `truncation` (echoed), `store` (accepted; the response
 says `store: false`, since nothing is kept); our chat extensions `threshold`, `seed`, the penalties and
 `chat_template_kwargs` too. Other fields are ignored, as OpenAI-compatible servers do.
 
@@ -26,8 +26,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from clover_local.serve.protocol import (ApiError, ChatRequest, answer_usage, bad_request, bool_field, int_field,
-                                         json_body, parse_messages, read_sampling, read_tools, template_options)
+from clover_local.serve.protocol import (ApiError, ChatRequest, answer_usage, bad_request, bool_field,
+                                         check_forced_thinking, int_field, json_body, parse_messages, read_sampling,
+                                         read_tool_choice, read_tools, template_options)
 from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
@@ -226,6 +227,17 @@ def chat_tools(tools: Any) -> tuple[list[dict] | None, set[str]]:
     return out, namespaces
 
 
+def _tool_choice(body: dict) -> Any:
+    """`tool_choice` in the chat form (`read_tool_choice`): "none", "auto", "required", or a function by name."""
+    choice = body.get("tool_choice")
+    if choice in (None, "none", "auto", "required"):
+        return choice
+    if not (isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str)):
+        raise bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                          "\"name\": ...} (hosted tools and allowed_tools are not supported)", "tool_choice")
+    return {"type": "function", "function": {"name": choice["name"]}}
+
+
 def _member(body: dict, outer: str, inner: str) -> Any:
     """body[outer][inner] (`text.format`, `reasoning.effort`): None where either is absent, a 400 where `outer` is
     not an object."""
@@ -288,15 +300,19 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
     shim = {k: body[k] for k in _SAMPLING_FIELDS if k in body}
     tools, namespaces = chat_tools(body.get("tools"))
     shim.update(max_tokens=max_output, response_format=_text_format(body), tools=tools,
-                tool_choice=body.get("tool_choice"))
+                tool_choice=_tool_choice(body), parallel_tool_calls=body.get("parallel_tool_calls"))
     try:
         req = ChatRequest(messages=parse_messages(input_messages(body.get("input"), body.get("instructions"))),
                           tools=read_tools(shim))
         read_sampling(shim, req)  # (response_format too)
+        req.forced = read_tool_choice(shim, req.tools)
         mode = req.json_mode
+        whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
         think = _thinking(body)
-        options = {"enable_thinking": None if mode else think, "chat_template_kwargs": body.get("chat_template_kwargs")}
-        req.enable_thinking, req.template_kwargs = template_options(options, thinking=mode is None)
+        options = {"enable_thinking": None if whole else think,
+                   "chat_template_kwargs": body.get("chat_template_kwargs")}
+        req.enable_thinking, req.template_kwargs = template_options(options, thinking=not whole)
+        check_forced_thinking(req, "chat_template_kwargs")
         if req.tools and mode:
             raise bad_request(f"'text.format' {mode} holds the whole answer to the JSON, so no tool could be "
                               "called: send one or the other", "text.format")

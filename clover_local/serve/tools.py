@@ -15,6 +15,10 @@ text becomes the JSON type the tool's schema gives it (a number, a boolean, an o
 block that is not a call in either form, or one cut off by the token limit, stays in the content as written, so
 nothing the model wrote is lost.
 
+A `tool_choice` that forces a call (`ForcedCall`) is kept by constraint rather than by asking: the answer is held,
+byte by byte as structured outputs are, to the JSON form — `{"name": ..., "arguments": {...}}`, a list of them where
+calls may go in parallel — with the name one of the candidates' and the arguments what its parameters allow.
+
 (The request's side — `tools`, `tool_choice`, the messages' `tool_calls` and `tool` role — is checked in
 protocol.py.)
 """
@@ -26,6 +30,8 @@ import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from clover_local.generate.json_schema import Document, Schema, compile_schema
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
@@ -93,10 +99,41 @@ def _call(block: str, tools: list[dict]) -> ToolCall | None:
     return ToolCall(data["name"], arguments) if isinstance(arguments, dict) else None
 
 
-def split_tool_calls(content: str, tools: list[dict] | None) -> tuple[str, list[ToolCall]]:
+@dataclass
+class ForcedCall:
+    """A call the request forces (OpenAI's "required" or a named function, Anthropic's any or tool, the Responses
+    API's): one of `tools`, or (`parallel`) one or more. The answer is written without thinking — it is the call —
+    in the JSON form the older Qwen/Hermes templates teach, held to `schema` (vLLM holds a forced call the same
+    way; the Qwen3.5 XML form's parameters are raw text no JSON automaton could check)."""
+
+    tools: list[dict]  # the candidates: every tool ("required", any) or the one named
+    parallel: bool = False
+
+    def __post_init__(self) -> None:
+        calls = [{"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
+                  "properties": {"name": {"const": t["function"]["name"]},
+                                 "arguments": Document(t["function"].get("parameters") or {"type": "object"})}}
+                 for t in self.tools]
+        one = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        self.schema: Schema = compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel
+                                             else one)
+
+    def read(self, content: str) -> tuple[str, list[ToolCall]]:
+        """(content, calls): the answer's calls; an answer the token limit cut short (not yet JSON) stays content."""
+        try:
+            value = json.loads(content)
+        except json.JSONDecodeError:
+            return content, []
+        return "", [ToolCall(c["name"], c["arguments"]) for c in (value if self.parallel else [value])]
+
+
+def split_tool_calls(content: str, tools: list[dict] | None,
+                     forced: ForcedCall | None = None) -> tuple[str, list[ToolCall]]:
     """(the content without its tool calls, the calls in order). Blocks that are not calls stay in the content,
     and so does whatever was written around the calls, whitespace included. Without tools nothing is read out:
-    the model was told of none, so a `<tool_call>` it writes is text."""
+    the model was told of none, so a `<tool_call>` it writes is text. A forced call's answer is the call alone."""
+    if forced is not None:
+        return forced.read(content)
     calls: list[ToolCall] = []
     if not tools:
         return content, calls
@@ -117,13 +154,14 @@ class ToolCallStream:
     """A streamed answer's content with its tool calls held back: text before the first `<tool_call>` goes out as
     it comes (less what may be the start of one), everything from there on waits for the end, when `finish` reads
     the calls out of it. The streamed pieces add up to `split_tool_calls`' content. Without tools, text passes
-    straight through."""
+    straight through; a forced call's answer is all held."""
 
-    def __init__(self, tools: list[dict] | None) -> None:
+    def __init__(self, tools: list[dict] | None, forced: ForcedCall | None = None) -> None:
         self.tools = tools
+        self.forced = forced
         self.sent = ""
         self.held = ""
-        self.opened = False
+        self.opened = forced is not None
 
     def feed(self, text: str) -> str:
         if not self.tools:
@@ -145,5 +183,5 @@ class ToolCallStream:
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """(the rest of the content, the calls)."""
-        whole, calls = split_tool_calls(self.sent + self.held, self.tools)
+        whole, calls = split_tool_calls(self.sent + self.held, self.tools, self.forced)
         return whole[len(self.sent):], calls  # (the calls all follow what was sent)
