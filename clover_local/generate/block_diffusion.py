@@ -29,6 +29,7 @@ from clover_local.generate.json_mode import ByteConstraint, PrefixState
 from clover_local.generate.prompt_cache import PromptCache
 from clover_local.generate.sampling import (Penalties, TokenCounts, check_finite, choose, device_generator,
                                             pick_reveals)
+from clover_local.generate.thinking import BudgetTracker, ThinkBudget
 from clover_local.model.cache import PrefixCache
 from clover_local.model.clover import CloverModel
 
@@ -44,6 +45,7 @@ class DecodeSettings:
     penalties: Penalties = field(default_factory=Penalties)
     # JSON mode: the answer is one JSON object (json_mode.py), or one value a JSON schema allows (json_schema.py)
     constraint: ByteConstraint | None = None
+    think_budget: ThinkBudget | None = None  # the most tokens the thinking may take (thinking.py)
 
 
 def _index(rows: list[int]) -> slice | list[int]:
@@ -127,6 +129,7 @@ class BlockDiffusionDecoder:
         gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
         counts = None  # the answer's tokens so far, for settings.penalties (made like `gen`, when they apply)
         shape = settings.constraint.start() if settings.constraint else None  # JSON mode: the answer so far
+        budget = BudgetTracker(settings.think_budget) if settings.think_budget else None
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
@@ -143,6 +146,11 @@ class BlockDiffusionDecoder:
             room = settings.max_new_tokens - len(out)
             targets = list(range(fixed, min(bs, fixed + room)))
             tokens: list[int | None] = (tail if block_no == 0 else []) + [None] * (bs - fixed)
+            no_end_before = fixed  # a thinking budget's closing text placed in this block: no `</think>` before it
+            if budget is not None:
+                placed, no_end_before = budget.place(len(out), fixed, targets[-1] + 1)
+                for p, t in placed:  # (not counted by the penalties: the model did not choose them)
+                    tokens[p] = t
             passes = 0
             while (any(tokens[p] is None for p in targets)
                    and self._settled_stop(tokens, targets, stops) is None):
@@ -167,6 +175,8 @@ class BlockDiffusionDecoder:
                         counts = TokenCounts(logits.shape[-1], logits.device, prompt_ids)
                     counts.apply(logits, settings.penalties)
                 logits[:, self.mask_id] = float("-inf")
+                if no_end_before > masked[0]:
+                    logits[[j for j, p in enumerate(masked) if p < no_end_before], budget.budget.end_id] = float("-inf")
                 if gen is None and settings.temperature > 0:
                     gen = device_generator(settings.seed, logits.device)
                 ids, conf = choose(logits, settings.temperature, settings.top_p, gen)
@@ -188,6 +198,8 @@ class BlockDiffusionDecoder:
             if finished:
                 stats.stop_reason = "stop"
             new = [int(t) for t in tokens[fixed : stop_at if finished else targets[-1] + 1]]  # type: ignore[arg-type]
+            if budget is not None:
+                budget.committed(len(out), new)
             out.extend(new)
             stats.blocks += 1
             done = finished or len(out) >= settings.max_new_tokens

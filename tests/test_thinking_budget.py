@@ -1,0 +1,103 @@
+"""A thinking budget (generate/thinking.py): where the closing text goes, block by block; and in the decoder, on
+random checkpoints — the thinking, closing text included, ends within the budget, `</think>` is not written before
+the closing text even by a model that wants nothing else, and a budget never reached changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from clover_local.errors import CloverError
+from clover_local.generate.thinking import EARLY_EXIT, BudgetTracker, ThinkBudget
+from tests.test_decoding import BS, loaded, prompt_ids, run  # noqa: F401 (the fixture)
+
+START, END = 5, 94
+CLOSE = [91, 92, 93, END]
+
+
+def test_the_closing_text_goes_where_the_budget_runs_out_and_carries_into_the_next_block():
+    track = BudgetTracker(ThinkBudget(10, CLOSE, START, END, opened=True))
+    assert track.place(0, 0, 8) == ([(6, 91), (7, 92)], 6)  # 6 tokens of thinking, then the closing text
+    track.committed(0, [1, 2, 3, 4, 6, 7, 91, 92])
+    assert track.place(8, 0, 8) == ([(0, 93), (1, END)], 0)  # the rest of it opens the next block
+    track.committed(8, [93, END, 1, 1, 1, 1, 1, 1])
+    assert track.ended and track.place(16, 0, 8) == ([], 0)
+
+
+def test_a_budget_counts_from_the_think_the_model_writes_and_stops_at_its_own_close():
+    track = BudgetTracker(ThinkBudget(10, CLOSE, START, END))
+    assert track.place(0, 3, 8) == ([], 3)  # no thinking yet
+    track.committed(0, [START, 1, 1, 1, 1])  # (the prompt's tail took 3 positions)
+    assert track.since == 1
+    assert track.place(5, 0, 8) == ([(2, 91), (3, 92), (4, 93), (5, END)], 2)  # 4 thought + 2 more = 6
+    track = BudgetTracker(ThinkBudget(100, CLOSE, START, END, opened=True))
+    assert track.place(0, 0, 8) == ([], 0)  # not reached in this block
+    track.committed(0, [1, END, 1, 1, 1, 1, 1, 1])  # closed by the model itself
+    assert track.ended and track.place(96, 0, 8) == ([], 0)
+    # a budget below the closing text's length: the closing text at once
+    track = BudgetTracker(ThinkBudget(2, CLOSE, START, END, opened=True))
+    assert track.place(0, 0, 8)[0] == list(enumerate(CLOSE))
+
+
+def test_a_tokenizer_without_think_tokens_cannot_keep_a_budget(loaded):  # noqa: F811
+    class Plain:
+        think_start_id = think_end_id = None
+
+    with pytest.raises(CloverError, match="no <think> and </think>"):
+        ThinkBudget.for_tokenizer(Plain(), 100, True)
+    with pytest.raises(CloverError, match="at least 1"):
+        ThinkBudget.for_tokenizer(loaded.tokenizer, 0, True)
+    budget = ThinkBudget.for_tokenizer(loaded.tokenizer, 100, True)
+    assert loaded.tokenizer.decode(budget.close_ids) == EARLY_EXIT and budget.end_id in budget.close_ids
+
+
+def _budget(loaded, tokens: int) -> ThinkBudget:  # noqa: F811
+    return ThinkBudget.for_tokenizer(loaded.tokenizer, tokens, opened=True)
+
+
+@pytest.mark.parametrize("spare", [0, 5, 11])
+def test_the_thinking_ends_within_its_budget_and_the_answer_follows(loaded, spare):  # noqa: F811
+    close = _budget(loaded, 1).close_ids
+    tokens = len(close) + spare
+    prompt = prompt_ids(loaded, 13)
+    _, fin = run(loaded, prompt, max_new_tokens=tokens + 20, think_budget=_budget(loaded, tokens))
+    out, at = fin.token_ids, tokens - len(close)
+    end = loaded.tokenizer.think_end_id
+    assert out[at:tokens] == close and end not in out[:at]  # the thinking, closing text included, is the budget
+    assert len(out) == tokens + 20  # and the answer goes on after it
+    # the blocks before the one the closing text went into are the model's own, as without a budget
+    _, plain = run(loaded, prompt, max_new_tokens=tokens + 20)
+    first_block = BS - len(prompt) % BS
+    same = max([0] + [b for b in range(first_block, at + 1, BS)])
+    assert plain.token_ids[:same] == out[:same] and end not in plain.token_ids[:at]
+
+
+def test_no_think_end_before_the_closing_text_even_where_the_model_wants_one(loaded):  # noqa: F811
+    """In the block the closing text goes into, that is: the blocks before it may close the thinking (and then no
+    closing text comes at all)."""
+    end = loaded.tokenizer.think_end_id
+
+    def favour_end(module, args, output):
+        output[..., end] += 1000.0
+        return output
+
+    hook = loaded.model.lm_head.register_forward_hook(favour_end)
+    try:
+        prompt = prompt_ids(loaded, 13)
+        _, plain = run(loaded, prompt, max_new_tokens=30)
+        assert plain.token_ids[0] == end  # the model would close its thinking at once
+        budget = _budget(loaded, 1)
+        tokens = len(budget.close_ids) + 2  # the closing text from the first block's third answer position on
+        assert len(prompt) % BS + 2 < BS
+        _, fin = run(loaded, prompt, max_new_tokens=tokens + 8, think_budget=_budget(loaded, tokens))
+        out = fin.token_ids
+        at = tokens - len(budget.close_ids)
+        assert end not in out[:at] and out[at:tokens] == budget.close_ids  # refused before the closing text
+    finally:
+        hook.remove()
+
+
+def test_a_budget_never_reached_changes_nothing(loaded):  # noqa: F811
+    prompt = prompt_ids(loaded, 13)
+    _, plain = run(loaded, prompt, max_new_tokens=30)
+    _, fin = run(loaded, prompt, max_new_tokens=30, think_budget=_budget(loaded, 200))
+    assert fin.token_ids == plain.token_ids
