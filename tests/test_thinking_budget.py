@@ -21,6 +21,11 @@ def test_the_closing_text_goes_where_the_budget_runs_out_and_carries_into_the_ne
     assert track.place(8, 0, 8) == ([(0, 93), (1, END)], 0)  # the rest of it opens the next block
     track.committed(8, [93, END, 1, 1, 1, 1, 1, 1])
     assert track.ended and track.place(16, 0, 8) == ([], 0)
+    # `</think>` inside the closing text (the blank line after it carried into the next block)
+    track = BudgetTracker(ThinkBudget(10, [91, END, 92, 93], START, END, opened=True))
+    assert track.place(0, 0, 8) == ([(6, 91), (7, END)], 6)
+    track.committed(0, [1, 2, 3, 4, 6, 7, 91, END])
+    assert track.ended and track.place(8, 0, 8) == ([(0, 92), (1, 93)], 0)
 
 
 def test_a_budget_counts_from_the_think_the_model_writes_and_stops_at_its_own_close():
@@ -101,3 +106,27 @@ def test_a_budget_never_reached_changes_nothing(loaded):  # noqa: F811
     _, plain = run(loaded, prompt, max_new_tokens=30)
     _, fin = run(loaded, prompt, max_new_tokens=30, think_budget=_budget(loaded, 200))
     assert fin.token_ids == plain.token_ids
+
+
+def test_generate_think_budget_ends_the_thinking_and_answers(make_checkpoint, capsys):
+    """`generate --think-budget` on a random checkpoint whose prompt opens the thinking (raw, as the Qwen3.5
+    templates end theirs): it would think to the token limit; with the budget, the thinking ends within it."""
+    import json
+
+    from clover_local.loader import load
+    from tests.conftest import run_cli
+
+    folder = make_checkpoint(seed=21)
+    tok = load(str(folder), "cpu", "float32").tokenizer
+    close = ThinkBudget.for_tokenizer(tok, 1, True).close_ids
+    budget = len(close) + 6
+    args = ["generate", str(folder), "--raw", "-p", "hello <think>\n", "--max-new-tokens", str(budget + 16),
+            "--json", "--device", "cpu", "--dtype", "float32"]
+    assert run_cli(args) == 0
+    plain = json.loads(capsys.readouterr().out)["token_ids"]
+    assert tok.think_end_id not in plain[:budget]
+    assert run_cli(args + ["--think-budget", str(budget)]) == 0
+    ids = json.loads(capsys.readouterr().out)["token_ids"]
+    assert ids[budget - len(close):budget] == close and len(ids) == budget + 16
+    assert run_cli(args + ["--think-budget", "0"]) == 2
+    assert "--think-budget must be at least 1" in capsys.readouterr().err

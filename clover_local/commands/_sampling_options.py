@@ -30,6 +30,13 @@ def repetition_penalty_option() -> Any:
                              "less; 1: off).")
 
 
+def think_budget_option() -> Any:
+    return typer.Option(None, "--think-budget", metavar="TOKENS",
+                        help="The most tokens the thinking may take: where it runs out, clover-local writes the "
+                             "thinking's end itself (one sentence, then </think>) and the answer follows, so a long "
+                             "thought cannot eat the whole --max-tokens. Default: no limit.")
+
+
 def penalties(presence_penalty: float, frequency_penalty: float, repetition_penalty: float) -> Penalties:
     """The three flags checked (one line naming the flag and its range when out of it)."""
     given = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,

@@ -20,7 +20,8 @@ from clover_local.commands._model_options import (context_flag_limit, context_op
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
 from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
-                                                     presence_penalty_option, repetition_penalty_option)
+                                                     presence_penalty_option, repetition_penalty_option,
+                                                     think_budget_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -158,6 +159,7 @@ def generate(
     think: Optional[bool] = typer.Option(None, "--think/--no-think", help="Let the model think before answering "
                                          "(the thinking is shown on stderr, the answer alone on stdout). Default: "
                                          "on, off with --format json and --json-schema."),
+    think_budget: Optional[int] = think_budget_option(),
     answer_format: str = typer.Option("text", "--format", help="json: the answer is one JSON object, held to JSON "
                                       "token by token (JSON mode; ask for the fields in the prompt), written "
                                       "without thinking. text: anything."),
@@ -195,6 +197,8 @@ def generate(
 
       clover-local generate ./clover-int4 -p "Hello" --vram-budget 14GB --context 4096
 
+      clover-local generate ./clover-int4 -p "Prove that √2 is irrational" --think-budget 2048
+
       clover-local generate ./clover-int4 -f question-about-report.txt --context 16384
 
       clover-local generate ./clover-int4 -p "Name and age of: Ada, 36. Keys: name, age" --format json
@@ -205,6 +209,7 @@ def generate(
     from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
     from clover_local.chat.turn import prompt_opens_thinking
     from clover_local.generate.json_schema import answer_constraint
+    from clover_local.generate.thinking import ThinkBudget
     from clover_local.loader import load
 
     prompt = message_from(prompt, file)
@@ -225,6 +230,11 @@ def generate(
     if json_mode and think:
         raise CloverError(f"{flag} answers without thinking (the whole answer is the JSON): drop --think")
     think = not json_mode if think is None else think
+    if think_budget is not None and think_budget < 1:
+        raise CloverError(f"--think-budget must be at least 1 token, got {think_budget}")
+    if think_budget is not None and not think:
+        raise CloverError(f"--think-budget limits the thinking, and {'--no-think' if not json_mode else flag} "
+                          "answers without it: drop one")
     loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
     tok = loaded.tokenizer
     if raw:
@@ -249,6 +259,8 @@ def generate(
         stop_token_ids=loaded.stop_token_ids,
         penalties=penalized,
         constraint=answer_constraint(tok, loaded.stop_token_ids, json_mode, schema),
+        think_budget=(None if think_budget is None
+                      else ThinkBudget.for_tokenizer(tok, think_budget, prompt_opens_thinking(text))),
     )
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     answer = Answer(tok, text, split=not raw)

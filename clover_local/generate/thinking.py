@@ -83,6 +83,5 @@ class BudgetTracker:
             if self.since is None and t == self.budget.start_id:
                 self.since = written + i + 1
             elif self.since is not None and t == self.budget.end_id:
-                self.ended = True
-                self.pending = []
+                self.ended = True  # (closing text of ours after it, if any, is still placed)
                 return
