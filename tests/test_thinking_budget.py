@@ -8,10 +8,16 @@ import pytest
 
 from clover_local.errors import CloverError
 from clover_local.generate.thinking import EARLY_EXIT, BudgetTracker, ThinkBudget
-from tests.test_decoding import BS, loaded, prompt_ids, run  # noqa: F401 (the fixture)
+from clover_local.loader import load
+from tests.test_decoding import BS, prompt_ids, run
 
 START, END = 5, 94
 CLOSE = [91, 92, 93, END]
+
+
+@pytest.fixture
+def loaded(make_checkpoint):
+    return load(str(make_checkpoint(seed=21)), device="cpu", dtype="float32")
 
 
 def test_the_closing_text_goes_where_the_budget_runs_out_and_carries_into_the_next_block():
@@ -43,7 +49,7 @@ def test_a_budget_counts_from_the_think_the_model_writes_and_stops_at_its_own_cl
     assert track.place(0, 0, 8)[0] == list(enumerate(CLOSE))
 
 
-def test_a_tokenizer_without_think_tokens_cannot_keep_a_budget(loaded):  # noqa: F811
+def test_a_tokenizer_without_think_tokens_cannot_keep_a_budget(loaded):
     class Plain:
         think_start_id = think_end_id = None
 
@@ -55,12 +61,12 @@ def test_a_tokenizer_without_think_tokens_cannot_keep_a_budget(loaded):  # noqa:
     assert loaded.tokenizer.decode(budget.close_ids) == EARLY_EXIT and budget.end_id in budget.close_ids
 
 
-def _budget(loaded, tokens: int) -> ThinkBudget:  # noqa: F811
+def _budget(loaded, tokens: int) -> ThinkBudget:
     return ThinkBudget.for_tokenizer(loaded.tokenizer, tokens, opened=True)
 
 
 @pytest.mark.parametrize("spare", [0, 5, 11])
-def test_the_thinking_ends_within_its_budget_and_the_answer_follows(loaded, spare):  # noqa: F811
+def test_the_thinking_ends_within_its_budget_and_the_answer_follows(loaded, spare):
     close = _budget(loaded, 1).close_ids
     tokens = len(close) + spare
     prompt = prompt_ids(loaded, 13)
@@ -76,7 +82,7 @@ def test_the_thinking_ends_within_its_budget_and_the_answer_follows(loaded, spar
     assert plain.token_ids[:same] == out[:same] and end not in plain.token_ids[:at]
 
 
-def test_no_think_end_before_the_closing_text_even_where_the_model_wants_one(loaded):  # noqa: F811
+def test_no_think_end_before_the_closing_text_even_where_the_model_wants_one(loaded):
     """In the block the closing text goes into, that is: the blocks before it may close the thinking (and then no
     closing text comes at all)."""
     end = loaded.tokenizer.think_end_id
@@ -101,7 +107,7 @@ def test_no_think_end_before_the_closing_text_even_where_the_model_wants_one(loa
         hook.remove()
 
 
-def test_a_budget_never_reached_changes_nothing(loaded):  # noqa: F811
+def test_a_budget_never_reached_changes_nothing(loaded):
     prompt = prompt_ids(loaded, 13)
     _, plain = run(loaded, prompt, max_new_tokens=30)
     _, fin = run(loaded, prompt, max_new_tokens=30, think_budget=_budget(loaded, 200))
@@ -113,7 +119,6 @@ def test_generate_think_budget_ends_the_thinking_and_answers(make_checkpoint, ca
     templates end theirs): it would think to the token limit; with the budget, the thinking ends within it."""
     import json
 
-    from clover_local.loader import load
     from tests.conftest import run_cli
 
     folder = make_checkpoint(seed=21)
@@ -130,3 +135,53 @@ def test_generate_think_budget_ends_the_thinking_and_answers(make_checkpoint, ca
     assert ids[budget - len(close):budget] == close and len(ids) == budget + 16
     assert run_cli(args + ["--think-budget", "0"]) == 2
     assert "--think-budget must be at least 1" in capsys.readouterr().err
+
+
+# a chat template that opens the thinking itself, as the Qwen3.5 ones do
+THINK_TEMPLATE = ("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                  "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+                  "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+                  "{%- else %}<think>\n{% endif %}{% endif %}")
+EXIT_SENTENCE = EARLY_EXIT.split("</think>")[0].strip()
+
+
+@pytest.fixture(scope="module")
+def thinking_model(tmp_path_factory, tokenizer_dir):
+    from tests.conftest import checkpoint_with_tokenizer
+
+    folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("think") / "ckpt", tokenizer_dir, seed=21)
+    (folder / "chat_template.jinja").write_text(THINK_TEMPLATE)
+    return load(str(folder), "cpu", "float32")
+
+
+def test_serve_keeps_a_requests_thinking_budget_and_caps_it_at_its_own(thinking_model):
+    openai = pytest.importorskip("openai", reason="the openai client is a test dependency")
+    anthropic = pytest.importorskip("anthropic", reason="the anthropic client is a test dependency")
+    from tests.inprocess_server import running_server
+
+    close = ThinkBudget.for_tokenizer(thinking_model.tokenizer, 1, True).close_ids
+    budget = len(close) + 10
+    messages = [{"role": "user", "content": "hello there"}]
+    with running_server(thinking_model, "think", max_tokens=512, context=4096) as (_, url):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+        plain = client.chat.completions.create(model="think", messages=messages, max_tokens=budget + 24)
+        assert plain.choices[0].finish_reason == "length" and not plain.choices[0].message.content  # all thought
+        kept = client.chat.completions.create(model="think", messages=messages, max_tokens=budget + 24,
+                                              extra_body={"thinking_token_budget": budget})
+        message = kept.choices[0].message
+        assert message.reasoning_content.strip().endswith(EXIT_SENTENCE) and message.content
+        assert kept.usage.completion_tokens_details.reasoning_tokens <= budget
+        with pytest.raises(openai.BadRequestError, match="thinking_token_budget"):
+            client.chat.completions.create(model="think", messages=messages, extra_body={"thinking_token_budget": 0})
+
+        claude = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=120)
+        answer = claude.messages.create(model="think", max_tokens=budget + 24, messages=messages,
+                                        thinking={"type": "enabled", "budget_tokens": budget})
+        assert [b.type for b in answer.content] == ["thinking", "text"]
+        assert answer.content[0].thinking.strip().endswith(EXIT_SENTENCE)
+
+    with running_server(thinking_model, "think", max_tokens=512, context=4096, think_budget=budget) as (_, url):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+        capped = client.chat.completions.create(model="think", messages=messages, max_tokens=budget + 24,
+                                                extra_body={"thinking_token_budget": 10 * budget})
+        assert capped.choices[0].message.model_dump() == message.model_dump()  # the server's cap, not 10×

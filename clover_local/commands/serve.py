@@ -49,6 +49,11 @@ def serve(
         help="Host RAM for conversations set aside while another's request runs: the next request of one resumes "
              "its prompt's prefill instead of reading it again (an agent's sub-agents and side questions come "
              "between its turns). At 35B a 20K-token prompt takes about 0.5 GB. 0 turns it off."),
+    think_budget: Optional[int] = typer.Option(
+        None, "--think-budget", metavar="TOKENS",
+        help="The most tokens any answer's thinking may take (a request may ask for less: 'thinking_token_budget', "
+             "Anthropic's thinking.budget_tokens): where it runs out the server ends the thinking itself and the "
+             "answer follows, so an agent gets its answer within max_tokens. Default: no limit."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
@@ -91,6 +96,7 @@ def serve(
 
       curl http://127.0.0.1:8000/api/chat -d '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
     """
+    from clover_local.generate.thinking import ThinkBudget
     from clover_local.loader import load
     from clover_local.serve.engine import Engine
     from clover_local.serve.http import Limits, make_server
@@ -104,11 +110,16 @@ def serve(
     if max_request_mb <= 0:
         raise CloverError("--max-request-mb must be above 0")
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
+    if think_budget is not None and think_budget < 1:
+        raise CloverError(f"--think-budget must be at least 1 token, got {think_budget}")
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)
     ctx = loaded.config.max_context  # --context already applied by the loader
-    limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx)
+    if think_budget is not None:  # (a tokenizer without <think> tokens: refused here, not in every request)
+        ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
+    limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx,
+                    think_budget=think_budget)
     engine = Engine(loaded, max_queue=max_queue, park_bytes=park_bytes)
     name = model_name or model_label(model)
     try:

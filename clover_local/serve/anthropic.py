@@ -11,11 +11,11 @@ on /v1/chat/completions:
   a request that repeats the last one's prefix resumes its prefill, reported as `cache_read_input_tokens`).
 - `tools` (custom tools: `name`, `description`, `input_schema`) with `tool_choice` auto, none, any or a named tool
   (`{"type": "tool", "name"}`; the last two force a call as OpenAI's "required" and named function do on the chat
-  route, without thinking; `disable_parallel_tool_use`: one call); `thinking`
-  `enabled`/`adaptive` or `disabled` (absent: the model's default; `budget_tokens` is not enforced: thinking ends
-  when the model ends it, within max_tokens); `stop_sequences`, `temperature`, `top_p`, `stream`, `metadata`;
-  structured outputs (`output_config.format` or the beta's `output_format`, `{"type": "json_schema", "schema"}`) as
-  response_format json_schema is.
+  route, without thinking; `disable_parallel_tool_use`: one call); `thinking` `enabled`/`adaptive` or `disabled`
+  (absent: the model's default) with its `budget_tokens` kept: where the thinking reaches it, the server ends the
+  thinking itself and the answer follows (generate/thinking.py); `stop_sequences`, `temperature`, `top_p`,
+  `stream`, `metadata`; structured outputs (`output_config.format` or the beta's `output_format`, `{"type":
+  "json_schema", "schema"}`) as response_format json_schema is.
 - `max_tokens` is required, and clients set it high (Claude Code: 32,000): it is a ceiling here, cut to this
   server's --max-tokens and what the context leaves, and `stop_reason` "max_tokens" says when the cut was reached.
 
@@ -173,14 +173,18 @@ def _chat_tools(body: dict) -> tuple[list[dict] | None, ForcedCall | None]:
     return tools, read_tool_choice(chat, tools)
 
 
-def _thinking(body: dict, default: bool) -> bool:
+def _thinking(body: dict, default: bool) -> tuple[bool, int | None]:
+    """(thinking on, its budget): `thinking.budget_tokens` is kept (generate/thinking.py)."""
     value = body.get("thinking")
     if value is None:
-        return default
+        return default, None
     kind = value.get("type") if isinstance(value, dict) else None
     if kind not in ("enabled", "adaptive", "disabled"):
         raise bad_request("'thinking' must be {\"type\": \"enabled\" | \"adaptive\" | \"disabled\"}", "thinking")
-    return kind != "disabled"
+    budget = value.get("budget_tokens")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise bad_request("'thinking.budget_tokens' must be a positive integer", "thinking")
+    return kind != "disabled", budget
 
 
 def _output_schema(body: dict):
@@ -215,7 +219,7 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.stop = stop_field(body, "stop_sequences") or []
     req.json_schema = _output_schema(body)
-    req.enable_thinking = _thinking(body, default=req.json_schema is None and forced is None)
+    req.enable_thinking, req.think_budget = _thinking(body, default=req.json_schema is None and forced is None)
     check_forced_thinking(req, "thinking")
     if req.json_schema is not None and req.enable_thinking:
         raise bad_request("a json_schema output format answers without thinking (the whole answer is the JSON): leave "

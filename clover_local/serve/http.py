@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import answer_constraint
+from clover_local.generate.thinking import ThinkBudget
 from clover_local.serve import anthropic, ollama
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
@@ -43,6 +44,7 @@ class Limits:
     max_body_bytes: int = 4 * 1024 * 1024
     max_tokens: int = 4096  # the most one answer may ask for (and the default)
     context: int = 131072  # prompt + answer
+    think_budget: int | None = None  # the most tokens any answer's thinking may take (a request may ask for less)
     read_timeout: float = 30.0
 
 
@@ -335,8 +337,14 @@ class Handler(BaseHTTPRequestHandler):
         text = self._prompt(req)
         ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
-        return Job(ids, text, self._settings(req, len(ids), "messages"), stop=req.stop, history_tokens=history,
-                   score_top=req.logprobs)
+        settings = self._settings(req, len(ids), "messages")
+        budgets = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
+        if budgets and req.enable_thinking:
+            try:
+                settings.think_budget = ThinkBudget.for_tokenizer(tok, min(budgets), prompt_opens_thinking(text))
+            except CloverError as exc:
+                raise ApiError(400, str(exc), param="thinking_token_budget") from None
+        return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs)
 
     @contextmanager
     def _relaying(self, job: Job) -> Iterator[None]:

@@ -7,6 +7,7 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 `max_completion_tokens`, `temperature`, `top_p`, `seed`, `stop`, `n` (1 only), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
 `enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins),
+`thinking_token_budget` (vLLM's name: the most tokens the thinking may take, generate/thinking.py),
 `response_format` text, json_object (JSON mode, both endpoints: the answer is one JSON object, written without
 thinking) or json_schema (structured outputs: `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`,
 the answer is one value the schema allows, held to it byte by byte as JSON mode is; the subset of JSON Schema in
@@ -92,6 +93,7 @@ class ChatRequest(Sampling):
     logprobs: int | None = None  # with logprobs: true, top_logprobs (0: the token's own only); None: logprobs off
     tools: list[dict] | None = None  # for the template, and to read the answer's calls back (serve/tools.py)
     forced: ForcedCall | None = None  # a tool_choice that forces a call: the answer is held to it
+    think_budget: int | None = None  # the most tokens the thinking may take (generate/thinking.py)
     enable_thinking: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -420,6 +422,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     req = ChatRequest(messages=parse_messages(body.get("messages")), tools=read_tools(body))
     read_sampling(body, req)
     req.forced = read_tool_choice(body, req.tools)
+    req.think_budget = int_field(body, "thinking_token_budget", 1)
     req.logprobs = _chat_logprobs(body, req.stream)
     # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first
     mode = req.json_mode

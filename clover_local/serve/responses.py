@@ -9,9 +9,10 @@ message), function `tools` and namespaces of them (hosted tools such as web_sear
 `tool_choice` auto, none, required or `{"type": "function", "name"}` (the last two force a call as on the chat
 route), `max_output_tokens`, `temperature`, `top_p`, `stream`, `text.format` (text, json_object, json_schema),
 `reasoning.effort` ("none"/"minimal": no thinking; any other: the model thinks; absent: the model's default. JSON
-mode and a forced call answer without thinking whatever the effort: the whole answer is the JSON), `metadata`, `parallel_tool_calls`, `user`, `truncation` (echoed), `store` (accepted; the response
-says `store: false`, since nothing is kept); our chat extensions `threshold`, `seed`, the penalties and
-`chat_template_kwargs` too. Other fields are ignored, as OpenAI-compatible servers do.
+mode and a forced call answer without thinking whatever the effort: the whole answer is the JSON), `metadata`,
+`parallel_tool_calls`, `user`, `truncation` (echoed), `store` (accepted; the response says `store: false`, since
+nothing is kept); our chat extensions `threshold`, `seed`, the penalties,
+`thinking_token_budget` and `chat_template_kwargs` too. Other fields are ignored, as OpenAI-compatible servers do.
 
 Refused with a 400 rather than ignored, since the answer would not be what was asked for: `previous_response_id`,
 `conversation` and `item_reference` items (this server keeps no responses: send the whole input), `background: true`,
@@ -33,7 +34,7 @@ from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
 _SAMPLING_FIELDS = ("model", "stream", "temperature", "top_p", "threshold", "seed", "presence_penalty",
-                    "frequency_penalty", "repetition_penalty")
+                    "frequency_penalty", "repetition_penalty", "thinking_token_budget")
 _NO_THINKING = ("none", "minimal")
 _TEXT_PARTS = ("input_text", "output_text", "text")
 NAMESPACE_SEP = "."  # a namespaced function's name for the template: `namespace.name`
@@ -306,6 +307,7 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
                           tools=read_tools(shim))
         read_sampling(shim, req)  # (response_format too)
         req.forced = read_tool_choice(shim, req.tools)
+        req.think_budget = int_field(shim, "thinking_token_budget", 1)
         mode = req.json_mode
         whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
         think = _thinking(body)
