@@ -185,3 +185,32 @@ def test_serve_keeps_a_requests_thinking_budget_and_caps_it_at_its_own(thinking_
         capped = client.chat.completions.create(model="think", messages=messages, max_tokens=budget + 24,
                                                 extra_body={"thinking_token_budget": 10 * budget})
         assert capped.choices[0].message.model_dump() == message.model_dump()  # the server's cap, not 10×
+
+
+def test_chat_set_think_budget_ends_the_thinking_and_is_checked_and_restored(thinking_model, capsys):
+    from clover_local.chat.app import ChatApp
+    from clover_local.chat.conversation import ChatSettings, restore_settings, set_value
+
+    close = ThinkBudget.for_tokenizer(thinking_model.tokenizer, 1, True).close_ids
+    budget = len(close) + 10
+    app = ChatApp(thinking_model, "think", ChatSettings(max_tokens=budget + 24), interactive=False)
+    app.ask("hello there")
+    thought = app.conv.messages[-1]
+    assert not thought["content"] and EXIT_SENTENCE not in thought["reasoning_content"]  # all thinking
+    app.command(f"/set think_budget {budget}")
+    app.command("/retry")
+    answer = app.conv.messages[-1]
+    assert answer["reasoning_content"].strip().endswith(EXIT_SENTENCE) and answer["content"]
+    capsys.readouterr()
+    app.command("/set")
+    assert f"think_budget {budget}" in capsys.readouterr().err
+    app.command("/set think_budget off")
+    app.command("/retry")
+    assert app.conv.messages[-1] == thought
+    with pytest.raises(CloverError, match="think_budget needs a whole number of at least 1, or off"):
+        set_value(app.settings, "think_budget", "0")
+    settings = ChatSettings()
+    assert restore_settings(settings, {"think_budget": 300}) == ["think_budget"] and settings.think_budget == 300
+    assert restore_settings(settings, {"think_budget": None}) == ["think_budget"] and settings.think_budget is None
+    assert restore_settings(settings, {"think_budget": 0}) == []
+    assert restore_settings(settings, {"think_budget": "9"}) == []

@@ -25,9 +25,10 @@ from clover_local.chat.display import Part, TurnView, fit_parts, plural, think_l
 from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, key_stats, runtime_stats,
                                      scalar_stats)
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
-                                    history_tokens, is_out_of_memory, release_memory)
+                                    history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory)
 from clover_local.errors import CloverError
 from clover_local.generate.sampling import PENALTY_RANGES
+from clover_local.generate.thinking import ThinkBudget
 from clover_local.paths import cache_root
 from clover_local.text_files import read_text_file
 from clover_local.generate.block_diffusion import whole_blocks
@@ -43,8 +44,9 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/think on|off", "let the model think first (the chat template's enable_thinking)"),
     ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
     ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
-    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1, presence_penalty and "
-                        "frequency_penalty [-2, 2], repetition_penalty (0-10]"),
+    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1, think_budget ≥1 or off "
+                        "(the thinking's most tokens), presence_penalty and frequency_penalty [-2, 2], "
+                        "repetition_penalty (0-10]"),
     ("/set", "show the settings"),
     ("/retry", "answer your last message again (after /set, /think or /system; with temperature > 0, anew)"),
     ("/undo", "take back your last message and its answer"),
@@ -413,12 +415,24 @@ class ChatApp:
             s = self.settings
             penalties = [f"{name} {getattr(s, name):g}" for name, r in PENALTY_RANGES.items()
                          if getattr(s, name) != r.off]  # shown once set: most chats never touch them
+            budget = [] if s.think_budget is None else [f"think_budget {s.think_budget}"]
             self.note(" · ".join([f"threshold {s.threshold:g}", f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
-                                  f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}", *penalties]))
+                                  f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}", *budget,
+                                  *penalties]))
             return
         if len(parts) != 2:
             raise CloverError(f"/set takes a name and a value, e.g. /set threshold 0.8 (names: {', '.join(SETTABLE)})")
         value = set_value(self.settings, parts[0], parts[1])
+        if parts[0].replace("-", "_").lower() == "think_budget":
+            if value is not None:
+                try:  # this model's tokenizer must have the tokens the budget counts by
+                    ThinkBudget.for_tokenizer(self.tok, value, opened=False)
+                except CloverError:
+                    self.settings.think_budget = None
+                    raise
+            self.note(f"think_budget = {value or 'off'} (the thinking's most tokens; where it runs out, the thinking "
+                      "is ended for the model and the answer follows)")
+            return
         ctx = self.loaded.config.max_context
         if parts[0].replace("-", "_").lower() == "max_tokens" and value > ctx:
             self.settings.max_tokens = ctx
@@ -490,9 +504,12 @@ class ChatApp:
         from clover_local.generate.block_diffusion import DecodeSettings
 
         self.conv.add_user(text)
+        budget = self.settings.think_budget if self.settings.think else None
         try:
             prompt = self.tok.apply_chat_template(self.conv.template_messages(), add_generation_prompt=True,
                                                   enable_thinking=self.settings.think)
+            if budget is not None:  # (a tokenizer without <think> tokens: one line, as a template error is)
+                budget = ThinkBudget.for_tokenizer(self.tok, budget, prompt_opens_thinking(prompt))
         except CloverError as exc:
             self.conv.messages.pop()
             self.error(str(exc))
@@ -511,7 +528,7 @@ class ChatApp:
         settings = DecodeSettings(max_new_tokens=max_new, threshold=self.settings.threshold,
                                   temperature=self.settings.temperature, top_p=self.settings.top_p,
                                   seed=self.settings.seed, stop_token_ids=self.loaded.stop_token_ids,
-                                  penalties=self.settings.penalties())
+                                  penalties=self.settings.penalties(), think_budget=budget)
         turn = TurnText(self.tok, prompt)
         stats = TurnStats(prompt_tokens=len(ids))
         history = history_tokens(self.tok, self.conv.template_messages(), enable_thinking=self.settings.think)

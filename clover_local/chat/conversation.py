@@ -31,6 +31,7 @@ class ChatSettings:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    think_budget: int | None = None  # the most tokens the thinking may take (generate/thinking.py); None: no limit
 
     def penalties(self) -> Penalties:
         return Penalties(self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
@@ -45,11 +46,16 @@ def _int(v: str) -> int:
     return int(v)
 
 
+def _budget(v: str) -> int | None:
+    return None if v.lower() == "off" else int(v)
+
+
 SETTABLE: dict[str, tuple[Any, Any, str]] = {
     "threshold": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]; 1 reveals one token per pass"),
     "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
     "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
     "max_tokens": (_int, lambda x: x >= 1, "a whole number of at least 1"),
+    "think_budget": (_budget, lambda x: x is None or x >= 1, "a whole number of at least 1, or off"),
     **{name: (_float, r.allows, f"a number in {r}; {r.off:g} is off") for name, r in PENALTY_RANGES.items()},
 }
 
@@ -80,7 +86,10 @@ def restore_settings(settings: ChatSettings, saved: Any, keep: set[str] = frozen
     for key, value in saved.items():
         if key in keep or not hasattr(settings, key) or getattr(settings, key) == value:
             continue
-        if key in SETTABLE:
+        if key == "think_budget":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                continue
+        elif key in SETTABLE:
             parse, ok, _ = SETTABLE[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue

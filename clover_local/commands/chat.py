@@ -14,7 +14,8 @@ from clover_local.commands._model_options import (context_option, dtype_option, 
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
 from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
-                                                     presence_penalty_option, repetition_penalty_option)
+                                                     presence_penalty_option, repetition_penalty_option,
+                                                     think_budget_option)
 from clover_local.errors import CloverError
 
 
@@ -43,6 +44,7 @@ def chat(
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="Longest answer, in tokens."),
+    think_budget: Optional[int] = think_budget_option(),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for sampling."),
     presence_penalty: float = presence_penalty_option(),
     frequency_penalty: float = frequency_penalty_option(),
@@ -82,17 +84,23 @@ def chat(
         check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
+    if think_budget is not None and think_budget < 1:
+        raise CloverError(f"--think-budget must be at least 1 token, got {think_budget}")
     penalties(presence_penalty, frequency_penalty, repetition_penalty)
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     loaded = load_with_status(model, device, dtype, interactive, **options)
+    if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)
+        from clover_local.generate.thinking import ThinkBudget
+
+        ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
     settings = ChatSettings(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
         temperature=temperature, top_p=top_p, max_tokens=min(max_tokens, loaded.config.max_context),
         think=think, show_thinking=show_thinking, seed=seed, presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty,
+        frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty, think_budget=think_budget,
     )
     session = ChatApp(loaded, model, settings, interactive=interactive, system=system)
     session.pace = pace
