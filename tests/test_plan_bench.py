@@ -148,10 +148,19 @@ def test_plan_synthetic_real_shapes(capsys, monkeypatch):
     assert any(line.what == "CPU-run experts" and line.bytes == 2 * GIB for line in cpu.lines)
     tight = make_plan(info, 16 * GIB, p.host_bytes + GIB, 32768, cpu_cache=2 * GIB)
     assert not tight.fits and "converted for the CPU" in tight.refusal
+    # serve's parked prompts (--park-prompts) are host RAM too: counted, named when they do not fit
+    parked = make_plan(info, 16 * GIB, 32 * GIB, 32768, parked=2 * GIB)
+    assert parked.host_bytes == p.host_bytes + 2 * GIB and parked.slots == p.slots
+    assert any(line.what == "parked prompts" and line.bytes == 2 * GIB for line in parked.lines)
+    tight = make_plan(info, 16 * GIB, p.host_bytes + GIB, 32768, parked=2 * GIB)
+    assert not tight.fits and "2 GiB of parked prompts" in tight.refusal and "lower --park-prompts" in tight.refusal
     small = make_plan(info, 2 * GIB, 32 * GIB, 32768)
     assert not small.fits and "--vram" in small.refusal
     assert run_cli(["plan", "synthetic:small", "--vram", "1GB", "--ram", "8GB", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["experts_total"] == 64
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["experts_total"] == 64
+    assert run_cli(["plan", "synthetic:small", "--vram", "1GB", "--ram", "8GB", "--park-prompts", "1GB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_bytes"] == alone["host_bytes"] + GIB
     # --prefill-chunk: a longer chunk's activations take slots; per prompt token it copies fewer experts
     plans = []
     for rows in (512, 2048):

@@ -82,6 +82,9 @@ def plan(
                                           "to plan for (default balanced)."),
     group_size: Optional[int] = typer.Option(None, "--group-size", help="For a BF16 checkpoint: the quantize "
                                              "group size to plan for (default 128; -1 per-channel)."),
+    park_prompts: str = typer.Option("0", "--park-prompts", metavar="SIZE",
+                                     help="Host RAM to count for serve's parked conversations (serve's default: "
+                                          "2GB); 0, as chat and generate need: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
 ) -> None:
     """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the
@@ -108,6 +111,8 @@ def plan(
       clover-local plan synthetic:full --vram 16GB --prefill-chunk 2048   # what a longer prefill chunk costs
 
       clover-local plan synthetic:full3 --vram 16GB   # a pack made with `quantize --bits 3`: every expert resident
+
+      clover-local plan ./clover-int4 --vram 16GB --ram 24GB --park-prompts 2GB   # for serve, with its default
     """
     import torch
 
@@ -132,7 +137,7 @@ def plan(
         raise CloverError("no GPU here: give --vram, the memory of the card to plan for (e.g. --vram 16GB)")
     ram_bytes = parse_size(ram, "--ram") if ram is not None else host_available_bytes()
     p = make_plan(pack, vram_bytes, ram_bytes, context, prefill_chunk=prefill_chunk_rows(prefill_chunk),
-                  prefill_span=env_prefill_span())
+                  prefill_span=env_prefill_span(), parked=parse_size(park_prompts, "--park-prompts", allow_zero=True))
     extra = {}
     if remote:
         extra["hub"] = remote.to_dict()

@@ -152,12 +152,14 @@ def make_plan(
     prefill_span: int = DEFAULT_PREFILL_SPAN,
     slots: int | None = None,
     cpu_cache: int = 0,
+    parked: int = 0,
     vram_flag: str = "--vram",
     ram_flag: str = "--ram",
 ) -> Plan:
     """The placement for a device budget of `vram` bytes and `ram` bytes of host memory (None: unchecked).
     `slots` forces the expert slot count (tests, all-resident runs); the refusal is then about that count.
-    `cpu_cache`: host bytes of experts kept converted for the CPU path (`--cpu-experts`; 0 when it is off)."""
+    `cpu_cache`: host bytes of experts kept converted for the CPU path (`--cpu-experts`; 0 when it is off).
+    `parked`: host bytes `serve` may keep for conversations set aside (`--park-prompts`; chat and generate: 0)."""
     cfg = pack.config
     a = dtype_bytes(dtype)
     plan = Plan(vram, ram, context, str(dtype).replace("torch.", ""), rows=cfg.diffusion.block_size)
@@ -250,8 +252,11 @@ def make_plan(
     if cpu_kept:
         plan.lines.append(PlanLine("CPU-run experts", "host", cpu_kept,
                                    "at most; converted for torch's int4 CPU kernel (--cpu-experts)"))
+    if parked:
+        plan.lines.append(PlanLine("parked prompts", "host", parked,
+                                   "at most; serve's conversations set aside (--park-prompts)"))
     plan.lines.append(PlanLine("runtime", "host", HOST_RUNTIME_BYTES, "Python, torch, CUDA (estimate)"))
-    plan.host_bytes = plan.host_expert_bytes + cpu_kept + sum(host_kind.values()) + HOST_RUNTIME_BYTES
+    plan.host_bytes = plan.host_expert_bytes + cpu_kept + parked + sum(host_kind.values()) + HOST_RUNTIME_BYTES
 
     # traffic per 32-row pass
     plan.distinct_per_layer = expected_distinct(e, k, rows)
@@ -310,9 +315,11 @@ def make_plan(
             f"not enough host RAM: the routed experts need {fmt_bytes(plan.host_expert_bytes)} pinned, plus "
             f"{fmt_bytes(sum(host_kind.values()))} of embeddings"
             + (f", {fmt_bytes(cpu_kept)} of experts converted for the CPU" if cpu_kept else "")
+            + (f", {fmt_bytes(parked)} of parked prompts (--park-prompts)" if parked else "")
             + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the "
-            f"runtime ({fmt_bytes(plan.host_bytes)} in all), but {ram_flag} is {fmt_bytes(ram)}; free memory or "
-            f"use a machine with at least {fmt_bytes(plan.host_bytes)}"
+            f"runtime ({fmt_bytes(plan.host_bytes)} in all), but {ram_flag} is {fmt_bytes(ram)}; free memory"
+            + (", lower --park-prompts" if parked else "") + f" or use a machine with at least "
+            f"{fmt_bytes(plan.host_bytes)}"
             # the host holds every expert's slab until all of them fit on the device: only then does VRAM help
             + (f" (a larger {vram_flag} helps only once every expert fits on the device: "
                f"{fmt_bytes(need_fixed + plan.experts_total * plan.slab_bytes)})" if plan.host_expert_bytes else ""))
