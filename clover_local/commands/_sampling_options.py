@@ -37,6 +37,11 @@ def think_budget_option() -> Any:
                              "thought cannot eat the whole --max-tokens. Default: no limit.")
 
 
+def check_think_budget(tokens: int | None) -> None:
+    if tokens is not None and tokens < 1:
+        raise CloverError(f"--think-budget must be at least 1 token, got {tokens}")
+
+
 def penalties(presence_penalty: float, frequency_penalty: float, repetition_penalty: float) -> Penalties:
     """The three flags checked (one line naming the flag and its range when out of it)."""
     given = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,

@@ -14,8 +14,8 @@ from clover_local.commands._model_options import (context_option, dtype_option, 
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
 from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
-                                                     presence_penalty_option, repetition_penalty_option,
-                                                     think_budget_option)
+                                                     check_think_budget, presence_penalty_option,
+                                                     repetition_penalty_option, think_budget_option)
 from clover_local.errors import CloverError
 
 
@@ -84,8 +84,7 @@ def chat(
         check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
-    if think_budget is not None and think_budget < 1:
-        raise CloverError(f"--think-budget must be at least 1 token, got {think_budget}")
+    check_think_budget(think_budget)
     penalties(presence_penalty, frequency_penalty, repetition_penalty)
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")

@@ -20,8 +20,8 @@ from clover_local.commands._model_options import (context_flag_limit, context_op
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
 from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
-                                                     presence_penalty_option, repetition_penalty_option,
-                                                     think_budget_option)
+                                                     check_think_budget, presence_penalty_option,
+                                                     repetition_penalty_option, think_budget_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -230,8 +230,7 @@ def generate(
     if json_mode and think:
         raise CloverError(f"{flag} answers without thinking (the whole answer is the JSON): drop --think")
     think = not json_mode if think is None else think
-    if think_budget is not None and think_budget < 1:
-        raise CloverError(f"--think-budget must be at least 1 token, got {think_budget}")
+    check_think_budget(think_budget)
     if think_budget is not None and not think:
         raise CloverError(f"--think-budget limits the thinking, and {'--no-think' if not json_mode else flag} "
                           "answers without it: drop one")

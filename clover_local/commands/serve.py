@@ -14,6 +14,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
+from clover_local.commands._sampling_options import check_think_budget
 from clover_local.errors import CloverError
 from clover_local.runtime.sizes import parse_size
 
@@ -110,8 +111,7 @@ def serve(
     if max_request_mb <= 0:
         raise CloverError("--max-request-mb must be above 0")
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
-    if think_budget is not None and think_budget < 1:
-        raise CloverError(f"--think-budget must be at least 1 token, got {think_budget}")
+    check_think_budget(think_budget)
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)

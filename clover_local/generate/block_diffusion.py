@@ -129,7 +129,7 @@ class BlockDiffusionDecoder:
         gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
         counts = None  # the answer's tokens so far, for settings.penalties (made like `gen`, when they apply)
         shape = settings.constraint.start() if settings.constraint else None  # JSON mode: the answer so far
-        budget = BudgetTracker(settings.think_budget) if settings.think_budget else None
+        thinking = BudgetTracker(settings.think_budget) if settings.think_budget else None
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
@@ -147,8 +147,8 @@ class BlockDiffusionDecoder:
             targets = list(range(fixed, min(bs, fixed + room)))
             tokens: list[int | None] = (tail if block_no == 0 else []) + [None] * (bs - fixed)
             no_end_before = fixed  # a thinking budget's closing text placed in this block: no `</think>` before it
-            if budget is not None:
-                placed, no_end_before = budget.place(len(out), fixed, targets[-1] + 1)
+            if thinking is not None:
+                placed, no_end_before = thinking.place(len(out), fixed, targets[-1] + 1)
                 for p, t in placed:  # (not counted by the penalties: the model did not choose them)
                     tokens[p] = t
             passes = 0
@@ -176,7 +176,7 @@ class BlockDiffusionDecoder:
                     counts.apply(logits, settings.penalties)
                 logits[:, self.mask_id] = float("-inf")
                 if no_end_before > masked[0]:
-                    logits[[j for j, p in enumerate(masked) if p < no_end_before], budget.budget.end_id] = float("-inf")
+                    logits[[j for j, p in enumerate(masked) if p < no_end_before], thinking.end_id] = float("-inf")
                 if gen is None and settings.temperature > 0:
                     gen = device_generator(settings.seed, logits.device)
                 ids, conf = choose(logits, settings.temperature, settings.top_p, gen)
@@ -198,8 +198,8 @@ class BlockDiffusionDecoder:
             if finished:
                 stats.stop_reason = "stop"
             new = [int(t) for t in tokens[fixed : stop_at if finished else targets[-1] + 1]]  # type: ignore[arg-type]
-            if budget is not None:
-                budget.committed(len(out), new)
+            if thinking is not None:
+                thinking.committed(len(out), new)
             out.extend(new)
             stats.blocks += 1
             done = finished or len(out) >= settings.max_new_tokens

@@ -58,6 +58,10 @@ class BudgetTracker:
     def __post_init__(self) -> None:
         self.since = 0 if self.budget.opened else None
 
+    @property
+    def end_id(self) -> int:
+        return self.budget.end_id
+
     def place(self, written: int, first: int, end: int) -> tuple[list[tuple[int, int]], int]:
         """For a block whose answer positions are [first, end), `written` answer tokens before it: the (position,
         token id) pairs of closing text it holds, and the position before which `</think>` is refused (`first`
