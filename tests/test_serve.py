@@ -641,6 +641,15 @@ def test_chat_template_kwargs_enable_thinking_wins_and_reserved_keys_are_dropped
     assert _refused(chat_template_kwargs={"enable_thinking": "no"}).param == "enable_thinking"
 
 
+def test_reasoning_effort_none_or_minimal_turns_thinking_off_unless_enable_thinking_says_otherwise():
+    """As the Responses API's reasoning.effort: the model has no levels between thinking and not."""
+    assert [_parse(reasoning_effort=e).enable_thinking for e in ("none", "minimal", "low", "high")] == \
+        [False, False, True, True]
+    assert _parse(reasoning_effort="none", enable_thinking=True).enable_thinking is True
+    assert _parse(reasoning_effort="high", response_format={"type": "json_object"}).enable_thinking is False
+    assert _refused(reasoning_effort=5).param == "reasoning_effort"
+
+
 def test_messages_map_developer_to_system_and_keep_an_assistants_reasoning():
     from clover_local.serve.protocol import parse_messages
 

@@ -8,6 +8,7 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
 `enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins),
 `thinking_token_budget` (vLLM's name: the most tokens the thinking may take, generate/thinking.py),
+`reasoning_effort` (none / minimal: no thinking, where enable_thinking is not sent; the other efforts think),
 `response_format` text, json_object (JSON mode, both endpoints: the answer is one JSON object, written without
 thinking) or json_schema (structured outputs: `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`,
 the answer is one value the schema allows, held to it byte by byte as JSON mode is; the subset of JSON Schema in
@@ -383,6 +384,19 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.stop = stop_field(body) or req.stop
 
 
+NO_THINKING_EFFORTS = ("none", "minimal")
+
+
+def effort_thinking(effort: Any, name: str) -> bool | None:
+    """A reasoning effort (OpenAI's `reasoning_effort`, the Responses API's `reasoning.effort`) as enable_thinking:
+    off for none / minimal, on for any other, None when absent. (The model has no effort levels between.)"""
+    if effort is None:
+        return None
+    if not isinstance(effort, str):
+        raise bad_request(f"'{name}' must be a string", name)
+    return effort not in NO_THINKING_EFFORTS
+
+
 def template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str, Any]]:
     """(enable_thinking, other chat-template variables): vLLM's `chat_template_kwargs`, whose enable_thinking wins
     over the top-level one, `thinking` where neither is sent; the variables the server sets itself are dropped."""
@@ -426,7 +440,9 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     req.logprobs = _chat_logprobs(body, req.stream)
     # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first
     mode = req.json_mode
-    req.enable_thinking, req.template_kwargs = template_options(body, thinking=mode is None and req.forced is None)
+    effort = effort_thinking(body.get("reasoning_effort"), "reasoning_effort")
+    whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
+    req.enable_thinking, req.template_kwargs = template_options(body, thinking=not whole and effort is not False)
     if req.tools and mode:
         raise bad_request(f"'response_format' {mode} holds the whole answer to the JSON, so no tool could be "
                           "called: send one or the other", "response_format")

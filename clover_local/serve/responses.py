@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.serve.protocol import (ApiError, ChatRequest, answer_usage, bad_request, bool_field,
-                                         check_forced_thinking, int_field, json_body, parse_messages, read_sampling,
-                                         read_tool_choice, read_tools, template_options)
+                                         check_forced_thinking, effort_thinking, int_field, json_body, parse_messages,
+                                         read_sampling, read_tool_choice, read_tools, template_options)
 from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
 _SAMPLING_FIELDS = ("model", "stream", "temperature", "top_p", "threshold", "seed", "presence_penalty",
                     "frequency_penalty", "repetition_penalty", "thinking_token_budget")
-_NO_THINKING = ("none", "minimal")
 _TEXT_PARTS = ("input_text", "output_text", "text")
 NAMESPACE_SEP = "."  # a namespaced function's name for the template: `namespace.name`
 # a chat error's param, as this route names it
@@ -264,12 +263,7 @@ def _text_format(body: dict) -> dict | None:
 
 def _thinking(body: dict) -> bool | None:
     """`reasoning.effort` as enable_thinking: off for none/minimal, on for any other effort, None when absent."""
-    effort = _member(body, "reasoning", "effort")
-    if effort is None:
-        return None
-    if not isinstance(effort, str):
-        raise bad_request("'reasoning.effort' must be a string", "reasoning.effort")
-    return effort not in _NO_THINKING
+    return effort_thinking(_member(body, "reasoning", "effort"), "reasoning.effort")
 
 
 def _echo(body: dict, req: ChatRequest) -> dict[str, Any]:
