@@ -4,7 +4,7 @@ whether something failed.
 Each test points the clover-local cache and the Hugging Face Hub cache (and its token file) at tmp folders, with no
 token in the environment, so what the machine running the tests has set does not leak in. The CUDA-only branches
 are reached through the pure functions they use (`_arch_supported`) or a patched `_nvidia_driver` /
-`_cuda_available`; the Triton branch through the interpreter (CLOVER_FORCE_TRITON=1 with TRITON_INTERPRET=1, which
+`cuda_available`; the Triton branch through the interpreter (CLOVER_FORCE_TRITON=1 with TRITON_INTERPRET=1, which
 tests/conftest.py sets without a GPU).
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clover_local.commands import doctor
+from clover_local import diagnostics
 from tests.conftest import run_cli
 
 NAMES = ["clover-local", "tiny-model", "python", "torch", "triton", "flash-linear-attention", "packages",
@@ -118,7 +118,7 @@ def test_a_check_that_raises_is_one_fail_line_and_exit_1(capsys, monkeypatch) ->
     def broken(say):
         raise RuntimeError("boom\nsecond line of the message")
 
-    monkeypatch.setattr(doctor, "_check_host", broken)
+    monkeypatch.setattr(diagnostics.host, "check_host", broken)
     assert run_cli(["doctor"]) == 1
     out, err = capsys.readouterr()
     line = next(line for line in out.splitlines() if line.startswith("  ✗ host "))
@@ -159,7 +159,7 @@ def test_the_hub_token_is_never_printed(capsys, monkeypatch, isolated) -> None:
 
 @no_gpu
 def test_flash_linear_attention_is_flagged_without_cuda(capsys, monkeypatch) -> None:
-    assert doctor._check_fla(print).status == "ok"  # not installed here: fine
+    assert diagnostics.software.check_fla(print).status == "ok"  # not installed here: fine
     monkeypatch.setitem(sys.modules, "fla", types.ModuleType("fla"))
     code, report, _ = _json_run(capsys)
     fla = _by_name(report)["flash-linear-attention"]
@@ -182,23 +182,23 @@ def test_low_disk_space_is_a_warning_naming_what_does_not_fit(capsys, monkeypatc
     assert code == 0
 
     monkeypatch.setattr(shutil, "disk_usage", free(30))
-    r = doctor._check_hub_cache(print)
+    r = diagnostics.storage.check_hub_cache(print)
     assert r.status == "warn" and "not for the BF16 release (64.6 GiB)" in r.detail
-    assert doctor._check_cache_dir(print).status == "ok"
+    assert diagnostics.storage.check_cache_dir(print).status == "ok"
 
     monkeypatch.setattr(shutil, "disk_usage", free(200))
-    assert doctor._check_hub_cache(print).status == "ok"
+    assert diagnostics.storage.check_hub_cache(print).status == "ok"
 
 
 def test_low_ram_is_a_warning(monkeypatch) -> None:
     from clover_local.runtime import sizes
 
     monkeypatch.setattr(sizes, "host_available_bytes", lambda: 8 << 30)
-    r = doctor._check_host(print)
+    r = diagnostics.host.check_host(print)
     assert r.status == "warn" and "8 GiB available" in r.detail and "17.5 GiB" in r.detail
     assert "--bits 3" in r.fix
     monkeypatch.setattr(sizes, "host_available_bytes", lambda: 40 << 30)
-    assert doctor._check_host(print).status == "ok"
+    assert diagnostics.host.check_host(print).status == "ok"
 
 
 def test_a_wrong_kernel_output_fails_the_check(capsys, monkeypatch) -> None:
@@ -221,7 +221,7 @@ def test_triton_kernels_are_checked_against_the_reference(monkeypatch) -> None:
     if not torch.cuda.is_available() and not w4a16._INTERPRET:
         pytest.skip("no GPU, and TRITON_INTERPRET=1 was not in force when the kernels were defined")
     monkeypatch.setenv("CLOVER_FORCE_TRITON", "1")
-    for check in (doctor._check_kernel_dense, doctor._check_kernel_moe):
+    for check in (diagnostics.kernels.check_kernel_dense, diagnostics.kernels.check_kernel_moe):
         r = check(print)
         assert r.status == "ok" and r.facts["path"] == "triton", r
         assert "Triton kernel" in r.detail and "reference" in r.detail
@@ -230,32 +230,32 @@ def test_triton_kernels_are_checked_against_the_reference(monkeypatch) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available() or torch.version.cuda is not None, reason="a CPU-only torch build")
 def test_no_gpu_is_explained(monkeypatch) -> None:
-    monkeypatch.setattr(doctor, "_nvidia_driver", lambda: "550.54.14")
-    r = doctor._check_cuda(print)
+    monkeypatch.setattr(diagnostics.gpu, "_nvidia_driver", lambda: "550.54.14")
+    r = diagnostics.gpu.check_cuda(print)
     assert r.status == "warn" and "CPU-only build" in r.detail and "550.54.14" in r.detail
-    assert doctor.CUDA_WHEELS in r.fix
+    assert diagnostics.gpu.CUDA_WHEELS in r.fix
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    r = doctor._check_cuda(print)
+    r = diagnostics.gpu.check_cuda(print)
     assert "CUDA_VISIBLE_DEVICES" in r.detail and "unset CUDA_VISIBLE_DEVICES" in r.fix
 
 
 def test_torch_arch_support_is_read_from_its_arch_list() -> None:
     """An RTX 50 card (sm_120) under a torch built up to sm_90 is the classic "no kernel image" failure."""
     old = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
-    assert not doctor._arch_supported(12, 0, old)
-    assert doctor._arch_supported(12, 0, [*old, "sm_100", "sm_120"])
-    assert doctor._arch_supported(8, 9, old)  # sm_89 runs sm_86 / sm_80 code
-    assert not doctor._arch_supported(9, 0, ["sm_80", "sm_86"])
-    assert doctor._arch_supported(12, 0, ["sm_80", "compute_90"])  # PTX, compiled on first use
+    assert not diagnostics.gpu._arch_supported(12, 0, old)
+    assert diagnostics.gpu._arch_supported(12, 0, [*old, "sm_100", "sm_120"])
+    assert diagnostics.gpu._arch_supported(8, 9, old)  # sm_89 runs sm_86 / sm_80 code
+    assert not diagnostics.gpu._arch_supported(9, 0, ["sm_80", "sm_86"])
+    assert diagnostics.gpu._arch_supported(12, 0, ["sm_80", "compute_90"])  # PTX, compiled on first use
 
 
 def test_settings_that_slow_a_gpu_are_flagged_there(monkeypatch) -> None:
     monkeypatch.setenv("CLOVER_DISABLE_TRITON", "1")
-    monkeypatch.setattr(doctor, "_cuda_available", lambda: True)
-    r = doctor._check_environment(print)
+    monkeypatch.setattr(diagnostics.software, "cuda_available", lambda: True)
+    r = diagnostics.software.check_environment(print)
     assert r.status == "warn" and "CLOVER_DISABLE_TRITON=1" in r.detail and "CLOVER_DISABLE_TRITON" in r.fix
-    monkeypatch.setattr(doctor, "_cuda_available", lambda: False)
-    assert doctor._check_environment(print).status == "ok"  # on the CPU they change nothing that matters
+    monkeypatch.setattr(diagnostics.software, "cuda_available", lambda: False)
+    assert diagnostics.software.check_environment(print).status == "ok"  # on the CPU they change nothing that matters
 
 
 def test_the_sizes_quoted_match_what_the_code_computes() -> None:
@@ -266,9 +266,9 @@ def test_the_sizes_quoted_match_what_the_code_computes() -> None:
 
     pack = synthetic_index("full")
     on_disk = sum(t.nbytes for t in pack.tensors.values())
-    assert abs(doctor.PACK_BYTES - on_disk) / on_disk < 0.02
+    assert abs(diagnostics.storage.PACK_BYTES - on_disk) / on_disk < 0.02
     host = make_plan(pack, 16 << 30, None).host_bytes
-    assert abs(doctor.HOST_BYTES_35B - host) / host < 0.02
+    assert abs(diagnostics.host.HOST_BYTES_35B - host) / host < 0.02
 
 
 def test_help_teaches(capsys) -> None:
