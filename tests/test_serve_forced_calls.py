@@ -1,8 +1,9 @@
 """A `tool_choice` that forces a call (OpenAI's "required" or a named function, Anthropic's any or tool, the Responses
-API's): the schema it holds the answer to (names and arguments, a tool's own `$defs` resolved inside its parameters),
-the calls read back, the requests each wire format refuses, and the whole route on the real decoder — whatever a
-random model would write, the answer comes back as a call its tool's schema allows, streamed or not, on all three
-wire formats."""
+API's): what it holds the answer to — the JSON form's schema (names and arguments, a tool's own `$defs` resolved
+inside its parameters) and the Qwen3.5 XML form's grammar, where the template teaches it (never stuck before the end:
+random walks) — the calls read back, the requests each wire format refuses, and the whole route on the real decoder:
+whatever a random model would write, the answer comes back as a call its tool's schema allows, streamed or not, on
+all three wire formats, in either form."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ MESSAGES = [{"role": "user", "content": "Weather in Oslo?"}]
 
 
 def _accepts(forced: ForcedCall, text: str) -> bool:
-    state = forced.schema.start()
+    state = forced.grammar.start()
     return state.feed_all(text.encode()) and state.done
 
 
@@ -77,14 +78,14 @@ def _chat(extra: dict) -> object:
 def test_chat_requests_that_force_a_call():
     req = _chat({"tool_choice": "required"})
     assert [t["function"]["name"] for t in req.forced.tools] == ["pick", "stop"] and req.forced.parallel
-    assert not req.enable_thinking and req.answer_schema is req.forced.schema  # the answer is the call
+    assert not req.enable_thinking and req.answer_grammar is req.forced.grammar  # the answer is the call
     req = _chat({"tool_choice": "required", "parallel_tool_calls": False})
     assert not req.forced.parallel
     req = _chat({"tool_choice": {"type": "function", "function": {"name": "stop"}}})
     assert req.forced.tools == [STOP] and not req.forced.parallel
     assert req.template_kwargs["tools"] == TOOLS  # the model is still told of every tool
     for auto in ({}, {"tool_choice": "auto"}, {"tool_choice": "none"}):
-        assert _chat(auto).forced is None and _chat(auto).answer_schema is None
+        assert _chat(auto).forced is None and _chat(auto).answer_grammar is None
 
 
 @pytest.mark.parametrize("extra, param, words", [
@@ -163,7 +164,8 @@ def test_a_forced_call_comes_back_as_tool_calls_streamed_or_not(forced_call_serv
     deltas = [tc for p in parts if p.choices for tc in p.choices[0].delta.tool_calls or []]
     assert [(d.function.name, d.function.arguments) for d in deltas] == [("pick", call.function.arguments)]
 
-    several = client.chat.completions.create(model="tools", messages=MESSAGES, tools=TOOLS, tool_choice="required")
+    several = client.chat.completions.create(model="tools", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                             parallel_tool_calls=False)  # (a random model never stops adding calls)
     calls = several.choices[0].message.tool_calls
     assert calls and several.choices[0].finish_reason == "tool_calls"
     for c in calls:
@@ -195,3 +197,108 @@ def test_anthropic_and_responses_clients_force_calls_too(forced_call_server):
     _check("pick", json.loads(item.arguments))
     with pytest.raises(openai.BadRequestError, match="hosted tools"):
         responses.create(model="tools", input="hi", tools=flat, tool_choice={"type": "web_search_preview"})
+
+
+# --- the XML form (serve/xml_calls.py): where the template teaches it -------------------------------------------
+
+def _xml(*params: tuple[str, str], name: str = "pick") -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params)
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+GOOD = _xml(("city", "Oslo"), ("unit", "C"), ("metric", "true"))
+
+
+def _xml_accepts(grammar, text: str) -> bool:
+    state = grammar.start()
+    return state.feed_all(text.encode()) and state.done
+
+
+def test_the_xml_form_holds_names_keys_and_values_to_the_schemas():
+    from clover_local.serve.xml_calls import XmlCalls
+
+    one = XmlCalls([PICK], parallel=False)
+    assert _xml_accepts(one, GOOD)
+    assert _xml_accepts(one, _xml(("metric", "false"), ("unit", "F"), ("city", "")))  # any order, empty text
+    assert _xml_accepts(one, _xml(("city", "</b>"), ("unit", "C"), ("metric", "true")))  # markup in a value
+    assert _xml_accepts(one, _xml(("city", "a\nb"), ("unit", "C"), ("metric", "true")))  # a line break in one
+    for wrong in (_xml(("now", "true"), name="stop"),  # not the named tool
+                  _xml(("city", "Oslo"), ("unit", "C")),  # a required one missing before </function>
+                  _xml(("city", "Oslo"), ("city", "Rome"), ("unit", "C"), ("metric", "true")),  # twice
+                  _xml(("town", "Oslo"), ("unit", "C"), ("metric", "true")),  # not a property
+                  _xml(("city", "Oslo"), ("unit", "K"), ("metric", "true")),  # the $ref'd enum
+                  _xml(("city", "Oslo5"), ("unit", "C"), ("metric", "true")),  # maxLength 4
+                  _xml(("city", "O</parameter>"), ("unit", "C"), ("metric", "true")),  # would cut the value
+                  _xml(("city", "</tool_call>"), ("unit", "C"), ("metric", "true")),
+                  _xml(("city", "Oslo"), ("unit", "C"), ("metric", "yes")),  # a boolean is JSON
+                  GOOD + "\n" + GOOD):  # one call only
+        assert not _xml_accepts(one, wrong), wrong
+    state = one.start()
+    # inside a character, only its continuation bytes
+    assert state.feed_all(b"<tool_call>\n<function=pick>\n<parameter=city>\n\xc3") and not state.copy().feed(0x41)
+    state = one.start()
+    assert state.feed_all(GOOD.encode()) and state.done and state.final
+    both = XmlCalls(TOOLS, parallel=True)
+    two = GOOD + "\n" + _xml(("now", "false"), name="stop")
+    state = both.start()
+    assert state.feed_all(two.encode()) and state.done and not state.final  # another call may follow
+    content, calls = split_tool_calls(two, TOOLS)
+    assert content == "\n" and [(c.name, c.arguments) for c in calls] == [
+        ("pick", {"city": "Oslo", "unit": "C", "metric": True}), ("stop", {"now": False})]
+
+
+def test_the_xml_form_never_reaches_a_state_it_cannot_finish():
+    """Random walks through the grammar, a byte at a time among those it takes: never stuck before it is done."""
+    import random
+
+    from clover_local.serve.xml_calls import XmlCalls
+
+    grammar = XmlCalls(TOOLS, parallel=True)
+    rng = random.Random(0)
+    for _ in range(8):
+        state, steps = grammar.start(), 0
+        while not state.final and steps < 300:
+            allowed = [b for b in range(256) if state.copy().feed(b)]
+            assert allowed or state.done, f"stuck after {steps} bytes"
+            if not allowed or (state.done and rng.random() < 0.2):
+                break
+            # the structure's own bytes often, so walks get through values and reach the end
+            likely = [b for b in allowed if b in b"<>/\n_=abcdefghijklmnopqrstuvwxyz"] or allowed
+            assert state.feed(rng.choice(likely if rng.random() < 0.9 else allowed))
+            steps += 1
+
+
+def test_a_tool_the_xml_form_cannot_write_falls_back_to_the_json_form():
+    from clover_local.serve.tools import ForcedCall
+
+    odd = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a>b": {"type": "string"}}, "required": ["a>b"]}}}
+    forced = ForcedCall([odd])
+    forced.for_template("… <function=NAME> …")
+    assert forced.xml is None and _accepts(forced, '{"name": "f", "arguments": {"a>b": "x"}}')
+    forced = ForcedCall([PICK])
+    forced.for_template("a template that shows only the JSON form")
+    assert forced.xml is None
+    forced.for_template("… <function=NAME> …")
+    assert forced.xml is not None and forced.grammar is forced.xml
+
+
+def test_a_refd_parameter_is_typed_by_what_it_points_at():
+    """The reader (auto calls too) follows a property's $ref into the tool's $defs for its type."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "$defs": {"N": {"type": "integer"}}, "properties": {"n": {"$ref": "#/$defs/N"}}}}}
+    _, calls = split_tool_calls(_xml(("n", "3"), name="f"), [tool])
+    assert calls[0].arguments == {"n": 3}
+
+
+def test_a_forced_call_in_the_json_form_through_the_server(forced_call_server, monkeypatch):
+    from clover_local.serve.tools import ForcedCall
+
+    monkeypatch.setattr(ForcedCall, "for_template", lambda self, template: None)  # as a template without XML
+    engine, url = forced_call_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    answer = client.chat.completions.create(model="tools", messages=MESSAGES, tools=TOOLS,
+                                            tool_choice={"type": "function", "function": {"name": "pick"}})
+    (call,) = answer.choices[0].message.tool_calls
+    assert call.function.name == "pick" and answer.choices[0].finish_reason == "tool_calls"
+    _check("pick", json.loads(call.function.arguments))

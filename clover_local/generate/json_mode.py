@@ -230,6 +230,13 @@ class PrefixState(Protocol):
     def copy(self) -> "PrefixState": ...
 
 
+class Grammar(Protocol):
+    """What a constrained answer is held to: a compiled JSON schema (json_schema.Schema), or serve's forced tool
+    calls (serve/xml_calls.XmlCalls); `start` gives the state before the answer's first byte."""
+
+    def start(self) -> PrefixState: ...
+
+
 class TokenBytes(Protocol):
     """What JSON mode needs from a tokenizer: each token's bytes (None for a special token, never allowed inside
     the object), and the tokens grouped by first byte (for the search when the likeliest ones are all refused)."""

@@ -28,7 +28,8 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import (DIGITS, ESCAPES, HEX, MAX_DEPTH, MAX_INDENT, NUMBER_NEXT, WHITESPACE,
-                                             ByteConstraint, JsonObjectConstraint, TokenBytes, number_step)
+                                             ByteConstraint, Grammar, JsonObjectConstraint, PrefixState, TokenBytes,
+                                             number_step)
 
 TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
@@ -134,16 +135,17 @@ class Schema:
 
 @dataclass
 class SchemaConstraint(ByteConstraint):
-    """The decoder's handle on a schema: the answer is one value `schema` allows, then one of `stop_ids`."""
+    """The decoder's handle on a schema (or another grammar): the answer is what `schema` allows, then one of
+    `stop_ids`."""
 
-    schema: Schema
+    schema: Grammar
 
-    def start(self) -> "SchemaPrefix":
+    def start(self) -> PrefixState:
         return self.schema.start()
 
 
 def answer_constraint(vocab: TokenBytes, stop_ids: list[int], json_object: bool = False,
-                      schema: Schema | None = None) -> ByteConstraint | None:
+                      schema: Grammar | None = None) -> ByteConstraint | None:
     """What holds an answer to JSON, if anything: a schema's automaton, else JSON mode's (any object)."""
     if schema is not None:
         return SchemaConstraint(vocab, stop_ids, schema)
@@ -152,10 +154,11 @@ def answer_constraint(vocab: TokenBytes, stop_ids: list[int], json_object: bool 
 
 # --- compiling -----------------------------------------------------------------------------------------------------
 
-def compile_schema(schema: Any) -> Schema:
+def compile_schema(schema: Any, root: Any = None) -> Schema:
     """The schema (a parsed JSON document) compiled; CloverError naming the keyword and its JSON pointer for what
-    is not supported or not well formed, and for a schema no value can satisfy."""
-    compiler = _Compiler(schema)
+    is not supported or not well formed, and for a schema no value can satisfy. `root`: the document its `$ref`s
+    point into, where the schema is a part of one (a tool parameter's, inside the tool's parameters)."""
+    compiler = _Compiler(schema if root is None else root)
     root = compiler.node(schema, "#")
     _finish(root)
     if not root.leaves:
@@ -441,7 +444,7 @@ _END_ALT = (_END,)
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 
-def _utf8_lead(b: int) -> tuple[int, int, int] | None:
+def utf8_lead(b: int) -> tuple[int, int, int] | None:
     """(continuation bytes to come, range of the next one) for a UTF-8 lead byte, None for a byte no character
     starts with (as Python's strict decoder: no overlong forms, surrogates or code points above U+10FFFF)."""
     if 0xC2 <= b <= 0xDF:
@@ -637,7 +640,7 @@ def _string(alt: tuple, b: int, out: list) -> None:
         if b < 0x80:
             out.append((_STRING, node, chars + 1, 0, False, raw, stack))
             return
-        lead = _utf8_lead(b)
+        lead = utf8_lead(b)
         if lead is not None:
             out.append((_STRING, node, chars + 1, lead, False, raw, stack))
         return

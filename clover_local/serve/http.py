@@ -298,9 +298,10 @@ class Handler(BaseHTTPRequestHandler):
         max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what, req.max_tokens_ceiling)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         stops = engine.loaded.stop_token_ids
+        constraint = answer_constraint(engine.tokenizer, stops, req.json_object, req.answer_grammar)
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                               top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
-                              constraint=answer_constraint(engine.tokenizer, stops, req.json_object, req.answer_schema))
+                              constraint=constraint)
 
     def _prompt(self, req: ChatRequest) -> str:
         """The conversation rendered by the chat template, as the model will read it (400s for what cannot be)."""
@@ -337,6 +338,8 @@ class Handler(BaseHTTPRequestHandler):
         text = self._prompt(req)
         ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
+        if req.forced is not None:  # the form the template teaches (serve/tools.py)
+            req.forced.for_template(tok.chat_template or "")
         settings = self._settings(req, len(ids), "messages")
         budgets = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
         if budgets and req.enable_thinking:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from clover_local.errors import CloverError
+from clover_local.generate.json_mode import Grammar
 from clover_local.generate.json_schema import Schema, compile_schema
 from clover_local.generate.sampling import PENALTY_RANGES, Penalties
 from clover_local.serve.tools import ForcedCall, ToolCall
@@ -83,8 +84,8 @@ class Sampling:
         return "json_schema" if self.json_schema is not None else "json_object" if self.json_object else None
 
     @property
-    def answer_schema(self) -> Schema | None:
-        """The schema the answer is held to, if any (a chat's forced call's too)."""
+    def answer_grammar(self) -> Grammar | None:
+        """What the answer is held to, if anything beyond JSON mode: a json_schema (a chat's forced call too)."""
         return self.json_schema
 
 
@@ -99,8 +100,8 @@ class ChatRequest(Sampling):
     template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def answer_schema(self) -> Schema | None:
-        return self.forced.schema if self.forced is not None else self.json_schema
+    def answer_grammar(self) -> Grammar | None:
+        return self.forced.grammar if self.forced is not None else self.json_schema
 
 
 @dataclass

@@ -28,10 +28,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Document, Schema, compile_schema
+from clover_local.serve.xml_calls import XmlCalls, resolve_ref
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
@@ -82,7 +84,7 @@ def _call(block: str, tools: list[dict]) -> ToolCall | None:
             key, value = p.group(1).strip(), p.group(2)
             value = value[1:] if value.startswith("\n") else value
             value = value[:-1] if value.endswith("\n") else value
-            arguments[key] = _typed(value, properties.get(key))
+            arguments[key] = _typed(value, resolve_ref(properties.get(key), schema))
         return ToolCall(name, arguments)
     try:
         data = json.loads(block)
@@ -102,24 +104,44 @@ def _call(block: str, tools: list[dict]) -> ToolCall | None:
 @dataclass
 class ForcedCall:
     """A call the request forces (OpenAI's "required" or a named function, Anthropic's any or tool, the Responses
-    API's): one of `tools`, or (`parallel`) one or more. The answer is written without thinking — it is the call —
-    in the JSON form the older Qwen/Hermes templates teach, held to `schema` (vLLM holds a forced call the same
-    way; the Qwen3.5 XML form's parameters are raw text no JSON automaton could check)."""
+    API's): one of `tools`, or (`parallel`) one or more, written without thinking — the answer is the call. Held
+    to `grammar`: where the chat template teaches the Qwen3.5 XML form (`for_template`), that form (xml_calls.py:
+    the call the model was trained to write); else the JSON form the older Qwen/Hermes templates teach, as one
+    JSON schema of names and parameters (vLLM holds every forced call this way)."""
 
     tools: list[dict]  # the candidates: every tool ("required", any) or the one named
     parallel: bool = False
+    xml: XmlCalls | None = field(default=None, init=False)  # the XML form's grammar, where it is used
+    _json: Schema | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def for_template(self, template: str) -> None:
+        """The XML form where `template` teaches it and every candidate can be written in it."""
+        try:
+            self.xml = XmlCalls(self.tools, self.parallel) if "<function=" in template else None
+        except CloverError:
+            self.xml = None
+
+    @property
+    def grammar(self) -> XmlCalls | Schema:
+        if self.xml is not None:
+            return self.xml
+        if self._json is None:
+            self._json = self._json_form()
+        return self._json
+
+    def _json_form(self) -> Schema:
         calls = [{"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
                   "properties": {"name": {"const": t["function"]["name"]},
                                  "arguments": Document(t["function"].get("parameters") or {"type": "object"})}}
                  for t in self.tools]
         one = calls[0] if len(calls) == 1 else {"anyOf": calls}
-        self.schema: Schema = compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel
-                                             else one)
+        return compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel else one)
 
     def read(self, content: str) -> tuple[str, list[ToolCall]]:
-        """(content, calls): the answer's calls; an answer the token limit cut short (not yet JSON) stays content."""
+        """(content, calls): the answer's calls; what the token limit cut short stays content (in the XML form, the
+        calls before it still come back)."""
+        if self.xml is not None:
+            return split_tool_calls(content, self.tools)
         try:
             value = json.loads(content)
         except json.JSONDecodeError:
