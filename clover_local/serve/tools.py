@@ -16,8 +16,9 @@ block that is not a call in either form, or one cut off by the token limit, stay
 nothing the model wrote is lost.
 
 A `tool_choice` that forces a call (`ForcedCall`) is kept by constraint rather than by asking: the answer is held,
-byte by byte as structured outputs are, to the JSON form — `{"name": ..., "arguments": {...}}`, a list of them where
-calls may go in parallel — with the name one of the candidates' and the arguments what its parameters allow.
+byte by byte as structured outputs are, to a call of one of the candidates — in the XML form above where the chat
+template teaches it (xml_calls.py), else in the JSON form, `{"name": ..., "arguments": {...}}` (a list of them where
+calls may go in parallel) — with arguments its parameters allow.
 
 (The request's side — `tools`, `tool_choice`, the messages' `tool_calls` and `tool` role — is checked in
 protocol.py.)
