@@ -245,6 +245,16 @@ def test_the_xml_form_holds_names_keys_and_values_to_the_schemas():
     content, calls = split_tool_calls(two, TOOLS)
     assert content == "\n" and [(c.name, c.arguments) for c in calls] == [
         ("pick", {"city": "Oslo", "unit": "C", "metric": True}), ("stop", {"now": False})]
+    # a JSON value (an object here) is held to its schema, and its strings may not cut the value short either
+    nested = {"type": "function", "function": {"name": "put", "parameters": {
+        "type": "object", "properties": {"doc": {"type": "object", "properties": {"t": {"type": "string"}}}},
+        "required": ["doc"]}}}
+    put = XmlCalls([nested], parallel=False)
+    assert _xml_accepts(put, _xml(("doc", '{"t": "</b>"}'), name="put"))
+    assert not _xml_accepts(put, _xml(("doc", '{"t": "</parameter>"}'), name="put"))
+    assert not _xml_accepts(put, _xml(("doc", "[1]"), name="put"))
+    _, calls = split_tool_calls(_xml(("doc", '{"t": "</b>"}'), name="put"), [nested])
+    assert calls[0].arguments == {"doc": {"t": "</b>"}}
 
 
 def test_the_xml_form_never_reaches_a_state_it_cannot_finish():

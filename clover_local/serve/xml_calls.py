@@ -82,15 +82,15 @@ def resolve_ref(schema: Any, root: Any) -> Any:
     return schema
 
 
-def _value_form(prop: Any, params: dict) -> tuple:
-    """How a property's value is written and checked (see the module docstring)."""
+def _value_form(prop: Any, params: dict) -> tuple | None:
+    """How a property's value is written and checked (see the module docstring); None where none can be."""
     resolved = resolve_ref(prop, params)
     if not isinstance(resolved, dict):
         return ("text", 0, None)
     choices = resolved.get("enum", [resolved["const"]] if "const" in resolved else None)
     if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
-        return ("enum", _Trie.of({c.encode() + b"\n" + PARAM_CLOSE: True for c in choices
-                                  if not any(f in c.encode() for f in FORBIDDEN)}))
+        writable = [c.encode() for c in choices if not any(f in c.encode() for f in FORBIDDEN)]
+        return ("enum", _Trie.of({c + b"\n" + PARAM_CLOSE: True for c in writable})) if writable else None
     kind = resolved.get("type")
     kinds = set(kind) if isinstance(kind, list) else {kind}
     if kind is None or "string" in kinds:
@@ -111,13 +111,13 @@ class XmlCalls:
             function = tool["function"]
             name, params = function["name"], function.get("parameters") or {}
             properties = params.get("properties") or {}
-            keys = {k for k in properties if k and not set(k) & set(">\n<")}
+            forms = {k: _value_form(v, params) for k, v in properties.items() if k and not set(k) & set(">\n<")}
+            forms = {k: form for k, form in forms.items() if form is not None}
             required = frozenset(params.get("required") or ())
-            if set(name) & set(">\n<") or not required <= keys:
+            if set(name) & set(">\n<") or not required <= forms.keys():
                 raise CloverError(f"tool {name!r} cannot be written in the XML call form")
             names[name.encode() + b">\n"] = i
-            self.tools.append(_Tool(name, _Trie.of({k.encode() + b">\n": k for k in keys}), required,
-                                    {k: _value_form(properties[k], params) for k in keys}))
+            self.tools.append(_Tool(name, _Trie.of({k.encode() + b">\n": k for k in forms}), required, forms))
         self.names = _Trie.of(names)
 
     def start(self) -> "XmlCallPrefix":
@@ -148,7 +148,7 @@ class XmlCalls:
             if form[0] == "enum":
                 return [(_TRIE, form[1], "enum", done)]
             if form[0] == "json":
-                return [(_JSON, form[1].start().alts, done)]
+                return [(_JSON, form[1].start().alts, done, b"")]
             return [(_TEXT, done, form[1], form[2], 0, b"", 0, 0, 0)]
         assert what == "after"
         return [(_END,)] + ([(_LIT, b"\n" + OPEN, ("name",))] if self.parallel else [])
@@ -172,13 +172,14 @@ class XmlCalls:
                 out.extend(self._expand(("value", ctx[0], ctx[1], child.value)))
             else:  # an enum value and its `</parameter>`
                 out.extend(self._expand(ctx))
-        elif kind == _JSON:
-            _, alts, then = alt
+        elif kind == _JSON:  # (a JSON string in it may not hold what would cut the value either)
+            _, alts, then, window = alt
             inner = SchemaPrefix(alts)
             if b == 0x0A and inner.done:
                 out.append((_LIT, PARAM_CLOSE, then))
-            if inner.feed(b):
-                out.append((_JSON, inner.alts, then))
+            window = (window + bytes((b,)))[-_WINDOW:]
+            if inner.feed(b) and not any(window.endswith(f) for f in FORBIDDEN):
+                out.append((_JSON, inner.alts, then, window))
         elif kind == _TEXT:
             self._text(alt, b, out)
 
