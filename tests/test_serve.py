@@ -431,6 +431,34 @@ def test_an_api_key_guards_the_routes_and_the_health_figures(make_checkpoint):
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0, timeout=30).chat.completions.create(
                 model="keyed", messages=MSG, max_tokens=2)
+        assert get("/metrics")[0] == 401  # Prometheus' text: /health's figures, so the key too
+
+
+def test_metrics_are_the_health_figures_in_prometheus_text(client, server):
+    """GET /metrics: every line a comment or `name{labels} number`, each family typed once, and the figures those
+    of /health at the same moment (counters `_total`)."""
+    client.chat.completions.create(model="clover-test", messages=MSG, max_tokens=4)
+    with urllib.request.urlopen(server + "/metrics", timeout=10) as r:
+        kind, text = r.headers["Content-Type"], r.read().decode()
+    h = health(server)
+    assert kind.startswith("text/plain; version=0.0.4")
+    values, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, typ = line.split()
+            assert name not in types and typ in ("counter", "gauge")
+            types[name] = typ
+        elif not line.startswith("# HELP "):
+            m = re.fullmatch(r'([a-z_]+)(\{[^}]*\}) (-?[0-9.e+]+)', line)
+            assert m, line
+            assert m.group(1) in types and 'model="clover-test"' in m.group(2)
+            values[m.group(1) + m.group(2)] = float(m.group(3))
+    assert values['clover_requests_total{model="clover-test",outcome="completed"}'] == h["requests"]["completed"]
+    assert values['clover_generated_tokens_total{model="clover-test"}'] == h["tokens"] > 0
+    assert values['clover_passes_total{model="clover-test"}'] == h["passes"]
+    assert values['clover_prompt_cache_lookups_total{model="clover-test"}'] == h["prompt_cache"]["lookups"]
+    assert values['clover_queue_waiting{model="clover-test"}'] == h["queue"]["waiting"]
+    assert all(name.endswith("_total") for name, typ in types.items() if typ == "counter")
 
 
 def _busy(engine):

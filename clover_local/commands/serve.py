@@ -66,7 +66,8 @@ def serve(
 ) -> None:
     """Serve a model over OpenAI's, Anthropic's and Ollama's APIs, for chat front ends and agents.
 
-    OpenAI's /v1/chat/completions, /v1/completions and /v1/responses (Codex CLI), /v1/models, /health;
+    OpenAI's /v1/chat/completions, /v1/completions and /v1/responses (Codex CLI), /v1/models, /health (/metrics:
+    Prometheus);
     Anthropic's /v1/messages (Claude Code, the anthropic SDK); Ollama's /api/chat, /api/generate, /api/tags (the
     ollama libraries, Open WebUI).
 

@@ -31,6 +31,7 @@ from clover_local.generate.thinking import ThinkBudget
 from clover_local.serve import anthropic, ollama
 from clover_local.serve.tools import ToolCallStream, split_tool_calls
 from clover_local.serve.engine import Engine, Job
+from clover_local.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, prometheus_text
 from clover_local.serve.responses import ResponseAnswer, parse_responses_request, responses_error
 from clover_local.serve.protocol import (AnswerShape, ApiError, ChatAnswer, ChatRequest, CompletionRequest, Sampling,
                                          answer_usage, chat_logprobs, check_ids, completion_id, late_system_as_user,
@@ -219,6 +220,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, {**self.server.engine.health(), "model": self.server.model_name})
             return
         if not self._authorized():
+            return
+        if path == "/metrics":  # (the key is checked: the figures are /health's)
+            data = prometheus_text(self.server.engine.health(), self.server.model_name).encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", METRICS_CONTENT_TYPE)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
             return
         name, started = self.server.model_name, self.server.engine.started
         # OpenAI's model object and Anthropic's in one (each client reads its own fields)
