@@ -312,3 +312,32 @@ def test_a_forced_call_in_the_json_form_through_the_server(forced_call_server, m
     (call,) = answer.choices[0].message.tool_calls
     assert call.function.name == "pick" and answer.choices[0].finish_reason == "tool_calls"
     _check("pick", json.loads(call.function.arguments))
+
+
+def test_the_xml_form_takes_the_tag_tokens_a_qwen_vocabulary_holds():
+    """`<tool_call>` and `</tool_call>` are added tokens in Qwen vocabularies: the XML form's constraint takes them
+    (the JSON automata never take added tokens), so the model can write its call with the tokens it was trained
+    on."""
+    from clover_local.generate.json_schema import SchemaConstraint
+    from clover_local.serve.xml_calls import TagVocab, XmlCalls
+
+    class Vocab:  # bytes for ids 0-255, the two tags as added tokens (no bytes of their own), 300 the stop token
+        def token_to_id(self, text):
+            return {"<tool_call>": 256, "</tool_call>": 257}.get(text)
+
+        def token_bytes(self, i):
+            return bytes((i,)) if i < 256 else None
+
+        def ids_by_first_byte(self):
+            return {b: [b] for b in range(256)}
+
+    plain, tagged = Vocab(), TagVocab(Vocab())
+    assert tagged.token_bytes(256) == b"<tool_call>" and tagged.token_bytes(65) == b"A"
+    assert 256 in tagged.ids_by_first_byte()[ord("<")] and 256 not in plain.ids_by_first_byte()[ord("<")]
+    grammar = XmlCalls([PICK], parallel=False)
+    assert SchemaConstraint(tagged, [300], grammar).advance(grammar.start(), 256) is not None
+    assert SchemaConstraint(plain, [300], grammar).advance(grammar.start(), 256) is None
+    state = grammar.start()
+    assert state.feed_all(GOOD.encode()[:-len("</tool_call>")])
+    state = SchemaConstraint(tagged, [300], grammar).advance(state, 257)
+    assert state is not None and state.final

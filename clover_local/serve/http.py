@@ -307,7 +307,9 @@ class Handler(BaseHTTPRequestHandler):
         max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what, req.max_tokens_ceiling)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
         stops = engine.loaded.stop_token_ids
-        constraint = answer_constraint(engine.tokenizer, stops, req.json_object, req.answer_grammar)
+        forced = req.forced if isinstance(req, ChatRequest) else None
+        vocab = forced.vocab(engine.tokenizer) if forced is not None else engine.tokenizer
+        constraint = answer_constraint(vocab, stops, req.json_object, req.answer_grammar)
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                               top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
                               constraint=constraint)

@@ -34,7 +34,7 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Document, Schema, compile_schema
-from clover_local.serve.xml_calls import XmlCalls, resolve_ref
+from clover_local.serve.xml_calls import TagVocab, XmlCalls, resolve_ref
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
@@ -137,6 +137,10 @@ class ForcedCall:
                  for t in self.tools]
         one = calls[0] if len(calls) == 1 else {"anyOf": calls}
         return compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel else one)
+
+    def vocab(self, tokenizer: Any) -> Any:
+        """The token bytes the constraint reads: in the XML form, with the tag tokens allowed (xml_calls.TagVocab)."""
+        return TagVocab(tokenizer) if self.xml is not None else tokenizer
 
     def read(self, content: str) -> tuple[str, list[ToolCall]]:
         """(content, calls): the answer's calls; what the token limit cut short stays content (in the XML form, the

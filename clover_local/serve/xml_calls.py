@@ -207,6 +207,30 @@ class XmlCalls:
         out.append((_TEXT, then, low, high, chars, window, cont, lo, hi))
 
 
+class TagVocab:
+    """A tokenizer's token bytes (json_mode.TokenBytes) with the tool-call tags' own tokens allowed: Qwen-family
+    vocabularies hold `<tool_call>` and `</tool_call>` as added tokens, which the JSON automata never take (added
+    tokens such as `<think>` mean something apart from their text), but a call the model writes with its trained
+    tag tokens is the call it was trained to write, not one spelled out in pieces."""
+
+    TAGS = ("<tool_call>", "</tool_call>")
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.tags = {i: tag.encode() for tag in self.TAGS if (i := tokenizer.token_to_id(tag)) is not None}
+        self._groups: dict[int, list[int]] | None = None
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        return self.tags.get(token_id) or self.tokenizer.token_bytes(token_id)
+
+    def ids_by_first_byte(self) -> dict[int, list[int]]:
+        if self._groups is None:
+            self._groups = {b: list(ids) for b, ids in self.tokenizer.ids_by_first_byte().items()}
+            for i, data in self.tags.items():
+                self._groups.setdefault(data[0], []).append(i)
+        return self._groups
+
+
 class XmlCallPrefix:
     """Where a byte string stands in an `XmlCalls` grammar; the interface of json_mode's prefix states."""
 
