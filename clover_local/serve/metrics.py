@@ -55,7 +55,8 @@ def prometheus_text(health: dict[str, Any], model: str) -> str:
     for key, (name, help_text) in _COUNTERS.items():
         metric(name, "counter", help_text, [(label, float(health.get(key, 0)))])
     queue = health.get("queue", {})
-    metric("clover_queue_waiting", "gauge", "Requests waiting for the model.", [(label, float(queue.get("waiting", 0)))])
+    metric("clover_queue_waiting", "gauge", "Requests waiting for the model.",
+           [(label, float(queue.get("waiting", 0)))])
     metric("clover_queue_running", "gauge", "1 while a request is being answered.",
            [(label, float(bool(queue.get("running"))))])
     metric("clover_uptime_seconds", "gauge", "Seconds since the server started.",
