@@ -47,10 +47,12 @@ _INT_NEXT = {"minus": (DIGITS, False), "zero": (frozenset(), True), "int": (DIGI
 
 @dataclass(frozen=True)
 class Document:
-    """A schema placed inside another with its own root for `$ref`: a tool's parameters inside a forced call's schema
-    (serve/tools.py), whose `#/$defs/...` point into the parameters, not into the schema built around them."""
+    """A schema whose `$ref`s point into `root` (by default the schema itself), not into the schema around it: a
+    tool's parameters inside a forced call's schema (serve/tools.py), or one parameter of them compiled alone
+    (serve/xml_calls.py), whose `#/$defs/...` point into the parameters."""
 
     schema: Any
+    root: Any = None
 
 
 # --- the compiled schema -------------------------------------------------------------------------------------------
@@ -154,11 +156,10 @@ def answer_constraint(vocab: TokenBytes, stop_ids: list[int], json_object: bool 
 
 # --- compiling -----------------------------------------------------------------------------------------------------
 
-def compile_schema(schema: Any, root: Any = None) -> Schema:
-    """The schema (a parsed JSON document) compiled; CloverError naming the keyword and its JSON pointer for what
-    is not supported or not well formed, and for a schema no value can satisfy. `root`: the document its `$ref`s
-    point into, where the schema is a part of one (a tool parameter's, inside the tool's parameters)."""
-    compiler = _Compiler(schema if root is None else root)
+def compile_schema(schema: Any) -> Schema:
+    """The schema (a parsed JSON document, or a `Document`) compiled; CloverError naming the keyword and its JSON
+    pointer for what is not supported or not well formed, and for a schema no value can satisfy."""
+    compiler = _Compiler(schema)
     root = compiler.node(schema, "#")
     _finish(root)
     if not root.leaves:
@@ -181,7 +182,7 @@ class _Compiler:
 
     def node(self, schema: Any, path: str) -> Node:
         if isinstance(schema, Document):
-            return _Compiler(schema.schema).node(schema.schema, path)
+            return _Compiler(schema.schema if schema.root is None else schema.root).node(schema.schema, path)
         if schema is True or schema == {}:
             return self.any
         if schema is False:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.errors import CloverError
-from clover_local.generate.json_schema import SchemaPrefix, compile_schema, utf8_lead
+from clover_local.generate.json_schema import Document, SchemaPrefix, compile_schema, utf8_lead
 
 OPEN = b"<tool_call>\n<function="
 CLOSE = b"</function>\n</tool_call>"
@@ -62,7 +62,6 @@ class _Trie:
 
 @dataclass
 class _Tool:
-    name: str
     keys: _Trie  # each property's name + `>\n`
     required: frozenset[str]
     values: dict[str, tuple]  # key -> ("text", min, max) | ("enum", trie) | ("json", compiled schema)
@@ -95,7 +94,7 @@ def _value_form(prop: Any, params: dict) -> tuple | None:
     kinds = set(kind) if isinstance(kind, list) else {kind}
     if kind is None or "string" in kinds:
         return ("text", resolved.get("minLength", 0), resolved.get("maxLength"))
-    return ("json", compile_schema(prop, root=params))
+    return ("json", compile_schema(Document(prop, root=params)))
 
 
 class XmlCalls:
@@ -117,7 +116,7 @@ class XmlCalls:
             if set(name) & set(">\n<") or not required <= forms.keys():
                 raise CloverError(f"tool {name!r} cannot be written in the XML call form")
             names[name.encode() + b">\n"] = i
-            self.tools.append(_Tool(name, _Trie.of({k.encode() + b">\n": k for k in forms}), required, forms))
+            self.tools.append(_Tool(_Trie.of({k.encode() + b">\n": k for k in forms}), required, forms))
         self.names = _Trie.of(names)
 
     def start(self) -> "XmlCallPrefix":
