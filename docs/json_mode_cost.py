@@ -1,5 +1,5 @@
-"""What JSON mode's and a JSON schema's token search costs at the 35B vocabulary size (248,320 tokens):
-`python docs/json_mode_cost.py` (figures in BENCHMARKS.md).
+"""What JSON mode's, a JSON schema's and a forced tool call's (serve/xml_calls.py) token search costs at the 35B
+vocabulary size (248,320 tokens): `python docs/json_mode_cost.py` (figures in BENCHMARKS.md).
 
 The vocabulary is synthetic (random byte strings of 1-8 bytes; the real tokenizer cannot be downloaded here), so
 this times the automata and the search, not the tokenizer's own lookups (`ChatTokenizer.token_bytes`)."""
@@ -13,6 +13,7 @@ import torch
 
 from clover_local.generate.json_mode import ByteConstraint, JsonObjectConstraint
 from clover_local.generate.json_schema import SchemaConstraint, compile_schema
+from clover_local.serve.xml_calls import XmlCalls
 
 VOCAB = 248_320
 STOP = VOCAB - 1
@@ -20,6 +21,8 @@ SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", 
           "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
                          "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}},
                          "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}
+# a forced call in the Qwen3.5 XML form: the same parameters as a tool's
+TOOL = {"type": "function", "function": {"name": "save_person", "parameters": SCHEMA}}
 
 
 class SyntheticVocab:
@@ -85,6 +88,15 @@ def main() -> None:
         print(f"schema: {name}: {search_ms(schema, prefix)[0]:.1f} ms per refused choice")
     us = check_us(schema, b'{"name": "Ad')
     print(f"schema advance (one token check, inside a string): {us:.1f} us")
+    call = SchemaConstraint(vocab, [STOP], XmlCalls([TOOL], parallel=False))
+    head = b"<tool_call>\n<function=save_person>\n"
+    for name, prefix in [("the opening tag", b"<tool_c"), ("a key being written", head + b"<parameter=na"),
+                         ("after a value (<parameter= or </function>)", head + b"<parameter=age>\n3\n</parameter>\n"),
+                         ("inside a text value", head + b"<parameter=name>\nAd"),
+                         ("inside a JSON value (an integer)", head + b"<parameter=age>\n4")]:
+        print(f"forced call (XML): {name}: {search_ms(call, prefix)[0]:.1f} ms per refused choice")
+    us = check_us(call, head + b"<parameter=name>\nAd")
+    print(f"forced call advance (one token check, inside a text value): {us:.1f} us")
 
 
 if __name__ == "__main__":
