@@ -168,6 +168,20 @@ def compile_schema(schema: Any) -> Schema:
     return Schema(root)
 
 
+def pointer_target(root: Any, pointer: str) -> Any:
+    """What a `$ref`'s JSON pointer (`#` or `#/a/b`, `~1` and `~0` escaped) names in `root`; LookupError where it
+    names nothing, or is not a pointer into this document."""
+    if pointer != "#" and not pointer.startswith("#/"):
+        raise LookupError(pointer)
+    target = root
+    for part in pointer[2:].split("/") if pointer != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, dict) or part not in target:
+            raise LookupError(pointer)
+        target = target[part]
+    return target
+
+
 def _where(path: str) -> str:
     return f"the JSON schema's {path}"
 
@@ -223,12 +237,10 @@ class _Compiler:
         if pointer in self.refs:
             return self.refs[pointer]
         ref = self.refs[pointer] = Ref(pointer=pointer)
-        target: Any = self.root
-        for part in pointer[2:].split("/") if pointer != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(target, dict) or part not in target:
-                raise CloverError(f"{_where(path)}/$ref {pointer!r} points at nothing in the schema")
-            target = target[part]
+        try:
+            target = pointer_target(self.root, pointer)
+        except LookupError:
+            raise CloverError(f"{_where(path)}/$ref {pointer!r} points at nothing in the schema") from None
         ref.target = self.node(target, pointer)
         return ref
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.errors import CloverError
-from clover_local.generate.json_schema import Document, SchemaPrefix, compile_schema, utf8_lead
+from clover_local.generate.json_schema import Document, SchemaPrefix, compile_schema, pointer_target, utf8_lead
 
 OPEN = b"<tool_call>\n<function="
 CLOSE = b"</function>\n</tool_call>"
@@ -71,13 +71,10 @@ def resolve_ref(schema: Any, root: Any) -> Any:
     """`schema` with a `$ref` into `root` followed (a chain of them too); unresolvable: as it is."""
     seen = 0
     while isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and seen < 32:
-        target: Any = root
-        for part in schema["$ref"].removeprefix("#").strip("/").split("/") if schema["$ref"] != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(target, dict) or part not in target:
-                return schema
-            target = target[part]
-        schema, seen = target, seen + 1
+        try:
+            schema, seen = pointer_target(root, schema["$ref"]), seen + 1
+        except LookupError:
+            return schema
     return schema
 
 
