@@ -423,7 +423,8 @@ class ChatApp:
         if len(parts) != 2:
             raise CloverError(f"/set takes a name and a value, e.g. /set threshold 0.8 (names: {', '.join(SETTABLE)})")
         value = set_value(self.settings, parts[0], parts[1])
-        if parts[0].replace("-", "_").lower() == "think_budget":
+        key = parts[0].replace("-", "_").lower()
+        if key == "think_budget":
             if value is not None:
                 try:  # this model's tokenizer must have the tokens the budget counts by
                     ThinkBudget.for_tokenizer(self.tok, value, opened=False)
@@ -434,12 +435,11 @@ class ChatApp:
                       "is ended for the model and the answer follows)")
             return
         ctx = self.loaded.config.max_context
-        if parts[0].replace("-", "_").lower() == "max_tokens" and value > ctx:
+        if key == "max_tokens" and value > ctx:
             self.settings.max_tokens = ctx
             self.note(f"max_tokens = {ctx} (the model's context)")
             return
-        self.note(f"{parts[0].replace('-', '_').lower()} = {value:g}" if isinstance(value, float)
-                  else f"{parts[0].replace('-', '_').lower()} = {value}")
+        self.note(f"{key} = {value:g}" if isinstance(value, float) else f"{key} = {value}")
 
     def _stats(self, arg: str = "") -> None:
         """/stats: this session's figures and the runtime's few that a user acts on; `/stats all` adds every
