@@ -30,6 +30,7 @@ from clover_local.generate.prompt_cache import PromptCache
 from clover_local.generate.sampling import (Penalties, TokenCounts, check_finite, choose, device_generator,
                                             pick_reveals)
 from clover_local.generate.thinking import BudgetTracker, ThinkBudget
+from clover_local.generate.trigger import Trigger
 from clover_local.model.cache import PrefixCache
 from clover_local.model.clover import CloverModel
 
@@ -46,6 +47,8 @@ class DecodeSettings:
     # JSON mode: the answer is one JSON object (json_mode.py), or one value a JSON schema allows (json_schema.py)
     constraint: ByteConstraint | None = None
     think_budget: ThinkBudget | None = None  # the most tokens the thinking may take (thinking.py)
+    # free text until the trigger (`<tool_call>`), then held to its grammar (trigger.py: serve's auto tool calls)
+    trigger: Trigger | None = None
 
 
 def _index(rows: list[int]) -> slice | list[int]:
@@ -128,7 +131,9 @@ class BlockDiffusionDecoder:
         bs, stops = self.block_size, set(settings.stop_token_ids)
         gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
         counts = None  # the answer's tokens so far, for settings.penalties (made like `gen`, when they apply)
-        shape = settings.constraint.start() if settings.constraint else None  # JSON mode: the answer so far
+        constraint = settings.constraint
+        shape = constraint.start() if constraint else None  # JSON mode: the answer so far
+        watch = settings.trigger.watch() if settings.trigger else None  # until the trigger holds the answer
         thinking = BudgetTracker(settings.think_budget) if settings.think_budget else None
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
@@ -181,13 +186,22 @@ class BlockDiffusionDecoder:
                     gen = device_generator(settings.seed, logits.device)
                 ids, conf = choose(logits, settings.temperature, settings.top_p, gen)
                 ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
-                if settings.constraint is None:
+                if shape is None:
                     reveals = [Reveal(masked[j], ids_h[j], conf_h[j]) for j in pick_reveals(conf_h, settings.threshold)]
                     reveals.sort(key=lambda r: r.position)
                 else:
-                    reveals, shape = self._constrained_reveals(settings, shape, masked, logits, ids_h, conf_h)
+                    reveals, shape = self._constrained_reveals(settings, constraint, shape, masked, logits, ids_h,
+                                                               conf_h)
                 for r in reveals:
                     tokens[r.position] = r.token_id
+                if watch is not None and shape is None:
+                    hit = watch.find(self._run(tokens, targets))
+                    if hit is not None:  # held from here: what the grammar did not take is masked again
+                        kept, shape = hit
+                        constraint, cut = settings.trigger.constraint, fixed + kept
+                        for p in targets[kept:]:
+                            tokens[p] = None
+                        reveals = [r for r in reveals if r.position < cut]
                 if counts is not None:
                     counts.add([r.token_id for r in reveals])
                 stats.passes += 1
@@ -200,6 +214,8 @@ class BlockDiffusionDecoder:
             new = [int(t) for t in tokens[fixed : stop_at if finished else targets[-1] + 1]]  # type: ignore[arg-type]
             if thinking is not None:
                 thinking.committed(len(out), new)
+            if watch is not None and shape is None:
+                watch.committed(new)
             out.extend(new)
             stats.blocks += 1
             done = finished or len(out) >= settings.max_new_tokens
@@ -225,16 +241,27 @@ class BlockDiffusionDecoder:
         yield Finished(out, stats)
 
     @staticmethod
-    def _constrained_reveals(settings: DecodeSettings, shape: PrefixState, masked: list[int], logits: torch.Tensor,
-                             ids: list[int], conf: list[float]) -> tuple[list[Reveal], PrefixState]:
+    def _run(tokens: list[int | None], targets: list[int]) -> list[int]:
+        """The block's answer tokens (`targets`: their positions) from its start up to its first masked one."""
+        run: list[int] = []
+        for p in targets:
+            t = tokens[p]
+            if t is None:
+                break
+            run.append(t)
+        return run
+
+    @staticmethod
+    def _constrained_reveals(settings: DecodeSettings, constraint: ByteConstraint, shape: PrefixState,
+                             masked: list[int], logits: torch.Tensor, ids: list[int], conf: list[float]
+                             ) -> tuple[list[Reveal], PrefixState]:
         """JSON mode's reveals this pass (json_mode.py): the leftmost masked position — the model's choice if the
         constraint allows it, else the likeliest token it allows — then, while the model's own choices (that first
         one's included) are allowed and reach the threshold, the positions right after it: they were predicted with
         the first one masked, so after a replaced or unsure token they wait for the next pass. Masked positions are
         always the block's last ones here."""
         check_finite(conf)
-        constraint, stops = settings.constraint, settings.stop_token_ids
-        assert constraint is not None
+        stops = settings.stop_token_ids
         token, nxt, first_conf = ids[0], constraint.advance(shape, ids[0]), conf[0]
         run = nxt is not None and conf[0] >= settings.threshold  # the next ones were predicted beside this one
         if nxt is None:

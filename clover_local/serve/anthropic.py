@@ -145,9 +145,9 @@ def _messages(body: dict) -> list[dict]:
     return out
 
 
-def _chat_tools(body: dict) -> tuple[list[dict] | None, ForcedCall | None]:
-    """Anthropic's custom tools in the chat form the template reads, and the call `tool_choice` forces, checked as
-    the chat route checks them."""
+def _chat_tools(body: dict) -> tuple[list[dict] | None, ForcedCall | None, bool]:
+    """Anthropic's custom tools in the chat form the template reads, the call `tool_choice` forces, and whether
+    calls may go in parallel (not with `disable_parallel_tool_use`), checked as the chat route checks them."""
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise bad_request("'tools' must be a list", "tools")
@@ -170,7 +170,7 @@ def _chat_tools(body: dict) -> tuple[list[dict] | None, ForcedCall | None]:
         "type": "function", "function": {"name": choice.get("name") if kind == "tool" else None}}}.get(kind, kind),
         "parallel_tool_calls": not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)}
     tools = read_tools(chat)
-    return tools, read_tool_choice(chat, tools)
+    return tools, read_tool_choice(chat, tools), chat["parallel_tool_calls"]
 
 
 def _thinking(body: dict, default: bool) -> tuple[bool, int | None]:
@@ -208,8 +208,9 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     for name in ("top_k", "mcp_servers"):
         if body.get(name) is not None:
             raise bad_request(f"'{name}' is not supported by clover-local serve", name)
-    tools, forced = _chat_tools(body)
-    req = ChatRequest(messages=_messages(body), tools=tools, forced=forced, max_tokens_ceiling=True)
+    tools, forced, parallel = _chat_tools(body)
+    req = ChatRequest(messages=_messages(body), tools=tools, forced=forced, parallel_calls=parallel,
+                      max_tokens_ceiling=True)
     req.model = model_field(body)
     req.max_tokens = int_field(body, "max_tokens", 1)
     if req.max_tokens is None and not count_only:

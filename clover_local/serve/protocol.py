@@ -95,6 +95,7 @@ class ChatRequest(Sampling):
     logprobs: int | None = None  # with logprobs: true, top_logprobs (0: the token's own only); None: logprobs off
     tools: list[dict] | None = None  # for the template, and to read the answer's calls back (serve/tools.py)
     forced: ForcedCall | None = None  # a tool_choice that forces a call: the answer is held to it
+    parallel_calls: bool = True  # parallel_tool_calls: with tool_choice auto, more than one call may come
     think_budget: int | None = None  # the most tokens the thinking may take (generate/thinking.py)
     enable_thinking: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -437,6 +438,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     req = ChatRequest(messages=parse_messages(body.get("messages")), tools=read_tools(body))
     read_sampling(body, req)
     req.forced = read_tool_choice(body, req.tools)
+    req.parallel_calls = bool_field(body, "parallel_tool_calls", True)
     req.think_budget = int_field(body, "thinking_token_budget", 1)
     req.logprobs = _chat_logprobs(body, req.stream)
     # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first

@@ -18,7 +18,9 @@ nothing the model wrote is lost.
 A `tool_choice` that forces a call (`ForcedCall`) is kept by constraint rather than by asking: the answer is held,
 byte by byte as structured outputs are, to a call of one of the candidates — in the XML form above where the chat
 template teaches it (xml_calls.py), else in the JSON form, `{"name": ..., "arguments": {...}}` (a list of them where
-calls may go in parallel) — with arguments its parameters allow.
+calls may go in parallel) — with arguments its parameters allow. With `tool_choice` auto the answer is free, but a
+call the model starts is held to the same XML grammar from its `<tool_call>` on (`auto_calls`; generate/trigger.py),
+so what it writes is a call the reader reads back.
 
 (The request's side — `tools`, `tool_choice`, the messages' `tool_calls` and `tool` role — is checked in
 protocol.py.)
@@ -33,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.errors import CloverError
-from clover_local.generate.json_schema import Document, Schema, compile_schema
+from clover_local.generate.json_schema import Document, Schema, SchemaConstraint, compile_schema
+from clover_local.generate.trigger import Trigger
 from clover_local.serve.xml_calls import TagVocab, XmlCalls, resolve_ref
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -117,10 +120,7 @@ class ForcedCall:
 
     def for_template(self, template: str) -> None:
         """The XML form where `template` teaches it and every candidate can be written in it."""
-        try:
-            self.xml = XmlCalls(self.tools, self.parallel) if "<function=" in template else None
-        except CloverError:
-            self.xml = None
+        self.xml = xml_grammar(self.tools, self.parallel, template)
 
     @property
     def grammar(self) -> XmlCalls | Schema:
@@ -152,6 +152,30 @@ class ForcedCall:
         except json.JSONDecodeError:
             return content, []
         return "", [ToolCall(c["name"], c["arguments"]) for c in (value if self.parallel else [value])]
+
+
+def xml_grammar(tools: list[dict], parallel: bool, template: str) -> XmlCalls | None:
+    """The calls' grammar in the XML form, where the chat template teaches that form and every tool can be written
+    in it (xml_calls.XmlCalls); else None."""
+    if "<function=" not in template:
+        return None
+    try:
+        return XmlCalls(tools, parallel)
+    except CloverError:
+        return None
+
+
+def auto_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: list[int],
+               opens_thinking: bool) -> Trigger | None:
+    """`tool_choice` auto: the answer free until the model writes `<tool_call>` (after the thinking, where the prompt
+    opens it), then held to the XML form's grammar — calls of known tools with their parameters, then the stop — so
+    a call it starts comes back as a call, not as text (generate/trigger.py). None where the XML form is not the
+    template's, a tool cannot be written in it, or the thinking's end has no token of its own: the answer is free."""
+    grammar = xml_grammar(tools, parallel, tokenizer.chat_template or "")
+    armed_by = tokenizer.token_to_id("</think>") if opens_thinking else None
+    if grammar is None or (opens_thinking and armed_by is None):
+        return None
+    return Trigger(SchemaConstraint(TagVocab(tokenizer), stop_ids, grammar), CALL_OPEN.encode(), armed_by)
 
 
 def split_tool_calls(content: str, tools: list[dict] | None,
