@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import openai
-import pytest
 
 from clover_local.generate.json_schema import SchemaConstraint
 from clover_local.generate.trigger import Trigger
