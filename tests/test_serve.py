@@ -446,12 +446,13 @@ def test_metrics_are_the_health_figures_in_prometheus_text(client, server):
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, typ = line.split()
-            assert name not in types and typ in ("counter", "gauge")
+            assert name not in types and typ in ("counter", "gauge", "histogram")
             types[name] = typ
         elif not line.startswith("# HELP "):
             m = re.fullmatch(r'([a-z_]+)(\{[^}]*\}) (-?[0-9.e+]+)', line)
             assert m, line
-            assert m.group(1) in types and 'model="clover-test"' in m.group(2)
+            family = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
+            assert (m.group(1) in types or types.get(family) == "histogram") and 'model="clover-test"' in m.group(2)
             values[m.group(1) + m.group(2)] = float(m.group(3))
     assert values['clover_requests_total{model="clover-test",outcome="completed"}'] == h["requests"]["completed"]
     assert values['clover_generated_tokens_total{model="clover-test"}'] == h["tokens"] > 0
@@ -459,6 +460,29 @@ def test_metrics_are_the_health_figures_in_prometheus_text(client, server):
     assert values['clover_prompt_cache_lookups_total{model="clover-test"}'] == h["prompt_cache"]["lookups"]
     assert values['clover_queue_waiting{model="clover-test"}'] == h["queue"]["waiting"]
     assert all(name.endswith("_total") for name, typ in types.items() if typ == "counter")
+    # latency histograms: cumulative buckets up to +Inf, which is the count; as many requests as /health says
+    for name, key in (("clover_queue_wait_seconds", "queue"), ("clover_time_to_first_token_seconds", "first_token"),
+                      ("clover_request_seconds", "request")):
+        assert types[name] == "histogram"
+        buckets = [(k, v) for k, v in values.items() if k.startswith(name + "_bucket{")]
+        counts = [v for _, v in buckets]
+        assert counts == sorted(counts) and buckets[-1][0].endswith('le="+Inf"}')
+        count = values[name + '_count{model="clover-test"}']
+        assert counts[-1] == count == h["latency"][key]["count"] >= 1
+        assert values[name + '_sum{model="clover-test"}'] > 0
+    assert values['clover_request_seconds_count{model="clover-test"}'] == h["requests"]["completed"]
+
+
+def test_a_latency_histogram_counts_each_observation_at_or_under_its_bounds():
+    from clover_local.serve.metrics import BUCKETS, Histogram
+
+    h = Histogram()
+    for seconds in (0.05, 0.051, 3.0, 400.0):
+        h.observe(seconds)
+    d = h.to_dict()
+    assert d["le"] == list(BUCKETS) and d["count"] == 4 and d["sum"] == pytest.approx(403.101)
+    at = dict(zip(d["le"], d["counts"]))
+    assert (at[0.05], at[0.1], at[2.5], at[5.0], at[300.0]) == (1, 2, 2, 3, 3)  # 400 s: past the last, +Inf only
 
 
 def _busy(engine):

@@ -35,6 +35,7 @@ from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.generate.block_diffusion import whole_blocks
 from clover_local.generate.scoring import (Scored, Scores, Stopped, score_from_snapshot, score_ids, score_prefix,
                                            score_rest)
+from clover_local.serve.metrics import Latency
 from clover_local.serve.protocol import ApiError, StopText
 
 
@@ -50,6 +51,7 @@ class Job:
     out: queue.Queue = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
+    arrived: float = field(default_factory=time.monotonic)  # made once the request is read: its latencies' start
 
 
 # Host memory for conversations parked while another's request runs (generate/prompt_cache.py): at 35B, a
@@ -76,6 +78,7 @@ class Engine:
         self.counts = {"completed": 0, "cancelled": 0, "failed": 0, "rejected": 0}
         self.passes = 0
         self.tokens = 0
+        self.latency = Latency()  # the queue wait, the first token, the whole request (serve/metrics.py)
         self.started = time.time()
         self.worker = threading.Thread(target=self._work, name="clover-generate", daemon=True)
         self.worker.start()
@@ -104,6 +107,7 @@ class Engine:
                 "tokens": self.tokens,
                 "uptime_seconds": round(time.time() - self.started, 1),
                 "prompt_cache": {**self.prompt_cache.stats.to_dict(), "parked_bytes": self.prompt_cache.parked_bytes},
+                "latency": self.latency.to_dict(),
                 "runtime": runtime,
             }
 
@@ -143,6 +147,7 @@ class Engine:
                 continue
             with self.lock:
                 self.running = job
+                self.latency.observe("queue", time.monotonic() - job.arrived)
             job.started.set()
             error = None
             try:
@@ -218,7 +223,9 @@ class Engine:
                                                   job.cancel.is_set))
             except Stopped:
                 return self._cancelled(job, stats)
-        self._count("completed")
+        with self.lock:
+            self.counts["completed"] += 1
+            self.latency.observe("request", time.monotonic() - job.arrived)
         job.out.put(("done", info))
 
     def _score_content(self, job: Job, turn: PlainText, chars: int) -> dict:
@@ -236,6 +243,7 @@ class Engine:
         """The answer's passes, its text put out as blocks commit; the finish reason (None: cancelled)."""
         events = decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set,
                                reuse=self.prompt_cache, snapshot_at=job.history_tokens)
+        first = True
         for ev in events:
             stats.on_event(ev)
             if isinstance(ev, PassDone):
@@ -244,6 +252,9 @@ class Engine:
             elif isinstance(ev, BlockCommitted):
                 with self.lock:
                     self.tokens += len(ev.token_ids)
+                    if first and ev.token_ids:  # (a thinking token counts: the user sees the answer begin)
+                        self.latency.observe("first_token", time.monotonic() - job.arrived)
+                        first = False
                 dr, dc = turn.add(ev.token_ids)
                 dc = stop.feed(dc)
                 if dr or dc:
