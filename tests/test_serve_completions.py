@@ -43,7 +43,8 @@ def client(served):
     return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def decoded(loaded, ids: list[int], max_new: int, **penalties: float) -> list[int]:
+def decoded(loaded, ids: list[int], max_new: int, bias: dict[int, float] | None = None,
+            **penalties: float) -> list[int]:
     """The decoder's own greedy answer, outside the server."""
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import Finished
@@ -51,7 +52,8 @@ def decoded(loaded, ids: list[int], max_new: int, **penalties: float) -> list[in
 
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     settings = DecodeSettings(max_new_tokens=max_new, threshold=loaded.config.diffusion.threshold,
-                              stop_token_ids=loaded.stop_token_ids, penalties=Penalties(**penalties))
+                              stop_token_ids=loaded.stop_token_ids, penalties=Penalties(**penalties),
+                              logit_bias=bias or {})
     return next(ev for ev in decoder.generate(ids, settings) if isinstance(ev, Finished)).token_ids
 
 
@@ -124,6 +126,27 @@ def test_penalties_reach_the_decoder(served, client):
                         ("presence_penalty", -2.01), ("frequency_penalty", 2.01), ("repetition_penalty", 10.01)):
         code, body = post(url, {"prompt": PROMPT, name: value})
         assert code == 400 and body["error"]["param"] == name, body
+
+
+def test_logit_bias_bans_and_forces_tokens(served, client):
+    """OpenAI's logit_bias at every masked position of every pass: -100 keeps tokens out of the answer, 100 on one
+    makes the answer that token; the server's answer is the decoder's own; a bad key or value is a 400."""
+    loaded, url = served
+    ids = loaded.tokenizer.encode(PROMPT)
+    plain = decoded(loaded, ids, 40)
+    banned = {t: -100.0 for t in sorted(set(plain))[:6]}
+    without = decoded(loaded, ids, 40, bias=banned)
+    assert without != plain and not set(without) & set(banned)
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40,
+                                  logit_bias={str(t): v for t, v in banned.items()})
+    assert r.choices[0].text == loaded.tokenizer.decode(without)
+    forced = next(t for t in plain if t not in loaded.stop_token_ids)
+    assert decoded(loaded, ids, 40, bias={forced: 100.0}) == [forced] * 40
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, logit_bias={str(forced): 100})
+    assert r.choices[0].text == loaded.tokenizer.decode([forced] * 40)
+    for bad in ({"abc": 1}, {"-1": 1}, {"5": 100.5}, {"5": True}, {str(loaded.config.vocab_size): 1}, [5]):
+        code, body = post(url, {"prompt": PROMPT, "logit_bias": bad})
+        assert code == 400 and body["error"]["param"] == "logit_bias", (bad, body)
 
 
 def test_a_stream_adds_up_to_the_plain_answer_and_echoes_first(served, client):

@@ -27,8 +27,8 @@ from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, PrefillProgress, Reveal
 from clover_local.generate.json_mode import ByteConstraint, PrefixState
 from clover_local.generate.prompt_cache import PromptCache
-from clover_local.generate.sampling import (Penalties, TokenCounts, check_finite, choose, device_generator,
-                                            pick_reveals)
+from clover_local.generate.sampling import (LogitBias, Penalties, TokenCounts, check_finite, choose,
+                                            device_generator, pick_reveals)
 from clover_local.generate.thinking import BudgetTracker, ThinkBudget
 from clover_local.generate.trigger import Trigger
 from clover_local.model.cache import PrefixCache
@@ -44,6 +44,7 @@ class DecodeSettings:
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     penalties: Penalties = field(default_factory=Penalties)
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit (sampling.LogitBias)
     # JSON mode: the answer is one JSON object (json_mode.py), or one value a JSON schema allows (json_schema.py)
     constraint: ByteConstraint | None = None
     think_budget: ThinkBudget | None = None  # the most tokens the thinking may take (thinking.py)
@@ -131,6 +132,7 @@ class BlockDiffusionDecoder:
         bs, stops = self.block_size, set(settings.stop_token_ids)
         gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
         counts = None  # the answer's tokens so far, for settings.penalties (made like `gen`, when they apply)
+        bias = LogitBias(settings.logit_bias) if settings.logit_bias else None
         constraint = settings.constraint
         shape = constraint.start() if constraint else None  # JSON mode: the answer so far
         watch = settings.trigger.watch() if settings.trigger else None  # until the trigger holds the answer
@@ -179,6 +181,8 @@ class BlockDiffusionDecoder:
                     if counts is None:
                         counts = TokenCounts(logits.shape[-1], logits.device, prompt_ids)
                     counts.apply(logits, settings.penalties)
+                if bias is not None:
+                    bias.apply(logits)
                 logits[:, self.mask_id] = float("-inf")
                 if no_end_before > masked[0]:
                     logits[[j for j, p in enumerate(masked) if p < no_end_before], thinking.end_id] = float("-inf")

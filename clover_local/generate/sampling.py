@@ -80,6 +80,23 @@ PENALTY_RANGES = {"presence_penalty": PenaltyRange(-2.0, 2.0, False, 0.0),
                   "repetition_penalty": PenaltyRange(0.0, 10.0, True, 1.0)}
 
 
+class LogitBias:
+    """OpenAI's `logit_bias`: a value from -100 to 100 added to a token's logit at every masked position of every
+    pass (-100 all but bans the token, 100 all but forces it; constrained answers choose among the biased logits
+    too). The ids and values go to the logits' device once, at the first pass."""
+
+    def __init__(self, bias: dict[int, float]) -> None:
+        self.bias = bias
+        self._on: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def apply(self, logits: torch.Tensor) -> None:
+        if self._on is None or self._on[0].device != logits.device:
+            self._on = (torch.tensor(list(self.bias), device=logits.device),
+                        torch.tensor(list(self.bias.values()), device=logits.device, dtype=logits.dtype))
+        ids, values = self._on
+        logits[:, ids] += values
+
+
 class TokenCounts:
     """How often the answer holds each token, and which tokens the prompt or the answer holds, kept on the
     logits' device so that a penalised pass reads nothing back (one [V] vector each, updated by the revealed ids)."""

@@ -310,9 +310,14 @@ class Handler(BaseHTTPRequestHandler):
         forced = req.forced if isinstance(req, ChatRequest) else None
         vocab = forced.vocab(engine.tokenizer) if forced is not None else engine.tokenizer
         constraint = answer_constraint(vocab, stops, req.json_object, req.answer_grammar)
+        size = engine.loaded.config.vocab_size
+        outside = next((i for i in req.logit_bias if i >= size), None)
+        if outside is not None:
+            raise ApiError(400, f"'logit_bias' names token {outside}, outside this model's vocabulary (ids 0 to "
+                           f"{size - 1})", param="logit_bias")
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
                               top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
-                              constraint=constraint)
+                              logit_bias=req.logit_bias, constraint=constraint)
 
     def _prompt(self, req: ChatRequest) -> str:
         """The conversation rendered by the chat template, as the model will read it (400s for what cannot be)."""

@@ -72,6 +72,7 @@ class Sampling:
     stop: list[str] = field(default_factory=list)
     threshold: float | None = None
     penalties: Penalties = field(default_factory=Penalties)
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit, -100 to 100
     json_object: bool = False  # response_format json_object: the answer is one JSON object
     json_schema: Schema | None = None  # response_format json_schema, compiled: the answer is one value it allows
     # max_tokens is a ceiling the client must send and sets high (Anthropic's): cut to what the server and the
@@ -141,6 +142,25 @@ def penalties_field(body: dict, names: dict[str, str] | None = None) -> Penaltie
         name = (names or {}).get(ours, ours)
         values[ours.removesuffix("_penalty")] = number_field(body, name, r.low, r.high, r.off, r.low_open)
     return Penalties(**values)
+
+
+def logit_bias_field(body: dict) -> dict[int, float]:
+    """`logit_bias`: {token id (a string, as JSON keys are): a number from -100 to 100}. Whether each id is in the
+    model's vocabulary is checked where the model is known (the server's `_settings`)."""
+    value = body.get("logit_bias")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request("'logit_bias' must be an object mapping token ids to numbers from -100 to 100", "logit_bias")
+    out = {}
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise bad_request(f"'logit_bias' keys are token ids (non-negative integers), got {key!r}", "logit_bias")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise bad_request(f"'logit_bias' values must be numbers from -100 to 100, got {bias!r} for token {key}",
+                              "logit_bias")
+        out[int(key)] = float(bias)
+    return out
 
 
 def seed_field(body: dict, name: str = "seed") -> int | None:
@@ -378,6 +398,7 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.threshold = number_field(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
     req.penalties = penalties_field(body)
+    req.logit_bias = logit_bias_field(body)
     req.json_object, req.json_schema = _response_format(body)
     req.seed = seed_field(body)
     n = body.get("n")
