@@ -800,6 +800,33 @@ def test_save_and_load_keep_the_thinking_and_an_interrupted_answer(tmp_path):
         back.load(tmp_path / "late.json")
 
 
+def test_top_k_and_min_p_set_in_chat_reach_the_decoder_and_show_once_set(make_checkpoint, capsys):
+    """/set top_k and min_p cut a seeded draw (/retry answers otherwise; the same again once they are back at 0),
+    are listed by /set while set, and a bad value is refused with what is allowed."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/set temperature 1")
+    app.settings.seed = 5  # (chat's --seed)
+    app.ask("hello")
+    plain = app.conv.messages[-1]
+    capsys.readouterr()
+    app.command("/set")
+    assert "top_k" not in capsys.readouterr().err
+    app.command("/set top_k 2")
+    app.command("/set min_p 0.3")
+    capsys.readouterr()
+    app.command("/set")
+    shown = capsys.readouterr().err
+    assert "top_k 2" in shown and "min_p 0.3" in shown
+    app.command("/retry")
+    assert app.conv.messages[-1] != plain, "the cuts changed nothing here: pick others"
+    app.command("/set top_k 0")
+    app.command("/set min_p 0")
+    app.command("/retry")
+    assert app.conv.messages[-1] == plain
+    with pytest.raises(CloverError, match="whole number"):
+        app.command("/set top_k -3")
+
+
 def test_penalties_set_in_chat_change_the_answer_and_show_once_set(make_checkpoint, capsys):
     """/set presence_penalty and frequency_penalty reach the decoder (greedy: /retry answers otherwise, and the
     same again once they are back at 0); /set lists a penalty only while it is not at its default."""

@@ -368,6 +368,30 @@ def test_pack_only_flags_on_a_pack_say_nothing(tmp_path, capsys):
 
 
 @needs_tiny
+def test_top_k_and_min_p_flags_reach_the_decoder(capsys):
+    """--top-k and --min-p cut the seeded draw of `generate` as the decoder cuts it; out of range, one line."""
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.events import Finished
+    from clover_local.loader import load
+
+    args = ["generate", "tiny", "-p", "add 12+30", "--no-think", "--max-new-tokens", "16", "--json",
+            "--temperature", "1", "--seed", "3", *GEN]
+    assert run_cli(args) == 0
+    plain = json.loads(capsys.readouterr().out)["token_ids"]
+    assert run_cli(args + ["--top-k", "3", "--min-p", "0.2"]) == 0
+    cut = json.loads(capsys.readouterr().out)["token_ids"]
+    assert cut != plain, "the cuts changed nothing here: pick others"
+    loaded = load("tiny", "cpu", "float32")
+    tok = loaded.tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "add 12+30"}], enable_thinking=False))
+    settings = DecodeSettings(max_new_tokens=16, threshold=loaded.config.diffusion.threshold, temperature=1.0,
+                              seed=3, top_k=3, min_p=0.2, stop_token_ids=loaded.stop_token_ids)
+    events = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id).generate(ids, settings)
+    assert next(e for e in events if isinstance(e, Finished)).token_ids == cut
+    expect_error(capsys, ["generate", "tiny", "-p", "hi", "--top-k", "-1", *GEN], "--top-k")
+    expect_error(capsys, ["generate", "tiny", "-p", "hi", "--min-p", "1.5", *GEN], "--min-p")
+
+
 def test_penalty_flags_reach_the_decoder_in_generate_and_chat(capsys, tmp_path):
     """--repetition-penalty (and its siblings) change the greedy answer of `generate` and of a piped `chat`, and
     both give what the decoder gives with those penalties (the flags are not just checked and dropped)."""

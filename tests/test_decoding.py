@@ -241,6 +241,28 @@ def test_sampling_draws_each_token_at_its_probability():
     assert torch.equal(again, choose(logits, 1.0, 1.0, torch.Generator().manual_seed(0))[0])
 
 
+def test_top_k_and_min_p_cut_the_distribution_before_the_draw():
+    """top_k keeps the k likeliest, min_p those at least min_p times as likely as the likeliest, after top_k and
+    top_p (transformers' order), each renormalised; the confidence is the drawn token's probability after the cuts;
+    a greedy answer is the argmax whatever they are."""
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    logits = torch.log(p).expand(40_000, 5).contiguous()
+    gen = torch.Generator().manual_seed(1)
+    for kwargs, want in (({"top_k": 2}, [0.625, 0.375, 0, 0, 0]),
+                         ({"min_p": 0.3}, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0, 0]),  # p >= 0.15 kept
+                         # top_k 3 (0.526, 0.316, 0.158), top_p 0.9 keeps all three, min_p 0.5 drops the third
+                         ({"top_k": 3, "min_p": 0.5, "top_p": 0.9}, [0.625, 0.375, 0, 0, 0]),
+                         ({"top_k": 5, "min_p": 0.0}, p.tolist())):
+        top_p = kwargs.pop("top_p", 1.0)
+        ids, conf = choose(logits, 1.0, top_p, gen, **kwargs)
+        freq = torch.bincount(ids, minlength=5).double() / ids.numel()
+        want = torch.tensor(want, dtype=torch.double)
+        assert torch.allclose(freq, want, atol=0.01), kwargs
+        assert torch.allclose(conf.double(), want[ids], atol=1e-6), kwargs
+    ids, _ = choose(logits[:4], 0.0, 1.0, None, top_k=1, min_p=0.9)
+    assert ids.tolist() == [0, 0, 0, 0]
+
+
 @pytest.mark.parametrize("scale", [4.0, 0.3], ids=["peaked", "flat"])
 def test_top_p_from_the_most_likely_tokens_draws_what_a_full_sort_draws(scale, monkeypatch):
     """Top-p sorts only the TOP_P_CUT most likely tokens when they cover top_p in every row (peaked logits),

@@ -172,6 +172,7 @@ def test_blocks_become_the_chat_messages_the_template_reads():
     assert _parse({"messages": [{"role": "user", "content": "x"}], "tools": [WEATHER],
                    "tool_choice": {"type": "none"}}).tools is None
     assert _parse({"messages": [{"role": "user", "content": "x"}]}, count_only=True).max_tokens == 16
+    assert _parse({"messages": [{"role": "user", "content": "x"}], "top_k": 20}).top_k == 20
 
 
 USER = [{"role": "user", "content": "x"}]
@@ -179,7 +180,8 @@ USER = [{"role": "user", "content": "x"}]
 
 @pytest.mark.parametrize("body, param, words", [
     ({"messages": USER, "max_tokens": None}, "max_tokens", "required"),
-    ({"messages": USER, "top_k": 5}, "top_k", "not supported"),
+    ({"messages": USER, "top_k": -2}, "top_k", "whole number"),
+    ({"messages": USER, "top_k": 2.5}, "top_k", "whole number"),
     ({"messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0]",
      "custom tool"),
     ({"messages": USER, "tools": [WEATHER], "tool_choice": {"type": "some"}}, "tool_choice", "must be"),

@@ -44,7 +44,7 @@ def client(served):
 
 
 def decoded(loaded, ids: list[int], max_new: int, bias: dict[int, float] | None = None,
-            **penalties: float) -> list[int]:
+            sampling: dict | None = None, **penalties: float) -> list[int]:
     """The decoder's own greedy answer, outside the server."""
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import Finished
@@ -53,7 +53,7 @@ def decoded(loaded, ids: list[int], max_new: int, bias: dict[int, float] | None 
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     settings = DecodeSettings(max_new_tokens=max_new, threshold=loaded.config.diffusion.threshold,
                               stop_token_ids=loaded.stop_token_ids, penalties=Penalties(**penalties),
-                              logit_bias=bias or {})
+                              logit_bias=bias or {}, **(sampling or {}))
     return next(ev for ev in decoder.generate(ids, settings) if isinstance(ev, Finished)).token_ids
 
 
@@ -124,6 +124,23 @@ def test_penalties_reach_the_decoder(served, client):
         assert r.choices[0].text == loaded.tokenizer.decode(want), name
     for name, value in (("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0),
                         ("presence_penalty", -2.01), ("frequency_penalty", 2.01), ("repetition_penalty", 10.01)):
+        code, body = post(url, {"prompt": PROMPT, name: value})
+        assert code == 400 and body["error"]["param"] == name, body
+
+
+def test_top_k_and_min_p_reach_the_decoder(served, client):
+    """vLLM's top_k and min_p (sampling.choose cuts the distribution with them) give the decoder's own seeded draw;
+    out of range, a 400 naming the field."""
+    loaded, url = served
+    ids = loaded.tokenizer.encode(PROMPT)
+    base = {"temperature": 1.0, "seed": 7}
+    cut = {"temperature": 1.0, "seed": 7, "top_k": 3, "min_p": 0.2}
+    want = decoded(loaded, ids, 40, sampling=cut)
+    assert want != decoded(loaded, ids, 40, sampling=base), "the cuts changed nothing here: pick others"
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, temperature=1.0, seed=7,
+                                  extra_body={"top_k": 3, "min_p": 0.2})
+    assert r.choices[0].text == loaded.tokenizer.decode(want)
+    for name, value in (("top_k", -2), ("top_k", 1.5), ("min_p", 1.5), ("min_p", -0.1)):
         code, body = post(url, {"prompt": PROMPT, name: value})
         assert code == 400 and body["error"]["param"] == name, body
 

@@ -126,6 +126,10 @@ def test_options_num_predict_stop_and_load_requests(tiny_server):
     assert cut.message.content == whole.message.content[:1]
     # greedy, top_k changes nothing, so it is taken
     assert client.chat(model="tiny", messages=messages, think=False, options={"top_k": 5}).message == whole.message
+    # sampling, top_k and min_p are taken (they cut the draw: sampling.choose)
+    drawn = client.chat(model="tiny", messages=messages, think=False,
+                        options={"temperature": 0.7, "top_k": 5, "min_p": 0.1, "seed": 1})
+    assert drawn.done and drawn.message.content
     loaded = client.generate(model="tiny")  # Ollama's way to load a model: nothing to answer
     assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
 
@@ -134,11 +138,11 @@ def test_options_num_predict_stop_and_load_requests(tiny_server):
     (dict(route="generate", prompt="hi", images=["AAAA"]), "images"),
     (dict(route="generate", prompt="hi", suffix="end"), "suffix"),
     (dict(route="generate", prompt="hi", context=[1, 2, 3]), "context"),
-    (dict(route="generate", prompt="hi", options={"temperature": 0.7, "top_k": 5}), "top_k"),
+    (dict(route="generate", prompt="hi", options={"temperature": 0.7, "typical_p": 0.5}), "typical_p"),
     (dict(route="chat", messages=[{"role": "user", "content": "hi", "images": ["AAAA"]}]), "images"),
     (dict(route="chat", messages=[{"role": "user", "content": "hi"}], options={"mirostat": 2}), "mirostat"),
     (dict(route="chat", messages=[{"role": "user", "content": "hi"}], format="json", think=True), "think"),
-], ids=["images", "suffix", "context", "top_k", "message-images", "mirostat", "format-and-think"])
+], ids=["images", "suffix", "context", "typical_p", "message-images", "mirostat", "format-and-think"])
 def test_refusals_are_ollama_errors(tiny_server, call, named):
     _, url = tiny_server
     client = ollama.Client(host=url)

@@ -44,7 +44,8 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/think on|off", "let the model think first (the chat template's enable_thinking)"),
     ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
     ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
-    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], max_tokens ≥1, think_budget ≥1 or off "
+    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], top_k ≥0 (0: all), min_p [0-1], "
+                        "max_tokens ≥1, think_budget ≥1 or off "
                         "(the thinking's most tokens), presence_penalty and frequency_penalty [-2, 2], "
                         "repetition_penalty (0-10]"),
     ("/set", "show the settings"),
@@ -416,9 +417,10 @@ class ChatApp:
             penalties = [f"{name} {getattr(s, name):g}" for name, r in PENALTY_RANGES.items()
                          if getattr(s, name) != r.off]  # shown once set: most chats never touch them
             budget = [] if s.think_budget is None else [f"think_budget {s.think_budget}"]
+            cuts = [f"{name} {getattr(s, name):g}" for name in ("top_k", "min_p") if getattr(s, name)]  # (once set)
             self.note(" · ".join([f"threshold {s.threshold:g}", f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
-                                  f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}", *budget,
-                                  *penalties]))
+                                  *cuts, f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}",
+                                  *budget, *penalties]))
             return
         if len(parts) != 2:
             raise CloverError(f"/set takes a name and a value, e.g. /set threshold 0.8 (names: {', '.join(SETTABLE)})")
@@ -527,6 +529,7 @@ class ChatApp:
             self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")
         settings = DecodeSettings(max_new_tokens=max_new, threshold=self.settings.threshold,
                                   temperature=self.settings.temperature, top_p=self.settings.top_p,
+                                  top_k=self.settings.top_k, min_p=self.settings.min_p,
                                   seed=self.settings.seed, stop_token_ids=self.loaded.stop_token_ids,
                                   penalties=self.settings.penalties(), think_budget=budget)
         turn = TurnText(self.tok, prompt)

@@ -24,6 +24,8 @@ class ChatSettings:
     threshold: float = 0.9
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: every token (sampling.choose)
+    min_p: float = 0.0
     max_tokens: int = 1024
     think: bool = True  # enable_thinking in the chat template
     show_thinking: bool = True  # display: thinking expanded, or one summary line
@@ -54,6 +56,8 @@ SETTABLE: dict[str, tuple[Any, Any, str]] = {
     "threshold": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]; 1 reveals one token per pass"),
     "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
     "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
+    "top_k": (_int, lambda x: x >= 0, "a whole number, 0 for all tokens"),
+    "min_p": (_float, lambda x: 0.0 <= x <= 1.0, "a number in [0, 1]; 0 is off"),
     "max_tokens": (_int, lambda x: x >= 1, "a whole number of at least 1"),
     "think_budget": (_budget, lambda x: x is None or x >= 1, "a whole number of at least 1, or off"),
     **{name: (_float, r.allows, f"a number in {r}; {r.off:g} is off") for name, r in PENALTY_RANGES.items()},

@@ -30,6 +30,22 @@ def repetition_penalty_option() -> Any:
                              "less; 1: off).")
 
 
+def top_k_option() -> Any:
+    return typer.Option(0, "--top-k", help="When sampling, draw only among the k likeliest tokens (Qwen's "
+                        "cards recommend 20 for the family; 0: all).")
+
+
+def min_p_option() -> Any:
+    return typer.Option(0.0, "--min-p",
+                        help="When sampling, drop tokens less than this times as likely as the likeliest (0: off).")
+
+
+def check_cuts(top_k: int, min_p: float) -> None:
+    if top_k < 0:
+        raise CloverError(f"--top-k must be 0 (all tokens) or more, got {top_k}")
+    check_range("--min-p", min_p, 0.0, 1.0)
+
+
 def think_budget_option() -> Any:
     return typer.Option(None, "--think-budget", metavar="TOKENS",
                         help="The most tokens the thinking may take: where it runs out, clover-local writes the "

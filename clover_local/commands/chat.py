@@ -13,9 +13,10 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
-                                                     check_think_budget, presence_penalty_option,
-                                                     repetition_penalty_option, think_budget_option)
+from clover_local.commands._sampling_options import (check_cuts, check_range, check_think_budget,
+                                                     frequency_penalty_option, min_p_option, penalties,
+                                                     presence_penalty_option, repetition_penalty_option,
+                                                     think_budget_option, top_k_option)
 from clover_local.errors import CloverError
 
 
@@ -43,6 +44,8 @@ def chat(
         None, "--threshold", help="Reveal every position at least this confident per pass (default: model's)."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
+    top_k: int = top_k_option(),
+    min_p: float = min_p_option(),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="Longest answer, in tokens."),
     think_budget: Optional[int] = think_budget_option(),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for sampling."),
@@ -80,6 +83,7 @@ def chat(
 
     check_range("--temperature", temperature, 0.0, 10.0)
     check_range("--top-p", top_p, 0.0, 1.0, low_open=True)
+    check_cuts(top_k, min_p)
     if threshold is not None:
         check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
     if max_tokens < 1:
@@ -97,7 +101,8 @@ def chat(
         ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
     settings = ChatSettings(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
-        temperature=temperature, top_p=top_p, max_tokens=min(max_tokens, loaded.config.max_context),
+        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+        max_tokens=min(max_tokens, loaded.config.max_context),
         think=think, show_thinking=show_thinking, seed=seed, presence_penalty=presence_penalty,
         frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty, think_budget=think_budget,
     )

@@ -19,9 +19,10 @@ from clover_local.commands._model_options import (context_flag_limit, context_op
                                                   load_options, offload_option,
                                                   prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import (check_range, frequency_penalty_option, penalties,
-                                                     check_think_budget, presence_penalty_option,
-                                                     repetition_penalty_option, think_budget_option)
+from clover_local.commands._sampling_options import (check_cuts, check_range, check_think_budget,
+                                                     frequency_penalty_option, min_p_option, penalties,
+                                                     presence_penalty_option, repetition_penalty_option,
+                                                     think_budget_option, top_k_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -152,6 +153,8 @@ def generate(
     ),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
+    top_k: int = top_k_option(),
+    min_p: float = min_p_option(),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for sampling (same seed, same answer)."),
     presence_penalty: float = presence_penalty_option(),
     frequency_penalty: float = frequency_penalty_option(),
@@ -215,6 +218,7 @@ def generate(
     prompt = message_from(prompt, file)
     check_range("--temperature", temperature, 0.0, 10.0)
     check_range("--top-p", top_p, 0.0, 1.0)
+    check_cuts(top_k, min_p)
     if threshold is not None:
         check_range("--threshold", threshold, 0.0, 1.0)
     if max_new_tokens < 1:
@@ -254,6 +258,8 @@ def generate(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
         temperature=temperature,
         top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
         seed=seed,
         stop_token_ids=loaded.stop_token_ids,
         penalties=penalized,

@@ -41,6 +41,8 @@ class DecodeSettings:
     threshold: float = 0.95
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: every token (sampling.choose)
+    min_p: float = 0.0
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     penalties: Penalties = field(default_factory=Penalties)
@@ -188,7 +190,7 @@ class BlockDiffusionDecoder:
                     logits[[j for j, p in enumerate(masked) if p < no_end_before], thinking.end_id] = float("-inf")
                 if gen is None and settings.temperature > 0:
                     gen = device_generator(settings.seed, logits.device)
-                ids, conf = choose(logits, settings.temperature, settings.top_p, gen)
+                ids, conf = choose(logits, settings.temperature, settings.top_p, gen, settings.top_k, settings.min_p)
                 ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
                 if shape is None:
                     reveals = [Reveal(masked[j], ids_h[j], conf_h[j]) for j in pick_reveals(conf_h, settings.threshold)]

@@ -11,13 +11,17 @@ from clover_local.errors import CloverError
 
 
 def choose(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None, top_k: int = 0,
+    min_p: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N,V] fp32 → (token ids [N], confidence [N]).
 
-    Greedy (temperature 0): the argmax and its softmax probability. Sampled: draw from the temperature-scaled,
-    top-p-truncated distribution; the confidence is the drawn token's probability in it (as LLaDA-style
-    low-confidence remasking does), so a flat distribution reveals slowly.
+    Greedy (temperature 0): the argmax and its softmax probability. Sampled: draw from the temperature-scaled
+    distribution cut as transformers cuts it, in this order — `top_k` (the k likeliest; 0 keeps all), `top_p`
+    (the likeliest up to that mass), `min_p` (those at least min_p times as likely as the likeliest; 0 keeps
+    all) — each renormalised; the confidence is the drawn token's probability in it (as LLaDA-style
+    low-confidence remasking does), so a flat distribution reveals slowly. (Qwen's cards recommend top_k 20 for
+    the family's models.)
 
     The draw stays on the logits' device: each row's argmax of p / E with E ~ Exp(1) drawn per token (the
     "exponential race": row i wins with probability p_i / sum p, an exact categorical draw). Why: `multinomial`
@@ -29,12 +33,18 @@ def choose(
         best, ids = logits.max(-1)
         return ids, torch.exp(best - torch.logsumexp(logits, -1))
     probs = torch.softmax(logits / temperature, -1)
+    if 0 < top_k < probs.shape[-1]:  # (a token tied with the k-th likeliest is kept too)
+        probs = probs * (probs >= probs.topk(top_k, -1).values[:, -1:])
+        probs = probs / probs.sum(-1, keepdim=True)
     if top_p < 1.0:
         sorted_p, order = _most_likely(probs, top_p)
         keep = sorted_p.cumsum(-1) - sorted_p < top_p
         keep[..., 0] = True  # always keep the top token (top_p = 0 would otherwise keep nothing: 0/0 = NaN)
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if min_p > 0.0:
+        probs = probs * (probs >= min_p * probs.max(-1, keepdim=True).values)
         probs = probs / probs.sum(-1, keepdim=True)
     # E = -log U, U uniform in [0, 1): never 0, so an excluded token (p = 0) never wins (torch's exponential_ is
     # the same draw, 4× slower on a CPU)

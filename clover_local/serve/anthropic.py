@@ -20,8 +20,8 @@ on /v1/chat/completions:
   server's --max-tokens and what the context leaves, and `stop_reason` "max_tokens" says when the cut was reached.
 
 Refused with a 400 rather than ignored: image or document blocks (the model reads text), Anthropic's server and
-built-in tools (`web_search_…`, `bash_…`, `text_editor_…`: their schemas are Anthropic's), `top_k`, an assistant
-message last (prefill), and `mcp_servers`.
+built-in tools (`web_search_…`, `bash_…`, `text_editor_…`: their schemas are Anthropic's), an assistant message
+last (prefill), and `mcp_servers`. (`top_k` is taken: the draw is among the k likeliest tokens.)
 
 The answer: a `thinking` block (with an empty `signature`: nothing here verifies one), a `text` block, then one
 `tool_use` block per call read out of the answer (serve/tools.py); streamed as Anthropic's named events
@@ -39,7 +39,7 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_schema import compile_schema
 from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
                                          check_forced_thinking, model_field, number_field, read_tool_choice,
-                                         read_tools, stop_field)
+                                         read_tools, stop_field, top_k_field)
 from clover_local.serve.tools import ForcedCall, ToolCall
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
@@ -205,9 +205,8 @@ def _output_schema(body: dict):
 def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     """A Messages request as the chat request the server runs (`count_only`: /count_tokens, no max_tokens)."""
     body = json_body(raw)
-    for name in ("top_k", "mcp_servers"):
-        if body.get(name) is not None:
-            raise bad_request(f"'{name}' is not supported by clover-local serve", name)
+    if body.get("mcp_servers") is not None:
+        raise bad_request("'mcp_servers' is not supported by clover-local serve", "mcp_servers")
     tools, forced, parallel = _chat_tools(body)
     req = ChatRequest(messages=_messages(body), tools=tools, forced=forced, parallel_calls=parallel,
                       max_tokens_ceiling=True)
@@ -218,6 +217,7 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     req.stream = bool_field(body, "stream", False)
     req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
+    req.top_k = top_k_field(body)
     req.stop = stop_field(body, "stop_sequences") or []
     req.json_schema = _output_schema(body)
     req.enable_thinking, req.think_budget = _thinking(body, default=req.json_schema is None and forced is None)

@@ -316,7 +316,8 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"'logit_bias' names token {outside}, outside this model's vocabulary (ids 0 to "
                            f"{size - 1})", param="logit_bias")
         return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
-                              top_p=req.top_p, seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
+                              top_p=req.top_p, top_k=req.top_k, min_p=req.min_p, seed=req.seed,
+                              stop_token_ids=stops, penalties=req.penalties,
                               logit_bias=req.logit_bias, constraint=constraint)
 
     def _prompt(self, req: ChatRequest) -> str:

@@ -17,8 +17,9 @@ context leaves; -1 and -2: the server's default), `repeat_penalty` (→ repetiti
 `frequency_penalty`. Loading and performance hints (`num_ctx`, `num_gpu`, `num_thread`, ...) are accepted and
 ignored: `serve` fixes them at start; so are `keep_alive` (the model stays loaded) and `repeat_last_n` (the
 penalties here count the prompt and the whole answer).
-`top_k`, `min_p` and `typical_p` are accepted where they change nothing (their neutral values, or a greedy answer:
-temperature 0, this server's default) and refused otherwise, as is `mirostat` (another sampler).
+`top_k` and `min_p` are taken as the OpenAI routes take them (sampling.choose); `typical_p` is accepted where it
+changes nothing (1, or a greedy answer: temperature 0, this server's default) and refused otherwise, as is
+`mirostat` (another sampler).
 
 Refused with a 400 rather than ignored: images, `suffix` (no infilling), a non-empty `context` (the old token
 context: send the conversation instead), `template` (the model's own template renders the prompt), `logprobs`.
@@ -43,14 +44,14 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, bad_request, bool_field, int_field,
                                          json_body, model_field, number_field, parse_messages, penalties_field,
-                                         read_tools, seed_field, stop_field)
+                                         read_tools, seed_field, stop_field, top_k_field)
 from clover_local.serve.tools import ToolCall
 
 # Ollama's options that only tell it how to load or run the model: `serve` fixed all of that at start
 IGNORED_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all", "vocab_only",
                    "use_mmap", "use_mlock", "num_thread", "numa", "num_keep", "repeat_last_n", "penalize_newline"}
 # sampling options this server does not implement, and the value at which each changes nothing
-NEUTRAL_OPTIONS = {"top_k": 0, "min_p": 0.0, "typical_p": 1.0}
+NEUTRAL_OPTIONS = {"typical_p": 1.0}
 
 
 def error_body(err: ApiError) -> dict:
@@ -78,6 +79,7 @@ def _options(body: dict, req: ChatRequest | CompletionRequest) -> None:
         raise bad_request("'options' must be an object", "options")
     req.temperature = number_field(opts, "temperature", 0.0, 2.0, 0.0)
     req.top_p = number_field(opts, "top_p", 0.0, 1.0, 1.0, low_open=True)
+    req.top_k, req.min_p = top_k_field(opts), number_field(opts, "min_p", 0.0, 1.0, 0.0)
     req.penalties = penalties_field(opts, {"repetition_penalty": "repeat_penalty"})
     req.seed = seed_field(opts)
     predict = opts.get("num_predict")
@@ -88,7 +90,7 @@ def _options(body: dict, req: ChatRequest | CompletionRequest) -> None:
 
 
 def _check_unimplemented(opts: dict, temperature: float) -> None:
-    """top_k / min_p / typical_p pass where they change nothing (neutral, or a greedy answer); mirostat never."""
+    """typical_p passes where it changes nothing (neutral, or a greedy answer); mirostat never."""
     if opts.get("mirostat") not in (None, 0):
         raise bad_request("'options.mirostat' is not supported by clover-local serve (a sampler of its own): leave "
                           "it 0 and use temperature / top_p", "options")

@@ -68,6 +68,8 @@ class Sampling:
     max_tokens: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: every token (vLLM's -1 is read as 0)
+    min_p: float = 0.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     threshold: float | None = None
@@ -142,6 +144,18 @@ def penalties_field(body: dict, names: dict[str, str] | None = None) -> Penaltie
         name = (names or {}).get(ours, ours)
         values[ours.removesuffix("_penalty")] = number_field(body, name, r.low, r.high, r.off, r.low_open)
     return Penalties(**values)
+
+
+def top_k_field(body: dict) -> int:
+    """`top_k` (vLLM's extra field, Anthropic's, an Ollama option): sample among the k likeliest tokens; 0 (and
+    vLLM's -1) keep them all."""
+    value = body.get("top_k")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise bad_request("'top_k' must be a whole number: how many of the likeliest tokens a draw takes from "
+                          "(0 or -1: all)", "top_k")
+    return max(value, 0)
 
 
 def logit_bias_field(body: dict) -> dict[int, float]:
@@ -396,6 +410,7 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
         req.max_tokens = mt
     req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
+    req.top_k, req.min_p = top_k_field(body), number_field(body, "min_p", 0.0, 1.0, 0.0)
     req.threshold = number_field(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
     req.penalties = penalties_field(body)
     req.logit_bias = logit_bias_field(body)
