@@ -17,7 +17,8 @@ def choose(
     """logits [N,V] fp32 → (token ids [N], confidence [N]).
 
     Greedy (temperature 0): the argmax and its softmax probability. Sampled: draw from the temperature-scaled
-    distribution cut as transformers cuts it, in this order — `top_k` (the k likeliest; 0 keeps all), `top_p`
+    distribution cut as transformers cuts it, in this order — `top_k` (the k likeliest, a tie at the k-th broken
+    by position; 0 keeps all: with it, the cuts and the draw run on k columns, not the vocabulary), `top_p`
     (the likeliest up to that mass), `min_p` (those at least min_p times as likely as the likeliest; 0 keeps
     all) — each renormalised; the confidence is the drawn token's probability in it (as LLaDA-style
     low-confidence remasking does), so a flat distribution reveals slowly. (Qwen's cards recommend top_k 20 for
@@ -33,8 +34,9 @@ def choose(
         best, ids = logits.max(-1)
         return ids, torch.exp(best - torch.logsumexp(logits, -1))
     probs = torch.softmax(logits / temperature, -1)
-    if 0 < top_k < probs.shape[-1]:  # (a token tied with the k-th likeliest is kept too)
-        probs = probs * (probs >= probs.topk(top_k, -1).values[:, -1:])
+    columns = None  # with top_k: the token id of each of probs' columns
+    if 0 < top_k < probs.shape[-1]:  # the draw among the k likeliest alone: [N, k] from here on, not [N, V]
+        probs, columns = probs.topk(top_k, -1)
         probs = probs / probs.sum(-1, keepdim=True)
     if top_p < 1.0:
         sorted_p, order = _most_likely(probs, top_p)
@@ -50,7 +52,8 @@ def choose(
     # the same draw, 4× slower on a CPU)
     race = torch.rand(probs.shape, generator=generator, device=probs.device).log_().neg_()
     ids = torch.div(probs, race).argmax(-1)
-    return ids, probs.gather(-1, ids[:, None]).squeeze(-1)
+    conf = probs.gather(-1, ids[:, None]).squeeze(-1)
+    return (ids if columns is None else columns.gather(-1, ids[:, None]).squeeze(-1)), conf
 
 
 @dataclass(frozen=True)
