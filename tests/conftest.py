@@ -148,8 +148,9 @@ def run_cli(args: list[str]) -> int:
 
 
 @contextlib.contextmanager
-def _tools_template_server(tmp_path_factory, tokenizer_dir):
-    """(engine, url) of a server on a random checkpoint whose chat template reads tools (test_serve_tools.py's)."""
+def tools_template_server(tmp_path_factory, tokenizer_dir, **options):
+    """(engine, url) of a server on a random checkpoint whose chat template reads tools (test_serve_tools.py's);
+    `options`: running_server's."""
     from clover_local.loader import load
     from tests.inprocess_server import running_server
     from tests.test_serve_tools import TOOL_TEMPLATE
@@ -158,7 +159,7 @@ def _tools_template_server(tmp_path_factory, tokenizer_dir):
     folder = checkpoint_with_tokenizer(tmp_path_factory.mktemp("tools") / "ckpt", tokenizer_dir, seed=3)
     (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)
     loaded = load(str(folder), "cpu", "float32")
-    with running_server(loaded, "tools", max_tokens=1024, context=4096) as (engine, url):
+    with running_server(loaded, "tools", max_tokens=1024, context=4096, **options) as (engine, url):
         yield engine, url
 
 
@@ -168,7 +169,7 @@ def tool_server(tmp_path_factory, tokenizer_dir):
     "Let me check." and a get_weather call (test_serve_tools.py's), for every wire format's tool-call tests."""
     from tests.test_serve_tools import XML_CALL, ScriptedDecoder
 
-    with _tools_template_server(tmp_path_factory, tokenizer_dir) as (engine, url):
+    with tools_template_server(tmp_path_factory, tokenizer_dir) as (engine, url):
         engine.decoder = ScriptedDecoder(engine.tokenizer, "Let me check.\n" + XML_CALL, engine.decoder.block_size)
         yield engine, url
 
@@ -177,5 +178,5 @@ def tool_server(tmp_path_factory, tokenizer_dir):
 def forced_call_server(tmp_path_factory, tokenizer_dir):
     """(engine, url) of the same server with the real decoder: a forced call is held to its schema by the
     decoder's constraint, which a scripted answer would skip."""
-    with _tools_template_server(tmp_path_factory, tokenizer_dir) as (engine, url):
+    with tools_template_server(tmp_path_factory, tokenizer_dir) as (engine, url):
         yield engine, url

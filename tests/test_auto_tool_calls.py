@@ -135,8 +135,8 @@ def test_a_malformed_call_is_written_as_one_the_server_reads(tiny, monkeypatch):
         assert revealed == list(range(revealed[-1] + 1))
 
 
-def test_serve_holds_an_auto_call_to_the_tools(forced_call_server, monkeypatch):
-    engine, url = forced_call_server
+def _served_call(engine, url, monkeypatch):
+    """The message a server answers with when its model is pushed to write MALFORMED (one call allowed)."""
     tok, model = engine.tokenizer, engine.loaded.model
     messages = [{"role": "user", "content": "Weather in Oslo?"}]
     prompt = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False,
@@ -146,10 +146,21 @@ def test_serve_holds_an_auto_call_to_the_tools(forced_call_server, monkeypatch):
     monkeypatch.setattr(engine.decoder, "merge_commits", False)
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
     # (one call: after it only the stop may come; the pushed model, off its script, would go on calling)
-    reply = client.chat.completions.create(model="tools", messages=messages, tools=TOOLS, max_tokens=160,
-                                           parallel_tool_calls=False, extra_body={"enable_thinking": False})
-    choice = reply.choices[0]
+    return client.chat.completions.create(model="tools", messages=messages, tools=TOOLS, max_tokens=160,
+                                          parallel_tool_calls=False, extra_body={"enable_thinking": False}).choices[0]
+
+
+def test_serve_holds_an_auto_call_to_the_tools(forced_call_server, monkeypatch):
+    choice = _served_call(*forced_call_server, monkeypatch)
     assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me check.\n"
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments)["unit"] in ("celsius", "fahrenheit")
+
+
+def test_serve_free_tool_calls_leaves_the_call_as_written(tmp_path_factory, tokenizer_dir, monkeypatch):
+    from tests.conftest import tools_template_server
+
+    with tools_template_server(tmp_path_factory, tokenizer_dir, free_tool_calls=True) as (engine, url):
+        choice = _served_call(engine, url, monkeypatch)
+    assert choice.finish_reason == "stop" and choice.message.content == MALFORMED and not choice.message.tool_calls

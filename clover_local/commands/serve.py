@@ -55,6 +55,11 @@ def serve(
         help="The most tokens any answer's thinking may take (a request may ask for less: 'thinking_token_budget', "
              "Anthropic's thinking.budget_tokens): where it runs out the server ends the thinking itself and the "
              "answer follows, so an agent gets its answer within max_tokens. Default: no limit."),
+    free_tool_calls: bool = typer.Option(
+        False, "--free-tool-calls",
+        help="With tool_choice auto, leave the model's tool calls as it writes them: no grammar from its <tool_call> "
+             "on (by default a call it starts is held to the tools' names and parameters, so it comes back as a "
+             "call; a malformed one would stay in the content as text)."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
@@ -120,7 +125,7 @@ def serve(
     if think_budget is not None:  # (a tokenizer without <think> tokens: refused here, not in every request)
         ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx,
-                    think_budget=think_budget)
+                    think_budget=think_budget, free_tool_calls=free_tool_calls)
     engine = Engine(loaded, max_queue=max_queue, park_bytes=park_bytes)
     name = model_name or model_label(model)
     try:

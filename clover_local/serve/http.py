@@ -46,6 +46,7 @@ class Limits:
     max_tokens: int = 4096  # the most one answer may ask for (and the default)
     context: int = 131072  # prompt + answer
     think_budget: int | None = None  # the most tokens any answer's thinking may take (a request may ask for less)
+    free_tool_calls: bool = False  # tool_choice auto: no grammar from the model's <tool_call> on (tools.auto_calls)
     read_timeout: float = 30.0
 
 
@@ -358,7 +359,8 @@ class Handler(BaseHTTPRequestHandler):
         if req.forced is not None:  # the form the template teaches (serve/tools.py)
             req.forced.for_template(tok.chat_template or "")
         settings = self._settings(req, len(ids), "messages")
-        if req.tools and req.forced is None:  # auto: a call the model starts is held to the tools' grammar
+        if req.tools and req.forced is None and not self.server.limits.free_tool_calls:
+            # auto: a call the model starts is held to the tools' grammar
             settings.trigger = auto_calls(req.tools, req.parallel_calls, tok, settings.stop_token_ids,
                                           prompt_opens_thinking(text))
         budgets = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
