@@ -59,6 +59,31 @@ def test_a_trigger_across_a_block_boundary_is_found_in_the_committed_tail(tiny):
     assert refused.find(tok.encode(": 1")) is None
 
 
+def test_auto_calls_hold_agents_schemas_past_the_supported_subset(tiny):
+    """A Read-like tool (integer bounds, a pattern) still gets the grammar in auto mode: its keys and the integer's
+    type are held, its bounds are not (the forced path refuses such a schema with a 400 instead)."""
+    import copy
+
+    from clover_local.serve.tools import auto_calls
+    from tests.test_serve_tools import TOOL_TEMPLATE
+
+    tok = copy.copy(tiny.tokenizer)
+    tok.chat_template = TOOL_TEMPLATE
+    read = {"type": "function", "function": {"name": "Read", "parameters": {
+        "$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": False,
+        "properties": {"file_path": {"type": "string", "pattern": "^/"},
+                       "limit": {"type": "integer", "exclusiveMinimum": 0, "maximum": 9007199254740991}},
+        "required": ["file_path"]}}}
+    trigger = auto_calls([read], True, tok, tiny.stop_token_ids, opens_thinking=False)
+    assert trigger is not None
+    call = b"<tool_call>\n<function=Read>\n<parameter=file_path>\n/a.txt\n</parameter>\n<parameter=limit>\n%s\n"
+    for limit, ok in ((b"20", True), (b"0", True), (b"twenty", False)):
+        state = trigger.constraint.start()
+        assert state.feed_all(call % limit + b"</parameter>\n</function>\n</tool_call>") == ok, limit
+    tok.chat_template = "{{ tools }} <tool_call>{json}</tool_call>"  # a template without the XML form: no grammar
+    assert auto_calls([read], True, tok, tiny.stop_token_ids, opens_thinking=False) is None
+
+
 def test_inside_the_thinking_the_tag_is_text(tiny):
     tok = tiny.tokenizer
     end = tok.token_to_id("</think>")

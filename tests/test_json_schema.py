@@ -267,6 +267,25 @@ def test_unsupported_keywords_are_refused_by_name_and_pointer(schema, keyword, p
     assert f"'{keyword}'" in str(err.value) and pointer in str(err.value)
 
 
+@pytest.mark.parametrize("schema, good, looser, bad", [
+    ({"type": "integer", "minimum": 1, "maximum": 10}, b"5", b"-3", b'"5"'),
+    ({"type": "string", "pattern": "^a+$", "format": "email"}, b'"aa"', b'"b"', b"1"),
+    ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, b"1", b"[]", b"tru"),
+    ({"$ref": "#/$defs/n", "minimum": 0, "$defs": {"n": {"type": "number", "exclusiveMinimum": 0}}}, b"2.5",
+     b"-1", b'"x"'),
+    ({"type": "object", "properties": {"n": {"type": "integer", "exclusiveMinimum": 0}}, "required": ["n"],
+      "additionalProperties": False}, b'{"n": 3}', b'{"n": 0}', b'{"m": 3}'),
+])
+def test_lenient_compiling_passes_over_what_it_cannot_hold(schema, good, looser, bad):
+    """Agents' tool schemas often carry keywords past the subset (`minimum`, `pattern`, `oneOf`): refused when
+    compiled strictly (a forced call, response_format); compiled leniently (auto tool calls), the rest of the schema
+    still holds — what the dropped keyword refused passes, what the rest refuses does not."""
+    with pytest.raises(CloverError, match="not supported"):
+        compile_schema(schema)
+    compiled = compile_schema(schema, lenient=True)
+    assert complete(compiled, good) and complete(compiled, looser) and not complete(compiled, bad)
+
+
 @pytest.mark.parametrize("schema", [
     {"enum": []}, False, {"type": "array", "minItems": 3, "maxItems": 1},
     {"type": "object", "required": ["a"], "additionalProperties": False},

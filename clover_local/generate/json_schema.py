@@ -156,10 +156,13 @@ def answer_constraint(vocab: TokenBytes, stop_ids: list[int], json_object: bool 
 
 # --- compiling -----------------------------------------------------------------------------------------------------
 
-def compile_schema(schema: Any) -> Schema:
+def compile_schema(schema: Any, lenient: bool = False) -> Schema:
     """The schema (a parsed JSON document, or a `Document`) compiled; CloverError naming the keyword and its JSON
-    pointer for what is not supported or not well formed, and for a schema no value can satisfy."""
-    compiler = _Compiler(schema)
+    pointer for what is not supported or not well formed, and for a schema no value can satisfy. `lenient`: a
+    keyword outside the supported subset (`minimum`, `pattern`, `oneOf` ...) is passed over instead, as is one
+    beside `$ref`, `anyOf` or `enum`: what it holds to is then looser than the schema (serve's auto tool calls,
+    where a best-effort grammar is better than none)."""
+    compiler = _Compiler(schema, lenient)
     root = compiler.node(schema, "#")
     _finish(root)
     if not root.leaves:
@@ -187,8 +190,9 @@ def _where(path: str) -> str:
 
 
 class _Compiler:
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, lenient: bool = False) -> None:
         self.root = root
+        self.lenient = lenient
         self.refs: dict[str, Ref] = {}
         self.any = Typed()
         self.any.extra = self.any
@@ -196,13 +200,16 @@ class _Compiler:
 
     def node(self, schema: Any, path: str) -> Node:
         if isinstance(schema, Document):
-            return _Compiler(schema.schema if schema.root is None else schema.root).node(schema.schema, path)
+            return _Compiler(schema.schema if schema.root is None else schema.root, self.lenient).node(schema.schema,
+                                                                                                      path)
         if schema is True or schema == {}:
             return self.any
         if schema is False:
             return _NEVER
         if not isinstance(schema, dict):
             raise CloverError(f"{_where(path)} must be an object, true or false")
+        if self.lenient:
+            schema = {k: v for k, v in schema.items() if k in _KEYWORDS}
         for key in schema:
             if key not in _KEYWORDS:
                 raise CloverError(f"JSON schema keyword '{key}' at {path}/{_escape(key)} is not supported (answers "
@@ -216,7 +223,7 @@ class _Compiler:
         for combined in ("$ref", "anyOf"):
             if combined in rules:
                 others = sorted(set(rules) - {combined})
-                if others:
+                if others and not self.lenient:
                     raise CloverError(f"JSON schema keyword '{others[0]}' at {path}/{others[0]} beside '{combined}' "
                                       "is not supported: move it into the referenced or listed schemas")
                 return self.ref(rules["$ref"], path) if combined == "$ref" else self.any_of(rules["anyOf"], path)
@@ -252,7 +259,7 @@ class _Compiler:
     def values(self, rules: dict, types: frozenset[str], path: str) -> Node:
         """enum / const: their values of `types` (the only other keyword taken beside them), each spelled exactly."""
         others = sorted(set(rules) - {"enum", "const", "type"})
-        if others:
+        if others and not self.lenient:
             raise CloverError(f"JSON schema keyword '{others[0]}' at {path}/{others[0]} beside enum or const is not "
                               "supported: list only the values it allows")
         if "enum" in rules and not isinstance(rules["enum"], list):

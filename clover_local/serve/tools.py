@@ -154,13 +154,13 @@ class ForcedCall:
         return "", [ToolCall(c["name"], c["arguments"]) for c in (value if self.parallel else [value])]
 
 
-def xml_grammar(tools: list[dict], parallel: bool, template: str) -> XmlCalls | None:
+def xml_grammar(tools: list[dict], parallel: bool, template: str, lenient: bool = False) -> XmlCalls | None:
     """The calls' grammar in the XML form, where the chat template teaches that form and every tool can be written
-    in it (xml_calls.XmlCalls); else None."""
+    in it (xml_calls.XmlCalls; `lenient`: its parameters' schemas held as far as they are supported); else None."""
     if "<function=" not in template:
         return None
     try:
-        return XmlCalls(tools, parallel)
+        return XmlCalls(tools, parallel, lenient)
     except CloverError:
         return None
 
@@ -169,9 +169,11 @@ def auto_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: list
                opens_thinking: bool) -> Trigger | None:
     """`tool_choice` auto: the answer free until the model writes `<tool_call>` (after the thinking, where the prompt
     opens it), then held to the XML form's grammar — calls of known tools with their parameters, then the stop — so
-    a call it starts comes back as a call, not as text (generate/trigger.py). None where the XML form is not the
-    template's, a tool cannot be written in it, or the thinking's end has no token of its own: the answer is free."""
-    grammar = xml_grammar(tools, parallel, tokenizer.chat_template or "")
+    a call it starts comes back as a call, not as text (generate/trigger.py). Agents' schemas often use keywords
+    past the supported subset (`minimum`, `maximum`, `pattern`): those values are held to the rest of their schema
+    (lenient). None where the XML form is not the template's, a tool cannot be written in it, or the thinking's
+    end has no token of its own: the answer is free."""
+    grammar = xml_grammar(tools, parallel, tokenizer.chat_template or "", lenient=True)
     armed_by = tokenizer.token_to_id("</think>") if opens_thinking else None
     if grammar is None or (opens_thinking and armed_by is None):
         return None
