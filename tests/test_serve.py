@@ -473,6 +473,17 @@ def test_metrics_are_the_health_figures_in_prometheus_text(client, server):
     assert values['clover_request_seconds_count{model="clover-test"}'] == h["requests"]["completed"]
 
 
+def test_the_start_shows_how_clients_connect():
+    from clover_local.commands.serve import client_hints
+
+    lines = client_hints("http://127.0.0.1:8000", "clover", keyed=False)
+    assert any("ANTHROPIC_BASE_URL=http://127.0.0.1:8000 " in line and "ANTHROPIC_MODEL=clover" in line
+               for line in lines)
+    assert any("http://127.0.0.1:8000/v1" in line and "responses" in line for line in lines)  # Codex
+    assert any("OLLAMA_HOST=http://127.0.0.1:8000" in line for line in lines)
+    assert "KEY" in " ".join(client_hints("http://127.0.0.1:8000", "clover", keyed=True))
+
+
 def test_a_latency_histogram_counts_each_observation_at_or_under_its_bounds():
     from clover_local.serve.metrics import BUCKETS, Histogram
 

@@ -140,6 +140,9 @@ def serve(
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
         print(f"serving {name} on http://{shown}:{bound_port}/v1 (OpenAI, Anthropic and Ollama APIs; Ctrl-C stops)",
               flush=True)
+        if not quiet:
+            print("\n".join(client_hints(f"http://{shown}:{bound_port}", name, api_key is not None)),
+                  file=sys.stderr, flush=True)
         if host not in LOOPBACK:
             note = "" if api_key else "; consider --api-key"
             print(f"warning: listening on {host}: reachable from other machines{note}", file=sys.stderr, flush=True)
@@ -150,6 +153,17 @@ def serve(
         shut_down(engine, server)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def client_hints(base: str, name: str, keyed: bool) -> list[str]:
+    """How the common clients reach this server (printed at start, unless --quiet): the OpenAI SDKs and front
+    ends, Claude Code, Codex CLI, Ollama's clients."""
+    token = "KEY" if keyed else "local"
+    return [f"  OpenAI clients: base URL {base}/v1, model {name}, API key {'KEY' if keyed else 'any'}",
+            f"  Claude Code:    ANTHROPIC_BASE_URL={base} ANTHROPIC_AUTH_TOKEN={token} ANTHROPIC_MODEL={name} claude",
+            f"  Codex CLI:      a provider with base_url = \"{base}/v1\" and wire_api = \"responses\" in "
+            "~/.codex/config.toml",
+            f"  Ollama clients: OLLAMA_HOST={base}"]
 
 
 def _interrupt(signum: int, frame: Any) -> None:
