@@ -12,6 +12,11 @@ False` or `CLOVER_MERGE_COMMITS=0` runs them as two passes.
 
 With a `PromptCache` (`reuse=`), the prefill resumes after the longest saved block-aligned prefix of the prompt
 and the cache is saved again at a block boundary of this prompt (generate/prompt_cache.py).
+
+Held answers: a `constraint` (JSON mode, a schema, a forced call) reveals each block left to right from the start
+(`_constrained_reveals`); a `trigger` (serve's auto tool calls) leaves the answer free until the trigger's text
+shows in a block's settled run, then masks again what follows it beyond what the grammar takes, and holds the rest
+the same way (generate/trigger.py).
 """
 
 from __future__ import annotations
