@@ -95,14 +95,28 @@ def test_chat_requests_that_force_a_call():
     ({"tool_choice": 3}, "tool_choice", "must be"),
     ({"tool_choice": {"type": "function"}}, "tool_choice", "must be"),
     ({"tool_choice": "required", "enable_thinking": True}, "enable_thinking", "without thinking"),
-    ({"tool_choice": "required", "tools": [PICK, {"type": "function", "function": {"name": "re", "parameters": {
-        "type": "object", "properties": {"q": {"type": "string", "pattern": "^a"}}}}}]},
+    ({"tool_choice": "required", "tools": [PICK, {"type": "function", "function": {"name": "re", "strict": True,
+        "parameters": {"type": "object", "properties": {"q": {"type": "string", "pattern": "^a"}}}}}]},
      "tools[1].function.parameters", "'pattern'"),
+    ({"tool_choice": "required", "tools": [PICK, {"type": "function", "function": {"name": "re", "parameters": {
+        "type": "object", "properties": {"q": {"type": "strung"}}}}}]}, "tools[1].function.parameters", "type"),
 ])
 def test_a_forced_call_that_cannot_be_kept_is_a_400(extra, param, words):
     with pytest.raises(ApiError) as err:
         _chat(extra)
     assert err.value.status == 400 and err.value.param == param and words in err.value.message
+
+
+def test_a_tool_not_marked_strict_is_held_to_what_its_schema_supports():
+    """Without `strict` (instructor's pydantic models: `exclusiveMinimum`, `pattern`), an unsupported keyword is
+    passed over: the call is still forced and the rest of the schema held (keys, types)."""
+    age = {"type": "function", "function": {"name": "person", "parameters": {
+        "type": "object", "required": ["age"], "additionalProperties": False,
+        "properties": {"age": {"type": "integer", "exclusiveMinimum": 0}, "name": {"type": "string", "pattern": "^A"}}}}}
+    req = _chat({"tools": [age], "tool_choice": {"type": "function", "function": {"name": "person"}}})
+    state = req.forced.grammar.start()
+    assert state.feed_all(b'{"name": "person", "arguments": {"age": 0}}') and state.done  # the bound: not held
+    assert not req.forced.grammar.start().feed_all(b'{"name": "person", "arguments": {"age": "0"}}')  # the type: held
 
 
 def test_a_named_call_to_a_tool_with_an_unsupported_keyword_elsewhere_is_still_kept():

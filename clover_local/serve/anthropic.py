@@ -161,7 +161,8 @@ def _chat_tools(body: dict) -> tuple[list[dict] | None, ForcedCall | None, bool]
                               f"tools[{i}]")
         converted.append({"type": "function", "function": {
             "name": tool.get("name"), "description": tool.get("description", ""),
-            "parameters": tool.get("input_schema", {"type": "object"})}})
+            "parameters": tool.get("input_schema", {"type": "object"}),
+            **({"strict": True} if tool.get("strict") is True else {})}})
     choice = body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
     if choice is not None and kind not in ("auto", "none", "any", "tool"):

@@ -256,7 +256,10 @@ def read_tool_choice(body: dict, tools: list[dict] | None) -> ForcedCall | None:
     """The call `tool_choice` forces (OpenAI chat's forms; the other wire formats translate theirs into them), None
     for "auto" and "none": "required" is some call of `tools` (one or more; one with `parallel_tool_calls` false),
     `{"type": "function", "function": {"name"}}` one call of that tool. Each candidate's parameters are compiled
-    here, so a schema outside the supported subset is a 400 before anything runs."""
+    here, so a schema that cannot be held is a 400 before anything runs: a malformed one, or (a tool marked
+    `strict`, as OpenAI's strict mode asks the whole schema be kept) one with a keyword outside the supported
+    subset. Without `strict` such a keyword is passed over and the rest of the schema held (instructor's pydantic
+    models carry `minimum`, `pattern` ...: the client validates the arguments itself)."""
     choice = body.get("tool_choice")
     if choice in (None, "auto", "none"):
         return None
@@ -272,10 +275,13 @@ def read_tool_choice(body: dict, tools: list[dict] | None) -> ForcedCall | None:
     if not picked:
         raise bad_request(f"'tool_choice' names the function {name!r}, which is not among the tools", "tool_choice")
     for i, tool in picked:
+        strict = tool["function"].get("strict") is True
         try:
-            compile_schema(tool["function"].get("parameters") or {"type": "object"})
+            compile_schema(tool["function"].get("parameters") or {"type": "object"}, lenient=not strict)
         except CloverError as exc:
-            raise bad_request(f"tools[{i}].function.parameters: {exc} (a forced call's arguments are held to it)",
+            held = "a strict tool's arguments are held to its whole schema" if strict else \
+                "a forced call's arguments are held to it"
+            raise bad_request(f"tools[{i}].function.parameters: {exc} ({held})",
                               f"tools[{i}].function.parameters") from None
     return ForcedCall([t for _, t in picked], parallel=name is None and bool_field(body, "parallel_tool_calls", True))
 

@@ -111,7 +111,9 @@ class ForcedCall:
     API's): one of `tools`, or (`parallel`) one or more, written without thinking — the answer is the call. Held
     to `grammar`: where the chat template teaches the Qwen3.5 XML form (`for_template`), that form (xml_calls.py:
     the call the model was trained to write); else the JSON form the older Qwen/Hermes templates teach, as one
-    JSON schema of names and parameters (vLLM holds every forced call this way)."""
+    JSON schema of names and parameters (vLLM holds every forced call this way). Compiled leniently: a strict
+    candidate's schema was checked whole when the request was read (protocol.read_tool_choice), any other's keywords
+    outside the supported subset are passed over."""
 
     tools: list[dict]  # the candidates: every tool ("required", any) or the one named
     parallel: bool = False
@@ -120,7 +122,7 @@ class ForcedCall:
 
     def for_template(self, template: str) -> None:
         """The XML form where `template` teaches it and every candidate can be written in it."""
-        self.xml = xml_grammar(self.tools, self.parallel, template)
+        self.xml = xml_grammar(self.tools, self.parallel, template, lenient=True)
 
     @property
     def grammar(self) -> XmlCalls | Schema:
@@ -136,7 +138,7 @@ class ForcedCall:
                                  "arguments": Document(t["function"].get("parameters") or {"type": "object"})}}
                  for t in self.tools]
         one = calls[0] if len(calls) == 1 else {"anyOf": calls}
-        return compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel else one)
+        return compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel else one, lenient=True)
 
     def vocab(self, tokenizer: Any) -> Any:
         """The token bytes the constraint reads: in the XML form, with the tag tokens allowed (xml_calls.TagVocab)."""
