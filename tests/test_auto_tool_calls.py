@@ -10,12 +10,12 @@ import openai
 from clover_local.generate.json_schema import SchemaConstraint
 from clover_local.generate.trigger import Trigger
 from clover_local.serve.tools import split_tool_calls
-from clover_local.serve.xml_calls import TagVocab, XmlCalls
+from clover_local.serve.xml_calls import JsonFormCalls, TagVocab, XmlCalls
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}},
-                   "required": ["unit"]}}}]
+                   "required": ["unit"], "additionalProperties": False}}}]
 VALID = b"<tool_call>\n<function=get_weather>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>"
 # a call as a weak model might write it: a misspelt name, `</function>` left out (the reader would keep it as text)
 MALFORMED = ("Let me check.\n<tool_call>\n<function=get_wether>\n<parameter=unit>\ncelsius\n</parameter>\n"
@@ -80,7 +80,10 @@ def test_auto_calls_hold_agents_schemas_past_the_supported_subset(tiny):
     for limit, ok in ((b"20", True), (b"0", True), (b"twenty", False)):
         state = trigger.constraint.start()
         assert state.feed_all(call % limit + b"</parameter>\n</function>\n</tool_call>") == ok, limit
-    tok.chat_template = "{{ tools }} <tool_call>{json}</tool_call>"  # a template without the XML form: no grammar
+    tok.chat_template = "{{ tools }} as <tool_call>{json}</tool_call>"  # the older JSON form: that one's grammar
+    json_form = auto_calls([read], True, tok, tiny.stop_token_ids, opens_thinking=False)
+    assert isinstance(json_form.constraint.schema, JsonFormCalls)
+    tok.chat_template = "{{ tools }}"  # no call form shown: no grammar
     assert auto_calls([read], True, tok, tiny.stop_token_ids, opens_thinking=False) is None
 
 
@@ -119,16 +122,17 @@ def _pushed(model, start: int, script: list[int], shifted: bool, push: float = 4
     return pushed
 
 
-def _decode(tiny, monkeypatch, trigger):
+def _decode(tiny, monkeypatch, trigger, answer: str = MALFORMED, max_new: int = 160):
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import Finished, PassDone
 
     tok = tiny.tokenizer
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Weather?"}], enable_thinking=False))
     decoder = BlockDiffusionDecoder(tiny.model, tiny.mask_token_id, merge_commits=False)
-    script = tok.encode(MALFORMED) + [tiny.stop_token_ids[0]]
+    script = tok.encode(answer) + [tiny.stop_token_ids[0]]
     monkeypatch.setattr(tiny.model, "forward", _pushed(tiny.model, len(prompt), script, decoder.shifted))
-    settings = DecodeSettings(max_new_tokens=160, threshold=0.9, stop_token_ids=tiny.stop_token_ids, trigger=trigger)
+    settings = DecodeSettings(max_new_tokens=max_new, threshold=0.9, stop_token_ids=tiny.stop_token_ids,
+                              trigger=trigger)
     events = list(decoder.generate(prompt, settings))
     fin = events[-1]
     assert isinstance(fin, Finished) and fin.stats.stop_reason == "stop"
@@ -158,6 +162,21 @@ def test_a_malformed_call_is_written_as_one_the_server_reads(tiny, monkeypatch):
     for p in passes[found:]:
         revealed = [q for q, t in enumerate(p.tokens) if t is not None]
         assert revealed == list(range(revealed[-1] + 1))
+
+
+def test_in_the_older_json_form_too(tiny, monkeypatch):
+    """A template that teaches `<tool_call>` around {"name", "arguments"}: a malformed call in that form (a misspelt
+    name, a brace left out) comes back as a call of the tool, in that form."""
+    malformed = 'Let me check.\n<tool_call>\n{"name": "get_wether", "arguments": {"unit": "celsius"}\n</tool_call>'
+    free, _ = _decode(tiny, monkeypatch, None, malformed)
+    assert free == malformed and split_tool_calls(free, TOOLS) == (malformed, [])
+    trigger = Trigger(SchemaConstraint(TagVocab(tiny.tokenizer), tiny.stop_token_ids, JsonFormCalls(TOOLS, False)))
+    held, _ = _decode(tiny, monkeypatch, trigger, malformed, max_new=480)  # (the random model, off its script,
+    # likes JSON's whitespace: up to a line break and 24 spaces between any two tokens)
+    content, calls = split_tool_calls(held, TOOLS)
+    assert content == "Let me check.\n" and held.startswith('Let me check.\n<tool_call>\n{"name": "get_'), held
+    (call,) = calls
+    assert call.name == "get_weather" and call.arguments["unit"] in ("celsius", "fahrenheit"), held
 
 
 def _served_call(engine, url, monkeypatch):

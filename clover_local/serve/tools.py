@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.errors import CloverError
-from clover_local.generate.json_schema import Document, Schema, SchemaConstraint, compile_schema
+from clover_local.generate.json_schema import Schema, SchemaConstraint, compile_schema
 from clover_local.generate.trigger import Trigger
-from clover_local.serve.xml_calls import TagVocab, XmlCalls, resolve_ref
+from clover_local.serve.xml_calls import JsonFormCalls, TagVocab, XmlCalls, json_call_schema, resolve_ref
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
@@ -133,11 +133,7 @@ class ForcedCall:
         return self._json
 
     def _json_form(self) -> Schema:
-        calls = [{"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
-                  "properties": {"name": {"const": t["function"]["name"]},
-                                 "arguments": Document(t["function"].get("parameters") or {"type": "object"})}}
-                 for t in self.tools]
-        one = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        one = json_call_schema(self.tools)
         return compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel else one, lenient=True)
 
     def vocab(self, tokenizer: Any) -> Any:
@@ -173,9 +169,16 @@ def auto_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: list
     opens it), then held to the XML form's grammar — calls of known tools with their parameters, then the stop — so
     a call it starts comes back as a call, not as text (generate/trigger.py). Agents' schemas often use keywords
     past the supported subset (`minimum`, `maximum`, `pattern`): those values are held to the rest of their schema
-    (lenient). None where the XML form is not the template's, a tool cannot be written in it, or the thinking's
-    end has no token of its own: the answer is free."""
-    grammar = xml_grammar(tools, parallel, tokenizer.chat_template or "", lenient=True)
+    (lenient). Where the template teaches the older JSON form instead (`<tool_call>` around {"name", "arguments"};
+    xml_calls.JsonFormCalls), that one. None where the template shows neither, a tool cannot be written in its
+    form, or the thinking's end has no token of its own: the answer is free."""
+    template = tokenizer.chat_template or ""
+    grammar = xml_grammar(tools, parallel, template, lenient=True)
+    if grammar is None and "<function=" not in template and CALL_OPEN in template:
+        try:  # the older Qwen / Hermes form: `<tool_call>` around {"name", "arguments"}
+            grammar = JsonFormCalls(tools, parallel)
+        except CloverError:
+            grammar = None
     armed_by = tokenizer.token_to_id("</think>") if opens_thinking else None
     if grammar is None or (opens_thinking and armed_by is None):
         return None

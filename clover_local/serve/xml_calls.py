@@ -19,6 +19,9 @@ JSON automata's is: only listed keys, only the template's own line breaks.
 
 States are sets of alternatives (tuples), as json_schema.SchemaPrefix's are: a value's text may end at any line
 break, so each `\\n` in it also starts a try at `</parameter>` that dies at the first byte that tells them apart.
+
+`JsonFormCalls`: the same machinery for the older Qwen / Hermes form (`<tool_call>` around a JSON object), which
+auto calls follow where the template teaches that one.
 """
 
 from __future__ import annotations
@@ -153,7 +156,7 @@ class XmlCalls:
             if form[0] == "enum":
                 return [(_TRIE, form[1], "enum", done)]
             if form[0] == "json":
-                return [(_JSON, form[1].start().alts, done, b"")]
+                return [(_JSON, form[1].start().alts, done, b"", PARAM_CLOSE)]
             return [(_TEXT, done, form[1], form[2], 0, b"", 0, 0, 0)]
         assert what == "after"
         return [(_END,)] + ([(_LIT, b"\n" + OPEN, ("name",))] if self.parallel else [])
@@ -178,13 +181,13 @@ class XmlCalls:
             else:  # an enum value and its `</parameter>`
                 out.extend(self._expand(ctx))
         elif kind == _JSON:  # (a JSON string in it may not hold what would cut the value either)
-            _, alts, then, window = alt
+            _, alts, then, window, close = alt
             inner = SchemaPrefix(alts)
-            if b == 0x0A and inner.done:
-                out.append((_LIT, PARAM_CLOSE, then))
+            if b == 0x0A and inner.done:  # the line break before the closing tag
+                out.append((_LIT, close, then))
             window = (window + bytes((b,)))[-_WINDOW:]
             if inner.feed(b) and not any(window.endswith(f) for f in FORBIDDEN):
-                out.append((_JSON, inner.alts, then, window))
+                out.append((_JSON, inner.alts, then, window, close))
         elif kind == _TEXT:
             self._text(alt, b, out)
 
@@ -210,6 +213,39 @@ class XmlCalls:
         if any(window.endswith(f) for f in FORBIDDEN):
             return
         out.append((_TEXT, then, low, high, chars, window, cont, lo, hi))
+
+
+def json_call_schema(tools: list[dict]) -> dict:
+    """One call of one of `tools` in the JSON form, `{"name": ..., "arguments": {...}}`, as a JSON schema (each
+    tool's parameters a `Document`: their `$ref`s point into them)."""
+    calls = [{"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
+              "properties": {"name": {"const": t["function"]["name"]},
+                             "arguments": Document(t["function"].get("parameters") or {"type": "object"})}}
+             for t in tools]
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+class JsonFormCalls(XmlCalls):
+    """The calls in the form the older Qwen / Hermes templates teach, for auto calls where the template shows no
+    `<function=` (tools.auto_calls): `<tool_call>`, a line break, `{"name": ..., "arguments": {...}}` of one of the
+    tools (one JSON schema of their names and parameters, compiled leniently), a line break, `</tool_call>`; one
+    call, or (parallel) one per line. Its states are XmlCalls' (the JSON alternative closed by `</tool_call>`)."""
+
+    CALL_OPEN, CALL_CLOSE = b"<tool_call>\n", b"</tool_call>"
+
+    def __init__(self, tools: list[dict], parallel: bool) -> None:
+        self.parallel = parallel
+        self.call = compile_schema(json_call_schema(tools), lenient=True)
+
+    def start(self) -> "XmlCallPrefix":
+        return XmlCallPrefix(self, tuple(self._expand(("lit", self.CALL_OPEN, ("call",)))))
+
+    def _expand(self, step: tuple) -> list[tuple]:
+        if step[0] == "call":
+            return [(_JSON, self.call.start().alts, ("after",), b"", self.CALL_CLOSE)]
+        if step[0] == "after":
+            return [(_END,)] + ([(_LIT, b"\n" + self.CALL_OPEN, ("call",))] if self.parallel else [])
+        return super()._expand(step)
 
 
 class TagVocab:
