@@ -294,17 +294,35 @@ def test_the_xml_form_never_reaches_a_state_it_cannot_finish():
 
 def test_a_tool_the_xml_form_cannot_write_falls_back_to_the_json_form():
     from clover_local.serve.tools import ForcedCall
+    from clover_local.serve.xml_calls import XmlCalls
 
     odd = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"a>b": {"type": "string"}}, "required": ["a>b"]}}}
     forced = ForcedCall([odd])
     forced.for_template("… <function=NAME> …")
-    assert forced.xml is None and _accepts(forced, '{"name": "f", "arguments": {"a>b": "x"}}')
+    assert forced.tagged is None and _accepts(forced, '{"name": "f", "arguments": {"a>b": "x"}}')
     forced = ForcedCall([PICK])
-    forced.for_template("a template that shows only the JSON form")
-    assert forced.xml is None
+    forced.for_template("a template that shows no call form")
+    assert forced.tagged is None
     forced.for_template("… <function=NAME> …")
-    assert forced.xml is not None and forced.grammar is forced.xml
+    assert isinstance(forced.tagged, XmlCalls) and forced.grammar is forced.tagged
+
+
+def test_a_template_that_teaches_the_older_json_form_gets_its_calls_in_that_form():
+    """`<tool_call>` around {"name", "arguments"} (Qwen2.5 / Hermes templates): the forced call is written so, and
+    read back out of it."""
+    from clover_local.serve.tools import ForcedCall
+    from clover_local.serve.xml_calls import JsonFormCalls
+
+    forced = ForcedCall([PICK, STOP], parallel=True)
+    forced.for_template('… <tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call> …')
+    assert isinstance(forced.tagged, JsonFormCalls)
+    answer = ('<tool_call>\n{"name": "stop", "arguments": {"now": true}}\n</tool_call>\n'
+              '<tool_call>\n{"name": "stop", "arguments": {"now": false}}\n</tool_call>')
+    assert _accepts(forced, answer)
+    assert not forced.grammar.start().feed_all(b'{"name": "stop", "arguments": {"now": true}}')  # bare: not so
+    content, calls = forced.read(answer)
+    assert content == "\n" and [c.name for c in calls] == ["stop", "stop"]
 
 
 def test_a_refd_parameter_is_typed_by_what_it_points_at():

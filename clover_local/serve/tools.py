@@ -109,25 +109,25 @@ def _call(block: str, tools: list[dict]) -> ToolCall | None:
 class ForcedCall:
     """A call the request forces (OpenAI's "required" or a named function, Anthropic's any or tool, the Responses
     API's): one of `tools`, or (`parallel`) one or more, written without thinking — the answer is the call. Held
-    to `grammar`: where the chat template teaches the Qwen3.5 XML form (`for_template`), that form (xml_calls.py:
-    the call the model was trained to write); else the JSON form the older Qwen/Hermes templates teach, as one
-    JSON schema of names and parameters (vLLM holds every forced call this way). Compiled leniently: a strict
+    to `grammar`: the form the chat template teaches (`for_template`: the Qwen3.5 XML form, or the older
+    `<tool_call>`-wrapped JSON form; the call the model was trained to write); else a bare JSON call, as one JSON
+    schema of names and parameters (vLLM holds every forced call this way). Compiled leniently: a strict
     candidate's schema was checked whole when the request was read (protocol.read_tool_choice), any other's keywords
     outside the supported subset are passed over."""
 
     tools: list[dict]  # the candidates: every tool ("required", any) or the one named
     parallel: bool = False
-    xml: XmlCalls | None = field(default=None, init=False)  # the XML form's grammar, where it is used
+    tagged: XmlCalls | None = field(default=None, init=False)  # the template's own form's grammar, where it is used
     _json: Schema | None = field(default=None, init=False, repr=False)
 
     def for_template(self, template: str) -> None:
-        """The XML form where `template` teaches it and every candidate can be written in it."""
-        self.xml = xml_grammar(self.tools, self.parallel, template, lenient=True)
+        """The template's own call form where it shows one and every candidate can be written in it."""
+        self.tagged = template_grammar(self.tools, self.parallel, template)
 
     @property
     def grammar(self) -> XmlCalls | Schema:
-        if self.xml is not None:
-            return self.xml
+        if self.tagged is not None:
+            return self.tagged
         if self._json is None:
             self._json = self._json_form()
         return self._json
@@ -137,13 +137,13 @@ class ForcedCall:
         return compile_schema({"type": "array", "items": one, "minItems": 1} if self.parallel else one, lenient=True)
 
     def vocab(self, tokenizer: Any) -> Any:
-        """The token bytes the constraint reads: in the XML form, with the tag tokens allowed (xml_calls.TagVocab)."""
-        return TagVocab(tokenizer) if self.xml is not None else tokenizer
+        """The token bytes the constraint reads: in a tagged form, with the tag tokens allowed (xml_calls.TagVocab)."""
+        return TagVocab(tokenizer) if self.tagged is not None else tokenizer
 
     def read(self, content: str) -> tuple[str, list[ToolCall]]:
-        """(content, calls): the answer's calls; what the token limit cut short stays content (in the XML form, the
+        """(content, calls): the answer's calls; what the token limit cut short stays content (in a tagged form, the
         calls before it still come back)."""
-        if self.xml is not None:
+        if self.tagged is not None:
             return split_tool_calls(content, self.tools)
         try:
             value = json.loads(content)
@@ -152,33 +152,30 @@ class ForcedCall:
         return "", [ToolCall(c["name"], c["arguments"]) for c in (value if self.parallel else [value])]
 
 
-def xml_grammar(tools: list[dict], parallel: bool, template: str, lenient: bool = False) -> XmlCalls | None:
-    """The calls' grammar in the XML form, where the chat template teaches that form and every tool can be written
-    in it (xml_calls.XmlCalls; `lenient`: its parameters' schemas held as far as they are supported); else None."""
-    if "<function=" not in template:
-        return None
+def template_grammar(tools: list[dict], parallel: bool, template: str) -> XmlCalls | None:
+    """The calls' grammar in the form the chat template teaches: the Qwen3.5 XML form where it shows `<function=`
+    (xml_calls.XmlCalls), else the older JSON form where it shows `<tool_call>` (xml_calls.JsonFormCalls); their
+    parameters' schemas held as far as they are supported (lenient). None where it shows neither, or a tool cannot
+    be written in its form."""
     try:
-        return XmlCalls(tools, parallel, lenient)
+        if "<function=" in template:
+            return XmlCalls(tools, parallel, lenient=True)
+        if CALL_OPEN in template:
+            return JsonFormCalls(tools, parallel)
     except CloverError:
-        return None
+        pass
+    return None
 
 
 def auto_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: list[int],
                opens_thinking: bool) -> Trigger | None:
     """`tool_choice` auto: the answer free until the model writes `<tool_call>` (after the thinking, where the prompt
-    opens it), then held to the XML form's grammar — calls of known tools with their parameters, then the stop — so
-    a call it starts comes back as a call, not as text (generate/trigger.py). Agents' schemas often use keywords
-    past the supported subset (`minimum`, `maximum`, `pattern`): those values are held to the rest of their schema
-    (lenient). Where the template teaches the older JSON form instead (`<tool_call>` around {"name", "arguments"};
-    xml_calls.JsonFormCalls), that one. None where the template shows neither, a tool cannot be written in its
-    form, or the thinking's end has no token of its own: the answer is free."""
-    template = tokenizer.chat_template or ""
-    grammar = xml_grammar(tools, parallel, template, lenient=True)
-    if grammar is None and "<function=" not in template and CALL_OPEN in template:
-        try:  # the older Qwen / Hermes form: `<tool_call>` around {"name", "arguments"}
-            grammar = JsonFormCalls(tools, parallel)
-        except CloverError:
-            grammar = None
+    opens it), then held to the grammar of the template's call form (`template_grammar`) — calls of known tools with
+    their parameters, then the stop — so a call it starts comes back as a call, not as text (generate/trigger.py).
+    Agents' schemas often use keywords past the supported subset (`minimum`, `maximum`, `pattern`): those values
+    are held to the rest of their schema. None where the template shows no call form, a tool cannot be written in
+    it, or the thinking's end has no token of its own: the answer is free."""
+    grammar = template_grammar(tools, parallel, tokenizer.chat_template or "")
     armed_by = tokenizer.token_to_id("</think>") if opens_thinking else None
     if grammar is None or (opens_thinking and armed_by is None):
         return None
