@@ -112,7 +112,8 @@ def test_a_tool_not_marked_strict_is_held_to_what_its_schema_supports():
     passed over: the call is still forced and the rest of the schema held (keys, types)."""
     age = {"type": "function", "function": {"name": "person", "parameters": {
         "type": "object", "required": ["age"], "additionalProperties": False,
-        "properties": {"age": {"type": "integer", "exclusiveMinimum": 0}, "name": {"type": "string", "pattern": "^A"}}}}}
+        "properties": {"age": {"type": "integer", "exclusiveMinimum": 0},
+                       "name": {"type": "string", "pattern": "^A"}}}}}
     req = _chat({"tools": [age], "tool_choice": {"type": "function", "function": {"name": "person"}}})
     state = req.forced.grammar.start()
     assert state.feed_all(b'{"name": "person", "arguments": {"age": 0}}') and state.done  # the bound: not held
