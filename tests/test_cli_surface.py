@@ -140,3 +140,20 @@ def test_every_commands_examples_stay_indented(capsys) -> None:
         examples = [line for i in heads for line in lines[i + 1:i + 4] if "clover-local" in line]
         assert examples or name not in {"generate", "bench", "tune", "plan"}, (name, lines)
         assert all(line.startswith("   clover-local") for line in examples), (name, examples)
+
+
+def test_the_gpu_extra_installs_on_windows_too():
+    """`pip install clover-local[gpu]` on Windows: PyPI has no `triton` wheel there (the install would fail), the
+    triton-windows build stands in; on Linux, triton itself."""
+    import tomllib
+    from pathlib import Path
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    gpu = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["gpu"]]
+    for platform, wanted, unwanted in (("win32", "triton-windows", "triton"), ("linux", "triton", "triton-windows")):
+        env = {**default_environment(), "sys_platform": platform}
+        names = {r.name for r in gpu if r.marker is None or r.marker.evaluate(env)}
+        assert wanted in names and unwanted not in names, (platform, names)
