@@ -144,7 +144,7 @@ def test_every_commands_examples_stay_indented(capsys) -> None:
 
 def test_the_gpu_extra_installs_on_windows_too():
     """`pip install clover-local[gpu]` on Windows: PyPI has no `triton` wheel there (the install would fail), the
-    triton-windows build stands in; on Linux, triton itself."""
+    triton-windows build stands in; on Linux, triton itself. Windows also gets psutil: no /proc/meminfo there."""
     import tomllib
     from pathlib import Path
 
@@ -153,6 +153,9 @@ def test_the_gpu_extra_installs_on_windows_too():
 
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     gpu = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["gpu"]]
+    base = [Requirement(r) for r in pyproject["project"]["dependencies"]]
+    windows = {**default_environment(), "sys_platform": "win32"}
+    assert any(r.name == "psutil" and r.marker.evaluate(windows) for r in base)  # host memory without /proc
     for platform, wanted, unwanted in (("win32", "triton-windows", "triton"), ("linux", "triton", "triton-windows")):
         env = {**default_environment(), "sys_platform": platform}
         names = {r.name for r in gpu if r.marker is None or r.marker.evaluate(env)}
