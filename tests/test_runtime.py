@@ -632,3 +632,36 @@ def test_a_layer_call_over_more_experts_than_slots_serves_the_resident_ones_firs
     c = ec.counters[1]
     assert (c.hits - before[0], c.misses - before[1], c.copied - before[2]) == (4, 4, 4)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pinned_expert_layers_share_power_of_two_chunks():
+    """torch's pinned allocator rounds each allocation up to a power of two: one buffer per 399 MiB layer (35B)
+    would pin 512 MiB each. The layers go in chunks whose rounded sizes waste the least — 5 layers in 2 GiB at 35B,
+    17.18 GB pinned for 16.74 GB of experts instead of 21.47 GB — and each layer's buffer is its own view."""
+    from clover_local.runtime.expert_store import HostExpertStore
+    from clover_local.runtime.sizes import chunk_layers, pinned_size
+    from clover_local.runtime.slab import SlabLayout
+
+    layer_35b = 256 * 1_634_304  # experts x slab bytes (`plan synthetic:full --json`)
+    assert chunk_layers(layer_35b, 40) == (5, 8 * 2**31)
+    assert 40 * pinned_size(layer_35b) == 40 * 2**29  # one buffer a layer: 21.47 GB
+    assert [pinned_size(n) for n in (1, 2, 3, 4096, 4097)] == [1, 2, 4, 4096, 8192]
+    # the best k for each layer count: never more pinned than one buffer a layer, never a chunk over the cap
+    for n_layers in range(1, 12):
+        k, total = chunk_layers(100, n_layers, max_chunk=1024)
+        assert total <= n_layers * pinned_size(100) and pinned_size(k * 100) <= 1024
+        assert total == min((n_layers // j) * pinned_size(j * 100) + pinned_size(n_layers % j * 100) *
+                            (n_layers % j > 0) for j in range(1, n_layers + 1) if pinned_size(j * 100) <= 1024)
+
+    layout = SlabLayout(64, 32, 4, 1, 1)
+    layers = [0, 1, 3, 4, 5, 7, 8]
+    store = HostExpertStore(layout, layers, n_experts=3, pin=False)
+    k, _ = chunk_layers(3 * layout.nbytes, len(layers))
+    assert len(store.chunks) == -(-len(layers) // k) and store.pinned_bytes == 0  # (pinned only with CUDA)
+    assert store.nbytes == len(layers) * 3 * layout.nbytes
+    bases = [c.data_ptr() for c in store.chunks]
+    for n, i in enumerate(layers):
+        store.buffers[i].fill_(n)
+        offset = store.buffers[i].data_ptr() - max(b for b in bases if b <= store.buffers[i].data_ptr())
+        assert store.buffers[i].shape == (3, layout.nbytes) and offset % 256 == 0  # slab-aligned in its chunk
+    assert all(bool((store.slab(i, e) == n).all()) for n, i in enumerate(layers) for e in range(3))

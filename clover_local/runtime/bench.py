@@ -602,6 +602,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             "peak_allocated": peak,
             "host_experts": rt.cache.host.nbytes if rt.cache.host is not None else 0,
             "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
+            # what torch's pinned allocator holds for them (chunks rounded up to powers of two: expert_store.py)
+            "host_pinned_bytes": rt.cache.host.pinned_bytes if rt.cache.host is not None else 0,
         },
         "cache": {k: stats[k] for k in ("hits", "misses", "copied", "repair_unused", "cpu_runs", "host_reads",
                                         "prefetched", "prefetch_used", "prefetch_wasted", "pinned_evictions",

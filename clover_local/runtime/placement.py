@@ -22,7 +22,7 @@ import torch
 
 from clover_local.errors import CloverError
 from clover_local.runtime.pack_index import PackIndex, kind_of
-from clover_local.runtime.sizes import GIB, MIB, fmt_bytes
+from clover_local.runtime.sizes import GIB, MIB, chunk_layers, fmt_bytes
 from clover_local.runtime.slab import SlabLayout
 
 PCIE_BPS = 50e9  # measured pinned host→device bandwidth for expert-sized copies (targets.md)
@@ -242,10 +242,12 @@ def make_plan(
         f"{plan.slots} of {plan.experts_total} experts ({100 * plan.resident_fraction:.0f}%), "
         f"{fmt_bytes(plan.slab_bytes)} each"))
 
-    plan.host_expert_bytes = 0 if all_resident else plan.experts_total * plan.slab_bytes
+    # (what the pinned allocator holds: the layers in chunks rounded up to powers of two; expert_store.py)
+    per_layer = pack.config.num_experts * plan.slab_bytes
+    plan.host_expert_bytes = 0 if all_resident else chunk_layers(per_layer, len(pack.expert_layers))[1]
     plan.lines.append(PlanLine("routed experts", "host", plan.host_expert_bytes,
                                "all on the device: no host copy" if all_resident else
-                               "pinned, one contiguous slab per expert"))
+                               "pinned, one contiguous slab per expert (in power-of-two chunks)"))
     for kind, size in host_kind.items():
         plan.lines.append(PlanLine(kind, "host", size, notes.get(kind, "")))
     cpu_kept = min(cpu_cache, plan.host_expert_bytes)  # never more than every expert converted

@@ -89,3 +89,25 @@ def default_budget(device: torch.device, margin: int = 512 * MIB) -> int:
 
 def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+MAX_CHUNK = 4 << 30  # the largest pinned allocation asked for (one of 16 GB may fail where pinning is scarce)
+
+
+def pinned_size(n: int) -> int:
+    """What torch pins for a pinned allocation of `n` bytes: the next power of two."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def chunk_layers(layer_bytes: int, n_layers: int, max_chunk: int = MAX_CHUNK) -> tuple[int, int]:
+    """(layers per chunk, bytes pinned in all) with the fewest bytes pinned: chunks of k layers (the last holds the
+    rest), each rounded up to a power of two, none over `max_chunk` unless one layer alone is."""
+    best = (1, n_layers * pinned_size(layer_bytes))
+    for k in range(2, n_layers + 1):
+        if pinned_size(k * layer_bytes) > max_chunk:
+            break
+        full, rest = divmod(n_layers, k)
+        total = full * pinned_size(k * layer_bytes) + (pinned_size(rest * layer_bytes) if rest else 0)
+        if total < best[1]:
+            best = (k, total)
+    return best
