@@ -16,11 +16,11 @@ block that is not a call in either form, or one cut off by the token limit, stay
 nothing the model wrote is lost.
 
 A `tool_choice` that forces a call (`ForcedCall`) is kept by constraint rather than by asking: the answer is held,
-byte by byte as structured outputs are, to a call of one of the candidates — in the XML form above where the chat
-template teaches it (xml_calls.py), else in the JSON form, `{"name": ..., "arguments": {...}}` (a list of them where
-calls may go in parallel) — with arguments its parameters allow. With `tool_choice` auto the answer is free, but a
-call the model starts is held to the same XML grammar from its `<tool_call>` on (`auto_calls`; generate/trigger.py),
-so what it writes is a call the reader reads back.
+byte by byte as structured outputs are, to a call of one of the candidates — in the form the chat template teaches
+(`template_grammar`: the XML form above, or the older `<tool_call>`-wrapped JSON form; xml_calls.py), else as a bare
+JSON call, `{"name": ..., "arguments": {...}}` (a list of them where calls may go in parallel) — with arguments its
+parameters allow. With `tool_choice` auto the answer is free, but a call the model starts is held to the template's
+form from its `<tool_call>` on (`auto_calls`; generate/trigger.py), so what it writes is a call the reader reads back.
 
 (The request's side — `tools`, `tool_choice`, the messages' `tool_calls` and `tool` role — is checked in
 protocol.py.)
