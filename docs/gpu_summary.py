@@ -133,7 +133,8 @@ def bench_lines(b: dict) -> list[str]:
     mem = b.get("memory") or {}
     if mem:
         out.append(f"  memory: peak {mem.get('peak_allocated')} B of budget {b.get('vram_budget')} B, "
-                   f"plan error {mem.get('plan_error')}")
+                   f"plan error {mem.get('plan_error')}; host experts {mem.get('host_experts')} B, pinned "
+                   f"{mem.get('host_pinned_bytes')} B predicted, {mem.get('host_pinned_measured')} B measured")
     out += component_lines(b.get("components") or [])
     for key in ("projection_5070ti_graphed", "projection_5070ti"):
         if isinstance(b.get(key), dict):

@@ -39,7 +39,7 @@ from clover_local.runtime.load import RuntimeOptions, load_packed_model, reconfi
 from clover_local.runtime.offload import OffloadedExperts
 from clover_local.runtime.packed_linear import PackedLinear, PackedMLP
 from clover_local.runtime.placement import ASSUMED_TOKENS_PER_PASS, DEFAULT_PREFILL_CHUNK, PCIE_BPS, TARGET_BPS
-from clover_local.runtime.sizes import cpu_count
+from clover_local.runtime.sizes import cpu_count, pinned_allocator_bytes
 
 # memory bandwidth by device name (vendor specs), for the roofline; anything else is measured with a copy
 KNOWN_BANDWIDTH = {
@@ -604,6 +604,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
             "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
             # what torch's pinned allocator holds for them (chunks rounded up to powers of two: expert_store.py)
             "host_pinned_bytes": rt.cache.host.pinned_bytes if rt.cache.host is not None else 0,
+            "host_pinned_measured": pinned_allocator_bytes(),  # ... and what the allocator says it holds
         },
         "cache": {k: stats[k] for k in ("hits", "misses", "copied", "repair_unused", "cpu_runs", "host_reads",
                                         "prefetched", "prefetch_used", "prefetch_wasted", "pinned_evictions",

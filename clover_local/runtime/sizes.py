@@ -111,3 +111,14 @@ def chunk_layers(layer_bytes: int, n_layers: int, max_chunk: int = MAX_CHUNK) ->
         if total < best[1]:
             best = (k, total)
     return best
+
+
+def pinned_allocator_bytes() -> int | None:
+    """Bytes torch's pinned allocator holds now (rounded blocks, cached ones included), where it reports them."""
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None or not torch.cuda.is_available():
+        return None
+    try:
+        return int(stats().get("allocated_bytes.current", 0))
+    except (RuntimeError, AttributeError):
+        return None
