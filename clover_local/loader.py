@@ -162,7 +162,7 @@ def warn_pack_only(path: Path, model: str, vram_budget: int | str | None, reside
 
 def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | str | None" = None, *,
          vram_budget: int | None = None, context: int | None = None, resident_routing: bool = False,
-         prefill_chunk: int | None = None) -> Loaded:
+         prefill_chunk: int | None = None, chat_template: str | None = None) -> Loaded:
     """Load config, tokenizer and weights for the commands.
 
     `runtime` picks how a GPTQ pack is loaded:
@@ -172,7 +172,8 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     - "auto" (what chat, generate, serve and score use): the runtime for a pack, with `RuntimeOptions(vram_budget,
       context, resident_routing, prefill_chunk)`; a BF16 checkpoint loads plainly, as only a pack can be
       offloaded.
-    `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path."""
+    `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path.
+    `chat_template`: a template's text the tokenizer renders with instead of the model's own (--chat-template)."""
     from clover_local.pack.reader import is_pack
 
     dev = pick_device(device)
@@ -186,6 +187,8 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     config.check_context(context)
     model_context = config.max_context
     tokenizer = ChatTokenizer.from_folder(path)
+    if chat_template is not None:
+        tokenizer.use_template(chat_template)
     if runtime == AUTO:
         if is_pack(path):
             runtime = auto_runtime(config, vram_budget, context, resident_routing, prefill_chunk)

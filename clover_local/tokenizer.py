@@ -58,6 +58,20 @@ def _pick_template(value: Any) -> str | None:
     return None
 
 
+def read_template(path: Any) -> str:
+    """A chat template file's text (`--chat-template`), compiled once to refuse a broken one before the model loads."""
+    from jinja2 import TemplateError
+
+    from clover_local.text_files import read_text_file
+
+    text = read_text_file(path)
+    try:
+        _compile_template(text)
+    except TemplateError as exc:
+        raise CloverError(f"the chat template in {path} is invalid: {exc}") from None
+    return text
+
+
 def _compile_template(source: str):
     # Imported here so commands that never chat do not pay for jinja2.
     from jinja2 import TemplateError
@@ -214,6 +228,11 @@ class ChatTokenizer:
             return _compile_template(self.chat_template)
         except TemplateError as exc:
             raise CloverError(f"The chat template in {self.source or 'the tokenizer'} is invalid: {exc}.") from None
+
+    def use_template(self, template: str) -> None:
+        """Render with `template` instead of the model's own (`--chat-template FILE`; read_template checked it)."""
+        self.chat_template = template
+        self.__dict__.pop("_template", None)  # (the cached compiled one)
 
     def special_tokens_map(self) -> dict[str, str | None]:
         """bos/eos/pad/unk/mask token strings from the config, passed to the template like transformers does."""

@@ -420,3 +420,27 @@ def test_penalty_flags_reach_the_decoder_in_generate_and_chat(capsys, tmp_path):
                                "12", *GEN, *extra], input="add 12+30\n", capture_output=True, text=True,
                               timeout=120, env={**env, "HOME": str(tmp_path)}).stdout for extra in ([], flags)]
     assert answers[0].strip() == tok.decode(plain).strip() and answers[1].strip() == tok.decode(penalized).strip()
+
+
+def test_chat_template_flag_renders_with_the_given_template(capsys, tmp_path):
+    """--chat-template FILE: the prompt is rendered by that template (the loader hands it to the tokenizer); a file
+    that is missing or not a valid template is one line, before any model loads."""
+    from clover_local.loader import load
+
+    own = tmp_path / "plain.jinja"
+    own.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                   "<|im_start|>assistant\nAnswer briefly. ")
+    loaded = load("tiny", "cpu", "float32", chat_template=own.read_text())
+    prompt = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert prompt.endswith("<|im_start|>assistant\nAnswer briefly. ") and "<think>" not in prompt
+    args = ["generate", "tiny", "-p", "add 12+30", "--max-new-tokens", "8", "--json", *GEN]
+    assert run_cli(args) == 0
+    default = json.loads(capsys.readouterr().out)["token_ids"]
+    assert run_cli(args + ["--chat-template", str(own)]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] != default  # (the other prompt: another answer)
+    expect_error(capsys, args + ["--chat-template", str(tmp_path / "missing.jinja")], "missing.jinja")
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}{{ m.content }")
+    expect_error(capsys, args + ["--chat-template", str(broken)], "broken.jinja", "invalid")
+    for command in ("chat", "serve"):  # the same flag, checked the same way before loading
+        expect_error(capsys, [command, "tiny", "--chat-template", str(broken), *GEN], "broken.jinja", "invalid")

@@ -112,7 +112,7 @@ def test_plans_advice_only_names_settings_that_can_work(capsys) -> None:
 
     assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--ram", "8GB"]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "use a machine with at least 17.5 GiB" in line and "helps only once every expert fits" in line, line
+    assert "use a machine with at least 17.9 GiB" in line and "helps only once every expert fits" in line, line
     all_in = line.rsplit("device: ", 1)[1].rstrip(")")
     assert run_cli(["plan", "synthetic:full", "--vram", all_in, "--ram", "8GB", "--json"]) == 0  # and it does
     assert json.loads(capsys.readouterr().out)["fits"]

@@ -195,7 +195,7 @@ def test_low_ram_is_a_warning(monkeypatch) -> None:
 
     monkeypatch.setattr(sizes, "host_available_bytes", lambda: 8 << 30)
     r = diagnostics.host.check_host(print)
-    assert r.status == "warn" and "8 GiB available" in r.detail and "17.5 GiB" in r.detail
+    assert r.status == "warn" and "8 GiB available" in r.detail and "17.9 GiB" in r.detail
     assert "--bits 3" in r.fix
     monkeypatch.setattr(sizes, "host_available_bytes", lambda: 40 << 30)
     assert diagnostics.host.check_host(print).status == "ok"

@@ -10,6 +10,7 @@ command.)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -19,6 +20,13 @@ from clover_local.loader import DTYPES
 from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK
 
 PANEL = "Loading a pack"
+
+
+def chat_template_option() -> Any:
+    return typer.Option(
+        None, "--chat-template", metavar="FILE", help="Render prompts with this Jinja chat template instead of the "
+        "model's own (chat_template.jinja), e.g. a fixed copy of a template that renders tool calls or thinking "
+        "wrongly; checked before the model loads.")
 
 
 def offload_option() -> Any:
@@ -85,12 +93,14 @@ def prefill_chunk_rows(value: Optional[int]) -> int:
 
 
 def load_options(offload: bool, vram_budget: Optional[str], context: Optional[int],
-                 resident_routing: bool = False, prefill_chunk: Optional[int] = None) -> dict[str, Any]:
+                 resident_routing: bool = False, prefill_chunk: Optional[int] = None,
+                 chat_template: Optional[Path] = None) -> dict[str, Any]:
     """Keyword arguments for `clover_local.loader.load` from the flags, checked before anything loads: packs
-    through the runtime ("auto") unless --no-offload."""
+    through the runtime ("auto") unless --no-offload; a --chat-template file read and compiled."""
     from clover_local.config import check_min_context
     from clover_local.loader import AUTO
     from clover_local.runtime.sizes import parse_size
+    from clover_local.tokenizer import read_template
 
     if context is not None:
         check_min_context(context)  # before a Hub download, not only once the config is read
@@ -107,15 +117,14 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
     return {"runtime": AUTO if offload else None, "vram_budget": budget, "context": context,
             "resident_routing": resident_routing,
             # None when not given (the loader's runtime takes its default, and knows the flag was not set)
-            "prefill_chunk": None if prefill_chunk is None else prefill_chunk_rows(prefill_chunk)}
+            "prefill_chunk": None if prefill_chunk is None else prefill_chunk_rows(prefill_chunk),
+            "chat_template": None if chat_template is None else read_template(chat_template)}
 
 
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,
                       progress=lambda msg: None) -> tuple[Any, str]:
     """(pack folder, label) for the commands that run a pack's kernels (bench, tune): MODEL, or the synthetic
     pack of --synthetic full|small|full3|small3 (written once to the cache)."""
-    from pathlib import Path
-
     from clover_local.loader import resolve_model_path
     from clover_local.pack.reader import is_pack
     from clover_local.runtime.synthetic_pack import ensure_synthetic, spec_of

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
-                                                  prefill_chunk_option, resident_routing_option,
+from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
+                                                  offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
 from clover_local.commands._sampling_options import (check_cuts, check_range, check_think_budget,
                                                      frequency_penalty_option, min_p_option, penalties,
@@ -59,6 +59,7 @@ def chat(
                                                    "not counted in tokens/s)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
+    chat_template: Optional[Path] = chat_template_option(),
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
@@ -92,7 +93,7 @@ def chat(
     penalties(presence_penalty, frequency_penalty, repetition_penalty)
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
-    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
+    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     loaded = load_with_status(model, device, dtype, interactive, **options)
     if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)

@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any, Optional, TextIO
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option,
-                                                  load_options, offload_option,
-                                                  prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option)
+from clover_local.commands._model_options import (chat_template_option, context_flag_limit, context_option,
+                                                  dtype_option, load_options, offload_option, prefill_chunk_option,
+                                                  resident_routing_option, vram_budget_option)
 from clover_local.commands._sampling_options import (check_cuts, check_range, check_think_budget,
                                                      frequency_penalty_option, min_p_option, penalties,
                                                      presence_penalty_option, repetition_penalty_option,
@@ -176,6 +175,7 @@ def generate(
                              "output as is too: no thinking split off)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
+    chat_template: Optional[Path] = chat_template_option(),
     as_json: bool = typer.Option(
         False, "--json", help='Print one object instead of streaming: {"text": the answer, "reasoning": the '
         'thinking ("" if none), "token_ids": every generated token, "stats", "stopped": true when Ctrl-C cut '
@@ -238,7 +238,7 @@ def generate(
     if think_budget is not None and not think:
         raise CloverError(f"--think-budget limits the thinking, and {'--no-think' if not json_mode else flag} "
                           "answers without it: drop one")
-    loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk))
+    loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template))
     tok = loaded.tokenizer
     if raw:
         text = prompt

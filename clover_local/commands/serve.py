@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_option, dtype_option, load_options, offload_option,
-                                                  prefill_chunk_option, resident_routing_option,
+from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
+                                                  offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
 from clover_local.commands._sampling_options import check_think_budget
 from clover_local.errors import CloverError
@@ -63,6 +63,7 @@ def serve(
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
+    chat_template: Optional[Path] = chat_template_option(),
     offload: bool = offload_option(),
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
@@ -118,7 +119,7 @@ def serve(
         raise CloverError("--max-request-mb must be above 0")
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
     check_think_budget(think_budget)
-    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk)
+    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)
     ctx = loaded.config.max_context  # --context already applied by the loader
