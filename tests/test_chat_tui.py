@@ -800,50 +800,33 @@ def test_save_and_load_keep_the_thinking_and_an_interrupted_answer(tmp_path):
         back.load(tmp_path / "late.json")
 
 
-def test_top_k_and_min_p_set_in_chat_reach_the_decoder_and_show_once_set(make_checkpoint, capsys):
-    """/set top_k and min_p cut a seeded draw (/retry answers otherwise; the same again once they are back at 0),
-    are listed by /set while set, and a bad value is refused with what is allowed."""
+@pytest.mark.parametrize("temperature, given, shown, hidden", [
+    (0.0, {"presence_penalty": "-2", "frequency_penalty": "-2"}, ["presence_penalty -2", "frequency_penalty -2"],
+     "repetition_penalty"),
+    (1.0, {"top_k": "2", "min_p": "0.3"}, ["top_k 2", "min_p 0.3"], "top_k"),
+], ids=["penalties", "cuts"])
+def test_sampling_settings_set_in_chat_reach_the_decoder_and_show_once_set(make_checkpoint, capsys, temperature,
+                                                                           given, shown, hidden):
+    """/set presence_penalty and frequency_penalty (greedy), top_k and min_p (a seeded draw) reach the decoder:
+    /retry answers otherwise, and the same again once they are back at their off values; /set lists them only
+    while they are set; a bad value is refused with what is allowed."""
     app, _ = _chat(make_checkpoint, interactive=False)
-    app.command("/set temperature 1")
-    app.settings.seed = 5  # (chat's --seed)
+    app.settings.temperature, app.settings.seed = temperature, 5  # (chat's --temperature, --seed)
+    app.command("/set")
+    assert hidden not in capsys.readouterr().err
     app.ask("hello")
     plain = app.conv.messages[-1]
+    for name, value in given.items():
+        app.command(f"/set {name} {value}")
     capsys.readouterr()
     app.command("/set")
-    assert "top_k" not in capsys.readouterr().err
-    app.command("/set top_k 2")
-    app.command("/set min_p 0.3")
-    capsys.readouterr()
-    app.command("/set")
-    shown = capsys.readouterr().err
-    assert "top_k 2" in shown and "min_p 0.3" in shown
+    listed = capsys.readouterr().err
+    assert all(s in listed for s in shown) and (hidden not in listed or hidden in given)
     app.command("/retry")
-    assert app.conv.messages[-1] != plain, "the cuts changed nothing here: pick others"
-    app.command("/set top_k 0")
-    app.command("/set min_p 0")
+    assert app.conv.messages[-1] != plain, "the settings changed nothing here: pick others"
+    for name in given:
+        app.command(f"/set {name} 0")
     app.command("/retry")
     assert app.conv.messages[-1] == plain
-    with pytest.raises(CloverError, match="whole number"):
-        app.command("/set top_k -3")
-
-
-def test_penalties_set_in_chat_change_the_answer_and_show_once_set(make_checkpoint, capsys):
-    """/set presence_penalty and frequency_penalty reach the decoder (greedy: /retry answers otherwise, and the
-    same again once they are back at 0); /set lists a penalty only while it is not at its default."""
-    app, _ = _chat(make_checkpoint, interactive=False)
-    app.command("/set")
-    assert "penalty" not in capsys.readouterr().err
-    app.ask("hello")
-    plain = app.conv.messages[-1]
-    app.command("/set presence_penalty -2")
-    app.command("/set frequency_penalty -2")
-    capsys.readouterr()
-    app.command("/set")
-    shown = capsys.readouterr().err
-    assert "presence_penalty -2" in shown and "frequency_penalty -2" in shown and "repetition_penalty" not in shown
-    app.command("/retry")
-    assert app.conv.messages[-1] != plain, "the penalties changed nothing here: pick others"
-    app.command("/set presence_penalty 0")
-    app.command("/set frequency_penalty 0")
-    app.command("/retry")
-    assert app.conv.messages[-1] == plain
+    with pytest.raises(CloverError, match="whole number" if "top_k" in given else "a number in"):
+        app.command(f"/set {next(iter(given))} -3")
