@@ -665,3 +665,20 @@ def test_pinned_expert_layers_share_power_of_two_chunks():
         offset = store.buffers[i].data_ptr() - max(b for b in bases if b <= store.buffers[i].data_ptr())
         assert store.buffers[i].shape == (3, layout.nbytes) and offset % 256 == 0  # slab-aligned in its chunk
     assert all(bool((store.slab(i, e) == n).all()) for n, i in enumerate(layers) for e in range(3))
+
+
+def test_experts_stay_in_pageable_memory_where_pinning_fails(monkeypatch, capsys):
+    """Windows caps page-locked memory (so may a container): where the pinned chunks cannot be had, the store warns
+    in one line and keeps the experts in pageable memory (slower copies, no reads in place) instead of failing the
+    load. (On this CPU build a pinned allocation fails as it would there: torch raises.)"""
+    from clover_local.runtime.expert_store import HostExpertStore
+    from clover_local.runtime.slab import SlabLayout
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    layout = SlabLayout(64, 32, 4, 1, 1)
+    store = HostExpertStore(layout, [0, 1, 2], n_experts=3, pin=True)
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("warning: could not pin") and "pageable" in err
+    assert not store.pinned and store.pinned_bytes == 0 and not any(c.is_pinned() for c in store.chunks)
+    store.buffers[2].fill_(7)
+    assert bool((store.slab(2, 1) == 7).all()) and store.nbytes == 3 * 3 * layout.nbytes

@@ -10,11 +10,13 @@ chosen so the chunks' rounded sizes waste the least (`sizes.chunk_layers`: 5 lay
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import Tensor
 
 from clover_local.runtime.kernels import PackedStack
-from clover_local.runtime.sizes import chunk_layers
+from clover_local.runtime.sizes import chunk_layers, fmt_bytes
 from clover_local.runtime.slab import SlabLayout
 
 
@@ -28,16 +30,33 @@ class HostExpertStore:
         per_layer = n_experts * layout.nbytes
         k, pinned = chunk_layers(per_layer, len(layers))
         self.pinned_bytes = pinned if self.pinned else 0  # what the pinned allocator holds for them
-        self.chunks: list[Tensor] = []
-        for start in range(0, len(layers), k):
-            group = layers[start:start + k]
-            chunk = torch.empty(len(group) * per_layer, dtype=torch.uint8, pin_memory=self.pinned)
-            self.chunks.append(chunk)
-            for j, i in enumerate(group):  # (a layer starts at a multiple of the slab size: slab-aligned)
+        sizes = [len(layers[s:s + k]) * per_layer for s in range(0, len(layers), k)]
+        try:
+            self.chunks = [torch.empty(n, dtype=torch.uint8, pin_memory=self.pinned) for n in sizes]
+        except (RuntimeError, MemoryError) as exc:
+            if not self.pinned:
+                raise
+            self.chunks = self._unpinned(sizes, exc)
+        for c, chunk in enumerate(self.chunks):
+            for j, i in enumerate(layers[c * k:(c + 1) * k]):  # (each layer at a multiple of the slab size)
                 buf = chunk[j * per_layer:(j + 1) * per_layer].view(n_experts, layout.nbytes)
                 self.buffers[i] = buf
                 self._views[i] = layout.views(buf)
                 self._stacks[i] = layout.stacks(buf)
+
+    def _unpinned(self, sizes: list[int], exc: BaseException) -> list[Tensor]:
+        """Pageable chunks where the pinned ones could not be had (Windows caps page-locked memory, and so may a
+        container): the experts still load and run — each copy to the GPU is slower and the GPU cannot read them in
+        place (host_reads.py turns that off) — rather than the load failing. What was pinned is handed back."""
+        print(f"warning: could not pin {fmt_bytes(self.pinned_bytes)} of host memory for the experts "
+              f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); they stay in pageable memory: "
+              "each expert copy is slower and the GPU cannot read them in place", file=sys.stderr, flush=True)
+        self.pinned, self.pinned_bytes = False, 0
+        try:  # (best effort: an older torch has no such call)
+            torch.accelerator.empty_host_cache()
+        except (AttributeError, RuntimeError):
+            pass
+        return [torch.empty(n, dtype=torch.uint8) for n in sizes]
 
     @property
     def nbytes(self) -> int:
