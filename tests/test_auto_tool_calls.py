@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import openai
+import pytest
 
 from clover_local.generate.json_schema import SchemaConstraint
 from clover_local.generate.trigger import Trigger
@@ -64,7 +65,7 @@ def test_auto_calls_hold_agents_schemas_past_the_supported_subset(tiny):
     type are held, its bounds are not (the forced path refuses such a schema with a 400 instead)."""
     import copy
 
-    from clover_local.serve.tools import auto_calls
+    from clover_local.serve.tools import auto_calls, json_or_calls
     from tests.test_serve_tools import TOOL_TEMPLATE
 
     tok = copy.copy(tiny.tokenizer)
@@ -83,8 +84,9 @@ def test_auto_calls_hold_agents_schemas_past_the_supported_subset(tiny):
     tok.chat_template = "{{ tools }} as <tool_call>{json}</tool_call>"  # the older JSON form: that one's grammar
     json_form = auto_calls([read], True, tok, tiny.stop_token_ids, opens_thinking=False)
     assert isinstance(json_form.constraint.schema, JsonFormCalls)
-    tok.chat_template = "{{ tools }}"  # no call form shown: no grammar
+    tok.chat_template = "{{ tools }}"  # no call form shown: no grammar (nor one beside a JSON format: a 400)
     assert auto_calls([read], True, tok, tiny.stop_token_ids, opens_thinking=False) is None
+    assert json_or_calls([read], True, tok, tiny.stop_token_ids, None) is None
 
 
 def test_inside_the_thinking_the_tag_is_text(tiny):
@@ -179,19 +181,41 @@ def test_in_the_older_json_form_too(tiny, monkeypatch):
     assert call.name == "get_weather" and call.arguments["unit"] in ("celsius", "fahrenheit"), held
 
 
-def _served_call(engine, url, monkeypatch):
-    """The message a server answers with when its model is pushed to write MALFORMED (one call allowed)."""
+def _served_call(engine, url, monkeypatch, answer: str = MALFORMED, **request):
+    """The message a server answers with when its model is pushed to write `answer` (one call allowed)."""
     tok, model = engine.tokenizer, engine.loaded.model
     messages = [{"role": "user", "content": "Weather in Oslo?"}]
     prompt = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False,
                                                 tools=TOOLS))
-    script = tok.encode(MALFORMED) + [engine.loaded.stop_token_ids[0]]
+    script = tok.encode(answer) + [engine.loaded.stop_token_ids[0]]
     monkeypatch.setattr(model, "forward", _pushed(model, len(prompt), script, engine.decoder.shifted))
     monkeypatch.setattr(engine.decoder, "merge_commits", False)
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
     # (one call: after it only the stop may come; the pushed model, off its script, would go on calling)
     return client.chat.completions.create(model="tools", messages=messages, tools=TOOLS, max_tokens=160,
-                                          parallel_tool_calls=False, extra_body={"enable_thinking": False}).choices[0]
+                                          parallel_tool_calls=False, extra_body={"enable_thinking": False},
+                                          **request).choices[0]
+
+
+CITY = {"type": "json_schema", "json_schema": {"name": "city", "schema": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+    "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("answer, called", [
+    ("<tool_call>\n<function=get_wether>\n<parameter=unit>\ncelsius\n</parameter>\n</tool_call>", True),
+    ('{"city": "Oslo"}', False)], ids=["call", "json"])
+def test_a_json_format_beside_tools_answers_with_the_json_or_a_call(forced_call_server, monkeypatch, answer, called):
+    """response_format json_schema with tools (OpenAI's Agents SDK sends both for an agent with an output type):
+    the answer is the schema's JSON or a call of the tools, whichever the model starts — a misspelt call comes back
+    as a call, JSON as the content."""
+    choice = _served_call(*forced_call_server, monkeypatch, answer, response_format=CITY)
+    if called:
+        (call,) = choice.message.tool_calls
+        assert choice.finish_reason == "tool_calls" and call.function.name == "get_weather"
+        assert not choice.message.content
+    else:
+        assert not choice.message.tool_calls and json.loads(choice.message.content) == {"city": "Oslo"}
 
 
 def test_serve_holds_an_auto_call_to_the_tools(forced_call_server, monkeypatch):

@@ -489,13 +489,23 @@ def test_serve_response_format_json_schema(tiny):
         assert status == 400 and body["error"]["param"] == "response_format"
 
 
-def test_json_schema_with_tools_is_refused():
-    from clover_local.serve.protocol import ApiError, parse_chat_request
+def test_either_grammar_takes_what_one_of_its_grammars_takes():
+    """`Either`: a response_format's JSON or a call (the Agents SDK sends both); the first bytes choose."""
+    from clover_local.generate.json_mode import Either
+    from clover_local.serve.xml_calls import XmlCalls
 
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    with pytest.raises(ApiError) as err:
-        parse_chat_request(json.dumps({**_chat(SMALL), "tools": tools}).encode())
-    assert err.value.param == "response_format" and "json_schema" in err.value.message
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}]
+    either = Either([compile_schema(SMALL), XmlCalls(tools, parallel=False)])
+    assert complete(either, b'{"answer": "yes", "ok": true}')
+    assert complete(either, b"<tool_call>\n<function=f>\n<parameter=x>\n3\n</parameter>\n</function>\n</tool_call>")
+    for bad in (b'{"answer": 1}', b"<tool_call>\n<function=g>", b"[1]", b"hello"):
+        state = either.start()
+        assert not (state.feed_all(bad) and state.done), bad
+    state = either.start()
+    assert state.feed_all(b"<tool_call>") and not state.done and not state.final
+    copy = state.copy()
+    assert copy.feed_all(b"\n<function=f>") and not state.copy().feed_all(b"x")  # copies go their own ways
 
 
 def test_generate_json_schema(tiny, capsys, tmp_path):

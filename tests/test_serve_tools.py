@@ -128,7 +128,6 @@ def _parse(extra: dict, messages: list | None = None):
     ({"function_call": {"name": "add"}}, "function_call"),
     ({"tools": [{"type": "function"}]}, "tools[0]"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]}, "tools[0].function.parameters"),
-    ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format"),
 ])
 def test_tool_requests_it_cannot_honour_get_a_400(extra, param):
     from clover_local.serve.protocol import ApiError

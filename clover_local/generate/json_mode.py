@@ -237,6 +237,45 @@ class Grammar(Protocol):
     def start(self) -> PrefixState: ...
 
 
+class EitherPrefix:
+    """Where a byte string stands in one of several grammars at once: each grammar's own state, the ones that
+    refused a byte dropped (`Either`)."""
+
+    __slots__ = ("states",)
+
+    def __init__(self, states: list[PrefixState]) -> None:
+        self.states = states
+
+    def copy(self) -> "EitherPrefix":
+        return EitherPrefix([s.copy() for s in self.states])
+
+    @property
+    def done(self) -> bool:
+        return any(s.done for s in self.states)
+
+    @property
+    def final(self) -> bool:
+        return all(s.final for s in self.states)
+
+    def feed_all(self, data: bytes) -> bool:
+        return all(self.feed(b) for b in data)
+
+    def feed(self, b: int) -> bool:
+        self.states = [s for s in self.states if s.feed(b)]
+        return bool(self.states)
+
+
+@dataclass
+class Either:
+    """An answer any one of `grammars` allows (serve: a response_format's JSON, or a call of the request's tools,
+    the choice made by the answer's first bytes)."""
+
+    grammars: list[Grammar]
+
+    def start(self) -> EitherPrefix:
+        return EitherPrefix([g.start() for g in self.grammars])
+
+
 class TokenBytes(Protocol):
     """What JSON mode needs from a tokenizer: each token's bytes (None for a special token, never allowed inside
     the object), and the tokens grouped by first byte (for the search when the likeliest ones are all refused)."""

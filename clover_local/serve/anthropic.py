@@ -226,9 +226,6 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     if req.json_schema is not None and req.enable_thinking:
         raise bad_request("a json_schema output format answers without thinking (the whole answer is the JSON): leave "
                           "'thinking' out or disable it", "thinking")
-    if req.tools and req.json_schema is not None:
-        raise bad_request("a json_schema output format holds the whole answer to the JSON, so no tool could be called: "
-                          "send one or the other", "output_config")
     if req.tools:
         req.template_kwargs["tools"] = req.tools
     return req

@@ -29,7 +29,7 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_schema import answer_constraint
 from clover_local.generate.thinking import ThinkBudget
 from clover_local.serve import anthropic, ollama
-from clover_local.serve.tools import ToolCallStream, auto_calls, split_tool_calls
+from clover_local.serve.tools import ToolCallStream, auto_calls, json_or_calls, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, prometheus_text
 from clover_local.serve.responses import ResponseAnswer, parse_responses_request, responses_error
@@ -359,7 +359,13 @@ class Handler(BaseHTTPRequestHandler):
         if req.forced is not None:  # the form the template teaches (serve/tools.py)
             req.forced.for_template(tok.chat_template or "")
         settings = self._settings(req, len(ids), "messages")
-        if req.tools and req.forced is None and not self.server.limits.free_tool_calls:
+        if req.tools and req.forced is None and req.json_mode:  # the format's JSON, or a call
+            settings.constraint = json_or_calls(req.tools, req.parallel_calls, tok, settings.stop_token_ids,
+                                                req.json_schema)
+            if settings.constraint is None:
+                raise ApiError(400, "this model's chat template teaches no tool-call form, so beside a JSON answer "
+                               "format no call could be written: send the format or the tools", param="tools")
+        elif req.tools and req.forced is None and not self.server.limits.free_tool_calls:
             # auto: a call the model starts is held to the tools' grammar
             settings.trigger = auto_calls(req.tools, req.parallel_calls, tok, settings.stop_token_ids,
                                           prompt_opens_thinking(text))

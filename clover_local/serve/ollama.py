@@ -165,9 +165,6 @@ def _common(body: dict, req: ChatRequest | CompletionRequest) -> None:
 def _chat_parts(body: dict, req: ChatRequest) -> ChatRequest:
     _common(body, req)
     _thinking(body, req)
-    if req.tools and req.json_mode:
-        raise bad_request("'format' holds the whole answer to the JSON, so no tool could be called: send one or the "
-                          "other", "format")
     if req.tools:
         req.template_kwargs["tools"] = req.tools
     return req

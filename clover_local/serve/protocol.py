@@ -488,9 +488,6 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     effort = effort_thinking(body.get("reasoning_effort"), "reasoning_effort")
     whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
     req.enable_thinking, req.template_kwargs = template_options(body, thinking=not whole and effort is not False)
-    if req.tools and mode:
-        raise bad_request(f"'response_format' {mode} holds the whole answer to the JSON, so no tool could be "
-                          "called: send one or the other", "response_format")
     if req.tools:
         req.template_kwargs["tools"] = req.tools
     if mode and req.enable_thinking:

@@ -310,9 +310,6 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
                    "chat_template_kwargs": body.get("chat_template_kwargs")}
         req.enable_thinking, req.template_kwargs = template_options(options, thinking=not whole)
         check_forced_thinking(req, "chat_template_kwargs")
-        if req.tools and mode:
-            raise bad_request(f"'text.format' {mode} holds the whole answer to the JSON, so no tool could be "
-                              "called: send one or the other", "text.format")
         if mode and req.enable_thinking:
             raise bad_request(f"'text.format' {mode} answers without thinking (the whole answer is the JSON): leave "
                               "chat_template_kwargs.enable_thinking out", "chat_template_kwargs")

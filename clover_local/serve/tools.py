@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.errors import CloverError
+from clover_local.generate.json_mode import Either
 from clover_local.generate.json_schema import Schema, SchemaConstraint, compile_schema
 from clover_local.generate.trigger import Trigger
 from clover_local.serve.xml_calls import JsonFormCalls, TagVocab, XmlCalls, json_call_schema, resolve_ref
@@ -180,6 +181,19 @@ def auto_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: list
     if grammar is None or (opens_thinking and armed_by is None):
         return None
     return Trigger(SchemaConstraint(TagVocab(tokenizer), stop_ids, grammar), CALL_OPEN.encode(), armed_by)
+
+
+def json_or_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: list[int],
+                  schema: Schema | None) -> SchemaConstraint | None:
+    """A JSON answer format beside tools (OpenAI's Agents SDK sends both for an agent with an output type): the
+    answer is the format's JSON (`schema`, or any object) or a call of the tools in the template's form, whichever
+    its first bytes start (json_mode.Either); written without thinking, as a JSON answer is. None where the template
+    teaches no call form."""
+    calls = template_grammar(tools, parallel, tokenizer.chat_template or "")
+    if calls is None:
+        return None
+    answer = schema if schema is not None else compile_schema({"type": "object"})
+    return SchemaConstraint(TagVocab(tokenizer), stop_ids, Either([answer, calls]))
 
 
 def split_tool_calls(content: str, tools: list[dict] | None,
