@@ -160,7 +160,7 @@ def template_grammar(tools: list[dict], parallel: bool, template: str) -> XmlCal
     be written in its form."""
     try:
         if "<function=" in template:
-            return XmlCalls(tools, parallel, lenient=True)
+            return XmlCalls(tools, parallel)
         if CALL_OPEN in template:
             return JsonFormCalls(tools, parallel)
     except CloverError:

@@ -81,10 +81,11 @@ def resolve_ref(schema: Any, root: Any) -> Any:
     return schema
 
 
-def _value_form(prop: Any, params: dict, lenient: bool = False) -> tuple | None:
-    """How a property's value is written and checked (see the module docstring); None where none can be.
-    `lenient`: a JSON-typed value whose schema goes past the supported subset is held to what is left of it
-    (json_schema.compile_schema's lenient), or written as text where not even that compiles."""
+def _value_form(prop: Any, params: dict) -> tuple | None:
+    """How a property's value is written and checked (see the module docstring); None where none can be. A
+    JSON-typed value whose schema goes past the supported subset is held to what is left of it (compile_schema's
+    lenient: a strict tool's schema was checked whole before, protocol.read_tool_choice), or written as text where
+    not even that compiles."""
     resolved = resolve_ref(prop, params)
     if not isinstance(resolved, dict):
         return ("text", 0, None)
@@ -96,8 +97,6 @@ def _value_form(prop: Any, params: dict, lenient: bool = False) -> tuple | None:
     kinds = set(kind) if isinstance(kind, list) else {kind}
     if kind is None or "string" in kinds:
         return ("text", resolved.get("minLength", 0), resolved.get("maxLength"))
-    if not lenient:
-        return ("json", compile_schema(Document(prop, root=params)))
     try:
         return ("json", compile_schema(Document(prop, root=params), lenient=True))
     except CloverError:
@@ -107,10 +106,10 @@ def _value_form(prop: Any, params: dict, lenient: bool = False) -> tuple | None:
 class XmlCalls:
     """The grammar for one request's candidates (`start` once per answer, as a compiled schema's). CloverError where
     a candidate cannot be written in this form (a name or a required key holding `>` or a line break, a required
-    key the schema does not list): the caller then uses the JSON form. `lenient` (auto calls): a parameter's schema
-    past the supported subset is held to what is left of it, not refused (`_value_form`)."""
+    key the schema does not list): the caller then uses the JSON form. A parameter's schema past the supported
+    subset is held to what is left of it, not refused (`_value_form`)."""
 
-    def __init__(self, tools: list[dict], parallel: bool, lenient: bool = False) -> None:
+    def __init__(self, tools: list[dict], parallel: bool) -> None:
         self.parallel = parallel
         self.tools: list[_Tool] = []
         names: dict[bytes, int] = {}
@@ -118,8 +117,7 @@ class XmlCalls:
             function = tool["function"]
             name, params = function["name"], function.get("parameters") or {}
             properties = params.get("properties") or {}
-            forms = {k: _value_form(v, params, lenient) for k, v in properties.items()
-                     if k and not set(k) & set(">\n<")}
+            forms = {k: _value_form(v, params) for k, v in properties.items() if k and not set(k) & set(">\n<")}
             forms = {k: form for k, form in forms.items() if form is not None}
             required = frozenset(params.get("required") or ())
             if set(name) & set(">\n<") or not required <= forms.keys():
