@@ -185,9 +185,12 @@ def test_the_context_error_counts_right():
 @pytest.mark.parametrize("extra, param", [
     ({"functions": [{"name": "add", "parameters": {"type": "object"}}]}, "functions"),
     ({"function_call": {"name": "add"}}, "function_call"),
+    ({"modalities": ["text", "audio"]}, "modalities"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
 ])
 def test_features_it_lacks_are_refused_not_ignored(extra, param):
-    """The deprecated function-calling fields would otherwise be ignored, as if honoured. (Tools themselves:
+    """The deprecated function-calling fields and audio output would otherwise be ignored, as if honoured. (Tools
+    themselves:
     test_serve_tools; forced calls: test_serve_forced_calls; logprobs' refusals: test_serve_chat_logprobs; a JSON
     schema's unsupported keywords: test_json_schema.)"""
     from clover_local.serve.protocol import ApiError, parse_chat_request

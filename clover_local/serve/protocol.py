@@ -483,6 +483,10 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     req.parallel_calls = bool_field(body, "parallel_tool_calls", True)
     req.think_budget = int_field(body, "thinking_token_budget", 1)
     req.logprobs = _chat_logprobs(body, req.stream)
+    modalities = body.get("modalities") or []
+    if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):
+        raise _unsupported("audio" if body.get("audio") is not None else "modalities",
+                           "the model reads and writes text only: leave out audio output")
     # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first
     mode = req.json_mode
     effort = effort_thinking(body.get("reasoning_effort"), "reasoning_effort")
