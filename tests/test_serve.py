@@ -190,9 +190,8 @@ def test_the_context_error_counts_right():
 ])
 def test_features_it_lacks_are_refused_not_ignored(extra, param):
     """The deprecated function-calling fields and audio output would otherwise be ignored, as if honoured. (Tools
-    themselves:
-    test_serve_tools; forced calls: test_serve_forced_calls; logprobs' refusals: test_serve_chat_logprobs; a JSON
-    schema's unsupported keywords: test_json_schema.)"""
+    themselves: test_serve_tools; forced calls: test_serve_forced_calls; logprobs' refusals:
+    test_serve_chat_logprobs; a JSON schema's unsupported keywords: test_json_schema.)"""
     from clover_local.serve.protocol import ApiError, parse_chat_request
 
     with pytest.raises(ApiError) as err:
