@@ -238,7 +238,8 @@ def generate(
     if think_budget is not None and not think:
         raise CloverError(f"--think-budget limits the thinking, and {'--no-think' if not json_mode else flag} "
                           "answers without it: drop one")
-    loaded = load(model, device, dtype, **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template))
+    loaded = load(model, device, dtype,
+                  **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template))
     tok = loaded.tokenizer
     if raw:
         text = prompt
