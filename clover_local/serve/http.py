@@ -359,16 +359,8 @@ class Handler(BaseHTTPRequestHandler):
         if req.forced is not None:  # the form the template teaches (serve/tools.py)
             req.forced.for_template(tok.chat_template or "")
         settings = self._settings(req, len(ids), "messages")
-        if req.tools and req.forced is None and req.json_mode:  # the format's JSON, or a call
-            settings.constraint = json_or_calls(req.tools, req.parallel_calls, tok, settings.stop_token_ids,
-                                                req.json_schema)
-            if settings.constraint is None:
-                raise ApiError(400, "this model's chat template teaches no tool-call form, so beside a JSON answer "
-                               "format no call could be written: send the format or the tools", param="tools")
-        elif req.tools and req.forced is None and not self.server.limits.free_tool_calls:
-            # auto: a call the model starts is held to the tools' grammar
-            settings.trigger = auto_calls(req.tools, req.parallel_calls, tok, settings.stop_token_ids,
-                                          prompt_opens_thinking(text))
+        if req.tools and req.forced is None:
+            self._hold_calls(req, settings, prompt_opens_thinking(text))
         budgets = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
         if budgets and req.enable_thinking:
             try:
@@ -376,6 +368,18 @@ class Handler(BaseHTTPRequestHandler):
             except CloverError as exc:
                 raise ApiError(400, str(exc), param="thinking_token_budget") from None
         return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs)
+
+    def _hold_calls(self, req: ChatRequest, settings: Any, opens_thinking: bool) -> None:
+        """Unforced tools (serve/tools.py): beside a JSON answer format, the answer is that JSON or a call; else a
+        call the model starts is held to the tools' grammar from its `<tool_call>` on (not with --free-tool-calls)."""
+        tok, stops = self.server.engine.tokenizer, settings.stop_token_ids
+        if req.json_mode:
+            settings.constraint = json_or_calls(req.tools, req.parallel_calls, tok, stops, req.json_schema)
+            if settings.constraint is None:
+                raise ApiError(400, "this model's chat template teaches no tool-call form, so beside a JSON answer "
+                               "format no call could be written: send the format or the tools", param="tools")
+        elif not self.server.limits.free_tool_calls:
+            settings.trigger = auto_calls(req.tools, req.parallel_calls, tok, stops, opens_thinking)
 
     @contextmanager
     def _relaying(self, job: Job) -> Iterator[None]:
