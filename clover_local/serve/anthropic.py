@@ -171,7 +171,8 @@ def _chat_tools(body: dict) -> tuple[list[dict] | None, ForcedCall | None, bool]
         "type": "function", "function": {"name": choice.get("name") if kind == "tool" else None}}}.get(kind, kind),
         "parallel_tool_calls": not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)}
     tools = read_tools(chat)
-    return tools, read_tool_choice(chat, tools), chat["parallel_tool_calls"]
+    parallel = chat["parallel_tool_calls"]
+    return tools, read_tool_choice(chat, tools, parallel), parallel
 
 
 def _thinking(body: dict, default: bool) -> tuple[bool, int | None]:

@@ -252,11 +252,11 @@ def read_tools(body: dict) -> list[dict] | None:
     return tools if tools and choice != "none" else None
 
 
-def read_tool_choice(body: dict, tools: list[dict] | None) -> ForcedCall | None:
+def read_tool_choice(body: dict, tools: list[dict] | None, parallel: bool = True) -> ForcedCall | None:
     """The call `tool_choice` forces (OpenAI chat's forms; the other wire formats translate theirs into them), None
-    for "auto" and "none": "required" is some call of `tools` (one or more; one with `parallel_tool_calls` false),
-    `{"type": "function", "function": {"name"}}` one call of that tool. Each candidate's parameters are compiled
-    here, so a schema that cannot be held is a 400 before anything runs: a malformed one, or (a tool marked
+    for "auto" and "none": "required" is some call of `tools` (one or more; one where `parallel` — the request's
+    `parallel_tool_calls` — is false), `{"type": "function", "function": {"name"}}` one call of that tool. Each
+    candidate's parameters are compiled here, so a schema that cannot be held is a 400 before anything runs: a malformed one, or (a tool marked
     `strict`, as OpenAI's strict mode asks the whole schema be kept) one with a keyword outside the supported
     subset. Without `strict` such a keyword is passed over and the rest of the schema held (instructor's pydantic
     models carry `minimum`, `pattern` ...: the client validates the arguments itself)."""
@@ -283,7 +283,7 @@ def read_tool_choice(body: dict, tools: list[dict] | None) -> ForcedCall | None:
                 "a forced call's arguments are held to it"
             raise bad_request(f"tools[{i}].function.parameters: {exc} ({held})",
                               f"tools[{i}].function.parameters") from None
-    return ForcedCall([t for _, t in picked], parallel=name is None and bool_field(body, "parallel_tool_calls", True))
+    return ForcedCall([t for _, t in picked], parallel=name is None and parallel)
 
 
 def _template_tool_calls(message: dict, i: int) -> dict:
@@ -479,8 +479,8 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     body = json_body(raw)
     req = ChatRequest(messages=parse_messages(body.get("messages")), tools=read_tools(body))
     read_sampling(body, req)
-    req.forced = read_tool_choice(body, req.tools)
     req.parallel_calls = bool_field(body, "parallel_tool_calls", True)
+    req.forced = read_tool_choice(body, req.tools, req.parallel_calls)
     req.think_budget = int_field(body, "thinking_token_budget", 1)
     req.logprobs = _chat_logprobs(body, req.stream)
     modalities = body.get("modalities") or []

@@ -300,8 +300,8 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
         req = ChatRequest(messages=parse_messages(input_messages(body.get("input"), body.get("instructions"))),
                           tools=read_tools(shim))
         read_sampling(shim, req)  # (response_format too)
-        req.forced = read_tool_choice(shim, req.tools)
         req.parallel_calls = bool_field(shim, "parallel_tool_calls", True)
+        req.forced = read_tool_choice(shim, req.tools, req.parallel_calls)
         req.think_budget = int_field(shim, "thinking_token_budget", 1)
         mode = req.json_mode
         whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
