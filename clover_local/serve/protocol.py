@@ -256,10 +256,10 @@ def read_tool_choice(body: dict, tools: list[dict] | None, parallel: bool = True
     """The call `tool_choice` forces (OpenAI chat's forms; the other wire formats translate theirs into them), None
     for "auto" and "none": "required" is some call of `tools` (one or more; one where `parallel` — the request's
     `parallel_tool_calls` — is false), `{"type": "function", "function": {"name"}}` one call of that tool. Each
-    candidate's parameters are compiled here, so a schema that cannot be held is a 400 before anything runs: a malformed one, or (a tool marked
-    `strict`, as OpenAI's strict mode asks the whole schema be kept) one with a keyword outside the supported
-    subset. Without `strict` such a keyword is passed over and the rest of the schema held (instructor's pydantic
-    models carry `minimum`, `pattern` ...: the client validates the arguments itself)."""
+    candidate's parameters are compiled here, so a schema that cannot be held is a 400 before anything runs: a
+    malformed one, or (a tool marked `strict`, as OpenAI's strict mode asks the whole schema be kept) one with a
+    keyword outside the supported subset. Without `strict` such a keyword is passed over and the rest of the schema
+    held (instructor's pydantic models carry `minimum`, `pattern` ...: the client validates the arguments itself)."""
     choice = body.get("tool_choice")
     if choice in (None, "auto", "none"):
         return None
