@@ -216,6 +216,18 @@ def test_a_json_format_beside_tools_answers_with_the_json_or_a_call(forced_call_
         assert not choice.message.content
     else:
         assert not choice.message.tool_calls and json.loads(choice.message.content) == {"city": "Oslo"}
+    # streamed: the JSON as content deltas, a call as one tool_calls delta at the end
+    _, url = forced_call_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    parts = list(client.chat.completions.create(
+        model="tools", messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=TOOLS, max_tokens=160,
+        parallel_tool_calls=False, response_format=CITY, stream=True, extra_body={"enable_thinking": False}))
+    text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+    calls = [c for p in parts if p.choices for c in p.choices[0].delta.tool_calls or []]
+    if called:
+        assert text == "" and [c.function.name for c in calls] == ["get_weather"]
+    else:
+        assert calls == [] and json.loads(text) == {"city": "Oslo"}
 
 
 def test_serve_holds_an_auto_call_to_the_tools(forced_call_server, monkeypatch):
