@@ -187,6 +187,35 @@ def test_serve_keeps_a_requests_thinking_budget_and_caps_it_at_its_own(thinking_
         assert capped.choices[0].message.model_dump() == message.model_dump()  # the server's cap, not 10×
 
 
+def test_serve_leaves_the_answer_room_unless_told_off(thinking_model):
+    """With no budget asked for, a long answer's thinking stops where a quarter of its tokens (at most 1,024) are
+    left for the answer — an agent's max_tokens cannot end inside the thought with no answer; `--think-budget off`
+    (answer_room False) lets the thought take them all; a short answer (under 256 tokens) is left alone."""
+    openai = pytest.importorskip("openai", reason="the openai client is a test dependency")
+    from clover_local.commands._sampling_options import serve_think_budget
+    from clover_local.errors import CloverError
+    from clover_local.generate.thinking import answer_room_budget
+    from tests.inprocess_server import running_server
+
+    assert [answer_room_budget(n) for n in (255, 256, 4096, 32000)] == [None, 192, 3072, 30976]
+    assert serve_think_budget(None) == (None, True) and serve_think_budget("off") == (None, False)
+    assert serve_think_budget("300") == (300, True)
+    for bad in ("0", "lots"):
+        with pytest.raises(CloverError, match="--think-budget"):
+            serve_think_budget(bad)
+
+    messages = [{"role": "user", "content": "hello there"}]
+    answers = {}
+    for room in (True, False):
+        with running_server(thinking_model, "think", max_tokens=512, context=4096, answer_room=room) as (_, url):
+            client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+            answers[room] = client.chat.completions.create(model="think", messages=messages, max_tokens=256)
+    roomy, off = answers[True], answers[False]
+    assert off.choices[0].finish_reason == "length" and not off.choices[0].message.content  # all thought
+    assert roomy.choices[0].message.reasoning_content.strip().endswith(EXIT_SENTENCE)
+    assert roomy.choices[0].message.content and roomy.usage.completion_tokens_details.reasoning_tokens <= 192
+
+
 def test_chat_set_think_budget_ends_the_thinking_and_is_checked_and_restored(thinking_model, capsys):
     from clover_local.chat.app import ChatApp
     from clover_local.chat.conversation import ChatSettings, restore_settings, set_value

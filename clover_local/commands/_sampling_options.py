@@ -58,6 +58,21 @@ def check_think_budget(tokens: int | None) -> None:
         raise CloverError(f"--think-budget must be at least 1 token, got {tokens}")
 
 
+def serve_think_budget(value: str | None) -> tuple[int | None, bool]:
+    """serve's --think-budget TOKENS|off as (a cap for every answer, whether the answer keeps its room): absent, no
+    cap but the room (thinking.answer_room_budget); a number, that cap too; off, neither."""
+    if value is None:
+        return None, True
+    if value.strip().lower() == "off":
+        return None, False
+    try:
+        tokens = int(value)
+    except ValueError:
+        raise CloverError(f"--think-budget takes a number of tokens or off, got {value!r}") from None
+    check_think_budget(tokens)
+    return tokens, True
+
+
 def penalties(presence_penalty: float, frequency_penalty: float, repetition_penalty: float) -> Penalties:
     """The three flags checked (one line naming the flag and its range when out of it)."""
     given = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,

@@ -14,7 +14,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import check_think_budget
+from clover_local.commands._sampling_options import serve_think_budget
 from clover_local.errors import CloverError
 from clover_local.runtime.sizes import parse_size
 
@@ -50,11 +50,13 @@ def serve(
         help="Host RAM for conversations set aside while another's request runs: the next request of one resumes "
              "its prompt's prefill instead of reading it again (an agent's sub-agents and side questions come "
              "between its turns). At 35B a 20K-token prompt takes about 0.5 GB. 0 turns it off."),
-    think_budget: Optional[int] = typer.Option(
-        None, "--think-budget", metavar="TOKENS",
+    think_budget: Optional[str] = typer.Option(
+        None, "--think-budget", metavar="TOKENS|off",
         help="The most tokens any answer's thinking may take (a request may ask for less: 'thinking_token_budget', "
              "Anthropic's thinking.budget_tokens): where it runs out the server ends the thinking itself and the "
-             "answer follows, so an agent gets its answer within max_tokens. Default: no limit."),
+             "answer follows, so an agent gets its answer within max_tokens. Default: whatever leaves the answer a "
+             "quarter of its tokens (at most 1,024; answers of 256 tokens or more), so a long thought cannot use "
+             "up max_tokens with no answer; 'off': no limit at all."),
     free_tool_calls: bool = typer.Option(
         False, "--free-tool-calls",
         help="With tool_choice auto, leave the model's tool calls as it writes them: no grammar from its <tool_call> "
@@ -118,15 +120,15 @@ def serve(
     if max_request_mb <= 0:
         raise CloverError("--max-request-mb must be above 0")
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
-    check_think_budget(think_budget)
+    think_cap, answer_room = serve_think_budget(think_budget)
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)
     ctx = loaded.config.max_context  # --context already applied by the loader
-    if think_budget is not None:  # (a tokenizer without <think> tokens: refused here, not in every request)
-        ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
+    if think_cap is not None:  # (a tokenizer without <think> tokens: refused here, not in every request)
+        ThinkBudget.for_tokenizer(loaded.tokenizer, think_cap, opened=False)
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx,
-                    think_budget=think_budget, free_tool_calls=free_tool_calls)
+                    think_budget=think_cap, answer_room=answer_room, free_tool_calls=free_tool_calls)
     engine = Engine(loaded, max_queue=max_queue, park_bytes=park_bytes)
     name = model_name or model_label(model)
     try:

@@ -23,6 +23,19 @@ from clover_local.errors import CloverError
 EARLY_EXIT = "\n\nI am out of thinking time, so I will answer now with what I have.\n</think>\n\n"
 
 
+# serve's default cap: where nothing else bounds the thinking, it leaves the answer a quarter of its tokens (at most
+# ANSWER_ROOM), so an agent's max_tokens cannot end inside the thought with no answer; below ROOM_FROM answer tokens
+# a client asked for a short reply and the cap would leave the thinking too little
+ANSWER_ROOM, ROOM_FROM = 1024, 256
+
+
+def answer_room_budget(max_new_tokens: int) -> int | None:
+    """The thinking's most tokens that leave the answer its room (`ANSWER_ROOM`); None for a short answer."""
+    if max_new_tokens < ROOM_FROM:
+        return None
+    return max_new_tokens - min(ANSWER_ROOM, max_new_tokens // 4)
+
+
 @dataclass
 class ThinkBudget:
     """The budget and the token ids it needs (`for_tokenizer`)."""

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import answer_constraint
-from clover_local.generate.thinking import ThinkBudget
+from clover_local.generate.thinking import ThinkBudget, answer_room_budget
 from clover_local.serve import anthropic, ollama
 from clover_local.serve.tools import ToolCallStream, auto_calls, json_or_calls, split_tool_calls
 from clover_local.serve.engine import Engine, Job
@@ -46,6 +46,7 @@ class Limits:
     max_tokens: int = 4096  # the most one answer may ask for (and the default)
     context: int = 131072  # prompt + answer
     think_budget: int | None = None  # the most tokens any answer's thinking may take (a request may ask for less)
+    answer_room: bool = True  # and at most what leaves the answer room (thinking.answer_room_budget)
     free_tool_calls: bool = False  # tool_choice auto: no grammar from the model's <tool_call> on (tools.auto_calls)
     read_timeout: float = 30.0
 
@@ -361,12 +362,15 @@ class Handler(BaseHTTPRequestHandler):
         settings = self._settings(req, len(ids), "messages")
         if req.tools and req.forced is None:
             self._hold_calls(req, settings, prompt_opens_thinking(text))
-        budgets = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
-        if budgets and req.enable_thinking:
+        asked = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
+        room = answer_room_budget(settings.max_new_tokens) if self.server.limits.answer_room else None
+        if req.enable_thinking and (asked or room is not None):
             try:
-                settings.think_budget = ThinkBudget.for_tokenizer(tok, min(budgets), prompt_opens_thinking(text))
-            except CloverError as exc:
-                raise ApiError(400, str(exc), param="thinking_token_budget") from None
+                settings.think_budget = ThinkBudget.for_tokenizer(tok, min(asked + [room] if room else asked),
+                                                                  prompt_opens_thinking(text))
+            except CloverError as exc:  # (no <think> tokens: only a budget asked for is refused)
+                if asked:
+                    raise ApiError(400, str(exc), param="thinking_token_budget") from None
         return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs)
 
     def _hold_calls(self, req: ChatRequest, settings: Any, opens_thinking: bool) -> None:
