@@ -177,7 +177,7 @@ def auto_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: list
     are held to the rest of their schema. None where the template shows no call form, a tool cannot be written in
     it, or the thinking's end has no token of its own: the answer is free."""
     grammar = template_grammar(tools, parallel, tokenizer.chat_template or "")
-    armed_by = tokenizer.token_to_id("</think>") if opens_thinking else None
+    armed_by = tokenizer.think_end_id if opens_thinking else None
     if grammar is None or (opens_thinking and armed_by is None):
         return None
     return Trigger(SchemaConstraint(TagVocab(tokenizer), stop_ids, grammar), CALL_OPEN.encode(), armed_by)
