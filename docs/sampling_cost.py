@@ -10,7 +10,11 @@ import time
 
 import torch
 
+from clover_local.generate.json_schema import SchemaConstraint
 from clover_local.generate.sampling import LogitBias, choose
+from clover_local.generate.trigger import Trigger
+from clover_local.loader import load
+from clover_local.serve.xml_calls import TagVocab, XmlCalls
 
 ROWS, VOCAB = 32, 248_320
 # tool schemas shaped like coding agents' (a todo list of objects with an enum, a shell command with a bounded
@@ -64,13 +68,6 @@ def main() -> None:
     bias = LogitBias({i: -100.0 for i in range(0, VOCAB, VOCAB // 300)})  # 300 biased tokens
     print(f"| logit_bias of 300 tokens (added to the {ROWS} rows) | "
           f"{timed(lambda: bias.apply(logits.clone())) * 1e3 - timed(lambda: logits.clone()) * 1e3:.2f} |")
-    try:
-        from clover_local.loader import load
-        from clover_local.serve.xml_calls import TagVocab, XmlCalls
-        from clover_local.generate.json_schema import SchemaConstraint
-        from clover_local.generate.trigger import Trigger
-    except ImportError:
-        return
     tiny = load("tiny", "cpu", "float32")
     tok = tiny.tokenizer
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
