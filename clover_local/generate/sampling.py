@@ -17,8 +17,8 @@ def choose(
     """logits [N,V] fp32 → (token ids [N], confidence [N]).
 
     Greedy (temperature 0): the argmax and its softmax probability. Sampled: draw from the temperature-scaled
-    distribution cut as transformers cuts it, in this order — `top_k` (the k likeliest, a tie at the k-th broken
-    by position; 0 keeps all: with it, the cuts and the draw run on k columns, not the vocabulary), `top_p`
+    distribution cut as transformers cuts it, in this order — `top_k` (the k likeliest, exactly k: a token tied with
+    the k-th may be left out; 0 keeps all: with it, the cuts and the draw run on k columns, not the vocabulary), `top_p`
     (the likeliest up to that mass), `min_p` (those at least min_p times as likely as the likeliest; 0 keeps
     all) — each renormalised; the confidence is the drawn token's probability in it (as LLaDA-style
     low-confidence remasking does), so a flat distribution reveals slowly. (Qwen's cards recommend top_k 20 for
