@@ -103,7 +103,7 @@ class LogitBias:
         self._on: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def apply(self, logits: torch.Tensor) -> None:
-        if self._on is None or self._on[0].device != logits.device:
+        if self._on is None:  # (one answer's logits stay on one device)
             self._on = (torch.tensor(list(self.bias), device=logits.device),
                         torch.tensor(list(self.bias.values()), device=logits.device, dtype=logits.dtype))
         ids, values = self._on
