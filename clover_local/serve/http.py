@@ -360,14 +360,15 @@ class Handler(BaseHTTPRequestHandler):
         if req.forced is not None:  # the form the template teaches (serve/tools.py)
             req.forced.for_template(tok.chat_template or "")
         settings = self._settings(req, len(ids), "messages")
+        opens_thinking = prompt_opens_thinking(text)
         if req.tools and req.forced is None:
-            self._hold_calls(req, settings, prompt_opens_thinking(text))
+            self._hold_calls(req, settings, opens_thinking)
         asked = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
         room = answer_room_budget(settings.max_new_tokens) if self.server.limits.answer_room else None
         if req.enable_thinking and (asked or room is not None):
             try:
                 settings.think_budget = ThinkBudget.for_tokenizer(tok, min(asked + [room] if room else asked),
-                                                                  prompt_opens_thinking(text))
+                                                                  opens_thinking)
             except CloverError as exc:  # (no <think> tokens: only a budget asked for is refused)
                 if asked:
                     raise ApiError(400, str(exc), param="thinking_token_budget") from None
