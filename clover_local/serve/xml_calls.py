@@ -263,10 +263,10 @@ class TagVocab:
         return self.tags.get(token_id) or self.tokenizer.token_bytes(token_id)
 
     def ids_by_first_byte(self) -> dict[int, list[int]]:
-        if self._groups is None:
-            self._groups = {b: list(ids) for b, ids in self.tokenizer.ids_by_first_byte().items()}
+        if self._groups is None:  # (the tokenizer's lists shared, read only; a new one only where a tag starts)
+            self._groups = dict(self.tokenizer.ids_by_first_byte())
             for i, data in self.tags.items():
-                self._groups.setdefault(data[0], []).append(i)
+                self._groups[data[0]] = [*self._groups.get(data[0], ()), i]
         return self._groups
 
 
