@@ -95,18 +95,24 @@ def test_what_is_not_a_call_stays_in_the_content(text):
     assert split_tool_calls(text, TOOLS) == (text, [])
 
 
-@pytest.mark.parametrize("text", [
-    "Plain answer, no calls, with a < and a <tool in it.",
-    "Checking.\n" + XML_CALL + "\nDone.",
-    XML_CALL + XML_CALL,
-    "<tool_call>\nnot a call\n</tool_call> then " + XML_CALL,
-    "Cut: " + XML_CALL[:40],
+@pytest.mark.parametrize("text, leading", [
+    ("Plain answer, no calls, with a < and a <tool in it.", False),
+    ("Checking.\n" + XML_CALL + "\nDone.", False),
+    (XML_CALL + XML_CALL, False),
+    ("<tool_call>\nnot a call\n</tool_call> then " + XML_CALL, False),
+    ("Cut: " + XML_CALL[:40], False),
+    # a JSON format beside tools: the answer's first bytes decide between the JSON and calls
+    ("  " + XML_CALL + XML_CALL, True),
+    (' {"note": ' + json.dumps(XML_CALL) + "}", True),
+    ('{"note": "<tool_call><function=get_weather></function></tool_call>"}', True),
 ])
-def test_a_stream_adds_up_to_the_whole_answer_however_it_arrives(text):
-    whole, calls = split_tool_calls(text, TOOLS)
+def test_a_stream_adds_up_to_the_whole_answer_however_it_arrives(text, leading):
+    whole, calls = split_tool_calls(text, TOOLS, leading=leading)
+    if leading:  # calls where it starts with one, else the whole answer is the JSON
+        assert (len(calls) == 2) if text.lstrip().startswith("<tool_call>") else (whole, calls) == (text, [])
     rng = random.Random(len(text))
     for _ in range(40):
-        stream = ToolCallStream(TOOLS)
+        stream = ToolCallStream(TOOLS, leading=leading)
         cuts = sorted(rng.sample(range(1, len(text)), k=min(len(text) - 1, rng.randint(0, 12))))
         sent = "".join(stream.feed(text[a:b]) for a, b in zip([0] + cuts, cuts + [len(text)]))
         assert "<tool_call>" not in sent or not calls  # a call's text never streams as content

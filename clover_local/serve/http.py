@@ -475,13 +475,15 @@ class Handler(BaseHTTPRequestHandler):
         anthropic.MessageAnswer, responses.ResponseAnswer, ollama.Answer): one body, or a stream whose tool calls
         are held back to its end (serve/tools.py) — the same for every route."""
         tools, forced = (req.tools, req.forced) if isinstance(req, ChatRequest) else (None, None)
+        leading = bool(tools and forced is None and req.json_mode)  # the format's JSON or calls (json_or_calls)
         with self._relaying(job):
             if not req.stream:
                 info = self._result(job)
                 if info is not None:
-                    self._send_json(200, shape.whole(info, *split_tool_calls(info["content"], tools, forced)))
+                    self._send_json(200, shape.whole(info, *split_tool_calls(info["content"], tools, forced,
+                                                                              leading)))
                 return
-            held = ToolCallStream(tools, forced)
+            held = ToolCallStream(tools, forced, leading)
             self._start_events(shape.ndjson)
             self._send_events(shape.start())
             self._relay(job, lambda dr, dc: shape.delta(dr, held.feed(dc)),

@@ -196,15 +196,17 @@ def json_or_calls(tools: list[dict], parallel: bool, tokenizer: Any, stop_ids: l
     return SchemaConstraint(TagVocab(tokenizer), stop_ids, Either([answer, calls]))
 
 
-def split_tool_calls(content: str, tools: list[dict] | None,
-                     forced: ForcedCall | None = None) -> tuple[str, list[ToolCall]]:
+def split_tool_calls(content: str, tools: list[dict] | None, forced: ForcedCall | None = None,
+                     leading: bool = False) -> tuple[str, list[ToolCall]]:
     """(the content without its tool calls, the calls in order). Blocks that are not calls stay in the content,
     and so does whatever was written around the calls, whitespace included. Without tools nothing is read out:
-    the model was told of none, so a `<tool_call>` it writes is text. A forced call's answer is the call alone."""
+    the model was told of none, so a `<tool_call>` it writes is text. A forced call's answer is the call alone.
+    `leading` (a JSON format beside tools, `json_or_calls`): calls only where the answer starts with one — else it
+    is the format's JSON, whose strings may hold a call's text."""
     if forced is not None:
         return forced.read(content)
     calls: list[ToolCall] = []
-    if not tools:
+    if not tools or (leading and not content.lstrip().startswith(CALL_OPEN)):
         return content, calls
     kept: list[str] = []
     last = 0
@@ -223,17 +225,24 @@ class ToolCallStream:
     """A streamed answer's content with its tool calls held back: text before the first `<tool_call>` goes out as
     it comes (less what may be the start of one), everything from there on waits for the end, when `finish` reads
     the calls out of it. The streamed pieces add up to `split_tool_calls`' content. Without tools, text passes
-    straight through; a forced call's answer is all held."""
+    straight through; a forced call's answer is all held. `leading` as in `split_tool_calls`: the answer's first
+    bytes decide, and an answer that starts otherwise than a call passes straight through."""
 
-    def __init__(self, tools: list[dict] | None, forced: ForcedCall | None = None) -> None:
+    def __init__(self, tools: list[dict] | None, forced: ForcedCall | None = None, leading: bool = False) -> None:
         self.tools = tools
         self.forced = forced
+        self.leading = leading
         self.sent = ""
         self.held = ""
         self.opened = forced is not None
 
     def feed(self, text: str) -> str:
+        if self.leading and self.tools and not self.opened:
+            start = (self.held + text).lstrip()[:len(CALL_OPEN)]
+            if start and not CALL_OPEN.startswith(start):  # not a call: text from here on (held whitespace too)
+                self.tools, text, self.held = None, self.held + text, ""
         if not self.tools:
+            self.sent += text
             return text
         if self.opened:
             self.held += text
@@ -252,5 +261,5 @@ class ToolCallStream:
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """(the rest of the content, the calls)."""
-        whole, calls = split_tool_calls(self.sent + self.held, self.tools, self.forced)
+        whole, calls = split_tool_calls(self.sent + self.held, self.tools, self.forced, self.leading)
         return whole[len(self.sent):], calls  # (the calls all follow what was sent)
