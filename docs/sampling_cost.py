@@ -14,6 +14,7 @@ from clover_local.generate.json_schema import SchemaConstraint
 from clover_local.generate.sampling import LogitBias, choose
 from clover_local.generate.trigger import Trigger
 from clover_local.loader import load
+from clover_local.serve.tools import template_grammar
 from clover_local.serve.xml_calls import TagVocab, XmlCalls
 
 ROWS, VOCAB = 32, 248_320
@@ -79,8 +80,11 @@ def main() -> None:
           f"{timed(lambda: watch.find(run), 2000) * 1e3:.3f} |")
     tools = [{"type": "function", "function": {"name": f"tool{i}", "parameters": AGENT_SCHEMAS[i % len(AGENT_SCHEMAS)]}}
              for i in range(20)]
-    print(f"| auto calls' grammar for 20 agent-like tools (XmlCalls; once a request) | "
+    print(f"| auto calls' grammar for 20 agent-like tools (XmlCalls built) | "
           f"{timed(lambda: XmlCalls(tools, True)) * 1e3:.1f} |")
+    template_grammar(tools, True, "<function=")  # (a template teaching the XML form)
+    print(f"| ... the same tools sent again (`template_grammar`: kept by their JSON) | "
+          f"{timed(lambda: template_grammar(tools, True, '<function=')) * 1e3:.2f} |")
 
 
 if __name__ == "__main__":

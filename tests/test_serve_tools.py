@@ -290,3 +290,17 @@ def test_a_template_that_never_reads_tools_is_refused(make_checkpoint):
             urllib.request.urlopen(req, timeout=30)
         body = json.loads(err.value.read())
         assert err.value.code == 400 and body["error"]["param"] == "tools" and "template" in body["error"]["message"]
+
+
+def test_the_calls_grammar_is_kept_for_the_same_tools():
+    """Agents send the same tools with every request: their grammar is built once (kept by the tools' JSON, so
+    the same tools in another request's dicts find it, and other tools or another form do not)."""
+    from clover_local.serve.tools import template_grammar
+
+    first = template_grammar(TOOLS, True, "<function=")
+    assert first is not None and template_grammar(json.loads(json.dumps(TOOLS)), True, "<function=") is first
+    assert template_grammar(TOOLS, False, "<function=") is not first
+    assert template_grammar(TOOLS, True, "<tool_call>") not in (None, first)
+    renamed = json.loads(json.dumps(TOOLS).replace("get_weather", "get_time"))
+    assert template_grammar(renamed, True, "<function=") is not first
+    assert template_grammar(TOOLS, True, "no call form") is None
