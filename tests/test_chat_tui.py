@@ -804,10 +804,12 @@ def test_save_and_load_keep_the_thinking_and_an_interrupted_answer(tmp_path):
     (0.0, {"presence_penalty": "-2", "frequency_penalty": "-2"}, ["presence_penalty -2", "frequency_penalty -2"],
      "repetition_penalty"),
     (1.0, {"top_k": "2", "min_p": "0.3"}, ["top_k 2", "min_p 0.3"], "top_k"),
-], ids=["penalties", "cuts"])
+    (0.0, {"reveal_factor": "5"}, ["reveal_factor 5"], "reveal_factor"),
+], ids=["penalties", "cuts", "factor-rule"])
 def test_sampling_settings_set_in_chat_reach_the_decoder_and_show_once_set(make_checkpoint, capsys, temperature,
                                                                            given, shown, hidden):
-    """/set presence_penalty and frequency_penalty (greedy), top_k and min_p (a seeded draw) reach the decoder:
+    """/set presence_penalty and frequency_penalty (greedy), top_k and min_p (a seeded draw), reveal_factor reach the
+    decoder:
     /retry answers otherwise, and the same again once they are back at their off values; /set lists them only
     while they are set; a bad value is refused with what is allowed."""
     app, _ = _chat(make_checkpoint, interactive=False)

@@ -392,6 +392,31 @@ def test_top_k_and_min_p_flags_reach_the_decoder(capsys):
     expect_error(capsys, ["generate", "tiny", "-p", "hi", "--min-p", "1.5", *GEN], "--min-p")
 
 
+@needs_tiny
+def test_the_reveal_factor_flag_reaches_the_decoder(capsys):
+    """--reveal-factor decodes by the factor rule (the decoder's own answer with that factor, in fewer passes than
+    the model's threshold here); out of range, one line."""
+    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.events import Finished
+    from clover_local.loader import load
+
+    args = ["generate", "tiny", "-p", "reverse a b c d e f", "--no-think", "--max-new-tokens", "32", "--json", *GEN]
+    assert run_cli(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert run_cli(args + ["--reveal-factor", "4"]) == 0
+    factor = json.loads(capsys.readouterr().out)
+    assert factor["stats"]["passes"] < plain["stats"]["passes"], "no fewer passes here: pick another prompt"
+    loaded = load("tiny", "cpu", "float32")
+    tok = loaded.tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "reverse a b c d e f"}],
+                                             enable_thinking=False))
+    settings = DecodeSettings(max_new_tokens=32, threshold=loaded.config.diffusion.threshold, factor=4.0,
+                              stop_token_ids=loaded.stop_token_ids)
+    events = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id).generate(ids, settings)
+    assert next(e for e in events if isinstance(e, Finished)).token_ids == factor["token_ids"]
+    expect_error(capsys, ["generate", "tiny", "-p", "hi", "--reveal-factor", "-1", *GEN], "--reveal-factor")
+
+
 def test_penalty_flags_reach_the_decoder_in_generate_and_chat(capsys, tmp_path):
     """--repetition-penalty (and its siblings) change the greedy answer of `generate` and of a piped `chat`, and
     both give what the decoder gives with those penalties (the flags are not just checked and dropped)."""

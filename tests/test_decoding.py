@@ -315,6 +315,31 @@ def test_pick_reveals_rules():
     assert pick_reveals(conf, 0.0) == [0, 1, 2, 3, 4]
 
 
+def test_the_factor_rule_reveals_the_most_confident_while_their_count_times_doubt_stays_under_it():
+    """Fast-dLLM's factor rule: the n most confident, the largest n with (n + 1)(1 - c_n) < factor."""
+    conf = torch.tensor([0.3, 0.95, 0.9, 0.99, 0.6])
+    # (n + 1)(1 - c_n) for n = 1..5 in confidence order: 0.02, 0.15, 0.4, 2.0, 4.2
+    assert sorted(pick_reveals(conf, 0.5, factor=1.0)) == [1, 2, 3]  # the threshold plays no part
+    assert sorted(pick_reveals(conf, 0.5, factor=1.99)) == [1, 2, 3]
+    assert sorted(pick_reveals(conf, 0.5, factor=2.01)) == [1, 2, 3, 4]
+    assert pick_reveals(conf, 0.5, factor=0.1) == [3]
+    assert pick_reveals(conf, 0.0, factor=1e-6) == [3]  # at least the most confident
+    assert sorted(pick_reveals(conf, 1.0, factor=10.0)) == [0, 1, 2, 3, 4]
+
+
+def test_decoding_by_the_factor_rule(loaded):
+    """A factor too small for any second reveal decodes as threshold 1 does (one a pass, the most confident), token
+    for token; a factor no block's doubts reach reveals each block in one pass."""
+    prompt = prompt_ids(loaded, 16, 2)
+    ev_one, one = run(loaded, prompt, max_new_tokens=2 * BS, threshold=1.0)
+    ev_small, small = run(loaded, prompt, max_new_tokens=2 * BS, threshold=0.0, factor=1e-9)
+    assert small.token_ids == one.token_ids and small.stats.passes == one.stats.passes == 2 * BS
+    assert [p.tokens for p in passes(ev_small)] == [p.tokens for p in passes(ev_one)]
+    ev, fin = run(loaded, prompt, max_new_tokens=3 * BS, threshold=1.0, factor=float(BS + 1))
+    assert fin.stats.passes == 3 and fin.stats.tokens_per_pass == BS
+    check_event_invariants(ev, fin)
+
+
 def test_non_finite_logits_stop_the_decode_with_one_clear_error(loaded, monkeypatch):
     """A pass whose logits are NaN (hidden states gone non-finite: an optimistic pass carries them to the end
     without stopping) ends the decode with a CloverError that says so, not with tokens drawn from NaN; greedy

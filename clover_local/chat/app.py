@@ -44,7 +44,8 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/think on|off", "let the model think first (the chat template's enable_thinking)"),
     ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
     ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
-    ("/set NAME VALUE", "threshold (0-1], temperature [0-10], top_p (0-1], top_k ≥0 (0: all), min_p [0-1], "
+    ("/set NAME VALUE", "threshold (0-1], reveal_factor [0-100] or off (the factor rule instead of the "
+                        "threshold), temperature [0-10], top_p (0-1], top_k ≥0 (0: all), min_p [0-1], "
                         "max_tokens ≥1, think_budget ≥1 or off "
                         "(the thinking's most tokens), presence_penalty and frequency_penalty [-2, 2], "
                         "repetition_penalty (0-10]"),
@@ -418,7 +419,8 @@ class ChatApp:
                          if getattr(s, name) != r.off]  # shown once set: most chats never touch them
             budget = [] if s.think_budget is None else [f"think_budget {s.think_budget}"]
             cuts = [f"{name} {getattr(s, name):g}" for name in ("top_k", "min_p") if getattr(s, name)]  # (once set)
-            self.note(" · ".join([f"threshold {s.threshold:g}", f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
+            rule = f"reveal_factor {s.reveal_factor:g}" if s.reveal_factor else f"threshold {s.threshold:g}"
+            self.note(" · ".join([rule, f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
                                   *cuts, f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}",
                                   *budget, *penalties]))
             return
@@ -528,6 +530,7 @@ class ChatApp:
             max_new = ctx - len(ids)
             self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")
         settings = DecodeSettings(max_new_tokens=max_new, threshold=self.settings.threshold,
+                                  factor=self.settings.reveal_factor,
                                   temperature=self.settings.temperature, top_p=self.settings.top_p,
                                   top_k=self.settings.top_k, min_p=self.settings.min_p,
                                   seed=self.settings.seed, stop_token_ids=self.loaded.stop_token_ids,

@@ -22,6 +22,7 @@ ROLES = ("system", "user", "assistant")
 @dataclass
 class ChatSettings:
     threshold: float = 0.9
+    reveal_factor: float = 0.0  # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.pick_reveals)
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0  # 0: every token (sampling.choose)
@@ -52,8 +53,14 @@ def _budget(v: str) -> int | None:
     return None if v.lower() == "off" else int(v)
 
 
+def _factor(v: str) -> float:
+    return 0.0 if v.lower() == "off" else float(v)
+
+
 SETTABLE: dict[str, tuple[Any, Any, str]] = {
     "threshold": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]; 1 reveals one token per pass"),
+    "reveal_factor": (_factor, lambda x: 0.0 <= x <= 100.0,
+                      "a number in [0, 100], or off (0): the threshold rule"),
     "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
     "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
     "top_k": (_int, lambda x: x >= 0, "a whole number, 0 for all tokens"),

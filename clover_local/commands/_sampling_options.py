@@ -40,6 +40,18 @@ def min_p_option() -> Any:
                         help="When sampling, drop tokens less than this times as likely as the likeliest (0: off).")
 
 
+def reveal_factor_option() -> Any:
+    return typer.Option(0.0, "--reveal-factor", metavar="F",
+                        help="Reveal by Fast-dLLM's factor rule instead of --threshold: each pass the n most "
+                             "confident positions, for the largest n with (n + 1) x (1 - the n-th's confidence) under "
+                             "F (on the tiny model, 1 gives threshold 0.9's accuracy with 17% more tokens a pass; "
+                             "0: the threshold rule).")
+
+
+def check_reveal_factor(factor: float) -> None:
+    check_range("--reveal-factor", factor, 0.0, 100.0)
+
+
 def check_cuts(top_k: int, min_p: float) -> None:
     if top_k < 0:
         raise CloverError(f"--top-k must be 0 (all tokens) or more, got {top_k}")

@@ -13,10 +13,10 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import (check_cuts, check_range, check_think_budget,
-                                                     frequency_penalty_option, min_p_option, penalties,
-                                                     presence_penalty_option, repetition_penalty_option,
-                                                     think_budget_option, top_k_option)
+from clover_local.commands._sampling_options import (check_cuts, check_range, check_reveal_factor,
+                                                     check_think_budget, frequency_penalty_option, min_p_option,
+                                                     penalties, presence_penalty_option, repetition_penalty_option,
+                                                     reveal_factor_option, think_budget_option, top_k_option)
 from clover_local.errors import CloverError
 
 
@@ -42,6 +42,7 @@ def chat(
                                        help="Show the thinking dimmed, or one summary line per answer."),
     threshold: Optional[float] = typer.Option(
         None, "--threshold", help="Reveal every position at least this confident per pass (default: model's)."),
+    reveal_factor: float = reveal_factor_option(),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
     top_k: int = top_k_option(),
@@ -87,6 +88,7 @@ def chat(
     check_cuts(top_k, min_p)
     if threshold is not None:
         check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
+    check_reveal_factor(reveal_factor)
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
     check_think_budget(think_budget)
@@ -102,7 +104,7 @@ def chat(
         ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
     settings = ChatSettings(
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
-        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+        reveal_factor=reveal_factor, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
         max_tokens=min(max_tokens, loaded.config.max_context),
         think=think, show_thinking=show_thinking, seed=seed, presence_penalty=presence_penalty,
         frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty, think_budget=think_budget,

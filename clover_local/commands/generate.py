@@ -18,10 +18,10 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_flag_limit, context_option,
                                                   dtype_option, load_options, offload_option, prefill_chunk_option,
                                                   resident_routing_option, vram_budget_option)
-from clover_local.commands._sampling_options import (check_cuts, check_range, check_think_budget,
-                                                     frequency_penalty_option, min_p_option, penalties,
-                                                     presence_penalty_option, repetition_penalty_option,
-                                                     think_budget_option, top_k_option)
+from clover_local.commands._sampling_options import (check_cuts, check_range, check_reveal_factor,
+                                                     check_think_budget, frequency_penalty_option, min_p_option,
+                                                     penalties, presence_penalty_option, repetition_penalty_option,
+                                                     reveal_factor_option, think_budget_option, top_k_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -150,6 +150,7 @@ def generate(
     threshold: Optional[float] = typer.Option(
         None, "--threshold", help="Reveal every position at least this confident per pass (default: model's)."
     ),
+    reveal_factor: float = reveal_factor_option(),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; above 0 samples."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass when sampling."),
     top_k: int = top_k_option(),
@@ -221,6 +222,7 @@ def generate(
     check_cuts(top_k, min_p)
     if threshold is not None:
         check_range("--threshold", threshold, 0.0, 1.0)
+    check_reveal_factor(reveal_factor)
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
     penalized = penalties(presence_penalty, frequency_penalty, repetition_penalty)
@@ -257,6 +259,7 @@ def generate(
     settings = DecodeSettings(
         max_new_tokens=max_new_tokens,
         threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
+        factor=reveal_factor,
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,

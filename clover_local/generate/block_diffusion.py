@@ -3,7 +3,7 @@
 Blocks are aligned to multiples of `block_size` in absolute position: the prompt's complete blocks are
 prefilled causally, its tail (if any) opens the first block with the rest masked. For each block: repeat a
 preview pass, reveal every masked position whose confidence reaches the threshold (at least the most
-confident one); when none is masked, commit the block with a causal pass. Output stops at a stop token (what
+confident one; or by Fast-dLLM's factor rule, `DecodeSettings.factor`); when none is masked, commit the block with a causal pass. Output stops at a stop token (what
 follows it is dropped) or at `max_new_tokens`. Cost unit: one pass over `block_size` rows.
 
 A commit that another block follows is merged with that block's first preview (all masks, so known in advance)
@@ -44,6 +44,9 @@ from clover_local.model.clover import CloverModel
 class DecodeSettings:
     max_new_tokens: int = 512
     threshold: float = 0.95
+    # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.pick_reveals); held answers' runs keep the
+    # threshold
+    factor: float = 0.0
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0  # 0: every token (sampling.choose)
@@ -198,7 +201,8 @@ class BlockDiffusionDecoder:
                 ids, conf = choose(logits, settings.temperature, settings.top_p, gen, settings.top_k, settings.min_p)
                 ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
                 if shape is None:
-                    reveals = [Reveal(masked[j], ids_h[j], conf_h[j]) for j in pick_reveals(conf_h, settings.threshold)]
+                    picked = pick_reveals(conf_h, settings.threshold, settings.factor)
+                    reveals = [Reveal(masked[j], ids_h[j], conf_h[j]) for j in picked]
                     reveals.sort(key=lambda r: r.position)
                 else:
                     reveals, shape = self._constrained_reveals(settings, constraint, shape, masked, logits, ids_h,
