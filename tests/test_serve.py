@@ -665,7 +665,8 @@ def _refused(**fields):
 
 
 def test_sampling_fields_are_checked_at_their_bounds():
-    """The ranges' ends: temperature [0, 2], top_p and threshold (0, 1]; an open end refuses its own value."""
+    """The ranges' ends: temperature [0, 2], top_p and threshold (0, 1], reveal_factor [0, 100]; an open end refuses
+    its own value."""
     assert _parse(temperature=2).temperature == 2.0 and _parse(temperature=0).temperature == 0.0
     assert _refused(temperature=-0.01).param == "temperature"
     assert _parse(top_p=1).top_p == 1.0 and _parse(top_p=0.01).top_p == 0.01
@@ -674,6 +675,8 @@ def test_sampling_fields_are_checked_at_their_bounds():
     assert _parse(threshold=1).threshold == 1.0 and _parse().threshold is None
     assert _refused(threshold=0).param == "threshold"
     assert _refused(threshold=1.5).param == "threshold"
+    assert _parse(reveal_factor=0).reveal_factor == 0.0 and _parse().reveal_factor is None
+    assert _parse(reveal_factor=100).reveal_factor == 100.0 and _refused(reveal_factor=-1).param == "reveal_factor"
 
 
 def test_max_tokens_and_max_completion_tokens():

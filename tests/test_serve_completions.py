@@ -145,6 +145,26 @@ def test_top_k_and_min_p_reach_the_decoder(served, client):
         assert code == 400 and body["error"]["param"] == name, body
 
 
+def test_the_reveal_rule_reaches_the_decoder(served, client):
+    """`reveal_factor` decodes by the factor rule (the decoder's own answer with it); `serve --reveal-factor` gives
+    it to requests that send neither field, and a request's `threshold` or `reveal_factor: 0` asks for the
+    threshold rule; out of range, a 400."""
+    loaded, url = served
+    ids = loaded.tokenizer.encode(PROMPT)
+    plain, factor = decoded(loaded, ids, 40), decoded(loaded, ids, 40, sampling={"factor": 3.0})
+    assert factor != plain, "the factor rule changed nothing here: pick another factor"
+    r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40, extra_body={"reveal_factor": 3})
+    assert r.choices[0].text == loaded.tokenizer.decode(factor)
+    code, body = post(url, {"prompt": PROMPT, "reveal_factor": -0.5})
+    assert code == 400 and body["error"]["param"] == "reveal_factor", body
+    with running_server(loaded, "raw", max_tokens=64, context=CONTEXT, reveal_factor=3.0) as (_, by_default):
+        other = openai.OpenAI(base_url=by_default + "/v1", api_key="unused", max_retries=0, timeout=60)
+        for extra, want in (({}, factor), ({"reveal_factor": 0}, plain),
+                            ({"threshold": loaded.config.diffusion.threshold}, plain)):
+            r = other.completions.create(model="raw", prompt=PROMPT, max_tokens=40, extra_body=extra)
+            assert r.choices[0].text == loaded.tokenizer.decode(want), extra
+
+
 def test_logit_bias_bans_and_forces_tokens(served, client):
     """OpenAI's logit_bias at every masked position of every pass: -100 keeps tokens out of the answer, 100 on one
     makes the answer that token; the server's answer is the decoder's own; a bad key or value is a 400."""

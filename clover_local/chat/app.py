@@ -62,7 +62,8 @@ HELP_COMMANDS: list[tuple[str, str]] = [
 HELP_OUTRO = (
     "The block being denoised is drawn as cells: ░ still masked, coloured once revealed from red (unsure) to "
     "green (confident), underlined if the last pass revealed it. Each pass reveals every position at least "
-    "`threshold`-confident, so a lower threshold gives more tokens per pass (and more mistakes)."
+    "`threshold`-confident, so a lower threshold gives more tokens per pass (and more mistakes); `reveal_factor` "
+    "(the factor rule: the more positions at once, the surer each must be) trades them better on the tiny model."
 )
 
 

@@ -48,6 +48,7 @@ class Limits:
     think_budget: int | None = None  # the most tokens any answer's thinking may take (a request may ask for less)
     answer_room: bool = True  # and at most what leaves the answer room (thinking.answer_room_budget)
     free_tool_calls: bool = False  # tool_choice auto: no grammar from the model's <tool_call> on (tools.auto_calls)
+    reveal_factor: float = 0.0  # the factor rule for requests that send neither threshold nor reveal_factor
     read_timeout: float = 30.0
 
 
@@ -308,6 +309,8 @@ class Handler(BaseHTTPRequestHandler):
         engine = self.server.engine
         max_new = completion_budget(prompt_tokens, req.max_tokens, self.server.limits, what, req.max_tokens_ceiling)
         threshold = req.threshold if req.threshold is not None else engine.loaded.config.diffusion.threshold
+        factor = req.reveal_factor if req.reveal_factor is not None else (
+            0.0 if req.threshold is not None else self.server.limits.reveal_factor)  # (a threshold asks for its rule)
         stops = engine.loaded.stop_token_ids
         forced = req.forced if isinstance(req, ChatRequest) else None
         vocab = forced.vocab(engine.tokenizer) if forced is not None else engine.tokenizer
@@ -317,9 +320,9 @@ class Handler(BaseHTTPRequestHandler):
         if outside is not None:
             raise ApiError(400, f"'logit_bias' names token {outside}, outside this model's vocabulary (ids 0 to "
                            f"{size - 1})", param="logit_bias")
-        return DecodeSettings(max_new_tokens=max_new, threshold=threshold, temperature=req.temperature,
-                              top_p=req.top_p, top_k=req.top_k, min_p=req.min_p, seed=req.seed,
-                              stop_token_ids=stops, penalties=req.penalties,
+        return DecodeSettings(max_new_tokens=max_new, threshold=threshold, factor=factor,
+                              temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+                              seed=req.seed, stop_token_ids=stops, penalties=req.penalties,
                               logit_bias=req.logit_bias, constraint=constraint)
 
     def _prompt(self, req: ChatRequest) -> str:

@@ -13,7 +13,9 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 thinking) or json_schema (structured outputs: `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`,
 the answer is one value the schema allows, held to it byte by byte as JSON mode is; the subset of JSON Schema in
 generate/json_schema.py, anything else in the schema refused with a 400 naming the keyword; also without thinking),
-and our own `threshold`.
+and our own `threshold` and `reveal_factor` (how many positions a pass reveals: every one at least `threshold`
+confident, or with `reveal_factor` > 0 Fast-dLLM's factor rule, generate/sampling.pick_reveals; a request that sends
+neither gets the model's threshold, or `serve --reveal-factor`).
 
 `logprobs: true` (with `top_logprobs` 0 to 20) answers OpenAI's `choices[0].logprobs.content`: for each token of
 the message's content (not the thinking's), its log-probability given the conversation and the answer before it,
@@ -73,6 +75,7 @@ class Sampling:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     threshold: float | None = None
+    reveal_factor: float | None = None  # > 0: the factor rule instead of the threshold; 0: the threshold rule
     penalties: Penalties = field(default_factory=Penalties)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit, -100 to 100
     json_object: bool = False  # response_format json_object: the answer is one JSON object
@@ -418,6 +421,7 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.top_k, req.min_p = top_k_field(body), number_field(body, "min_p", 0.0, 1.0, 0.0)
     req.threshold = number_field(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
+    req.reveal_factor = number_field(body, "reveal_factor", 0.0, 100.0, None) if "reveal_factor" in body else None
     req.penalties = penalties_field(body)
     req.logit_bias = logit_bias_field(body)
     req.json_object, req.json_schema = _response_format(body)

@@ -33,7 +33,7 @@ from clover_local.serve.protocol import (ApiError, ChatRequest, answer_usage, ba
 from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
-_SAMPLING_FIELDS = ("model", "stream", "temperature", "top_p", "threshold", "seed", "presence_penalty",
+_SAMPLING_FIELDS = ("model", "stream", "temperature", "top_p", "threshold", "reveal_factor", "seed", "presence_penalty",
                     "frequency_penalty", "repetition_penalty", "thinking_token_budget")
 _TEXT_PARTS = ("input_text", "output_text", "text")
 NAMESPACE_SEP = "."  # a namespaced function's name for the template: `namespace.name`

@@ -44,6 +44,7 @@ class EvalReport:
     tokens_per_pass: float  # output tokens (stop token excluded) / preview passes
     revealed_per_pass: float  # positions revealed / preview passes (includes padding after the stop token)
     threshold: float
+    factor: float  # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.pick_reveals)
     thinking: bool
     history: bool
     seconds: float
@@ -83,13 +84,13 @@ def run_prompt(decoder: BlockDiffusionDecoder, tok, prompt: str, settings: Decod
 
 def evaluate(
     model, tok, mask_id: int, n: int = 140, threshold: float = 0.9, max_new_tokens: int = 64,
-    enable_thinking: bool = True, seed: int = HELDOUT_SEED, history: bool = False,
+    enable_thinking: bool = True, seed: int = HELDOUT_SEED, history: bool = False, factor: float = 0.0,
 ) -> EvalReport:
     """Greedy block diffusion on `n` held-out prompts; with `history`, each asked as a chat's second turn."""
     t0 = time.perf_counter()
     decoder = BlockDiffusionDecoder(model, mask_id)
     stops = list(dict.fromkeys(tok.eos_token_ids))
-    settings = DecodeSettings(max_new_tokens=max_new_tokens, threshold=threshold, stop_token_ids=stops)
+    settings = DecodeSettings(max_new_tokens=max_new_tokens, threshold=threshold, factor=factor, stop_token_ids=stops)
     right: dict[str, list[bool]] = defaultdict(list)
     total_tokens = total_decoded = total_passes = total_revealed = 0
     failures = []
@@ -120,6 +121,7 @@ def evaluate(
         tokens_per_pass=total_tokens / max(total_passes, 1),
         revealed_per_pass=total_revealed / max(total_passes, 1),
         threshold=threshold,
+        factor=factor,
         thinking=enable_thinking,
         history=history,
         seconds=time.perf_counter() - t0,
@@ -192,6 +194,8 @@ def _main() -> None:
     parser.add_argument("model", nargs="?", default="tiny")
     parser.add_argument("--n", type=int, default=140)
     parser.add_argument("--threshold", type=float, default=0.9)
+    parser.add_argument("--reveal-factor", type=float, default=0.0,
+                        help="reveal by Fast-dLLM's factor rule instead of the threshold (0: the threshold rule)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--no-think", dest="think", action="store_false",
                         help="pre-fill an empty thinking block (answer directly)")
@@ -222,7 +226,7 @@ def _main() -> None:
         except ValueError as exc:
             parser.error(str(exc))
     report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
-                      enable_thinking=args.think, history=args.history)
+                      enable_thinking=args.think, history=args.history, factor=args.reveal_factor)
     if args.json:
         extra = {"masked_ce": ce, "traces": list(traces)} if ce is not None else {}
         print(json.dumps(report.to_dict() | extra, ensure_ascii=False, indent=2))
@@ -237,7 +241,8 @@ def _main() -> None:
 
 
 def _summary(report: EvalReport) -> str:
-    mode = ("thinking on" if report.thinking else "no thinking") + (", second turn" if report.history else "")
+    mode = (("thinking on" if report.thinking else "no thinking") + (", second turn" if report.history else "")
+            + (f", reveal factor {report.factor:g}" if report.factor else f", threshold {report.threshold:g}"))
     return (f"accuracy {report.accuracy:.3f} on {report.n} held-out prompts ({mode}), "
             f"{report.answer_tokens_per_pass:.2f} answer tokens/pass incl. the stop token "
             f"({report.tokens_per_pass:.2f} without it, {report.revealed_per_pass:.2f} positions incl. padding), "
@@ -262,7 +267,7 @@ def _compare_routing(parser: argparse.ArgumentParser, args) -> None:
         except ValueError as exc:  # options the runtime cannot take: one line, like a CloverError (main)
             raise CloverError(str(exc)) from None
         report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
-                          enable_thinking=args.think, history=args.history)
+                          enable_thinking=args.think, history=args.history, factor=args.reveal_factor)
         st = loaded.model.runtime.stats()
         runs[name_of(resident)] = (report, {
             "slots": st["slots"], "experts_total": st["experts_total"], "bytes_h2d": st["bytes_h2d"],
