@@ -240,6 +240,8 @@ def test_bench_prints_no_5070ti_figure_from_cpu_timings_and_fits_80_columns(pack
     # --json keeps the figure, and says what timed it
     assert r["projection_5070ti"]["ms_per_pass"] > 0 and r["projection_5070ti"]["timed_on"] == "cpu"
     assert r["device"] == "cpu"
+    # a pack with its tokenizer: tokens per pass measured, by the threshold and by the factor rule
+    assert r["tokens_per_pass_source"].startswith("measured") and r["tokens_per_pass_factor_rule"] > 0
     monkeypatch.setenv("COLUMNS", "80")
     _print(r)
     text = capsys.readouterr().out
@@ -247,6 +249,7 @@ def test_bench_prints_no_5070ti_figure_from_cpu_timings_and_fits_80_columns(pack
     assert "RTX 5070 Ti projection: needs GPU timings (this run timed the CPU)" in lines
     assert f"{r['projection_5070ti']['ms_per_pass']:.2f} ms per pass" not in text
     assert "proj." not in text  # no projected column from CPU times either
+    assert "by the factor rule" in text
     assert max(len(line) for line in lines) <= 80
     table = [line for line in lines if line.startswith("│")]
     names = [c["component"] for c in r["components"]]

@@ -117,7 +117,9 @@ def _print(r: dict) -> None:
                 f"({fmt_bytes(pf['cache']['bytes_h2d'])}); largest parts (ms): {top}")
     c.print(f"ms per pass: {r['ms_per_pass']:.2f} steady ({r['ms_per_call']:.2f} with its LM head), "
             f"{r['ms_per_pass_first']:.2f} first; "
-            f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass, {r['tokens_per_pass_source']}")
+            f"{r['tokens_per_s']:.1f} tok/s at {r['tokens_per_pass']} tokens/pass, {r['tokens_per_pass_source']}"
+            + ("" if r["tokens_per_pass_factor_rule"] is None else
+               f" ({r['tokens_per_pass_factor_rule']} by the factor rule, --reveal-factor 1)"))
     c.print(f"hit rate {r['hit_rate']} (first pass {r['hit_rate_first_pass']}, {r['misses_first_pass']} misses); "
             f"PCIe {fmt_bytes(r['pcie_bytes'])} at {r['pcie_gbps']} GB/s")
     hr = r["host_reads"]
