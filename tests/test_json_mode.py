@@ -168,10 +168,10 @@ class _Vocab:
         return {t[0]: [i] for i, t in enumerate(self.TOKENS) if t}
 
 
-def _reveal(ids, conf, logits=None, state=b"", threshold=0.9):
+def _reveal(ids, conf, logits=None, state=b"", threshold=0.9, factor=0.0):
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
 
-    settings = DecodeSettings(threshold=threshold, stop_token_ids=[6],
+    settings = DecodeSettings(threshold=threshold, factor=factor, stop_token_ids=[6],
                               constraint=JsonObjectConstraint(_Vocab(), [6]))
     shape = accepts(state)
     if logits is None:
@@ -196,6 +196,10 @@ def test_the_decoder_reveals_a_run_from_the_leftmost_mask():
     assert _reveal([1, 6, 6], [0.99, 0.99, 0.99], state=b"{")[0] == [(5, 1), (6, 6)]
     # a threshold of 1.0: one a pass, even where the model is certain
     assert _reveal([0, 1, 6], [1.0, 1.0, 1.0], threshold=1.0)[0] == [(5, 0)]
+    # the factor rule counts the run's reveals: the second at 0.7 passes (3 x 0.3 < 1) where threshold 0.9 stops
+    assert _reveal([0, 1, 6], [0.99, 0.7, 0.99], factor=1.0)[0] == [(5, 0), (6, 1), (7, 6)]
+    assert _reveal([0, 1, 6], [0.99, 0.7, 0.99], factor=0.5)[0] == [(5, 0)]
+    assert _reveal([0, 1, 6], [0.99, 0.99, 0.7], factor=1.0)[0] == [(5, 0), (6, 1)]  # the third: 4 x 0.3 > 1
 
 
 def test_a_replaced_token_carries_its_own_probability_and_nan_is_refused():

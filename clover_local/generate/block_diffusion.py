@@ -33,7 +33,7 @@ from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Fin
 from clover_local.generate.json_mode import ByteConstraint, PrefixState
 from clover_local.generate.prompt_cache import PromptCache
 from clover_local.generate.sampling import (LogitBias, Penalties, TokenCounts, check_finite, choose,
-                                            device_generator, pick_reveals)
+                                            device_generator, pick_reveals, sure_enough)
 from clover_local.generate.thinking import BudgetTracker, ThinkBudget
 from clover_local.generate.trigger import Trigger
 from clover_local.model.cache import PrefixCache
@@ -44,9 +44,7 @@ from clover_local.model.clover import CloverModel
 class DecodeSettings:
     max_new_tokens: int = 512
     threshold: float = 0.95
-    # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.pick_reveals); held answers' runs keep the
-    # threshold
-    factor: float = 0.0
+    factor: float = 0.0  # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.sure_enough)
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0  # 0: every token (sampling.choose)
@@ -272,20 +270,23 @@ class BlockDiffusionDecoder:
                              ) -> tuple[list[Reveal], PrefixState]:
         """JSON mode's reveals this pass (json_mode.py): the leftmost masked position — the model's choice if the
         constraint allows it, else the likeliest token it allows — then, while the model's own choices (that first
-        one's included) are allowed and reach the threshold, the positions right after it: they were predicted with
-        the first one masked, so after a replaced or unsure token they wait for the next pass. Masked positions are
-        always the block's last ones here."""
+        one's included) are allowed and sure enough (the reveal rule, `sampling.sure_enough`, counting the run's
+        reveals), the positions right after it: they were predicted with the first one masked, so after a replaced
+        or unsure token they wait for the next pass. Masked positions are always the block's last ones here."""
         check_finite(conf)
         stops = settings.stop_token_ids
+
+        def sure(j: int) -> bool:  # the run's (j + 1)-th reveal
+            return sure_enough(conf[j], j + 1, settings.threshold, settings.factor)
+
         token, nxt, first_conf = ids[0], constraint.advance(shape, ids[0]), conf[0]
-        run = nxt is not None and conf[0] >= settings.threshold  # the next ones were predicted beside this one
+        run = nxt is not None and sure(0)  # the next ones were predicted beside this one
         if nxt is None:
             token, nxt = constraint.likeliest_allowed(shape, logits[0])
             first_conf = float(torch.softmax(logits[0].float(), -1)[token])
         reveals = [Reveal(masked[0], token, first_conf)]
         j = 1
-        while run and token not in stops and j < len(masked) and settings.threshold < 1.0 \
-                and conf[j] >= settings.threshold:
+        while run and token not in stops and j < len(masked) and sure(j):
             after = constraint.advance(nxt, ids[j])
             if after is None:
                 break

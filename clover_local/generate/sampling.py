@@ -168,22 +168,26 @@ def check_finite(confidence: list[float]) -> None:
                           "that made them")
 
 
+def sure_enough(confidence: float, n: int, threshold: float, factor: float = 0.0) -> bool:
+    """Whether a pass's n-th reveal (counted from 1, most confident first) at this confidence is revealed now. The
+    threshold rule (the vendor's, SGLang's LowConfidence): at least `threshold` confident, and a threshold of 1.0
+    or more means one a pass. With `factor` > 0, Fast-dLLM's factor rule (Wu et al. 2025) instead:
+    (n + 1)(1 - confidence) < factor — the more revealed at once, the surer each must be. On the tiny model factor
+    1 reveals 13–18 % more tokens a pass than threshold 0.9 for 0.3–1 point of accuracy, and factor 0.5 as many with
+    as much (BENCHMARKS.md "Reveal rules")."""
+    if factor > 0.0:
+        return (n + 1) * (1.0 - confidence) < factor
+    return confidence >= threshold and (threshold < 1.0 or n == 1)
+
+
 def pick_reveals(confidence: torch.Tensor | list[float], threshold: float, factor: float = 0.0) -> list[int]:
-    """Indices (into `confidence`) to reveal this pass, at least the single most confident. The threshold rule
-    (the vendor's, SGLang's LowConfidence): every one at or above the threshold; 1.0 or more means exactly one per
-    pass. With `factor` > 0, Fast-dLLM's factor rule (Wu et al. 2025) instead: the n most confident, for the largest
-    n whose n-th confidence c_n keeps (n + 1)(1 - c_n) < factor — the more it reveals at once, the surer each must
-    be. On the tiny model factor 1 reveals 13–18 % more tokens a pass than threshold 0.9 for 0.3–1 point of
-    accuracy, and factor 0.5 as many with as much (BENCHMARKS.md "Reveal rules"). Works on host floats (the decoder reads a pass's confidences off the device
-    once)."""
+    """Indices (into `confidence`, ascending) to reveal this pass: the most confident while `sure_enough` takes
+    them, and at least the most confident one. Works on host floats (the decoder reads a pass's confidences off the
+    device once)."""
     conf = confidence.tolist() if isinstance(confidence, torch.Tensor) else list(confidence)
     check_finite(conf)
-    if factor > 0.0:
-        order = sorted(range(len(conf)), key=conf.__getitem__, reverse=True)
-        n = max((k for k in range(1, len(order) + 1) if (k + 1) * (1.0 - conf[order[k - 1]]) < factor), default=1)
-        return order[:n]
-    best = max(range(len(conf)), key=conf.__getitem__)
-    if threshold >= 1.0:
-        return [best]
-    chosen = [i for i, c in enumerate(conf) if c >= threshold]
-    return chosen if chosen else [best]
+    order = sorted(range(len(conf)), key=conf.__getitem__, reverse=True)  # (equals: the first first)
+    n = 1
+    while n < len(order) and sure_enough(conf[order[n]], n + 1, threshold, factor):
+        n += 1
+    return sorted(order[:n])
