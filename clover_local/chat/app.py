@@ -196,7 +196,7 @@ class ChatApp:
         cfg = self.loaded.config
         think = "on" if self.settings.think else "off"
         line = (f"[bold]clover-local chat[/] · {escape(self.label)} · blocks of {cfg.diffusion.block_size} · "
-                f"threshold {self.settings.threshold:g} · thinking {think} · [bold]/help[/] for commands")
+                f"{self.settings.reveal_rule()} · thinking {think} · [bold]/help[/] for commands")
         if self.interactive:
             self.console.print(line)
         else:
@@ -420,8 +420,7 @@ class ChatApp:
                          if getattr(s, name) != r.off]  # shown once set: most chats never touch them
             budget = [] if s.think_budget is None else [f"think_budget {s.think_budget}"]
             cuts = [f"{name} {getattr(s, name):g}" for name in ("top_k", "min_p") if getattr(s, name)]  # (once set)
-            rule = f"reveal_factor {s.reveal_factor:g}" if s.reveal_factor else f"threshold {s.threshold:g}"
-            self.note(" · ".join([rule, f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
+            self.note(" · ".join([s.reveal_rule(), f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
                                   *cuts, f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}",
                                   *budget, *penalties]))
             return

@@ -36,6 +36,10 @@ class ChatSettings:
     repetition_penalty: float = 1.0
     think_budget: int | None = None  # the most tokens the thinking may take (generate/thinking.py); None: no limit
 
+    def reveal_rule(self) -> str:
+        """The rule a pass reveals by, as /set names it (the banner and /set show it)."""
+        return f"reveal_factor {self.reveal_factor:g}" if self.reveal_factor else f"threshold {self.threshold:g}"
+
     def penalties(self) -> Penalties:
         return Penalties(self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
 
