@@ -41,6 +41,20 @@ def _bounds_checked_kernels():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache(tmp_path_factory):
+    """clover-local's cache folder (download records, synthetic packs, tuning tables, chat history) in a temporary
+    folder for the whole run, not the user's ~/.cache/clover-local: a download test's unfinished-run record was left
+    there by every run (a test that needs its own sets CLOVER_LOCAL_CACHE itself)."""
+    before = os.environ.get("CLOVER_LOCAL_CACHE")
+    os.environ["CLOVER_LOCAL_CACHE"] = str(tmp_path_factory.mktemp("clover-local-cache"))
+    yield
+    if before is None:
+        os.environ.pop("CLOVER_LOCAL_CACHE", None)
+    else:
+        os.environ["CLOVER_LOCAL_CACHE"] = before
+
+
 @pytest.fixture(autouse=True)
 def loopback_only(monkeypatch):
     """No test reaches the network: any attempt to connect to, or resolve, a host other than this machine fails
