@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import PENALTY_RANGES, Penalties
+from clover_local.generate.sampling import MAX_REVEAL_FACTOR, PENALTY_RANGES, Penalties
 
 SAVE_FORMAT = "clover-local-chat"
 ROLES = ("system", "user", "assistant")
@@ -22,7 +22,7 @@ ROLES = ("system", "user", "assistant")
 @dataclass
 class ChatSettings:
     threshold: float = 0.9
-    reveal_factor: float = 0.0  # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.pick_reveals)
+    reveal_factor: float = 0.0  # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.sure_enough)
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0  # 0: every token (sampling.choose)
@@ -63,8 +63,8 @@ def _factor(v: str) -> float:
 
 SETTABLE: dict[str, tuple[Any, Any, str]] = {
     "threshold": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]; 1 reveals one token per pass"),
-    "reveal_factor": (_factor, lambda x: 0.0 <= x <= 100.0,
-                      "a number in [0, 100], or off (0): the threshold rule"),
+    "reveal_factor": (_factor, lambda x: 0.0 <= x <= MAX_REVEAL_FACTOR,
+                      f"a number in [0, {MAX_REVEAL_FACTOR:g}], or off (0): the threshold rule"),
     "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
     "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
     "top_k": (_int, lambda x: x >= 0, "a whole number, 0 for all tokens"),

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import PENALTY_RANGES, Penalties
+from clover_local.generate.sampling import MAX_REVEAL_FACTOR, PENALTY_RANGES, Penalties
 
 def check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
     if not (low < value if low_open else low <= value) or value > high:
@@ -40,16 +40,18 @@ def min_p_option() -> Any:
                         help="When sampling, drop tokens less than this times as likely as the likeliest (0: off).")
 
 
-def reveal_factor_option() -> Any:
+def reveal_factor_option(serve: bool = False) -> Any:
+    whom = ("instead of the model's threshold, for requests that send neither 'threshold' nor 'reveal_factor'"
+            if serve else "instead of --threshold")
     return typer.Option(0.0, "--reveal-factor", metavar="F",
-                        help="Reveal by Fast-dLLM's factor rule instead of --threshold: each pass the n most "
-                             "confident positions, for the largest n with (n + 1) x (1 - the n-th's confidence) under "
-                             "F (on the tiny model 1 reveals 13-18% more tokens a pass than threshold 0.9, within a "
-                             "point of its accuracy; 0: the threshold rule).")
+                        help=f"Reveal by Fast-dLLM's factor rule {whom}: each pass the n most confident positions, "
+                             "for the largest n with (n + 1) x (1 - the n-th's confidence) under F (on the tiny model "
+                             "1 reveals 13-18% more tokens a pass than threshold 0.9, within a point of its accuracy; "
+                             "0: the threshold rule).")
 
 
 def check_reveal_factor(factor: float) -> None:
-    check_range("--reveal-factor", factor, 0.0, 100.0)
+    check_range("--reveal-factor", factor, 0.0, MAX_REVEAL_FACTOR)
 
 
 def check_cuts(top_k: int, min_p: float) -> None:

@@ -14,7 +14,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import check_reveal_factor, serve_think_budget
+from clover_local.commands._sampling_options import check_reveal_factor, reveal_factor_option, serve_think_budget
 from clover_local.errors import CloverError
 from clover_local.runtime.sizes import parse_size
 
@@ -62,12 +62,7 @@ def serve(
         help="With tool_choice auto, leave the model's tool calls as it writes them: no grammar from its <tool_call> "
              "on (by default a call it starts is held to the tools' names and parameters, so it comes back as a "
              "call; a malformed one would stay in the content as text)."),
-    reveal_factor: float = typer.Option(
-        0.0, "--reveal-factor", metavar="F",
-        help="Reveal by Fast-dLLM's factor rule instead of the model's threshold, for requests that send neither "
-             "'threshold' nor 'reveal_factor': each pass the n most confident positions, for the largest n with "
-             "(n + 1) x (1 - the n-th's confidence) under F (on the tiny model 1 reveals 13-18% more tokens a pass "
-             "than threshold 0.9, within a point of its accuracy; 0: the threshold rule)."),
+    reveal_factor: float = reveal_factor_option(serve=True),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),

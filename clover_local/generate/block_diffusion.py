@@ -3,8 +3,9 @@
 Blocks are aligned to multiples of `block_size` in absolute position: the prompt's complete blocks are
 prefilled causally, its tail (if any) opens the first block with the rest masked. For each block: repeat a
 preview pass, reveal every masked position whose confidence reaches the threshold (at least the most
-confident one; or by Fast-dLLM's factor rule, `DecodeSettings.factor`); when none is masked, commit the block with a causal pass. Output stops at a stop token (what
-follows it is dropped) or at `max_new_tokens`. Cost unit: one pass over `block_size` rows.
+confident one; or by Fast-dLLM's factor rule, `DecodeSettings.factor`); when none is masked, commit the block
+with a causal pass. Output stops at a stop token (what follows it is dropped) or at `max_new_tokens`. Cost unit:
+one pass over `block_size` rows.
 
 A commit that another block follows is merged with that block's first preview (all masks, so known in advance)
 into one pass (`CloverModel.commit_and_preview`: same tokens, each weight read once for both); `merge_commits=

@@ -168,6 +168,9 @@ def check_finite(confidence: list[float]) -> None:
                           "that made them")
 
 
+MAX_REVEAL_FACTOR = 100.0  # (every flag, /set and request field takes 0 to this: past 33 a block is one pass)
+
+
 def sure_enough(confidence: float, n: int, threshold: float, factor: float = 0.0) -> bool:
     """Whether a pass's n-th reveal (counted from 1, most confident first) at this confidence is revealed now. The
     threshold rule (the vendor's, SGLang's LowConfidence): at least `threshold` confident, and a threshold of 1.0

@@ -43,7 +43,7 @@ from typing import Any, Callable, Protocol
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import Grammar
 from clover_local.generate.json_schema import Schema, compile_schema
-from clover_local.generate.sampling import PENALTY_RANGES, Penalties
+from clover_local.generate.sampling import MAX_REVEAL_FACTOR, PENALTY_RANGES, Penalties
 from clover_local.serve.tools import ForcedCall, ToolCall
 
 
@@ -421,7 +421,8 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
     req.top_k, req.min_p = top_k_field(body), number_field(body, "min_p", 0.0, 1.0, 0.0)
     req.threshold = number_field(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
-    req.reveal_factor = number_field(body, "reveal_factor", 0.0, 100.0, None) if "reveal_factor" in body else None
+    req.reveal_factor = (number_field(body, "reveal_factor", 0.0, MAX_REVEAL_FACTOR, None) if "reveal_factor" in body
+                         else None)
     req.penalties = penalties_field(body)
     req.logit_bias = logit_bias_field(body)
     req.json_object, req.json_schema = _response_format(body)
