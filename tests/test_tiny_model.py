@@ -55,6 +55,18 @@ def test_evaluation_reports_per_task_accuracy(tiny):
     assert report.answer_tokens_per_pass >= 1.5 and report.tokens_per_pass >= 1.2
 
 
+def test_evaluation_by_the_factor_rule_and_sampled(tiny):
+    """evaluate's reveal rule and sampling reach the decoder: the factor rule reveals more a pass on the same prompts
+    (BENCHMARKS.md "Reveal rules"), and a seeded sampled evaluation repeats itself and says how it sampled."""
+    threshold = evaluate(tiny.model, tiny.tokenizer, tiny.mask_token_id, n=14, threshold=0.9)
+    factor = evaluate(tiny.model, tiny.tokenizer, tiny.mask_token_id, n=14, threshold=0.9, factor=1.0)
+    assert factor.factor == 1.0 and factor.answer_tokens_per_pass > threshold.answer_tokens_per_pass
+    sampling = {"temperature": 1.5, "top_k": 20, "seed": 3}
+    drawn = [evaluate(tiny.model, tiny.tokenizer, tiny.mask_token_id, n=14, sampling=sampling) for _ in range(2)]
+    assert drawn[0].outputs == drawn[1].outputs and drawn[0].sampling == sampling
+    assert drawn[0].outputs != threshold.outputs, "sampling changed no answer here: pick another seed"
+
+
 def test_chat_answer_is_decoded_several_tokens_per_pass(capsys):
     import json
 

@@ -44,7 +44,8 @@ class EvalReport:
     tokens_per_pass: float  # output tokens (stop token excluded) / preview passes
     revealed_per_pass: float  # positions revealed / preview passes (includes padding after the stop token)
     threshold: float
-    factor: float  # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.pick_reveals)
+    factor: float  # > 0: Fast-dLLM's factor rule instead of the threshold (sampling.sure_enough)
+    sampling: dict  # temperature, top_p, top_k, seed where it samples ({}: greedy)
     thinking: bool
     history: bool
     seconds: float
@@ -85,12 +86,15 @@ def run_prompt(decoder: BlockDiffusionDecoder, tok, prompt: str, settings: Decod
 def evaluate(
     model, tok, mask_id: int, n: int = 140, threshold: float = 0.9, max_new_tokens: int = 64,
     enable_thinking: bool = True, seed: int = HELDOUT_SEED, history: bool = False, factor: float = 0.0,
+    sampling: dict | None = None,
 ) -> EvalReport:
-    """Greedy block diffusion on `n` held-out prompts; with `history`, each asked as a chat's second turn."""
+    """Block diffusion on `n` held-out prompts, greedy unless `sampling` gives DecodeSettings' temperature, top_p,
+    top_k and seed; with `history`, each asked as a chat's second turn."""
     t0 = time.perf_counter()
     decoder = BlockDiffusionDecoder(model, mask_id)
     stops = list(dict.fromkeys(tok.eos_token_ids))
-    settings = DecodeSettings(max_new_tokens=max_new_tokens, threshold=threshold, factor=factor, stop_token_ids=stops)
+    settings = DecodeSettings(max_new_tokens=max_new_tokens, threshold=threshold, factor=factor, stop_token_ids=stops,
+                              **(sampling or {}))
     right: dict[str, list[bool]] = defaultdict(list)
     total_tokens = total_decoded = total_passes = total_revealed = 0
     failures = []
@@ -122,6 +126,7 @@ def evaluate(
         revealed_per_pass=total_revealed / max(total_passes, 1),
         threshold=threshold,
         factor=factor,
+        sampling=dict(sampling or {}),
         thinking=enable_thinking,
         history=history,
         seconds=time.perf_counter() - t0,
@@ -187,6 +192,13 @@ def main() -> None:
     run_reporting(_main)
 
 
+def _sampling(args) -> dict:
+    """The flags' sampling settings ({} when greedy)."""
+    if args.temperature <= 0:
+        return {}
+    return {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed}
+
+
 def _main() -> None:
     from clover_local.loader import load
 
@@ -196,6 +208,10 @@ def _main() -> None:
     parser.add_argument("--threshold", type=float, default=0.9)
     parser.add_argument("--reveal-factor", type=float, default=0.0,
                         help="reveal by Fast-dLLM's factor rule instead of the threshold (0: the threshold rule)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sample at this temperature (0: greedy)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the draws' seed when sampling (each prompt's the same)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--no-think", dest="think", action="store_false",
                         help="pre-fill an empty thinking block (answer directly)")
@@ -226,7 +242,8 @@ def _main() -> None:
         except ValueError as exc:
             parser.error(str(exc))
     report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
-                      enable_thinking=args.think, history=args.history, factor=args.reveal_factor)
+                      enable_thinking=args.think, history=args.history, factor=args.reveal_factor,
+                      sampling=_sampling(args))
     if args.json:
         extra = {"masked_ce": ce, "traces": list(traces)} if ce is not None else {}
         print(json.dumps(report.to_dict() | extra, ensure_ascii=False, indent=2))
@@ -267,7 +284,8 @@ def _compare_routing(parser: argparse.ArgumentParser, args) -> None:
         except ValueError as exc:  # options the runtime cannot take: one line, like a CloverError (main)
             raise CloverError(str(exc)) from None
         report = evaluate(loaded.model, loaded.tokenizer, loaded.mask_token_id, args.n, args.threshold,
-                          enable_thinking=args.think, history=args.history, factor=args.reveal_factor)
+                          enable_thinking=args.think, history=args.history, factor=args.reveal_factor,
+                          sampling=_sampling(args))
         st = loaded.model.runtime.stats()
         runs[name_of(resident)] = (report, {
             "slots": st["slots"], "experts_total": st["experts_total"], "bytes_h2d": st["bytes_h2d"],
