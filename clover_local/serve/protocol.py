@@ -14,7 +14,7 @@ thinking) or json_schema (structured outputs: `{"type": "json_schema", "json_sch
 the answer is one value the schema allows, held to it byte by byte as JSON mode is; the subset of JSON Schema in
 generate/json_schema.py, anything else in the schema refused with a 400 naming the keyword; also without thinking),
 and our own `threshold` and `reveal_factor` (how many positions a pass reveals: every one at least `threshold`
-confident, or with `reveal_factor` > 0 Fast-dLLM's factor rule, generate/sampling.pick_reveals; a request that sends
+confident, or with `reveal_factor` > 0 Fast-dLLM's factor rule, generate/sampling.sure_enough; a request that sends
 neither gets the model's threshold, or `serve --reveal-factor`).
 
 `logprobs: true` (with `top_logprobs` 0 to 20) answers OpenAI's `choices[0].logprobs.content`: for each token of
