@@ -832,3 +832,17 @@ def test_sampling_settings_set_in_chat_reach_the_decoder_and_show_once_set(make_
     assert app.conv.messages[-1] == plain
     with pytest.raises(CloverError, match="whole number" if "top_k" in given else "a number in"):
         app.command(f"/set {next(iter(given))} -3")
+
+
+def test_set_says_which_reveal_rule_decides(make_checkpoint, capsys):
+    """The threshold and reveal_factor are two rules, one in use: /set of either says which decides the reveals
+    (a threshold set while the factor rule is on changes nothing until /set reveal_factor off)."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/set reveal_factor 1")
+    assert "the factor rule decides" in capsys.readouterr().err
+    app.command("/set threshold 0.8")
+    assert "reveal_factor 1 decides the reveals; /set reveal_factor off" in capsys.readouterr().err
+    app.command("/set reveal_factor off")
+    assert "off: threshold 0.8 decides" in capsys.readouterr().err and app.settings.reveal_factor == 0.0
+    app.command("/set threshold 0.7")
+    assert capsys.readouterr().err.strip().endswith("threshold = 0.7")

@@ -415,6 +415,8 @@ def test_the_reveal_factor_flag_reaches_the_decoder(capsys):
     events = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id).generate(ids, settings)
     assert next(e for e in events if isinstance(e, Finished)).token_ids == factor["token_ids"]
     expect_error(capsys, ["generate", "tiny", "-p", "hi", "--reveal-factor", "-1", *GEN], "--reveal-factor")
+    expect_error(capsys, ["generate", "tiny", "-p", "hi", "--reveal-factor", "1", "--threshold", "0.8", *GEN],
+                 "give one")
 
 
 def test_penalty_flags_reach_the_decoder_in_generate_and_chat(capsys, tmp_path):

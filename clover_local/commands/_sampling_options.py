@@ -50,8 +50,10 @@ def reveal_factor_option(serve: bool = False) -> Any:
                              "0: the threshold rule).")
 
 
-def check_reveal_factor(factor: float) -> None:
+def check_reveal_factor(factor: float, threshold: float | None = None) -> None:
     check_range("--reveal-factor", factor, 0.0, MAX_REVEAL_FACTOR)
+    if factor and threshold is not None:
+        raise CloverError("--threshold and --reveal-factor are two rules for what a pass reveals: give one")
 
 
 def check_cuts(top_k: int, min_p: float) -> None:

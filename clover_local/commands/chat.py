@@ -88,7 +88,7 @@ def chat(
     check_cuts(top_k, min_p)
     if threshold is not None:
         check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
-    check_reveal_factor(reveal_factor)
+    check_reveal_factor(reveal_factor, threshold)
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
     check_think_budget(think_budget)

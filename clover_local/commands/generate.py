@@ -222,7 +222,7 @@ def generate(
     check_cuts(top_k, min_p)
     if threshold is not None:
         check_range("--threshold", threshold, 0.0, 1.0)
-    check_reveal_factor(reveal_factor)
+    check_reveal_factor(reveal_factor, threshold)
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
     penalized = penalties(presence_penalty, frequency_penalty, repetition_penalty)
