@@ -368,10 +368,10 @@ class Handler(BaseHTTPRequestHandler):
             self._hold_calls(req, settings, opens_thinking)
         asked = [b for b in (req.think_budget, self.server.limits.think_budget) if b is not None]
         room = answer_room_budget(settings.max_new_tokens) if self.server.limits.answer_room else None
-        if req.enable_thinking and (asked or room is not None):
+        caps = asked + ([room] if room is not None else [])
+        if req.enable_thinking and caps:
             try:
-                settings.think_budget = ThinkBudget.for_tokenizer(tok, min(asked + [room] if room else asked),
-                                                                  opens_thinking)
+                settings.think_budget = ThinkBudget.for_tokenizer(tok, min(caps), opens_thinking)
             except CloverError as exc:  # (no <think> tokens: only a budget asked for is refused)
                 if asked:
                     raise ApiError(400, str(exc), param="thinking_token_budget") from None
