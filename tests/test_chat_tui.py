@@ -232,7 +232,7 @@ def test_chat_piped_is_plain_text(make_checkpoint, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout  # no escape codes when not on a terminal
     assert len(proc.stdout.splitlines()) == 2  # one line per answer (random tokens rarely hold newlines)
-    assert "error: /set top_p needs a number in (0, 1]" in proc.stderr
+    assert "error: /set top_p needs a number in [0, 1]" in proc.stderr
     assert "error: cannot load nowhere.json: no such file" in proc.stderr
     assert "tokens/pass" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -745,14 +745,15 @@ def test_set_checks_each_setting_at_its_bounds():
     from clover_local.generate.sampling import Penalties
 
     s = ChatSettings()
-    for name, raw, want in (("threshold", "1", 1.0), ("top_p", "1", 1.0), ("temperature", "0", 0.0),
-                            ("temperature", "10", 10.0), ("max_tokens", "1", 1), ("max-tokens", "7", 7),
+    for name, raw, want in (("threshold", "1", 1.0), ("top_p", "0", 0.0), ("top_p", "1", 1.0),
+                            ("temperature", "0", 0.0), ("temperature", "10", 10.0), ("max_tokens", "1", 1),
+                            ("max-tokens", "7", 7),
                             ("Top_P", "0.5", 0.5), ("presence_penalty", "-2", -2.0), ("frequency-penalty", "2", 2.0),
                             ("repetition_penalty", "10", 10.0)):
         assert set_value(s, name, raw) == want
     assert (s.threshold, s.top_p, s.temperature, s.max_tokens) == (1.0, 0.5, 10.0, 7)
     assert s.penalties() == Penalties(presence=-2.0, frequency=2.0, repetition=10.0)
-    for name, raw in (("threshold", "0"), ("top_p", "0"), ("temperature", "10.5"), ("temperature", "-1"),
+    for name, raw in (("threshold", "0"), ("top_p", "-0.1"), ("temperature", "10.5"), ("temperature", "-1"),
                       ("max_tokens", "0"), ("max_tokens", "2.5"), ("think", "on"), ("presence_penalty", "2.1"),
                       ("frequency_penalty", "-2.5"), ("repetition_penalty", "0"), ("repetition_penalty", "11")):
         with pytest.raises(CloverError):
@@ -765,7 +766,7 @@ def test_restore_settings_checks_each_saved_value_and_keeps_the_command_lines():
     from clover_local.chat.conversation import ChatSettings, restore_settings
 
     s = ChatSettings()
-    saved = {"threshold": 1, "temperature": 0.5, "top_p": 0, "max_tokens": True, "think": "no",
+    saved = {"threshold": 1, "temperature": 0.5, "top_p": 1.5, "max_tokens": True, "think": "no",
              "show_thinking": False, "seed": 3, "unknown": 1}
     changed = restore_settings(s, saved, keep={"temperature"})
     assert changed == ["threshold", "show_thinking", "seed"]

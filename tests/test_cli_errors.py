@@ -144,12 +144,48 @@ def test_generate_reads_its_prompt_from_a_file_or_stdin(make_checkpoint, tmp_pat
 
 @pytest.mark.parametrize(
     "flag,value",
-    [("--threshold", "2"), ("--threshold", "-0.5"), ("--temperature", "-1"), ("--top-p", "1.5"),
+    [("--threshold", "2"), ("--threshold", "-0.5"), ("--threshold", "0"), ("--temperature", "-1"), ("--top-p", "1.5"),
      ("--presence-penalty", "2.5"), ("--frequency-penalty", "-3"), ("--repetition-penalty", "0")],
 )
 def test_out_of_range_flags(make_checkpoint, capsys, flag, value):
     folder = make_checkpoint()
     expect_error(capsys, generate_args(folder, flag, value), flag, value)
+
+
+def test_decoding_ranges_agree_on_the_command_line_in_set_and_in_requests():
+    """Each decoding setting takes the same values as a flag (chat's and generate's one check), chat's /set and a
+    request field (where the wire formats do not keep their own range: the temperature's is OpenAI's 2)."""
+    from clover_local.chat.conversation import ChatSettings, set_value
+    from clover_local.commands._sampling_options import check_decoding
+    from clover_local.errors import CloverError
+    from clover_local.generate.sampling import DECODE_RANGES
+    from clover_local.serve.protocol import ApiError, parse_chat_request
+
+    flags = dict(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, threshold=None, reveal_factor=0.0)
+    for name, r in DECODE_RANGES.items():
+        for value in (r.low, r.low - 0.5, r.high, r.high + 0.5, (r.low + r.high) / 2):
+            want = r.allows(value)
+            try:
+                check_decoding(**{**flags, name: value})
+                flag_ok = True
+            except CloverError as e:
+                flag_ok = False
+                assert f"--{name.replace('_', '-')} must be in {r}" in str(e)
+            try:
+                set_value(ChatSettings(), name, str(value))
+                set_ok = True
+            except CloverError:
+                set_ok = False
+            assert (flag_ok, set_ok) == (want, want), (name, value)
+            if name == "temperature":
+                continue
+            try:
+                parse_chat_request(json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                                               name: value}).encode())
+                field_ok = True
+            except ApiError:
+                field_ok = False
+            assert field_ok == want, (name, value)
 
 
 def test_max_new_tokens_zero(make_checkpoint, capsys):
@@ -222,7 +258,7 @@ def test_generate_with_chat_template_and_sampling(make_checkpoint, capsys):
     folder = make_checkpoint(seed=6)
     args = ["generate", folder, "-p", "add 12+30", "--no-think", "--max-new-tokens", "9", "--temperature", "1",
             "--top-p", "0", "--seed", "3", "--json", *GEN]
-    assert run_cli(args) == 0  # top-p 0 is in the accepted range: it keeps the top token (greedy on tokens)
+    assert run_cli(args) == 0  # top-p 0 is in the accepted range (DECODE_RANGES): it keeps the top token
     obj = json.loads(capsys.readouterr().out)
     assert 1 <= len(obj["token_ids"]) <= 9
 

@@ -294,7 +294,7 @@ def test_tiny_top_p_is_greedy_on_tokens(loaded):
     g = torch.Generator().manual_seed(9)
     logits = torch.randn(50, 40, generator=g) * 3
     greedy_ids, _ = choose(logits, 0.0, 1.0, None)
-    for top_p in (1e-6, 0.0):  # 0.0 is accepted by the CLI's --top-p range and must keep the top token
+    for top_p in (1e-6, 0.0):  # 0.0 is in --top-p's range (DECODE_RANGES) and must keep the top token
         ids, conf = choose(logits, 1.5, top_p, torch.Generator().manual_seed(0))
         assert torch.equal(ids, greedy_ids)
         assert torch.allclose(conf, torch.ones_like(conf))

@@ -665,13 +665,14 @@ def _refused(**fields):
 
 
 def test_sampling_fields_are_checked_at_their_bounds():
-    """The ranges' ends: temperature [0, 2], top_p and threshold (0, 1], reveal_factor [0, 100]; an open end refuses
-    its own value."""
+    """The ranges' ends: temperature [0, 2], top_p [0, 1], threshold (0, 1], reveal_factor [0, 100]; an open end
+    refuses its own value."""
     assert _parse(temperature=2).temperature == 2.0 and _parse(temperature=0).temperature == 0.0
     assert _refused(temperature=-0.01).param == "temperature"
-    assert _parse(top_p=1).top_p == 1.0 and _parse(top_p=0.01).top_p == 0.01
-    e = _refused(top_p=0)
-    assert e.param == "top_p" and e.message == "'top_p' must be in (0, 1], got 0"
+    assert _refused(temperature=2.5).message == "'temperature' must be in [0, 2], got 2.5"
+    assert _parse(top_p=1).top_p == 1.0 and _parse(top_p=0).top_p == 0.0
+    e = _refused(top_p=1.01)
+    assert e.param == "top_p" and e.message == "'top_p' must be in [0, 1], got 1.01"
     assert _parse(threshold=1).threshold == 1.0 and _parse().threshold is None
     assert _refused(threshold=0).param == "threshold"
     assert _refused(threshold=1.5).param == "threshold"

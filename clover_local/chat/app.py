@@ -45,7 +45,7 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
     ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
     ("/set NAME VALUE", "threshold (0-1], reveal_factor [0-100] or off (the factor rule instead of the "
-                        "threshold), temperature [0-10], top_p (0-1], top_k ≥0 (0: all), min_p [0-1], "
+                        "threshold), temperature [0-10], top_p [0-1], top_k ≥0 (0: all), min_p [0-1], "
                         "max_tokens ≥1, think_budget ≥1 or off "
                         "(the thinking's most tokens), presence_penalty and frequency_penalty [-2, 2], "
                         "repetition_penalty (0-10]"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import MAX_REVEAL_FACTOR, PENALTY_RANGES, Penalties
+from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES, Penalties
 
 SAVE_FORMAT = "clover-local-chat"
 ROLES = ("system", "user", "assistant")
@@ -61,14 +61,15 @@ def _factor(v: str) -> float:
     return 0.0 if v.lower() == "off" else float(v)
 
 
+_R = DECODE_RANGES
 SETTABLE: dict[str, tuple[Any, Any, str]] = {
-    "threshold": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]; 1 reveals one token per pass"),
-    "reveal_factor": (_factor, lambda x: 0.0 <= x <= MAX_REVEAL_FACTOR,
-                      f"a number in [0, {MAX_REVEAL_FACTOR:g}], or off (0): the threshold rule"),
-    "temperature": (_float, lambda x: 0.0 <= x <= 10.0, "a number in [0, 10]; 0 is greedy"),
-    "top_p": (_float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]"),
+    "threshold": (_float, _R["threshold"].allows, f"a number in {_R['threshold']}; 1 reveals one token per pass"),
+    "reveal_factor": (_factor, _R["reveal_factor"].allows,
+                      f"a number in {_R['reveal_factor']}, or off (0): the threshold rule"),
+    "temperature": (_float, _R["temperature"].allows, f"a number in {_R['temperature']}; 0 is greedy"),
+    "top_p": (_float, _R["top_p"].allows, f"a number in {_R['top_p']}"),
     "top_k": (_int, lambda x: x >= 0, "a whole number, 0 for all tokens"),
-    "min_p": (_float, lambda x: 0.0 <= x <= 1.0, "a number in [0, 1]; 0 is off"),
+    "min_p": (_float, _R["min_p"].allows, f"a number in {_R['min_p']}; 0 is off"),
     "max_tokens": (_int, lambda x: x >= 1, "a whole number of at least 1"),
     "think_budget": (_budget, lambda x: x is None or x >= 1, "a whole number of at least 1, or off"),
     **{name: (_float, r.allows, f"a number in {r}; {r.off:g} is off") for name, r in PENALTY_RANGES.items()},

@@ -7,11 +7,12 @@ from typing import Any
 import typer
 
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import MAX_REVEAL_FACTOR, PENALTY_RANGES, Penalties
+from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES, Penalties, Range
 
-def check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
-    if not (low < value if low_open else low <= value) or value > high:
-        raise CloverError(f"{name} must be between {low} and {high}, got {value}")
+
+def check_range(name: str, value: float, r: Range) -> None:
+    if not r.allows(value):
+        raise CloverError(f"--{name.replace('_', '-')} must be in {r}, got {value:g}")
 
 
 def presence_penalty_option() -> Any:
@@ -50,16 +51,19 @@ def reveal_factor_option(serve: bool = False) -> Any:
                              "0: the threshold rule).")
 
 
-def check_reveal_factor(factor: float, threshold: float | None = None) -> None:
-    check_range("--reveal-factor", factor, 0.0, MAX_REVEAL_FACTOR)
-    if factor and threshold is not None:
-        raise CloverError("--threshold and --reveal-factor are two rules for what a pass reveals: give one")
-
-
-def check_cuts(top_k: int, min_p: float) -> None:
+def check_decoding(temperature: float, top_p: float, top_k: int, min_p: float, threshold: float | None,
+                   reveal_factor: float) -> None:
+    """`chat`'s and `generate`'s decoding flags, each against its range in DECODE_RANGES (as /set and the request
+    fields check them), and the two reveal rules not given together."""
+    given = {"threshold": threshold, "reveal_factor": reveal_factor, "temperature": temperature, "top_p": top_p,
+             "min_p": min_p}
+    for name, r in DECODE_RANGES.items():
+        if given[name] is not None:
+            check_range(name, given[name], r)
     if top_k < 0:
         raise CloverError(f"--top-k must be 0 (all tokens) or more, got {top_k}")
-    check_range("--min-p", min_p, 0.0, 1.0)
+    if reveal_factor and threshold is not None:
+        raise CloverError("--threshold and --reveal-factor are two rules for what a pass reveals: give one")
 
 
 def think_budget_option() -> Any:
@@ -94,5 +98,5 @@ def penalties(presence_penalty: float, frequency_penalty: float, repetition_pena
     given = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,
              "repetition_penalty": repetition_penalty}
     for name, r in PENALTY_RANGES.items():
-        check_range("--" + name.replace("_", "-"), given[name], r.low, r.high, r.low_open)
+        check_range(name, given[name], r)
     return Penalties(**{name.removesuffix("_penalty"): value for name, value in given.items()})

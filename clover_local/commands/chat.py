@@ -13,7 +13,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import (check_cuts, check_range, check_reveal_factor,
+from clover_local.commands._sampling_options import (check_decoding,
                                                      check_think_budget, frequency_penalty_option, min_p_option,
                                                      penalties, presence_penalty_option, repetition_penalty_option,
                                                      reveal_factor_option, think_budget_option, top_k_option)
@@ -83,12 +83,7 @@ def chat(
     from clover_local.chat.app import ChatApp
     from clover_local.chat.conversation import ChatSettings
 
-    check_range("--temperature", temperature, 0.0, 10.0)
-    check_range("--top-p", top_p, 0.0, 1.0, low_open=True)
-    check_cuts(top_k, min_p)
-    if threshold is not None:
-        check_range("--threshold", threshold, 0.0, 1.0, low_open=True)
-    check_reveal_factor(reveal_factor, threshold)
+    check_decoding(temperature, top_p, top_k, min_p, threshold, reveal_factor)
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
     check_think_budget(think_budget)

@@ -18,7 +18,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_flag_limit, context_option,
                                                   dtype_option, load_options, offload_option, prefill_chunk_option,
                                                   resident_routing_option, vram_budget_option)
-from clover_local.commands._sampling_options import (check_cuts, check_range, check_reveal_factor,
+from clover_local.commands._sampling_options import (check_decoding,
                                                      check_think_budget, frequency_penalty_option, min_p_option,
                                                      penalties, presence_penalty_option, repetition_penalty_option,
                                                      reveal_factor_option, think_budget_option, top_k_option)
@@ -217,12 +217,7 @@ def generate(
     from clover_local.loader import load
 
     prompt = message_from(prompt, file)
-    check_range("--temperature", temperature, 0.0, 10.0)
-    check_range("--top-p", top_p, 0.0, 1.0)
-    check_cuts(top_k, min_p)
-    if threshold is not None:
-        check_range("--threshold", threshold, 0.0, 1.0)
-    check_reveal_factor(reveal_factor, threshold)
+    check_decoding(temperature, top_p, top_k, min_p, threshold, reveal_factor)
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
     penalized = penalties(presence_penalty, frequency_penalty, repetition_penalty)

@@ -14,8 +14,9 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import check_reveal_factor, reveal_factor_option, serve_think_budget
+from clover_local.commands._sampling_options import check_range, reveal_factor_option, serve_think_budget
 from clover_local.errors import CloverError
+from clover_local.generate.sampling import DECODE_RANGES
 from clover_local.runtime.sizes import parse_size
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def serve(
         raise CloverError("--max-request-mb must be above 0")
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
     think_cap, answer_room = serve_think_budget(think_budget)
-    check_reveal_factor(reveal_factor)
+    check_range("reveal_factor", reveal_factor, DECODE_RANGES["reveal_factor"])
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
     print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load(model, device, dtype, **options)

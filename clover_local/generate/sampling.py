@@ -73,11 +73,13 @@ class Penalties:
 
 
 @dataclass(frozen=True)
-class PenaltyRange:
+class Range:
+    """The values a setting takes, written once for its flag, chat's /set and its request field."""
+
     low: float
     high: float
-    low_open: bool  # `low` itself refused
-    off: float  # the value that changes nothing
+    low_open: bool = False  # `low` itself refused
+    off: float | None = None  # the value that changes nothing (None: no such value)
 
     def allows(self, x: float) -> bool:
         return (self.low < x if self.low_open else self.low <= x) and x <= self.high
@@ -88,9 +90,19 @@ class PenaltyRange:
 
 # OpenAI's range for presence/frequency; repetition (vLLM's) must stay positive. The names are the request fields,
 # the /set names and (with dashes) the flags.
-PENALTY_RANGES = {"presence_penalty": PenaltyRange(-2.0, 2.0, False, 0.0),
-                  "frequency_penalty": PenaltyRange(-2.0, 2.0, False, 0.0),
-                  "repetition_penalty": PenaltyRange(0.0, 10.0, True, 1.0)}
+PENALTY_RANGES = {"presence_penalty": Range(-2.0, 2.0, False, 0.0),
+                  "frequency_penalty": Range(-2.0, 2.0, False, 0.0),
+                  "repetition_penalty": Range(0.0, 10.0, True, 1.0)}
+
+# The decoding settings' ranges, named as PENALTY_RANGES are. A threshold of 0 would reveal a whole block in its
+# first pass: refused. A top_p of 0 keeps the top token (OpenAI's range and transformers' take it; `choose` keeps the
+# likeliest token whatever the cut). The temperature's 10 is the command line's and /set's; the wire formats keep
+# OpenAI's 2.
+DECODE_RANGES = {"threshold": Range(0.0, 1.0, True),
+                 "reveal_factor": Range(0.0, 100.0, False, 0.0),  # (past 33 a block is one pass)
+                 "temperature": Range(0.0, 10.0, False, 0.0),
+                 "top_p": Range(0.0, 1.0, False, 1.0),
+                 "min_p": Range(0.0, 1.0, False, 0.0)}
 
 
 class LogitBias:
@@ -166,9 +178,6 @@ def check_finite(confidence: list[float]) -> None:
         raise CloverError("the model's logits for this pass are not finite (NaN): a kernel or weight problem; "
                           "`python -m clover_local.runtime.gpu_check --stages finite` names the first module "
                           "that made them")
-
-
-MAX_REVEAL_FACTOR = 100.0  # (every flag, /set and request field takes 0 to this: past 33 a block is one pass)
 
 
 def sure_enough(confidence: float, n: int, threshold: float, factor: float = 0.0) -> bool:

@@ -39,7 +39,7 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_schema import compile_schema
 from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
                                          check_forced_thinking, model_field, number_field, read_tool_choice,
-                                         read_tools, stop_field, top_k_field)
+                                         read_tools, sampling_field, stop_field, top_k_field, WIRE_TEMPERATURE)
 from clover_local.serve.tools import ForcedCall, ToolCall
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
@@ -217,8 +217,8 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     if req.max_tokens is None and not count_only:
         raise bad_request("'max_tokens' is required (the most tokens the answer may take)", "max_tokens")
     req.stream = bool_field(body, "stream", False)
-    req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
-    req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
+    req.temperature = number_field(body, "temperature", WIRE_TEMPERATURE, 0.0)
+    req.top_p = sampling_field(body, "top_p")
     req.top_k = top_k_field(body)
     req.stop = stop_field(body, "stop_sequences") or []
     req.json_schema = _output_schema(body)

@@ -44,7 +44,8 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
 from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, bad_request, bool_field, int_field,
                                          json_body, model_field, number_field, parse_messages, penalties_field,
-                                         read_tools, seed_field, stop_field, top_k_field)
+                                         read_tools, sampling_field, seed_field, stop_field, top_k_field,
+                                         WIRE_TEMPERATURE)
 from clover_local.serve.tools import ToolCall
 
 # Ollama's options that only tell it how to load or run the model: `serve` fixed all of that at start
@@ -77,9 +78,9 @@ def _options(body: dict, req: ChatRequest | CompletionRequest) -> None:
         opts = {}
     if not isinstance(opts, dict):
         raise bad_request("'options' must be an object", "options")
-    req.temperature = number_field(opts, "temperature", 0.0, 2.0, 0.0)
-    req.top_p = number_field(opts, "top_p", 0.0, 1.0, 1.0, low_open=True)
-    req.top_k, req.min_p = top_k_field(opts), number_field(opts, "min_p", 0.0, 1.0, 0.0)
+    req.temperature = number_field(opts, "temperature", WIRE_TEMPERATURE, 0.0)
+    req.top_p = sampling_field(opts, "top_p")
+    req.top_k, req.min_p = top_k_field(opts), sampling_field(opts, "min_p")
     req.penalties = penalties_field(opts, {"repetition_penalty": "repeat_penalty"})
     req.seed = seed_field(opts)
     predict = opts.get("num_predict")

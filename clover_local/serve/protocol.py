@@ -43,7 +43,7 @@ from typing import Any, Callable, Protocol
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import Grammar
 from clover_local.generate.json_schema import Schema, compile_schema
-from clover_local.generate.sampling import MAX_REVEAL_FACTOR, PENALTY_RANGES, Penalties
+from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES, Penalties, Range
 from clover_local.serve.tools import ForcedCall, ToolCall
 
 
@@ -127,16 +127,25 @@ def bad_request(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param=param)
 
 
-def number_field(body: dict, name: str, low: float, high: float, default: float, low_open: bool = False) -> float:
+def number_field(body: dict, name: str, r: Range, default: float | None) -> float | None:
     value = body.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad_request(f"'{name}' must be a number", name)
-    if not (low < value if low_open else low <= value) or value > high:
-        lo = "(" if low_open else "["
-        raise bad_request(f"'{name}' must be in {lo}{low:g}, {high:g}], got {value}", name)
+    if not r.allows(value):
+        raise bad_request(f"'{name}' must be in {r}, got {value}", name)
     return float(value)
+
+
+# OpenAI's temperature range, which Anthropic's and Ollama's wire formats keep too (the command line's goes to 10)
+WIRE_TEMPERATURE = Range(0.0, 2.0, False, 0.0)
+
+
+def sampling_field(body: dict, name: str) -> float:
+    """A decoding field (`top_p`, `min_p`) checked against its range in DECODE_RANGES; absent, its off value."""
+    r = DECODE_RANGES[name]
+    return number_field(body, name, r, r.off)  # type: ignore[return-value]
 
 
 def penalties_field(body: dict, names: dict[str, str] | None = None) -> Penalties:
@@ -145,7 +154,7 @@ def penalties_field(body: dict, names: dict[str, str] | None = None) -> Penaltie
     values = {}
     for ours, r in PENALTY_RANGES.items():
         name = (names or {}).get(ours, ours)
-        values[ours.removesuffix("_penalty")] = number_field(body, name, r.low, r.high, r.off, r.low_open)
+        values[ours.removesuffix("_penalty")] = number_field(body, name, r, r.off)
     return Penalties(**values)
 
 
@@ -417,12 +426,12 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
     mt = mt if mt is not None else int_field(body, "max_tokens", min_tokens)
     if mt is not None:
         req.max_tokens = mt
-    req.temperature = number_field(body, "temperature", 0.0, 2.0, 0.0)
-    req.top_p = number_field(body, "top_p", 0.0, 1.0, 1.0, low_open=True)
-    req.top_k, req.min_p = top_k_field(body), number_field(body, "min_p", 0.0, 1.0, 0.0)
-    req.threshold = number_field(body, "threshold", 0.0, 1.0, None, low_open=True) if "threshold" in body else None
-    req.reveal_factor = (number_field(body, "reveal_factor", 0.0, MAX_REVEAL_FACTOR, None) if "reveal_factor" in body
-                         else None)
+    req.temperature = number_field(body, "temperature", WIRE_TEMPERATURE, 0.0)
+    req.top_p = sampling_field(body, "top_p")
+    req.top_k, req.min_p = top_k_field(body), sampling_field(body, "min_p")
+    # (absent: the model's threshold, or serve --reveal-factor)
+    req.threshold = number_field(body, "threshold", DECODE_RANGES["threshold"], None)
+    req.reveal_factor = number_field(body, "reveal_factor", DECODE_RANGES["reveal_factor"], None)
     req.penalties = penalties_field(body)
     req.logit_bias = logit_bias_field(body)
     req.json_object, req.json_schema = _response_format(body)
