@@ -719,6 +719,16 @@ def test_reasoning_effort_none_or_minimal_turns_thinking_off_unless_enable_think
     assert _refused(reasoning_effort=5).param == "reasoning_effort"
 
 
+def test_reasoning_effort_low_and_medium_size_a_thinking_budget():
+    from clover_local.serve.protocol import EFFORT_BUDGETS
+
+    assert [_parse(reasoning_effort=e).think_budget for e in ("none", "low", "medium", "high", "xhigh")] == \
+        [None, EFFORT_BUDGETS["low"], EFFORT_BUDGETS["medium"], None, None]
+    assert EFFORT_BUDGETS["low"] < EFFORT_BUDGETS["medium"]
+    assert _parse(reasoning_effort="low", thinking_token_budget=99).think_budget == 99  # asked for: it wins
+    assert _parse().think_budget is None
+
+
 def test_messages_map_developer_to_system_and_keep_an_assistants_reasoning():
     from clover_local.serve.protocol import parse_messages
 

@@ -187,6 +187,47 @@ def test_serve_keeps_a_requests_thinking_budget_and_caps_it_at_its_own(thinking_
         assert capped.choices[0].message.model_dump() == message.model_dump()  # the server's cap, not 10×
 
 
+def test_serve_thinks_within_a_budget_at_a_low_effort(thinking_model, monkeypatch):
+    """OpenAI's `reasoning_effort`, the Responses API's `reasoning.effort` and Ollama's `think` levels: low (and
+    medium) think within EFFORT_BUDGETS' budget, high as long as the model likes; a thinking_token_budget wins."""
+    import json
+    import urllib.request
+
+    openai = pytest.importorskip("openai", reason="the openai client is a test dependency")
+    from clover_local.serve import protocol
+    from tests.inprocess_server import running_server
+
+    budget = len(ThinkBudget.for_tokenizer(thinking_model.tokenizer, 1, True).close_ids) + 10
+    monkeypatch.setitem(protocol.EFFORT_BUDGETS, "low", budget)  # (1,024 is past what the tiny model thinks)
+    messages = [{"role": "user", "content": "hello there"}]
+    with running_server(thinking_model, "think", max_tokens=512, context=4096) as (_, url):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def chat(**extra):
+            return client.chat.completions.create(model="think", messages=messages, max_tokens=budget + 24,
+                                                  extra_body=extra).choices[0]
+
+        low = chat(reasoning_effort="low")
+        assert low.message.reasoning_content.strip().endswith(EXIT_SENTENCE) and low.message.content
+        high = chat(reasoning_effort="high")
+        assert high.finish_reason == "length" and not high.message.content  # all thought, as with no effort
+        asked = chat(reasoning_effort="low", thinking_token_budget=budget + 5)
+        assert asked.message.reasoning_content != low.message.reasoning_content  # its own budget, not the effort's
+        assert asked.message.reasoning_content.strip().endswith(EXIT_SENTENCE)
+
+        answer = client.responses.create(model="think", input="hello there", max_output_tokens=budget + 24,
+                                         reasoning={"effort": "low"})
+        assert answer.output_text == low.message.content
+
+        body = {"model": "think", "messages": messages, "think": "low", "stream": False,
+                "options": {"num_predict": budget + 24}}
+        request = urllib.request.Request(url + "/api/chat", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            ollama = json.load(response)["message"]
+        assert (ollama["thinking"], ollama["content"]) == (low.message.reasoning_content, low.message.content)
+
+
 def test_serve_leaves_the_answer_room_unless_told_off(thinking_model):
     """With no budget asked for, a long answer's thinking stops where a quarter of its tokens (at most 1,024) are
     left for the answer — an agent's max_tokens cannot end inside the thought with no answer; `--think-budget off`

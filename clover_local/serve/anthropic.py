@@ -37,9 +37,9 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import compile_schema
-from clover_local.serve.protocol import (ApiError, ChatRequest, bad_request, bool_field, int_field, json_body,
-                                         check_forced_thinking, model_field, number_field, read_tool_choice,
-                                         read_tools, sampling_field, stop_field, top_k_field, WIRE_TEMPERATURE)
+from clover_local.serve.protocol import (WIRE_TEMPERATURE, ApiError, ChatRequest, bad_request, bool_field,
+                                         check_forced_thinking, int_field, json_body, model_field, number_field,
+                                         read_tool_choice, read_tools, sampling_field, stop_field, top_k_field)
 from clover_local.serve.tools import ForcedCall, ToolCall
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)

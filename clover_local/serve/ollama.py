@@ -5,12 +5,13 @@ from the requests the server already runs.
 `/api/chat` becomes a `ChatRequest` (so the template, tools, thinking and structured outputs behave as on
 /v1/chat/completions): `messages` (an assistant's `thinking` → its reasoning, its `tool_calls` with object
 arguments; a tool message's `tool_name` is taken, the template placing results by order), `tools` (OpenAI's chat
-form, as Ollama takes them), `think` (a bool, or "low"/"medium"/"high", which turn it on: nothing here sizes the
-thinking), `format` ("json": JSON mode; a JSON schema: structured output, compiled as response_format json_schema
-is). `/api/generate` is a one-turn chat (`system`, `prompt`), or with `raw` the prompt continued as it is, as
-/v1/completions does. A request with no messages (or an empty prompt) is Ollama's "load the model" call: answered
-done at once (`done_reason` "load"), the model being loaded already. Any model name is taken (one model is served,
-as on the other routes) and echoed in the answer, as Ollama does.
+form, as Ollama takes them), `think` (a bool, or "low"/"medium"/"high", which turn it on, "low" and "medium" within
+a thinking budget as OpenAI's efforts are, protocol.EFFORT_BUDGETS), `format` ("json": JSON mode; a JSON schema:
+structured output, compiled as response_format json_schema is). `/api/generate` is a one-turn chat (`system`,
+`prompt`), or with `raw` the prompt continued as it is, as /v1/completions does. A request with no messages (or an
+empty prompt) is Ollama's "load the model" call: answered done at once (`done_reason` "load"), the model being
+loaded already. Any model name is taken (one model is served, as on the other routes) and echoed in the answer, as
+Ollama does.
 
 `options`: `temperature`, `top_p`, `seed`, `stop`, `num_predict` (a ceiling, cut to --max-tokens and what the
 context leaves; -1 and -2: the server's default), `repeat_penalty` (→ repetition_penalty), `presence_penalty`,
@@ -42,10 +43,10 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
-from clover_local.serve.protocol import (ApiError, ChatRequest, CompletionRequest, bad_request, bool_field, int_field,
-                                         json_body, model_field, number_field, parse_messages, penalties_field,
-                                         read_tools, sampling_field, seed_field, stop_field, top_k_field,
-                                         WIRE_TEMPERATURE)
+from clover_local.serve.protocol import (EFFORT_BUDGETS, WIRE_TEMPERATURE, ApiError, ChatRequest, CompletionRequest,
+                                         bad_request, bool_field, int_field, json_body, model_field, number_field,
+                                         parse_messages, penalties_field, read_tools, sampling_field, seed_field,
+                                         stop_field, top_k_field)
 from clover_local.serve.tools import ToolCall
 
 # Ollama's options that only tell it how to load or run the model: `serve` fixed all of that at start
@@ -118,10 +119,13 @@ def _format(body: dict) -> tuple[bool, Schema | None]:
 
 
 def _thinking(body: dict, req: ChatRequest) -> None:
-    """`think` into `req.enable_thinking`: absent, the model's default (off under `format`: the answer is the JSON)."""
+    """`think` into `req.enable_thinking` (and a level's budget, as an OpenAI effort's: protocol.EFFORT_BUDGETS):
+    absent, the model's default (off under `format`: the answer is the JSON)."""
     think = body.get("think")
     if think is not None and not isinstance(think, bool) and think not in ("low", "medium", "high"):
         raise bad_request("'think' must be true, false, \"low\", \"medium\" or \"high\"", "think")
+    if isinstance(think, str):
+        req.think_budget = EFFORT_BUDGETS.get(think)
     on = req.json_mode is None if think is None else think is not False
     if on and req.json_mode:
         raise bad_request("'format' answers without thinking (the whole answer is the JSON): leave 'think' out or "

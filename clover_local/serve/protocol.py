@@ -8,7 +8,8 @@ text content as a string or a list of text parts; an assistant's `reasoning_cont
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty` and vLLM's `repetition_penalty`,
 `enable_thinking` and `chat_template_kwargs` (vLLM style; `chat_template_kwargs.enable_thinking` wins),
 `thinking_token_budget` (vLLM's name: the most tokens the thinking may take, generate/thinking.py),
-`reasoning_effort` (none / minimal: no thinking, where enable_thinking is not sent; the other efforts think),
+`reasoning_effort` (none / minimal: no thinking, where enable_thinking is not sent; the other efforts think, low
+with a thinking budget of 1,024 tokens and medium of 4,096 where thinking_token_budget is not sent: EFFORT_BUDGETS),
 `response_format` text, json_object (JSON mode, both endpoints: the answer is one JSON object, written without
 thinking) or json_schema (structured outputs: `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`,
 the answer is one value the schema allows, held to it byte by byte as JSON mode is; the subset of JSON Schema in
@@ -443,16 +444,21 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
 
 
 NO_THINKING_EFFORTS = ("none", "minimal")
+# The model has no effort levels of its own (it thinks until it is done: thousands of tokens), so a low or medium
+# effort becomes a thinking budget (generate/thinking.py: the thought is ended for the model where it runs out);
+# high and above leave the thinking uncapped. A request's `thinking_token_budget` wins over its effort's.
+EFFORT_BUDGETS = {"low": 1024, "medium": 4096}
 
 
-def effort_thinking(effort: Any, name: str) -> bool | None:
-    """A reasoning effort (OpenAI's `reasoning_effort`, the Responses API's `reasoning.effort`) as enable_thinking:
-    off for none / minimal, on for any other, None when absent. (The model has no effort levels between.)"""
+def effort_thinking(effort: Any, name: str) -> tuple[bool | None, int | None]:
+    """A reasoning effort (OpenAI's `reasoning_effort`, the Responses API's `reasoning.effort`, Ollama's `think`
+    levels) as (enable_thinking, thinking budget): off for none / minimal, on for any other, None when absent; the
+    budget from EFFORT_BUDGETS."""
     if effort is None:
-        return None
+        return None, None
     if not isinstance(effort, str):
         raise bad_request(f"'{name}' must be a string", name)
-    return effort not in NO_THINKING_EFFORTS
+    return effort not in NO_THINKING_EFFORTS, EFFORT_BUDGETS.get(effort)
 
 
 def template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str, Any]]:
@@ -495,7 +501,6 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     read_sampling(body, req)
     req.parallel_calls = bool_field(body, "parallel_tool_calls", True)
     req.forced = read_tool_choice(body, req.tools, req.parallel_calls)
-    req.think_budget = int_field(body, "thinking_token_budget", 1)
     req.logprobs = _chat_logprobs(body, req.stream)
     modalities = body.get("modalities") or []
     if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):
@@ -503,7 +508,8 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
                            "the model reads and writes text only: leave out audio output")
     # JSON mode holds the whole answer to one object (or schema), so the model answers without thinking first
     mode = req.json_mode
-    effort = effort_thinking(body.get("reasoning_effort"), "reasoning_effort")
+    effort, effort_budget = effort_thinking(body.get("reasoning_effort"), "reasoning_effort")
+    req.think_budget = int_field(body, "thinking_token_budget", 1) or effort_budget
     whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
     req.enable_thinking, req.template_kwargs = template_options(body, thinking=not whole and effort is not False)
     if req.tools:

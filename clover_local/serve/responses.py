@@ -8,7 +8,8 @@ turn's reasoning_content), `instructions` (with the input's leading system/devel
 message), function `tools` and namespaces of them (hosted tools such as web_search left out: see `chat_tools`) with
 `tool_choice` auto, none, required or `{"type": "function", "name"}` (the last two force a call as on the chat
 route), `max_output_tokens`, `temperature`, `top_p`, `stream`, `text.format` (text, json_object, json_schema),
-`reasoning.effort` ("none"/"minimal": no thinking; any other: the model thinks; absent: the model's default. JSON
+`reasoning.effort` ("none"/"minimal": no thinking; any other: the model thinks, "low" and "medium" within a thinking
+budget, protocol.EFFORT_BUDGETS; absent: the model's default. JSON
 mode and a forced call answer without thinking whatever the effort: the whole answer is the JSON), `metadata`,
 `parallel_tool_calls`, `user`, `truncation` (echoed), `store` (accepted; the response says `store: false`, since
 nothing is kept); our chat extensions `threshold`, `seed`, the penalties,
@@ -261,11 +262,6 @@ def _text_format(body: dict) -> dict | None:
     return {"type": "json_schema", "json_schema": spec}
 
 
-def _thinking(body: dict) -> bool | None:
-    """`reasoning.effort` as enable_thinking: off for none/minimal, on for any other effort, None when absent."""
-    return effort_thinking(_member(body, "reasoning", "effort"), "reasoning.effort")
-
-
 def _echo(body: dict, req: ChatRequest) -> dict[str, Any]:
     """The request's fields a response object repeats."""
     metadata = body.get("metadata")
@@ -302,10 +298,10 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
         read_sampling(shim, req)  # (response_format too)
         req.parallel_calls = bool_field(shim, "parallel_tool_calls", True)
         req.forced = read_tool_choice(shim, req.tools, req.parallel_calls)
-        req.think_budget = int_field(shim, "thinking_token_budget", 1)
+        think, effort_budget = effort_thinking(_member(body, "reasoning", "effort"), "reasoning.effort")
+        req.think_budget = int_field(shim, "thinking_token_budget", 1) or effort_budget
         mode = req.json_mode
         whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
-        think = _thinking(body)
         options = {"enable_thinking": None if whole else think,
                    "chat_template_kwargs": body.get("chat_template_kwargs")}
         req.enable_thinking, req.template_kwargs = template_options(options, thinking=not whole)
