@@ -59,8 +59,12 @@ class Pane:
     def send(self, *keys: str) -> None:
         self._tmux("send-keys", "-t", "0", *keys)
 
-    def type(self, text: str) -> None:
+    def write(self, text: str) -> None:
+        """Keys typed as they are, with no Enter after them."""
         self._tmux("send-keys", "-t", "0", "-l", text)
+
+    def type(self, text: str) -> None:
+        self.write(text)
         self._tmux("send-keys", "-t", "0", "Enter")
 
     def screen(self, history: bool = True) -> str:
@@ -105,9 +109,13 @@ def test_chat_in_a_real_terminal(make_checkpoint, tmp_path):
         assert "you › hello there" in screen
         assert "clover" in screen
 
-        # 2. /think off, a second question
-        pane.type("/think off")
-        pane.wait_text("thinking off")
+        # 2. /think off (typed with Tab: the command, then its word), a second question
+        pane.write("/th")
+        pane.send("Tab")
+        pane.write("of")
+        pane.send("Tab")
+        pane.send("Enter")
+        assert "you › /think off" in pane.wait_text("thinking off")
         pane.type("second question")
         screen = pane.wait(lambda s: len(SUMMARY.findall(s)) >= 2, "the second answer's summary", 60)
         assert screen.index("thinking off") < screen.index("you › second question")
@@ -847,3 +855,27 @@ def test_set_says_which_reveal_rule_decides(make_checkpoint, capsys):
     assert "off: threshold 0.8 decides" in capsys.readouterr().err and app.settings.reveal_factor == 0.0
     app.command("/set threshold 0.7")
     assert capsys.readouterr().err.strip().endswith("threshold = 0.7")
+
+
+def test_tab_completes_commands_their_words_set_names_and_paths(tmp_path):
+    from clover_local.chat.app import COMMAND_NAMES, HELP_COMMANDS
+    from clover_local.chat.completion import candidates
+
+    assert {c.split()[0] for c, _ in HELP_COMMANDS} < set(COMMAND_NAMES)  # every command in /help completes
+
+    def done(line: str) -> list[str]:
+        return candidates(line, COMMAND_NAMES, tmp_path)
+
+    assert done("/s") == ["/system ", "/set ", "/save ", "/stats "] and done("/RE") == ["/retry ", "/reset "]
+    assert done("/set th") == ["threshold ", "think_budget "] and done("/set reveal-factor o") == ["off"]
+    assert done("/set top_p ") == [] and done("/think s") == ["show"] and done("/stats ") == ["all"]
+    assert done("hello /s") == [] and done("/retry x") == [] and done("/file a b") == []
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "report.txt").write_text("x")
+    (tmp_path / "notes" / ".hidden").write_text("x")
+    (tmp_path / "chat.json").write_text("{}")
+    assert done("/file no") == ["notes/"] and done("/file notes/") == ["notes/report.txt "]
+    assert done("/file notes/.") == ["notes/.hidden "] and done("/load c") == ["chat.json "]
+    assert done("/save missing/x") == []  # a folder that is not there: nothing, no error
+    absolute = str(tmp_path / "no")
+    assert done("/load " + absolute) == [absolute + "tes/"]

@@ -19,6 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from clover_local.chat import completion
 from clover_local.chat.conversation import (SETTABLE, ChatSettings, Conversation, describe_settings,
                                            restore_settings, set_value)
 from clover_local.chat.display import Part, TurnView, fit_parts, plural, think_lines
@@ -36,7 +37,8 @@ from clover_local.generate.events import BlockCommitted, Finished, PassDone, Pre
 
 HELP_INTRO = (
     "[bold]Type a message[/] and press Enter. Multi-line: end a line with [bold]\\\\[/] to continue on the next, "
-    "or start with [bold]\"\"\"[/] and end with [bold]\"\"\"[/]. Up/Down recall earlier input. [bold]Ctrl-C[/] "
+    "or start with [bold]\"\"\"[/] and end with [bold]\"\"\"[/]. Up/Down recall earlier input; [bold]Tab[/] "
+    "completes a command, a /set name or a file name. [bold]Ctrl-C[/] "
     "stops an answer (the conversation is kept); [bold]Ctrl-D[/] or [bold]/exit[/] quits."
 )
 HELP_COMMANDS: list[tuple[str, str]] = [
@@ -59,6 +61,7 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/stats [all]", "speed, tokens per pass, prompt reuse, expert cache and memory (all: every runtime counter)"),
     ("/exit", "quit (also /quit, Ctrl-D)"),
 ]
+COMMAND_NAMES = list(dict.fromkeys(c.split()[0] for c, _ in HELP_COMMANDS)) + ["/quit"]  # (Tab completes them)
 HELP_OUTRO = (
     "The block being denoised is drawn as cells: ░ still masked, coloured once revealed from red (unsure) to "
     "green (confident), underlined if the last pass revealed it. Each pass reveals every position at least "
@@ -207,6 +210,7 @@ class ChatApp:
         self.banner()
         if self.interactive:
             self._setup_history()
+            completion.install(COMMAND_NAMES)
             while True:
                 try:
                     line = self._read_message()
