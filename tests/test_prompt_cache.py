@@ -7,6 +7,7 @@ raises leaves nothing saved, and chat and serve go on across a failed turn. fp32
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import torch
@@ -312,6 +313,55 @@ def test_shipped_tiny_chat_resumes_each_turn(tiny, capsys):
     read, tail = app.last.prompt_tokens // bs * bs - app.last.reused_tokens, app.last.prompt_tokens % bs
     after = f" (+ {tail} in the answer's first block)" if tail else ""
     assert read > 1 and f"prompt read: {read} tokens{after}\n" in err
+
+
+def test_chat_leaves_the_oldest_exchanges_out_once_the_context_is_outgrown(tiny, monkeypatch, capsys, tmp_path):
+    """A conversation past the context (the answer would get less than max_tokens) is not refused: the model stops
+    reading its oldest exchanges, down to three quarters of what the answer leaves, so the next turns go on reusing
+    the prompt's prefill; the messages themselves stay (/save)."""
+    ctx = 200
+    monkeypatch.setattr(tiny.config, "max_position_embeddings", ctx)
+    app = chat_app(tiny)  # max_tokens 24
+    questions = iter(f"{'reverse' if i % 2 else 'count a in'} {' '.join('abcdefgh'[i % 5:])}" for i in range(40))
+    while app.conv.left_out == 0:
+        assert app.ask(next(questions)) is not None and app.conv.turns < 30
+    err = capsys.readouterr().err
+    left_out = app.conv.left_out
+    assert f"outgrew the context of {ctx} tokens: from now on the model does not read its first {left_out} messages" \
+        in err
+    assert app.last.prompt_tokens <= (ctx - 24) * 3 // 4 and app.last.reused_tokens == 0  # a new start: read anew
+    read = app.conv.template_messages()
+    assert read[0] == app.conv.messages[left_out] and read[0]["role"] == "user" and len(app.conv.messages) == \
+        2 * app.conv.turns
+    assert tiny.tokenizer.decode(scratch_answer(app)).lstrip("\n") == app.conv.messages[-1]["content"]
+    app.ask(next(questions))
+    assert app.conv.left_out == left_out and app.last.reused_tokens > 0  # the same start: resumed
+    app.command("/undo")
+    assert app.conv.left_out == left_out
+    app.command(f"/save {tmp_path / 'all.json'}")
+    assert len(json.loads((tmp_path / "all.json").read_text())["messages"]) == len(app.conv.messages)
+
+
+def test_leaving_out_keeps_the_system_message_and_the_last_question():
+    from clover_local.chat.conversation import Conversation
+
+    conv = Conversation(system="be brief")
+    for i in range(3):
+        conv.add_user(f"q{i}")
+        conv.add_assistant(f"a{i}")
+    conv.add_user("q3")
+    assert conv.leave_out_oldest() and [m["content"] for m in conv.template_messages()] == \
+        ["be brief", "q1", "a1", "q2", "a2", "q3"]
+    assert conv.leave_out_oldest() and conv.leave_out_oldest() and not conv.leave_out_oldest()
+    assert [m["content"] for m in conv.template_messages()] == ["be brief", "q3"]
+    conv.set_system(None)
+    assert [m["content"] for m in conv.template_messages()] == ["q3"]
+    assert conv.pop_exchange()[0]["content"] == "q3" and conv.template_messages() == []
+    conv.add_user("q4")
+    assert [m["content"] for m in conv.template_messages()] == ["q4"] and len(conv.messages) == 7
+    conv.reset()
+    conv.add_user("q5")
+    assert conv.left_out == 0 and [m["content"] for m in conv.template_messages()] == ["q5"]
 
 
 def test_chat_goes_on_across_a_failed_turn(tiny, monkeypatch, capsys):

@@ -517,23 +517,42 @@ class ChatApp:
                 ("prompt read", f"{plural(read, 'token')}{took}{after}")]
 
     # ------------------------------------------------------------------ one answer
+    def _render(self) -> str:
+        """The prompt: the conversation the model reads through the chat template, opening the answer."""
+        return self.tok.apply_chat_template(self.conv.template_messages(), add_generation_prompt=True,
+                                            enable_thinking=self.settings.think)
+
     def ask(self, text: str) -> TurnStats | None:
         from clover_local.generate.block_diffusion import DecodeSettings
 
         self.conv.add_user(text)
         budget = self.settings.think_budget if self.settings.think else None
-        try:
-            prompt = self.tok.apply_chat_template(self.conv.template_messages(), add_generation_prompt=True,
-                                                  enable_thinking=self.settings.think)
-            if budget is not None:  # (a tokenizer without <think> tokens: one line, as a template error is)
-                budget = ThinkBudget.for_tokenizer(self.tok, budget, prompt_opens_thinking(prompt))
-        except CloverError as exc:
-            self.conv.messages.pop()
-            self.error(str(exc))
-            return None
-        ids = self.tok.encode(prompt)
         ctx = self.loaded.config.max_context
         max_new = self.settings.max_tokens
+        left_out = self.conv.left_out
+        try:
+            prompt = self._render()
+            if budget is not None:  # (a tokenizer without <think> tokens: one line, as a template error is)
+                budget = ThinkBudget.for_tokenizer(self.tok, budget, prompt_opens_thinking(prompt))
+            ids = self.tok.encode(prompt)
+            # outgrown the context (the answer would get less than max_tokens, or a quarter of the context): the
+            # oldest exchanges are left out, down to three quarters of what is left, so the next turns do not
+            # each read the whole conversation again
+            room = min(max_new, ctx // 4)
+            if len(ids) + room > ctx:
+                while len(ids) > (ctx - room) * 3 // 4 and self.conv.leave_out_oldest():
+                    prompt = self._render()
+                    ids = self.tok.encode(prompt)
+        except CloverError as exc:
+            self.conv.messages.pop()
+            self.conv.left_out = left_out
+            self.error(str(exc))
+            return None
+        if self.conv.left_out > left_out:
+            first = self.conv.left_out - left_out
+            which = f"first {first:,} messages" if first > 1 else "first message"
+            self.note(f"(the conversation outgrew the context of {ctx:,} tokens: from now on the model does not read "
+                      f"its {which}; /save keeps them all)")
         if len(ids) >= ctx:
             self.conv.messages.pop()
             self.error(f"the conversation ({len(ids)} tokens) fills the model's context of {ctx} tokens; "

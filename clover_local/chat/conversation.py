@@ -161,11 +161,15 @@ class Conversation:
     def __init__(self, system: str | None = None) -> None:
         self.messages: list[dict[str, Any]] = []
         self.saved_settings: dict[str, Any] = {}  # what the last `load` read beside the messages
+        # how many of the first messages after the system message the model no longer reads (`leave_out_oldest`:
+        # the conversation outgrew the context); kept from turn to turn so the prompt's start stays the same
+        self.left_out = 0
         if system:
             self.messages.append({"role": "system", "content": system})
 
     def reset(self) -> None:
         self.messages = [m for m in self.messages[:1] if m["role"] == "system"]
+        self.left_out = 0
 
     @property
     def system(self) -> str | None:
@@ -198,11 +202,29 @@ class Conversation:
             return []
         removed = self.messages[last:]
         del self.messages[last:]
+        self.left_out = min(self.left_out, len(self.messages) - self._first)  # (the window stays where it was)
         return removed
 
+    @property
+    def _first(self) -> int:
+        """Index of the first message after the system message."""
+        return int(self.system is not None)
+
     def template_messages(self) -> list[dict[str, Any]]:
-        """Messages as the chat template takes them (our own bookkeeping keys dropped)."""
-        return [{k: v for k, v in m.items() if k != "interrupted"} for m in self.messages]
+        """Messages as the chat template takes them: the system message and those not left out (our own
+        bookkeeping keys dropped)."""
+        given = self.messages[: self._first] + self.messages[self._first + self.left_out:]
+        return [{k: v for k, v in m.items() if k != "interrupted"} for m in given]
+
+    def leave_out_oldest(self) -> bool:
+        """Leave the oldest exchange the model still reads (a message of the user's and what answered it) out of
+        what it reads from now on; False where only the last message of the user's is left to read. The messages
+        stay (/save writes them all)."""
+        users = [i for i, m in enumerate(self.messages[self._first:]) if m["role"] == "user" and i >= self.left_out]
+        if len(users) < 2:
+            return False
+        self.left_out = users[1]
+        return True
 
     @property
     def turns(self) -> int:
@@ -233,6 +255,7 @@ class Conversation:
             raise CloverError(f"cannot load {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
         messages = data.get("messages") if isinstance(data, dict) else data
         self.messages = check_messages(messages, str(path))
+        self.left_out = 0
         # the settings it was saved with (ours; {} for other formats): `restore_settings` applies them
         self.saved_settings = data.get("settings", {}) if isinstance(data, dict) else {}
         return len(self.messages)
