@@ -340,6 +340,11 @@ def test_chat_leaves_the_oldest_exchanges_out_once_the_context_is_outgrown(tiny,
     assert app.conv.left_out == left_out
     app.command(f"/save {tmp_path / 'all.json'}")
     assert len(json.loads((tmp_path / "all.json").read_text())["messages"]) == len(app.conv.messages)
+    kept = list(app.conv.messages)
+    capsys.readouterr()
+    assert app.ask("reverse " + "a b " * ctx) is None  # alone past the context: refused, nothing left out for it
+    assert "fills the model's context of 200 tokens; shorten the message" in capsys.readouterr().err
+    assert (app.conv.messages, app.conv.left_out) == (kept, left_out)
 
 
 def test_leaving_out_keeps_the_system_message_and_the_last_question():

@@ -548,16 +548,17 @@ class ChatApp:
             self.conv.left_out = left_out
             self.error(str(exc))
             return None
+        if len(ids) >= ctx:  # (what is left to leave out: nothing but this message, or a message before it)
+            self.conv.messages.pop()
+            self.conv.left_out = left_out
+            self.error(f"the prompt ({len(ids):,} tokens with this message) fills the model's context of {ctx:,} "
+                       "tokens; shorten the message (/file: a smaller part of the document), or /reset")
+            return None
         if self.conv.left_out > left_out:
             first = self.conv.left_out - left_out
             which = f"first {first:,} messages" if first > 1 else "first message"
             self.note(f"(the conversation outgrew the context of {ctx:,} tokens: from now on the model does not read "
                       f"its {which}; /save keeps them all)")
-        if len(ids) >= ctx:
-            self.conv.messages.pop()
-            self.error(f"the conversation ({len(ids)} tokens) fills the model's context of {ctx} tokens; "
-                       "/reset to start over")
-            return None
         if len(ids) + max_new > ctx:
             max_new = ctx - len(ids)
             self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")
