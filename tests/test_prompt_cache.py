@@ -336,6 +336,8 @@ def test_chat_leaves_the_oldest_exchanges_out_once_the_context_is_outgrown(tiny,
     assert tiny.tokenizer.decode(scratch_answer(app)).lstrip("\n") == app.conv.messages[-1]["content"]
     app.ask(next(questions))
     assert app.conv.left_out == left_out and app.last.reused_tokens > 0  # the same start: resumed
+    app.command("/stats")
+    assert f"of {ctx} (the first {left_out} messages left out)" in capsys.readouterr().err
     app.command("/undo")
     assert app.conv.left_out == left_out
     app.command(f"/save {tmp_path / 'all.json'}")

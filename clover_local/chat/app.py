@@ -478,7 +478,9 @@ class ChatApp:
                                      f"{ls.tokens_per_pass:.2f} tokens/pass, {ls.tokens_per_second:.1f} tokens/s, "
                                      f"{ls.stop_reason}"),
                      *self._prompt_rows(ls),
-                     ("context used", f"{ls.prompt_tokens + ls.tokens:,} of {self.loaded.config.max_context:,}")]
+                     ("context used", f"{ls.prompt_tokens + ls.tokens:,} of {self.loaded.config.max_context:,}"
+                      + (f" (the first {plural(self.conv.left_out, 'message')} left out)" if self.conv.left_out
+                         else ""))]
         pc = self.prompt_cache.stats
         rows.append(("prompt cache", f"{pc.hits} of {plural(pc.lookups, 'answer')} resumed, "
                                      f"{plural(pc.reused_tokens, 'token')} reused"))
