@@ -28,7 +28,7 @@ from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, ke
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
                                     history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory)
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import PENALTY_RANGES
+from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES
 from clover_local.generate.thinking import ThinkBudget
 from clover_local.paths import cache_root
 from clover_local.text_files import read_text_file
@@ -41,16 +41,17 @@ HELP_INTRO = (
     "completes a command, a /set name or a file name. [bold]Ctrl-C[/] "
     "stops an answer (the conversation is kept); [bold]Ctrl-D[/] or [bold]/exit[/] quits."
 )
+_D, _P = DECODE_RANGES, PENALTY_RANGES  # (the ranges /set checks)
 HELP_COMMANDS: list[tuple[str, str]] = [
     ("/help", "this help"),
     ("/think on|off", "let the model think first (the chat template's enable_thinking)"),
     ("/think show|hide", "thinking shown dimmed, or one summary line (show: expands the last)"),
     ("/system [TEXT|off]", "show, set or remove the system message (the conversation is kept)"),
-    ("/set NAME VALUE", "threshold (0-1], reveal_factor [0-100] or off (the factor rule instead of the "
-                        "threshold), temperature [0-10], top_p [0-1], top_k ≥0 (0: all), min_p [0-1], "
-                        "max_tokens ≥1, think_budget ≥1 or off "
-                        "(the thinking's most tokens), presence_penalty and frequency_penalty [-2, 2], "
-                        "repetition_penalty (0-10]"),
+    ("/set NAME VALUE", f"threshold {_D['threshold']}, reveal_factor {_D['reveal_factor']} or off (the factor "
+                        f"rule instead of the threshold), temperature {_D['temperature']}, top_p {_D['top_p']}, "
+                        f"top_k ≥0 (0: all), min_p {_D['min_p']}, max_tokens ≥1, think_budget ≥1 or off (the "
+                        f"thinking's most tokens), presence_penalty and frequency_penalty "
+                        f"{_P['presence_penalty']}, repetition_penalty {_P['repetition_penalty']}"),
     ("/set", "show the settings"),
     ("/retry", "answer your last message again (after /set, /think or /system; with temperature > 0, anew)"),
     ("/undo", "take back your last message and its answer"),

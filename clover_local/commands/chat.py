@@ -13,10 +13,10 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   offload_option, prefill_chunk_option, resident_routing_option,
                                                   vram_budget_option)
-from clover_local.commands._sampling_options import (check_decoding,
-                                                     check_think_budget, frequency_penalty_option, min_p_option,
-                                                     penalties, presence_penalty_option, repetition_penalty_option,
-                                                     reveal_factor_option, think_budget_option, top_k_option)
+from clover_local.commands._sampling_options import (check_decoding, check_think_budget, frequency_penalty_option,
+                                                     min_p_option, penalties, presence_penalty_option,
+                                                     repetition_penalty_option, reveal_factor_option,
+                                                     think_budget_option, top_k_option)
 from clover_local.errors import CloverError
 
 
