@@ -9,11 +9,11 @@ message), function `tools` and namespaces of them (hosted tools such as web_sear
 `tool_choice` auto, none, required or `{"type": "function", "name"}` (the last two force a call as on the chat
 route), `max_output_tokens`, `temperature`, `top_p`, `stream`, `text.format` (text, json_object, json_schema),
 `reasoning.effort` ("none"/"minimal": no thinking; any other: the model thinks, "low" and "medium" within a thinking
-budget, protocol.EFFORT_BUDGETS; absent: the model's default. JSON
-mode and a forced call answer without thinking whatever the effort: the whole answer is the JSON), `metadata`,
-`parallel_tool_calls`, `user`, `truncation` (echoed), `store` (accepted; the response says `store: false`, since
-nothing is kept); our chat extensions `threshold`, `seed`, the penalties,
-`thinking_token_budget` and `chat_template_kwargs` too. Other fields are ignored, as OpenAI-compatible servers do.
+budget, protocol.EFFORT_BUDGETS; absent: the model's default. JSON mode and a forced call answer without thinking
+whatever the effort: the whole answer is the JSON), `metadata`, `parallel_tool_calls`, `user`, `truncation`
+(echoed), `store` (accepted; the response says `store: false`, since nothing is kept); our chat extensions
+`threshold`, `seed`, the penalties, `thinking_token_budget` and `chat_template_kwargs` too. Other fields are
+ignored, as OpenAI-compatible servers do.
 
 Refused with a 400 rather than ignored, since the answer would not be what was asked for: `previous_response_id`,
 `conversation` and `item_reference` items (this server keeps no responses: send the whole input), `background: true`,
