@@ -359,6 +359,9 @@ def test_plan_predicts_placed_bytes(pack, ref):
         snapshot = next(x.bytes for x in plan.lines if x.what == "prompt snapshot")  # no PromptCache here
         assert abs((placed["total"] + snapshot) / plan.device_predicted - 1) < 0.05, (placed, plan.device_predicted)
         assert placed["expert_slots"] == plan.slots * plan.slab_bytes
+        host = rt.model.runtime.cache.host  # no CUDA here: the chunks are pageable, unrounded, as the plan says
+        held = sum(c.numel() for c in host.chunks) if host is not None else 0
+        assert plan.host_expert_bytes == held and (held > 0) == (plan.slots < TOTAL)
     again = plan_for(read_pack_index(pack), torch.device("cpu"), torch.float32,
                      RuntimeOptions(vram_budget=40 << 20, context=96))
     assert again.slots == runtime(pack, vram_budget=40 << 20, context=96).model.runtime.cache.n_slots

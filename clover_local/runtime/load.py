@@ -161,7 +161,8 @@ def plan_for(pack: PackIndex, device: torch.device, dtype: torch.dtype, options:
     ram = options.ram if options.ram is not None else host_available_bytes()
     return make_plan(pack, budget, ram, options.context, dtype, embed_on_host=options.embed_on_host,
                      prefill_chunk=options.prefill_chunk, prefill_span=options.prefill_span, slots=options.slots,
-                     cpu_cache=options.cpu_cache if options.cpu_experts != "off" else 0, vram_flag="--vram-budget")
+                     cpu_cache=options.cpu_cache if options.cpu_experts != "off" else 0, vram_flag="--vram-budget",
+                     pinned=options.pin and torch.cuda.is_available())  # (as HostExpertStore pins)
 
 
 def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dtype,

@@ -155,11 +155,14 @@ def make_plan(
     parked: int = 0,
     vram_flag: str = "--vram",
     ram_flag: str = "--ram",
+    pinned: bool = True,
 ) -> Plan:
     """The placement for a device budget of `vram` bytes and `ram` bytes of host memory (None: unchecked).
     `slots` forces the expert slot count (tests, all-resident runs); the refusal is then about that count.
     `cpu_cache`: host bytes of experts kept converted for the CPU path (`--cpu-experts`; 0 when it is off).
-    `parked`: host bytes `serve` may keep for conversations set aside (`--park-prompts`; chat and generate: 0)."""
+    `parked`: host bytes `serve` may keep for conversations set aside (`--park-prompts`; chat and generate: 0).
+    `pinned`: the host experts pinned, as the runtime pins them where CUDA is (else the chunks as they are, pageable:
+    no power-of-two rounding)."""
     cfg = pack.config
     a = dtype_bytes(dtype)
     plan = Plan(vram, ram, context, str(dtype).replace("torch.", ""), rows=cfg.diffusion.block_size)
@@ -244,10 +247,13 @@ def make_plan(
 
     # (what the pinned allocator holds: the layers in chunks rounded up to powers of two; expert_store.py)
     per_layer = pack.config.num_experts * plan.slab_bytes
-    plan.host_expert_bytes = 0 if all_resident else chunk_layers(per_layer, len(pack.expert_layers))[1]
+    n_layers = len(pack.expert_layers)
+    plan.host_expert_bytes = (0 if all_resident else chunk_layers(per_layer, n_layers)[1] if pinned
+                              else per_layer * n_layers)
     plan.lines.append(PlanLine("routed experts", "host", plan.host_expert_bytes,
                                "all on the device: no host copy" if all_resident else
-                               "pinned, one contiguous slab per expert (in power-of-two chunks)"))
+                               "pinned, one contiguous slab per expert (in power-of-two chunks)" if pinned else
+                               "one contiguous slab per expert, pageable (no CUDA here to pin it)"))
     for kind, size in host_kind.items():
         plan.lines.append(PlanLine(kind, "host", size, notes.get(kind, "")))
     cpu_kept = min(cpu_cache, plan.host_expert_bytes)  # never more than every expert converted
@@ -314,7 +320,8 @@ def make_plan(
     elif ram is not None and plan.host_bytes > ram:
         plan.fits = False
         plan.refusal = (
-            f"not enough host RAM: the routed experts need {fmt_bytes(plan.host_expert_bytes)} pinned, plus "
+            f"not enough host RAM: the routed experts need {fmt_bytes(plan.host_expert_bytes)}"
+            f"{' pinned' if pinned else ''}, plus "
             f"{fmt_bytes(sum(host_kind.values()))} of embeddings"
             + (f", {fmt_bytes(cpu_kept)} of experts converted for the CPU" if cpu_kept else "")
             + (f", {fmt_bytes(parked)} of parked prompts (--park-prompts)" if parked else "")
