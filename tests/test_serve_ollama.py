@@ -231,3 +231,52 @@ def test_an_error_mid_stream_is_a_last_error_line(tool_server):
     *pieces, last = [json.loads(line) for line in body.decode().splitlines()]
     assert status == 200 and "".join(p["message"]["content"] for p in pieces) == "Let me"
     assert set(last) == {"error"} and "context is full" in last["error"] and "context is full" in err.value.error
+
+
+def test_chat_past_the_context_leaves_the_oldest_exchanges_out_and_the_cut_stays_put(tiny):
+    """As Ollama does, /api/chat answers a conversation longer than the context from its latest messages (the system
+    message kept) where the OpenAI route refuses it; the cut comes in steps (serve/window.py), so the next turn,
+    one exchange longer, keeps it and resumes the prompt's prefill."""
+    from clover_local.serve.window import leave_out
+
+    system = {"role": "system", "content": SYSTEM}
+    history = [system]
+    for i in range(14):
+        history += [{"role": "user", "content": f"reverse {' '.join('abcdefgh'[i % 4:])}"},
+                    {"role": "assistant", "content": " ".join(reversed('abcdefgh'[i % 4:]))}]
+    ask = history + [{"role": "user", "content": "count a in a b a"}]
+    with running_server(tiny, "tiny", max_tokens=24, context=256) as (engine, url):
+        full = len(tiny.tokenizer.encode(tiny.tokenizer.apply_chat_template(ask, add_generation_prompt=True)))
+        assert full + 24 > 256  # too long for the context with its answer
+        with pytest.raises(openai.BadRequestError, match="context"):
+            _openai(url).chat.completions.create(model="tiny", messages=ask, max_tokens=24)
+        client = ollama.Client(host=url)
+        first = client.chat(model="tiny", messages=ask, think=False, options={"num_predict": 24})
+        assert first.message.content and first.prompt_eval_count + 24 <= 256 < full + 24
+        again = client.chat(model="tiny", messages=ask + [{"role": "assistant", "content": first.message.content},
+                                                          {"role": "user", "content": "count b in b b a"}],
+                            think=False, options={"num_predict": 24})
+        assert again.message.content and engine.prompt_cache.stats.last_reused > 0  # the same start: resumed
+        assert first.prompt_eval_count > (256 - 24) // 2  # cut by a step, not to the bone
+        # what the server read: the system message and the latest exchanges, whole
+        cut = leave_out(ask, lambda t: len(tiny.tokenizer.encode(t)), full + 24 - 256, (256 - 24) // 4)
+        kept = [system] + ask[cut:]
+        assert ask[cut]["role"] == "user" and first.prompt_eval_count == len(tiny.tokenizer.encode(
+            tiny.tokenizer.apply_chat_template(kept, add_generation_prompt=True, enable_thinking=False)))
+
+
+def test_leave_out_counts_in_steps_and_keeps_the_last_question():
+    from clover_local.serve.window import FRAME_TOKENS, exchange_starts, leave_out
+
+    assert FRAME_TOKENS == 5
+
+    msgs = [{"role": "system", "content": "s"}] + [{"role": r, "content": "x" * 5} for r in ["user", "assistant"] * 4]
+    msgs.append({"role": "user", "content": "last"})
+    count = len  # ten "tokens" a message, with FRAME_TOKENS 5
+    assert exchange_starts(msgs) == [1, 3, 5, 7, 9] and leave_out(msgs, count, 0, 15) == 0
+    assert leave_out(msgs, count, 1, 15) == 3  # 15 wanted: the first exchange (20)
+    assert leave_out(msgs, count, 15, 15) == 3 and leave_out(msgs, count, 16, 15) == 5  # 30 wanted: two exchanges
+    assert leave_out(msgs, count, 1000, 15) == 9  # never past the last question
+    msgs[2]["tool_calls"] = [{"function": {"name": "f", "arguments": {}}}]  # a call's text counts too
+    assert leave_out(msgs, count, 16, 15) == 3
+    assert leave_out(msgs[:2], count, 50, 15) == 0  # one question: nothing to leave out

@@ -29,6 +29,7 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_schema import answer_constraint
 from clover_local.generate.thinking import ThinkBudget, answer_room_budget
 from clover_local.serve import anthropic, ollama
+from clover_local.serve.window import exchange_starts, leave_out, system_head
 from clover_local.serve.tools import ToolCallStream, auto_calls, json_or_calls, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, prometheus_text
@@ -359,6 +360,8 @@ class Handler(BaseHTTPRequestHandler):
         tok = self.server.engine.tokenizer
         text = self._prompt(req)
         ids = tok.encode(text)
+        if req.leave_out_oldest:
+            text, ids = self._fit(req, text, ids)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
         if req.forced is not None:  # the form the template teaches (serve/tools.py)
             req.forced.for_template(tok.chat_template or "")
@@ -376,6 +379,29 @@ class Handler(BaseHTTPRequestHandler):
                 if asked:
                     raise ApiError(400, str(exc), param="thinking_token_budget") from None
         return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs)
+
+    def _fit(self, req: ChatRequest, text: str, ids: list[int]) -> tuple[str, list[int]]:
+        """Ollama's route: a conversation that leaves its answer less than it asks for (at most a quarter of the
+        context) loses its oldest exchanges (`window.leave_out`: in steps of a quarter of the room, so the cut
+        stays put while the conversation grows and the next turns resume the prefill); the messages left, rendered,
+        and their tokens. Where even the last message alone does not fit, `_settings` refuses it as before."""
+        tok, limits = self.server.engine.tokenizer, self.server.limits
+        room = min(req.max_tokens or limits.max_tokens, limits.max_tokens, limits.context // 4)
+        excess = len(ids) + room - limits.context
+        if excess <= 0:
+            return text, ids
+        messages = req.messages
+        cut = leave_out(messages, lambda t: len(tok.encode(t)), excess, max(1, (limits.context - room) // 4))
+        if not cut:
+            return text, ids
+        head = messages[: system_head(messages)]  # the leading system messages stay
+        for start in [i for i in exchange_starts(messages) if i >= cut]:  # (an estimate short: one more exchange)
+            req.messages = head + messages[start:]
+            text = self._prompt(req)
+            ids = tok.encode(text)
+            if len(ids) + room <= limits.context:
+                break
+        return text, ids
 
     def _hold_calls(self, req: ChatRequest, settings: Any, opens_thinking: bool) -> None:
         """Unforced tools (serve/tools.py): beside a JSON answer format, the answer is that JSON or a call; else a
