@@ -317,19 +317,19 @@ def test_shipped_tiny_chat_resumes_each_turn(tiny, capsys):
 
 def test_chat_leaves_the_oldest_exchanges_out_once_the_context_is_outgrown(tiny, monkeypatch, capsys, tmp_path):
     """A conversation past the context (the answer would get less than max_tokens) is not refused: the model stops
-    reading its oldest exchanges, down to three quarters of what the answer leaves, so the next turns go on reusing
-    the prompt's prefill; the messages themselves stay (/save)."""
-    ctx = 200
+    reading its oldest exchanges (chat/window.py, in steps), so the next turns keep the cut and go on reusing the
+    prompt's prefill; the messages themselves stay (/save)."""
+    ctx = 300
     monkeypatch.setattr(tiny.config, "max_position_embeddings", ctx)
     app = chat_app(tiny)  # max_tokens 24
-    questions = iter(f"{'reverse' if i % 2 else 'count a in'} {' '.join('abcdefgh'[i % 5:])}" for i in range(40))
+    questions = iter(f"{'reverse' if i % 2 else 'count a in'} {' '.join('abcdefgh'[i % 5:])}" for i in range(60))
     while app.conv.left_out == 0:
-        assert app.ask(next(questions)) is not None and app.conv.turns < 30
+        assert app.ask(next(questions)) is not None and app.conv.turns < 40
     err = capsys.readouterr().err
     left_out = app.conv.left_out
-    assert f"outgrew the context of {ctx} tokens: from now on the model does not read its first {left_out} messages" \
-        in err
-    assert app.last.prompt_tokens <= (ctx - 24) * 3 // 4 and app.last.reused_tokens == 0  # a new start: read anew
+    assert (f"outgrew the context of {ctx} tokens: the model reads it from message {left_out + 1} on, its first "
+            f"{left_out} messages left out") in err
+    assert app.last.prompt_tokens + 24 <= ctx and app.last.reused_tokens == 0  # a new start: read anew
     read = app.conv.template_messages()
     assert read[0] == app.conv.messages[left_out] and read[0]["role"] == "user" and len(app.conv.messages) == \
         2 * app.conv.turns
@@ -338,18 +338,39 @@ def test_chat_leaves_the_oldest_exchanges_out_once_the_context_is_outgrown(tiny,
     assert app.conv.left_out == left_out and app.last.reused_tokens > 0  # the same start: resumed
     app.command("/stats")
     assert f"of {ctx} (the first {left_out} messages left out)" in capsys.readouterr().err
-    app.command("/undo")
-    assert app.conv.left_out == left_out
     app.command(f"/save {tmp_path / 'all.json'}")
     assert len(json.loads((tmp_path / "all.json").read_text())["messages"]) == len(app.conv.messages)
     kept = list(app.conv.messages)
     capsys.readouterr()
     assert app.ask("reverse " + "a b " * ctx) is None  # alone past the context: refused, nothing left out for it
-    assert "fills the model's context of 200 tokens; shorten the message" in capsys.readouterr().err
+    assert "fills the model's context of 300 tokens; shorten the message" in capsys.readouterr().err
     assert (app.conv.messages, app.conv.left_out) == (kept, left_out)
 
 
-def test_leaving_out_keeps_the_system_message_and_the_last_question():
+def test_the_cut_stays_put_while_the_conversation_grows_by_less_than_a_step():
+    """chat/window.py's promise: the system message and the last question are always read, what is read fits, and
+    the cut moves once a step of growth (a quarter of the room), not at every turn."""
+    from clover_local.chat.window import fit
+
+    def render(messages: list[dict]) -> list[dict]:
+        return messages
+
+    def length(messages: list[dict]) -> int:  # five tokens a message's frame, one a character
+        return sum(5 + len(m["content"]) for m in messages)
+
+    conv, cuts = [{"role": "system", "content": "sys"}], []
+    for i in range(60):
+        conv.append({"role": "user", "content": "q" * (5 + i % 7)})
+        start, kept = fit(conv, render, length, len, context=400, room=40)
+        assert kept[0] == conv[0] and kept[-1] is conv[-1] and length(kept) + 40 <= 400
+        assert kept == conv if start == 0 else kept[1:] == conv[start:] and conv[start]["role"] == "user"
+        cuts.append(start)
+        conv.append({"role": "assistant", "content": "a" * 10})
+    moves = sum(a != b for a, b in zip(cuts, cuts[1:]))
+    assert cuts == sorted(cuts) and cuts[0] == 0 < cuts[-1] and 0 < moves <= 60 // 3, cuts
+
+
+def test_left_out_messages_keep_the_system_message_and_survive_undo_and_reset():
     from clover_local.chat.conversation import Conversation
 
     conv = Conversation(system="be brief")
@@ -357,15 +378,14 @@ def test_leaving_out_keeps_the_system_message_and_the_last_question():
         conv.add_user(f"q{i}")
         conv.add_assistant(f"a{i}")
     conv.add_user("q3")
-    assert conv.leave_out_oldest() and [m["content"] for m in conv.template_messages()] == \
-        ["be brief", "q1", "a1", "q2", "a2", "q3"]
-    assert conv.leave_out_oldest() and conv.leave_out_oldest() and not conv.leave_out_oldest()
-    assert [m["content"] for m in conv.template_messages()] == ["be brief", "q3"]
+    conv.left_out = 4  # (ChatApp.ask sets it from window.fit)
+    assert [m["content"] for m in conv.template_messages()] == ["be brief", "q2", "a2", "q3"]
     conv.set_system(None)
-    assert [m["content"] for m in conv.template_messages()] == ["q3"]
-    assert conv.pop_exchange()[0]["content"] == "q3" and conv.template_messages() == []
+    assert [m["content"] for m in conv.template_messages()] == ["q2", "a2", "q3"]
+    conv.left_out = 6
+    assert conv.pop_exchange()[0]["content"] == "q3" and conv.template_messages() == [] and conv.left_out == 6
     conv.add_user("q4")
-    assert [m["content"] for m in conv.template_messages()] == ["q4"] and len(conv.messages) == 7
+    assert [m["content"] for m in conv.template_messages()] == ["q4"]
     conv.reset()
     conv.add_user("q5")
     assert conv.left_out == 0 and [m["content"] for m in conv.template_messages()] == ["q5"]

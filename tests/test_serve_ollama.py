@@ -235,9 +235,9 @@ def test_an_error_mid_stream_is_a_last_error_line(tool_server):
 
 def test_chat_past_the_context_leaves_the_oldest_exchanges_out_and_the_cut_stays_put(tiny):
     """As Ollama does, /api/chat answers a conversation longer than the context from its latest messages (the system
-    message kept) where the OpenAI route refuses it; the cut comes in steps (serve/window.py), so the next turn,
+    message kept) where the OpenAI route refuses it; the cut comes in steps (chat/window.py), so the next turn,
     one exchange longer, keeps it and resumes the prompt's prefill."""
-    from clover_local.serve.window import leave_out
+    from clover_local.chat.window import leave_out
 
     system = {"role": "system", "content": SYSTEM}
     history = [system]
@@ -266,7 +266,7 @@ def test_chat_past_the_context_leaves_the_oldest_exchanges_out_and_the_cut_stays
 
 
 def test_leave_out_counts_in_steps_and_keeps_the_last_question():
-    from clover_local.serve.window import FRAME_TOKENS, exchange_starts, leave_out
+    from clover_local.chat.window import FRAME_TOKENS, exchange_starts, leave_out
 
     assert FRAME_TOKENS == 5
 

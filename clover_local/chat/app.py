@@ -21,12 +21,13 @@ from rich.text import Text
 
 from clover_local.chat import completion
 from clover_local.chat.conversation import (SETTABLE, ChatSettings, Conversation, describe_settings,
-                                           restore_settings, set_value)
+                                           for_template, restore_settings, set_value)
 from clover_local.chat.display import Part, TurnView, fit_parts, plural, think_lines
 from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, key_stats, runtime_stats,
                                      scalar_stats)
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
                                     history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory)
+from clover_local.chat.window import fit, system_head
 from clover_local.errors import CloverError
 from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES
 from clover_local.generate.thinking import ThinkBudget
@@ -520,11 +521,6 @@ class ChatApp:
                 ("prompt read", f"{plural(read, 'token')}{took}{after}")]
 
     # ------------------------------------------------------------------ one answer
-    def _render(self) -> str:
-        """The prompt: the conversation the model reads through the chat template, opening the answer."""
-        return self.tok.apply_chat_template(self.conv.template_messages(), add_generation_prompt=True,
-                                            enable_thinking=self.settings.think)
-
     def ask(self, text: str) -> TurnStats | None:
         from clover_local.generate.block_diffusion import DecodeSettings
 
@@ -533,35 +529,33 @@ class ChatApp:
         ctx = self.loaded.config.max_context
         max_new = self.settings.max_tokens
         left_out = self.conv.left_out
+
+        def render(messages: list[dict]) -> tuple[str, list[int]]:
+            prompt = self.tok.apply_chat_template(for_template(messages), add_generation_prompt=True,
+                                                  enable_thinking=self.settings.think)
+            return prompt, self.tok.encode(prompt)
+
         try:
-            prompt = self._render()
+            # outgrown the context (the answer would get less than max_tokens, or a quarter of the context): the
+            # oldest exchanges are left out, in steps, so the next turns keep the cut and resume the prefill
+            start, (prompt, ids) = fit(self.conv.messages, render, lambda r: len(r[1]),
+                                       lambda t: len(self.tok.encode(t)), ctx, min(max_new, ctx // 4))
             if budget is not None:  # (a tokenizer without <think> tokens: one line, as a template error is)
                 budget = ThinkBudget.for_tokenizer(self.tok, budget, prompt_opens_thinking(prompt))
-            ids = self.tok.encode(prompt)
-            # outgrown the context (the answer would get less than max_tokens, or a quarter of the context): the
-            # oldest exchanges are left out, down to three quarters of what is left, so the next turns do not
-            # each read the whole conversation again
-            room = min(max_new, ctx // 4)
-            if len(ids) + room > ctx:
-                while len(ids) > (ctx - room) * 3 // 4 and self.conv.leave_out_oldest():
-                    prompt = self._render()
-                    ids = self.tok.encode(prompt)
         except CloverError as exc:
             self.conv.messages.pop()
-            self.conv.left_out = left_out
             self.error(str(exc))
             return None
         if len(ids) >= ctx:  # (what is left to leave out: nothing but this message, or a message before it)
             self.conv.messages.pop()
-            self.conv.left_out = left_out
             self.error(f"the prompt ({len(ids):,} tokens with this message) fills the model's context of {ctx:,} "
                        "tokens; shorten the message (/file: a smaller part of the document), or /reset")
             return None
+        self.conv.left_out = start - system_head(self.conv.messages) if start else 0
         if self.conv.left_out > left_out:
-            first = self.conv.left_out - left_out
-            which = f"first {first:,} messages" if first > 1 else "first message"
-            self.note(f"(the conversation outgrew the context of {ctx:,} tokens: from now on the model does not read "
-                      f"its {which}; /save keeps them all)")
+            self.note(f"(the conversation outgrew the context of {ctx:,} tokens: the model reads it from message "
+                      f"{start + 1} on, its first {plural(self.conv.left_out, 'message')} left out; /save keeps "
+                      "them all)")
         if len(ids) + max_new > ctx:
             max_new = ctx - len(ids)
             self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")

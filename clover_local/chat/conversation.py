@@ -157,12 +157,17 @@ def check_messages(messages: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
+def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as the chat template takes them: our own bookkeeping keys dropped."""
+    return [{k: v for k, v in m.items() if k != "interrupted"} for m in messages]
+
+
 class Conversation:
     def __init__(self, system: str | None = None) -> None:
         self.messages: list[dict[str, Any]] = []
         self.saved_settings: dict[str, Any] = {}  # what the last `load` read beside the messages
-        # how many of the first messages after the system message the model no longer reads (`leave_out_oldest`:
-        # the conversation outgrew the context); kept from turn to turn so the prompt's start stays the same
+        # how many of the first messages after the system message the model no longer reads: the conversation
+        # outgrew the context (chat/window.py; ChatApp.ask sets it for each answer)
         self.left_out = 0
         if system:
             self.messages.append({"role": "system", "content": system})
@@ -211,20 +216,8 @@ class Conversation:
         return int(self.system is not None)
 
     def template_messages(self) -> list[dict[str, Any]]:
-        """Messages as the chat template takes them: the system message and those not left out (our own
-        bookkeeping keys dropped)."""
-        given = self.messages[: self._first] + self.messages[self._first + self.left_out:]
-        return [{k: v for k, v in m.items() if k != "interrupted"} for m in given]
-
-    def leave_out_oldest(self) -> bool:
-        """Leave the oldest exchange the model still reads (a message of the user's and what answered it) out of
-        what it reads from now on; False where only the last message of the user's is left to read. The messages
-        stay (/save writes them all)."""
-        users = [i for i, m in enumerate(self.messages[self._first:]) if m["role"] == "user" and i >= self.left_out]
-        if len(users) < 2:
-            return False
-        self.left_out = users[1]
-        return True
+        """Messages as the chat template takes them (`for_template`): the system message and those not left out."""
+        return for_template(self.messages[: self._first] + self.messages[self._first + self.left_out:])
 
     @property
     def turns(self) -> int:

@@ -25,11 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
 from clover_local.chat.turn import history_tokens, prompt_opens_thinking
+from clover_local.chat.window import fit
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import answer_constraint
 from clover_local.generate.thinking import ThinkBudget, answer_room_budget
 from clover_local.serve import anthropic, ollama
-from clover_local.serve.window import exchange_starts, leave_out, system_head
 from clover_local.serve.tools import ToolCallStream, auto_calls, json_or_calls, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, prometheus_text
@@ -382,25 +382,22 @@ class Handler(BaseHTTPRequestHandler):
 
     def _fit(self, req: ChatRequest, text: str, ids: list[int]) -> tuple[str, list[int]]:
         """Ollama's route: a conversation that leaves its answer less than it asks for (at most a quarter of the
-        context) loses its oldest exchanges (`window.leave_out`: in steps of a quarter of the room, so the cut
-        stays put while the conversation grows and the next turns resume the prefill); the messages left, rendered,
-        and their tokens. Where even the last message alone does not fit, `_settings` refuses it as before."""
+        context) loses its oldest exchanges (chat/window.py: in steps, so the cut stays put while the conversation
+        grows and the next turns resume the prefill); the prompt of what is left and its tokens. Where even the last
+        question alone does not fit, `_settings` refuses it as before."""
         tok, limits = self.server.engine.tokenizer, self.server.limits
         room = min(req.max_tokens or limits.max_tokens, limits.max_tokens, limits.context // 4)
-        excess = len(ids) + room - limits.context
-        if excess <= 0:
+        if len(ids) + room <= limits.context:
             return text, ids
         messages = req.messages
-        cut = leave_out(messages, lambda t: len(tok.encode(t)), excess, max(1, (limits.context - room) // 4))
-        if not cut:
-            return text, ids
-        head = messages[: system_head(messages)]  # the leading system messages stay
-        for start in [i for i in exchange_starts(messages) if i >= cut]:  # (an estimate short: one more exchange)
-            req.messages = head + messages[start:]
-            text = self._prompt(req)
-            ids = tok.encode(text)
-            if len(ids) + room <= limits.context:
-                break
+
+        def render(kept: list[dict]) -> tuple[str, list[int]]:
+            req.messages = kept
+            prompt = self._prompt(req)
+            return prompt, tok.encode(prompt)
+
+        _, (text, ids) = fit(messages, render, lambda r: len(r[1]), lambda t: len(tok.encode(t)), limits.context,
+                             room)
         return text, ids
 
     def _hold_calls(self, req: ChatRequest, settings: Any, opens_thinking: bool) -> None:

@@ -1,16 +1,19 @@
-"""Ollama's answer to a conversation longer than the context: the oldest messages are left out, not a 400.
+"""A conversation longer than the context: its oldest exchanges are left out (chat's turns, serve's /api/chat as
+Ollama does it), the system message and the latest question kept.
 
-Each request sends the whole conversation, so the cut is worked out afresh every time — and it must come out the
-same from one request to the next while the conversation grows, or every turn would read the whole prompt again
-(the prompt cache resumes only an unchanged start). So the tokens to leave out are counted in whole steps of a
-quarter of the room (`leave_out`), and the cut is the first exchange boundary past them by each message's own
+The cut is worked out afresh for every answer (serve gets the whole conversation with each request) — and it must
+come out the same from one turn to the next while the conversation grows, or every turn would read the whole prompt
+again (the prompt cache resumes only an unchanged start). So the tokens to leave out are counted in whole steps of
+a quarter of the room (`leave_out`), and the cut is the first exchange boundary past them by each message's own
 length (an estimate that depends on those messages alone): a conversation that grows by a turn keeps its cut until
 it has grown by a step."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+R = TypeVar("R")
 
 
 FRAME_TOKENS = 5  # what a chat template adds around a message's text (ChatML: `<|im_start|>role\n` … `<|im_end|>\n`)
@@ -44,3 +47,21 @@ def leave_out(messages: list[dict[str, Any]], count: Callable[[str], int], exces
         if i + 1 in starts and dropped >= want:
             return i + 1
     return starts[-1]
+
+
+def fit(messages: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]], R], length: Callable[[R], int],
+        count: Callable[[str], int], context: int, room: int) -> tuple[int, R]:
+    """The conversation cut to leave its answer `room` of `context` tokens: (where the kept messages start after
+    the leading system messages — 0: all kept — and `render` of what is kept, `length` of which is its tokens).
+    Past `leave_out`'s estimate, an exchange more at a time until it fits or only the last question is left (the
+    caller refuses that)."""
+    rendered = render(messages)
+    cut = leave_out(messages, count, length(rendered) + room - context, max(1, (context - room) // 4))
+    if not cut:
+        return 0, rendered
+    head = messages[: system_head(messages)]
+    for start in [i for i in exchange_starts(messages) if i >= cut]:
+        rendered = render(head + messages[start:])
+        if length(rendered) + room <= context:
+            break
+    return start, rendered
