@@ -358,10 +358,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
-        text = self._prompt(req)
-        ids = tok.encode(text)
         if req.leave_out_oldest:
-            text, ids = self._fit(req, text, ids)
+            text, ids = self._fit(req)
+        else:
+            text = self._prompt(req)
+            ids = tok.encode(text)
         history = history_tokens(tok, req.messages, enable_thinking=req.enable_thinking, **req.template_kwargs)
         if req.forced is not None:  # the form the template teaches (serve/tools.py)
             req.forced.for_template(tok.chat_template or "")
@@ -380,25 +381,20 @@ class Handler(BaseHTTPRequestHandler):
                     raise ApiError(400, str(exc), param="thinking_token_budget") from None
         return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs)
 
-    def _fit(self, req: ChatRequest, text: str, ids: list[int]) -> tuple[str, list[int]]:
-        """Ollama's route: a conversation that leaves its answer less than it asks for (at most a quarter of the
-        context) loses its oldest exchanges (chat/window.py: in steps, so the cut stays put while the conversation
-        grows and the next turns resume the prefill); the prompt of what is left and its tokens. Where even the last
-        question alone does not fit, `_settings` refuses it as before."""
+    def _fit(self, req: ChatRequest) -> tuple[str, list[int]]:
+        """Ollama's route: the prompt and its tokens, of a conversation that loses its oldest exchanges where it
+        would leave its answer less than it asks for (at most a quarter of the context; chat/window.py: in steps,
+        so the cut stays put while the conversation grows and the next turns resume the prefill). Where even the
+        last question alone does not fit, `_settings` refuses it as before."""
         tok, limits = self.server.engine.tokenizer, self.server.limits
         room = min(req.max_tokens or limits.max_tokens, limits.max_tokens, limits.context // 4)
-        if len(ids) + room <= limits.context:
-            return text, ids
-        messages = req.messages
 
         def render(kept: list[dict]) -> tuple[str, list[int]]:
             req.messages = kept
             prompt = self._prompt(req)
             return prompt, tok.encode(prompt)
 
-        _, (text, ids) = fit(messages, render, lambda r: len(r[1]), lambda t: len(tok.encode(t)), limits.context,
-                             room)
-        return text, ids
+        return fit(req.messages, render, lambda r: len(r[1]), lambda t: len(tok.encode(t)), limits.context, room)[1]
 
     def _hold_calls(self, req: ChatRequest, settings: Any, opens_thinking: bool) -> None:
         """Unforced tools (serve/tools.py): beside a JSON answer format, the answer is that JSON or a call; else a
