@@ -233,18 +233,23 @@ def test_an_error_mid_stream_is_a_last_error_line(tool_server):
     assert set(last) == {"error"} and "context is full" in last["error"] and "context is full" in err.value.error
 
 
+def _long_conversation() -> list[dict]:
+    """A system message, 14 exchanges and a question: 371 tokens rendered by the tiny model's template."""
+    history = [{"role": "system", "content": SYSTEM}]
+    for i in range(14):
+        history += [{"role": "user", "content": f"reverse {' '.join('abcdefgh'[i % 4:])}"},
+                    {"role": "assistant", "content": " ".join(reversed('abcdefgh'[i % 4:]))}]
+    return history + [{"role": "user", "content": "count a in a b a"}]
+
+
 def test_chat_past_the_context_leaves_the_oldest_exchanges_out_and_the_cut_stays_put(tiny):
     """As Ollama does, /api/chat answers a conversation longer than the context from its latest messages (the system
     message kept) where the OpenAI route refuses it; the cut comes in steps (chat/window.py), so the next turn,
     one exchange longer, keeps it and resumes the prompt's prefill."""
     from clover_local.chat.window import leave_out
 
-    system = {"role": "system", "content": SYSTEM}
-    history = [system]
-    for i in range(14):
-        history += [{"role": "user", "content": f"reverse {' '.join('abcdefgh'[i % 4:])}"},
-                    {"role": "assistant", "content": " ".join(reversed('abcdefgh'[i % 4:]))}]
-    ask = history + [{"role": "user", "content": "count a in a b a"}]
+    ask = _long_conversation()
+    system = ask[0]
     with running_server(tiny, "tiny", max_tokens=24, context=256) as (engine, url):
         full = len(tiny.tokenizer.encode(tiny.tokenizer.apply_chat_template(ask, add_generation_prompt=True)))
         assert full + 24 > 256  # too long for the context with its answer
@@ -280,3 +285,21 @@ def test_leave_out_counts_in_steps_and_keeps_the_last_question():
     msgs[2]["tool_calls"] = [{"function": {"name": "f", "arguments": {}}}]  # a call's text counts too
     assert leave_out(msgs, count, 16, 15) == 3
     assert leave_out(msgs[:2], count, 50, 15) == 0  # one question: nothing to leave out
+
+
+def test_drop_oldest_answers_a_long_conversation_on_the_openai_and_anthropic_routes_too(tiny):
+    """serve --drop-oldest: the routes that answer 400 by default leave the oldest exchanges out as /api/chat does;
+    an OpenAI max_tokens is kept whole (the window leaves it all), Anthropic's is a ceiling."""
+    anthropic = pytest.importorskip("anthropic", reason="the anthropic client is a test dependency")
+    ask = _long_conversation()
+    with running_server(tiny, "tiny", max_tokens=120, context=256, drop_oldest=True) as (_, url):
+        client = _openai(url)
+        for max_tokens in (24, 100):
+            r = client.chat.completions.create(model="tiny", messages=ask, max_tokens=max_tokens)
+            assert r.choices[0].message.content is not None and r.usage.prompt_tokens + max_tokens <= 256
+        claude = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=120)
+        answer = claude.messages.create(model="tiny", max_tokens=24, system=SYSTEM, messages=ask[1:])
+        assert answer.content and answer.usage.input_tokens + 24 <= 256
+        with pytest.raises(openai.BadRequestError, match="context"):  # the question alone past it: still a 400
+            client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "a " * 300}],
+                                           max_tokens=24)

@@ -64,6 +64,12 @@ def serve(
              "on (by default a call it starts is held to the tools' names and parameters, so it comes back as a "
              "call; a malformed one would stay in the content as text)."),
     reveal_factor: float = reveal_factor_option(serve=True),
+    drop_oldest: bool = typer.Option(
+        False, "--drop-oldest",
+        help="Answer a conversation longer than --context from its latest messages on every route, as /api/chat "
+             "always does (Ollama's behaviour): its oldest exchanges left out, the system message kept, in steps "
+             "so the next turns resume the prompt. Default: a 400, as OpenAI's and Anthropic's APIs answer (Claude "
+             "Code compacts its conversation on that 400: leave this off for it)."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
@@ -132,7 +138,7 @@ def serve(
         ThinkBudget.for_tokenizer(loaded.tokenizer, think_cap, opened=False)
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx,
                     think_budget=think_cap, answer_room=answer_room, free_tool_calls=free_tool_calls,
-                    reveal_factor=reveal_factor)
+                    reveal_factor=reveal_factor, drop_oldest=drop_oldest)
     engine = Engine(loaded, max_queue=max_queue, park_bytes=park_bytes)
     name = model_name or model_label(model)
     try:

@@ -50,6 +50,7 @@ class Limits:
     answer_room: bool = True  # and at most what leaves the answer room (thinking.answer_room_budget)
     free_tool_calls: bool = False  # tool_choice auto: no grammar from the model's <tool_call> on (tools.auto_calls)
     reveal_factor: float = 0.0  # the factor rule for requests that send neither threshold nor reveal_factor
+    drop_oldest: bool = False  # every chat route leaves a long conversation's oldest exchanges out (chat/window.py)
     read_timeout: float = 30.0
 
 
@@ -358,7 +359,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
-        if req.leave_out_oldest:
+        if req.leave_out_oldest or self.server.limits.drop_oldest:
             text, ids = self._fit(req)
         else:
             text = self._prompt(req)
@@ -382,12 +383,16 @@ class Handler(BaseHTTPRequestHandler):
         return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs)
 
     def _fit(self, req: ChatRequest) -> tuple[str, list[int]]:
-        """Ollama's route: the prompt and its tokens, of a conversation that loses its oldest exchanges where it
-        would leave its answer less than it asks for (at most a quarter of the context; chat/window.py: in steps,
-        so the cut stays put while the conversation grows and the next turns resume the prefill). Where even the
-        last question alone does not fit, `_settings` refuses it as before."""
+        """Ollama's route (every chat route with --drop-oldest): the prompt and its tokens, of a conversation that
+        loses its oldest exchanges where it would leave its answer less than it asks for (chat/window.py: in steps,
+        so the cut stays put while the conversation grows and the next turns resume the prefill): an OpenAI
+        max_tokens whole (it is a promise there: `completion_budget` refuses less), else at most a quarter of the
+        context. Where even the last question alone does not fit, `_settings` refuses it as before."""
         tok, limits = self.server.engine.tokenizer, self.server.limits
-        room = min(req.max_tokens or limits.max_tokens, limits.max_tokens, limits.context // 4)
+        if req.max_tokens and not req.max_tokens_ceiling:
+            room = req.max_tokens
+        else:
+            room = min(req.max_tokens or limits.max_tokens, limits.max_tokens, limits.context // 4)
 
         def render(kept: list[dict]) -> tuple[str, list[int]]:
             req.messages = kept
