@@ -352,16 +352,17 @@ def test_the_cut_stays_put_while_the_conversation_grows_by_less_than_a_step():
     the cut moves once a step of growth (a quarter of the room), not at every turn."""
     from clover_local.chat.window import fit
 
-    def render(messages: list[dict]) -> list[dict]:
-        return messages
-
     def length(messages: list[dict]) -> int:  # five tokens a message's frame, one a character
         return sum(5 + len(m["content"]) for m in messages)
+
+    def render(messages: list[dict]) -> tuple[list[dict], list[int]]:  # (what was rendered in the prompt's place)
+        return messages, [0] * length(messages)
 
     conv, cuts = [{"role": "system", "content": "sys"}], []
     for i in range(60):
         conv.append({"role": "user", "content": "q" * (5 + i % 7)})
-        start, kept = fit(conv, render, length, len, context=400, room=40)
+        start, kept, ids = fit(conv, render, len, context=400, room=40)
+        assert len(ids) == length(kept)
         assert kept[0] == conv[0] and kept[-1] is conv[-1] and length(kept) + 40 <= 400
         assert kept == conv if start == 0 else kept[1:] == conv[start:] and conv[start]["role"] == "user"
         cuts.append(start)
@@ -378,7 +379,8 @@ def test_left_out_messages_keep_the_system_message_and_survive_undo_and_reset():
         conv.add_user(f"q{i}")
         conv.add_assistant(f"a{i}")
     conv.add_user("q3")
-    conv.left_out = 4  # (ChatApp.ask sets it from window.fit)
+    conv.read_from(5)  # (ChatApp.ask: window.fit's cut, counted with the system message)
+    assert conv.left_out == 4
     assert [m["content"] for m in conv.template_messages()] == ["be brief", "q2", "a2", "q3"]
     conv.set_system(None)
     assert [m["content"] for m in conv.template_messages()] == ["q2", "a2", "q3"]

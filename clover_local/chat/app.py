@@ -27,7 +27,7 @@ from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, ke
                                      scalar_stats)
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
                                     history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory)
-from clover_local.chat.window import fit, system_head
+from clover_local.chat.window import fit
 from clover_local.errors import CloverError
 from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES
 from clover_local.generate.thinking import ThinkBudget
@@ -538,8 +538,8 @@ class ChatApp:
         try:
             # outgrown the context (the answer would get less than max_tokens, or a quarter of the context): the
             # oldest exchanges are left out, in steps, so the next turns keep the cut and resume the prefill
-            start, (prompt, ids) = fit(self.conv.messages, render, lambda r: len(r[1]),
-                                       lambda t: len(self.tok.encode(t)), ctx, min(max_new, ctx // 4))
+            start, prompt, ids = fit(self.conv.messages, render, lambda t: len(self.tok.encode(t)), ctx,
+                                     min(max_new, ctx // 4))
             if budget is not None:  # (a tokenizer without <think> tokens: one line, as a template error is)
                 budget = ThinkBudget.for_tokenizer(self.tok, budget, prompt_opens_thinking(prompt))
         except CloverError as exc:
@@ -551,7 +551,7 @@ class ChatApp:
             self.error(f"the prompt ({len(ids):,} tokens with this message) fills the model's context of {ctx:,} "
                        "tokens; shorten the message (/file: a smaller part of the document), or /reset")
             return None
-        self.conv.left_out = start - system_head(self.conv.messages) if start else 0
+        self.conv.read_from(start)
         if self.conv.left_out > left_out:
             self.note(f"(the conversation outgrew the context of {ctx:,} tokens: the model reads it from message "
                       f"{start + 1} on, its first {plural(self.conv.left_out, 'message')} left out; /save keeps "

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from clover_local.chat.window import system_head
 from clover_local.errors import CloverError
 from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES, Penalties
 
@@ -167,7 +168,7 @@ class Conversation:
         self.messages: list[dict[str, Any]] = []
         self.saved_settings: dict[str, Any] = {}  # what the last `load` read beside the messages
         # how many of the first messages after the system message the model no longer reads: the conversation
-        # outgrew the context (chat/window.py; ChatApp.ask sets it for each answer)
+        # outgrew the context (chat/window.py; ChatApp.ask sets it for each answer: `read_from`)
         self.left_out = 0
         if system:
             self.messages.append({"role": "system", "content": system})
@@ -213,7 +214,11 @@ class Conversation:
     @property
     def _first(self) -> int:
         """Index of the first message after the system message."""
-        return int(self.system is not None)
+        return system_head(self.messages)
+
+    def read_from(self, start: int) -> None:
+        """The model reads the conversation from message `start` on (`window.fit`'s cut; 0: all of it)."""
+        self.left_out = start - self._first if start else 0
 
     def template_messages(self) -> list[dict[str, Any]]:
         """Messages as the chat template takes them (`for_template`): the system message and those not left out."""

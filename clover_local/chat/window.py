@@ -11,9 +11,7 @@ it has grown by a step."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, TypeVar
-
-R = TypeVar("R")
+from typing import Any, Callable
 
 
 FRAME_TOKENS = 5  # what a chat template adds around a message's text (ChatML: `<|im_start|>role\n` … `<|im_end|>\n`)
@@ -49,19 +47,19 @@ def leave_out(messages: list[dict[str, Any]], count: Callable[[str], int], exces
     return starts[-1]
 
 
-def fit(messages: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]], R], length: Callable[[R], int],
-        count: Callable[[str], int], context: int, room: int) -> tuple[int, R]:
-    """The conversation cut to leave its answer `room` of `context` tokens: (where the kept messages start after
-    the leading system messages — 0: all kept — and `render` of what is kept, `length` of which is its tokens).
-    Past `leave_out`'s estimate, an exchange more at a time until it fits or only the last question is left (the
-    caller refuses that)."""
-    rendered = render(messages)
-    cut = leave_out(messages, count, length(rendered) + room - context, max(1, (context - room) // 4))
+def fit(messages: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]], tuple[str, list[int]]],
+        count: Callable[[str], int], context: int, room: int) -> tuple[int, str, list[int]]:
+    """The conversation cut to leave its answer `room` of `context` tokens: where the kept messages start after the
+    leading system messages (0: all kept), and `render`'s prompt and token ids of what is kept. Past `leave_out`'s
+    estimate, an exchange more at a time until it fits or only the last question is left (the caller refuses
+    that)."""
+    prompt, ids = render(messages)
+    cut = leave_out(messages, count, len(ids) + room - context, max(1, (context - room) // 4))
     if not cut:
-        return 0, rendered
+        return 0, prompt, ids
     head = messages[: system_head(messages)]
     for start in [i for i in exchange_starts(messages) if i >= cut]:
-        rendered = render(head + messages[start:])
-        if length(rendered) + room <= context:
+        prompt, ids = render(head + messages[start:])
+        if len(ids) + room <= context:
             break
-    return start, rendered
+    return start, prompt, ids

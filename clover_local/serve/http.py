@@ -359,7 +359,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
-        if req.leave_out_oldest or self.server.limits.drop_oldest:
+        if req.drop_oldest or self.server.limits.drop_oldest:
             text, ids = self._fit(req)
         else:
             text = self._prompt(req)
@@ -399,7 +399,8 @@ class Handler(BaseHTTPRequestHandler):
             prompt = self._prompt(req)
             return prompt, tok.encode(prompt)
 
-        return fit(req.messages, render, lambda r: len(r[1]), lambda t: len(tok.encode(t)), limits.context, room)[1]
+        _, text, ids = fit(req.messages, render, lambda t: len(tok.encode(t)), limits.context, room)
+        return text, ids
 
     def _hold_calls(self, req: ChatRequest, settings: Any, opens_thinking: bool) -> None:
         """Unforced tools (serve/tools.py): beside a JSON answer format, the answer is that JSON or a call; else a

@@ -184,7 +184,7 @@ def parse_chat(raw: bytes) -> ChatRequest | None:
     if not isinstance(body["messages"], list):
         raise bad_request("'messages' must be a list of {role, content} objects", "messages")
     return _chat_parts(body, ChatRequest(messages=_messages(body["messages"]), tools=_tools(body),
-                                         leave_out_oldest=True))
+                                         drop_oldest=True))
 
 
 def parse_generate(raw: bytes) -> ChatRequest | CompletionRequest | None:

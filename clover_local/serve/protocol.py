@@ -106,8 +106,9 @@ class ChatRequest(Sampling):
     think_budget: int | None = None  # the most tokens the thinking may take (generate/thinking.py)
     enable_thinking: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    # Ollama's: a conversation past the context loses its oldest messages rather than being refused (chat/window.py)
-    leave_out_oldest: bool = False
+    # a conversation past the context loses its oldest messages rather than being refused (chat/window.py): Ollama's
+    # route, every route with serve --drop-oldest
+    drop_oldest: bool = False
 
     @property
     def answer_grammar(self) -> Grammar | None:
