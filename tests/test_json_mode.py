@@ -169,15 +169,15 @@ class _Vocab:
 
 
 def _reveal(ids, conf, logits=None, state=b"", threshold=0.9, factor=0.0):
-    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.block_diffusion import DecodeSettings, constrained_reveals
 
     settings = DecodeSettings(threshold=threshold, factor=factor, stop_token_ids=[6],
                               constraint=JsonObjectConstraint(_Vocab(), [6]))
     shape = accepts(state)
     if logits is None:
         logits = torch.zeros(len(ids), 7)
-    reveals, after = BlockDiffusionDecoder._constrained_reveals(settings, settings.constraint, shape,
-                                                                [5, 6, 7][:len(ids)], logits, ids, conf)
+    reveals, after = constrained_reveals(settings, settings.constraint, shape, [5, 6, 7][:len(ids)], logits, ids,
+                                         conf)
     return [(r.position, r.token_id) for r in reveals], after
 
 
@@ -204,17 +204,16 @@ def test_the_decoder_reveals_a_run_from_the_leftmost_mask():
 
 def test_a_replaced_token_carries_its_own_probability_and_nan_is_refused():
     from clover_local.errors import CloverError
-    from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
+    from clover_local.generate.block_diffusion import DecodeSettings, constrained_reveals
 
     settings = DecodeSettings(threshold=0.9, stop_token_ids=[6], constraint=JsonObjectConstraint(_Vocab(), [6]))
     logits = torch.tensor([[0.0, 5.0, 1.0, 0.0, 4.0, 9.0, 0.0]])
-    reveals, _ = BlockDiffusionDecoder._constrained_reveals(settings, settings.constraint, accepts(b"{"), [5], logits,
-                                                            [5], [0.99])
+    reveals, _ = constrained_reveals(settings, settings.constraint, accepts(b"{"), [5], logits, [5], [0.99])
     (r,) = reveals  # `x` refused: `}` in its place, with `}`'s probability, not the refused token's
     assert r.token_id == 1 and r.confidence == pytest.approx(torch.softmax(logits[0], -1)[1].item())
     with pytest.raises(CloverError, match="not finite"):
-        BlockDiffusionDecoder._constrained_reveals(settings, settings.constraint, accepts(b"{"), [5, 6],
-                                                   torch.zeros(2, 7), [1, 6], [float("nan"), 0.99])
+        constrained_reveals(settings, settings.constraint, accepts(b"{"), [5, 6], torch.zeros(2, 7), [1, 6],
+                            [float("nan"), 0.99])
 
 
 def test_once_the_object_closes_the_likeliest_stop_token_ends_it():

@@ -15,7 +15,7 @@ With a `PromptCache` (`reuse=`), the prefill resumes after the longest saved blo
 and the cache is saved again at a block boundary of this prompt (generate/prompt_cache.py).
 
 Held answers: a `constraint` (JSON mode, a schema, a forced call) reveals each block left to right from the start
-(`_constrained_reveals`); a `trigger` (serve's auto tool calls) leaves the answer free until the trigger's text
+(`constrained_reveals`); a `trigger` (serve's auto tool calls) leaves the answer free until the trigger's text
 shows in a block's settled run, then masks again what follows it beyond what the grammar takes, and holds the rest
 the same way (generate/trigger.py).
 """
@@ -84,6 +84,123 @@ def check_context(prompt_len: int, max_new_tokens: int, limit: int) -> None:
         )
 
 
+def constrained_reveals(settings: DecodeSettings, constraint: ByteConstraint, shape: PrefixState,
+                         masked: list[int], logits: torch.Tensor, ids: list[int], conf: list[float]
+                         ) -> tuple[list[Reveal], PrefixState]:
+    """JSON mode's reveals this pass (json_mode.py): the leftmost masked position — the model's choice if the
+    constraint allows it, else the likeliest token it allows — then, while the model's own choices (that first
+    one's included) are allowed and sure enough (the reveal rule, `sampling.sure_enough`, counting the run's
+    reveals), the positions right after it: they were predicted with the first one masked, so after a replaced
+    or unsure token they wait for the next pass. Masked positions are always the block's last ones here."""
+    check_finite(conf)
+    stops = settings.stop_token_ids
+
+    def sure(j: int) -> bool:  # the run's (j + 1)-th reveal
+        return sure_enough(conf[j], j + 1, settings.threshold, settings.factor)
+
+    token, nxt, first_conf = ids[0], constraint.advance(shape, ids[0]), conf[0]
+    run = nxt is not None and sure(0)  # the next ones were predicted beside this one
+    if nxt is None:
+        token, nxt = constraint.likeliest_allowed(shape, logits[0])
+        first_conf = float(torch.softmax(logits[0].float(), -1)[token])
+    reveals = [Reveal(masked[0], token, first_conf)]
+    j = 1
+    while run and token not in stops and j < len(masked) and sure(j):
+        after = constraint.advance(nxt, ids[j])
+        if after is None:
+            break
+        token, nxt = ids[j], after
+        reveals.append(Reveal(masked[j], token, conf[j]))
+        j += 1
+    return reveals, nxt
+
+
+class _Picker:
+    """What decides one answer's tokens pass after pass, with the state it carries between passes: the logits'
+    adjustments (penalties against the answer's token counts, logit bias, the mask token and, before the thinking
+    budget's closing text, `</think>` refused), the draw, the reveal rule, and what holds the answer — a
+    constraint (JSON mode, a schema, a forced call) from the start, or serve's auto tool calls' grammar from
+    their trigger on — with the thinking budget's closing text placed into the blocks."""
+
+    def __init__(self, settings: DecodeSettings, prompt_ids: list[int], mask_id: int) -> None:
+        self.settings, self.prompt_ids, self.mask_id = settings, prompt_ids, mask_id
+        # made on the logits' device at the first pass that needs them (the runtime keeps the embeddings on the
+        # host): the sampling generator, the answer's token counts for the penalties
+        self.gen: torch.Generator | None = None
+        self.counts: TokenCounts | None = None
+        self.bias = LogitBias(settings.logit_bias) if settings.logit_bias else None
+        self.constraint = settings.constraint
+        self.shape = self.constraint.start() if self.constraint else None  # the answer so far, as the constraint
+        self.watch = settings.trigger.watch() if settings.trigger else None  # until the trigger holds the answer
+        self.thinking = BudgetTracker(settings.think_budget) if settings.think_budget else None
+
+    def place_thinking(self, tokens: list[int | None], written: int, first: int, end: int) -> int:
+        """The thinking budget's closing text placed into a new block whose answer positions are [first, end)
+        (`written` answer tokens before it; not counted by the penalties: the model did not choose them); the
+        position before which `</think>` is refused."""
+        if self.thinking is None:
+            return first
+        placed, no_end_before = self.thinking.place(written, first, end)
+        for p, t in placed:
+            tokens[p] = t
+        return no_end_before
+
+    def reveal(self, logits: torch.Tensor, tokens: list[int | None], masked: list[int], targets: list[int],
+               no_end_before: int) -> list[Reveal]:
+        """One pass's reveals from the logits of the `masked` positions, written into `tokens` (where the trigger
+        shows, what its grammar does not take is masked again)."""
+        s = self.settings
+        if s.penalties.active:
+            if self.counts is None:
+                self.counts = TokenCounts(logits.shape[-1], logits.device, self.prompt_ids)
+            self.counts.apply(logits, s.penalties)
+        if self.bias is not None:
+            self.bias.apply(logits)
+        logits[:, self.mask_id] = float("-inf")
+        if no_end_before > masked[0]:
+            logits[[j for j, p in enumerate(masked) if p < no_end_before], self.thinking.end_id] = float("-inf")
+        if self.gen is None and s.temperature > 0:
+            self.gen = device_generator(s.seed, logits.device)
+        ids, conf = choose(logits, s.temperature, s.top_p, self.gen, s.top_k, s.min_p)
+        ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
+        if self.shape is None:
+            reveals = sorted((Reveal(masked[j], ids_h[j], conf_h[j])
+                              for j in pick_reveals(conf_h, s.threshold, s.factor)), key=lambda r: r.position)
+        else:
+            reveals, self.shape = constrained_reveals(s, self.constraint, self.shape, masked, logits, ids_h, conf_h)
+        for r in reveals:
+            tokens[r.position] = r.token_id
+        if self.watch is not None and self.shape is None:
+            hit = self.watch.find(_run(tokens, targets))
+            if hit is not None:  # held from here: what the grammar did not take is masked again
+                kept, self.shape = hit
+                self.constraint, cut = s.trigger.constraint, targets[0] + kept
+                for p in targets[kept:]:
+                    tokens[p] = None
+                reveals = [r for r in reveals if r.position < cut]
+        if self.counts is not None:
+            self.counts.add([r.token_id for r in reveals])
+        return reveals
+
+    def committed(self, written: int, new: list[int]) -> None:
+        """A block's answer tokens `new`, after `written` others."""
+        if self.thinking is not None:
+            self.thinking.committed(written, new)
+        if self.watch is not None and self.shape is None:
+            self.watch.committed(new)
+
+
+def _run(tokens: list[int | None], targets: list[int]) -> list[int]:
+    """The block's answer tokens (`targets`: their positions) from its start up to its first masked one."""
+    run: list[int] = []
+    for p in targets:
+        t = tokens[p]
+        if t is None:
+            break
+        run.append(t)
+    return run
+
+
 class BlockDiffusionDecoder:
     """Drives a model's causal and preview passes; yields events, prints nothing."""
 
@@ -139,13 +256,7 @@ class BlockDiffusionDecoder:
     def _generate(self, prompt_ids: list[int], settings: DecodeSettings, reuse: PromptCache | None,
                   snapshot_at: int | None) -> Iterator[Event]:
         bs, stops = self.block_size, set(settings.stop_token_ids)
-        gen = None  # made on the logits' device at the first draw (the runtime keeps the embeddings on the host)
-        counts = None  # the answer's tokens so far, for settings.penalties (made like `gen`, when they apply)
-        bias = LogitBias(settings.logit_bias) if settings.logit_bias else None
-        constraint = settings.constraint
-        shape = constraint.start() if constraint else None  # JSON mode: the answer so far
-        watch = settings.trigger.watch() if settings.trigger else None  # until the trigger holds the answer
-        thinking = BudgetTracker(settings.think_budget) if settings.think_budget else None
+        picker = _Picker(settings, prompt_ids, self.mask_id)
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
 
@@ -159,65 +270,16 @@ class BlockDiffusionDecoder:
         first_preview = None  # logits of this block's first preview, from the last block's merged commit
         while len(out) < settings.max_new_tokens:
             fixed = len(tail) if block_no == 0 else 0
-            room = settings.max_new_tokens - len(out)
-            targets = list(range(fixed, min(bs, fixed + room)))
+            targets = list(range(fixed, min(bs, fixed + settings.max_new_tokens - len(out))))
             tokens: list[int | None] = (tail if block_no == 0 else []) + [None] * (bs - fixed)
-            no_end_before = fixed  # a thinking budget's closing text placed in this block: no `</think>` before it
-            if thinking is not None:
-                placed, no_end_before = thinking.place(len(out), fixed, targets[-1] + 1)
-                for p, t in placed:  # (not counted by the penalties: the model did not choose them)
-                    tokens[p] = t
+            no_end_before = picker.place_thinking(tokens, len(out), fixed, targets[-1] + 1)
             passes = 0
             while (any(tokens[p] is None for p in targets)
                    and self._settled_stop(tokens, targets, stops) is None):
                 masked = [p for p in targets if tokens[p] is None]
-                # the rows whose logits predict the masked positions (shifted: a position's come from the row
-                # before it; position 0's from the last committed row): only they go through the LM head
-                src = [p - 1 for p in masked] if self.shifted else masked
-                rows = _index(src[1:] if src[0] < 0 else src)
-                if first_preview is not None:
-                    logits, first_preview = first_preview[rows], None
-                elif rows == slice(0, 0) and last_logits is not None:
-                    logits = None  # only position 0 is masked: its logits do not depend on the block, no pass
-                else:
-                    block = [self.mask_id if t is None else t for t in tokens]
-                    logits = self.model(self._ids(block), cache, preview=True, rows=rows)[0]
-                if src[0] < 0:
-                    first = last_logits if last_logits is not None else torch.zeros_like(logits[0])
-                    # (a copy either way: the mask column is set below, and `first` may be a prompt cache's)
-                    logits = first[None].clone() if logits is None else torch.cat([first[None], logits], 0)
-                if settings.penalties.active:
-                    if counts is None:
-                        counts = TokenCounts(logits.shape[-1], logits.device, prompt_ids)
-                    counts.apply(logits, settings.penalties)
-                if bias is not None:
-                    bias.apply(logits)
-                logits[:, self.mask_id] = float("-inf")
-                if no_end_before > masked[0]:
-                    logits[[j for j, p in enumerate(masked) if p < no_end_before], thinking.end_id] = float("-inf")
-                if gen is None and settings.temperature > 0:
-                    gen = device_generator(settings.seed, logits.device)
-                ids, conf = choose(logits, settings.temperature, settings.top_p, gen, settings.top_k, settings.min_p)
-                ids_h, conf_h = ids.tolist(), conf.tolist()  # one read each off the device, not one per reveal
-                if shape is None:
-                    picked = pick_reveals(conf_h, settings.threshold, settings.factor)
-                    reveals = [Reveal(masked[j], ids_h[j], conf_h[j]) for j in picked]
-                    reveals.sort(key=lambda r: r.position)
-                else:
-                    reveals, shape = self._constrained_reveals(settings, constraint, shape, masked, logits, ids_h,
-                                                               conf_h)
-                for r in reveals:
-                    tokens[r.position] = r.token_id
-                if watch is not None and shape is None:
-                    hit = watch.find(self._run(tokens, targets))
-                    if hit is not None:  # held from here: what the grammar did not take is masked again
-                        kept, shape = hit
-                        constraint, cut = settings.trigger.constraint, fixed + kept
-                        for p in targets[kept:]:
-                            tokens[p] = None
-                        reveals = [r for r in reveals if r.position < cut]
-                if counts is not None:
-                    counts.add([r.token_id for r in reveals])
+                logits = self._masked_logits(tokens, masked, cache, last_logits, first_preview)
+                first_preview = None
+                reveals = picker.reveal(logits, tokens, masked, targets, no_end_before)
                 stats.passes += 1
                 yield PassDone(block_no, passes, reveals, list(tokens), fixed)
                 passes += 1
@@ -226,26 +288,16 @@ class BlockDiffusionDecoder:
             if finished:
                 stats.stop_reason = "stop"
             new = [int(t) for t in tokens[fixed : stop_at if finished else targets[-1] + 1]]  # type: ignore[arg-type]
-            if thinking is not None:
-                thinking.committed(len(out), new)
-            if watch is not None and shape is None:
-                watch.committed(new)
+            picker.committed(len(out), new)
             out.extend(new)
             stats.blocks += 1
             done = finished or len(out) >= settings.max_new_tokens
             if not done:  # commit the finished block: the next one previews against it
-                finished_block = [int(t) for t in tokens]  # type: ignore[arg-type]
-                # ... in the same pass as the next one's first preview (all masks), unless the next block needs
-                # no pass: one token, whose (shifted) logits are the commit's last row's
-                needs_pass = not (self.shifted and settings.max_new_tokens - len(out) == 1)
-                if self.merge_commits and needs_pass:
-                    last, first = self.model.commit_and_preview(self._ids(finished_block),
-                                                                self._ids([self.mask_id] * bs), cache)
-                    last_logits, first_preview = last[0], first[0]
-                    stats.merged_commits += 1
-                else:
-                    last_logits = self._causal(finished_block, cache)
+                last_logits, first_preview = self._commit([int(t) for t in tokens],  # type: ignore[arg-type]
+                                                          cache, settings.max_new_tokens - len(out))
                 stats.commits += 1
+                if first_preview is not None:
+                    stats.merged_commits += 1
             yield BlockCommitted(block_no, new, passes)
             if done:
                 break
@@ -254,47 +306,37 @@ class BlockDiffusionDecoder:
         stats.seconds = time.perf_counter() - t0
         yield Finished(out, stats)
 
-    @staticmethod
-    def _run(tokens: list[int | None], targets: list[int]) -> list[int]:
-        """The block's answer tokens (`targets`: their positions) from its start up to its first masked one."""
-        run: list[int] = []
-        for p in targets:
-            t = tokens[p]
-            if t is None:
-                break
-            run.append(t)
-        return run
+    def _masked_logits(self, tokens: list[int | None], masked: list[int], cache: PrefixCache,
+                       last_logits: torch.Tensor | None, first_preview: torch.Tensor | None) -> torch.Tensor:
+        """The logits [len(masked), V] predicting the block's masked positions: a preview pass's (from the last
+        merged commit where it ran this block's first one), with only the rows that predict them through the LM
+        head. Shifted, a position's come from the row before it, and position 0's from the last committed row:
+        no pass at all where that is the only one masked."""
+        src = [p - 1 for p in masked] if self.shifted else masked
+        rows = _index(src[1:] if src[0] < 0 else src)
+        if first_preview is not None:
+            logits = first_preview[rows]
+        elif rows == slice(0, 0) and last_logits is not None:
+            logits = None  # only position 0 is masked: its logits do not depend on the block
+        else:
+            block = [self.mask_id if t is None else t for t in tokens]
+            logits = self.model(self._ids(block), cache, preview=True, rows=rows)[0]
+        if src[0] >= 0:
+            return logits
+        first = last_logits if last_logits is not None else torch.zeros_like(logits[0])
+        # (a copy either way: the picker writes into the logits, and `first` may be a prompt cache's)
+        return first[None].clone() if logits is None else torch.cat([first[None], logits], 0)
 
-    @staticmethod
-    def _constrained_reveals(settings: DecodeSettings, constraint: ByteConstraint, shape: PrefixState,
-                             masked: list[int], logits: torch.Tensor, ids: list[int], conf: list[float]
-                             ) -> tuple[list[Reveal], PrefixState]:
-        """JSON mode's reveals this pass (json_mode.py): the leftmost masked position — the model's choice if the
-        constraint allows it, else the likeliest token it allows — then, while the model's own choices (that first
-        one's included) are allowed and sure enough (the reveal rule, `sampling.sure_enough`, counting the run's
-        reveals), the positions right after it: they were predicted with the first one masked, so after a replaced
-        or unsure token they wait for the next pass. Masked positions are always the block's last ones here."""
-        check_finite(conf)
-        stops = settings.stop_token_ids
-
-        def sure(j: int) -> bool:  # the run's (j + 1)-th reveal
-            return sure_enough(conf[j], j + 1, settings.threshold, settings.factor)
-
-        token, nxt, first_conf = ids[0], constraint.advance(shape, ids[0]), conf[0]
-        run = nxt is not None and sure(0)  # the next ones were predicted beside this one
-        if nxt is None:
-            token, nxt = constraint.likeliest_allowed(shape, logits[0])
-            first_conf = float(torch.softmax(logits[0].float(), -1)[token])
-        reveals = [Reveal(masked[0], token, first_conf)]
-        j = 1
-        while run and token not in stops and j < len(masked) and sure(j):
-            after = constraint.advance(nxt, ids[j])
-            if after is None:
-                break
-            token, nxt = ids[j], after
-            reveals.append(Reveal(masked[j], token, conf[j]))
-            j += 1
-        return reveals, nxt
+    def _commit(self, block: list[int], cache: PrefixCache, room: int
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A finished block into the cache: (logits of its last row, the next block's first preview — all masks —
+        from the same pass, or None where it ran alone). Merged unless turned off or the next block needs no pass:
+        one token left, whose shifted logits are the commit's last row's."""
+        if self.merge_commits and not (self.shifted and room == 1):
+            last, first = self.model.commit_and_preview(self._ids(block), self._ids([self.mask_id] * len(block)),
+                                                        cache)
+            return last[0], first[0]
+        return self._causal(block, cache), None
 
     def _causal(self, tokens: list[int], cache: PrefixCache) -> torch.Tensor:
         """Append `tokens` to the cache; the logits of their last row."""
