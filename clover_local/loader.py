@@ -6,6 +6,7 @@ The one place commands go through, so every command accepts the same kinds of MO
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,7 +163,8 @@ def warn_pack_only(path: Path, model: str, vram_budget: int | str | None, reside
 
 def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | str | None" = None, *,
          vram_budget: int | None = None, context: int | None = None, resident_routing: bool = False,
-         prefill_chunk: int | None = None, chat_template: str | None = None) -> Loaded:
+         prefill_chunk: int | None = None, chat_template: str | None = None,
+         on_layer: Callable[[int, int], None] | None = None) -> Loaded:
     """Load config, tokenizer and weights for the commands.
 
     `runtime` picks how a GPTQ pack is loaded:
@@ -173,7 +175,9 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
       context, resident_routing, prefill_chunk)`; a BF16 checkpoint loads plainly, as only a pack can be
       offloaded.
     `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path.
-    `chat_template`: a template's text the tokenizer renders with instead of the model's own (--chat-template)."""
+    `chat_template`: a template's text the tokenizer renders with instead of the model's own (--chat-template).
+    `on_layer(done, total)`: called as each decoder layer's weights are in place (a progress bar: a 35B pack is
+    ≈ 19 GB to read)."""
     from clover_local.pack.reader import is_pack
 
     dev = pick_device(device)
@@ -198,10 +202,10 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     elif isinstance(runtime, str):
         raise ValueError(f"runtime must be None, {AUTO!r} or RuntimeOptions, not {runtime!r}")
     if runtime is not None:
-        model = _load_offloaded(arg, path, dev, torch_dtype, runtime)
+        model = _load_offloaded(arg, path, dev, torch_dtype, runtime, on_layer)
         config = model.config
     else:
-        model = _load_plain(arg, path, config, dev, torch_dtype)
+        model = _load_plain(arg, path, config, dev, torch_dtype, on_layer)
         if context is not None:
             config.max_position_embeddings = min(config.max_position_embeddings, context)
     return Loaded(path, config, tokenizer, model, resolve_mask_token(config, tokenizer), model_context)
@@ -218,17 +222,19 @@ def auto_runtime(config: CloverConfig, vram_budget: int | None, context: int | N
                           prefill_chunk=prefill_chunk or DEFAULT_PREFILL_CHUNK)
 
 
-def _load_offloaded(arg: str, path: Path, dev: torch.device, dtype: torch.dtype, options):
+def _load_offloaded(arg: str, path: Path, dev: torch.device, dtype: torch.dtype, options,
+                    on_layer: Callable[[int, int], None] | None = None):
     from clover_local.pack.reader import is_pack
     from clover_local.runtime.load import load_packed_model
 
     if not is_pack(path):
         raise CloverError(f"{arg} is not a quantized pack: the offloading runtime runs GPTQ packs; make one "
                           f"with clover-local quantize {arg} --out PACK")
-    return load_packed_model(path, dev, dtype, options)
+    return load_packed_model(path, dev, dtype, options, on_layer=on_layer)
 
 
-def _load_plain(arg: str, path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype):
+def _load_plain(arg: str, path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype,
+                on_layer: Callable[[int, int], None] | None = None):
     """A BF16 checkpoint as is, or a pack dequantized into a full model."""
     from clover_local.checkpoint.reader import CheckpointReader
     from clover_local.model.clover import CloverModel
@@ -236,7 +242,7 @@ def _load_plain(arg: str, path: Path, config: CloverConfig, dev: torch.device, d
 
     _refuse_whole_load(arg, path, config, dev, dtype)
     reader = PackReader(path) if is_pack(path) else CheckpointReader(path, config)
-    return CloverModel.from_reader(reader, dev, dtype)
+    return CloverModel.from_reader(reader, dev, dtype, on_layer)
 
 
 def _refuse_whole_load(arg: str, path: Path, config: CloverConfig, dev: torch.device, dtype: torch.dtype) -> None:

@@ -64,6 +64,26 @@ def test_load_auto_picks_the_runtime_for_packs_only(pack, make_checkpoint):
     assert plain.model.runtime is None and plain.config.max_context == 100
 
 
+def test_a_load_shows_its_layers_as_they_come_in(pack):
+    """`load_shown` (chat, generate, score, serve on a terminal) draws a bar of the decoder layers loaded, fed by
+    the loader after each layer — through the runtime, the dequantizing path and a BF16 checkpoint alike — and
+    draws nothing without a console (scripts, --json, logs)."""
+    from rich.console import Console
+
+    from clover_local.commands._model_options import load_shown
+
+    for model, runtime in ((str(pack), AUTO), (str(pack), None), ("tiny", AUTO)):
+        seen: list[tuple[int, int]] = []
+        loaded = load(model, "cpu", "float32", runtime=runtime, on_layer=lambda done, total: seen.append((done, total)))
+        n = loaded.config.num_hidden_layers
+        assert seen == [(i, n) for i in range(1, n + 1)], (model, runtime, seen)
+        buf = io.StringIO()
+        load_shown(model, "cpu", "float32", Console(file=buf, force_terminal=True, width=100), runtime=runtime)
+        drawn = buf.getvalue()
+        assert "loading" in drawn and f"{n}/{n}" in drawn and "layers" in drawn, drawn
+    assert load_shown("tiny", "cpu", "float32", None).model is not None
+
+
 def budget_for(pack, slots: int, context: int, **rows: int) -> str:
     """A --vram-budget that leaves room for `slots` expert slots (fewer than the pack's experts: offloading);
     `rows`: the plan's prefill_chunk / prefill_span when not the defaults."""

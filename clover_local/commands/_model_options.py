@@ -121,6 +121,36 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
             "chat_template": None if chat_template is None else read_template(chat_template)}
 
 
+def stderr_console(show: bool = True) -> Any:
+    """A Rich console on standard error where a person watches it (`show`, and standard error a terminal), else
+    None: `load_shown`'s for generate, score and serve, whose standard output is the answer."""
+    import sys
+
+    if not (show and sys.stderr.isatty()):
+        return None
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def load_shown(model: str, device: Optional[str], dtype: Optional[str], console: Any = None, **options: Any) -> Any:
+    """`loader.load` (`options`: `load_options(...)`) with its progress drawn on `console` (a Rich Console; None:
+    nothing drawn, for scripts, logs and --json): a spinner until the decoder layers come, then a bar of them with
+    the time so far — a 35B pack is ≈ 19 GB to read, tens of seconds — gone once the model is in."""
+    from clover_local.loader import load
+
+    if console is None:
+        return load(model, device, dtype, **options)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("loading {task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("layers"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(model, total=None)
+        return load(model, device, dtype, on_layer=lambda done, total: bar.update(task, completed=done, total=total),
+                    **options)
+
+
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,
                       progress=lambda msg: None) -> tuple[Any, str]:
     """(pack folder, label) for the commands that run a pack's kernels (bench, tune): MODEL, or the synthetic

@@ -11,26 +11,13 @@ import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
-                                                  offload_option, prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option)
+                                                  load_shown, offload_option, prefill_chunk_option,
+                                                  resident_routing_option, vram_budget_option)
 from clover_local.commands._sampling_options import (check_decoding, check_think_budget, frequency_penalty_option,
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
                                                      think_budget_option, top_k_option)
 from clover_local.errors import CloverError
-
-
-def load_with_status(model: str, device: str, dtype: str, interactive: bool, **options):
-    """`loader.load` behind a spinner on a terminal; `options` are `_model_options.load_options(...)`."""
-    from rich.console import Console
-
-    from clover_local.loader import load
-
-    console = Console(stderr=not interactive, highlight=False)
-    if interactive:
-        with console.status(f"loading {model} …", spinner="dots"):
-            return load(model, device, dtype, **options)
-    return load(model, device, dtype, **options)
 
 
 @app.command()
@@ -92,7 +79,9 @@ def chat(
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
-    loaded = load_with_status(model, device, dtype, interactive, **options)
+    from rich.console import Console
+
+    loaded = load_shown(model, device, dtype, Console(highlight=False) if interactive else None, **options)
     if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)
         from clover_local.generate.thinking import ThinkBudget
 

@@ -16,8 +16,9 @@ import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_flag_limit, context_option,
-                                                  dtype_option, load_options, offload_option, prefill_chunk_option,
-                                                  resident_routing_option, vram_budget_option)
+                                                  dtype_option, load_options, load_shown, offload_option,
+                                                  prefill_chunk_option, resident_routing_option, stderr_console,
+                                                  vram_budget_option)
 from clover_local.commands._sampling_options import (check_decoding, check_think_budget, frequency_penalty_option,
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
@@ -214,7 +215,6 @@ def generate(
     from clover_local.chat.turn import prompt_opens_thinking
     from clover_local.generate.json_schema import answer_constraint
     from clover_local.generate.thinking import ThinkBudget
-    from clover_local.loader import load
 
     prompt = message_from(prompt, file)
     check_decoding(temperature, top_p, top_k, min_p, threshold, reveal_factor)
@@ -235,8 +235,8 @@ def generate(
     if think_budget is not None and not think:
         raise CloverError(f"--think-budget limits the thinking, and {'--no-think' if not json_mode else flag} "
                           "answers without it: drop one")
-    loaded = load(model, device, dtype,
-                  **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template))
+    loaded = load_shown(model, device, dtype, stderr_console(not as_json),
+                        **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template))
     tok = loaded.tokenizer
     if raw:
         text = prompt

@@ -16,9 +16,9 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option,
-                                                  load_options, offload_option,
-                                                  prefill_chunk_option, vram_budget_option)
+from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option, load_options,
+                                                  load_shown, offload_option, prefill_chunk_option, stderr_console,
+                                                  vram_budget_option)
 from clover_local.errors import CloverError
 from clover_local.generate.scoring import score_ids
 from clover_local.text_files import text_from
@@ -47,11 +47,9 @@ def score(
 
       clover-local score ./clover-int4 --file page.txt --vram-budget 14GB --context 8192
     """
-    from clover_local.loader import load
-
     text = text_from(text, file, "--text")
     options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk)
-    loaded = load(model, device, dtype, **options)
+    loaded = load_shown(model, device, dtype, stderr_console(not as_json), **options)
     ids = loaded.tokenizer.encode(text)
     if len(ids) < 2:
         raise CloverError("the text must have at least two tokens to score")

@@ -12,8 +12,8 @@ import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
-                                                  offload_option, prefill_chunk_option, resident_routing_option,
-                                                  vram_budget_option)
+                                                  load_shown, offload_option, prefill_chunk_option,
+                                                  resident_routing_option, stderr_console, vram_budget_option)
 from clover_local.commands._sampling_options import check_range, reveal_factor_option, serve_think_budget
 from clover_local.errors import CloverError
 from clover_local.generate.sampling import DECODE_RANGES
@@ -115,7 +115,6 @@ def serve(
       curl http://127.0.0.1:8000/api/chat -d '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
     """
     from clover_local.generate.thinking import ThinkBudget
-    from clover_local.loader import load
     from clover_local.serve.engine import Engine
     from clover_local.serve.http import Limits, make_server
 
@@ -131,8 +130,10 @@ def serve(
     think_cap, answer_room = serve_think_budget(think_budget)
     check_range("reveal_factor", reveal_factor, DECODE_RANGES["reveal_factor"])
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
-    print(f"loading {model} …", file=sys.stderr, flush=True)
-    loaded = load(model, device, dtype, **options)
+    console = stderr_console()
+    if console is None:  # a log: one line (a terminal gets the progress bar)
+        print(f"loading {model} …", file=sys.stderr, flush=True)
+    loaded = load_shown(model, device, dtype, console, **options)
     ctx = loaded.config.max_context  # --context already applied by the loader
     if think_cap is not None:  # (a tokenizer without <think> tokens: refused here, not in every request)
         ThinkBudget.for_tokenizer(loaded.tokenizer, think_cap, opened=False)

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TypeVar
 
@@ -341,10 +341,12 @@ class CloverModel(nn.Module):
 
     @classmethod
     def from_reader(
-        cls, reader, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16
+        cls, reader, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
+        on_layer: Callable[[int, int], None] | None = None,
     ) -> "CloverModel":
         """Build on the meta device, then fill one layer at a time so peak host memory is one layer's tensors.
-        `reader` is a CheckpointReader or anything with the same `config`/`global_state`/`layer_state`."""
+        `reader` is a CheckpointReader or anything with the same `config`/`global_state`/`layer_state`;
+        `on_layer(done, total)` after each layer."""
         cfg = reader.config
         with torch.device("meta"):
             model = cls(cfg)
@@ -355,6 +357,8 @@ class CloverModel(nn.Module):
         model.has_preview_params = reader.has_preview_params
         for i in range(cfg.num_hidden_layers):
             fill_layer(model.layers[i], reader.layer_state(i), device, dtype)
+            if on_layer is not None:
+                on_layer(i + 1, cfg.num_hidden_layers)
         model.rotary.inv_freq = model.rotary.inv_freq.to(device)
         return model.eval()
 

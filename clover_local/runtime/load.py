@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,8 +167,10 @@ def plan_for(pack: PackIndex, device: torch.device, dtype: torch.dtype, options:
 
 
 def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dtype,
-                      options: RuntimeOptions | None = None, on_layer=lambda i, n: None) -> CloverModel:
-    """The model of a pack with the offloading runtime attached (`model.runtime`, `model.runtime_stats()`)."""
+                      options: RuntimeOptions | None = None,
+                      on_layer: Callable[[int, int], None] | None = None) -> CloverModel:
+    """The model of a pack with the offloading runtime attached (`model.runtime`, `model.runtime_stats()`);
+    `on_layer(done, total)` after each decoder layer is in place."""
     options = options or RuntimeOptions()
     options.validate()
     if device.type == "cuda":  # the prefill's causal bias imports torch._dynamo (≈ 2 s): now, not in the first
@@ -184,7 +187,7 @@ def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dty
 
 
 def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype, options: RuntimeOptions,
-           on_layer) -> CloverModel:
+           on_layer: Callable[[int, int], None] | None) -> CloverModel:
     cfg = pack.config
     shards = _Shards(pack)
     with torch.device("meta"):
@@ -211,7 +214,6 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
     staging = None if host is not None else torch.empty(n_exp, layout.nbytes, dtype=torch.uint8)
     staging_views = layout.views(staging) if staging is not None else None
     for i in range(cfg.num_hidden_layers):
-        on_layer(i, cfg.num_hidden_layers)
         layer = model.layers[i]
         _load_layer_dense(layer, i, pack, shards, device, dtype)
         for e in range(n_exp):
@@ -233,6 +235,8 @@ def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype
         layer.mlp.experts = OffloadedExperts(runtime, i)
         if host is not None:  # None unless resident routing is on (`Runtime.set_resident_routing`)
             layer.mlp.route_limit = lambda i=i: runtime.route_limit(i)
+        if on_layer is not None:
+            on_layer(i + 1, cfg.num_hidden_layers)
     cache.warm()  # offloaded: the slots start with the first layers' experts, not empty
     runtime.set_host_reads(*_host_reads(options, cache, device, dtype, cfg))
     runtime.set_read_through(*_read_through(options, runtime, dtype, cfg))
