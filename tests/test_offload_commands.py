@@ -64,10 +64,11 @@ def test_load_auto_picks_the_runtime_for_packs_only(pack, make_checkpoint):
     assert plain.model.runtime is None and plain.config.max_context == 100
 
 
-def test_a_load_shows_its_layers_as_they_come_in(pack):
+def test_a_load_shows_its_layers_as_they_come_in(pack, monkeypatch):
     """`load_shown` (chat, generate, score, serve on a terminal) draws a bar of the decoder layers loaded, fed by
     the loader after each layer — through the runtime, the dequantizing path and a BF16 checkpoint alike — and
-    draws nothing without a console (scripts, --json, logs)."""
+    draws nothing without a console (scripts, --json, logs), nor for a Hub repo id before its first layer (the
+    download draws its own bars)."""
     from rich.console import Console
 
     from clover_local.commands._model_options import load_shown
@@ -82,6 +83,19 @@ def test_a_load_shows_its_layers_as_they_come_in(pack):
         drawn = buf.getvalue()
         assert "loading" in drawn and f"{n}/{n}" in drawn and "layers" in drawn, drawn
     assert load_shown("tiny", "cpu", "float32", None).model is not None
+
+    import clover_local.loader as loader
+    from clover_local.errors import CloverError
+
+    def fails(*args, **kwargs):
+        raise CloverError("stopped before any layer")
+
+    monkeypatch.setattr(loader, "load", fails)
+    for model, drawn in (("someone/clover-35b-int4", False), ("tiny", True)):
+        buf = io.StringIO()
+        with pytest.raises(CloverError):
+            load_shown(model, "cpu", "float32", Console(file=buf, force_terminal=True, width=100))
+        assert bool(buf.getvalue().strip()) == drawn, (model, buf.getvalue())
 
 
 def budget_for(pack, slots: int, context: int, **rows: int) -> str:

@@ -135,20 +135,31 @@ def stderr_console(show: bool = True) -> Any:
 
 def load_shown(model: str, device: Optional[str], dtype: Optional[str], console: Any = None, **options: Any) -> Any:
     """`loader.load` (`options`: `load_options(...)`) with its progress drawn on `console` (a Rich Console; None:
-    nothing drawn, for scripts, logs and --json): a spinner until the decoder layers come, then a bar of them with
-    the time so far — a 35B pack is ≈ 19 GB to read, tens of seconds — gone once the model is in."""
-    from clover_local.loader import load
+    nothing drawn, for scripts, logs and --json): a spinner from the start, then a bar of the decoder layers with
+    the time so far — a 35B pack is ≈ 19 GB to read, tens of seconds — gone once the model is in. For a Hub repo
+    id the display waits for the first layer: a download draws its own bars before."""
+    from clover_local.loader import is_hub_id, load
 
     if console is None:
         return load(model, device, dtype, **options)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    columns = (SpinnerColumn(), TextColumn("loading {task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("layers"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(model, total=None)
-        return load(model, device, dtype, on_layer=lambda done, total: bar.update(task, completed=done, total=total),
-                    **options)
+    bar = Progress(SpinnerColumn(), TextColumn("loading {task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("layers"), TimeElapsedColumn(), console=console, transient=True)
+    tasks: list = []
+
+    def show(done: int = 0, total: Optional[int] = None) -> None:
+        if not tasks:
+            bar.start()
+            tasks.append(bar.add_task(model, total=total))
+        bar.update(tasks[0], completed=done, total=total)
+
+    if not is_hub_id(model):
+        show()
+    try:
+        return load(model, device, dtype, on_layer=show, **options)
+    finally:
+        bar.stop()
 
 
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,
