@@ -6,7 +6,6 @@ block-diffusion extras and the embeddings always stay in BF16/FP32: they are sma
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from clover_local.errors import CloverError
@@ -27,18 +26,6 @@ class Profile:
     shared: int | None  # shared expert
     lm_head: int | None
     about: str
-
-    def bits_for(self, module: str) -> int | None:
-        """Bits for a module name relative to the model (`layers.3.self_attn.q_proj`, `lm_head`, ...)."""
-        if module == "lm_head":
-            return self.lm_head
-        if ".mlp.experts." in module:
-            return self.experts
-        if ".mlp.shared_expert." in module:
-            return self.shared
-        if ".self_attn." in module or ".linear_attn." in module:
-            return self.mixer
-        return None
 
 
 PROFILES = {
@@ -75,7 +62,3 @@ def dynamic_rules(profile: Profile, bits: int) -> dict[str, dict]:
             rules[f"+:{full}"] = {"bits": b}
     rules[r"-:.*(mlp\.gate|shared_expert_gate|in_proj_a|in_proj_b)$"] = {}
     return rules
-
-
-def module_matches(rule: str, module: str) -> bool:
-    return re.match(rule[2:], module) is not None

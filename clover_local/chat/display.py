@@ -242,7 +242,6 @@ class TurnView:
         self.thought_header = False
         self.thinking_done = False
         self.printed_content = False
-        self.committed_blocks = 0
         self.max_tail = max(200, width * 4)
         self.prefill: PrefillProgress | None = None  # a long prompt being read: drawn instead of the cells
         self.prefill_started = 0.0
@@ -258,7 +257,6 @@ class TurnView:
         self.cells.update(ev)
 
     def on_commit(self, block: int) -> None:
-        self.committed_blocks = block + 1
         self.cells.reset(block + 1)
 
     def on_text(self, d_reasoning: str, d_content: str, thinking_open: bool, reasoning_tokens: int

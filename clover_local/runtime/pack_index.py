@@ -25,7 +25,6 @@ EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 _EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.(\w+)$")
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
 @dataclass(frozen=True)
@@ -296,8 +295,3 @@ def classify_tensor(pack: PackIndex) -> None:
         raise CloverError("pack experts do not match config.json (hidden_size / moe_intermediate_size)")
     pack.expert = ref
     pack.expert_layers = layers
-
-
-def layer_of(name: str) -> int | None:
-    m = _LAYER.match(name)
-    return int(m.group(1)) if m else None

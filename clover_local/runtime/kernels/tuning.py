@@ -246,10 +246,6 @@ class TuneResult:
     trials: list[Trial]
     note: str = ""
 
-    @property
-    def gain_us(self) -> float:
-        return self.default_us - self.best_us
-
     def entry(self) -> dict[str, Any]:
         return {"config": self.best, "us": round(self.best_us, 3), "default_us": round(self.default_us, 3),
                 "default": self.default, "tried": len(self.trials)}
