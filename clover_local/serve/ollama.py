@@ -43,8 +43,8 @@ from typing import Any
 
 from clover_local.errors import CloverError
 from clover_local.generate.json_schema import Schema, compile_schema
-from clover_local.serve.protocol import (EFFORT_BUDGETS, WIRE_TEMPERATURE, ApiError, ChatRequest, CompletionRequest,
-                                         bad_request, bool_field, int_field, json_body, model_field, number_field,
+from clover_local.serve.protocol import (WIRE_TEMPERATURE, ApiError, ChatRequest, CompletionRequest, bad_request,
+                                         bool_field, effort_thinking, int_field, json_body, model_field, number_field,
                                          parse_messages, penalties_field, read_tools, sampling_field, seed_field,
                                          stop_field, top_k_field)
 from clover_local.serve.tools import ToolCall
@@ -119,13 +119,13 @@ def _format(body: dict) -> tuple[bool, Schema | None]:
 
 
 def _thinking(body: dict, req: ChatRequest) -> None:
-    """`think` into `req.enable_thinking` (and a level's budget, as an OpenAI effort's: protocol.EFFORT_BUDGETS):
+    """`think` into `req.enable_thinking` (and a level's budget, as an OpenAI effort's: protocol.effort_thinking):
     absent, the model's default (off under `format`: the answer is the JSON)."""
     think = body.get("think")
     if think is not None and not isinstance(think, bool) and think not in ("low", "medium", "high"):
         raise bad_request("'think' must be true, false, \"low\", \"medium\" or \"high\"", "think")
     if isinstance(think, str):
-        req.think_budget = EFFORT_BUDGETS.get(think)
+        _, req.think_budget = effort_thinking(think, "think")
     on = req.json_mode is None if think is None else think is not False
     if on and req.json_mode:
         raise bad_request("'format' answers without thinking (the whole answer is the JSON): leave 'think' out or "

@@ -268,6 +268,12 @@ def read_tools(body: dict) -> list[dict] | None:
     return tools if tools and choice != "none" else None
 
 
+def read_call_choice(body: dict, req: ChatRequest) -> None:
+    """`parallel_tool_calls` and `tool_choice` into `req`, whose tools are read (chat completions, Responses)."""
+    req.parallel_calls = bool_field(body, "parallel_tool_calls", True)
+    req.forced = read_tool_choice(body, req.tools, req.parallel_calls)
+
+
 def read_tool_choice(body: dict, tools: list[dict] | None, parallel: bool = True) -> ForcedCall | None:
     """The call `tool_choice` forces (OpenAI chat's forms; the other wire formats translate theirs into them), None
     for "auto" and "none": "required" is some call of `tools` (one or more; one where `parallel` — the request's
@@ -502,8 +508,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     body = json_body(raw)
     req = ChatRequest(messages=parse_messages(body.get("messages")), tools=read_tools(body))
     read_sampling(body, req)
-    req.parallel_calls = bool_field(body, "parallel_tool_calls", True)
-    req.forced = read_tool_choice(body, req.tools, req.parallel_calls)
+    read_call_choice(body, req)
     req.logprobs = _chat_logprobs(body, req.stream)
     modalities = body.get("modalities") or []
     if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):

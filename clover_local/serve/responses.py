@@ -30,7 +30,7 @@ from typing import Any
 
 from clover_local.serve.protocol import (ApiError, ChatRequest, answer_usage, bad_request, bool_field,
                                          check_forced_thinking, effort_thinking, int_field, json_body, parse_messages,
-                                         read_sampling, read_tool_choice, read_tools, template_options)
+                                         read_call_choice, read_sampling, read_tools, template_options)
 from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
@@ -274,7 +274,7 @@ def _echo(body: dict, req: ChatRequest) -> dict[str, Any]:
     text = body.get("text") if isinstance(body.get("text"), dict) else {}
     return {"instructions": body.get("instructions"), "tools": body.get("tools") or [],
             "tool_choice": body.get("tool_choice") or "auto",
-            "parallel_tool_calls": bool_field(body, "parallel_tool_calls", True),
+            "parallel_tool_calls": req.parallel_calls,
             "temperature": req.temperature, "top_p": req.top_p, "max_output_tokens": body.get("max_output_tokens"),
             "metadata": metadata or {}, "text": {**text, "format": text.get("format") or {"type": "text"}},
             "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
@@ -296,8 +296,7 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
         req = ChatRequest(messages=parse_messages(input_messages(body.get("input"), body.get("instructions"))),
                           tools=read_tools(shim))
         read_sampling(shim, req)  # (response_format too)
-        req.parallel_calls = bool_field(shim, "parallel_tool_calls", True)
-        req.forced = read_tool_choice(shim, req.tools, req.parallel_calls)
+        read_call_choice(shim, req)
         think, effort_budget = effort_thinking(_member(body, "reasoning", "effort"), "reasoning.effort")
         req.think_budget = int_field(shim, "thinking_token_budget", 1) or effort_budget
         mode = req.json_mode
