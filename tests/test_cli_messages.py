@@ -312,6 +312,21 @@ def test_tiny_evaluate_slots_error_is_one_line_too(tmp_path, capsys, monkeypatch
     assert one_error_line(capsys) == f"error: model folder {tmp_path / 'gone'} does not exist"
 
 
+@pytest.mark.parametrize("flags, line", [
+    (["--threshold", "0"], "error: --threshold must be in (0, 1], got 0"),
+    (["--temperature", "1", "--top-p", "2"], "error: --top-p must be in [0, 1], got 2"),
+    (["--reveal-factor", "-1"], "error: --reveal-factor must be in [0, 100], got -1"),
+])
+def test_tiny_evaluate_holds_its_decoding_flags_to_chats_ranges(tmp_path, capsys, monkeypatch, flags, line):
+    """An out-of-range decoding flag is one line, before the model loads (the folder named does not exist)."""
+    from clover_local.tiny import evaluate
+
+    monkeypatch.setattr(sys, "argv", ["evaluate", str(tmp_path / "gone"), *flags])
+    with pytest.raises(SystemExit) as exc:
+        evaluate.main()
+    assert exc.value.code == 2 and one_error_line(capsys) == line
+
+
 def test_train_and_bench_scale_refuse_bad_paths_before_working(tmp_path, monkeypatch):
     from clover_local.tiny import train
     from quantize import bench_scale

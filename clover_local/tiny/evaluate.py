@@ -200,6 +200,7 @@ def _sampling(args) -> dict:
 
 
 def _main() -> None:
+    from clover_local.commands._sampling_options import check_decoding
     from clover_local.loader import load
 
     parser = argparse.ArgumentParser(description="Evaluate a tiny Clover model on held-out tasks.")
@@ -227,6 +228,9 @@ def _main() -> None:
                         help="with --slots: evaluate exact and resident routing and compare them")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    # the decoding flags against the ranges chat and generate hold them to (the threshold only where it is the rule)
+    check_decoding(args.temperature, args.top_p, args.top_k, 0.0, None if args.reveal_factor else args.threshold,
+                   args.reveal_factor)
     if args.resident_routing and args.slots is None:
         parser.error("--resident-routing needs --slots (the runtime's expert cache decides what is resident)")
     torch.set_num_threads(max(1, torch.get_num_threads()))
