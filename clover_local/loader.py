@@ -10,11 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from typing import TYPE_CHECKING
 
 from clover_local.config import CloverConfig, load_config
 from clover_local.errors import CloverError
 from clover_local.tokenizer import ChatTokenizer
+
+if TYPE_CHECKING:  # (torch is imported where a model loads: the command line's --help and download go without it)
+    import torch
 
 ASSETS = Path(__file__).parent / "assets"
 SHORT_NAMES = {"tiny": ASSETS / "tiny"}
@@ -94,6 +97,8 @@ def refuse_pack(path: Path, shown: str, needs: str) -> None:
 
 
 def pick_device(device: str | None) -> torch.device:
+    import torch
+
     if device in (None, "", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -105,15 +110,17 @@ def pick_device(device: str | None) -> torch.device:
     return dev
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # --dtype's choices, torch's names
 
 
 def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
+    import torch
+
     if name in (None, "", "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if name not in DTYPES:
-        raise CloverError(f"--dtype {name!r} is not one of {', '.join(DTYPES)}")
-    return DTYPES[name]
+    if name not in DTYPE_NAMES:
+        raise CloverError(f"--dtype {name!r} is not one of {', '.join(DTYPE_NAMES)}")
+    return getattr(torch, name)
 
 
 @dataclass

@@ -750,7 +750,7 @@ def test_reasoning_tokens_count_up_to_and_including_the_closing_tag():
 
 def test_set_checks_each_setting_at_its_bounds():
     from clover_local.chat.conversation import ChatSettings, set_value
-    from clover_local.generate.sampling import Penalties
+    from clover_local.generate.ranges import Penalties
 
     s = ChatSettings()
     for name, raw, want in (("threshold", "1", 1.0), ("top_p", "0", 0.0), ("top_p", "1", 1.0),

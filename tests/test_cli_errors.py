@@ -158,7 +158,7 @@ def test_decoding_ranges_agree_on_the_command_line_in_set_and_in_requests():
     from clover_local.chat.conversation import ChatSettings, set_value
     from clover_local.commands._sampling_options import check_decoding
     from clover_local.errors import CloverError
-    from clover_local.generate.sampling import DECODE_RANGES
+    from clover_local.generate.ranges import DECODE_RANGES
     from clover_local.serve.protocol import ApiError, parse_chat_request
 
     flags = dict(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, threshold=None, reveal_factor=0.0)

@@ -305,15 +305,15 @@ def test_help_shows_square_brackets(capsys, monkeypatch, command):
 def test_dtype_help_lists_what_is_accepted(capsys, monkeypatch):
     import torch
 
-    from clover_local.loader import DTYPES, pick_dtype
+    from clover_local.loader import DTYPE_NAMES, pick_dtype
 
     for command in ("generate", "score"):
         line = next(l for l in _help(capsys, monkeypatch, command).splitlines() if "--dtype" in l)
         listed = re.findall(r"\b(?:b?float\d+|int\d+)\b", line)
-        assert sorted(listed) == sorted(DTYPES), line
+        assert sorted(listed) == sorted(DTYPE_NAMES), line
         for name in listed:
             pick_dtype(name, torch.device("cpu"))
-    expect_error(capsys, ["generate", "tiny", "-p", "hi", "--dtype", "int8", "--device", "cpu"], "int8", *DTYPES)
+    expect_error(capsys, ["generate", "tiny", "-p", "hi", "--dtype", "int8", "--device", "cpu"], "int8", *DTYPE_NAMES)
 
 
 def test_vram_budget_help_says_a_bare_number_is_gib(capsys, monkeypatch):
@@ -424,7 +424,7 @@ def test_penalty_flags_reach_the_decoder_in_generate_and_chat(capsys, tmp_path):
     both give what the decoder gives with those penalties (the flags are not just checked and dropped)."""
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import Finished
-    from clover_local.generate.sampling import Penalties
+    from clover_local.generate.ranges import Penalties
     from clover_local.loader import load
 
     args = ["generate", "tiny", "-p", "add 12+30", "--no-think", "--max-new-tokens", "12", "--json", *GEN]

@@ -583,7 +583,8 @@ def test_a_prompt_differing_in_the_first_or_last_token_of_the_saved_prefix_is_no
 def test_penalties_change_the_logits_as_openai_and_vllm_define_them():
     """presence: minus once for a token the answer holds; frequency: minus once per time; repetition: a positive
     logit divided, a negative multiplied, for tokens in the prompt or the answer. Numbers worked by hand."""
-    from clover_local.generate.sampling import Penalties, TokenCounts
+    from clover_local.generate.ranges import Penalties
+    from clover_local.generate.sampling import TokenCounts
 
     counts = TokenCounts(5, torch.device("cpu"), prompt_ids=[0])
     counts.add([2, 2])
@@ -601,7 +602,7 @@ def test_penalties_change_the_logits_as_openai_and_vllm_define_them():
 def test_a_presence_penalty_keeps_the_answer_from_repeating_a_token(loaded):
     """One token a pass (threshold 1), so each pass sees every token revealed before it: with a large presence
     penalty no token comes twice, where the plain greedy answer repeats some."""
-    from clover_local.generate.sampling import Penalties
+    from clover_local.generate.ranges import Penalties
 
     prompt = prompt_ids(loaded, 16, 3)
     _, plain = run(loaded, prompt, max_new_tokens=BS, threshold=1.0)
@@ -615,7 +616,7 @@ def test_a_presence_penalty_keeps_the_answer_from_repeating_a_token(loaded):
 def test_a_repetition_penalty_covers_the_prompts_tokens_too(loaded):
     """vLLM's repetition_penalty counts the prompt's tokens as seen, not only the answer's: with a large one (and
     one token a pass) the answer avoids every token of the prompt, where the plain greedy answer reuses some."""
-    from clover_local.generate.sampling import Penalties
+    from clover_local.generate.ranges import Penalties
 
     prompt = prompt_ids(loaded, 96, 5)
     _, plain = run(loaded, prompt, max_new_tokens=BS, threshold=1.0)

@@ -48,7 +48,7 @@ def decoded(loaded, ids: list[int], max_new: int, bias: dict[int, float] | None 
     """The decoder's own greedy answer, outside the server."""
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.generate.events import Finished
-    from clover_local.generate.sampling import Penalties
+    from clover_local.generate.ranges import Penalties
 
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     settings = DecodeSettings(max_new_tokens=max_new, threshold=loaded.config.diffusion.threshold,

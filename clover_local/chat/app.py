@@ -29,7 +29,7 @@ from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, Turn
                                     history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory)
 from clover_local.chat.window import fit
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES
+from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES
 from clover_local.generate.thinking import ThinkBudget
 from clover_local.paths import cache_root
 from clover_local.text_files import read_text_file

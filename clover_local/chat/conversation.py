@@ -14,7 +14,7 @@ from typing import Any
 
 from clover_local.chat.window import system_head
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES, Penalties
+from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES, Penalties
 
 SAVE_FORMAT = "clover-local-chat"
 ROLES = ("system", "user", "assistant")

@@ -16,8 +16,8 @@ from typing import Any, Optional
 import typer
 
 from clover_local.errors import CloverError
-from clover_local.loader import DTYPES
-from clover_local.runtime.placement import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK
+from clover_local.loader import DTYPE_NAMES
+from clover_local.runtime.sizes import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK
 
 PANEL = "Loading a pack"
 
@@ -68,7 +68,7 @@ def resident_routing_option() -> Any:
 
 def dtype_option() -> Any:
     """--dtype, its help listing what `loader.pick_dtype` accepts (one list, so help and check cannot disagree)."""
-    names = list(DTYPES)
+    names = list(DTYPE_NAMES)
     return typer.Option("auto", "--dtype",
                         help=f"{', '.join(names[:-1])} or {names[-1]} (auto: bf16 on GPU, fp32 on CPU).")
 

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES, Penalties, Range
+from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES, Penalties, Range
 
 
 def check_range(name: str, value: float, r: Range) -> None:

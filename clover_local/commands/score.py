@@ -20,7 +20,6 @@ from clover_local.commands._model_options import (context_flag_limit, context_op
                                                   load_shown, offload_option, prefill_chunk_option, stderr_console,
                                                   vram_budget_option)
 from clover_local.errors import CloverError
-from clover_local.generate.scoring import score_ids
 from clover_local.text_files import text_from
 
 @app.command()
@@ -47,6 +46,8 @@ def score(
 
       clover-local score ./clover-int4 --file page.txt --vram-budget 14GB --context 8192
     """
+    from clover_local.generate.scoring import score_ids
+
     text = text_from(text, file, "--text")
     options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk)
     loaded = load_shown(model, device, dtype, stderr_console(not as_json), **options)

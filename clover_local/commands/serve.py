@@ -16,7 +16,7 @@ from clover_local.commands._model_options import (chat_template_option, context_
                                                   resident_routing_option, stderr_console, vram_budget_option)
 from clover_local.commands._sampling_options import check_range, reveal_factor_option, serve_think_budget
 from clover_local.errors import CloverError
-from clover_local.generate.sampling import DECODE_RANGES
+from clover_local.generate.ranges import DECODE_RANGES
 from clover_local.runtime.sizes import parse_size
 
 if TYPE_CHECKING:

@@ -33,8 +33,9 @@ from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, DecodeStats, Event, Finished, PassDone, PrefillProgress, Reveal
 from clover_local.generate.json_mode import ByteConstraint, PrefixState
 from clover_local.generate.prompt_cache import PromptCache
-from clover_local.generate.sampling import (LogitBias, Penalties, TokenCounts, check_finite, choose,
-                                            device_generator, pick_reveals, sure_enough)
+from clover_local.generate.ranges import Penalties
+from clover_local.generate.sampling import (LogitBias, TokenCounts, check_finite, choose, device_generator,
+                                            pick_reveals, sure_enough)
 from clover_local.generate.thinking import BudgetTracker, ThinkBudget
 from clover_local.generate.trigger import Trigger
 from clover_local.model.cache import PrefixCache

@@ -22,18 +22,14 @@ import torch
 
 from clover_local.errors import CloverError
 from clover_local.runtime.pack_index import PackIndex, kind_of
-from clover_local.runtime.sizes import GIB, MIB, chunk_layers, fmt_bytes
+from clover_local.runtime.sizes import (DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, DEFAULT_PREFILL_SPAN, GIB, MIB,
+                                        chunk_layers, fmt_bytes)
 from clover_local.runtime.slab import SlabLayout
 
 PCIE_BPS = 50e9  # measured pinned host→device bandwidth for expert-sized copies (targets.md)
 TARGET_BPS = 896e9  # RTX 5070 Ti memory bandwidth
 HOST_RUNTIME_BYTES = 1 * GIB  # Python, torch, CUDA runtime on the host
 WORKSPACE_SLACK = 256 * MIB  # allocator fragmentation and small temporaries
-DEFAULT_CONTEXT = 32768
-DEFAULT_PREFILL_CHUNK = 512
-# a long prompt's causal pass runs each layer over up to this many rows (in prefill chunks) before the next
-# layer (`CloverModel.hidden`): a layer's experts cross PCIe once a span, not once a chunk
-DEFAULT_PREFILL_SPAN = 4096
 ASSUMED_TOKENS_PER_PASS = 3.0
 
 

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import os
 import re
-
-import torch
+from typing import TYPE_CHECKING
 
 from clover_local.errors import CloverError
+
+if TYPE_CHECKING:  # (imported where a device is asked: `plan`'s and the flags' sizes go without torch)
+    import torch
+
+# the token counts the runtime's memory is sized by, by default (--context, --prefill-chunk; runtime/placement.py)
+DEFAULT_CONTEXT = 32768
+DEFAULT_PREFILL_CHUNK = 512
+# a long prompt's causal pass runs each layer over up to this many rows (in prefill chunks) before the next
+# layer (`CloverModel.hidden`): a layer's experts cross PCIe once a span, not once a chunk
+DEFAULT_PREFILL_SPAN = 4096
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -72,6 +81,8 @@ def host_total_bytes() -> int | None:
 
 def device_free_bytes(device: torch.device) -> int | None:
     """Free memory of a CUDA device (what other processes and the CUDA context leave); None on CPU."""
+    import torch
+
     if device.type == "cuda" and torch.cuda.is_available():
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
@@ -115,6 +126,8 @@ def chunk_layers(layer_bytes: int, n_layers: int, max_chunk: int = MAX_CHUNK) ->
 
 def pinned_allocator_bytes() -> int | None:
     """Bytes torch's pinned allocator holds now (rounded blocks, cached ones included), where it reports them."""
+    import torch
+
     stats = getattr(torch.cuda, "host_memory_stats", None)
     if stats is None or not torch.cuda.is_available():
         return None

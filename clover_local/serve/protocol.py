@@ -44,7 +44,7 @@ from typing import Any, Callable, Protocol
 from clover_local.errors import CloverError
 from clover_local.generate.json_mode import Grammar
 from clover_local.generate.json_schema import Schema, compile_schema
-from clover_local.generate.sampling import DECODE_RANGES, PENALTY_RANGES, Penalties, Range
+from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES, Penalties, Range
 from clover_local.serve.tools import ForcedCall, ToolCall
 
 
