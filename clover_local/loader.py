@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from clover_local.config import CloverConfig, load_config

@@ -1,4 +1,5 @@
-"""Where clover-local keeps what it makes for itself (demo pack, synthetic packs, chat history, kernel tuning)."""
+"""Where clover-local keeps what it makes for itself (demo pack, synthetic packs, chat history and the last
+conversation, kernel tuning)."""
 
 from __future__ import annotations
 
@@ -12,3 +13,6 @@ def cache_root() -> Path:
         return Path(os.environ["CLOVER_LOCAL_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "clover-local"
+
+
+LAST_CHAT = "last_chat.json"  # the last `chat` conversation, kept as it goes (`chat --continue`), in the cache root

@@ -160,6 +160,17 @@ def test_chat_in_a_real_terminal(make_checkpoint, tmp_path):
     finally:
         pane.close()
 
+    # 7. the conversation was kept as it went: `--continue` goes on with it (here piped: read, not kept again)
+    kept = tmp_path / "cache" / "clover-local" / "last_chat.json"
+    assert json.loads(kept.read_text(encoding="utf-8"))["messages"] == data["messages"]
+    proc = subprocess.run([sys.executable, "-m", "clover_local", "chat", str(ckpt), "--device", "cpu", "-c",
+                           "--max-tokens", "3"], input="one more\n", capture_output=True, text=True, timeout=120,
+                          env=_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (f"loaded 6 messages (3 turns) from your last conversation (with {ckpt}) (its settings: thinking off"
+            in proc.stderr), proc.stderr
+    assert json.loads(kept.read_text(encoding="utf-8"))["messages"] == data["messages"]
+
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (CI: apt-get install -y tmux)")
 def test_chat_ctrl_d_and_multiline(make_checkpoint, tmp_path):
@@ -490,6 +501,32 @@ def _chat(make_checkpoint, interactive: bool, width: int = 80):
     app = ChatApp(loaded, "test", ChatSettings(), interactive=interactive,
                   console=Console(file=screen, width=width, force_terminal=True, color_system=None))
     return app, screen
+
+
+def test_the_last_conversation_is_kept_once_it_has_a_message_of_yours(make_checkpoint, tmp_path):
+    """`keep_at` (chat on a terminal) holds the conversation after each input once the user has said something —
+    a chat only opened, or /reset, leaves the one before in place — written whole; `--continue` without one, or
+    with --load, is one error line."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.keep_at = tmp_path / "kept" / "last_chat.json"
+    app.settings.max_tokens = 3
+    app.handle("/help")
+    assert not app.keep_at.exists()
+    app.handle("first")
+    first = json.loads(app.keep_at.read_text(encoding="utf-8"))
+    assert [m["content"] for m in first["messages"]][0] == "first" and first["model"] == "test"
+    app.handle("/reset")
+    assert json.loads(app.keep_at.read_text(encoding="utf-8")) == first
+    app.handle("second")
+    assert [m["content"] for m in json.loads(app.keep_at.read_text())["messages"]][0] == "second"
+    assert not list(app.keep_at.parent.glob("*.part"))
+
+    ckpt = make_checkpoint(seed=7)
+    for flags, line in ((["-c"], "error: no conversation to continue yet"),
+                        (["--continue", "--load", "x.json"], "error: --continue and --load each pick")):
+        proc = subprocess.run([sys.executable, "-m", "clover_local", "chat", str(ckpt), *flags], input="",
+                              capture_output=True, text=True, timeout=120, env=_env(tmp_path), cwd=tmp_path)
+        assert proc.returncode != 0 and proc.stderr.startswith(line) and proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_status_line_fits_the_width_and_shows_a_prompt_being_read(make_checkpoint, monkeypatch):

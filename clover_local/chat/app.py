@@ -163,7 +163,8 @@ class HeldKeys:
 
 class ChatApp:
     def __init__(self, loaded: Any, label: str, settings: ChatSettings, *, interactive: bool,
-                 system: str | None = None, console: Console | None = None, out: TextIO | None = None) -> None:
+                 system: str | None = None, console: Console | None = None, out: TextIO | None = None,
+                 keep_at: Path | None = None) -> None:
         from clover_local.generate.block_diffusion import BlockDiffusionDecoder
         from clover_local.generate.prompt_cache import PromptCache
 
@@ -183,6 +184,9 @@ class ChatApp:
         self.pace = 0.0  # seconds to linger on each pass so the display can be watched (demo); not in the stats
         self.last_reasoning = ""
         self.totals = {"turns": 0, "tokens": 0, "passes": 0, "seconds": 0.0, "stopped": 0}
+        # where the conversation is written after each input once it has a message of yours (`chat --continue`
+        # reads it); None: not kept
+        self.keep_at = keep_at
 
     # ------------------------------------------------------------------ messages to the user
     def note(self, message: str, style: str = "grey62") -> None:
@@ -244,14 +248,32 @@ class ChatApp:
         text = line.strip()
         if not text:
             return True
-        if text.startswith("/") and "\n" not in text:
-            try:
-                return self.command(text)
-            except CloverError as exc:
-                self.error(str(exc))
-                return True
-        self.ask(line)
-        return True
+        try:
+            if text.startswith("/") and "\n" not in text:
+                try:
+                    return self.command(text)
+                except CloverError as exc:
+                    self.error(str(exc))
+                    return True
+            self.ask(line)
+            return True
+        finally:  # (an answer stopped by Ctrl-C included)
+            self._keep()
+
+    def _keep(self) -> None:
+        """The conversation written to `keep_at` (through a temporary file: a kill mid-write leaves the last one
+        whole), once it holds a message of yours — a chat opened and left, or /reset, keeps the one before. A
+        failure is one warning line: the chat goes on."""
+        if self.keep_at is None or not self.conv.turns:
+            return
+        part = self.keep_at.with_name(self.keep_at.name + ".part")
+        try:
+            self.keep_at.parent.mkdir(parents=True, exist_ok=True)
+            self.conv.save(part, self.settings, self.label)
+            os.replace(part, self.keep_at)
+        except (OSError, CloverError) as exc:
+            self.keep_at = None
+            self.error(f"cannot keep the conversation for `chat --continue` ({exc}); it goes on, unkept")
 
     def _read_message(self) -> str:
         start = _history_length()
@@ -340,14 +362,16 @@ class ChatApp:
             raise CloverError(f"unknown command {name}; /help lists the commands")
         return True
 
-    def load_conversation(self, path: Path, keep: set[str] = frozenset()) -> None:
+    def load_conversation(self, path: Path, keep: set[str] = frozenset(), last: bool = False) -> None:
         """A saved conversation's messages, and the settings it was saved with except those in `keep` (set on
-        the command line): the next message continues it as it was."""
+        the command line): the next message continues it as it was. `last`: the one `keep_at` kept."""
         n = self.conv.load(path)
         changed = restore_settings(self.settings, self.conv.saved_settings, keep)
         restored = f" (its settings: {describe_settings(self.settings, changed)})" if changed else ""
         turns = self.conv.turns
-        self.note(f"loaded {plural(n, 'message')} ({plural(turns, 'turn')}) from {path}{restored}; "
+        where = (f"your last conversation{f' (with {self.conv.saved_model})' if self.conv.saved_model else ''}"
+                 if last else str(path))
+        self.note(f"loaded {plural(n, 'message')} ({plural(turns, 'turn')}) from {where}{restored}; "
                   "the next message continues that conversation")
 
     def _take_back(self, again: bool) -> None:

@@ -167,6 +167,7 @@ class Conversation:
     def __init__(self, system: str | None = None) -> None:
         self.messages: list[dict[str, Any]] = []
         self.saved_settings: dict[str, Any] = {}  # what the last `load` read beside the messages
+        self.saved_model: str | None = None  # ... and the model it was had with (ours)
         # how many of the first messages after the system message the model no longer reads: the conversation
         # outgrew the context (chat/window.py; ChatApp.ask sets it for each answer: `read_from`)
         self.left_out = 0
@@ -256,4 +257,6 @@ class Conversation:
         self.left_out = 0
         # the settings it was saved with (ours; {} for other formats): `restore_settings` applies them
         self.saved_settings = data.get("settings", {}) if isinstance(data, dict) else {}
+        model = data.get("model") if isinstance(data, dict) else None
+        self.saved_model = model if isinstance(model, str) else None
         return len(self.messages)

@@ -10,6 +10,7 @@ command.)
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -124,8 +125,6 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
 def stderr_console(show: bool = True) -> Any:
     """A Rich console on standard error where a person watches it (`show`, and standard error a terminal), else
     None: `load_shown`'s for generate, score and serve, whose standard output is the answer."""
-    import sys
-
     if not (show and sys.stderr.isatty()):
         return None
     from rich.console import Console

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from clover_local.cli import interrupt_exits, reflowed, app
 from clover_local.errors import CloverError
-from clover_local.paths import cache_root
+from clover_local.paths import LAST_CHAT, cache_root
 
 # What clover-local writes at the top of its cache folder, and what each is (for `list` and --help).
 SYNTHETIC = "synthetic"  # runtime/synthetic_pack.py: synthetic/<kind>-v<version>, one folder per pack
@@ -35,6 +35,7 @@ KNOWN_ENTRIES = {
     "demo": "the demo's INT4 pack (`demo` remakes it in about a minute)",
     "tuning": "{tables} from `tune`",
     "chat_history": "lines typed in `chat` (its ↑ history)",
+    LAST_CHAT: "the last `chat` conversation (`chat --continue`)",
     "unverified-downloads": "{notes} (files still to check against sha256)",
 }
 REMOVING = ".removing-"  # a folder being removed is first renamed to this prefix, so a half-removed pack is never
@@ -347,6 +348,7 @@ The clover-local cache folder ($CLOVER_LOCAL_CACHE, else $XDG_CACHE_HOME/clover-
   demo                  the INT4 pack that `clover-local demo` makes and reuses
   tuning                kernel tuning tables from `clover-local tune`
   chat_history          lines typed in `clover-local chat`
+  last_chat.json        the last conversation of `clover-local chat` (what `chat --continue` goes on with)
   unverified-downloads  notes of Hub downloads not yet checked against sha256
 
 Anything else found there is listed by its path, so nothing is hidden. From the Hugging Face Hub cache

@@ -42,6 +42,8 @@ def chat(
     repetition_penalty: float = repetition_penalty_option(),
     system: Optional[str] = typer.Option(None, "--system", help="A system message that starts the conversation."),
     resume: Optional[Path] = typer.Option(None, "--load", help="Continue a conversation saved with /save."),
+    last: bool = typer.Option(False, "--continue", "-c", help="Continue the last conversation: chat keeps it as "
+                              "you talk (on a terminal, in the cache folder), with the settings it had."),
     plain: bool = typer.Option(False, "--plain", help="Plain streamed text even on a terminal."),
     pace: float = typer.Option(0.0, "--pace", help="Seconds to show each pass (to watch or record the display; "
                                                    "not counted in tokens/s)."),
@@ -66,9 +68,12 @@ def chat(
       echo "reverse a b c d" | clover-local chat tiny --no-think
 
       clover-local chat ./clover-int4 --vram-budget 14GB --context 8192
+
+      clover-local chat ./clover-int4 --continue   # where the last conversation left off
     """
     from clover_local.chat.app import ChatApp
     from clover_local.chat.conversation import ChatSettings
+    from clover_local.paths import LAST_CHAT, cache_root
 
     check_decoding(temperature, top_p, top_k, min_p, threshold, reveal_factor)
     if max_tokens < 1:
@@ -77,6 +82,12 @@ def chat(
     penalties(presence_penalty, frequency_penalty, repetition_penalty)
     if not 0 <= pace <= 10:
         raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
+    kept = cache_root() / LAST_CHAT
+    if last and resume is not None:
+        raise CloverError("--continue and --load each pick the conversation to go on with: give one")
+    if last and not kept.is_file():
+        raise CloverError(f"no conversation to continue yet: chat keeps the last one as you talk on a terminal "
+                          f"(in {kept}); start one with `clover-local chat {model}`")
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     from rich.console import Console
@@ -93,10 +104,11 @@ def chat(
         think=think, show_thinking=show_thinking, seed=seed, presence_penalty=presence_penalty,
         frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty, think_budget=think_budget,
     )
-    session = ChatApp(loaded, model, settings, interactive=interactive, system=system)
+    session = ChatApp(loaded, model, settings, interactive=interactive, system=system,
+                      keep_at=kept if interactive else None)
     session.pace = pace
-    if resume is not None:  # its saved settings too, but not over what this command line set
+    if resume is not None or last:  # its saved settings too, but not over what this command line set
         from_line = {f.name for f in fields(ChatSettings)  # each setting is a flag of the same name
                      if ctx.get_parameter_source(f.name).name == "COMMANDLINE"}
-        session.load_conversation(resume, keep=from_line)
+        session.load_conversation(kept if last else resume, keep=from_line, last=last)
     raise typer.Exit(session.run())
