@@ -204,7 +204,7 @@ def test_ctrl_c_in_score_and_demo_is_one_line(capsys, monkeypatch, tmp_path, ctr
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr("clover_local.commands.score.score_ids", interrupted)
+        m.setattr("clover_local.generate.scoring.score_ids", interrupted)
         assert run_cli(["score", "tiny", "--text", "good morning to you", *GEN]) == 130
         assert capsys.readouterr() == ("", "interrupted\n")
 
