@@ -71,6 +71,8 @@ def chat(
 
       clover-local chat ./clover-int4 --continue   # where the last conversation left off
     """
+    from rich.console import Console
+
     from clover_local.chat.app import ChatApp
     from clover_local.chat.conversation import ChatSettings
     from clover_local.paths import LAST_CHAT, cache_root
@@ -90,8 +92,6 @@ def chat(
                           f"(in {kept}); start one with `clover-local chat {model}`")
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
-    from rich.console import Console
-
     loaded = load_shown(model, device, dtype, Console(highlight=False) if interactive else None, **options)
     if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)
         from clover_local.generate.thinking import ThinkBudget
