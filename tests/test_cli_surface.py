@@ -182,3 +182,21 @@ def test_the_command_line_starts_without_torch():
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
+
+
+def test_a_cpu_load_does_not_import_dynamo():
+    """Building the model on the meta device to fill it leaves the embedding table uninitialised: nn.Embedding's own
+    init imports torch._dynamo there (≈ 2 s of every CPU command that loads a model); CUDA runs import it anyway."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\n"
+            "from clover_local.loader import load\n"
+            "loaded = load('tiny', 'cpu', 'float32')\n"
+            "assert loaded.model.embed_tokens.weight.abs().sum() > 0\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout[-500:]

@@ -110,7 +110,11 @@ class CloverModel(nn.Module):
     def __init__(self, cfg: CloverConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        v, h = cfg.vocab_size, cfg.hidden_size
+        # built on the meta device to be filled (every load), the table is left uninitialised: nn.Embedding's
+        # normal_ init imports torch._dynamo there, ≈ 2 s of a CPU command's start
+        on_meta = torch.get_default_device().type == "meta"
+        self.embed_tokens = nn.Embedding(v, h, _weight=torch.empty(v, h)) if on_meta else nn.Embedding(v, h)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
