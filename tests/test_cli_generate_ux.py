@@ -72,6 +72,33 @@ def test_a_files_trailing_newlines_are_not_part_of_the_message(tmp_path, capsys,
             == generate_json(capsys, "-p", "reverse a b c\nd e", "--raw", "--max-new-tokens", "4")["token_ids"])
 
 
+@needs_tiny
+def test_prompts_answers_each_line_with_one_load(tmp_path, capsys, monkeypatch):
+    """`--prompts F` answers every non-blank line of F (or standard input) as `-p` would answer it alone, one JSON
+    line each, the message first, with one load of the model; given with -p, or empty, it is one error line."""
+    asked = ["reverse a b c", "hi", "sort 3 1 2"]
+    alone = [generate_json(capsys, "-p", q, "--no-think") for q in asked]
+    f = tmp_path / "questions.txt"
+    f.write_text("reverse a b c\n\n  \nhi  \nsort 3 1 2\n", encoding="utf-8")
+    loads: list[str] = []
+    import clover_local.loader as loader
+
+    real = loader.load
+    monkeypatch.setattr(loader, "load", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
+    for source in (str(f), "-"):
+        monkeypatch.setattr("sys.stdin", io.StringIO(f.read_text(encoding="utf-8")))
+        assert run_cli(["generate", "tiny", "--prompts", source, "--no-think", *GEN]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        got = [json.loads(line) for line in lines]
+        assert [g["prompt"] for g in got] == asked and all(list(g)[0] == "prompt" for g in got)
+        assert [(g["text"], g["token_ids"]) for g in got] == [(a["text"], a["token_ids"]) for a in alone]
+    assert loads == ["tiny", "tiny"]  # one load a run
+
+    (tmp_path / "blank.txt").write_text("\n \n", encoding="utf-8")
+    expect_error(capsys, ["generate", "tiny", "--prompts", str(f), "-p", "hi", *GEN], "--prompts", "--prompt")
+    expect_error(capsys, ["generate", "tiny", "--prompts", str(tmp_path / "blank.txt"), *GEN], "no prompts in")
+
+
 # ---------------------------------------------------------------------------------------------- 2. thinking apart
 
 

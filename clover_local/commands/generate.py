@@ -24,7 +24,7 @@ from clover_local.commands._sampling_options import (check_decoding, check_think
                                                      repetition_penalty_option, reveal_factor_option,
                                                      think_budget_option, top_k_option)
 from clover_local.errors import CloverError
-from clover_local.text_files import text_from
+from clover_local.text_files import read_text_file, text_from
 
 if TYPE_CHECKING:
     from clover_local.generate.json_schema import Schema
@@ -116,9 +116,19 @@ class Stream:
         self.answer_open = False
 
 
-def result(answer: Answer, token_ids: list[int], stats: dict, stopped: bool) -> str:
-    return json.dumps({"text": answer.text, "reasoning": answer.reasoning, "token_ids": token_ids, "stats": stats,
-                       "stopped": stopped}, ensure_ascii=False)
+def messages_from(prompts: Path) -> list[str]:
+    """--prompts' messages: each non-blank line of the file ('-': standard input), its trailing spaces dropped."""
+    messages = [line.rstrip() for line in read_text_file(prompts).splitlines() if line.strip()]
+    if not messages:
+        raise CloverError(f"no prompts in {'standard input' if str(prompts) == '-' else prompts}: give one a line")
+    return messages
+
+
+def result(answer: Answer, token_ids: list[int], stats: dict, stopped: bool, prompt: str | None = None) -> str:
+    """--json's object (with --prompts, one a line, the message first)."""
+    return json.dumps(({"prompt": prompt} if prompt is not None else {}) | {
+        "text": answer.text, "reasoning": answer.reasoning, "token_ids": token_ids, "stats": stats,
+        "stopped": stopped}, ensure_ascii=False)
 
 
 def read_schema(path: Path) -> Schema:
@@ -146,6 +156,10 @@ def generate(
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the user message from a UTF-8 file "
                                         "instead ('-': standard input), e.g. a document to ask about; its "
                                         "trailing line breaks are dropped."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Answer each line of this UTF-8 file ('-': "
+                                           "standard input) as its own message, with one load of the model, and "
+                                           "print one --json object a line as each answer is done, its \"prompt\" "
+                                           "first (JSON Lines)."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", "--max-tokens",
                                        help="Stop after this many new tokens (--max-tokens as in chat and serve)."),
     threshold: Optional[float] = typer.Option(
@@ -192,7 +206,9 @@ def generate(
     """Generate one answer by block diffusion: each block of masks is denoised in a few parallel passes.
 
     The answer alone goes to standard output, streamed as blocks commit, and the thinking to standard error,
-    so `> answer.txt` keeps just the answer; --json prints both apart with the token ids and figures.
+    so `> answer.txt` keeps just the answer; --json prints both apart with the token ids and figures. --prompts
+    answers each line of a file in turn with one load of the model (a 35B pack takes seconds to load), one JSON
+    object a line.
 
     Examples:
 
@@ -209,14 +225,18 @@ def generate(
       clover-local generate ./clover-int4 -p "Name and age of: Ada, 36. Keys: name, age" --format json
 
       clover-local generate ./clover-int4 -p "Name and age of: Ada, 36" --json-schema person.schema.json
+
+      clover-local generate ./clover-int4 --prompts questions.txt --no-think > answers.jsonl
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-    from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
     from clover_local.chat.turn import prompt_opens_thinking
     from clover_local.generate.json_schema import answer_constraint
     from clover_local.generate.thinking import ThinkBudget
 
-    prompt = message_from(prompt, file)
+    if prompts is not None and (prompt is not None or file is not None):
+        raise CloverError("--prompts gives the messages: leave --prompt and --file out")
+    messages = messages_from(prompts) if prompts is not None else [message_from(prompt, file)]
+    as_json = as_json or prompts is not None
     check_decoding(temperature, top_p, top_k, min_p, threshold, reveal_factor)
     if max_new_tokens < 1:
         raise CloverError("--max-new-tokens must be at least 1")
@@ -238,36 +258,46 @@ def generate(
     loaded = load_shown(model, device, dtype, stderr_console(not as_json),
                         **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template))
     tok = loaded.tokenizer
-    if raw:
-        text = prompt
-    else:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=think)
-        if json_mode and prompt_opens_thinking(text):
-            raise CloverError("this model's chat template opens a thinking section even with --no-think, and "
-                              f"{flag} answers with the JSON alone; use --raw with your own prompt")
-    prompt_ids = tok.encode(text)
-    over = context_flag_limit(loaded, context)
-    if over is not None and len(prompt_ids) + max_new_tokens > loaded.config.max_context:
-        raise CloverError(f"prompt ({len(prompt_ids)} tokens) plus --max-new-tokens ({max_new_tokens}) exceeds "
-                          f"{over}, shorten the prompt or lower --max-new-tokens")
-    settings = DecodeSettings(
-        max_new_tokens=max_new_tokens,
-        threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
-        factor=reveal_factor,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        seed=seed,
-        stop_token_ids=loaded.stop_token_ids,
-        penalties=penalized,
-        constraint=answer_constraint(tok, loaded.stop_token_ids, json_mode, schema),
-        think_budget=(None if think_budget is None
-                      else ThinkBudget.for_tokenizer(tok, think_budget, prompt_opens_thinking(text))),
-    )
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
-    answer = Answer(tok, text, split=not raw)
+    over = context_flag_limit(loaded, context)
+    for message in messages:
+        if raw:
+            text = message
+        else:
+            turn = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
+            text = tok.apply_chat_template(turn, add_generation_prompt=True, enable_thinking=think)
+            if json_mode and prompt_opens_thinking(text):
+                raise CloverError("this model's chat template opens a thinking section even with --no-think, and "
+                                  f"{flag} answers with the JSON alone; use --raw with your own prompt")
+        prompt_ids = tok.encode(text)
+        if over is not None and len(prompt_ids) + max_new_tokens > loaded.config.max_context:
+            raise CloverError(f"prompt ({len(prompt_ids)} tokens) plus --max-new-tokens ({max_new_tokens}) exceeds "
+                              f"{over}, shorten the prompt or lower --max-new-tokens")
+        settings = DecodeSettings(
+            max_new_tokens=max_new_tokens,
+            threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
+            factor=reveal_factor,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            min_p=min_p,
+            seed=seed,
+            stop_token_ids=loaded.stop_token_ids,
+            penalties=penalized,
+            constraint=answer_constraint(tok, loaded.stop_token_ids, json_mode, schema),
+            think_budget=(None if think_budget is None
+                          else ThinkBudget.for_tokenizer(tok, think_budget, prompt_opens_thinking(text))),
+        )
+        answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
+                   message if prompts is not None else None)
+
+
+def answer_one(decoder: Any, prompt_ids: list[int], settings: Any, answer: Answer, as_json: bool,
+               prompt: str | None) -> None:
+    """One answer, streamed (the thinking on stderr, the answer on stdout, a figures line) or as one --json line
+    (`prompt`: --prompts' message, written first). Ctrl-C keeps what was made, then goes on up."""
+    from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
+
     stream = Stream(sys.stdout, sys.stderr)
     show_prefill = not as_json and sys.stderr.isatty()  # a long prompt's progress, on one line that goes away
     passes, t0 = 0, time.perf_counter()
@@ -286,7 +316,8 @@ def generate(
             elif isinstance(event, Finished):
                 dr, dc = answer.add(event.token_ids[len(answer.ids):], final=True)
                 if as_json:
-                    print(result(answer, event.token_ids, event.stats.to_dict(), stopped=False))
+                    print(result(answer, event.token_ids, event.stats.to_dict(), stopped=False, prompt=prompt),
+                          flush=True)
                 else:
                     stream.write(dr, dc)
                     stream.end()
@@ -302,7 +333,7 @@ def generate(
         dr, dc = answer.add([], final=True)
         if as_json:
             stats = DecodeStats(tokens=len(answer.ids), passes=passes, seconds=time.perf_counter() - t0)
-            print(result(answer, list(answer.ids), stats.to_dict(), stopped=True), flush=True)
+            print(result(answer, list(answer.ids), stats.to_dict(), stopped=True, prompt=prompt), flush=True)
         else:
             stream.write(dr, dc)
             stream.end_thinking()
