@@ -12,12 +12,15 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from clover_local.cli import app
 from clover_local.errors import CloverError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEMO_PROMPT = "good morning"  # a chat the tiny model knows: its answer shows several tokens settling per pass
 PACK_NAME = "tiny-int4"
@@ -101,14 +104,15 @@ def ensure_pack(src: Path, out: Path, err) -> tuple[Path, bool]:
 DEMO_SLOTS = 24  # of 64 experts in the tiny model (4 layers x 16)
 
 
-def load_for_demo(pack: Path):
+def load_for_demo(pack: Path, console: Console | None = None):
     """Load the demo's INT4 pack through the offloading runtime with a deliberately small expert cache:
     about a third of the tiny model's experts fit, so the turn exercises misses, block-scoped pinning and
-    prefetch, and chat's status line shows the hit rate."""
-    from clover_local.loader import load
+    prefetch, and chat's status line shows the hit rate. `console`: where the load's progress is drawn (as chat
+    draws it), None for none."""
+    from clover_local.commands._model_options import load_shown
     from clover_local.runtime.load import RuntimeOptions
 
-    return load(str(pack), runtime=RuntimeOptions(slots=DEMO_SLOTS, context=4096))
+    return load_shown(str(pack), None, None, console, runtime=RuntimeOptions(slots=DEMO_SLOTS, context=4096))
 
 
 @app.command()
@@ -163,11 +167,7 @@ def demo(
 
     say(Text.assemble(("2/3 ", "bold cyan"), ("load ", "bold"), ("the INT4 pack", "")))
     tl = time.perf_counter()
-    if interactive:
-        with console.status("loading …", spinner="dots"):
-            loaded = load_for_demo(pack)
-    else:
-        loaded = load_for_demo(pack)
+    loaded = load_for_demo(pack, console if interactive else None)
     say(Text(f"    loaded in {time.perf_counter() - tl:.1f} s", style="grey62"))
 
     say(Text.assemble(("3/3 ", "bold cyan"), ("one chat turn", "bold"),
