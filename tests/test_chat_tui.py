@@ -906,6 +906,7 @@ def test_tab_completes_commands_their_words_set_names_and_paths(tmp_path):
     assert done("/s") == ["/system ", "/set ", "/save ", "/stats "] and done("/RE") == ["/retry ", "/reset "]
     assert done("/set th") == ["threshold ", "think_budget "] and done("/set reveal-factor o") == ["off"]
     assert done("/set top_p ") == [] and done("/think s") == ["show"] and done("/stats ") == ["all"]
+    assert done("/copy c") == ["code"]
     assert done("hello /s") == [] and done("/retry x") == [] and done("/file a b") == []
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "report.txt").write_text("x")
@@ -916,3 +917,43 @@ def test_tab_completes_commands_their_words_set_names_and_paths(tmp_path):
     assert done("/save missing/x") == []  # a folder that is not there: nothing, no error
     absolute = str(tmp_path / "no")
     assert done("/load " + absolute) == [absolute + "tes/"]
+
+
+def test_copy_puts_the_last_answer_or_its_code_on_the_clipboard(make_checkpoint):
+    """/copy writes the last answer (not its thinking) as OSC 52 — the terminal's clipboard escape — and /copy code
+    the inside of its last fenced code block (``` or ~~~, a longer fence closing only with one as long, an unclosed
+    one to the end); nothing to copy, no code block, a word it does not take, or no terminal: one error line."""
+    import base64
+
+    from clover_local.chat.display import code_blocks
+
+    text = "intro\n```python\nprint(1)\n```\nmid\n~~~\na\n~~~\n````\nx\n```\ny\n````\nend\n```\nopen"
+    assert code_blocks(text) == ["print(1)\n", "a\n", "x\n```\ny\n", "open\n"] and code_blocks("none") == []
+
+    app, screen = _chat(make_checkpoint, interactive=True)
+    errors: list[str] = []
+    app.error = errors.append
+    app.handle("/copy")
+    assert errors[-1].startswith("nothing to copy yet")
+    answer = "Here:\n```sh\nls -la\n```\nand then\n```py\nprint('é')\n```\ndone"
+    app.conv.add_user("how?")
+    app.conv.add_assistant(answer, reasoning="thinking that must not be copied")
+
+    def copied() -> str:
+        payload = screen.getvalue().rsplit("\x1b]52;c;", 1)[1].split("\x07", 1)[0]
+        return base64.b64decode(payload).decode("utf-8")
+
+    app.handle("/copy")
+    assert copied() == answer and "copied the last answer" in screen.getvalue()
+    app.handle("/copy code")
+    assert copied() == "print('é')\n" and "its last code block" in screen.getvalue()
+    app.handle("/copy all")
+    assert errors[-1] == "/copy takes nothing or `code`, got 'all'"
+    app.conv.add_user("again")
+    app.conv.add_assistant("plain words")
+    app.handle("/copy code")
+    assert errors[-1].startswith("the last answer has no code block")
+    piped, _ = _chat(make_checkpoint, interactive=False)
+    piped.error = errors.append
+    piped.handle("/copy")
+    assert errors[-1].startswith("/copy needs a terminal")

@@ -4,6 +4,7 @@ without a terminal), keep the conversation.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from rich.text import Text
 from clover_local.chat import completion
 from clover_local.chat.conversation import (SETTABLE, ChatSettings, Conversation, describe_settings,
                                            for_template, restore_settings, set_value)
-from clover_local.chat.display import Part, TurnView, fit_parts, plural, think_lines
+from clover_local.chat.display import Part, TurnView, code_blocks, fit_parts, plural, think_lines
 from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, key_stats, runtime_stats,
                                      scalar_stats)
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
@@ -60,6 +61,7 @@ HELP_COMMANDS: list[tuple[str, str]] = [
     ("/save FILE", "save the conversation as JSON"),
     ("/load FILE", "continue a conversation saved with /save (or {\"messages\": [...]})"),
     ("/file PATH [ASK]", "send a text file as your message, with ASK after it (a document to ask about)"),
+    ("/copy [code]", "put the last answer, or its last code block, on the clipboard (where the terminal takes OSC 52)"),
     ("/stats [all]", "speed, tokens per pass, prompt reuse, expert cache and memory (all: every runtime counter)"),
     ("/exit", "quit (also /quit, Ctrl-D)"),
 ]
@@ -358,6 +360,8 @@ class ChatApp:
             self._stats(rest.lower())
         elif name == "/file":
             self._send_file(rest)
+        elif name == "/copy":
+            self._copy(rest.lower())
         else:
             raise CloverError(f"unknown command {name}; /help lists the commands")
         return True
@@ -391,6 +395,30 @@ class ChatApp:
         self.note(f"asking again: {_first_line(text)}")
         if self.ask(text) is None:
             self.conv.messages.extend(removed)
+
+    def _copy(self, what: str) -> None:
+        """/copy [code]: the last answer (its text, not the thinking), or the inside of its last fenced code block,
+        to the clipboard by OSC 52 — the terminal's own clipboard escape, which reaches the machine the terminal
+        runs on (over ssh too; under tmux with its `set-clipboard on`), where the terminal allows it; nothing to
+        install."""
+        if what not in ("", "code"):
+            raise CloverError(f"/copy takes nothing or `code`, got {what!r}")
+        if not self.interactive:
+            raise CloverError("/copy needs a terminal: it asks the terminal to set the clipboard (OSC 52)")
+        answer = next((m["content"] for m in reversed(self.conv.messages) if m["role"] == "assistant"), None)
+        if not answer:
+            raise CloverError("nothing to copy yet: no answer in this conversation")
+        text, which = answer, "the last answer"
+        if what == "code":
+            blocks = code_blocks(answer)
+            if not blocks:
+                raise CloverError("the last answer has no code block: /copy alone copies all of it")
+            text, which = blocks[-1], "its last code block"
+        payload = base64.b64encode(text.encode("utf-8")).decode("ascii")
+        self.console.file.write(f"\x1b]52;c;{payload}\x07")
+        self.console.file.flush()
+        self.note(f"copied {which} ({plural(len(text), 'character')}) to the clipboard, where the terminal allows "
+                  "it (OSC 52)")
 
     def _send_file(self, rest: str) -> None:
         """/file PATH [ASK]: the file's text (then ASK after a blank line) as the next user message. PATH may be

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from clover_local.chat.conversation import SETTABLE
 
-WORDS = {"/think": ("on", "off", "show", "hide"), "/system": ("off",), "/stats": ("all",)}
+WORDS = {"/think": ("on", "off", "show", "hide"), "/system": ("off",), "/stats": ("all",), "/copy": ("code",)}
 SET_WORDS = {"reveal_factor": ("off",), "think_budget": ("off",)}
 PATH_COMMANDS = ("/file", "/load", "/save")
 

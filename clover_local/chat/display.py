@@ -28,6 +28,29 @@ from clover_local.generate.events import PassDone, PrefillProgress
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
+
+def code_blocks(text: str) -> list[str]:
+    """The insides of a Markdown text's fenced code blocks (``` or ~~~, closed by a fence of the same kind at
+    least as long; an unclosed one runs to the end), in order."""
+    blocks: list[str] = []
+    inside: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        closes = m is not None and m.group(1)[0] == fence[:1] and len(m.group(1)) >= len(fence)
+        if not fence:
+            if m:
+                fence, inside = m.group(1), []
+        elif closes and not line.strip()[len(m.group(1)):]:
+            blocks.append("\n".join(inside) + "\n")
+            fence = ""
+        else:
+            inside.append(line)
+    if fence:
+        blocks.append("\n".join(inside) + "\n")
+    return blocks
+
+
 MASK_CELL = "░"
 MASK_STYLE = Style(color="grey42")
 PROMPT_STYLE = Style(color="grey50", dim=True)
