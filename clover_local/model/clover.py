@@ -112,7 +112,7 @@ class CloverModel(nn.Module):
         self.config = cfg
         v, h = cfg.vocab_size, cfg.hidden_size
         # built on the meta device to be filled (every load), the table is left uninitialised: nn.Embedding's
-        # normal_ init imports torch._dynamo there, ≈ 2 s of a CPU command's start
+        # normal_ init imports torch._dynamo there, ≈ 1.2 s of a CPU command's start (BENCHMARKS.md "Starting up")
         on_meta = torch.get_default_device().type == "meta"
         self.embed_tokens = nn.Embedding(v, h, _weight=torch.empty(v, h)) if on_meta else nn.Embedding(v, h)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
