@@ -75,7 +75,8 @@ def test_a_files_trailing_newlines_are_not_part_of_the_message(tmp_path, capsys,
 @needs_tiny
 def test_prompts_answers_each_line_with_one_load(tmp_path, capsys, monkeypatch):
     """`--prompts F` answers every non-blank line of F (or standard input) as `-p` would answer it alone, one JSON
-    line each, the message first, with one load of the model; given with -p, or empty, it is one error line."""
+    line each, the message first, with one load of the model; a line that cannot be answered gets its error in
+    its place and the rest go on (exit 2, as any error); given with -p, or empty, it is one error line."""
     asked = ["reverse a b c", "hi", "sort 3 1 2"]
     alone = [generate_json(capsys, "-p", q, "--no-think") for q in asked]
     f = tmp_path / "questions.txt"
@@ -93,6 +94,16 @@ def test_prompts_answers_each_line_with_one_load(tmp_path, capsys, monkeypatch):
         assert [g["prompt"] for g in got] == asked and all(list(g)[0] == "prompt" for g in got)
         assert [(g["text"], g["token_ids"]) for g in got] == [(a["text"], a["token_ids"]) for a in alone]
     assert loads == ["tiny", "tiny"]  # one load a run
+
+    # a line that cannot be answered (past --context) is answered by its error; the others go on; exit 2, one line
+    f.write_text("hi\n" + "reverse " + "a " * 80 + "\nreverse a b c\n", encoding="utf-8")
+    assert run_cli(["generate", "tiny", "--prompts", str(f), "--no-think", "--context", "80", "--max-new-tokens", "24",
+                    *GEN]) == 2
+    out, err = capsys.readouterr()
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [g.get("text") for g in got] == [alone[1]["text"], None, alone[0]["text"]]
+    assert "--context 80" in got[1]["error"] and got[1]["prompt"].startswith("reverse a a")
+    assert err == 'error: 1 of 3 prompts not answered: their lines carry "error"\n'
 
     (tmp_path / "blank.txt").write_text("\n \n", encoding="utf-8")
     expect_error(capsys, ["generate", "tiny", "--prompts", str(f), "-p", "hi", *GEN], "--prompts", "--prompt")

@@ -159,7 +159,8 @@ def generate(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Answer each line of this UTF-8 file ('-': "
                                            "standard input) as its own message, with one load of the model, and "
                                            "print one --json object a line as each answer is done, its \"prompt\" "
-                                           "first (JSON Lines)."),
+                                           "first (JSON Lines); a line that cannot be answered (longer than "
+                                           "--context) gets {\"prompt\", \"error\"} and the rest go on."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", "--max-tokens",
                                        help="Stop after this many new tokens (--max-tokens as in chat and serve)."),
     threshold: Optional[float] = typer.Option(
@@ -260,7 +261,8 @@ def generate(
     tok = loaded.tokenizer
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     over = context_flag_limit(loaded, context)
-    for message in messages:
+    def answer(message: str) -> None:
+        """One message: rendered, held to the context, answered."""
         if raw:
             text = message
         else:
@@ -290,6 +292,18 @@ def generate(
         )
         answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
                    message if prompts is not None else None)
+
+    unanswered = 0
+    for message in messages:
+        try:
+            answer(message)
+        except CloverError as exc:  # --prompts: this line's answer is its error, and the next lines go on
+            if prompts is None:
+                raise
+            print(json.dumps({"prompt": message, "error": str(exc)}, ensure_ascii=False), flush=True)
+            unanswered += 1
+    if unanswered:
+        raise CloverError(f"{unanswered} of {len(messages)} prompts not answered: their lines carry \"error\"")
 
 
 def answer_one(decoder: Any, prompt_ids: list[int], settings: Any, answer: Answer, as_json: bool,
