@@ -261,6 +261,7 @@ def generate(
     tok = loaded.tokenizer
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     over = context_flag_limit(loaded, context)
+
     def answer(message: str) -> None:
         """One message: rendered, held to the context, answered."""
         if raw:

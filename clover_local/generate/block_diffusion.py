@@ -86,8 +86,8 @@ def check_context(prompt_len: int, max_new_tokens: int, limit: int) -> None:
 
 
 def constrained_reveals(settings: DecodeSettings, constraint: ByteConstraint, shape: PrefixState,
-                         masked: list[int], logits: torch.Tensor, ids: list[int], conf: list[float]
-                         ) -> tuple[list[Reveal], PrefixState]:
+                        masked: list[int], logits: torch.Tensor, ids: list[int], conf: list[float]
+                        ) -> tuple[list[Reveal], PrefixState]:
     """JSON mode's reveals this pass (json_mode.py): the leftmost masked position — the model's choice if the
     constraint allows it, else the likeliest token it allows — then, while the model's own choices (that first
     one's included) are allowed and sure enough (the reveal rule, `sampling.sure_enough`, counting the run's

@@ -56,8 +56,6 @@ def choose(
     return (ids if columns is None else columns.gather(-1, ids[:, None]).squeeze(-1)), conf
 
 
-
-
 class LogitBias:
     """OpenAI's `logit_bias`: a value from -100 to 100 added to a token's logit at every masked position of every
     pass (-100 all but bans the token, 100 all but forces it; constrained answers choose among the biased logits
