@@ -10,6 +10,7 @@ grows by a turn keeps its cut until it has grown by a step."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Callable
 
@@ -66,6 +67,7 @@ def fit(messages: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]],
     excess, step = len(ids) + room - context, max(1, (context - room) // 4)
     if excess <= 0:
         return 0, prompt, ids
+    count = functools.cache(count)  # each text tokenized once: the frame's measure and every `leave_out` read them
     frame = max(0, (len(ids) - sum(message_tokens(m, count) for m in messages)) // len(messages))
     head, last = messages[: system_head(messages)], (exchange_starts(messages) or [0])[-1]
     cut = leave_out(messages, count, excess, step, frame)
