@@ -17,13 +17,13 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from clover_local.checkpoint.reader import CheckpointReader
+from clover_local.checkpoint.reader import CheckpointReader, layer_states
 from clover_local.errors import CloverError
 from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
@@ -36,6 +36,9 @@ from quantize.gptq_format import SUPPORTED_BITS, values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
+
+if TYPE_CHECKING:
+    from clover_local.hub.remote_shards import RemoteShards
 
 PROGRESS = ".clover-progress"
 COPY_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
@@ -97,6 +100,7 @@ class QuantizeResult:
     source_bytes: int = 0
     pack_bytes: int = 0
     resumed_from: int = 0
+    fetched_bytes: int | None = None  # bytes read from the Hub by --stream (None: a local checkpoint)
 
 
 def _write_error(path: Path, exc: Exception) -> CloverError:
@@ -306,14 +310,16 @@ def quantize_checkpoint(
     source_label: dict | None = None,
     on_layer: Callable[[int, int, str], None] = lambda i, n, msg: None,
     stop_after_layer: int | None = None,
+    remote: RemoteShards | None = None,
 ) -> QuantizeResult:
     """Quantize SRC into OUT. `on_layer(i, n_layers, step)` reports progress; `stop_after_layer` (tests)
-    raises KeyboardInterrupt after that layer's progress is saved, as a Ctrl-C there would."""
+    raises KeyboardInterrupt after that layer's progress is saved, as a Ctrl-C there would. With `remote`, SRC
+    holds the checkpoint's small files and its shards are read from the Hub by byte range (`--stream`)."""
     settings.validate()
     refuse_resume_overwrite(resume, overwrite)
     refuse_pack(src, str(src), "quantize takes the BF16 checkpoint it was made from")
     t0 = time.perf_counter()
-    reader = CheckpointReader(src)
+    reader = CheckpointReader(src, remote=remote)
     cfg = reader.config
     run = values_per_run(settings.bits)
     if cfg.hidden_size % run or cfg.moe_intermediate_size % run:
@@ -365,11 +371,10 @@ def quantize_checkpoint(
         start = 0
         sums = {}
     quantizer = LayerQuantizer(cfg, profile, settings.options(), device, dtype)
-    for i in range(start, n_layers):
-        lt = time.perf_counter()
-        on_layer(i, n_layers, "reading")
-        state_i = reader.layer_state(i)
-        reader.close()  # unmap the shards: touched pages of a mapped shard would stay in RSS layer after layer
+    lt = time.perf_counter()
+    if start < n_layers:
+        on_layer(start, n_layers, "reading")
+    for i, state_i in layer_states(reader, start, n_layers):
         layer = build_layer(cfg, i, state_i, device, dtype)
         tensors, clean, noisy, report = quantizer.quantize(
             layer, clean, noisy, on_step=lambda msg, i=i: on_layer(i, n_layers, msg)
@@ -401,6 +406,9 @@ def quantize_checkpoint(
         on_layer(i + 1, n_layers, "done")
         if stop_after_layer is not None and i == stop_after_layer:
             raise KeyboardInterrupt
+        lt = time.perf_counter()  # the next layer's time starts with its read (a wait, where it was fetched ahead)
+        if i + 1 < n_layers:
+            on_layer(i + 1, n_layers, "reading")
     result = QuantizeResult(out, reports, resumed_from=start)
     try:
         if start == n_layers and _hashed(out):  # stopped after the pack was hashed: only the card and cleanup left
@@ -415,7 +423,10 @@ def quantize_checkpoint(
                               "with --resume (finished layers are kept)") from None
         raise CloverError(f"cannot finish the pack in {out}: {exc.strerror or exc}; rerun with --resume") from None
     result.seconds = time.perf_counter() - t0
-    result.source_bytes = sum(f.stat().st_size for f in src.glob("*.safetensors"))
+    result.source_bytes = (sum(remote.sizes.values()) if remote is not None
+                           else sum(f.stat().st_size for f in src.glob("*.safetensors")))
+    if remote is not None:
+        result.fetched_bytes = remote.fetched_bytes
     result.pack_bytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     return result
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from clover_local.checkpoint.reader import CheckpointReader
+from clover_local.checkpoint.reader import CheckpointReader, layer_states
 from clover_local.errors import CloverError
 from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
@@ -22,6 +22,9 @@ from clover_local.model.rope import Rotary
 from clover_local.pack.reader import PackReader, is_pack
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, resolve_calib_path
+
+if TYPE_CHECKING:
+    from clover_local.hub.remote_shards import RemoteShards
 
 
 @dataclass
@@ -84,13 +87,10 @@ def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer) -
     rotary = Rotary(cfg.rotary_dim, cfg.rope_theta)
     cos, sin = rotary.cos_sin(torch.arange(clean.shape[1], device=device), dtype)
     bs = cfg.diffusion.block_size
-    for i in range(cfg.num_hidden_layers):
-        on_layer(i)
-        state = reader.layer_state(i)
+    on_layer(0)
+    for i, state in layer_states(reader, 0, cfg.num_hidden_layers):
         layer = build_layer(cfg, i, state, device, dtype)
         del state
-        if hasattr(reader, "close"):
-            reader.close()  # bounded RSS: unmap the shards this layer came from
         outs_c, outs_n = [], []
         with torch.no_grad():
             for s in range(0, clean.shape[0], batch):
@@ -100,6 +100,8 @@ def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer) -
                 outs_n.append(n.float().cpu())
         clean, noisy = torch.cat(outs_c), torch.cat(outs_n)
         del layer
+        if i + 1 < cfg.num_hidden_layers:
+            on_layer(i + 1)
     norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
     with torch.no_grad():
         norm.weight.copy_(emb["norm.weight"].float())
@@ -122,12 +124,13 @@ def _kl_top1(ref_h: torch.Tensor, ref_head: torch.Tensor, q_h: torch.Tensor, q_h
 def compare(
     pack: Path, reference: Path, *, samples: int = 8, seq_len: int = 512, calib: str | None = None,
     device: torch.device = torch.device("cpu"), seed: int = 1, batch: int = 4,
-    on_layer: Callable[[str, int], None] = lambda which, i: None,
+    on_layer: Callable[[str, int], None] = lambda which, i: None, remote: RemoteShards | None = None,
 ) -> Quality:
-    """KL(reference ‖ pack) per token (mean and 99th percentile) and top-1 agreement, causal and preview."""
+    """KL(reference ‖ pack) per token (mean and 99th percentile) and top-1 agreement, causal and preview. With
+    `remote`, the reference's shards are read from the Hub by byte range (`eval --stream`)."""
     _refuse_non_pack(pack)
     refuse_pack(reference, str(reference), "the reference is the BF16 checkpoint the pack was made from")
-    ref_reader = CheckpointReader(reference)
+    ref_reader = CheckpointReader(reference, remote=remote)
     pack_reader = PackReader(pack)
     if ref_reader.config.to_dict() != pack_reader.config.to_dict():
         raise CloverError(f"{pack} was not made from {reference}: their configs differ")

@@ -1149,3 +1149,27 @@ def test_a_hub_checkpoint_too_large_to_load_whole_is_refused_before_its_weights(
     monkeypatch.setattr("clover_local.loader.resolve_model_path", download)
     with pytest.raises(ReachedTheDownload):
         load("org/clover-pack", "cpu", "bfloat16", "auto")
+
+
+def test_a_download_the_disk_cannot_take_is_refused_before_its_first_byte(hub, tmp_path, resumable, monkeypatch):
+    """The 35B release is 69 GB: a download that fills the disk hours in is refused at the start, counting what a
+    partial file already holds, with what to do (another disk, or quantize --stream)."""
+    import shutil as real_shutil
+
+    files = big_repo(hub, tmp_path)
+    cut_first_run(hub, "someone/big", None)  # a partial of 700 kB stays
+    [partial] = partials(tmp_path / "hf_home" / "hub")
+    left = len(files[BIG]) - partial.stat().st_size
+    usage = real_shutil.disk_usage(tmp_path)
+    for free, refused in ((left + resumable.DISK_MARGIN - 1, True), (left + resumable.DISK_MARGIN, False)):
+        monkeypatch.setattr(resumable.shutil, "disk_usage", lambda path, free=free: usage._replace(free=free))
+        n = len(file_gets(hub.requests, BIG))
+        if refused:
+            with pytest.raises(CloverError) as err:
+                transfer.download("someone/big", progress=False)
+            msg = str(err.value)
+            assert f"needs {left / 1e9:.1f} GB more" in msg and "--stream" in msg and "clover-local download" in msg
+            assert len(file_gets(hub.requests, BIG)) == n  # not a byte asked for
+        else:
+            path = transfer.download("someone/big", progress=False)
+            assert (path / BIG).read_bytes() == files[BIG]

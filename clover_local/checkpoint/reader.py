@@ -8,8 +8,11 @@ truncated file, wrong shape) becomes a one-line `CloverError` naming the file or
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -18,17 +21,23 @@ from clover_local.checkpoint.names import Target, global_shapes, layer_shapes, m
 from clover_local.config import CloverConfig, load_config
 from clover_local.errors import CloverError
 
+if TYPE_CHECKING:
+    from clover_local.hub.remote_shards import RemoteShards
+
 INDEX_NAME = "model.safetensors.index.json"
 
 
 class CheckpointReader:
-    """Maps our parameter names to tensors in the shards; opens each shard once, on first use."""
+    """Maps our parameter names to tensors in the shards; opens each shard once, on first use. With `remote`,
+    the shards are read from the Hub by byte range (`quantize --stream`): `folder` holds the small files only."""
 
-    def __init__(self, folder: str | Path, config: CloverConfig | None = None) -> None:
+    def __init__(self, folder: str | Path, config: CloverConfig | None = None, *,
+                 remote: RemoteShards | None = None) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise CloverError(f"{self.folder} is not a folder")
         self.config = config or load_config(self.folder)
+        self.remote = remote
         self._handles: dict[str, object] = {}
         weight_map = self._weight_map()
         # parameter name -> list of (target, checkpoint name, shard file)
@@ -48,10 +57,17 @@ class CheckpointReader:
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise CloverError(f"{index} is not a valid safetensors index ({exc})") from None
             for shard in sorted(set(weight_map.values())):
-                if not (self.folder / shard).is_file():
+                if self.remote is not None:
+                    if shard not in self.remote.sizes:
+                        raise CloverError(f"shard {shard} listed in {INDEX_NAME} is missing from "
+                                          f"{self.remote.repo_id}")
+                elif not (self.folder / shard).is_file():
                     raise CloverError(f"shard {shard} listed in {INDEX_NAME} is missing from {self.folder}")
             return weight_map
-        shards = sorted(p.name for p in self.folder.glob("*.safetensors"))
+        if self.remote is not None:
+            shards = sorted(self.remote.sizes)
+        else:
+            shards = sorted(p.name for p in self.folder.glob("*.safetensors"))
         if not shards:
             raise CloverError(f"no .safetensors weights in {self.folder}")
         weight_map = {}
@@ -61,6 +77,8 @@ class CheckpointReader:
         return weight_map
 
     def _open(self, shard: str):
+        if self.remote is not None:
+            return self.remote.open(shard)
         handle = self._handles.get(shard)
         if handle is None:
             path = self.folder / shard
@@ -171,3 +189,49 @@ class CheckpointReader:
 
     def close(self) -> None:
         self._handles.clear()
+
+
+def layer_states(reader: Any, start: int, stop: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+    """Decoder layers start..stop-1 of any reader with `layer_state`, in order. A local reader's shards are
+    unmapped after each layer (touched pages of a mapped shard would stay in RSS layer after layer); a streamed
+    checkpoint (`reader.remote`) fetches the next layer while the caller works on this one, so the network and
+    the quantizer overlap (one layer more in memory: ≈ 1.7 GB at 35B)."""
+    remote = getattr(reader, "remote", None)
+    if remote is None:
+        for i in range(start, stop):
+            state = reader.layer_state(i)
+            if hasattr(reader, "close"):
+                reader.close()
+            yield i, state
+        return
+    ahead: _Ahead | None = None
+    try:
+        for i in range(start, stop):
+            state = ahead.result() if ahead is not None else reader.layer_state(i)
+            ahead = _Ahead(reader.layer_state, i + 1) if i + 1 < stop else None
+            yield i, state
+    finally:
+        if ahead is not None:  # the caller stopped early (Ctrl-C, an error): the fetch in flight ends
+            remote.stop.set()
+
+
+class _Ahead:
+    """`read(i)` on a daemon thread (a Ctrl-C never waits for a layer's fetch to finish)."""
+
+    def __init__(self, read, i: int) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(read, i), daemon=True, name=f"clover-layer-{i}")
+        self._thread.start()
+
+    def _run(self, read, i: int) -> None:
+        try:
+            self._value = read(i)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -6,7 +6,7 @@ import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from rich.table import Table
 from clover_local.cli import app
 from clover_local.errors import CloverError, Interrupted
 from clover_local.pack.manifest import Manifest
+
+if TYPE_CHECKING:
+    from clover_local.hub.remote_shards import RemoteShards
 
 
 @contextmanager
@@ -65,7 +68,13 @@ def quantize(
     device: str = typer.Option("auto", "--device", help="Where layers are computed: cuda, cpu … (auto: GPU if any)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace what --out holds."),
-    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure KL against the source when done."),
+    stream: bool = typer.Option(False, "--stream", help="Read a Hub checkpoint's weights layer by layer over the "
+                                "network instead of downloading it first: the disk holds the pack alone (35B: "
+                                "≈ 19 GB, not 69 + 19) and the download overlaps the work; an interrupted run "
+                                "resumes with --resume (the layer in flight is read again)."),
+    evaluate: Optional[bool] = typer.Option(None, "--eval/--no-eval", help="Measure KL against the source when "
+                                            "done (default: on; off with --stream, where it would read the "
+                                            "checkpoint a second time: `eval --stream` measures it later)."),
     seed: int = typer.Option(0, "--seed", help="Seed for calibration sampling and masking."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of tables."),
 ) -> None:
@@ -79,8 +88,10 @@ def quantize(
       clover-local quantize tiny --out tiny-int4 --samples 32 --seq-len 256
 
       clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --device cuda
+
+      clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --stream   # 19 GB of disk, not 88
     """
-    from clover_local.loader import pick_device, refuse_pack, resolve_model_path
+    from clover_local.loader import pick_device, refuse_pack
     from quantize.pipeline import QuantizeSettings, quantize_checkpoint, refuse_resume_overwrite
 
     refuse_resume_overwrite(resume, overwrite)
@@ -90,9 +101,13 @@ def quantize(
                                 seed=seed)
     settings.validate()
     dev = pick_device(device)
-    src_path = resolve_model_path(src)
+    src_path, remote = checkpoint_source(src, stream, "the same command with --resume")
     refuse_pack(src_path, src, "quantize takes the BF16 checkpoint it was made from")
     label = {"repo_id": src} if not Path(src).exists() and "/" in src else {"path": src_path.name}
+    if remote is not None:
+        label["revision"] = remote.commit
+    if evaluate is None:
+        evaluate = remote is None
     console = Console(stderr=True, quiet=as_json)
     with _progress(console) as bar:
         task = bar.add_task("quantizing", total=None, step="")
@@ -102,18 +117,20 @@ def quantize(
 
         try:
             result = quantize_checkpoint(src_path, out, settings, dev, resume=resume, overwrite=overwrite,
-                                         source_label=label, on_layer=on_layer)
+                                         source_label=label, on_layer=on_layer, remote=remote)
         except KeyboardInterrupt:
             raise Interrupted(interrupted_message(out)) from None
     quality = None
     kl_samples, kl_len = 4, min(seq_len, 512)
     if evaluate:
-        quality = _measure(out, src_path, console, samples=kl_samples, seq_len=kl_len, device=dev, calib=calib)
+        quality = _measure(out, src_path, console, samples=kl_samples, seq_len=kl_len, device=dev, calib=calib,
+                           remote=remote)
         _record_quality(out, quality)
     calibration = Manifest.load(out).calibration
     summary = {
         "out": str(out), "seconds": round(result.seconds, 2), "source_bytes": result.source_bytes,
         "pack_bytes": result.pack_bytes, "resumed_from_layer": result.resumed_from,
+        "fetched_bytes": result.fetched_bytes,
         "layers": [{"layer": r.index, "kind": r.kind, "rel_error": round(r.rel_error, 6),
                     "experts": r.expert_paths, "seconds": r.seconds} for r in result.layers],
         "quality": quality,
@@ -136,8 +153,14 @@ def quantize(
     out_console.print(table)
     out_console.print(f"source {fmt_bytes(result.source_bytes)} → pack {fmt_bytes(result.pack_bytes)} "
                       f"in {result.seconds:.1f}s")
+    if remote is not None:
+        out_console.print(f"streamed {fmt_bytes(remote.fetched_bytes)} from the Hub in {remote.requests:,} ranged "
+                          "requests (the checkpoint's weights were never written to disk)")
     if calibration:
         out_console.print(_calibration_line(calibration, settings.samples))
+    if remote is not None and not quality:
+        out_console.print(f"quality not measured (it reads the checkpoint again): clover-local eval {out} "
+                          f"--reference {src} --stream --save")
     if quality:
         out_console.print(f"KL causal {quality['kl_causal_mean']:.5f} (p99 {quality['kl_causal_p99']:.5f}), "
                           f"preview {quality['kl_preview_mean']:.5f}; top-1 agreement causal "
@@ -145,6 +168,24 @@ def quantize(
                           f"{kl_samples} × {kl_len} held-out tokens; lower KL is better: `clover-local eval` "
                           "measures on more)")
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
+
+
+def checkpoint_source(src: str, stream: bool, retry: str) -> tuple[Path, RemoteShards | None]:
+    """SRC as a folder, and with --stream the Hub repo's shards to read by byte range (its small files are in the
+    folder); `retry` is what a read that gave up tells the person to run."""
+    from clover_local.loader import SHORT_NAMES, resolve_model_path
+
+    if not stream:
+        return resolve_model_path(src), None
+    from clover_local.hub.remote_shards import open_remote_checkpoint
+    from clover_local.hub.transfer import is_repo_id
+
+    if src in SHORT_NAMES or Path(src).expanduser().exists() or not is_repo_id(src):
+        raise CloverError(f"--stream reads a checkpoint from the Hub by its repo id (owner/name); {src} is not "
+                          "one: drop --stream to read it from disk")
+    folder, remote = open_remote_checkpoint(src)
+    remote.retry = retry
+    return folder, remote
 
 
 EXPERT_PATHS = ("experts: gptq-routed = GPTQ on the calibration rows routed to the expert; rtn-few-rows = fewer "
@@ -188,6 +229,7 @@ def _settings_line(recorded: dict) -> str:
 
 
 def _measure(pack: Path, ref: Path, console: Console, **kwargs) -> dict:
+    """`compare` with a bar of the layers both models stream through (kwargs: compare's, `remote` included)."""
     from clover_local.config import load_config
     from quantize.quality import compare
 
@@ -229,6 +271,8 @@ def eval_command(
     calib: Optional[str] = typer.Option(None, "--calib", help="Text source (its held-out split is used)."),
     device: str = typer.Option("auto", "--device", help="cuda, cpu … (auto: GPU if any)."),
     save: bool = typer.Option(False, "--save", help="Record the result in the pack's manifest and card."),
+    stream: bool = typer.Option(False, "--stream", help="Read a Hub reference's weights layer by layer over the "
+                                "network instead of downloading it (as `quantize --stream`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Quality of a pack against its BF16 source: KL divergence (mean, p99) and top-1 agreement, for the
@@ -240,13 +284,14 @@ def eval_command(
     from quantize.calibration import check_calib_file
 
     t0 = time.perf_counter()
-    pack_path, ref_path = resolve_model_path(pack), resolve_model_path(reference)
+    pack_path = resolve_model_path(pack)
+    ref_path, remote = checkpoint_source(reference, stream, "the same command again")
     refuse_pack(ref_path, f"--reference {reference}", "eval compares a pack with the BF16 checkpoint it was made from")
     if calib:
         check_calib_file(calib)
     console = Console(stderr=True, quiet=as_json)
     quality = _measure(pack_path, ref_path, console, samples=samples, seq_len=seq_len, device=pick_device(device),
-                       calib=calib)
+                       calib=calib, remote=remote)
     if as_json:
         print(json.dumps(quality))
     else:

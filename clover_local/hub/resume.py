@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ FSYNC_EVERY = 256 * 1024 * 1024  # flush a partial to disk this often, so a powe
 RETRIES = 5  # dropped connections in a row (no new bytes in between) before the run gives up
 RETRY_WAIT_S = 1.0
 PARALLEL = 8  # large files fetched at once, one stream each, as snapshot_download fetches files
+DISK_MARGIN = 1024**3  # bytes left free after a download: the small files, logs, the system's own needs
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -168,6 +170,7 @@ def fetch_large_files(
     todo = [(file, place) for file, place in places if not already_there(file, place, local_dir)]
     if not todo:
         return {}
+    _check_room(repo_id, todo, retry)
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=min(PARALLEL, len(todo)), thread_name_prefix="clover-download") as pool:
         futures = [pool.submit(fetch_one, file, place, local_dir, retry=retry, tqdm_class=tqdm_class, stop=stop)
@@ -181,6 +184,25 @@ def fetch_large_files(
                 future.cancel()
             raise
     return {file.name: file.etag if _SHA256.match(file.etag) else None for file, _ in todo}
+
+
+def _check_room(repo_id: str, todo: list[tuple[LargeFile, Place]], retry: str) -> None:
+    """Refuse before the first byte when the disk cannot take what is left to fetch: the 35B release is 69 GB,
+    and a download that fills the disk hours in fails where a sentence now tells what to do."""
+    need = sum(file.size - min(_size(place.partial), file.size) for file, place in todo)
+    folder = todo[0][1].partial.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if need + DISK_MARGIN <= free:
+        return
+    gb = 1e9
+    raise CloverError(
+        f"Downloading {repo_id} needs {need / gb:.1f} GB more on the disk of {folder}, which has {free / gb:.1f} GB "
+        f"free: free some space (`clover-local cache` lists what clover-local keeps) or download to another disk "
+        f"(HF_HOME, or `--dir`), then run `{retry}`; a BF16 checkpoint can be quantized without keeping it: "
+        f"`clover-local quantize {repo_id} --out DIR --stream`."
+    )
 
 
 def fetch_one(
