@@ -28,6 +28,7 @@ from clover_local.errors import CloverError
 from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
+from clover_local.pack.reader import PackReader
 from clover_local.pack.manifest import MANIFEST_NAME, AlteredFile, Manifest, sha256_file, share_like_any_file
 from clover_local.runtime.pack_index import read_header
 from clover_local.tokenizer import ChatTokenizer
@@ -36,6 +37,7 @@ from quantize.gptq_format import SUPPORTED_BITS, values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
 from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, dynamic_rules, get_profile
+from quantize.quality import HeldOutStreams, QualityCheck, held_out_text
 
 if TYPE_CHECKING:
     from clover_local.hub.remote_shards import RemoteShards
@@ -101,6 +103,7 @@ class QuantizeResult:
     pack_bytes: int = 0
     resumed_from: int = 0
     fetched_bytes: int | None = None  # bytes read from the Hub by --stream (None: a local checkpoint)
+    quality: dict | None = None  # KL against the source, measured as the layers went (`measure`)
 
 
 def _write_error(path: Path, exc: Exception) -> CloverError:
@@ -311,10 +314,13 @@ def quantize_checkpoint(
     on_layer: Callable[[int, int, str], None] = lambda i, n, msg: None,
     stop_after_layer: int | None = None,
     remote: RemoteShards | None = None,
+    measure: QualityCheck | None = None,
 ) -> QuantizeResult:
     """Quantize SRC into OUT. `on_layer(i, n_layers, step)` reports progress; `stop_after_layer` (tests)
     raises KeyboardInterrupt after that layer's progress is saved, as a Ctrl-C there would. With `remote`, SRC
-    holds the checkpoint's small files and its shards are read from the Hub by byte range (`--stream`)."""
+    holds the checkpoint's small files and its shards are read from the Hub by byte range (`--stream`). With
+    `measure`, the pack's KL against SRC is measured as the layers go (`result.quality`: what `compare` gives,
+    without reading SRC again), unless a resumed run was started without it (then `result.quality` is None)."""
     settings.validate()
     refuse_resume_overwrite(resume, overwrite)
     refuse_pack(src, str(src), "quantize takes the BF16 checkpoint it was made from")
@@ -352,16 +358,23 @@ def quantize_checkpoint(
         _check_finished_shards(out, start, n_shards, sums)
         _clear_temp_files(out)
         clean, noisy = hidden["clean"], hidden.get("noisy")
+        streams = _resumed_streams(cfg, hidden, measure, src, device)
         calib_info = state["calibration"]
         reports = [LayerReport(**r) for r in state["reports"]]
         created = state["created"]
     else:
         calib = build_calibration(calib_path, tokenizer, settings.samples, settings.seq_len,
                                   cfg.diffusion.block_size, mask_id, settings.seed)
-        embed = reader.tensor("embed_tokens.weight").float()
+        table = reader.tensor("embed_tokens.weight")
+        embed = table.float()
         clean = embed[calib.clean]
         noisy = embed[calib.noisy] if settings.calib_mode == "diffusion" else None
-        del embed
+        streams = None
+        if measure is not None:  # the pack's table is the source's in BF16 (_write_globals)
+            held, _, held_path = measure.held_out(cfg, tokenizer, src)
+            streams = HeldOutStreams.start(cfg, held, mask_id, table, table.to(torch.bfloat16), device, measure.batch,
+                                           held_out_text(held_path))
+        del embed, table
         calib_info = {"file": Path(calib.path).name, "sequences": int(calib.clean.shape[0]),
                       "seq_len": settings.seq_len, "tokens": calib.tokens, "mode": settings.calib_mode,
                       "expert_stats": settings.expert_stats, "samples_in_file": calib.n_texts,
@@ -376,9 +389,15 @@ def quantize_checkpoint(
         on_layer(start, n_layers, "reading")
     for i, state_i in layer_states(reader, start, n_layers):
         layer = build_layer(cfg, i, state_i, device, dtype)
+        if streams is not None:
+            on_layer(i, n_layers, "held-out text, BF16")
+            streams.advance("reference", layer)
         tensors, clean, noisy, report = quantizer.quantize(
             layer, clean, noisy, on_step=lambda msg, i=i: on_layer(i, n_layers, msg)
         )
+        if streams is not None:  # the layer holds its quantized weights now (dequantized in place)
+            on_layer(i, n_layers, "held-out text, quantized")
+            streams.advance("pack", layer)
         kind = "full_attention" if cfg.is_attention(i) else "linear_attention"
         quantized = {n for n in MIXER_LINEARS[kind] if profile.mixer} | (
             set(SHARED_LINEARS) if profile.shared else set())
@@ -392,6 +411,8 @@ def quantize_checkpoint(
         hidden = {"clean": clean.contiguous()}
         if noisy is not None:
             hidden["noisy"] = noisy.contiguous()
+        if streams is not None:
+            hidden.update({f"{QUALITY}{k}": v.contiguous() for k, v in streams.hidden.items()})
         # the next layer's inputs go to a file named after that layer, recorded in state.json: a kill between
         # the two writes leaves the previous state pointing at the previous (still present) inputs
         hidden_name = f"hidden-{i + 1:05d}.safetensors"
@@ -422,13 +443,35 @@ def quantize_checkpoint(
             raise CloverError(f"the disk is full while finishing the pack in {out}; free some space and rerun "
                               "with --resume (finished layers are kept)") from None
         raise CloverError(f"cannot finish the pack in {out}: {exc.strerror or exc}; rerun with --resume") from None
+    if streams is not None:
+        on_layer(n_layers, n_layers, "KL")
+        result.quality = streams.result(_head_and_norm(reader), PackReader(out).global_state()).to_dict()
     result.seconds = time.perf_counter() - t0
-    result.source_bytes = (sum(remote.sizes.values()) if remote is not None
+    result.source_bytes = (remote.total_bytes if remote is not None
                            else sum(f.stat().st_size for f in src.glob("*.safetensors")))
     if remote is not None:
         result.fetched_bytes = remote.fetched_bytes
     result.pack_bytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     return result
+
+
+QUALITY = "quality."  # the held-out streams' tensors in a progress file
+
+
+def _resumed_streams(cfg, hidden: dict[str, torch.Tensor], measure: QualityCheck | None, src: Path,
+                     device: torch.device) -> HeldOutStreams | None:
+    """The held-out streams a resumed run saved, or None where none were (a run started without measuring)."""
+    saved = {k[len(QUALITY):]: v for k, v in hidden.items() if k.startswith(QUALITY)}
+    if measure is None or set(saved) != set(HeldOutStreams.KEYS):
+        return None
+    return HeldOutStreams(cfg, saved, device, measure.batch,
+                          held_out_text(resolve_calib_path(measure.calib, src)))
+
+
+def _head_and_norm(reader: CheckpointReader) -> dict[str, torch.Tensor]:
+    """What the reference's logits need after the last layer (not the embeddings, unless the head is tied)."""
+    names = ["norm.weight", "lm_head.weight" if reader.has("lm_head.weight") else "embed_tokens.weight"]
+    return {name: reader.tensor(name) for name in names}
 
 
 def _created() -> str:

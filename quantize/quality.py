@@ -1,8 +1,9 @@
 """How much a pack changed the model: KL divergence and top-1 agreement against its BF16 source.
 
 Both models are streamed one decoder layer at a time over held-out text (the calibration file's held-out
-split), so a 35B reference never has to fit in memory. Two views: the causal pass (every position predicts
-the next token) and the preview pass (every block masked at a random ratio; the masked positions are scored).
+split), so a 35B reference never has to fit in memory; `quantize` advances the same two streams as it quantizes
+(`HeldOutStreams`), so the source is read once. Two views: the causal pass (every position predicts the next
+token) and the preview pass (every block masked at a random ratio; the masked positions are scored).
 """
 
 from __future__ import annotations
@@ -79,35 +80,83 @@ def _refuse_non_pack(pack: Path) -> None:
     raise CloverError(f"{pack} is not a GPTQ pack (its config.json has no quantization_config)")
 
 
-def _stream(reader, clean_ids, noisy_ids, device, dtype, batch: int, on_layer) -> tuple[torch.Tensor, torch.Tensor]:
-    cfg = reader.config
-    emb = reader.global_state()
-    table = emb["embed_tokens.weight"].float()
-    clean, noisy = table[clean_ids], table[noisy_ids]
-    rotary = Rotary(cfg.rotary_dim, cfg.rope_theta)
-    cos, sin = rotary.cos_sin(torch.arange(clean.shape[1], device=device), dtype)
-    bs = cfg.diffusion.block_size
-    on_layer(0)
-    for i, state in layer_states(reader, 0, cfg.num_hidden_layers):
-        layer = build_layer(cfg, i, state, device, dtype)
-        del state
+@dataclass
+class QualityCheck:
+    """What the KL is measured on: `samples` × `seq_len` tokens of the calibration file's held-out split."""
+
+    samples: int = 8
+    seq_len: int = 512
+    calib: str | None = None
+    seed: int = 1
+    batch: int = 4
+
+    def held_out(self, cfg, tokenizer, src: Path):
+        """(the held-out token ids, the mask id, the file's path): the same for the same inputs, so a resumed run
+        measures on what it started with."""
+        path = resolve_calib_path(self.calib, src)
+        mask_id = resolve_mask_token(cfg, tokenizer)
+        data = build_calibration(path, tokenizer, self.samples, self.seq_len, cfg.diffusion.block_size, mask_id,
+                                 self.seed, holdout=True)
+        return data, mask_id, path
+
+
+class HeldOutStreams:
+    """Held-out text's hidden states through the reference's decoder layers and through the pack's, side by side
+    (the KL needs both at the end). `compare` advances each from its own reader; `quantize` advances both as it
+    goes — the reference through a source layer before it is quantized in place, the pack through the same layer
+    after — so each source layer is read once (a streamed checkpoint is not fetched a second time)."""
+
+    KEYS = ("reference.clean", "reference.noisy", "pack.clean", "pack.noisy", "masked")
+
+    def __init__(self, cfg, hidden: dict[str, torch.Tensor], device: torch.device, batch: int, eval_text: str):
+        self.cfg, self.hidden, self.device, self.batch, self.eval_text = cfg, hidden, device, batch, eval_text
+        self.dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        rotary = Rotary(cfg.rotary_dim, cfg.rope_theta)
+        self.cos, self.sin = rotary.cos_sin(torch.arange(hidden["masked"].shape[1], device=device), self.dtype)
+
+    @classmethod
+    def start(cls, cfg, data, mask_id: int, ref_embed: torch.Tensor, pack_embed: torch.Tensor, device: torch.device,
+              batch: int, eval_text: str) -> HeldOutStreams:
+        """Both streams at the embeddings of the held-out tokens (each model's own table)."""
+        hidden = {"masked": data.noisy == mask_id}
+        for which, table in (("reference", ref_embed), ("pack", pack_embed)):
+            hidden[f"{which}.clean"] = table[data.clean].float()
+            hidden[f"{which}.noisy"] = table[data.noisy].float()
+        return cls(cfg, hidden, device, batch, eval_text)
+
+    @torch.no_grad()
+    def advance(self, which: str, layer) -> None:
+        """Run `which` ("reference" or "pack") through one decoder layer, a few sequences at a time."""
+        clean, noisy = self.hidden[f"{which}.clean"], self.hidden[f"{which}.noisy"]
         outs_c, outs_n = [], []
-        with torch.no_grad():
-            for s in range(0, clean.shape[0], batch):
-                c, n = layer.forward_all_blocks(clean[s:s + batch].to(device, dtype), noisy[s:s + batch].to(device, dtype),
-                                                cos, sin, bs)
-                outs_c.append(c.float().cpu())
-                outs_n.append(n.float().cpu())
-        clean, noisy = torch.cat(outs_c), torch.cat(outs_n)
-        del layer
-        if i + 1 < cfg.num_hidden_layers:
-            on_layer(i + 1)
-    norm = ZeroCenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-    with torch.no_grad():
-        norm.weight.copy_(emb["norm.weight"].float())
-        clean, noisy = norm(clean), norm(noisy)
-    head = emb.get("lm_head.weight", emb["embed_tokens.weight"]).float()
-    return clean, noisy, head
+        for s in range(0, clean.shape[0], self.batch):
+            c, n = layer.forward_all_blocks(clean[s:s + self.batch].to(self.device, self.dtype),
+                                            noisy[s:s + self.batch].to(self.device, self.dtype), self.cos, self.sin,
+                                            self.cfg.diffusion.block_size)
+            outs_c.append(c.float().cpu())
+            outs_n.append(n.float().cpu())
+        self.hidden[f"{which}.clean"], self.hidden[f"{which}.noisy"] = torch.cat(outs_c), torch.cat(outs_n)
+
+    def result(self, ref_globals: dict[str, torch.Tensor], pack_globals: dict[str, torch.Tensor]) -> Quality:
+        """The figures, from each model's final norm and LM head (the embeddings where the head is tied)."""
+        outs = {}
+        for which, g in (("reference", ref_globals), ("pack", pack_globals)):
+            norm = ZeroCenteredRMSNorm(self.cfg.hidden_size, self.cfg.rms_norm_eps)
+            with torch.no_grad():
+                norm.weight.copy_(g["norm.weight"].float())
+                outs[which] = (norm(self.hidden[f"{which}.clean"]), norm(self.hidden[f"{which}.noisy"]),
+                               (g["lm_head.weight"] if "lm_head.weight" in g else g["embed_tokens.weight"]).float())
+        (ref_c, ref_n, ref_head), (q_c, q_n, q_head) = outs["reference"], outs["pack"]
+        h = ref_c.shape[-1]
+        kl_c, top_c = _kl_top1(ref_c[:, :-1].reshape(-1, h), ref_head, q_c[:, :-1].reshape(-1, h), q_head)
+        masked = self.hidden["masked"]
+        kl_p, top_p = _kl_top1(ref_n[masked], ref_head, q_n[masked], q_head)
+        return Quality(
+            kl_causal_mean=kl_c.mean().item(), kl_causal_p99=kl_c.quantile(0.99).item(),
+            top1_causal=top_c.mean().item(), kl_preview_mean=kl_p.mean().item(),
+            kl_preview_p99=kl_p.quantile(0.99).item(), top1_preview=top_p.mean().item(),
+            tokens_causal=kl_c.numel(), tokens_preview=kl_p.numel(), eval_text=self.eval_text,
+        )
 
 
 def _kl_top1(ref_h: torch.Tensor, ref_head: torch.Tensor, q_h: torch.Tensor, q_head: torch.Tensor, rows: int = 256):
@@ -122,8 +171,7 @@ def _kl_top1(ref_h: torch.Tensor, ref_head: torch.Tensor, q_h: torch.Tensor, q_h
 
 
 def compare(
-    pack: Path, reference: Path, *, samples: int = 8, seq_len: int = 512, calib: str | None = None,
-    device: torch.device = torch.device("cpu"), seed: int = 1, batch: int = 4,
+    pack: Path, reference: Path, check: QualityCheck = QualityCheck(), *, device: torch.device = torch.device("cpu"),
     on_layer: Callable[[str, int], None] = lambda which, i: None, remote: RemoteShards | None = None,
 ) -> Quality:
     """KL(reference ‖ pack) per token (mean and 99th percentile) and top-1 agreement, causal and preview. With
@@ -136,21 +184,24 @@ def compare(
         raise CloverError(f"{pack} was not made from {reference}: their configs differ")
     _check_same_source(pack_reader, ref_reader, pack, reference)
     cfg = ref_reader.config
-    tokenizer = ChatTokenizer.from_folder(reference)
-    mask_id = resolve_mask_token(cfg, tokenizer)
-    path = resolve_calib_path(calib, reference)
-    data = build_calibration(path, tokenizer, samples, seq_len, cfg.diffusion.block_size, mask_id, seed,
-                             holdout=True)
-    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    ref_c, ref_n, ref_head = _stream(ref_reader, data.clean, data.noisy, device, dtype, batch,
-                                     lambda i: on_layer("reference", i))
-    q_c, q_n, q_head = _stream(pack_reader, data.clean, data.noisy, device, dtype, batch, lambda i: on_layer("pack", i))
-    h = ref_c.shape[-1]
-    kl_c, top_c = _kl_top1(ref_c[:, :-1].reshape(-1, h), ref_head, q_c[:, :-1].reshape(-1, h), q_head)
-    masked = data.noisy == mask_id
-    kl_p, top_p = _kl_top1(ref_n[masked], ref_head, q_n[masked], q_head)
-    return Quality(
-        kl_causal_mean=kl_c.mean().item(), kl_causal_p99=kl_c.quantile(0.99).item(), top1_causal=top_c.mean().item(),
-        kl_preview_mean=kl_p.mean().item(), kl_preview_p99=kl_p.quantile(0.99).item(), top1_preview=top_p.mean().item(),
-        tokens_causal=kl_c.numel(), tokens_preview=kl_p.numel(), eval_text=f"{Path(path).name} (held-out split)",
-    )
+    data, mask_id, path = check.held_out(cfg, ChatTokenizer.from_folder(reference), reference)
+    ref_globals, pack_globals = ref_reader.global_state(), pack_reader.global_state()
+    streams = HeldOutStreams.start(cfg, data, mask_id, ref_globals["embed_tokens.weight"],
+                                   pack_globals["embed_tokens.weight"], device, check.batch, held_out_text(path))
+    for g in (ref_globals, pack_globals):  # the tables are read: keep the heads only (35B: 1 GB each)
+        if "lm_head.weight" in g:
+            del g["embed_tokens.weight"]
+    for which, reader in (("reference", ref_reader), ("pack", pack_reader)):
+        on_layer(which, 0)
+        for i, state in layer_states(reader, 0, cfg.num_hidden_layers):
+            layer = build_layer(cfg, i, state, device, streams.dtype)
+            del state
+            streams.advance(which, layer)
+            del layer
+            if i + 1 < cfg.num_hidden_layers:
+                on_layer(which, i + 1)
+    return streams.result(ref_globals, pack_globals)
+
+
+def held_out_text(path: str | Path) -> str:
+    return f"{Path(path).name} (held-out split)"

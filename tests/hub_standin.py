@@ -120,6 +120,7 @@ class HubStandin:
         self.faults: dict[str, list[tuple[str, int]]] = {}
         self.ignore_range = False
         self.validated_cards: list[str] = []
+        self._etags: dict[int, tuple[bytes, str]] = {}
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -205,6 +206,17 @@ class HubStandin:
     def files_at(self, repo_id: str, rev: str = "main") -> dict[str, bytes]:
         repo = self.repos[repo_id]
         return dict(repo.commits[repo.resolve(rev)])
+
+    def etag(self, file: str, data: bytes) -> str:
+        """A file's ETag (its sha256 for LFS files), computed once per content: hashing a GB-sized shard again for
+        each ranged GET made the stand-in, not the client, what a streamed read waited for."""
+        with self.lock:
+            held = self._etags.get(id(data))
+        if held is None or held[0] is not data:
+            held = (data, hashlib.sha256(data).hexdigest() if is_lfs_path(file) else git_blob_sha1(data))
+            with self.lock:
+                self._etags[id(data)] = held
+        return held[1]
 
     def log(self, method: str | None = None, contains: str = "") -> list[dict]:
         with self.lock:
@@ -417,7 +429,7 @@ class _Handler(BaseHTTPRequestHandler):
                 404, "EntryNotFound", "Entry not found", headers={"X-Repo-Commit": sha}, head_only=head_only
             )
         data = files[file]
-        etag = hashlib.sha256(data).hexdigest() if is_lfs_path(file) else git_blob_sha1(data)
+        etag = self.hub.etag(file, data)
         common = {
             "Content-Type": "application/octet-stream",
             "X-Repo-Commit": sha,

@@ -361,6 +361,7 @@ def test_train_and_bench_scale_refuse_bad_paths_before_working(tmp_path, monkeyp
 def test_eval_progress_knows_its_total(pack, monkeypatch):
     import quantize.quality
     from clover_local.commands.quantize import _measure
+    from quantize.quality import QualityCheck
 
     class Done:
         def to_dict(self) -> dict:
@@ -374,7 +375,7 @@ def test_eval_progress_knows_its_total(pack, monkeypatch):
 
     monkeypatch.setattr(quantize.quality, "compare", fake_compare)
     console = Console(record=True, force_terminal=True, width=120, file=open("/dev/null", "w"))
-    _measure(pack, pack, console)
+    _measure(pack, pack, console, QualityCheck())
     text = console.export_text()
     assert f"{2 * N_LAYERS}/{2 * N_LAYERS}" in text and "/?" not in text
 

@@ -111,7 +111,7 @@ class Env:
         return QuantizeSettings(samples=4, seq_len=64, calib=str(self.calib), **kw)
 
     def quantize(self, out: Path, src: Path | None = None, **kw):
-        run_kw = {k: kw.pop(k) for k in ("resume", "overwrite", "on_layer", "stop_after_layer") if k in kw}
+        run_kw = {k: kw.pop(k) for k in ("resume", "overwrite", "on_layer", "stop_after_layer", "measure") if k in kw}
         return quantize_checkpoint(src or self.src, out, self.settings(**kw), CPU, **run_kw)
 
     def cli_args(self, out: Path, *extra, src: Path | None = None) -> list:
@@ -830,7 +830,7 @@ def test_eval_refuses_another_source_before_streaming_the_reference(env, tokeniz
     """The check ran while the pack was streamed, after the reference's whole pass (hours at 35B): it now reads the
     verbatim tensors of every layer first, so not one layer of either model is streamed (here the last layer's
     input norm differs, the one a per-layer check during the stream would meet last)."""
-    from quantize.quality import compare
+    from quantize.quality import QualityCheck, compare
 
     cfg = load_config(env.src)
     last = cfg.num_hidden_layers - 1
@@ -839,21 +839,21 @@ def test_eval_refuses_another_source_before_streaming_the_reference(env, tokeniz
     other = write_src(env.root / "other-last-norm", tokenizer_dir, state=state)
     streamed: list[tuple[str, int]] = []
     with pytest.raises(CloverError, match=f"layer {last}'s input_layernorm.weight differs"):
-        compare(Path(env.pack), Path(other), samples=2, seq_len=64, calib=env.calib,
+        compare(Path(env.pack), Path(other), QualityCheck(samples=2, seq_len=64, calib=str(env.calib)),
                 on_layer=lambda which, i: streamed.append((which, i)))
     assert streamed == []
 
 
 @pytest.mark.parametrize("name", ["input_layernorm.weight", "post_attention_layernorm.weight", "mlp.gate.weight"])
 def test_eval_checks_each_tensor_the_pack_keeps_verbatim(env, tokenizer_dir, name):
-    from quantize.quality import VERBATIM, compare
+    from quantize.quality import VERBATIM, QualityCheck, compare
 
     assert name in VERBATIM
     state = random_state(load_config(env.src))
     state[f"layers.1.{name}"] = state[f"layers.1.{name}"] + 0.25
     other = write_src(env.root / f"other-{name}", tokenizer_dir, state=state)
     with pytest.raises(CloverError, match=f"layer 1's {re.escape(name)} differs"):
-        compare(Path(env.pack), Path(other), samples=2, seq_len=64, calib=env.calib,
+        compare(Path(env.pack), Path(other), QualityCheck(samples=2, seq_len=64, calib=str(env.calib)),
                 on_layer=lambda which, i: pytest.fail("streamed before the check"))
 
 
@@ -1242,3 +1242,26 @@ def test_pack_reader_refuses_a_tensor_of_the_wrong_shape(env):
     save_file(tensors, str(shard))
     with pytest.raises(CloverError, match=r"input_layernorm\.weight has shape"):
         PackReader(pack).layer_state(0)
+
+
+def test_quality_measured_as_the_layers_go_is_what_eval_measures_and_survives_a_resume(env):
+    """`quantize` measured KL after the pack was made, by streaming the source a second time (69 GB at 35B; over the
+    network with --stream). It now runs the held-out text through each source layer before it is quantized in
+    place and after: the figures equal `compare`'s on the finished pack, and a run stopped after layer 1 and
+    resumed (the streams saved with the layer inputs) gives the same ones. A resumed run that was started without
+    measuring has nothing to measure from: None, not a partial figure."""
+    from quantize.quality import QualityCheck, compare
+
+    check = QualityCheck(samples=2, seq_len=64, calib=str(env.calib))
+    whole = env.quantize(env.root / "measured", measure=check)
+    assert whole.quality == compare(env.root / "measured", env.src, check).to_dict()
+    assert whole.quality["tokens_causal"] > 0 and whole.quality["kl_causal_mean"] > 0
+    out = env.root / "measured-resumed"
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, measure=check, stop_after_layer=1)
+    assert env.quantize(out, measure=check, resume=True).quality == whole.quality
+    assert digest(out) == digest(env.root / "measured")
+    out = env.root / "unmeasured-resumed"
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, stop_after_layer=1)
+    assert env.quantize(out, measure=check, resume=True).quality is None

@@ -9,7 +9,7 @@ import torch
 from clover_local.loader import SHORT_NAMES, load
 from clover_local.tiny.evaluate import evaluate
 from quantize.pipeline import QuantizeSettings, quantize_checkpoint
-from quantize.quality import compare
+from quantize.quality import QualityCheck, compare
 
 pytestmark = pytest.mark.skipif(not SHORT_NAMES["tiny"].is_dir(), reason="tiny model assets are not built")
 TINY = SHORT_NAMES["tiny"]
@@ -34,7 +34,7 @@ def packs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def quality(packs):
-    return {name: compare(path, TINY, **EVAL) for name, path in packs.items()}
+    return {name: compare(path, TINY, QualityCheck(**EVAL)) for name, path in packs.items()}
 
 
 def test_gptq_beats_rtn(quality):

@@ -86,7 +86,9 @@ def check_hub_cache(say: Callable[[str], None]) -> Result:
         return Result(WARN, f"{detail}: not enough for the 35B 4-bit pack ({fmt_size(PACK_BYTES)})", fix, facts)
     if free < BF16_BYTES:
         return Result(WARN, f"{detail}: enough for the 35B 4-bit pack ({fmt_size(PACK_BYTES)}), not for the BF16 "
-                            f"release ({fmt_size(BF16_BYTES)}) that `quantize` starts from", fix, facts)
+                            f"release ({fmt_size(BF16_BYTES)}) that `quantize` starts from",
+                      fix + "; or quantize without keeping it: `clover-local quantize REPO_ID --out DIR --stream`",
+                      facts)
     return Result(OK, f"{detail}: room for the 4-bit pack and the BF16 release", facts=facts)
 
 

@@ -61,6 +61,10 @@ class RemoteShards:
     _shards: dict[str, RemoteShard] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes.values())
+
     def open(self, shard: str) -> RemoteShard:
         """The shard's reader (its header fetched once per run)."""
         with self._lock:
