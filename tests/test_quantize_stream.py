@@ -87,7 +87,7 @@ def test_a_streamed_quantization_makes_the_local_pack_and_keeps_no_weights_on_di
 
 
 def test_a_dropped_line_and_a_busy_server_are_continued_and_a_ctrl_c_resumes(hub, src, calib, tmp_path, monkeypatch):
-    """A connection cut mid-part continues from the byte it reached, a 503 is asked again, and a run stopped
+    """A connection cut mid-part continues from the byte it reached (a 503 in between is asked again), and a run stopped
     after layer 1 (as Ctrl-C there) resumes to the same pack; the fetch of the layer ahead was stopped."""
     monkeypatch.setattr(remote_shards, "RETRY_WAIT_S", 0.01)
     settings = QuantizeSettings(samples=4, seq_len=64, calib=str(calib))
@@ -104,7 +104,10 @@ def test_a_dropped_line_and_a_busy_server_are_continued_and_a_ctrl_c_resumes(hub
     assert result.resumed_from == 2
     assert weights(tmp_path / "streamed") == weights(tmp_path / "local")
     assert hub.faults[shard] == []  # both met
-    assert any(r.get("sent") == 1000 for r in shard_gets(hub) if r["path"].endswith(shard))
+    gets = [r for r in shard_gets(hub) if r["path"].endswith(shard)]
+    [cut] = [r for r in gets if r.get("sent") == 1000]
+    first, last = (int(x) for x in cut["range"].removeprefix("bytes=").split("-"))
+    assert f"bytes={first + 1000}-{last}" in [r["range"] for r in gets]  # continued from the byte it reached
 
 
 def test_a_read_of_one_expert_takes_its_own_bytes(hub, src, monkeypatch):

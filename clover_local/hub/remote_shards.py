@@ -35,7 +35,6 @@ PARALLEL = 8  # parts in flight at once
 HEADER_PROBE = 512 * 1024  # bytes asked for first when reading a header (a second GET where it is longer)
 RETRIES = 5  # dropped connections in a row (no new bytes in between) before a read gives up
 RETRY_WAIT_S = 1.0
-CHUNK = 1024 * 1024  # bytes taken from a response at a time
 
 DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
@@ -123,25 +122,26 @@ class RemoteShards:
 
     def _read_part(self, name: str, start: int, end: int, into: memoryview, cancel: threading.Event) -> None:
         """Fill `into` with bytes [start, end) of `name`, continuing after a dropped connection or a busy server."""
-        have, failures = 0, 0
-        while start + have < end:
-            before = have
+        held = [0]  # bytes of `into` filled so far, kept by _get as they arrive (a dropped GET keeps its share)
+        failures = 0
+        while start + held[0] < end:
+            before = held[0]
             try:
-                have = self._get(name, start + have, end, into, have, cancel)
+                self._get(name, start + held[0], end, into, held, cancel)
             except Stopped:
                 raise
             except Exception as exc:  # noqa: BLE001 - a dropped line is retried, the rest is raised
                 if not _transient(exc):
                     raise
-                if failures >= RETRIES:
+                if failures >= RETRIES and held[0] == before:
                     raise CloverError(f"the connection to the Hub keeps dropping while reading {name} of "
                                       f"{self.repo_id}; check the network and run {self.retry}") from None
                 if self.stop.wait(RETRY_WAIT_S) or cancel.is_set():
                     raise Stopped() from None
-            failures = 0 if have > before else failures + 1
+            failures = 0 if held[0] > before else failures + 1
 
-    def _get(self, name: str, start: int, end: int, into: memoryview, have: int, cancel: threading.Event) -> int:
-        """One ranged GET of bytes [start, end) into `into[have:]`; returns how many bytes `into` holds."""
+    def _get(self, name: str, start: int, end: int, into: memoryview, held: list[int], cancel: threading.Event) -> None:
+        """One ranged GET of bytes [start, end) into `into[held[0]:]`, advancing `held[0]` as bytes arrive."""
         from huggingface_hub import constants
         from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
@@ -160,17 +160,17 @@ class RemoteShards:
                 raise CloverError(f"the Hub's server did not answer a ranged request for {name} of "
                                   f"{self.repo_id}, which --stream needs; quantize without --stream (it downloads "
                                   "the checkpoint first)")
-            for chunk in response.iter_bytes(chunk_size=CHUNK):
+            for chunk in response.iter_bytes():  # as the socket gives them: a cut line loses none, and no re-chunking
                 if self._ended(cancel):
                     raise Stopped()
+                have = held[0]
                 n = min(len(chunk), len(into) - have)
                 into[have:have + n] = chunk[:n]
-                have += n
+                held[0] = have + n
                 with self._lock:
                     self.fetched_bytes += n
-                if have == len(into):
+                if held[0] == len(into):
                     break
-        return have
 
 
 def _transient(exc: BaseException) -> bool:
