@@ -168,6 +168,16 @@ def unpack_weight(tensors: dict[str, Tensor], bits: int) -> tuple[Tensor, Tensor
     return q, scales.t().contiguous(), zeros, g_idx.to(torch.int32)
 
 
+def dequantize_rows(tensors: dict[str, Tensor], bits: int, start: int, stop: int,
+                    dtype: torch.dtype = torch.float32) -> Tensor:
+    """Rows [start, stop) of `dequantize(tensors, bits)`, from those columns of the packed tensors (start and stop
+    multiples of 32, or stop the last row: every layout packs whole runs of 32 outputs into qzeros' words). Why:
+    the whole matrix's temporaries are several times its float32 size (the 248K-row LM head: ≈ 8 GB)."""
+    qweight, qzeros, scales, g_idx = (tensors[name] for name in TENSOR_NAMES)
+    return dequantize({"qweight": qweight[:, start:stop], "qzeros": qzeros[:, start * bits // 32:-(-stop * bits // 32)],
+                       "scales": scales[:, start:stop], "g_idx": g_idx}, bits, dtype)
+
+
 def dequantize(tensors: dict[str, Tensor], bits: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """Dense weight [out, in] = (q − zero) · scale, computed in fp32 and cast to `dtype`."""
     q, scales, zeros, g_idx = unpack_weight(tensors, bits)

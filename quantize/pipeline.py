@@ -445,7 +445,7 @@ def quantize_checkpoint(
         raise CloverError(f"cannot finish the pack in {out}: {exc.strerror or exc}; rerun with --resume") from None
     if streams is not None:
         on_layer(n_layers, n_layers, "KL")
-        result.quality = streams.result(_head_and_norm(reader), PackReader(out).global_state()).to_dict()
+        result.quality = streams.result(reader.logit_weights(), PackReader(out).logit_weights()).to_dict()
     result.seconds = time.perf_counter() - t0
     result.source_bytes = (remote.total_bytes if remote is not None
                            else sum(f.stat().st_size for f in src.glob("*.safetensors")))
@@ -466,12 +466,6 @@ def _resumed_streams(cfg, hidden: dict[str, torch.Tensor], measure: QualityCheck
         return None
     return HeldOutStreams(cfg, saved, device, measure.batch,
                           held_out_text(resolve_calib_path(measure.calib, src)))
-
-
-def _head_and_norm(reader: CheckpointReader) -> dict[str, torch.Tensor]:
-    """What the reference's logits need after the last layer (not the embeddings, unless the head is tied)."""
-    names = ["norm.weight", "lm_head.weight" if reader.has("lm_head.weight") else "embed_tokens.weight"]
-    return {name: reader.tensor(name) for name in names}
 
 
 def _created() -> str:

@@ -8,6 +8,7 @@ token) and the preview pass (every block masked at a random ratio; the masked po
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -137,15 +138,16 @@ class HeldOutStreams:
             outs_n.append(n.float().cpu())
         self.hidden[f"{which}.clean"], self.hidden[f"{which}.noisy"] = torch.cat(outs_c), torch.cat(outs_n)
 
-    def result(self, ref_globals: dict[str, torch.Tensor], pack_globals: dict[str, torch.Tensor]) -> Quality:
-        """The figures, from each model's final norm and LM head (the embeddings where the head is tied)."""
+    def result(self, ref_weights: dict, pack_weights: dict) -> Quality:
+        """The figures, from each model's `logit_weights()`: its final norm and LM head (a packed head is
+        dequantized a slice of rows at a time)."""
         outs = {}
-        for which, g in (("reference", ref_globals), ("pack", pack_globals)):
+        for which, g in (("reference", ref_weights), ("pack", pack_weights)):
             norm = ZeroCenteredRMSNorm(self.cfg.hidden_size, self.cfg.rms_norm_eps)
             with torch.no_grad():
                 norm.weight.copy_(g["norm.weight"].float())
                 outs[which] = (norm(self.hidden[f"{which}.clean"]), norm(self.hidden[f"{which}.noisy"]),
-                               (g["lm_head.weight"] if "lm_head.weight" in g else g["embed_tokens.weight"]).float())
+                               g["lm_head.weight"])
         (ref_c, ref_n, ref_head), (q_c, q_n, q_head) = outs["reference"], outs["pack"]
         h = ref_c.shape[-1]
         kl_c, top_c = _kl_top1(ref_c[:, :-1].reshape(-1, h), ref_head, q_c[:, :-1].reshape(-1, h), q_head)
@@ -159,15 +161,31 @@ class HeldOutStreams:
         )
 
 
-def _kl_top1(ref_h: torch.Tensor, ref_head: torch.Tensor, q_h: torch.Tensor, q_head: torch.Tensor, rows: int = 256):
-    """Per-row KL(ref ‖ q) and top-1 agreement, logits made a few hundred rows at a time (248K-wide vocab)."""
-    kls, tops = [], []
-    for s in range(0, ref_h.shape[0], rows):
-        a, b = ref_h[s:s + rows] @ ref_head.T, q_h[s:s + rows] @ q_head.T
-        lp, lq = a.log_softmax(-1), b.log_softmax(-1)
-        kls.append((lp.exp() * (lp - lq)).sum(-1).clamp(min=0))
-        tops.append((a.argmax(-1) == b.argmax(-1)).float())
-    return torch.cat(kls), torch.cat(tops)
+def _kl_top1(ref_h: torch.Tensor, ref_head, q_h: torch.Tensor, q_head, vocab: int = 16384):
+    """Per-row KL(ref ‖ q) and top-1 agreement over the 248K-wide vocabulary, a slice of each head's rows at a
+    time and in two passes (the log-normalizers and the argmaxes, then the KL's sum), so that neither a head in
+    float32 (a packed one is dequantized slice by slice: whole, ≈ 8 GB of temporaries at 35B) nor a rows × vocab
+    logit matrix is ever held."""
+    n, slices = ref_h.shape[0], range(0, ref_head.shape[0], vocab)
+
+    def logits(v: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return ref_h @ ref_head[v:v + vocab].float().T, q_h @ q_head[v:v + vocab].float().T
+
+    lse = [torch.full((n,), -math.inf), torch.full((n,), -math.inf)]
+    best = [torch.full((n,), -math.inf), torch.full((n,), -math.inf)]
+    arg = [torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)]
+    for v in slices:
+        for k, x in enumerate(logits(v)):
+            lse[k] = torch.logaddexp(lse[k], x.logsumexp(-1))
+            top, at = x.max(-1)
+            higher = top > best[k]  # strictly: the first of equal maxima wins, as one argmax over all would
+            best[k], arg[k] = torch.where(higher, top, best[k]), torch.where(higher, at + v, arg[k])
+    kl = torch.zeros(n)
+    for v in slices:
+        a, b = logits(v)
+        lp, lq = a - lse[0][:, None], b - lse[1][:, None]
+        kl += (lp.exp() * (lp - lq)).sum(-1)
+    return kl.clamp(min=0), (arg[0] == arg[1]).float()
 
 
 def compare(
@@ -185,12 +203,9 @@ def compare(
     _check_same_source(pack_reader, ref_reader, pack, reference)
     cfg = ref_reader.config
     data, mask_id, path = check.held_out(cfg, ChatTokenizer.from_folder(reference), reference)
-    ref_globals, pack_globals = ref_reader.global_state(), pack_reader.global_state()
-    streams = HeldOutStreams.start(cfg, data, mask_id, ref_globals["embed_tokens.weight"],
-                                   pack_globals["embed_tokens.weight"], device, check.batch, held_out_text(path))
-    for g in (ref_globals, pack_globals):  # the tables are read: keep the heads only (35B: 1 GB each)
-        if "lm_head.weight" in g:
-            del g["embed_tokens.weight"]
+    streams = HeldOutStreams.start(cfg, data, mask_id, ref_reader.tensor("embed_tokens.weight"),
+                                   pack_reader.tensor("model.embed_tokens.weight"), device, check.batch,
+                                   held_out_text(path))
     for which, reader in (("reference", ref_reader), ("pack", pack_reader)):
         on_layer(which, 0)
         for i, state in layer_states(reader, 0, cfg.num_hidden_layers):
@@ -200,7 +215,7 @@ def compare(
             del layer
             if i + 1 < cfg.num_hidden_layers:
                 on_layer(which, i + 1)
-    return streams.result(ref_globals, pack_globals)
+    return streams.result(ref_reader.logit_weights(), pack_reader.logit_weights())
 
 
 def held_out_text(path: str | Path) -> str:

@@ -83,3 +83,29 @@ def test_expert_tensors_shrink(packs):
     with safe_open(str(TINY / "model.safetensors"), "pt") as f:
         bf16 = sum(f.get_tensor(n).numel() * 2 for n in f.keys() if ".mlp.experts." in n)
     assert packed <= 0.3 * bf16
+
+
+def test_kl_over_vocabulary_slices_is_the_whole_vocabulary_kl():
+    """KL and top-1 are made a slice of the heads' rows at a time in two passes (a packed head is never whole in
+    float32): they equal the one-matrix log-softmax form, ties in the argmax included (the first wins)."""
+    from clover_local.pack.reader import QuantizedRows
+    from quantize.gptq_format import default_g_idx, dequantize, pack_weight
+    from quantize.quality import _kl_top1
+
+    gen = torch.Generator().manual_seed(0)
+    vocab, hidden, rows = 200, 64, 37
+    ref_h, q_h = torch.randn(rows, hidden, generator=gen), torch.randn(rows, hidden, generator=gen)
+    ref_head = torch.randn(vocab, hidden, generator=gen).bfloat16()
+    q = torch.randint(0, 256, (vocab, hidden), generator=gen)
+    packed = pack_weight(q, torch.rand(vocab, 2, generator=gen).half() * 0.01 + 0.001,
+                         torch.randint(1, 256, (vocab, 2), generator=gen), default_g_idx(hidden, 32), 8)
+    q_head = dequantize(packed, 8)
+    ref_head[150] = ref_head[7]  # an exact tie across slices, the largest logit of row 0: the first index wins
+    ref_h[0] = ref_head[7].float() * 10
+    a, b = ref_h @ ref_head.float().T, q_h @ q_head.T
+    lp, lq = a.log_softmax(-1), b.log_softmax(-1)
+    want_kl = (lp.exp() * (lp - lq)).sum(-1).clamp(min=0)
+    want_top = (a.argmax(-1) == b.argmax(-1)).float()
+    assert a[0].argmax() == 7 and a[0, 7] == a[0, 150]
+    kl, top = _kl_top1(ref_h, ref_head, q_h, QuantizedRows(packed), vocab=64)
+    assert torch.allclose(kl, want_kl, rtol=1e-4, atol=1e-6) and torch.equal(top, want_top)

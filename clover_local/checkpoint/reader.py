@@ -182,6 +182,12 @@ class CheckpointReader:
             out[rel] = self.tensor(name, shape)
         return out
 
+    def logit_weights(self) -> dict[str, torch.Tensor]:
+        """The final norm and the LM head (the embeddings where the head is tied): what logits need after the
+        last layer, without the 1 GB table otherwise."""
+        head = "lm_head.weight" if self.has("lm_head.weight") else "embed_tokens.weight"
+        return {"norm.weight": self.tensor("norm.weight"), "lm_head.weight": self.tensor(head)}
+
     def global_state(self) -> dict[str, torch.Tensor]:
         """Embeddings, final norm and LM head."""
         shapes = global_shapes(self.config)

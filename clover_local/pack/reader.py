@@ -18,7 +18,7 @@ from safetensors import SafetensorError, safe_open
 from clover_local.checkpoint.names import global_shapes, layer_shapes, optional
 from clover_local.config import load_config
 from clover_local.errors import CloverError
-from quantize.gptq_format import dequantize
+from quantize.gptq_format import dequantize, dequantize_rows
 
 QUANT_PARTS = ("qweight", "qzeros", "scales", "g_idx")
 _EXPERT = re.compile(r"^mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)$")
@@ -132,6 +132,15 @@ class PackReader:
             out[rel] = state[rel]
         return out
 
+    def logit_weights(self) -> dict[str, torch.Tensor | QuantizedRows]:
+        """The final norm and the LM head (the embeddings where the head is tied): what logits need after the
+        last layer. A quantized head stays packed, its rows dequantized a slice at a time where they are used."""
+        if "lm_head.qweight" in self.weight_map:
+            head: torch.Tensor | QuantizedRows = QuantizedRows({p: self.tensor(f"lm_head.{p}") for p in QUANT_PARTS})
+        else:
+            head = self.tensor("lm_head.weight" if "lm_head.weight" in self.weight_map else "model.embed_tokens.weight")
+        return {"norm.weight": self.tensor("model.norm.weight"), "lm_head.weight": head}
+
     def global_state(self) -> dict[str, torch.Tensor]:
         names = [n for n in self.weight_map if not n.startswith("model.layers.")]
         flat = self._module_tensors(names, "")
@@ -142,3 +151,19 @@ class PackReader:
                 raise CloverError(f"pack has no tensor for {key}")
             out[name] = flat[key]
         return out
+
+
+class QuantizedRows:
+    """A packed matrix [out, in] whose rows are dequantized (float32) a slice at a time: `rows[a:b]`, for a slice
+    whose bounds are multiples of 32 or the end. Whole, the 248K-row LM head's dequantization passes through
+    ≈ 8 GB of temporaries."""
+
+    def __init__(self, parts: dict[str, torch.Tensor]) -> None:
+        self.parts, self.bits = parts, bits_of(parts)
+        self.shape = (parts["qweight"].shape[1], parts["g_idx"].shape[0])
+
+    def __getitem__(self, rows: slice) -> torch.Tensor:
+        start, stop, step = rows.indices(self.shape[0])
+        if step != 1 or (start % 32) or (stop % 32 and stop != self.shape[0]):
+            raise IndexError(f"rows {start}:{stop}:{step}: a packed matrix is sliced at multiples of 32")
+        return dequantize_rows(self.parts, self.bits, start, stop)
