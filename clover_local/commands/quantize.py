@@ -93,6 +93,7 @@ def quantize(
       clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --stream   # 19 GB of disk, not 88
     """
     from clover_local.loader import pick_device, refuse_pack
+    from clover_local.runtime.sizes import fmt_bytes
     from quantize.pipeline import QuantizeSettings, quantize_checkpoint, refuse_resume_overwrite
     from quantize.quality import QualityCheck
 
@@ -111,8 +112,6 @@ def quantize(
     kl_samples, kl_len = 4, min(seq_len, 512)
     check = QualityCheck(samples=kl_samples, seq_len=kl_len, calib=calib) if evaluate else None
     console = Console(stderr=True, quiet=as_json)
-    from clover_local.runtime.sizes import fmt_bytes
-
     with _progress(console) as bar:
         task = bar.add_task("quantizing", total=None, step="")
 

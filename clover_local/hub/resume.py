@@ -188,7 +188,7 @@ def fetch_large_files(
 
 def _check_room(repo_id: str, todo: list[tuple[LargeFile, Place]], retry: str) -> None:
     """Refuse before the first byte when the disk cannot take what is left to fetch: the 35B release is 69 GB,
-    and a download that fills the disk hours in fails where a sentence now tells what to do."""
+    and a download that fills the disk would fail hours in, with the disk full."""
     need = sum(file.size - min(_size(place.partial), file.size) for file, place in todo)
     folder = todo[0][1].partial.parent
     while not folder.exists() and folder != folder.parent:
