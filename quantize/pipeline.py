@@ -431,12 +431,14 @@ def quantize_checkpoint(
         if i + 1 < n_layers:
             on_layer(i + 1, n_layers, "reading")
     result = QuantizeResult(out, reports, resumed_from=start)
+    logit_weights = None  # the source's final norm and head, once read for the pack's last shard
     try:
         if start == n_layers and _hashed(out):  # stopped after the pack was hashed: only the card and cleanup left
             _tidy(out, Manifest.load(out))
         else:
             on_layer(n_layers, n_layers, "LM head")
-            _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile, settings, device)
+            logit_weights = _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile,
+                                           settings, device)
             _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards, sums)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
@@ -445,7 +447,9 @@ def quantize_checkpoint(
         raise CloverError(f"cannot finish the pack in {out}: {exc.strerror or exc}; rerun with --resume") from None
     if streams is not None:
         on_layer(n_layers, n_layers, "KL")
-        result.quality = streams.result(reader.logit_weights(), PackReader(out).logit_weights()).to_dict()
+        # not read again (with --stream, 1 GB more over the line at 35B) where _write_globals read them
+        result.quality = streams.result(logit_weights or reader.logit_weights(),
+                                        PackReader(out).logit_weights()).to_dict()
     result.seconds = time.perf_counter() - t0
     result.source_bytes = (remote.total_bytes if remote is not None
                            else sum(f.stat().st_size for f in src.glob("*.safetensors")))
@@ -476,7 +480,10 @@ def _created() -> str:
 
 
 @torch.no_grad()
-def _write_globals(reader, path: Path, clean, noisy, profile, settings: QuantizeSettings, device) -> None:
+def _write_globals(reader, path: Path, clean, noisy, profile, settings: QuantizeSettings,
+                   device) -> dict[str, torch.Tensor]:
+    """Write the pack's last shard (embeddings, final norm, LM head); returns the source's norm and head, as
+    `reader.logit_weights()` would read them."""
     cfg = reader.config
     g = reader.global_state()
     tensors = {"model.embed_tokens.weight": g["embed_tokens.weight"].to(torch.bfloat16).contiguous(),
@@ -507,6 +514,7 @@ def _write_globals(reader, path: Path, clean, noisy, profile, settings: Quantize
                               torch.cat([p.zeros for p in parts]), parts[0].g_idx, sum(p.loss for p in parts))
             tensors.update(packed("lm_head", res, bits))
     _atomic_save(tensors, path)
+    return {"norm.weight": g["norm.weight"], "lm_head.weight": g["embed_tokens.weight"] if head is None else head}
 
 
 def _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards, sums) -> None:
