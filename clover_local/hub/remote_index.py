@@ -19,7 +19,7 @@ from pathlib import Path
 
 from clover_local import __version__
 from clover_local.errors import CloverError
-from clover_local.runtime.pack_index import INDEX_NAME, PackIndex, check_header, header_length, read_pack_index
+from clover_local.runtime.pack_index import INDEX_NAME, PackIndex, header_from_prefix, read_pack_index
 
 HEADER_PROBE = 512 * 1024  # bytes asked for first: a 35B pack's layer shard has a ≈ 361 KiB header (one request)
 PARALLEL = 8  # headers asked for at once (a round trip each)
@@ -53,7 +53,6 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
     uses the local cache). Other Hub problems (no such repo, gated, a rejected token) and a repo that is no Clover
     model are one CloverError."""
     from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
 
     from clover_local.hub.transfer import check_token_text, raise_hub_error, is_connection_error, offline_mode
     from clover_local.runtime.synthetic_pack import checkpoint_index
@@ -64,10 +63,7 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
     api = HfApi(library_name="clover-local", library_version=__version__)
     fetched: dict[str, int] = {}  # header bytes fetched per shard (the header reads run in threads)
     try:
-        commit = api.repo_info(repo_id=repo_id, repo_type="model", revision=revision).sha
-        entries = [e for e in api.list_repo_tree(repo_id=repo_id, repo_type="model", revision=commit)
-                   if isinstance(e, RepoFile)]
-        sizes = {e.path: (e.lfs.size if e.lfs else e.size) for e in entries}
+        commit, sizes = repo_files(api, repo_id, revision)
         if "config.json" not in sizes:
             raise CloverError(f"{repo_id} has no config.json: not a Clover model or pack")
         with tempfile.TemporaryDirectory(prefix="clover-plan-") as tmp:
@@ -83,13 +79,13 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
             def header(shard: str) -> dict:
                 if shard not in sizes:
                     raise CloverError(f"pack shard {shard} is listed in {INDEX_NAME} but missing from {repo_id}")
-                raw = _get(repo_id, commit, shard, min(sizes[shard], HEADER_PROBE))
-                fetched[shard] = len(raw)
-                n = header_length(raw[:8], shard)
-                if 8 + n > len(raw) and 8 + n <= sizes[shard]:  # a header longer than the first ask
-                    raw = _get(repo_id, commit, shard, 8 + n)
-                    fetched[shard] += len(raw)
-                return check_header(raw[8:8 + n], n, sizes[shard], shard)
+
+                def first(n: int) -> bytes:
+                    raw = _get(repo_id, commit, shard, n)
+                    fetched[shard] = fetched.get(shard, 0) + len(raw)
+                    return raw
+
+                return header_from_prefix(first, sizes[shard], shard, HEADER_PROBE)[0]
 
             index = read_pack_index(tmp, header, shown=repo_id, parallel=PARALLEL)
     except Exception as exc:  # noqa: BLE001 - sorted below: unreachable → None, the rest one line
@@ -103,6 +99,17 @@ def remote_pack_index(repo_id: str, revision: str | None = None, *, bits: int = 
     shards = len({t.shard for t in index.tensors.values()})
     return RemotePack(index, repo_id, commit, shards, sum(fetched.values()), len(wanted),
                       sum(sizes[f] for f in wanted))
+
+
+def repo_files(api, repo_id: str, revision: str | None) -> tuple[str, dict[str, int]]:
+    """The commit `revision` names and the size of each file at its top level (an LFS file's real size); Hub
+    errors propagate as huggingface_hub raises them."""
+    from huggingface_hub.hf_api import RepoFile
+
+    commit = api.repo_info(repo_id=repo_id, repo_type="model", revision=revision).sha
+    entries = [e for e in api.list_repo_tree(repo_id=repo_id, repo_type="model", revision=commit)
+               if isinstance(e, RepoFile)]
+    return commit, {e.path: (e.lfs.size if e.lfs else e.size) for e in entries}
 
 
 def _wanted(sizes: dict[str, int]) -> list[str]:

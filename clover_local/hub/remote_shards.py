@@ -32,7 +32,6 @@ from clover_local.errors import CloverError
 
 PART = 32 * 1024 * 1024  # bytes one GET asks for at most: an expert tensor of the 35B release is many parts
 PARALLEL = 8  # parts in flight at once
-HEADER_PROBE = 512 * 1024  # bytes asked for first when reading a header (a second GET where it is longer)
 RETRIES = 5  # dropped connections in a row (no new bytes in between) before a read gives up
 RETRY_WAIT_S = 1.0
 
@@ -186,18 +185,13 @@ class RemoteShard:
     `get_tensor(name)` and `get_slice(name)[i]` (one expert of a fused expert tensor)."""
 
     def __init__(self, shards: RemoteShards, name: str) -> None:
-        from clover_local.runtime.pack_index import check_header, header_length
+        from clover_local.hub import remote_index
+        from clover_local.runtime.pack_index import header_from_prefix
 
         self.shards, self.name = shards, name
-        size = shards.sizes[name]
-        raw = shards.read(name, 0, min(size, HEADER_PROBE))
-        n = header_length(bytes(raw[:8]), name)
-        if 8 + n > len(raw) and 8 + n <= size:  # a header longer than the first ask
-            raw += shards.read(name, len(raw), 8 + n)
-        header = check_header(bytes(raw[8:8 + n]), n, size, name)
-        header.pop("__metadata__", None)
-        self.data_start = 8 + n
-        self.header = header
+        self.header, self.data_start = header_from_prefix(lambda n: bytes(shards.read(name, 0, n)),
+                                                          shards.sizes[name], name, remote_index.HEADER_PROBE)
+        self.header.pop("__metadata__", None)
 
     def keys(self) -> list[str]:
         return list(self.header)
@@ -249,8 +243,8 @@ def open_remote_checkpoint(repo_id: str, revision: str | None = None) -> tuple[P
     as `RemoteShards` at the same commit: what `--stream` reads instead of a download. Offline it is refused (a
     streamed read needs the Hub; drop --stream to use a downloaded copy)."""
     from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.hf_api import RepoFile
 
+    from clover_local.hub.remote_index import repo_files
     from clover_local.hub.transfer import (
         ALLOW_PATTERNS, IGNORE_PATTERNS, _quiet_tqdm, check_token_text, offline_mode, raise_hub_error,
     )
@@ -261,9 +255,7 @@ def open_remote_checkpoint(repo_id: str, revision: str | None = None) -> tuple[P
     check_token_text()
     api = HfApi(library_name="clover-local", library_version=__version__)
     try:
-        commit = api.repo_info(repo_id=repo_id, repo_type="model", revision=revision).sha
-        entries = [e for e in api.list_repo_tree(repo_id=repo_id, repo_type="model", revision=commit)
-                   if isinstance(e, RepoFile)]
+        commit, files = repo_files(api, repo_id, revision)
         folder = snapshot_download(repo_id=repo_id, repo_type="model", revision=commit,
                                    allow_patterns=ALLOW_PATTERNS, ignore_patterns=[*IGNORE_PATTERNS, "*.safetensors"],
                                    library_name="clover-local", library_version=__version__,
@@ -271,8 +263,7 @@ def open_remote_checkpoint(repo_id: str, revision: str | None = None) -> tuple[P
     except Exception as exc:  # noqa: BLE001 - every Hub failure is one line
         raise_hub_error(exc, repo_id=repo_id, revision=revision, action="reading")
         raise
-    sizes = {e.path: (e.lfs.size if e.lfs else e.size) for e in entries
-             if e.path.endswith(".safetensors") and "/" not in e.path}
+    sizes = {name: size for name, size in files.items() if name.endswith(".safetensors") and "/" not in name}
     if not sizes:
         raise CloverError(f"{repo_id} has no .safetensors weights at its top level")
     return Path(folder), RemoteShards(repo_id, commit, sizes)

@@ -101,6 +101,16 @@ def check_header(raw: bytes, n: int, size: int, shard: str) -> dict:
     return header
 
 
+def header_from_prefix(first: Callable[[int], bytes], size: int, shard: str, probe: int) -> tuple[dict, int]:
+    """A shard's JSON header from `first(n)` (its first n bytes: a ranged GET of a shard on the Hub), and where
+    its data starts: one read of `probe` bytes, a second of the whole header where it is longer."""
+    raw = first(min(size, probe))
+    n = header_length(raw[:8], shard)
+    if 8 + n > len(raw) and 8 + n <= size:  # a header longer than the first ask
+        raw = first(8 + n)
+    return check_header(raw[8:8 + n], n, size, shard), 8 + n
+
+
 def read_header(path: Path) -> dict:
     """The JSON header of a safetensors file, checked to describe no more data than the file holds (the file's
     size against the last tensor's end: no data read, so cheap at 69 GB). Why: what reads headers only (`plan`)
