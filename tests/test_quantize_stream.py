@@ -72,8 +72,8 @@ def test_a_streamed_quantization_makes_the_local_pack_and_keeps_no_weights_on_di
     assert weights(tmp_path / "streamed") == weights(tmp_path / "local")
     shard_bytes = sum(p.stat().st_size for p in src.glob("*.safetensors"))
     assert summary["source_bytes"] == shard_bytes
-    # each tensor once; the embeddings again for the pack's copy, the LM head and final norm again for the KL;
-    # the headers
+    # each tensor once; the embeddings again for the pack's copy (the bound allows the other globals too); the
+    # headers
     again = sum(t.numel() * t.element_size() for name, t in CheckpointReader(src).global_state().items())
     assert shard_bytes <= summary["fetched_bytes"] <= shard_bytes + again + 3 * 512 * 1024
     assert summary["quality"] == local["quality"] and summary["quality"]["kl_causal_mean"] > 0
