@@ -32,9 +32,12 @@ def is_hub_id(arg: str) -> bool:
     return is_repo_id(arg)
 
 
-def resolve_model_path(arg: str) -> Path:
-    """A folder on disk, a short name of a model shipped with the package, or a Hub repo id (downloaded)."""
+def resolve_model_path(arg: str, revision: str | None = None) -> Path:
+    """A folder on disk, a short name of a model shipped with the package, or a Hub repo id (downloaded; at
+    `revision`, a branch, tag or commit, when given)."""
     path = Path(arg).expanduser()
+    if revision and (path.exists() or arg in SHORT_NAMES):
+        raise CloverError(f"--revision applies to Hub repo ids, but {arg} is a local model")
     # a folder wins over a shipped name only when it holds a model: an unrelated `./tiny` in the working
     # directory must not hide the shipped tiny model
     if path.is_dir() and (arg not in SHORT_NAMES or (path / "config.json").is_file()):
@@ -49,7 +52,7 @@ def resolve_model_path(arg: str) -> Path:
             from clover_local.hub.transfer import resolve_model
         except ImportError:
             raise CloverError(f"{arg} is not a local folder, and Hub downloads are not available") from None
-        return resolve_model(arg)
+        return resolve_model(arg, revision=revision)
     raise CloverError(f"model folder {arg} does not exist")
 
 

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from clover_local.checkpoint.reader import CheckpointReader, layer_states
 from clover_local.errors import CloverError
+from clover_local.hub.transfer import snapshot_commit
 from clover_local.loader import refuse_pack, resolve_mask_token
 from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
@@ -163,6 +164,19 @@ def finished_layers(out: Path) -> int:
         return int(json.loads((out / PROGRESS / "state.json").read_text())["next_layer"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
+
+
+def resumed_revision(out: Path, repo_id: str) -> str | None:
+    """The commit of `repo_id` an interrupted run in `out` was reading (None: no run there, or another source):
+    --resume reads that revision again, wherever the repo's main has moved since (a preview release is
+    updated; a run of hours must not then be refused, or at 35B download 69 GB again first)."""
+    try:
+        source = Path(json.loads((out / PROGRESS / "state.json").read_text())["fingerprint"]["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if source.parent.parent.name != "models--" + repo_id.replace("/", "--"):
+        return None
+    return snapshot_commit(source)
 
 
 def prepare_output(out: Path, resume: bool, overwrite: bool) -> bool:

@@ -203,6 +203,18 @@ class HubStandin:
                 self.lfs[hashlib.sha256(data).hexdigest()] = data
         return sha
 
+    def push(self, repo_id: str, files: dict[str, bytes]) -> str:
+        """A new commit on `main` holding `files` (the repo's next release, as a vendor updates a preview); returns
+        its sha. Earlier commits stay readable by sha."""
+        repo = self.repos[repo_id]
+        sha = self._new_sha(repo_id)
+        repo.commits[sha] = dict(files)
+        repo.branches["main"] = sha
+        for path, data in files.items():
+            if is_lfs_path(path):
+                self.lfs[hashlib.sha256(data).hexdigest()] = data
+        return sha
+
     def files_at(self, repo_id: str, rev: str = "main") -> dict[str, bytes]:
         repo = self.repos[repo_id]
         return dict(repo.commits[repo.resolve(rev)])

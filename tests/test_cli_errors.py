@@ -286,3 +286,13 @@ def test_shipped_name_is_not_hidden_by_an_unrelated_local_folder(tmp_path, monke
     (tmp_path / "tiny" / "config.json").write_text("{}")  # a model folder of that name is what was meant
     assert resolve_model_path("tiny") == Path("tiny")
     assert resolve_model_path(str(tmp_path / "tiny")) == tmp_path / "tiny"
+
+
+def test_a_revision_names_a_hub_commit_not_a_local_model(make_checkpoint, tmp_path, capsys):
+    """`--revision` pins a Hub repo; given a folder or a shipped name it is one line, before anything is read."""
+    folder = make_checkpoint()
+    for src in (folder, "tiny"):
+        expect_error(capsys, ["quantize", src, "--out", tmp_path / "out", "--revision", "v2"],
+                     "--revision applies to Hub repo ids", str(src))
+        assert not (tmp_path / "out").exists()
+    expect_error(capsys, ["eval", folder, "--reference", "tiny", "--revision", "v2"], "--revision applies to Hub")

@@ -13,6 +13,7 @@ import torch
 from clover_local.checkpoint.reader import CheckpointReader
 from clover_local.hub import remote_shards
 from clover_local.hub.remote_shards import open_remote_checkpoint
+from clover_local.loader import resolve_model_path
 from quantize.pipeline import QuantizeSettings, quantize_checkpoint
 from test_hub import hub  # noqa: F401 (fixture)
 from test_quantize import EPOCH, write_src
@@ -22,13 +23,15 @@ REPO = "org/clover-bf16"
 CPU = torch.device("cpu")
 
 
+SHAPE = dict(shards=3, hidden_size=128, moe_intermediate_size=128, shared_expert_intermediate_size=128,
+             num_attention_heads=4, head_dim=32, linear_key_head_dim=32, linear_value_head_dim=32)
+
+
 @pytest.fixture
 def src(tmp_path, tokenizer_dir, monkeypatch) -> Path:
     """A BF16 checkpoint in three shards with an index, as the 35B release is laid out (there: 14 shards)."""
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
-    return write_src(tmp_path / "src", tokenizer_dir, shards=3, hidden_size=128, moe_intermediate_size=128,
-                     shared_expert_intermediate_size=128, num_attention_heads=4, head_dim=32,
-                     linear_key_head_dim=32, linear_value_head_dim=32)
+    return write_src(tmp_path / "src", tokenizer_dir, **SHAPE)
 
 
 @pytest.fixture
@@ -159,3 +162,46 @@ def test_eval_stream_measures_what_a_local_reference_gives(hub, src, calib, tmp_
     assert run_cli([*args, "--reference", REPO, "--stream"]) == 0
     assert json.loads(capsys.readouterr().out) == local
     assert not list((tmp_path / "hf_home").rglob("*.safetensors"))
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "download"])
+def test_a_resume_reads_the_commit_the_run_started_from_when_main_has_moved(stream, hub, src, calib, tmp_path,
+                                                                            tokenizer_dir, capsys):
+    """The vendor updates the release while a run is interrupted: `--resume` reads the commit the run began at, not
+    main (neither refused nor, from a downloaded copy, fetched again), the pack records that commit, and `eval`
+    compares with it by default; `--revision main` names the commit that differs (resume) or is refused as another
+    model (eval)."""
+    first = on_hub(hub, src)
+    out = tmp_path / "pack"
+    settings = QuantizeSettings(samples=4, seq_len=64, calib=str(calib))
+    if stream:
+        folder, remote = open_remote_checkpoint(REPO)
+    else:
+        folder, remote = resolve_model_path(REPO), None
+    with pytest.raises(KeyboardInterrupt):
+        quantize_checkpoint(folder, out, settings, CPU, remote=remote, stop_after_layer=1)
+    update = write_src(tmp_path / "update", tokenizer_dir, seed=7, **SHAPE)
+    second = hub.push(REPO, {p.name: p.read_bytes() for p in update.iterdir() if p.is_file()})
+    flags = ["--no-eval", *(["--stream"] if stream else [])]
+
+    before, _ = len(shard_gets(hub)), capsys.readouterr()
+    assert run_cli(quantize_args(REPO, out, calib, "--resume", "--revision", "main", *flags)) == 2
+    err = capsys.readouterr().err
+    assert (f"read {REPO} at {first[:12]}, and --revision main is {second[:12]}: drop --revision to resume at "
+            f"{first[:12]}") in err and err.count("\n") == 1, err
+    assert len(shard_gets(hub)) == before  # refused before a byte of either commit's weights
+    assert run_cli(quantize_args(REPO, out, calib, "--resume", *flags)) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == {"repo_id": REPO, "revision": first}
+    assert json.loads((out / "clover_manifest.json").read_text())["source"] == {"repo_id": REPO, "revision": first}
+    read_since = [r["path"] for r in shard_gets(hub)[before:]]
+    if stream:  # the layers left, from the first commit
+        assert read_since and all(f"/{first}/" in path for path in read_since), read_since
+    else:  # the first commit's download was whole already
+        assert read_since == []
+
+    args = ["eval", out, "--reference", REPO, "--samples", "2", "--seq-len", "32", "--calib", calib, "--device",
+            "cpu", "--json", *flags[1:]]
+    assert run_cli(args) == 0
+    assert json.loads(capsys.readouterr().out)["kl_causal_mean"] > 0
+    assert run_cli([*args, "--revision", "main"]) == 2
+    assert "was not made from" in capsys.readouterr().err

@@ -74,6 +74,9 @@ def quantize(
                                 "≈ 19 GB, not 69 + 19) and the download overlaps the work (the next layer is "
                                 "fetched while this one is quantized: ≈ 1.7 GB more memory at 35B); an interrupted "
                                 "run resumes with --resume (the layer in flight is read again)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit of a Hub SRC (default: "
+                                           "main; --resume reads the commit the run started from, wherever main "
+                                           "has moved since)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure KL against the source on held-out "
                                   "text as the layers go (each source layer is read once)."),
     seed: int = typer.Option(0, "--seed", help="Seed for calibration sampling and masking."),
@@ -92,6 +95,7 @@ def quantize(
 
       clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --stream   # 19 GB of disk, not 88
     """
+    from clover_local.hub.transfer import snapshot_commit
     from clover_local.loader import pick_device, refuse_pack
     from clover_local.runtime.sizes import fmt_bytes
     from quantize.pipeline import QuantizeSettings, quantize_checkpoint, refuse_resume_overwrite
@@ -104,14 +108,18 @@ def quantize(
                                 seed=seed)
     settings.validate()
     dev = pick_device(device)
-    src_path, remote = checkpoint_source(src, stream, "the same command with --resume")
+    console = Console(stderr=True, quiet=as_json)
+    on_hub = not Path(src).expanduser().exists() and "/" in src
+    if on_hub and resume:
+        revision = _resumed_commit(out, src, revision, console)
+    src_path, remote = checkpoint_source(src, stream, "the same command with --resume", revision)
     refuse_pack(src_path, src, "quantize takes the BF16 checkpoint it was made from")
-    label = {"repo_id": src} if not Path(src).exists() and "/" in src else {"path": src_path.name}
-    if remote is not None:
-        label["revision"] = remote.commit
+    label = {"repo_id": src} if on_hub else {"path": src_path.name}
+    commit = remote.commit if remote is not None else snapshot_commit(src_path)
+    if on_hub and commit:
+        label["revision"] = commit
     kl_samples, kl_len = 4, min(seq_len, 512)
     check = QualityCheck(samples=kl_samples, seq_len=kl_len, calib=calib) if evaluate else None
-    console = Console(stderr=True, quiet=as_json)
     with _progress(console) as bar:
         task = bar.add_task("quantizing", total=None, step="")
 
@@ -133,7 +141,7 @@ def quantize(
         _record_quality(out, quality)
     calibration = Manifest.load(out).calibration
     summary = {
-        "out": str(out), "seconds": round(result.seconds, 2), "source_bytes": result.source_bytes,
+        "out": str(out), "source": label, "seconds": round(result.seconds, 2), "source_bytes": result.source_bytes,
         "pack_bytes": result.pack_bytes, "resumed_from_layer": result.resumed_from,
         "fetched_bytes": result.fetched_bytes,
         "layers": [{"layer": r.index, "kind": r.kind, "rel_error": round(r.rel_error, 6),
@@ -173,20 +181,41 @@ def quantize(
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
 
 
-def checkpoint_source(src: str, stream: bool, retry: str) -> tuple[Path, RemoteShards | None]:
+def _resumed_commit(out: Path, src: str, revision: str | None, console: Console) -> str | None:
+    """The revision a resumed run reads: the commit of SRC the run in --out started from, wherever main has moved
+    since (a preview release is updated; a run of hours must not be refused for it, or at 35B download 69 GB
+    again first). A --revision naming another commit is refused before anything is read."""
+    from clover_local.hub.transfer import commit_of
+    from quantize.pipeline import resumed_revision
+
+    saved = resumed_revision(out, src)
+    if saved is None:
+        return revision
+    if revision is None:
+        console.print(f"[dim]resuming {src} at {saved[:12]}, the commit this run started from[/dim]")
+        return saved
+    now = saved if saved.startswith(revision) else commit_of(src, revision)
+    if now != saved:
+        raise CloverError(f"{out} holds a run that read {src} at {saved[:12]}, and --revision {revision} is "
+                          f"{now[:12]}: drop --revision to resume at {saved[:12]}, or start over with --overwrite")
+    return revision
+
+
+def checkpoint_source(src: str, stream: bool, retry: str, revision: str | None = None
+                      ) -> tuple[Path, RemoteShards | None]:
     """SRC as a folder, and with --stream the Hub repo's shards to read by byte range (its small files are in the
-    folder); `retry` is what a read that gave up tells the person to run."""
+    folder); `retry` is what a read that gave up tells the person to run; `revision` pins a Hub SRC."""
     from clover_local.loader import SHORT_NAMES, resolve_model_path
 
     if not stream:
-        return resolve_model_path(src), None
+        return resolve_model_path(src, revision), None
     from clover_local.hub.remote_shards import open_remote_checkpoint
     from clover_local.hub.transfer import is_repo_id
 
     if src in SHORT_NAMES or Path(src).expanduser().exists() or not is_repo_id(src):
         raise CloverError(f"--stream reads a checkpoint from the Hub by its repo id (owner/name); {src} is not "
                           "one: drop --stream to read it from disk")
-    folder, remote = open_remote_checkpoint(src)
+    folder, remote = open_remote_checkpoint(src, revision)
     remote.retry = retry
     return folder, remote
 
@@ -276,6 +305,8 @@ def eval_command(
     save: bool = typer.Option(False, "--save", help="Record the result in the pack's manifest and card."),
     stream: bool = typer.Option(False, "--stream", help="Read a Hub reference's weights layer by layer over the "
                                 "network instead of downloading it (as `quantize --stream`)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit of a Hub reference "
+                                           "(default: the commit the pack records it was made from, else main)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Quality of a pack against its BF16 source: KL divergence (mean, p99) and top-1 agreement, for the
@@ -289,11 +320,20 @@ def eval_command(
 
     t0 = time.perf_counter()
     pack_path = resolve_model_path(pack)
-    ref_path, remote = checkpoint_source(reference, stream, "the same command again")
+    console = Console(stderr=True, quiet=as_json)
+    recorded = None if revision else _recorded_revision(pack_path, reference)
+    if recorded:
+        console.print(f"[dim]reference {reference} at {recorded[:12]}, the commit the pack was made from[/dim]")
+    try:
+        ref_path, remote = checkpoint_source(reference, stream, "the same command again", revision or recorded)
+    except CloverError as exc:
+        if not recorded:
+            raise
+        raise CloverError(f"{exc} (the commit {pack} records as its source; --revision main compares with the "
+                          "repo's main)") from None
     refuse_pack(ref_path, f"--reference {reference}", "eval compares a pack with the BF16 checkpoint it was made from")
     if calib:
         check_calib_file(calib)
-    console = Console(stderr=True, quiet=as_json)
     quality = _measure(pack_path, ref_path, console, QualityCheck(samples=samples, seq_len=seq_len, calib=calib),
                        device=pick_device(device), remote=remote)
     if as_json:
@@ -302,6 +342,18 @@ def eval_command(
         _print_quality(quality, f"{pack} vs {reference}", time.perf_counter() - t0)
     if save:  # after the figures are out: a pack that cannot be written to does not lose the measurement
         _record_quality(pack_path, quality)
+
+
+def _recorded_revision(pack: Path, reference: str) -> str | None:
+    """The commit of `reference` the pack's manifest says it was made from (None: made from something else, or
+    from a folder): eval compares with the weights the pack came from, not with where main points now."""
+    try:
+        source = Manifest.load(pack).source
+    except (CloverError, OSError, ValueError):
+        return None  # not a pack: compare() says so in its own words
+    if isinstance(source, dict) and source.get("repo_id") == reference and isinstance(source.get("revision"), str):
+        return source["revision"]
+    return None
 
 
 def _print_quality(quality: dict, title: str, seconds: float) -> None:

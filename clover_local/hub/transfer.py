@@ -467,6 +467,27 @@ def _remove_if_no_files(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def snapshot_commit(folder: Path) -> str | None:
+    """The commit a Hub-cache snapshot folder holds (`…/snapshots/<sha>`), or None for any other folder: what
+    a pack records as its source's revision, and what a resumed quantization reads again."""
+    folder = Path(folder)
+    if folder.parent.name == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", folder.name):
+        return folder.name
+    return None
+
+
+def commit_of(repo_id: str, revision: str) -> str:
+    """The commit a branch, tag or commit of `repo_id` names now (one API call); a Hub failure is one line."""
+    from huggingface_hub import HfApi
+
+    try:
+        api = HfApi(library_name="clover-local", library_version=__version__)
+        return api.repo_info(repo_id=repo_id, repo_type="model", revision=revision).sha
+    except Exception as exc:  # noqa: BLE001 - every Hub failure is one line
+        raise_hub_error(exc, repo_id=repo_id, revision=revision, action="reading")
+        raise
+
+
 def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any") -> Path:
     """Turn a MODEL/SRC argument into a local folder.
 
