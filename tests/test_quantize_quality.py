@@ -85,11 +85,12 @@ def test_expert_tensors_shrink(packs):
     assert packed <= 0.3 * bf16
 
 
-def test_kl_over_vocabulary_slices_is_the_whole_vocabulary_kl():
+def test_kl_over_vocabulary_slices_is_the_whole_vocabulary_kl(monkeypatch):
     """KL and top-1 are made a slice of the heads' rows at a time in two passes (a packed head is never whole in
     float32): they equal the one-matrix log-softmax form, ties in the argmax included (the first wins)."""
     from clover_local.pack.reader import QuantizedRows
     from quantize.gptq_format import default_g_idx, dequantize, pack_weight
+    from quantize import quality
     from quantize.quality import _kl_top1
 
     gen = torch.Generator().manual_seed(0)
@@ -107,5 +108,6 @@ def test_kl_over_vocabulary_slices_is_the_whole_vocabulary_kl():
     want_kl = (lp.exp() * (lp - lq)).sum(-1).clamp(min=0)
     want_top = (a.argmax(-1) == b.argmax(-1)).float()
     assert a[0].argmax() == 7 and a[0, 7] == a[0, 150]
-    kl, top = _kl_top1(ref_h, ref_head, q_h, QuantizedRows(packed), vocab=64)
+    monkeypatch.setattr(quality, "LOGIT_SLICE", 64 * rows)  # slices of 64 head rows: 200 = 64 + 64 + 64 + 8
+    kl, top = _kl_top1(ref_h, ref_head, q_h, QuantizedRows(packed))
     assert torch.allclose(kl, want_kl, rtol=1e-4, atol=1e-6) and torch.equal(top, want_top)
