@@ -172,7 +172,7 @@ def warn_pack_only(path: Path, model: str, vram_budget: int | str | None, reside
 
 def load(arg: str, device: str | None = None, dtype: str | None = None, runtime: "object | str | None" = None, *,
          vram_budget: int | None = None, context: int | None = None, resident_routing: bool = False,
-         prefill_chunk: int | None = None, chat_template: str | None = None,
+         prefill_chunk: int | None = None, chat_template: str | None = None, revision: str | None = None,
          on_layer: Callable[[int, int], None] | None = None) -> Loaded:
     """Load config, tokenizer and weights for the commands.
 
@@ -185,6 +185,7 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
       offloaded.
     `context`, when given, also caps prompt plus answer tokens (`config.max_context`) on the plain path.
     `chat_template`: a template's text the tokenizer renders with instead of the model's own (--chat-template).
+    `revision`: a branch, tag or commit of a Hub repo id (--revision; default main).
     `on_layer(done, total)`: called as each decoder layer's weights are in place (a progress bar: a 35B pack is
     ≈ 19 GB to read)."""
     from clover_local.pack.reader import is_pack
@@ -192,10 +193,10 @@ def load(arg: str, device: str | None = None, dtype: str | None = None, runtime:
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
     if runtime is None or runtime == AUTO:
-        _refuse_before_download(arg, dev, torch_dtype, offloaded=runtime == AUTO,
+        _refuse_before_download(arg, dev, torch_dtype, offloaded=runtime == AUTO, revision=revision,
                                 options=dict(vram_budget=vram_budget, context=context,
                                              resident_routing=resident_routing, prefill_chunk=prefill_chunk))
-    path = resolve_model_path(arg)
+    path = resolve_model_path(arg, revision)
     config = load_config(path)
     config.check_context(context)
     model_context = config.max_context
@@ -287,7 +288,7 @@ def _whole_load_refusal(arg: str, config: CloverConfig, pack: bool, dev: torch.d
 
 
 def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, offloaded: bool,
-                            options: dict | None = None) -> None:
+                            options: dict | None = None, revision: str | None = None) -> None:
     """The same refusals for a Hub repo id before any weight is fetched: `chat` of the 69 GB BF16 release, or of a
     19 GB pack whose plan cannot fit this machine, would otherwise download it all, then refuse. A checkpoint (or
     a pack loaded whole) is judged from its file list and config.json; a pack run offloaded by its plan, from the
@@ -306,7 +307,8 @@ def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, off
 
         if offline_mode():
             return
-        info = HfApi(library_name="clover-local", library_version=__version__).repo_info(arg, repo_type="model")
+        info = HfApi(library_name="clover-local", library_version=__version__).repo_info(arg, repo_type="model",
+                                                                                          revision=revision)
         names = {s.rfilename for s in info.siblings or []}
         pack = MANIFEST_NAME in names
         if "config.json" not in names:

@@ -203,13 +203,13 @@ class HubStandin:
                 self.lfs[hashlib.sha256(data).hexdigest()] = data
         return sha
 
-    def push(self, repo_id: str, files: dict[str, bytes]) -> str:
-        """A new commit on `main` holding `files` (the repo's next release, as a vendor updates a preview); returns
-        its sha. Earlier commits stay readable by sha."""
+    def push(self, repo_id: str, files: dict[str, bytes], branch: str = "main") -> str:
+        """A new commit on `branch` holding `files` (on main: the repo's next release, as a vendor updates a
+        preview); returns its sha. Earlier commits stay readable by sha."""
         repo = self.repos[repo_id]
         sha = self._new_sha(repo_id)
         repo.commits[sha] = dict(files)
-        repo.branches["main"] = sha
+        repo.branches[branch] = sha
         for path, data in files.items():
             if is_lfs_path(path):
                 self.lfs[hashlib.sha256(data).hexdigest()] = data

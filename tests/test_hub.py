@@ -748,10 +748,16 @@ def test_upload_a_tiny_pack(hub, tmp_path, with_token):
     writes = [r for r in hub.requests if r["method"] in ("POST", "PUT") and "validate-yaml" not in r["path"]]
     assert all(r["auth"] for r in writes if "lfs-upload" not in r["path"])
 
-    # again, to a branch: the branch is created and unchanged objects are not sent twice
+    # again, to a branch: the branch is created and unchanged objects are not sent twice; the branch's card runs
+    # the branch's pack (main's card names no revision)
     result = transfer.upload(pack, "me/clover-tiny-int4", revision="g64", progress=False)
     assert result.url.endswith("/me/clover-tiny-int4/tree/g64")
-    assert hub.files_at("me/clover-tiny-int4", "g64") == local
+    on_branch = hub.files_at("me/clover-tiny-int4", "g64")
+    card = on_branch.pop("README.md").decode()
+    assert on_branch == {k: v for k, v in local.items() if k != "README.md"}
+    assert "clover-local chat me/clover-tiny-int4 --revision g64" in card
+    assert "clover-local plan me/clover-tiny-int4 --revision g64 --vram 16GB" in card
+    assert "--revision" not in remote["README.md"].decode()
     assert len(hub.log("PUT", "/lfs-upload/")) == 2
     assert hub.log("POST", "/branch/g64")
 
@@ -1143,7 +1149,7 @@ def test_a_hub_checkpoint_too_large_to_load_whole_is_refused_before_its_weights(
     class ReachedTheDownload(Exception):
         pass
 
-    def download(arg):
+    def download(arg, revision=None):
         raise ReachedTheDownload(arg)
 
     monkeypatch.setattr("clover_local.loader.resolve_model_path", download)

@@ -366,3 +366,24 @@ def test_a_whole_load_of_a_hub_pack_is_not_judged_by_the_offloaded_plan(hub, pac
     hub.add_repo(REPO, pack_repo_files(pack))
     loaded = load(REPO, "cpu", "float32", None, vram_budget=256 * 1024)  # dequantized whole: no budget applies
     assert getattr(loaded.model, "runtime", None) is None
+
+
+def test_a_pack_on_a_branch_is_planned_and_run_with_revision(hub, pack, capsys):
+    """A pack uploaded to a branch (`upload --revision`) with no pack on main: `plan` and `generate` with
+    `--revision BRANCH` read that branch's pack; without it, main's files are no pack."""
+    from conftest import run_cli
+
+    hub.add_repo(REPO, {"README.md": b"# the packs are on branches\n"})
+    sha = hub.push(REPO, pack_repo_files(pack), branch="int4-g64")
+    _, local, _ = plan_json([str(pack), *PLAN_ARGS], capsys)
+    code, remote, err = plan_json([REPO, "--revision", "int4-g64", *PLAN_ARGS], capsys)
+    assert code == 0, err
+    assert remote.pop("hub")["revision"] == sha and remote == {**local, "model": REPO}
+    code, _, err = plan_json([REPO, *PLAN_ARGS], capsys)
+    assert code == 2 and err.startswith("error: "), err
+    args = ["generate", REPO, "-p", "add 12+30", "--no-think", "--max-new-tokens", "4", "--json", "--device", "cpu",
+            "--dtype", "float32", "--context", "256"]
+    assert run_cli([*args, "--revision", "int4-g64"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["token_ids"]
+    snapshots = Path(hub_cache()) / "models--org--tiny-pack" / "snapshots"
+    assert (snapshots / sha / "clover_manifest.json").is_file()

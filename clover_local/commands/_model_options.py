@@ -30,6 +30,13 @@ def chat_template_option() -> Any:
         "wrongly; checked before the model loads.")
 
 
+def revision_option(panel: Optional[str] = PANEL) -> Any:
+    return typer.Option(
+        None, "--revision", metavar="REV", rich_help_panel=panel,
+        help="Branch, tag or commit of a Hub MODEL (default: main), e.g. a pack uploaded to a branch with "
+             "`clover-local upload --revision`.")
+
+
 def offload_option() -> Any:
     return typer.Option(
         True, "--offload/--no-offload", rich_help_panel=PANEL,
@@ -95,7 +102,7 @@ def prefill_chunk_rows(value: Optional[int]) -> int:
 
 def load_options(offload: bool, vram_budget: Optional[str], context: Optional[int],
                  resident_routing: bool = False, prefill_chunk: Optional[int] = None,
-                 chat_template: Optional[Path] = None) -> dict[str, Any]:
+                 chat_template: Optional[Path] = None, revision: Optional[str] = None) -> dict[str, Any]:
     """Keyword arguments for `clover_local.loader.load` from the flags, checked before anything loads: packs
     through the runtime ("auto") unless --no-offload; a --chat-template file read and compiled."""
     from clover_local.config import check_min_context
@@ -119,7 +126,7 @@ def load_options(offload: bool, vram_budget: Optional[str], context: Optional[in
             "resident_routing": resident_routing,
             # None when not given (the loader's runtime takes its default, and knows the flag was not set)
             "prefill_chunk": None if prefill_chunk is None else prefill_chunk_rows(prefill_chunk),
-            "chat_template": None if chat_template is None else read_template(chat_template)}
+            "chat_template": None if chat_template is None else read_template(chat_template), "revision": revision}
 
 
 def stderr_console(show: bool = True) -> Any:
@@ -162,9 +169,9 @@ def load_shown(model: str, device: Optional[str], dtype: Optional[str], console:
 
 
 def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: str,
-                      progress=lambda msg: None) -> tuple[Any, str]:
-    """(pack folder, label) for the commands that run a pack's kernels (bench, tune): MODEL, or the synthetic
-    pack of --synthetic full|small|full3|small3 (written once to the cache)."""
+                      progress=lambda msg: None, revision: Optional[str] = None) -> tuple[Any, str]:
+    """(pack folder, label) for the commands that run a pack's kernels (bench, tune): MODEL (a Hub one at
+    `revision`), or the synthetic pack of --synthetic full|small|full3|small3 (written once to the cache)."""
     from clover_local.loader import resolve_model_path
     from clover_local.pack.reader import is_pack
     from clover_local.runtime.synthetic_pack import ensure_synthetic, spec_of
@@ -174,6 +181,8 @@ def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: s
                           "--synthetic full|small|full3|small3")
     if model is not None and synthetic is not None:
         raise CloverError("give a pack (MODEL) or --synthetic full|small|full3|small3, not both")
+    if revision and synthetic is not None:
+        raise CloverError("--revision applies to Hub repo ids, not to --synthetic packs")
     if synthetic is not None:
         spec_of(synthetic)
         progress(f"synthetic {synthetic} pack")
@@ -189,7 +198,7 @@ def pack_or_synthetic(model: Optional[str], synthetic: Optional[str], command: s
             print(f"note: the synthetic {synthetic} pack ({fmt_bytes(size)}) is kept in {folder} for later runs; "
                   f"`clover-local cache rm {folder.parent.name}/{folder.name}` frees it", file=sys.stderr, flush=True)
         return folder, f"synthetic:{synthetic}"
-    folder = Path(resolve_model_path(model))
+    folder = Path(resolve_model_path(model, revision))
     if not is_pack(folder):
         raise CloverError(f"{model} is not a quantized pack: {command} runs GPTQ packs (or --synthetic)")
     return folder, model

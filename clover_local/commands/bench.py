@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import prefill_chunk_option, prefill_chunk_rows
+from clover_local.commands._model_options import prefill_chunk_option, prefill_chunk_rows, revision_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,6 +30,7 @@ def bench(
     prefix: int = typer.Option(4096, "--prefix", help="Tokens of context before the block."),
     passes: int = typer.Option(8, "--passes", help="Preview passes over the block (the first one loads its experts)."),
     prefill_chunk: Optional[int] = prefill_chunk_option(None),
+    revision: Optional[str] = revision_option(None),
     cpu_experts: str = typer.Option("off", "--cpu-experts", help="off | auto | misses: run missed experts on the CPU."),
     prefetch: bool = typer.Option(True, "--prefetch/--no-prefetch", help="Prefetch the next layer's experts."),
     optimistic: bool = typer.Option(True, "--optimistic/--no-optimistic",
@@ -81,7 +82,7 @@ def bench(
     dtype = pick_dtype(None, dev)
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
     progress = (lambda msg: None) if as_json else (lambda msg: print(f"… {msg}", file=sys.stderr, flush=True))
-    folder, label = pack_or_synthetic(model, synthetic, "bench", progress)
+    folder, label = pack_or_synthetic(model, synthetic, "bench", progress, revision)
     result = run_bench(folder, label=label, synthetic=synthetic is not None, vram_budget=budget, prefix=prefix,
                        passes=passes, device=dev, dtype=dtype, cpu_experts=cpu_experts, prefetch=prefetch,
                        optimistic=optimistic, cuda_graphs=cuda_graphs, routing=routing, host_reads=host_reads,

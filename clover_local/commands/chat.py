@@ -12,7 +12,7 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   load_shown, offload_option, prefill_chunk_option,
-                                                  resident_routing_option, vram_budget_option)
+                                                  resident_routing_option, revision_option, vram_budget_option)
 from clover_local.commands._sampling_options import (check_decoding, check_think_budget, frequency_penalty_option,
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
@@ -55,6 +55,7 @@ def chat(
     context: Optional[int] = context_option(),
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
+    revision: Optional[str] = revision_option(),
 ) -> None:
     """Chat in the terminal: answers stream as blocks commit, and the block being denoised is drawn live.
 
@@ -90,7 +91,8 @@ def chat(
     if last and not kept.is_file():
         raise CloverError(f"no conversation to continue yet: chat keeps the last one as you talk on a terminal "
                           f"(in {kept}); start one with `clover-local chat {model}`")
-    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
+    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
+                           revision)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
     loaded = load_shown(model, device, dtype, Console(highlight=False) if interactive else None, **options)
     if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)

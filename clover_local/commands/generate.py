@@ -17,8 +17,8 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_flag_limit, context_option,
                                                   dtype_option, load_options, load_shown, offload_option,
-                                                  prefill_chunk_option, resident_routing_option, stderr_console,
-                                                  vram_budget_option)
+                                                  prefill_chunk_option, resident_routing_option, revision_option,
+                                                  stderr_console, vram_budget_option)
 from clover_local.commands._sampling_options import (check_decoding, check_think_budget, frequency_penalty_option,
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
@@ -203,6 +203,7 @@ def generate(
     context: Optional[int] = context_option(),
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
+    revision: Optional[str] = revision_option(),
 ) -> None:
     """Generate one answer by block diffusion: each block of masks is denoised in a few parallel passes.
 
@@ -257,7 +258,8 @@ def generate(
         raise CloverError(f"--think-budget limits the thinking, and {'--no-think' if not json_mode else flag} "
                           "answers without it: drop one")
     loaded = load_shown(model, device, dtype, stderr_console(not as_json),
-                        **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template))
+                        **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
+                                         revision))
     tok = loaded.tokenizer
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     over = context_flag_limit(loaded, context)

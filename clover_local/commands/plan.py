@@ -8,18 +8,21 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
-from clover_local.commands._model_options import prefill_chunk_option, prefill_chunk_rows
+from clover_local.commands._model_options import prefill_chunk_option, prefill_chunk_rows, revision_option
 from clover_local.errors import CloverError
 
 
-def _pack_index(model: str, bits: int | None, profile: str | None, group: int | None):
-    """The pack's index; for a Hub repo read without downloading it, what was read (else None); and for a BF16
+def _pack_index(model: str, bits: int | None, profile: str | None, group: int | None,
+                revision: str | None = None):
+    """The pack's index (a Hub repo's at `revision`); for a Hub repo read without downloading it, what was read (else None); and for a BF16
     checkpoint, which is planned as the pack `quantize --bits BITS --profile PROFILE --group-size GROUP` makes of
     it (from its config alone), those settings (else None)."""
     from clover_local.runtime.pack_index import read_pack_index
 
     if model.startswith("synthetic:"):
         _pack_only(model, bits, profile, group)
+        if revision:
+            raise CloverError("--revision applies to Hub repo ids, not to synthetic packs")
         from clover_local.runtime.synthetic_pack import synthetic_index
 
         return synthetic_index(model.split(":", 1)[1]), None, None
@@ -30,13 +33,13 @@ def _pack_index(model: str, bits: int | None, profile: str | None, group: int | 
         from clover_local.hub.remote_index import remote_pack_index
 
         settings = _settings(bits, profile, group)
-        remote = remote_pack_index(model, bits=settings["bits"], profile=settings["profile"],
+        remote = remote_pack_index(model, revision, bits=settings["bits"], profile=settings["profile"],
                                    group=settings["group_size"])
         if remote is not None:
             if not remote.checkpoint:
                 _pack_only(model, bits, profile, group)
             return remote.index, remote, settings if remote.checkpoint else None
-    path = resolve_model_path(model)  # a folder, or offline / unreachable: the pack in the local Hub cache
+    path = resolve_model_path(model, revision)  # a folder, or offline / unreachable: the pack in the local Hub cache
     if not is_pack(path):  # a checkpoint (no config.json, or a broken one: the config's own error, not "quantize")
         from clover_local.runtime.synthetic_pack import checkpoint_index
 
@@ -85,6 +88,7 @@ def plan(
     park_prompts: str = typer.Option("0", "--park-prompts", metavar="SIZE",
                                      help="Host RAM to count for serve's parked conversations (serve's default: "
                                           "2GB); 0, as chat and generate need: none."),
+    revision: Optional[str] = revision_option(None),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
 ) -> None:
     """Show what sits where (device / host), how many experts the device cache holds, the KV budget and the
@@ -128,7 +132,7 @@ def plan(
         get_profile(profile)  # an unknown name: one line listing the profiles
     if group_size is not None and group_size != -1 and (group_size < 8 or group_size % 8):
         raise CloverError(f"--group-size must be a multiple of 8 (or -1 for per-channel), got {group_size}")
-    pack, remote, quantized = _pack_index(model, bits, profile, group_size)
+    pack, remote, quantized = _pack_index(model, bits, profile, group_size, revision)
     if vram is not None:
         vram_bytes = parse_size(vram, "--vram")
     elif torch.cuda.is_available():

@@ -17,8 +17,8 @@ import typer
 
 from clover_local.cli import app
 from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option, load_options,
-                                                  load_shown, offload_option, prefill_chunk_option, stderr_console,
-                                                  vram_budget_option)
+                                                  load_shown, offload_option, prefill_chunk_option, revision_option,
+                                                  stderr_console, vram_budget_option)
 from clover_local.errors import CloverError
 from clover_local.text_files import text_from
 
@@ -35,6 +35,7 @@ def score(
     vram_budget: Optional[str] = vram_budget_option(),
     context: Optional[int] = context_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
+    revision: Optional[str] = revision_option(),
 ) -> None:
     """Score a text with the causal pass: per-token log-probabilities and perplexity.
 
@@ -49,7 +50,7 @@ def score(
     from clover_local.generate.scoring import score_ids
 
     text = text_from(text, file, "--text")
-    options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk)
+    options = load_options(offload, vram_budget, context, prefill_chunk=prefill_chunk, revision=revision)
     loaded = load_shown(model, device, dtype, stderr_console(not as_json), **options)
     ids = loaded.tokenizer.encode(text)
     if len(ids) < 2:

@@ -13,7 +13,8 @@ import typer
 from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   load_shown, offload_option, prefill_chunk_option,
-                                                  resident_routing_option, stderr_console, vram_budget_option)
+                                                  resident_routing_option, revision_option, stderr_console,
+                                                  vram_budget_option)
 from clover_local.commands._sampling_options import check_range, reveal_factor_option, serve_think_budget
 from clover_local.errors import CloverError
 from clover_local.generate.ranges import DECODE_RANGES
@@ -79,6 +80,7 @@ def serve(
     context: Optional[int] = context_option(),
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
+    revision: Optional[str] = revision_option(),
 ) -> None:
     """Serve a model over OpenAI's, Anthropic's and Ollama's APIs, for chat front ends and agents.
 
@@ -129,7 +131,8 @@ def serve(
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
     think_cap, answer_room = serve_think_budget(think_budget)
     check_range("reveal_factor", reveal_factor, DECODE_RANGES["reveal_factor"])
-    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template)
+    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
+                           revision)
     console = stderr_console()
     if console is None:  # a log: one line (a terminal gets the progress bar)
         print(f"loading {model} …", file=sys.stderr, flush=True)

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from clover_local.cli import app
+from clover_local.commands._model_options import revision_option
 
 
 @app.command(short_help="Time the INT4 kernels' tiles on this GPU and keep the fastest (run once per GPU).")
@@ -21,6 +22,7 @@ def tune(
                                               "tuning, e.g. 14GB. Default: free memory minus a margin."),
     quick: bool = typer.Option(False, "--quick", help="About half the candidate tiles per call (≈ half the time)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Time and report, but leave the table as it is."),
+    revision: Optional[str] = revision_option(None),
     device: str = typer.Option("auto", "--device", help="cuda or cuda:N (auto: the GPU if present)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -50,7 +52,7 @@ def tune(
     dtype = pick_dtype(None, dev)
     budget = parse_size(vram_budget, "--vram-budget") if vram_budget is not None else None
     say = (lambda msg: None) if as_json else (lambda msg: print(f"… {msg}", file=sys.stderr, flush=True))
-    folder, label = pack_or_synthetic(model, synthetic, "tune", say)
+    folder, label = pack_or_synthetic(model, synthetic, "tune", say, revision)
     report = _run_with_progress(folder, label, dev, dtype, budget, quick, not dry_run, as_json, say)
     if as_json:
         print(json.dumps(report, indent=2))

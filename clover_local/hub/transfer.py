@@ -609,7 +609,7 @@ def _pattern(name: str) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", name)
 
 
-def _card_for_upload(folder: Path, manifest: Manifest, repo_id: str) -> tuple[str, bool]:
+def _card_for_upload(folder: Path, manifest: Manifest, repo_id: str, revision: str | None) -> tuple[str, bool]:
     """(card text, generated now). A card clover-local wrote earlier is regenerated; a hand-written one is kept."""
     from clover_local.pack.card import card_for_pack, card_problems, is_generated_card
 
@@ -624,7 +624,7 @@ def _card_for_upload(folder: Path, manifest: Manifest, repo_id: str) -> tuple[st
             if problems:
                 raise CloverError(f"{path} has a broken metadata block: {problems[0]}; fix it or delete the file.")
             return text, False
-    card = card_for_pack(folder, repo_id=repo_id, manifest=manifest)
+    card = card_for_pack(folder, repo_id=repo_id, manifest=manifest, revision=revision)
     return str(card), True
 
 
@@ -710,7 +710,7 @@ def upload(
 
     _refuse_checkpoint(folder, str(pack))
     manifest = verify_pack(folder, on_bytes=on_verify_bytes)
-    card, generated = _card_for_upload(folder, manifest, repo_id)
+    card, generated = _card_for_upload(folder, manifest, repo_id, revision)
 
     listed = [n for n in sorted(manifest.files) if n not in (MANIFEST_NAME, CARD_NAME)]
     names = listed + [MANIFEST_NAME, CARD_NAME]

@@ -237,14 +237,16 @@ def _placement_lines(rows: list[dict[str, Any]], rid: str) -> list[str]:
 
 
 def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | None = None,
-              placement: list[dict[str, Any]] | None = None) -> str:
-    """The full README.md text (front matter + body); `placement`: `placement_rows` of the pack, or None."""
+              placement: list[dict[str, Any]] | None = None, revision: str | None = None) -> str:
+    """The full README.md text (front matter + body); `placement`: `placement_rows` of the pack, or None;
+    `revision`: the branch the card goes to (its commands name it: a card on a branch runs that branch's pack)."""
     from huggingface_hub import ModelCardData
 
     meta = card_metadata(manifest, config)
     data = ModelCardData(**meta)
     front = data.to_yaml()
     rid = repo_id or PLACEHOLDER_REPO_ID
+    target = rid if revision in (None, "main") else f"{rid} --revision {revision}"  # what the commands run
     base = meta.get("base_model")
     base_link = f"[{base}](https://huggingface.co/{base})" if base else f"`{_source_name(manifest)}`"
     bits = _bits(manifest, config)
@@ -268,11 +270,11 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         "",
         "```bash",
         f"# needs clover-local {__version__} or newer (pack format v{manifest.format_version})",
-        f"clover-local download {rid}        # resumable; checks every file against clover_manifest.json",
-        f"clover-local chat {rid}            # interactive chat with the live block-diffusion display",
-        f'clover-local generate {rid} --prompt "Explain block diffusion in two sentences."',
-        f"clover-local plan {rid} --vram 16GB --ram 32GB   # what goes where on your machine",
-        f"clover-local serve {rid}           # OpenAI-compatible API on 127.0.0.1:8000 (chat and completions)",
+        f"clover-local download {target}        # resumable; checks every file against clover_manifest.json",
+        f"clover-local chat {target}            # interactive chat with the live block-diffusion display",
+        f'clover-local generate {target} --prompt "Explain block diffusion in two sentences."',
+        f"clover-local plan {target} --vram 16GB --ram 32GB   # what goes where on your machine",
+        f"clover-local serve {target}           # OpenAI-compatible API on 127.0.0.1:8000 (chat and completions)",
         "```",
         "",
         "Benchmarks through [lm-evaluation-harness](https://github.com/EleutherAI/lm-evaluation-harness), against",
@@ -340,12 +342,12 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     lines += ["## Memory", ""] + _table(rows, ("What", "Size")) + [""]
     lines += [
         "clover-local keeps the non-expert weights on the GPU and streams routed experts from system RAM "
-        f"through an expert cache. `clover-local plan {rid} --vram 16GB --ram 32GB` shows the placement and "
+        f"through an expert cache. `clover-local plan {target} --vram 16GB --ram 32GB` shows the placement and "
         "cache capacity for a given machine before anything is loaded (from the Hub, without downloading the pack).",
         "",
     ]
     if placement:
-        lines += _placement_lines(placement, rid)
+        lines += _placement_lines(placement, target)
 
     # -- model and provenance ----------------------------------------------------------------------
     tc = _text_config(config)
@@ -390,11 +392,11 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
 
 
 def build_card(manifest: Manifest, config: dict | None = None, repo_id: str | None = None,
-               placement: list[dict[str, Any]] | None = None):
+               placement: list[dict[str, Any]] | None = None, revision: str | None = None):
     """A `huggingface_hub.ModelCard` for the pack; checked offline with `check_card` before it is returned."""
     from huggingface_hub import ModelCard
 
-    card = ModelCard(card_text(manifest, config, repo_id, placement))
+    card = ModelCard(card_text(manifest, config, repo_id, placement, revision))
     check_card(card)
     return card
 
@@ -410,10 +412,11 @@ def read_config(folder: str | Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def card_for_pack(folder: str | Path, repo_id: str | None = None, manifest: Manifest | None = None):
-    """Build the card of the pack in `folder` (manifest + config.json)."""
+def card_for_pack(folder: str | Path, repo_id: str | None = None, manifest: Manifest | None = None,
+                  revision: str | None = None):
+    """Build the card of the pack in `folder` (manifest + config.json), for `repo_id` at `revision` if known."""
     manifest = manifest if manifest is not None else Manifest.load(folder)
-    return build_card(manifest, read_config(folder), repo_id, placement_rows(folder))
+    return build_card(manifest, read_config(folder), repo_id, placement_rows(folder), revision)
 
 
 def is_generated_card(text: str) -> bool:
