@@ -1178,7 +1178,7 @@ def test_expert_hessians_come_from_the_rows_routed_to_each_expert(env, monkeypat
     report = LayerReport(0, "linear_attention")
     with torch.no_grad():
         LayerQuantizer(cfg, profile, opts, CPU, torch.float32)._quantize_moe(
-            layer, moe_in, {}, "model.layers.0", report, lambda msg: None)
+            layer, normed, {}, "model.layers.0", report, lambda msg: None)
 
     calibrated = [e for e in range(n_exp) if counts[e] >= threshold]
     assert report.expert_paths == {"gptq-routed": len(calibrated), "rtn-few-rows": n_exp - len(calibrated)}
@@ -1265,3 +1265,27 @@ def test_quality_measured_as_the_layers_go_is_what_eval_measures_and_survives_a_
     with pytest.raises(KeyboardInterrupt):
         env.quantize(out, stop_after_layer=1)
     assert env.quantize(out, measure=check, resume=True).quality is None
+
+
+def test_moe_inputs_are_the_normed_mixer_outputs_clean_rows_then_noisy(env):
+    """The MoE's inputs are written a chunk of sequences at a time (the mixer's outputs are never held whole):
+    every clean row, then every noisy one, each the post-attention norm of the mixer's output — what the whole
+    batch through the mixer gives; a last chunk shorter than the others included."""
+    from clover_local.model.clover import build_layer
+    from quantize.layer_quant import LayerQuantizer, QuantOptions
+    from quantize.profiles import get_profile
+
+    reader = CheckpointReader(env.src)
+    cfg = reader.config
+    layer = build_layer(cfg, 0, reader.layer_state(0), CPU, torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    clean, noisy = (torch.randn(5, 32, cfg.hidden_size, generator=gen) for _ in range(2))
+    quantizer = LayerQuantizer(cfg, get_profile("balanced"), QuantOptions(batch=2), CPU, torch.float32)
+    with torch.no_grad():
+        yc, yn = quantizer._mix(layer, clean, noisy)
+        want = torch.cat([layer.post_attention_layernorm(y).reshape(-1, cfg.hidden_size) for y in (yc, yn)])
+        got = quantizer._moe_inputs(layer, clean, noisy)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        causal_only = quantizer._moe_inputs(layer, clean, None)
+    assert not torch.equal(yc, yn)
+    torch.testing.assert_close(causal_only, want[:5 * 32], rtol=1e-5, atol=1e-5)
