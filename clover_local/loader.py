@@ -307,8 +307,8 @@ def _refuse_before_download(arg: str, dev: torch.device, dtype: torch.dtype, off
 
         if offline_mode():
             return
-        info = HfApi(library_name="clover-local", library_version=__version__).repo_info(arg, repo_type="model",
-                                                                                          revision=revision)
+        api = HfApi(library_name="clover-local", library_version=__version__)
+        info = api.repo_info(arg, repo_type="model", revision=revision)
         names = {s.rfilename for s in info.siblings or []}
         pack = MANIFEST_NAME in names
         if "config.json" not in names:

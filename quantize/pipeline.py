@@ -166,10 +166,10 @@ def finished_layers(out: Path) -> int:
         return 0
 
 
-def resumed_revision(out: Path, repo_id: str) -> str | None:
-    """The commit of `repo_id` an interrupted run in `out` was reading (None: no run there, or another source):
-    --resume reads that revision again, wherever the repo's main has moved since (a preview release is
-    updated; a run of hours must not then be refused, or at 35B download 69 GB again first)."""
+def run_source_commit(out: Path, repo_id: str) -> str | None:
+    """The commit of `repo_id` an interrupted run in `out` was reading (None: no run there, or another source),
+    which --resume reads again wherever the repo's main has moved since: a preview release is updated, and a run
+    of hours must not then be refused (or, at 35B, first download 69 GB again)."""
     try:
         source = Path(json.loads((out / PROGRESS / "state.json").read_text())["fingerprint"]["source"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -257,9 +257,8 @@ def generate(
     if think_budget is not None and not think:
         raise CloverError(f"--think-budget limits the thinking, and {'--no-think' if not json_mode else flag} "
                           "answers without it: drop one")
-    loaded = load_shown(model, device, dtype, stderr_console(not as_json),
-                        **load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
-                                         revision))
+    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template, revision)
+    loaded = load_shown(model, device, dtype, stderr_console(not as_json), **options)
     tok = loaded.tokenizer
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     over = context_flag_limit(loaded, context)

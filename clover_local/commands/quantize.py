@@ -182,13 +182,12 @@ def quantize(
 
 
 def _resumed_commit(out: Path, src: str, revision: str | None, console: Console) -> str | None:
-    """The revision a resumed run reads: the commit of SRC the run in --out started from, wherever main has moved
-    since (a preview release is updated; a run of hours must not be refused for it, or at 35B download 69 GB
-    again first). A --revision naming another commit is refused before anything is read."""
+    """The revision a resumed run reads: the commit of SRC the run in --out started from (`run_source_commit`); a
+    --revision naming another commit is refused before anything is read."""
     from clover_local.hub.transfer import commit_of
-    from quantize.pipeline import resumed_revision
+    from quantize.pipeline import run_source_commit
 
-    saved = resumed_revision(out, src)
+    saved = run_source_commit(out, src)
     if saved is None:
         return revision
     if revision is None:
