@@ -138,8 +138,11 @@ class LayerQuantizer:
             return xc + layer.mix(xc, cos, sin, None, False, 0), None
         return layer.mix_all_blocks(xc, xn, cos, sin, self.cfg.diffusion.block_size)
 
-    def _run(self, layer: DecoderLayer, clean: torch.Tensor, noisy: torch.Tensor | None):
-        """The whole layer over all sequences in chunks; returns outputs on the host."""
+    def _run(self, layer: DecoderLayer, clean: torch.Tensor, noisy: torch.Tensor | None, in_place: bool = False):
+        """The whole layer over all sequences in chunks; returns outputs on the host, with `in_place` written over
+        the inputs (the last pass over a layer, whose inputs are not needed after it: a copy of both streams is
+        4 GiB at the default 128 × 2048 calibration tokens). Sequences are independent, so a chunk's inputs are
+        read before its outputs are written."""
         outs_c, outs_n = [], []
         for sl in _chunks(clean.shape[0], self.opts.batch):
             xc = clean[sl].to(self.device, self.dtype)
@@ -148,9 +151,15 @@ class LayerQuantizer:
             yc = yc + layer.mlp(layer.post_attention_layernorm(yc))
             if yn is not None:
                 yn = yn + layer.mlp(layer.post_attention_layernorm(yn))
-            outs_c.append(yc.float().cpu())
-            if yn is not None:
-                outs_n.append(yn.float().cpu())
+            for out, y, outs in ((clean, yc, outs_c), (noisy, yn, outs_n)):
+                if y is None:
+                    continue
+                if in_place:
+                    out[sl] = y.float()
+                else:
+                    outs.append(y.float().cpu())
+        if in_place:
+            return clean, noisy
         return torch.cat(outs_c), (torch.cat(outs_n) if outs_n else None)
 
     @torch.no_grad()
@@ -158,7 +167,7 @@ class LayerQuantizer:
         self, layer: DecoderLayer, clean: torch.Tensor, noisy: torch.Tensor | None, on_step=lambda msg: None
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None, LayerReport]:
         """Quantize `layer` in place (weights replaced by their dequantized values) and return its pack tensors
-        (names `model.layers.i.…`), the next layer's inputs and a report."""
+        (names `model.layers.i.…`), the next layer's inputs (written over `clean` and `noisy`) and a report."""
         i = layer.index
         prefix = f"model.layers.{i}"
         kind = "full_attention" if layer.is_attention else "linear_attention"
@@ -183,7 +192,7 @@ class LayerQuantizer:
         self._quantize_moe(layer, self._moe_inputs(layer, clean, noisy), out, prefix, report, on_step)
 
         on_step("propagate")
-        new_c, new_n = self._run(layer, clean, noisy)
+        new_c, new_n = self._run(layer, clean, noisy, in_place=True)
         num = (new_c - ref_c).pow(2).sum() + ((new_n - ref_n).pow(2).sum() if new_n is not None else 0)
         den = ref_c.pow(2).sum() + (ref_n.pow(2).sum() if ref_n is not None else 0)
         report.rel_error = float((num / den.clamp(min=1e-30)).sqrt())

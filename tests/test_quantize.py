@@ -1267,10 +1267,11 @@ def test_quality_measured_as_the_layers_go_is_what_eval_measures_and_survives_a_
     assert env.quantize(out, measure=check, resume=True).quality is None
 
 
-def test_moe_inputs_are_the_normed_mixer_outputs_clean_rows_then_noisy(env):
+def test_a_layers_streams_are_made_a_chunk_at_a_time_without_whole_copies(env):
     """The MoE's inputs are written a chunk of sequences at a time (the mixer's outputs are never held whole):
     every clean row, then every noisy one, each the post-attention norm of the mixer's output — what the whole
-    batch through the mixer gives; a last chunk shorter than the others included."""
+    batch through the mixer gives; a last chunk shorter than the others included. The next layer's inputs are
+    written over this one's, equal to a pass that copies."""
     from clover_local.model.clover import build_layer
     from quantize.layer_quant import LayerQuantizer, QuantOptions
     from quantize.profiles import get_profile
@@ -1289,3 +1290,9 @@ def test_moe_inputs_are_the_normed_mixer_outputs_clean_rows_then_noisy(env):
         causal_only = quantizer._moe_inputs(layer, clean, None)
     assert not torch.equal(yc, yn)
     torch.testing.assert_close(causal_only, want[:5 * 32], rtol=1e-5, atol=1e-5)
+    # the pass that makes the next layer's inputs writes them over this layer's, a chunk at a time
+    with torch.no_grad():
+        want_c, want_n = quantizer._run(layer, clean, noisy)
+        got_c, got_n = quantizer._run(layer, clean, noisy, in_place=True)
+    assert got_c is clean and got_n is noisy
+    assert torch.equal(got_c, want_c) and torch.equal(got_n, want_n)
