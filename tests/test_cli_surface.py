@@ -100,7 +100,8 @@ def test_a_context_above_the_models_limit_is_refused_everywhere(capsys) -> None:
         assert run_cli(args) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --context") and needle in err[0], (args, err)
-    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--context", "131072", "--json"]) == 0
+    # (--ram: the plan must not depend on what this machine has free; the brief's is 32 GB)
+    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--ram", "32GB", "--context", "131072", "--json"]) == 0
     capsys.readouterr()
 
 
@@ -116,12 +117,12 @@ def test_plans_advice_only_names_settings_that_can_work(capsys) -> None:
     all_in = line.rsplit("device: ", 1)[1].rstrip(")")
     assert run_cli(["plan", "synthetic:full", "--vram", all_in, "--ram", "8GB", "--json"]) == 0  # and it does
     assert json.loads(capsys.readouterr().out)["fits"]
-    assert run_cli(["plan", "synthetic:full", "--vram", "4GB"]) == 0
+    assert run_cli(["plan", "synthetic:full", "--vram", "4GB", "--ram", "32GB"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "give --vram 9.11 GiB more" in out and "lower --context" not in out, out
-    assert run_cli(["plan", "synthetic:full", "--vram", "3GB", "--context", "131072"]) == 2
+    assert run_cli(["plan", "synthetic:full", "--vram", "3GB", "--ram", "32GB", "--context", "131072"]) == 2
     assert capsys.readouterr().err.strip().endswith("or lower --context")
-    assert run_cli(["plan", "synthetic:full", "--vram", "2GB"]) == 2  # 640 MiB of KV cannot make up 1.56 GiB
+    assert run_cli(["plan", "synthetic:full", "--vram", "2GB", "--ram", "32GB"]) == 2  # 640 MiB of KV cannot make up 1.56 GiB
     assert "lower --context" not in capsys.readouterr().err
 
 
