@@ -151,11 +151,10 @@ class HeldOutStreams:
         (ref_c, ref_n, ref_head), (q_c, q_n, q_head) = outs["reference"], outs["pack"]
         h, masked = ref_c.shape[-1], self.hidden["masked"]
         ref_rows, q_rows = ref_c[:, :-1].reshape(-1, h), q_c[:, :-1].reshape(-1, h)
-        n_causal = ref_rows.shape[0]
-        # the causal and the preview rows in one call: each head is read (a packed one dequantized) half as often
+        # the causal and the preview rows in one call: each head is read (a packed one dequantized) once
         kl, top = _kl_top1(torch.cat([ref_rows, ref_n[masked]]), ref_head, torch.cat([q_rows, q_n[masked]]), q_head)
-        (kl_c, kl_p), (top_c, top_p) = kl.split([n_causal, kl.numel() - n_causal]), top.split(
-            [n_causal, kl.numel() - n_causal])
+        sizes = [ref_rows.shape[0], int(masked.sum())]
+        (kl_c, kl_p), (top_c, top_p) = kl.split(sizes), top.split(sizes)
         return Quality(
             kl_causal_mean=kl_c.mean().item(), kl_causal_p99=kl_c.quantile(0.99).item(),
             top1_causal=top_c.mean().item(), kl_preview_mean=kl_p.mean().item(),
