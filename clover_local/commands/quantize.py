@@ -95,8 +95,7 @@ def quantize(
 
       clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --stream   # 19 GB of disk, not 88
     """
-    from clover_local.hub.transfer import snapshot_commit
-    from clover_local.loader import pick_device, refuse_pack
+    from clover_local.loader import pick_device
     from clover_local.runtime.sizes import fmt_bytes
     from quantize.pipeline import QuantizeSettings, quantize_checkpoint, refuse_resume_overwrite
     from quantize.quality import QualityCheck
@@ -109,15 +108,7 @@ def quantize(
     settings.validate()
     dev = pick_device(device)
     console = Console(stderr=True, quiet=as_json)
-    on_hub = not Path(src).expanduser().exists() and "/" in src
-    if on_hub and resume:
-        revision = _resumed_commit(out, src, revision, console)
-    src_path, remote = checkpoint_source(src, stream, "the same command with --resume", revision)
-    refuse_pack(src_path, src, "quantize takes the BF16 checkpoint it was made from")
-    label = {"repo_id": src} if on_hub else {"path": src_path.name}
-    commit = remote.commit if remote is not None else snapshot_commit(src_path)
-    if on_hub and commit:
-        label["revision"] = commit
+    src_path, remote, label = _open_source(src, stream, revision, out if resume else None, console)
     kl_samples, kl_len = 4, min(seq_len, 512)
     check = QualityCheck(samples=kl_samples, seq_len=kl_len, calib=calib) if evaluate else None
     with _progress(console) as bar:
@@ -179,6 +170,24 @@ def quantize(
                           f"{kl_samples} × {kl_len} held-out tokens; lower KL is better: `clover-local eval` "
                           "measures on more)")
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
+
+
+def _open_source(src: str, stream: bool, revision: str | None, resumed: Path | None, console: Console
+                 ) -> tuple[Path, RemoteShards | None, dict]:
+    """SRC opened (`checkpoint_source`; a Hub SRC resumed in `resumed` at the commit that run started from) and
+    the source label the pack's manifest records (a Hub SRC with the commit it was read at)."""
+    from clover_local.hub.transfer import snapshot_commit
+    from clover_local.loader import refuse_pack
+
+    on_hub = not Path(src).expanduser().exists() and "/" in src
+    if on_hub and resumed is not None:
+        revision = _resumed_commit(resumed, src, revision, console)
+    src_path, remote = checkpoint_source(src, stream, "the same command with --resume", revision)
+    refuse_pack(src_path, src, "quantize takes the BF16 checkpoint it was made from")
+    if not on_hub:
+        return src_path, remote, {"path": src_path.name}
+    commit = remote.commit if remote is not None else snapshot_commit(src_path)
+    return src_path, remote, {"repo_id": src, **({"revision": commit} if commit else {})}
 
 
 def _resumed_commit(out: Path, src: str, revision: str | None, console: Console) -> str | None:
