@@ -101,7 +101,8 @@ def test_a_context_above_the_models_limit_is_refused_everywhere(capsys) -> None:
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --context") and needle in err[0], (args, err)
     # (--ram: the plan must not depend on what this machine has free; the brief's is 32 GB)
-    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--ram", "32GB", "--context", "131072", "--json"]) == 0
+    assert run_cli(["plan", "synthetic:full", "--vram", "16GB", "--ram", "32GB", "--context", "131072",
+                    "--json"]) == 0
     capsys.readouterr()
 
 
