@@ -123,7 +123,8 @@ def test_plans_advice_only_names_settings_that_can_work(capsys) -> None:
     assert "give --vram 9.11 GiB more" in out and "lower --context" not in out, out
     assert run_cli(["plan", "synthetic:full", "--vram", "3GB", "--ram", "32GB", "--context", "131072"]) == 2
     assert capsys.readouterr().err.strip().endswith("or lower --context")
-    assert run_cli(["plan", "synthetic:full", "--vram", "2GB", "--ram", "32GB"]) == 2  # 640 MiB of KV cannot make up 1.56 GiB
+    # 640 MiB of KV cannot make up 1.56 GiB
+    assert run_cli(["plan", "synthetic:full", "--vram", "2GB", "--ram", "32GB"]) == 2
     assert "lower --context" not in capsys.readouterr().err
 
 
