@@ -170,11 +170,13 @@ def run_source_commit(out: Path, repo_id: str) -> str | None:
     """The commit of `repo_id` an interrupted run in `out` was reading (None: no run there, or another source),
     which --resume reads again wherever the repo's main has moved since: a preview release is updated, and a run
     of hours must not then be refused (or, at 35B, first download 69 GB again)."""
+    from huggingface_hub.file_download import repo_folder_name
+
     try:
         source = Path(json.loads((out / PROGRESS / "state.json").read_text())["fingerprint"]["source"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if source.parent.parent.name != "models--" + repo_id.replace("/", "--"):
+    if source.parent.parent.name != repo_folder_name(repo_id=repo_id, repo_type="model"):
         return None
     return snapshot_commit(source)
 

@@ -193,15 +193,8 @@ class HubStandin:
         gated: bool = False,
     ) -> str:
         """Create a repo whose `main` holds `files`; returns the commit sha."""
-        repo = Repo(repo_id, private=private, gated=gated)
-        sha = self._new_sha(repo_id)
-        repo.commits[sha] = dict(files or {})
-        repo.branches["main"] = sha
-        self.repos[repo_id] = repo
-        for path, data in (files or {}).items():
-            if is_lfs_path(path):
-                self.lfs[hashlib.sha256(data).hexdigest()] = data
-        return sha
+        self.repos[repo_id] = Repo(repo_id, private=private, gated=gated)
+        return self.push(repo_id, files or {})
 
     def push(self, repo_id: str, files: dict[str, bytes], branch: str = "main") -> str:
         """A new commit on `branch` holding `files` (on main: the repo's next release, as a vendor updates a

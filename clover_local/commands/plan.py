@@ -15,9 +15,8 @@ from clover_local.errors import CloverError
 def _pack_index(model: str, bits: int | None, profile: str | None, group: int | None,
                 revision: str | None = None):
     """The pack's index (a Hub repo's at `revision`); for a Hub repo read without downloading it, what was read
-    (else None); and for a BF16
-    checkpoint, which is planned as the pack `quantize --bits BITS --profile PROFILE --group-size GROUP` makes of
-    it (from its config alone), those settings (else None)."""
+    (else None); and for a BF16 checkpoint, which is planned as the pack `quantize --bits BITS --profile PROFILE
+    --group-size GROUP` makes of it (from its config alone), those settings (else None)."""
     from clover_local.runtime.pack_index import read_pack_index
 
     if model.startswith("synthetic:"):

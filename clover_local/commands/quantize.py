@@ -177,9 +177,9 @@ def _open_source(src: str, stream: bool, revision: str | None, resumed: Path | N
     """SRC opened (`checkpoint_source`; a Hub SRC resumed in `resumed` at the commit that run started from) and
     the source label the pack's manifest records (a Hub SRC with the commit it was read at)."""
     from clover_local.hub.transfer import snapshot_commit
-    from clover_local.loader import refuse_pack
+    from clover_local.loader import is_hub_id, refuse_pack
 
-    on_hub = not Path(src).expanduser().exists() and "/" in src
+    on_hub = is_hub_id(src)
     if on_hub and resumed is not None:
         revision = _resumed_commit(resumed, src, revision, console)
     src_path, remote = checkpoint_source(src, stream, "the same command with --resume", revision)
