@@ -1271,9 +1271,10 @@ def test_a_layers_streams_are_made_a_chunk_at_a_time_without_whole_copies(env):
     """The MoE's inputs are written a chunk of sequences at a time (the mixer's outputs are never held whole):
     every clean row, then every noisy one, each the post-attention norm of the mixer's output — what the whole
     batch through the mixer gives; a last chunk shorter than the others included. The next layer's inputs are
-    written over this one's, equal to a pass that copies."""
+    written over this one's, equal to the whole layer on each stream; its error is measured on the sampled
+    sequences, against the reference kept for those alone."""
     from clover_local.model.clover import build_layer
-    from quantize.layer_quant import LayerQuantizer, QuantOptions
+    from quantize.layer_quant import LayerQuantizer, QuantOptions, ref_sequences
     from quantize.profiles import get_profile
 
     reader = CheckpointReader(env.src)
@@ -1292,7 +1293,17 @@ def test_a_layers_streams_are_made_a_chunk_at_a_time_without_whole_copies(env):
     torch.testing.assert_close(causal_only, want[:5 * 32], rtol=1e-5, atol=1e-5)
     # the pass that makes the next layer's inputs writes them over this layer's, a chunk at a time
     with torch.no_grad():
-        want_c, want_n = quantizer._run(layer, clean, noisy)
-        got_c, got_n = quantizer._run(layer, clean, noisy, in_place=True)
-    assert got_c is clean and got_n is noisy
-    assert torch.equal(got_c, want_c) and torch.equal(got_n, want_n)
+        want_c, want_n = (y + layer.mlp(layer.post_attention_layernorm(y)) for y in (yc, yn))
+        assert quantizer._propagate(layer, clean, noisy, quantizer._reference(layer, clean, noisy)) == 0.0
+    torch.testing.assert_close(clean, want_c, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(noisy, want_n, rtol=1e-5, atol=1e-5)
+    # with more sequences than REF_SEQUENCES (16), the reference is kept for every second one of 20 alone, and
+    # a stand-in reference a known distance away on those rows gives that relative error
+    many = [torch.randn(20, 32, cfg.hidden_size, generator=gen) for _ in range(2)]
+    with torch.no_grad():
+        reference = quantizer._reference(layer, *many)
+        assert sum(r.shape[0] for r in reference) == 10 * 2  # 10 sequences, both streams
+        err = quantizer._propagate(layer, *many, [r * 1.25 for r in reference])
+    assert err == pytest.approx(0.2, rel=1e-6)  # ‖y − 1.25y‖ / ‖1.25y‖
+    assert list(ref_sequences(5)) == [0, 1, 2, 3, 4] and list(ref_sequences(128)) == list(range(0, 128, 8))
+    assert list(ref_sequences(20)) == list(range(0, 20, 2))
