@@ -17,6 +17,8 @@ routed expert of the model (10,240 matrices of 1024×2048 and 2048×512).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -68,21 +70,35 @@ def _placement(bits: int) -> tuple[list[int], list[int]]:
     return [bits * r // 32 for r in range(run)], [bits * r % 32 for r in range(run)]
 
 
+# Values packed at a time: `pack_last`'s int64 temporaries stay ≈ 32 MiB each, where the 8-bit LM head packed whole
+# (248,320 × 2,048 at 35B) made 4 GiB of them at once and was quantize's host peak (10.06 GiB at one real-size layer).
+PACK_CHUNK = 1 << 22
+
+
 def pack_last(values: Tensor, bits: int) -> Tensor:
     """Pack the last dim (runs of 32 values into `bits` int32 words, low bits first; at 4 and 8 bits, 32/bits
-    values a word) — vectorised over everything else."""
+    values a word) — vectorised over everything else, a bounded slice of rows at a time (`PACK_CHUNK`)."""
     *lead, n = values.shape
-    words_n = packed_length(n, bits)
+    rows = values.reshape(math.prod(lead), n)
+    out = torch.empty(rows.shape[0], packed_length(n, bits), dtype=torch.int32, device=values.device)
+    step = max(1, PACK_CHUNK // max(n, 1))
+    for s in range(0, rows.shape[0], step):
+        out[s:s + step] = _pack_rows(rows[s:s + step], bits)
+    return out.reshape(*lead, out.shape[-1])
+
+
+def _pack_rows(values: Tensor, bits: int) -> Tensor:
+    """`pack_last` of a 2-D slice of rows, whole."""
     run = values_per_run(bits)
-    v = values.to(torch.int64).reshape(*lead, -1, run)  # [..., runs, run]
-    words = torch.zeros(*lead, v.shape[-2], run * bits // 32, dtype=torch.int64, device=values.device)
+    v = values.to(torch.int64).reshape(values.shape[0], -1, run)  # [rows, runs, run]
+    words = torch.zeros(*v.shape[:2], run * bits // 32, dtype=torch.int64, device=values.device)
     for r, (w, sh) in enumerate(zip(*_placement(bits))):
         words[..., w] |= (v[..., r] << sh) & 0xFFFFFFFF
         if sh + bits > 32:  # its high bits open the next word
             words[..., w + 1] |= v[..., r] >> (32 - sh)
     # map [2^31, 2^32) onto negative int32 explicitly rather than relying on an out-of-range int64 → int32 cast
     words = torch.where(words >= 2**31, words - 2**32, words)
-    return words.reshape(*lead, words_n).to(torch.int32)
+    return words.reshape(values.shape[0], -1).to(torch.int32)
 
 
 def unpack_last(packed: Tensor, bits: int) -> Tensor:

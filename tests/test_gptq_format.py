@@ -131,6 +131,21 @@ def test_round_trip_with_permuted_g_idx() -> None:
     np.testing.assert_allclose(read_gptq(tensors, 4), expected.numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("bits", [3, 4, 8])
+def test_a_matrix_packed_a_slice_of_rows_at_a_time_is_packed_as_whole(bits: int, monkeypatch) -> None:
+    """`pack_last` goes through a large matrix (the 248K-row LM head) a bounded slice of rows at a time: slices of
+    5 rows of 256 values (96 rows: the last slice 1 row) give the bytes one slice gives, and they read back."""
+    import quantize.gptq_format as fmt
+
+    r = rtn_quantize(_random_weight(96, 256, seed=bits), bits=bits, group_size=32)
+    whole = pack_weight(r.q, r.scales, r.zeros, r.g_idx, bits)
+    monkeypatch.setattr(fmt, "PACK_CHUNK", 5 * 256 + 5)
+    sliced = pack_weight(r.q, r.scales, r.zeros, r.g_idx, bits)
+    assert all(torch.equal(sliced[k], whole[k]) for k in whole)
+    q, _, zeros, _ = unpack_weight(sliced, bits)
+    assert torch.equal(q, r.q) and torch.equal(zeros, r.zeros)
+
+
 def test_expert_shaped_pack_is_small() -> None:
     w = _random_weight(256, 512, seed=11)
     r = rtn_quantize(w, bits=4, group_size=128, sym=True)
