@@ -120,7 +120,8 @@ class _Collector:
 
 
 # Sequences whose float outputs are kept to measure a layer's error: 16 of the default 128 (an even stride) is
-# 32K tokens a stream, a sample far past what the figure's two significant digits need, at 512 MiB, not 4 GiB.
+# 32K tokens a stream, a sample far past what the figure's two significant digits need: 512 MiB, not 4 GiB, in
+# float32 (half that in a GPU's bf16).
 REF_SEQUENCES = 16
 
 
@@ -130,9 +131,9 @@ def ref_sequences(n: int) -> range:
 
 
 def _picked(sample: range, sl: slice, yc: torch.Tensor, yn: torch.Tensor | None) -> torch.Tensor:
-    """The rows of a chunk's outputs that belong to sampled sequences, both streams, in float32."""
+    """The rows of a chunk's outputs that belong to sampled sequences, both streams, in the compute dtype."""
     idx = [i - sl.start for i in sample if sl.start <= i < sl.stop]
-    return torch.cat([y[idx].float() for y in (yc, yn) if y is not None])
+    return torch.cat([y[idx] for y in (yc, yn) if y is not None])
 
 
 def _chunks(n: int, size: int):
@@ -182,9 +183,9 @@ class LayerQuantizer:
             got = _picked(sample, sl, yc, yn).cpu()
             num += float((got.double() - ref.double()).pow(2).sum())
             den += float(ref.double().pow(2).sum())
-            clean[sl] = yc.float()
+            clean[sl] = yc
             if yn is not None:
-                noisy[sl] = yn.float()
+                noisy[sl] = yn
         return (num / max(den, 1e-30)) ** 0.5
 
     @torch.no_grad()

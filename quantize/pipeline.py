@@ -363,6 +363,8 @@ def quantize_checkpoint(
     _make_output(out)
     n_layers = cfg.num_hidden_layers
     n_shards = n_layers + 1
+    # the compute dtype, which the calibration streams are held (and saved for --resume) in: on a GPU every value
+    # they take is a bf16 result, so bf16 holds them exactly in half the memory (2 GiB, not 4, at the default)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     fingerprint = {"settings": asdict(settings), "calib_sha256": calib_sha,
                    "source": str(src.resolve()), "config_sha256": sha256_file(src / "config.json")}
@@ -373,7 +375,8 @@ def quantize_checkpoint(
         sums = state.get("shards", {})
         _check_finished_shards(out, start, n_shards, sums)
         _clear_temp_files(out)
-        clean, noisy = hidden["clean"], hidden.get("noisy")
+        clean = hidden["clean"].to(dtype)
+        noisy = hidden["noisy"].to(dtype) if "noisy" in hidden else None
         streams = _resumed_streams(cfg, hidden, measure, src, device)
         calib_info = state["calibration"]
         reports = [LayerReport(**r) for r in state["reports"]]
@@ -382,15 +385,14 @@ def quantize_checkpoint(
         calib = build_calibration(calib_path, tokenizer, settings.samples, settings.seq_len,
                                   cfg.diffusion.block_size, mask_id, settings.seed)
         table = reader.tensor("embed_tokens.weight")
-        embed = table.float()
-        clean = embed[calib.clean]
-        noisy = embed[calib.noisy] if settings.calib_mode == "diffusion" else None
+        clean = table[calib.clean].to(dtype)
+        noisy = table[calib.noisy].to(dtype) if settings.calib_mode == "diffusion" else None
         streams = None
         if measure is not None:  # the pack's table is the source's in BF16 (_write_globals)
             held, _, held_path = measure.held_out(cfg, tokenizer, src)
             streams = HeldOutStreams.start(cfg, held, mask_id, table, table.to(torch.bfloat16), device, measure.batch,
                                            held_out_text(held_path))
-        del embed, table
+        del table
         calib_info = {"file": Path(calib.path).name, "sequences": int(calib.clean.shape[0]),
                       "seq_len": settings.seq_len, "tokens": calib.tokens, "mode": settings.calib_mode,
                       "expert_stats": settings.expert_stats, "samples_in_file": calib.n_texts,
@@ -520,7 +522,7 @@ def _write_globals(reader, path: Path, clean, noisy, profile, settings: Quantize
                         continue
                     flat = stream.reshape(-1, stream.shape[-1])
                     for s in range(0, flat.shape[0], 16384):  # bounded device memory for the final rows
-                        acc.add_batch(norm(flat[s:s + 16384]).to(device))
+                        acc.add_batch(norm(flat[s:s + 16384].float()).to(device))
                 hessian = acc.H
             # rows are independent given H: quantize the 248K-row head in slices so GPTQ's fp32 working copies
             # stay small (one slice, not the whole 2 GB matrix several times over)

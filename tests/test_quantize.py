@@ -1267,6 +1267,33 @@ def test_quality_measured_as_the_layers_go_is_what_eval_measures_and_survives_a_
     assert env.quantize(out, measure=check, resume=True).quality is None
 
 
+def test_bf16_streams_quantize_a_bf16_layer_as_float32_streams_do(env):
+    """Computing in bf16 (a GPU), every value the calibration streams take is a bf16 result, so holding them in
+    bf16 (half the host memory and of the files --resume keeps) changes nothing: the same pack tensors, the same
+    next-layer inputs and error as streams held in float32 — here on the CPU, computing in bf16."""
+    from clover_local.model.clover import build_layer
+    from quantize.layer_quant import LayerQuantizer, QuantOptions
+    from quantize.profiles import get_profile
+
+    reader = CheckpointReader(env.src)
+    cfg = reader.config
+    gen = torch.Generator().manual_seed(5)
+    start = [torch.randn(6, 32, cfg.hidden_size, generator=gen).bfloat16() for _ in range(2)]
+    runs = []
+    for held in (torch.float32, torch.bfloat16):
+        # (a copy: a bf16 layer on the CPU would hold the reader's own tensors, and quantize writes into them)
+        state = {k: v.clone() for k, v in reader.layer_state(0).items()}
+        layer = build_layer(cfg, 0, state, CPU, torch.bfloat16)
+        quantizer = LayerQuantizer(cfg, get_profile("balanced"), QuantOptions(batch=4), CPU, torch.bfloat16)
+        clean, noisy = (x.to(held) for x in start)
+        runs.append(quantizer.quantize(layer, clean, noisy))
+    (pack32, c32, n32, rep32), (pack16, c16, n16, rep16) = runs
+    assert c16.dtype == torch.bfloat16 and c32.dtype == torch.float32
+    assert set(pack16) == set(pack32) and all(torch.equal(pack16[k], pack32[k]) for k in pack32)
+    assert torch.equal(c16.float(), c32) and torch.equal(n16.float(), n32)
+    assert rep16.rel_error == rep32.rel_error > 0
+
+
 def test_a_layers_streams_are_made_a_chunk_at_a_time_without_whole_copies(env):
     """The MoE's inputs are written a chunk of sequences at a time (the mixer's outputs are never held whole):
     every clean row, then every noisy one, each the post-attention norm of the mixer's output — what the whole
