@@ -34,6 +34,7 @@ from clover_local.pack.manifest import MANIFEST_NAME, AlteredFile, Manifest, sha
 from clover_local.runtime.pack_index import read_header
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
+from quantize.footprint import check_room, pack_bytes, progress_bytes
 from quantize.gptq_format import SUPPORTED_BITS, values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
@@ -360,12 +361,15 @@ def quantize_checkpoint(
         raise CloverError(f"cannot read calibration file {calib_path}: {exc.strerror or exc}") from None
     has_progress = prepare_output(out, resume, overwrite)
     prog_dir = out / PROGRESS
-    _make_output(out)
-    n_layers = cfg.num_hidden_layers
-    n_shards = n_layers + 1
     # the compute dtype, which the calibration streams are held (and saved for --resume) in: on a GPU every value
     # they take is a bf16 result, so bf16 holds them exactly in half the memory (2 GiB, not 4, at the default)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    check_room(out, prog_dir, pack_bytes(src, settings.bits, settings.profile, settings.group_size),
+               progress_bytes(cfg, settings.samples, settings.seq_len, 2 if settings.calib_mode == "diffusion" else 1,
+                              dtype, measure.samples * measure.seq_len if measure is not None else 0))
+    _make_output(out)
+    n_layers = cfg.num_hidden_layers
+    n_shards = n_layers + 1
     fingerprint = {"settings": asdict(settings), "calib_sha256": calib_sha,
                    "source": str(src.resolve()), "config_sha256": sha256_file(src / "config.json")}
     reports: list[LayerReport] = []

@@ -779,6 +779,40 @@ def test_full_disk_keeps_finished_layers_and_resumes(env, capsys, monkeypatch):
     assert saved[shard_name(1, N_SHARDS)] == digest(env.pack)[shard_name(1, N_SHARDS)]
 
 
+def test_a_disk_without_room_for_the_run_is_refused_before_the_first_layer(env, capsys, monkeypatch):
+    """What the run will write is known from config.json and the settings: the pack (what `plan` computes, and
+    the files copied beside it) and the --resume inputs (two files at once for a moment). A disk without room for
+    the rest is one line before any layer is read — a fresh run leaves no folder, a resumed one keeps what it
+    finished and counts it as written."""
+    from quantize import footprint
+
+    cfg = CheckpointReader(env.src).config
+    pack = footprint.pack_bytes(env.src, 4, "balanced", 128)
+    made = sum(f.stat().st_size for f in env.pack.iterdir() if f.name != "README.md")
+    assert abs(pack - made) < 0.03 * made  # the headers' entries estimated, the manifest left out
+    one = footprint.progress_bytes(cfg, 4, 64, 2, torch.float32)
+    out = env.root / "out-room"
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, stop_after_layer=0)
+    saved = next((out / PROGRESS).glob("hidden-*.safetensors")).stat().st_size
+    assert one < saved < one + 4096  # its tensors and a header
+    usage = shutil.disk_usage(env.root)
+    written = (out / shard_name(1, N_SHARDS)).stat().st_size
+    room = {"free": 0}
+    monkeypatch.setattr(footprint.shutil, "disk_usage", lambda path: usage._replace(free=room["free"]))
+    fresh = env.root / "out-no-room"
+    room["free"] = footprint.MARGIN + pack + 2 * one - 1
+    expect_error(capsys, env.cli_args(fresh), "needs ≈", "GB free", "--samples")
+    assert not fresh.exists()
+    room["free"] = footprint.MARGIN + (pack - written) + (2 * one - saved) - 1  # a byte short of the rest
+    before = digest(out)
+    expect_error(capsys, env.cli_args(out, "--resume"), "needs ≈")
+    assert digest(out) == before
+    room["free"] += 1
+    assert run_cli(env.cli_args(out, "--resume")) == 0, capsys.readouterr().err
+    assert digest(out) == digest(env.pack)
+
+
 # ---------------------------------------------------------------------------------------------- 5. eval, --json
 
 

@@ -70,10 +70,11 @@ def quantize(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace what --out holds."),
     stream: bool = typer.Option(False, "--stream", help="Read a Hub checkpoint's weights layer by layer over the "
-                                "network instead of downloading it first: the disk holds the pack alone (35B: "
-                                "≈ 19 GB, not 69 + 19) and the download overlaps the work (the next layer is "
-                                "fetched while this one is quantized: ≈ 1.7 GB more memory at 35B); an interrupted "
-                                "run resumes with --resume (the layer in flight is read again)."),
+                                "network instead of downloading it first: the disk holds the pack and, while it "
+                                "runs, the inputs --resume starts from (35B on a GPU: ≈ 20 + 4.6 GB; without "
+                                "--stream, the 69 GB release too) and the download overlaps the work (the next "
+                                "layer is fetched while this one is quantized: ≈ 1.7 GB more memory at 35B); an "
+                                "interrupted run resumes with --resume (the layer in flight is read again)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit of a Hub SRC (default: "
                                            "main; --resume reads the commit the run started from, wherever main "
                                            "has moved since)."),
@@ -93,7 +94,7 @@ def quantize(
 
       clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --device cuda
 
-      clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --stream   # 19 GB of disk, not 88
+      clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --stream   # ≈ 25 GB of disk, not 94
     """
     from clover_local.loader import pick_device
     from clover_local.runtime.sizes import fmt_bytes
