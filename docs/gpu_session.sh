@@ -56,7 +56,7 @@
 #                                so their figures stay comparable whether or not `tune` ran before them)
 #   quant_scale_cuda.json        (stage quantscale, not in the default list) `python -m quantize.bench_scale --device
 #                                cuda --layers 1`: one real-size GDN layer quantized on the GPU with today's defaults
-#                                (seconds a layer, peak host RSS; on one CPU core it took 245 s)
+#                                (seconds a layer, peak host RSS and GPU memory; on one CPU core it took 245 s)
 #   compile_check.json           every kernel compiled by this machine's triton for sm_90 / sm_120 (registers,
 #                                K-loop instructions per weight), run on one CPU core beside the stages
 #   doctor.json                  `clover-local doctor --json` (before the stages: ≈ 3 s)

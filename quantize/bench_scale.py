@@ -52,7 +52,8 @@ def _run(src: Path, out: Path, device: str, extra: list[str] | None = None) -> d
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     summary = json.loads(proc.stdout)
     return {"wall_s": round(time.perf_counter() - t0, 1), "peak_rss_gib": round(max(peak_kib, before) / 2**20, 3),
-            "layers": summary["layers"], "pack_bytes": summary["pack_bytes"], "source_bytes": summary["source_bytes"]}
+            "layers": summary["layers"], "pack_bytes": summary["pack_bytes"], "source_bytes": summary["source_bytes"],
+            "peak_device_bytes": summary["peak_device_bytes"]}
 
 
 def main() -> None:

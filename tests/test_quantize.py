@@ -975,6 +975,8 @@ def test_quantize_json_summary(env, capsys, flags, path):
         assert layer["experts"] == {path: n_experts}, layer
         assert 0 < layer["rel_error"] < 0.5 and layer["kind"] in ("linear_attention", "full_attention")
     assert summary["pack_bytes"] < summary["source_bytes"]
+    # the run's peaks, to size the next one: this process's resident memory (torch alone is over 100 MiB), no GPU
+    assert 100 * 2**20 < summary["peak_host_bytes"] < 64 * 2**30 and summary["peak_device_bytes"] is None
     assert summary["settings"] == Manifest.load(out).settings  # what the pack records
     assert summary["calibration"] == Manifest.load(out).calibration and summary["calibration"]["sequences"] >= 1
     assert {k: summary["settings"][k] for k in ("bits", "group_size", "method", "sym", "clip", "act_order")} == {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -141,6 +142,7 @@ def quantize(
         "quality": quality,
         "settings": settings.recorded(),
         "calibration": calibration,
+        **_peak_memory(dev),
     }
     if as_json:
         print(json.dumps(summary))
@@ -154,8 +156,11 @@ def quantize(
                       ", ".join(f"{k}: {v}" for k, v in r.expert_paths.items()), f"{r.seconds:.1f}")
     out_console = Console()
     out_console.print(table)
+    peaks = [f"{fmt_bytes(summary[key])} of {what}" for key, what in (("peak_host_bytes", "RAM"),
+                                                                      ("peak_device_bytes", "GPU memory"))
+             if summary[key] is not None]
     out_console.print(f"source {fmt_bytes(result.source_bytes)} → pack {fmt_bytes(result.pack_bytes)} "
-                      f"in {result.seconds:.1f}s")
+                      f"in {result.seconds:.1f}s" + (f" · peak {', '.join(peaks)}" if peaks else ""))
     if remote is not None:
         out_console.print(f"streamed {fmt_bytes(remote.fetched_bytes)} from the Hub in {remote.requests:,} ranged "
                           "requests (the checkpoint's weights were never written to disk)")
@@ -171,6 +176,22 @@ def quantize(
                           f"{kl_samples} × {kl_len} held-out tokens; lower KL is better: `clover-local eval` "
                           "measures on more)")
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
+
+
+def _peak_memory(device) -> dict:
+    """The run's peaks, for sizing the next one (at 35B: which machine can take the default calibration): the
+    process's resident memory (None where `resource` is missing: Windows), and on a GPU what torch allocated."""
+    import torch
+
+    try:
+        import resource
+    except ImportError:
+        host = None
+    else:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+        host = rss if sys.platform == "darwin" else rss * 1024
+    return {"peak_host_bytes": host,
+            "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
 
 
 def _open_source(src: str, stream: bool, revision: str | None, resumed: Path | None, console: Console
