@@ -1,5 +1,5 @@
 """Room a `quantize` run needs on --out's disk, known before its first layer: a 35B run takes hours, and a disk that
-fills at layer 38 costs them (the run resumes, but only once the space is found). What it writes: the pack (≈ 19 GB
+fills at layer 38 costs them (the run resumes, but only once the space is found). What it writes: the pack (≈ 20 GB
 at 35B, from config.json alone, as `plan` of a BF16 checkpoint computes it, byte for byte) and, while it runs, the
 next layer's calibration inputs that `--resume` starts from — a file the size of the calibration streams, two at
 once for a moment (the new one is written before the old one goes)."""
@@ -40,10 +40,11 @@ def progress_bytes(cfg: CloverConfig, sequences: int, seq_len: int, streams: int
 
 def check_room(out: Path, progress_dir: Path, pack: int, progress: int) -> None:
     """Refuse, before the first layer is read, a run whose rest --out's disk cannot take. What --out already holds
-    of it (finished shards, the saved inputs of a run being resumed) is counted as written."""
-    written = sum(f.stat().st_size for f in out.glob("model-*-of-*.safetensors")) if out.is_dir() else 0
-    saved = sum(f.stat().st_size for f in progress_dir.glob("hidden-*.safetensors"))
-    need = max(pack - written, 0) + max(2 * progress - saved, 0)
+    of it (finished shards, the saved inputs of a run being resumed, a write a kill cut short: its layer writes it
+    again in the same place) is counted as written."""
+    held = [*out.glob("model-*-of-*.safetensors"), *out.glob("*.tmp"), *progress_dir.glob("hidden-*.safetensors"),
+            *progress_dir.glob("*.tmp")]
+    need = max(pack + 2 * progress - sum(f.stat().st_size for f in held), 0)
     base = out
     while not base.exists() and base != base.parent:
         base = base.parent

@@ -361,6 +361,8 @@ def quantize_checkpoint(
         raise CloverError(f"cannot read calibration file {calib_path}: {exc.strerror or exc}") from None
     has_progress = prepare_output(out, resume, overwrite)
     prog_dir = out / PROGRESS
+    if has_progress:
+        _clear_temp_files(out)  # before the disk's room is measured: gigabytes at 35B
     # the compute dtype, which the calibration streams are held (and saved for --resume) in: on a GPU every value
     # they take is a bf16 result, so bf16 holds them exactly in half the memory (2 GiB, not 4, at the default)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -378,7 +380,6 @@ def quantize_checkpoint(
         start = state["next_layer"]
         sums = state.get("shards", {})
         _check_finished_shards(out, start, n_shards, sums)
-        _clear_temp_files(out)
         clean = hidden["clean"].to(dtype)
         noisy = hidden["noisy"].to(dtype) if "noisy" in hidden else None
         streams = _resumed_streams(cfg, hidden, measure, src, device)
