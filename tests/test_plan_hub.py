@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -368,9 +369,9 @@ def test_a_whole_load_of_a_hub_pack_is_not_judged_by_the_offloaded_plan(hub, pac
     assert getattr(loaded.model, "runtime", None) is None
 
 
-def test_a_pack_on_a_branch_is_planned_and_run_with_revision(hub, pack, capsys):
-    """A pack uploaded to a branch (`upload --revision`) with no pack on main: `plan` and `generate` with
-    `--revision BRANCH` read that branch's pack; without it, main's files are no pack."""
+def test_a_pack_on_a_branch_is_planned_and_run_with_revision(hub, pack, capsys, monkeypatch, tmp_path):
+    """A pack uploaded to a branch (`upload --revision`) with no pack on main: `plan`, `generate` and `chat` with
+    `--revision BRANCH` read that branch's pack (chat names it); without it, main's files are no pack."""
     from conftest import run_cli
 
     hub.add_repo(REPO, {"README.md": b"# the packs are on branches\n"})
@@ -385,5 +386,13 @@ def test_a_pack_on_a_branch_is_planned_and_run_with_revision(hub, pack, capsys):
             "--dtype", "float32", "--context", "256"]
     assert run_cli([*args, "--revision", "int4-g64"]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["token_ids"]
+    # chat names the branch in its header and in what /save (and --continue's note) records it was had with
+    saved = tmp_path / "conversation.json"
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"add 12+30\n/save {saved}\n"))
+    chat = ["chat", REPO, "--revision", "int4-g64", "--no-think", "--max-tokens", "4", "--device", "cpu",
+            "--dtype", "float32", "--context", "256"]
+    assert run_cli(chat) == 0, capsys.readouterr().err
+    assert f"· {REPO}@int4-g64 ·" in capsys.readouterr().err  # the header (stderr: the answer alone on stdout)
+    assert json.loads(saved.read_text())["model"] == f"{REPO}@int4-g64"
     snapshots = Path(hub_cache()) / "models--org--tiny-pack" / "snapshots"
     assert (snapshots / sha / "clover_manifest.json").is_file()

@@ -106,7 +106,8 @@ def chat(
         think=think, show_thinking=show_thinking, seed=seed, presence_penalty=presence_penalty,
         frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty, think_budget=think_budget,
     )
-    session = ChatApp(loaded, model, settings, interactive=interactive, system=system,
+    label = model if revision is None else f"{model}@{revision}"  # the header, and what /save records it was had with
+    session = ChatApp(loaded, label, settings, interactive=interactive, system=system,
                       keep_at=kept if interactive else None)
     session.pace = pace
     if resume is not None or last:  # its saved settings too, but not over what this command line set
