@@ -18,6 +18,8 @@ from clover_local.tokenizer import ChatTokenizer
 if TYPE_CHECKING:  # (torch is imported where a model loads: the command line's --help and download go without it)
     import torch
 
+    from clover_local.hub.resume import Reserve
+
 ASSETS = Path(__file__).parent / "assets"
 SHORT_NAMES = {"tiny": ASSETS / "tiny"}
 
@@ -32,9 +34,10 @@ def is_hub_id(arg: str) -> bool:
     return is_repo_id(arg)
 
 
-def resolve_model_path(arg: str, revision: str | None = None) -> Path:
+def resolve_model_path(arg: str, revision: str | None = None, reserve: Reserve | None = None) -> Path:
     """A folder on disk, a short name of a model shipped with the package, or a Hub repo id (downloaded; at
-    `revision`, a branch, tag or commit, when given)."""
+    `revision`, a branch, tag or commit, when given; `reserve`: what the caller writes after the download, for its
+    room check)."""
     path = Path(arg).expanduser()
     if revision and (path.exists() or arg in SHORT_NAMES):
         raise CloverError(f"--revision applies to Hub repo ids, but {arg} is a local model")
@@ -52,7 +55,7 @@ def resolve_model_path(arg: str, revision: str | None = None) -> Path:
             from clover_local.hub.transfer import resolve_model
         except ImportError:
             raise CloverError(f"{arg} is not a local folder, and Hub downloads are not available") from None
-        return resolve_model(arg, revision=revision)
+        return resolve_model(arg, revision=revision, reserve=reserve)
     raise CloverError(f"model folder {arg} does not exist")
 
 

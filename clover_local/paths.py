@@ -16,3 +16,11 @@ def cache_root() -> Path:
 
 
 LAST_CHAT = "last_chat.json"  # the last `chat` conversation, kept as it goes (`chat --continue`), in the cache root
+
+
+def nearest_existing(path: Path) -> Path:
+    """`path`, or its nearest ancestor that exists: where a folder not made yet will be (its disk, its rights)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p

@@ -1,32 +1,46 @@
-"""Room a `quantize` run needs on --out's disk, known before its first layer: a 35B run takes hours, and a disk that
-fills at layer 38 costs them (the run resumes, but only once the space is found). What it writes: the pack (≈ 20 GB
-at 35B, from config.json alone, as `plan` of a BF16 checkpoint computes it, byte for byte) and, while it runs, the
-next layer's calibration inputs that `--resume` starts from — a file the size of the calibration streams, two at
-once for a moment (the new one is written before the old one goes)."""
+"""Room a `quantize` run needs on --out's disk, known before its first layer (and, for a Hub SRC it downloads,
+before the download): a 35B run takes hours, and a disk that fills at layer 38 costs them (the run resumes, but only
+once the space is found). What it writes: the pack (≈ 20 GB at 35B, from config.json alone, as `plan` of a BF16
+checkpoint computes it, byte for byte) and, while it runs, the next layer's calibration inputs that `--resume`
+starts from — a file the size of the calibration streams, two at once for a moment (the new one is written before
+the old one goes)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from clover_local.config import CloverConfig
 from clover_local.errors import CloverError
+from clover_local.hub.resume import DISK_MARGIN
+from clover_local.paths import nearest_existing
 
-MARGIN = 1024**3  # left free: the manifest, the card, logs, the system's own needs
+if TYPE_CHECKING:
+    from clover_local.runtime.pack_index import PackIndex
+
 ENTRY_BYTES = 200  # a tensor's entry in its shard's header and in the index (≈ 110 + 90 bytes on the tiny pack)
 GB = 1e9
 
 
-def pack_bytes(src: Path, bits: int, profile: str, group_size: int) -> int:
-    """The pack's bytes: its tensors as `plan` computes them from SRC's config.json, their entries in the shards'
-    headers and the index, and the small files copied from SRC (tokenizer, chat template)."""
-    from clover_local.runtime.synthetic_pack import checkpoint_index
+def compute_dtype(device: torch.device) -> torch.dtype:
+    """What a layer is computed in, and the calibration streams held (and saved for --resume) in: on a GPU every
+    value they take is a bf16 result, so bf16 holds them exactly in half the memory (2 GiB, not 4, at the
+    default)."""
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
 
-    index = checkpoint_index(src, bits, profile, group_size, str(src))
-    small = sum(f.stat().st_size for f in src.iterdir() if f.is_file() and f.suffix != ".safetensors")
-    return sum(t.nbytes for t in index.tensors.values()) + ENTRY_BYTES * len(index.tensors) + small
+
+def pack_bytes(index: PackIndex, small_files: int = 0) -> int:
+    """The pack's bytes: its tensors (the index `plan` computes from config.json), their entries in the shards'
+    headers and the index, and the small files copied beside them (tokenizer, chat template)."""
+    return sum(t.nbytes for t in index.tensors.values()) + ENTRY_BYTES * len(index.tensors) + small_files
+
+
+def small_files(src: Path) -> int:
+    """The bytes of SRC's files other than weights: what the pack copies of them, at most."""
+    return sum(f.stat().st_size for f in src.iterdir() if f.is_file() and f.suffix != ".safetensors")
 
 
 def progress_bytes(cfg: CloverConfig, sequences: int, seq_len: int, streams: int, dtype: torch.dtype,
@@ -38,18 +52,20 @@ def progress_bytes(cfg: CloverConfig, sequences: int, seq_len: int, streams: int
             + held_out_tokens * 4 * row * 4)
 
 
-def check_room(out: Path, progress_dir: Path, pack: int, progress: int) -> None:
-    """Refuse, before the first layer is read, a run whose rest --out's disk cannot take. What --out already holds
-    of it (finished shards, the saved inputs of a run being resumed, a write a kill cut short: its layer writes it
-    again in the same place) is counted as written."""
+def still_needed(out: Path, progress_dir: Path, pack: int, progress: int) -> int:
+    """Bytes the run will still add to --out: the pack and two input files, less what --out already holds of them
+    (finished shards, the saved inputs of a run being resumed, a write a kill cut short: its layer writes it again
+    in the same place)."""
     held = [*out.glob("model-*-of-*.safetensors"), *out.glob("*.tmp"), *progress_dir.glob("hidden-*.safetensors"),
             *progress_dir.glob("*.tmp")]
-    need = max(pack + 2 * progress - sum(f.stat().st_size for f in held), 0)
-    base = out
-    while not base.exists() and base != base.parent:
-        base = base.parent
-    free = shutil.disk_usage(base).free
-    if need + MARGIN <= free:
+    return max(pack + 2 * progress - sum(f.stat().st_size for f in held), 0)
+
+
+def check_room(out: Path, progress_dir: Path, pack: int, progress: int) -> None:
+    """Refuse a run whose rest --out's disk cannot take (`still_needed`), in one line that says what to change."""
+    need = still_needed(out, progress_dir, pack, progress)
+    free = shutil.disk_usage(nearest_existing(out)).free
+    if need + DISK_MARGIN <= free:
         return
     raise CloverError(
         f"quantizing into {out} needs ≈ {need / GB:.1f} GB more on its disk (the pack ≈ {pack / GB:.1f} GB; the "

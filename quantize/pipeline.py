@@ -32,9 +32,10 @@ from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.reader import PackReader
 from clover_local.pack.manifest import MANIFEST_NAME, AlteredFile, Manifest, sha256_file, share_like_any_file
 from clover_local.runtime.pack_index import read_header
+from clover_local.runtime.synthetic_pack import checkpoint_index
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
-from quantize.footprint import check_room, pack_bytes, progress_bytes
+from quantize.footprint import check_room, compute_dtype, pack_bytes, progress_bytes, small_files
 from quantize.gptq_format import SUPPORTED_BITS, values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
@@ -106,6 +107,16 @@ class QuantizeResult:
     resumed_from: int = 0
     fetched_bytes: int | None = None  # bytes read from the Hub by --stream (None: a local checkpoint)
     quality: dict | None = None  # KL against the source, measured as the layers went (`measure`)
+
+
+def run_bytes(index, small: int, settings: QuantizeSettings, dtype: torch.dtype, measure: QualityCheck | None
+              ) -> tuple[int, int]:
+    """(the pack's bytes, one --resume input file's) for a run of `settings` whose pack is `index` (as `plan`
+    computes it from the checkpoint's config.json) with `small` bytes of files copied beside its weights."""
+    streams = 2 if settings.calib_mode == "diffusion" else 1
+    held_out = measure.samples * measure.seq_len if measure is not None else 0
+    return (pack_bytes(index, small),
+            progress_bytes(index.config, settings.samples, settings.seq_len, streams, dtype, held_out))
 
 
 def _write_error(path: Path, exc: Exception) -> CloverError:
@@ -363,12 +374,9 @@ def quantize_checkpoint(
     prog_dir = out / PROGRESS
     if has_progress:
         _clear_temp_files(out)  # before the disk's room is measured: gigabytes at 35B
-    # the compute dtype, which the calibration streams are held (and saved for --resume) in: on a GPU every value
-    # they take is a bf16 result, so bf16 holds them exactly in half the memory (2 GiB, not 4, at the default)
-    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    check_room(out, prog_dir, pack_bytes(src, settings.bits, settings.profile, settings.group_size),
-               progress_bytes(cfg, settings.samples, settings.seq_len, 2 if settings.calib_mode == "diffusion" else 1,
-                              dtype, measure.samples * measure.seq_len if measure is not None else 0))
+    dtype = compute_dtype(device)
+    check_room(out, prog_dir, *run_bytes(checkpoint_index(src, settings.bits, settings.profile, settings.group_size,
+                                                          str(src)), small_files(src), settings, dtype, measure))
     _make_output(out)
     n_layers = cfg.num_hidden_layers
     n_shards = n_layers + 1

@@ -205,3 +205,35 @@ def test_a_resume_reads_the_commit_the_run_started_from_when_main_has_moved(stre
     assert json.loads(capsys.readouterr().out)["kl_causal_mean"] > 0
     assert run_cli([*args, "--revision", "main"]) == 2
     assert "was not made from" in capsys.readouterr().err
+
+
+def test_a_download_with_no_room_for_the_pack_after_it_is_refused_first(hub, src, calib, tmp_path, capsys,
+                                                                        monkeypatch):
+    """`quantize REPO` downloads the checkpoint, then writes the pack beside it: where --out shares the download's
+    disk, a disk with room for the download but not for the pack after it is refused before a weight is fetched
+    (as `plan` does, from the repo's config.json); --stream, which keeps no weights, fits the same disk."""
+    import shutil
+
+    from clover_local.hub import resume
+    from clover_local.hub.remote_index import remote_pack_index
+    from quantize.footprint import compute_dtype
+    from quantize.pipeline import run_bytes
+    from quantize.quality import QualityCheck
+
+    monkeypatch.setattr(resume, "THRESHOLD", 512)  # the shards are the large files (fetched by resume.py)
+    on_hub(hub, src)
+    download = sum(p.stat().st_size for p in src.glob("*.safetensors"))
+    settings = QuantizeSettings(samples=4, seq_len=64)
+    pack, progress = run_bytes(remote_pack_index(REPO).index, 0, settings, compute_dtype(CPU),
+                               QualityCheck(samples=4, seq_len=64))
+    usage = shutil.disk_usage(tmp_path)
+    room = {"free": download + pack + 2 * progress + resume.DISK_MARGIN - 1}
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=room["free"]))
+    out = tmp_path / "pack"
+    assert run_cli(quantize_args(REPO, out, calib)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Downloading org/clover-bf16") and "for the pack quantize makes in" in err, err
+    assert shard_gets(hub) == [] and not out.exists()
+    assert run_cli(quantize_args(REPO, tmp_path / "streamed", calib, "--stream")) == 0, capsys.readouterr().err
+    room["free"] += 1
+    assert run_cli(quantize_args(REPO, out, calib)) == 0, capsys.readouterr().err

@@ -7,7 +7,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -20,6 +20,8 @@ from clover_local.pack.manifest import Manifest
 
 if TYPE_CHECKING:
     from clover_local.hub.remote_shards import RemoteShards
+    from clover_local.hub.resume import Reserve
+    from quantize.pipeline import QuantizeSettings
     from quantize.quality import QualityCheck
 
 
@@ -110,9 +112,10 @@ def quantize(
     settings.validate()
     dev = pick_device(device)
     console = Console(stderr=True, quiet=as_json)
-    src_path, remote, label = _open_source(src, stream, revision, out if resume else None, console)
     kl_samples, kl_len = 4, min(seq_len, 512)
     check = QualityCheck(samples=kl_samples, seq_len=kl_len, calib=calib) if evaluate else None
+    src_path, remote, label = _open_source(src, stream, revision, out if resume else None, console,
+                                           lambda rev: _room_after_download(src, rev, out, settings, dev, check))
     with _progress(console) as bar:
         task = bar.add_task("quantizing", total=None, step="")
 
@@ -194,22 +197,44 @@ def _peak_memory(device) -> dict:
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
 
 
-def _open_source(src: str, stream: bool, revision: str | None, resumed: Path | None, console: Console
-                 ) -> tuple[Path, RemoteShards | None, dict]:
+def _open_source(src: str, stream: bool, revision: str | None, resumed: Path | None, console: Console,
+                 room: Callable[[str | None], Reserve | None]) -> tuple[Path, RemoteShards | None, dict]:
     """SRC opened (`checkpoint_source`; a Hub SRC resumed in `resumed` at the commit that run started from) and
-    the source label the pack's manifest records (a Hub SRC with the commit it was read at)."""
+    the source label the pack's manifest records (a Hub SRC with the commit it was read at). A Hub SRC to download
+    has `room(revision)` checked first (`_room_after_download`)."""
     from clover_local.hub.transfer import snapshot_commit
     from clover_local.loader import is_hub_id, refuse_pack
 
     on_hub = is_hub_id(src)
     if on_hub and resumed is not None:
         revision = _resumed_commit(resumed, src, revision, console)
-    src_path, remote = checkpoint_source(src, stream, "the same command with --resume", revision)
+    reserve = room(revision) if on_hub and not stream else None
+    src_path, remote = checkpoint_source(src, stream, "the same command with --resume", revision, reserve)
     refuse_pack(src_path, src, "quantize takes the BF16 checkpoint it was made from")
     if not on_hub:
         return src_path, remote, {"path": src_path.name}
     commit = remote.commit if remote is not None else snapshot_commit(src_path)
     return src_path, remote, {"repo_id": src, **({"revision": commit} if commit else {})}
+
+
+def _room_after_download(src: str, revision: str | None, out: Path, settings: QuantizeSettings, dev,
+                         check: QualityCheck | None) -> Reserve | None:
+    """What a run on a Hub SRC it downloads writes in --out after the download (the pack, the inputs --resume starts
+    from), from the repo's config.json: --out's disk is checked for it now, and the download's room check counts it
+    where the two share a disk — a disk with room for the 69 GB release but not for the pack after it is refused
+    before the download, not hours into it. None where the Hub cannot be read now (offline: the cached copy's run
+    is checked before its first layer) or SRC is no checkpoint (refused once read)."""
+    from clover_local.hub.remote_index import remote_pack_index
+    from clover_local.hub.resume import Reserve
+    from quantize.footprint import check_room, compute_dtype, still_needed
+    from quantize.pipeline import PROGRESS, run_bytes
+
+    remote = remote_pack_index(src, revision, bits=settings.bits, profile=settings.profile, group=settings.group_size)
+    if remote is None or not remote.checkpoint:
+        return None
+    pack, progress = run_bytes(remote.index, 0, settings, compute_dtype(dev), check)
+    check_room(out, out / PROGRESS, pack, progress)
+    return Reserve(out, still_needed(out, out / PROGRESS, pack, progress), f"the pack quantize makes in {out}")
 
 
 def _resumed_commit(out: Path, src: str, revision: str | None, console: Console) -> str | None:
@@ -231,14 +256,15 @@ def _resumed_commit(out: Path, src: str, revision: str | None, console: Console)
     return revision
 
 
-def checkpoint_source(src: str, stream: bool, retry: str, revision: str | None = None
+def checkpoint_source(src: str, stream: bool, retry: str, revision: str | None = None, reserve: Reserve | None = None
                       ) -> tuple[Path, RemoteShards | None]:
     """SRC as a folder, and with --stream the Hub repo's shards to read by byte range (its small files are in the
-    folder); `retry` is what a read that gave up tells the person to run; `revision` pins a Hub SRC."""
+    folder); `retry` is what a read that gave up tells the person to run; `revision` pins a Hub SRC; `reserve`:
+    what the caller writes after a download, for its room check."""
     from clover_local.loader import SHORT_NAMES, resolve_model_path
 
     if not stream:
-        return resolve_model_path(src, revision), None
+        return resolve_model_path(src, revision, reserve), None
     from clover_local.hub.remote_shards import open_remote_checkpoint
     from clover_local.hub.transfer import is_repo_id
 

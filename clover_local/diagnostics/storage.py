@@ -10,18 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from clover_local.diagnostics.common import FAIL, GIB, OK, WARN, Result, fmt_size
+from clover_local.paths import nearest_existing
 
 # The 35B model's sizes on disk (tests/test_doctor.py holds PACK_BYTES to what synthetic_index("full") computes).
 PACK_BYTES = int(18.6 * GIB)  # the 4-bit pack on disk (≈ 20 GB)
 BF16_BYTES = int(64.6 * GIB)  # the BF16 release (≈ 69 GB), what `quantize` starts from
-
-
-def _existing(path: Path) -> Path:
-    """path, or its nearest ancestor that exists (where a folder not made yet will be)."""
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
 
 
 def _token_set() -> tuple[bool, str]:
@@ -35,7 +28,7 @@ def _token_set() -> tuple[bool, str]:
 
 def _folder_facts(path: Path) -> tuple[dict[str, Any], Result | None]:
     """Free space and writability of a folder (or where it will be made); a Result when it cannot be used."""
-    base = _existing(path)
+    base = nearest_existing(path)
     usage = shutil.disk_usage(base)
     facts = {"path": str(path), "exists": path.exists(), "free_bytes": int(usage.free),
              "total_bytes": int(usage.total), "writable": os.access(base, os.W_OK), "device": os.stat(base).st_dev}
@@ -73,7 +66,7 @@ def check_hub_cache(say: Callable[[str], None]) -> Result:
         bad.fix = "set HF_HUB_CACHE (or HF_HOME) to a writable folder, or download with --dir DIR"
         return bad
     try:
-        same = os.stat(_existing(cache_root())).st_dev == facts["device"]
+        same = os.stat(nearest_existing(cache_root())).st_dev == facts["device"]
     except OSError:
         same = False
     made = "" if facts["exists"] else " (not made yet)"

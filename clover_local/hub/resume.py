@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 
 from clover_local import __version__
 from clover_local.errors import CloverError
+from clover_local.paths import nearest_existing
 
 # Files larger than this are fetched here, resumably; the rest by snapshot_download (tests lower it).
 THRESHOLD = 64 * 1024 * 1024
@@ -154,10 +155,11 @@ def fetch_large_files(
     ignore_patterns: list[str],
     retry: str,
     tqdm_class: Any = None,
+    reserve: Reserve | None = None,
 ) -> dict[str, str | None]:
     """Fetch every large file of the snapshot that is not in place yet, resuming partial files. Returns each fetched
     file's name and the sha256 its bytes were checked against as they arrived (None: the Hub gave none), so that a
-    manifest check need not read them again.
+    manifest check need not read them again. `reserve`: what the caller writes after it (`_check_room`).
 
     Network and HTTP errors propagate as huggingface_hub raises them (the caller turns them into one sentence); the
     partial files stay for the next run. `retry` is the command to suggest in our own messages."""
@@ -170,7 +172,7 @@ def fetch_large_files(
     todo = [(file, place) for file, place in places if not already_there(file, place, local_dir)]
     if not todo:
         return {}
-    _check_room(repo_id, todo, retry)
+    _check_room(repo_id, todo, retry, reserve)
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=min(PARALLEL, len(todo)), thread_name_prefix="clover-download") as pool:
         futures = [pool.submit(fetch_one, file, place, local_dir, retry=retry, tqdm_class=tqdm_class, stop=stop)
@@ -186,22 +188,35 @@ def fetch_large_files(
     return {file.name: file.etag if _SHA256.match(file.etag) else None for file, _ in todo}
 
 
-def _check_room(repo_id: str, todo: list[tuple[LargeFile, Place]], retry: str) -> None:
-    """Refuse before the first byte when the disk cannot take what is left to fetch: the 35B release is 69 GB,
-    and a download that fills the disk would fail hours in, with the disk full."""
+@dataclass
+class Reserve:
+    """Bytes the caller writes in `folder` after the download (`quantize`: the pack it makes of the checkpoint),
+    counted in the download's room check where `folder` is on the download's disk."""
+
+    folder: Path
+    nbytes: int
+    what: str
+
+
+def _check_room(repo_id: str, todo: list[tuple[LargeFile, Place]], retry: str, reserve: Reserve | None = None
+                ) -> None:
+    """Refuse before the first byte when the disk cannot take what is left to fetch (and what `reserve` writes
+    after it on the same disk): the 35B release is 69 GB, and a download that fills the disk would fail hours in,
+    with the disk full."""
     need = sum(file.size - min(_size(place.partial), file.size) for file, place in todo)
-    folder = todo[0][1].partial.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = nearest_existing(todo[0][1].partial.parent)
     free = shutil.disk_usage(folder).free
-    if need + DISK_MARGIN <= free:
+    after = (reserve.nbytes if reserve is not None
+             and os.stat(nearest_existing(reserve.folder)).st_dev == os.stat(folder).st_dev else 0)
+    if need + after + DISK_MARGIN <= free:
         return
     gb = 1e9
+    then = f", then {after / gb:.1f} GB for {reserve.what}" if after else ""
     raise CloverError(
-        f"Downloading {repo_id} needs {need / gb:.1f} GB more on the disk of {folder}, which has {free / gb:.1f} GB "
-        f"free: free some space (`clover-local cache` lists what clover-local keeps) or download to another disk "
-        f"(HF_HOME, or `--dir`), then run `{retry}`; a BF16 checkpoint can be quantized without keeping it: "
-        f"`clover-local quantize {repo_id} --out DIR --stream`."
+        f"Downloading {repo_id} needs {need / gb:.1f} GB more on the disk of {folder}{then}, which has "
+        f"{free / gb:.1f} GB free: free some space (`clover-local cache` lists what clover-local keeps) or download "
+        f"to another disk (HF_HOME, or `--dir`), then run `{retry}`; a BF16 checkpoint can be quantized without "
+        f"keeping it: `clover-local quantize {repo_id} --out DIR --stream`."
     )
 
 

@@ -40,11 +40,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from clover_local import __version__
 from clover_local.errors import CloverError
 from clover_local.pack.manifest import CARD_NAME, MANIFEST_NAME, Manifest, verify_pack
+
+if TYPE_CHECKING:
+    from clover_local.hub.resume import Reserve
 
 # What a Clover checkpoint or pack needs. Never code (*.py) or pickles (*.bin, *.pt): nothing is executed.
 ALLOW_PATTERNS = [
@@ -391,13 +394,15 @@ def download(
     verify: bool = True,
     force: bool = False,
     on_verify_bytes: ProgressFn | None = None,
+    reserve: Reserve | None = None,
 ) -> Path:
     """Download a Clover checkpoint or pack; return the local folder (Hub cache snapshot, or `dir`).
 
     Resumable across runs, large files included, and cache-reusing (see the module docstring and resume.py).
     Offline, or when the Hub cannot be reached, the cached snapshot is returned if it is complete. With `verify`,
     a pack's newly written files are checked against the sha256 sums in its manifest. A `dir` holding anything
-    but an earlier download of `repo_id` is refused.
+    but an earlier download of `repo_id` is refused. `reserve`: what the caller writes after it, counted in the
+    room check where it shares the download's disk (`resume.Reserve`).
     """
     from huggingface_hub import snapshot_download
 
@@ -435,6 +440,7 @@ def download(
                 checked = fetch_large_files(
                     repo_id, revision=revision, local_dir=dir, allow_patterns=ALLOW_PATTERNS,
                     ignore_patterns=IGNORE_PATTERNS, retry=retry, tqdm_class=kwargs.get("tqdm_class"),
+                    reserve=reserve,
                 )
             path = snapshot_download(**kwargs, local_files_only=offline)
         except Exception as exc:
@@ -488,7 +494,8 @@ def commit_of(repo_id: str, revision: str) -> str:
         raise
 
 
-def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any") -> Path:
+def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any", reserve: Reserve | None = None
+                  ) -> Path:
     """Turn a MODEL/SRC argument into a local folder.
 
     A local folder is used as is; `owner/name` that is not a local path is downloaded into the Hub cache
@@ -507,7 +514,7 @@ def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any") -
         folder = local
     elif is_repo_id(text) and not text.startswith(("./", "../", "~")):
         try:
-            folder = download(text, revision=revision)
+            folder = download(text, revision=revision, reserve=reserve)
         except CloverError as exc:
             if str(exc).startswith("Repository "):
                 raise CloverError(f"{str(exc).rstrip('.')}; there is no local folder {text} either.") from None
