@@ -20,6 +20,8 @@ from clover_local.paths import nearest_existing
 
 if TYPE_CHECKING:
     from clover_local.runtime.pack_index import PackIndex
+    from quantize.pipeline import QuantizeSettings
+    from quantize.quality import QualityCheck
 
 ENTRY_BYTES = 200  # a tensor's entry in its shard's header and in the index (≈ 110 + 90 bytes on the tiny pack)
 GB = 1e9
@@ -50,6 +52,16 @@ def progress_bytes(cfg: CloverConfig, sequences: int, seq_len: int, streams: int
     row = cfg.hidden_size
     return (sequences * seq_len * streams * row * torch.finfo(dtype).bits // 8
             + held_out_tokens * 4 * row * 4)
+
+
+def run_bytes(index: PackIndex, small: int, settings: QuantizeSettings, dtype: torch.dtype,
+              measure: QualityCheck | None) -> tuple[int, int]:
+    """(the pack's bytes, one --resume input file's) for a run of `settings` whose pack is `index` (as `plan`
+    computes it from the checkpoint's config.json) with `small` bytes of files copied beside its weights."""
+    streams = 2 if settings.calib_mode == "diffusion" else 1
+    held_out = measure.samples * measure.seq_len if measure is not None else 0
+    return (pack_bytes(index, small),
+            progress_bytes(index.config, settings.samples, settings.seq_len, streams, dtype, held_out))
 
 
 def still_needed(out: Path, progress_dir: Path, pack: int, progress: int) -> int:

@@ -35,7 +35,7 @@ from clover_local.runtime.pack_index import read_header
 from clover_local.runtime.synthetic_pack import checkpoint_index
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
-from quantize.footprint import check_room, compute_dtype, pack_bytes, progress_bytes, small_files
+from quantize.footprint import check_room, compute_dtype, run_bytes, small_files
 from quantize.gptq_format import SUPPORTED_BITS, values_per_run
 from quantize.gptq import HessianAccumulator, QuantResult
 from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions, bf16_tensors, packed, quantize_weight
@@ -107,16 +107,6 @@ class QuantizeResult:
     resumed_from: int = 0
     fetched_bytes: int | None = None  # bytes read from the Hub by --stream (None: a local checkpoint)
     quality: dict | None = None  # KL against the source, measured as the layers went (`measure`)
-
-
-def run_bytes(index, small: int, settings: QuantizeSettings, dtype: torch.dtype, measure: QualityCheck | None
-              ) -> tuple[int, int]:
-    """(the pack's bytes, one --resume input file's) for a run of `settings` whose pack is `index` (as `plan`
-    computes it from the checkpoint's config.json) with `small` bytes of files copied beside its weights."""
-    streams = 2 if settings.calib_mode == "diffusion" else 1
-    held_out = measure.samples * measure.seq_len if measure is not None else 0
-    return (pack_bytes(index, small),
-            progress_bytes(index.config, settings.samples, settings.seq_len, streams, dtype, held_out))
 
 
 def _write_error(path: Path, exc: Exception) -> CloverError:

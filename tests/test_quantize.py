@@ -784,10 +784,11 @@ def test_a_disk_without_room_for_the_run_is_refused_before_the_first_layer(env, 
     the files copied beside it) and the --resume inputs (two files at once for a moment). A disk without room for
     the rest is one line before any layer is read — a fresh run leaves no folder, a resumed one keeps what it
     finished and counts it as written."""
+    from clover_local.runtime.synthetic_pack import checkpoint_index
     from quantize import footprint
 
     cfg = CheckpointReader(env.src).config
-    pack = footprint.pack_bytes(env.src, 4, "balanced", 128)
+    pack = footprint.pack_bytes(checkpoint_index(env.src, 4, "balanced", 128, "src"), footprint.small_files(env.src))
     made = sum(f.stat().st_size for f in env.pack.iterdir() if f.name != "README.md")
     assert abs(pack - made) < 0.03 * made  # the headers' entries estimated, the manifest left out
     one = footprint.progress_bytes(cfg, 4, 64, 2, torch.float32)
@@ -801,10 +802,10 @@ def test_a_disk_without_room_for_the_run_is_refused_before_the_first_layer(env, 
     room = {"free": 0}
     monkeypatch.setattr(footprint.shutil, "disk_usage", lambda path: usage._replace(free=room["free"]))
     fresh = env.root / "out-no-room"
-    room["free"] = footprint.MARGIN + pack + 2 * one - 1
+    room["free"] = footprint.DISK_MARGIN + pack + 2 * one - 1
     expect_error(capsys, env.cli_args(fresh), "needs ≈", "GB free", "--samples")
     assert not fresh.exists()
-    room["free"] = footprint.MARGIN + (pack - written) + (2 * one - saved) - 1  # a byte short of the rest
+    room["free"] = footprint.DISK_MARGIN + (pack - written) + (2 * one - saved) - 1  # a byte short of the rest
     before = digest(out)
     expect_error(capsys, env.cli_args(out, "--resume"), "needs ≈")
     assert digest(out) == before

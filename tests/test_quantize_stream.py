@@ -216,8 +216,7 @@ def test_a_download_with_no_room_for_the_pack_after_it_is_refused_first(hub, src
 
     from clover_local.hub import resume
     from clover_local.hub.remote_index import remote_pack_index
-    from quantize.footprint import compute_dtype
-    from quantize.pipeline import run_bytes
+    from quantize.footprint import compute_dtype, run_bytes
     from quantize.quality import QualityCheck
 
     monkeypatch.setattr(resume, "THRESHOLD", 512)  # the shards are the large files (fetched by resume.py)
