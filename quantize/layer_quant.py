@@ -1,7 +1,8 @@
 """Quantize one decoder layer against calibration activations (the unit of layer streaming).
 
 Order inside a layer, so each part is calibrated on inputs that already went through quantized parts:
-1. float forward of the whole layer (reference output; hooks collect the mixer projections' Hessians),
+1. float forward of the whole layer (the reference output, kept for a sample of sequences; hooks collect the mixer
+   projections' Hessians),
 2. quantize the mixer projections, rerun the mixer → MoE inputs,
 3. shared expert and routed experts, expert by expert (Hessians from the rows routed to each expert, or from
    every row with `expert_stats="all"`; experts with too few rows fall back to round-to-nearest),
