@@ -56,6 +56,28 @@ def test_hessian_accumulates_in_batches_like_one_batch() -> None:
         batched.add_batch(torch.zeros(3, 65))
 
 
+def test_rows_that_need_a_cast_are_taken_a_slice_at_a_time(monkeypatch) -> None:
+    """bf16 rows (a GPU run's MoE inputs) are cast to float32 `CAST_ROWS` at a time, never whole: the same H as
+    the whole cast, within float32 summation order; float32 rows stay one product."""
+    import quantize.gptq as gptq
+
+    x = correlated_inputs(1000, 64, seed=1).to(torch.bfloat16)
+    whole = HessianAccumulator(64)
+    whole.add_batch(x.float())
+    seen: list[int] = []
+    real_addmm = torch.Tensor.addmm_
+    monkeypatch.setattr(torch.Tensor, "addmm_", lambda h, a, b, alpha: seen.append(b.shape[0]) or real_addmm(
+        h, a, b, alpha=alpha))
+    monkeypatch.setattr(gptq, "CAST_ROWS", 300)
+    sliced = HessianAccumulator(64)
+    sliced.add_batch(x)
+    assert seen == [300, 300, 300, 100] and sliced.nsamples == 1000
+    torch.testing.assert_close(sliced.H, whole.H, rtol=1e-5, atol=1e-6)
+    seen.clear()
+    HessianAccumulator(64).add_batch(x.float())
+    assert seen == [1000]
+
+
 @pytest.mark.parametrize("group_size", [128, -1])
 def test_gptq_beats_rtn_on_output_error(group_size: int) -> None:
     x = correlated_inputs(ROWS, IN, seed=1)
