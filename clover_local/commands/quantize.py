@@ -234,7 +234,8 @@ def _room_after_download(src: str, revision: str | None, out: Path, settings: Qu
         return None
     pack, progress = run_bytes(remote.index, 0, settings, compute_dtype(dev), check)
     check_room(out, out / PROGRESS, pack, progress)
-    return Reserve(out, still_needed(out, out / PROGRESS, pack, progress), f"the pack quantize makes in {out}")
+    return Reserve(out, still_needed(out, out / PROGRESS, pack, progress),
+                   f"the pack quantize makes in {out} and its --resume inputs")
 
 
 def _resumed_commit(out: Path, src: str, revision: str | None, console: Console) -> str | None:
