@@ -159,11 +159,8 @@ def quantize(
                       ", ".join(f"{k}: {v}" for k, v in r.expert_paths.items()), f"{r.seconds:.1f}")
     out_console = Console()
     out_console.print(table)
-    peaks = [f"{fmt_bytes(summary[key])} of {what}" for key, what in (("peak_host_bytes", "RAM"),
-                                                                      ("peak_device_bytes", "GPU memory"))
-             if summary[key] is not None]
     out_console.print(f"source {fmt_bytes(result.source_bytes)} → pack {fmt_bytes(result.pack_bytes)} "
-                      f"in {result.seconds:.1f}s" + (f" · peak {', '.join(peaks)}" if peaks else ""))
+                      f"in {result.seconds:.1f}s{_peaks_text(summary)}")
     if remote is not None:
         out_console.print(f"streamed {fmt_bytes(remote.fetched_bytes)} from the Hub in {remote.requests:,} ranged "
                           "requests (the checkpoint's weights were never written to disk)")
@@ -195,6 +192,15 @@ def _peak_memory(device) -> dict:
         host = rss if sys.platform == "darwin" else rss * 1024
     return {"peak_host_bytes": host,
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
+
+
+def _peaks_text(summary: dict) -> str:
+    """The summary line's ` · peak 9.7 GiB of RAM, 7.1 GiB of GPU memory`, from `_peak_memory`'s figures."""
+    from clover_local.runtime.sizes import fmt_bytes
+
+    peaks = [f"{fmt_bytes(summary[key])} of {what}"
+             for key, what in (("peak_host_bytes", "RAM"), ("peak_device_bytes", "GPU memory")) if summary[key]]
+    return f" · peak {', '.join(peaks)}" if peaks else ""
 
 
 def _open_source(src: str, stream: bool, revision: str | None, resumed: Path | None, console: Console,
