@@ -73,12 +73,13 @@ def still_needed(out: Path, progress_dir: Path, pack: int, progress: int) -> int
     return max(pack + 2 * progress - sum(f.stat().st_size for f in held), 0)
 
 
-def check_room(out: Path, progress_dir: Path, pack: int, progress: int) -> None:
-    """Refuse a run whose rest --out's disk cannot take (`still_needed`), in one line that says what to change."""
+def check_room(out: Path, progress_dir: Path, pack: int, progress: int) -> int:
+    """Refuse a run whose rest --out's disk cannot take, in one line that says what to change; else return that
+    rest (`still_needed`)."""
     need = still_needed(out, progress_dir, pack, progress)
     free = shutil.disk_usage(nearest_existing(out)).free
     if need + DISK_MARGIN <= free:
-        return
+        return need
     raise CloverError(
         f"quantizing into {out} needs ≈ {need / GB:.1f} GB more on its disk (the pack ≈ {pack / GB:.1f} GB; the "
         f"calibration inputs --resume starts from, ≈ {2 * progress / GB:.1f} GB while it runs), which has "

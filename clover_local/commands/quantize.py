@@ -232,15 +232,14 @@ def _room_after_download(src: str, revision: str | None, out: Path, settings: Qu
     is checked before its first layer) or SRC is no checkpoint (refused once read)."""
     from clover_local.hub.remote_index import remote_pack_index
     from clover_local.hub.resume import Reserve
-    from quantize.footprint import check_room, compute_dtype, run_bytes, still_needed
+    from quantize.footprint import check_room, compute_dtype, run_bytes
     from quantize.pipeline import PROGRESS
 
     remote = remote_pack_index(src, revision, bits=settings.bits, profile=settings.profile, group=settings.group_size)
     if remote is None or not remote.checkpoint:
         return None
     pack, progress = run_bytes(remote.index, 0, settings, compute_dtype(dev), check)
-    check_room(out, out / PROGRESS, pack, progress)
-    return Reserve(out, still_needed(out, out / PROGRESS, pack, progress),
+    return Reserve(out, check_room(out, out / PROGRESS, pack, progress),
                    f"the pack quantize makes in {out} and its --resume inputs")
 
 
