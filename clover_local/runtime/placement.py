@@ -158,89 +158,139 @@ def make_plan(
     `cpu_cache`: host bytes of experts kept converted for the CPU path (`--cpu-experts`; 0 when it is off).
     `parked`: host bytes `serve` may keep for conversations set aside (`--park-prompts`; chat and generate: 0).
     `pinned`: the host experts pinned, as the runtime pins them where CUDA is (else the chunks as they are, pageable:
-    no power-of-two rounding)."""
+    no power-of-two rounding).
+
+    Built in the order the device is filled — weights, caches and states, workspace, expert slots from what is
+    left — then the host's side, a pass's traffic, and the first refusal that applies."""
     cfg = pack.config
     a = dtype_bytes(dtype)
     plan = Plan(vram, ram, context, str(dtype).replace("torch.", ""), rows=cfg.diffusion.block_size)
     cfg.check_context(context)
-    tied = cfg.tie_word_embeddings
-    host_embed = embed_on_host and not tied
+    parts = _weights(plan, pack, a, host_embed=embed_on_host and not cfg.tie_word_embeddings)
+    _states(plan, parts, cfg, context, a)
+    chunk = min(prefill_chunk, context)
+    span = prefill_rows(chunk, prefill_span, context)
+    _workspace(plan, cfg, chunk, span, dtype, parts.weights)
+    plan.device_fixed = parts.weights + parts.kv + parts.states
+    _expert_slots(plan, pack, slots)
+    _host(plan, parts, pack, cpu_cache, parked, pinned)
+    _traffic(plan, parts, pack, chunk, span, vram_flag)
+    plan.refusal = _refusal(plan, parts, slots, pinned, vram_flag, ram_flag)
+    if plan.refusal:
+        plan.fits, plan.warnings = False, []  # notes are moot then
+    return plan
 
+
+@dataclass
+class _Parts:
+    """A plan's sums beside its lines, bytes: what its traffic and refusals name."""
+    weights: int = 0  # the non-expert weights on the device
+    read: int = 0  # ... of them, what a pass reads (all but an embedding table there)
+    host: int = 0  # weights on the host: the embedding table
+    kv: int = 0
+    gdn: int = 0  # the GDN states and conv rings, once
+    snapshot: int = 0
+    cpu_kept: int = 0
+    parked: int = 0
+
+    @property
+    def states(self) -> int:
+        """The GDN states twice (a causal pass's pending copy) and the prompt snapshot."""
+        return 2 * self.gdn + self.snapshot
+
+
+_WEIGHT_NOTES = {
+    "attention": "q/k/v/o projections",
+    "GDN": "in_proj_qkv/z, out_proj, gates, conv, decays",
+    "shared experts": "one per layer, with its gate",
+}
+_WEIGHT_ORDER = ("attention", "GDN", "shared experts", "routers", "norms", "lm_head", "embeddings")
+_HOST_EMBED_NOTE = "one row per token, copied on lookup"
+
+
+def _weights(plan: Plan, pack: PackIndex, a: int, host_embed: bool) -> _Parts:
+    """The device's non-expert weights by kind: quantized modules at their packed size, the rest at `a` bytes a
+    value; the embedding table kept on the host where `host_embed` (its line comes with the host's)."""
     by_kind: dict[str, int] = {}
-    host_kind: dict[str, int] = {}
     for mod in pack.modules.values():
         kind = kind_of(mod.name)
         by_kind[kind] = by_kind.get(kind, 0) + mod.packed_bytes
+    host = 0
     for info in pack.plain.values():
         kind = kind_of(info.name)
-        size = info.numel * a
         if kind == "embeddings" and host_embed:
-            host_kind[kind] = host_kind.get(kind, 0) + size
+            host += info.numel * a
         else:
-            by_kind[kind] = by_kind.get(kind, 0) + size
-    order = ["attention", "GDN", "shared experts", "routers", "norms", "lm_head", "embeddings"]
-    notes = {
-        "attention": "q/k/v/o projections",
-        "GDN": "in_proj_qkv/z, out_proj, gates, conv, decays",
-        "shared experts": "one per layer, with its gate",
-        "lm_head": "packed" if "lm_head" in pack.modules else "BF16",
-        "embeddings": "one row per token, copied on lookup" if host_embed else "",
-    }
-    for kind in order:
+            by_kind[kind] = by_kind.get(kind, 0) + info.numel * a
+    notes = {**_WEIGHT_NOTES, "lm_head": "packed" if "lm_head" in pack.modules else "BF16"}
+    for kind in _WEIGHT_ORDER:
         if kind in by_kind:
             plan.lines.append(PlanLine(kind, "device", by_kind[kind], notes.get(kind, "")))
     weights = sum(by_kind.values())
+    return _Parts(weights=weights, read=weights - by_kind.get("embeddings", 0), host=host)
 
+
+def _states(plan: Plan, parts: _Parts, cfg, context: int, a: int) -> None:
+    """The KV cache for `context` tokens, the GDN states and the prompt snapshot."""
     n_attn = sum(1 for i in range(cfg.num_hidden_layers) if cfg.is_attention(i))
     n_gdn = cfg.num_hidden_layers - n_attn
-    kv = n_attn * 2 * cfg.num_key_value_heads * cfg.head_dim * context * a
-    gdn = n_gdn * (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
-                   + (cfg.linear_conv_kernel_dim - 1) * cfg.gdn_conv_dim * a)
-    plan.lines.append(PlanLine("KV cache", "device", kv,
+    parts.kv = n_attn * 2 * cfg.num_key_value_heads * cfg.head_dim * context * a
+    parts.gdn = n_gdn * (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+                         + (cfg.linear_conv_kernel_dim - 1) * cfg.gdn_conv_dim * a)
+    plan.lines.append(PlanLine("KV cache", "device", parts.kv,
                                f"{n_attn} attention layer{'s' * (n_attn != 1)} × {context} tokens"))
     # twice: the states, and where a causal pass writes its new ones until it is settled (runtime/offload.py:
     # ArenaGDNCache, so an optimistic commit can be rerun)
-    plan.lines.append(PlanLine("GDN states", "device", 2 * gdn,
+    plan.lines.append(PlanLine("GDN states", "device", 2 * parts.gdn,
                                f"{n_gdn} layer{'s' * (n_gdn != 1)}, fp32 state + conv ring; and a causal pass's "
                                "pending copy"))
     # chat and serve keep a copy of the GDN states (and the last prompt row's logits) where the last prompt's
     # prefill ended, to resume the next turn there (generate/prompt_cache.py)
-    snapshot = gdn + cfg.vocab_size * 4
-    plan.lines.append(PlanLine("prompt snapshot", "device", snapshot,
+    parts.snapshot = parts.gdn + cfg.vocab_size * 4
+    plan.lines.append(PlanLine("prompt snapshot", "device", parts.snapshot,
                                "GDN states + one logits row kept to resume the next turn's prompt"))
-    rows = cfg.diffusion.block_size
-    chunk = min(prefill_chunk, context)
-    span = prefill_rows(chunk, prefill_span, context)
+
+
+def _workspace(plan: Plan, cfg, chunk: int, span: int, dtype: torch.dtype, weights: int) -> None:
+    """The activations of the larger of a prefill chunk and a preview, and the allocator's slack."""
+    rows = plan.rows
     # a span's hidden states three times (its embeddings, a layer's input and output), beside one chunk's
     # activations
-    act = max(workspace_bytes(cfg, chunk, 1, dtype) + (3 * span * cfg.hidden_size * a if span > chunk else 0),
+    act = max(workspace_bytes(cfg, chunk, 1, dtype)
+              + (3 * span * cfg.hidden_size * dtype_bytes(dtype) if span > chunk else 0),
               workspace_bytes(cfg, rows, rows, dtype))
     # allocator fragmentation and small temporaries: a tenth of what the pass touches, at most WORKSPACE_SLACK
     plan.workspace = act + min(WORKSPACE_SLACK, (weights + act) // 10)
     plan.lines.append(PlanLine("workspace", "device", plan.workspace,
                                f"activations of a {chunk}-row prefill chunk (layer by layer over {span} rows) "
                                "or a preview"))
-    plan.device_fixed = weights + kv + 2 * gdn + snapshot
 
-    layout = SlabLayout(cfg.hidden_size, cfg.moe_intermediate_size, pack.expert_bits,
-                        pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
+
+def _expert_slots(plan: Plan, pack: PackIndex, slots: int | None) -> None:
+    """Expert slots from what the budget leaves (or `slots`), and what 3-bit experts would get there."""
+    cfg = pack.config
+    h, inter = cfg.hidden_size, cfg.moe_intermediate_size
+    gate_groups, down_groups = pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups
+    layout = SlabLayout(h, inter, pack.expert_bits, gate_groups, down_groups)
     plan.slab_bytes, plan.expert_weight_bytes = layout.nbytes, layout.weight_bytes
     plan.experts_total = pack.n_experts_total
-    e, k = cfg.num_experts, cfg.num_experts_per_tok
-    plan.min_slots = min(e, rows * k)
-    left = vram - plan.device_fixed - plan.workspace
-    fit_slots = max(0, left // plan.slab_bytes)
-    plan.slots = min(plan.experts_total, fit_slots if slots is None else slots)
-    all_resident = plan.slots >= plan.experts_total
-    h, inter = cfg.hidden_size, cfg.moe_intermediate_size
-    if not all_resident and slots is None and pack.expert_bits == 4 and h % 32 == 0 and inter % 32 == 0:
-        three = SlabLayout(h, inter, 3, pack.expert["gate_proj"].groups, pack.expert["down_proj"].groups)
+    plan.min_slots = min(cfg.num_experts, plan.rows * cfg.num_experts_per_tok)
+    left = plan.vram_budget - plan.device_fixed - plan.workspace
+    plan.slots = min(plan.experts_total, max(0, left // plan.slab_bytes) if slots is None else slots)
+    if (plan.slots < plan.experts_total and slots is None and pack.expert_bits == 4 and h % 32 == 0
+            and inter % 32 == 0):
+        three = SlabLayout(h, inter, 3, gate_groups, down_groups)
         plan.slots_3bit = min(plan.experts_total, max(0, left // three.nbytes))
     plan.lines.append(PlanLine(
         "expert slots", "device", plan.slots * plan.slab_bytes,
         f"{plan.slots} of {plan.experts_total} experts ({100 * plan.resident_fraction:.0f}%), "
         f"{fmt_bytes(plan.slab_bytes)} each"))
 
+
+def _host(plan: Plan, parts: _Parts, pack: PackIndex, cpu_cache: int, parked: int, pinned: bool) -> None:
+    """The host's lines: the experts the device does not hold all of, the embedding table, what the CPU path
+    and parked prompts may keep, and the runtime."""
+    all_resident = plan.slots >= plan.experts_total
     # (what the pinned allocator holds: the layers in chunks rounded up to powers of two; expert_store.py)
     per_layer = pack.config.num_experts * plan.slab_bytes
     n_layers = len(pack.expert_layers)
@@ -250,84 +300,85 @@ def make_plan(
                                "all on the device: no host copy" if all_resident else
                                "pinned, one contiguous slab per expert (in power-of-two chunks)" if pinned else
                                "one contiguous slab per expert, pageable (no CUDA here to pin it)"))
-    for kind, size in host_kind.items():
-        plan.lines.append(PlanLine(kind, "host", size, notes.get(kind, "")))
-    cpu_kept = min(cpu_cache, plan.host_expert_bytes)  # never more than every expert converted
-    if cpu_kept:
-        plan.lines.append(PlanLine("CPU-run experts", "host", cpu_kept,
+    if parts.host:
+        plan.lines.append(PlanLine("embeddings", "host", parts.host, _HOST_EMBED_NOTE))
+    parts.cpu_kept = min(cpu_cache, plan.host_expert_bytes)  # never more than every expert converted
+    if parts.cpu_kept:
+        plan.lines.append(PlanLine("CPU-run experts", "host", parts.cpu_kept,
                                    "at most; converted for torch's int4 CPU kernel (--cpu-experts)"))
+    parts.parked = parked
     if parked:
         plan.lines.append(PlanLine("parked prompts", "host", parked,
                                    "at most; serve's conversations set aside (--park-prompts)"))
     plan.lines.append(PlanLine("runtime", "host", HOST_RUNTIME_BYTES, "Python, torch, CUDA (estimate)"))
-    plan.host_bytes = plan.host_expert_bytes + cpu_kept + parked + sum(host_kind.values()) + HOST_RUNTIME_BYTES
+    plan.host_bytes = plan.host_expert_bytes + parts.cpu_kept + parked + parts.host + HOST_RUNTIME_BYTES
 
-    # traffic per 32-row pass
-    plan.distinct_per_layer = expected_distinct(e, k, rows)
+
+def _traffic(plan: Plan, parts: _Parts, pack: PackIndex, chunk: int, span: int, vram_flag: str) -> None:
+    """What a 32-row pass reads from device memory and copies over PCIe (first and later passes of a block, a
+    prefill pass), with a warning where the slots cannot hold a block's experts."""
+    cfg = pack.config
+    e, k = cfg.num_experts, cfg.num_experts_per_tok
     n_layers = len(pack.expert_layers)
+    plan.distinct_per_layer = expected_distinct(e, k, plan.rows)
     plan.block_set = plan.distinct_per_layer * n_layers
-    non_expert_read = weights - (0 if host_embed else by_kind.get("embeddings", 0)) + gdn + kv
-    plan.device_read_per_pass = int(non_expert_read + plan.block_set * plan.expert_weight_bytes)
-    if all_resident:
+    plan.device_read_per_pass = int(parts.read + parts.gdn + parts.kv + plan.block_set * plan.expert_weight_bytes)
+    if plan.slots >= plan.experts_total:
         plan.pcie_first_pass = plan.pcie_later_pass = 0.0
-    else:
-        plan.pcie_first_pass = plan.block_set * (1 - plan.resident_fraction) * plan.slab_bytes
-        # the block's set overflowing the slots, plus the rows a pass reveals: they route anew, and those of their
-        # experts not on the device are read from host memory once (read through into a slot: `host_reads`);
-        # uniform routing, ASSUMED_TOKENS_PER_PASS rows a pass (cache_sim, 35B, 16 GiB: within 7 %, BENCHMARKS.md)
-        revealed = ASSUMED_TOKENS_PER_PASS * k * n_layers * (1 - plan.resident_fraction)
-        plan.pcie_later_pass = (max(0.0, plan.block_set - plan.slots) + revealed) * plan.slab_bytes
-        # a prefill pass needs ≈ every expert; the cache's sweep-order eviction copies only those beyond the
-        # slots (runtime/cache_sim.py reaches this bound at 35B), once a pass: each layer takes the pass's rows
-        # chunk after chunk with its experts resident
-        plan.prefill_chunk, plan.prefill_span = chunk, span
-        pass_set = expected_distinct(e, k, span) * n_layers
-        plan.pcie_prefill_chunk = max(0.0, pass_set - plan.slots) * plan.slab_bytes
-        if plan.slots < plan.block_set:
-            short = (plan.block_set - plan.slots) * plan.slab_bytes
-            plan.warnings.append(
-                f"the {plan.slots} slots cannot hold a block's ≈{plan.block_set:.0f} experts: every pass will "
-                f"reload ≈{plan.block_set - plan.slots:.0f} of them; give {vram_flag} {fmt_bytes(short)} more"
-                + _or_lower_context(short, kv))
+        return
+    plan.pcie_first_pass = plan.block_set * (1 - plan.resident_fraction) * plan.slab_bytes
+    # the block's set overflowing the slots, plus the rows a pass reveals: they route anew, and those of their
+    # experts not on the device are read from host memory once (read through into a slot: `host_reads`);
+    # uniform routing, ASSUMED_TOKENS_PER_PASS rows a pass (cache_sim, 35B, 16 GiB: within 7 %, BENCHMARKS.md)
+    revealed = ASSUMED_TOKENS_PER_PASS * k * n_layers * (1 - plan.resident_fraction)
+    plan.pcie_later_pass = (max(0.0, plan.block_set - plan.slots) + revealed) * plan.slab_bytes
+    # a prefill pass needs ≈ every expert; the cache's sweep-order eviction copies only those beyond the
+    # slots (runtime/cache_sim.py reaches this bound at 35B), once a pass: each layer takes the pass's rows
+    # chunk after chunk with its experts resident
+    plan.prefill_chunk, plan.prefill_span = chunk, span
+    pass_set = expected_distinct(e, k, span) * n_layers
+    plan.pcie_prefill_chunk = max(0.0, pass_set - plan.slots) * plan.slab_bytes
+    if plan.slots < plan.block_set:
+        short = (plan.block_set - plan.slots) * plan.slab_bytes
+        plan.warnings.append(
+            f"the {plan.slots} slots cannot hold a block's ≈{plan.block_set:.0f} experts: every pass will "
+            f"reload ≈{plan.block_set - plan.slots:.0f} of them; give {vram_flag} {fmt_bytes(short)} more"
+            + _or_lower_context(short, parts.kv))
 
-    # refusals, most basic first; each one line with the setting to change (notes are moot then)
+
+def _refusal(plan: Plan, parts: _Parts, slots: int | None, pinned: bool, vram_flag: str,
+             ram_flag: str) -> str | None:
+    """The first reason the plan cannot run, most basic first, as one line with the setting to change."""
+    vram, kv = plan.vram_budget, parts.kv
     need_fixed = plan.device_fixed + plan.workspace
+    with_min_slots = need_fixed + plan.min_slots * plan.slab_bytes
     if need_fixed > vram:
-        plan.fits = False
-        plan.refusal = (
-            f"{vram_flag} {fmt_bytes(vram)} is too small: the non-expert weights ({fmt_bytes(weights)}), KV cache at "
-            f"--context {context} ({fmt_bytes(kv)}), GDN states and their prompt snapshot "
-            f"({fmt_bytes(2 * gdn + snapshot)}) and workspace "
-            f"({fmt_bytes(plan.workspace)}) alone need {fmt_bytes(need_fixed)}; raise {vram_flag} to at least "
-            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)}"
-            + _or_lower_context(need_fixed + plan.min_slots * plan.slab_bytes - vram, kv))
-    elif slots is not None and need_fixed + plan.slots * plan.slab_bytes > vram:
-        plan.fits = False
-        plan.refusal = (f"{slots} expert slots need {fmt_bytes(need_fixed + slots * plan.slab_bytes)} with the rest, "
-                        f"over {vram_flag} {fmt_bytes(vram)}; ask for fewer slots or raise {vram_flag}")
-    elif slots is None and plan.slots < plan.min_slots:
-        plan.fits = False
-        plan.refusal = (
+        return (
+            f"{vram_flag} {fmt_bytes(vram)} is too small: the non-expert weights ({fmt_bytes(parts.weights)}), KV "
+            f"cache at --context {plan.context} ({fmt_bytes(kv)}), GDN states and their prompt snapshot "
+            f"({fmt_bytes(parts.states)}) and workspace ({fmt_bytes(plan.workspace)}) alone need "
+            f"{fmt_bytes(need_fixed)}; raise {vram_flag} to at least {fmt_bytes(with_min_slots)}"
+            + _or_lower_context(with_min_slots - vram, kv))
+    if slots is not None and need_fixed + plan.slots * plan.slab_bytes > vram:
+        return (f"{slots} expert slots need {fmt_bytes(need_fixed + slots * plan.slab_bytes)} with the rest, "
+                f"over {vram_flag} {fmt_bytes(vram)}; ask for fewer slots or raise {vram_flag}")
+    if slots is None and plan.slots < plan.min_slots:
+        return (
             f"{vram_flag} {fmt_bytes(vram)} leaves room for {plan.slots} expert slots after "
             f"{fmt_bytes(need_fixed)} of weights, caches and workspace; a pass needs at least {plan.min_slots} "
-            f"(one layer's experts): raise {vram_flag} to at least "
-            f"{fmt_bytes(need_fixed + plan.min_slots * plan.slab_bytes)}"
-            + _or_lower_context(need_fixed + plan.min_slots * plan.slab_bytes - vram, kv))
-    elif ram is not None and plan.host_bytes > ram:
-        plan.fits = False
-        plan.refusal = (
+            f"(one layer's experts): raise {vram_flag} to at least {fmt_bytes(with_min_slots)}"
+            + _or_lower_context(with_min_slots - vram, kv))
+    if plan.ram_budget is not None and plan.host_bytes > plan.ram_budget:
+        return (
             f"not enough host RAM: the routed experts need {fmt_bytes(plan.host_expert_bytes)}"
-            f"{' pinned' if pinned else ''}, plus "
-            f"{fmt_bytes(sum(host_kind.values()))} of embeddings"
-            + (f", {fmt_bytes(cpu_kept)} of experts converted for the CPU" if cpu_kept else "")
-            + (f", {fmt_bytes(parked)} of parked prompts (--park-prompts)" if parked else "")
-            + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the "
-            f"runtime ({fmt_bytes(plan.host_bytes)} in all), but {ram_flag} is {fmt_bytes(ram)}; free memory"
-            + (", lower --park-prompts" if parked else "") + f" or use a machine with at least "
-            f"{fmt_bytes(plan.host_bytes)}"
+            f"{' pinned' if pinned else ''}, plus {fmt_bytes(parts.host)} of embeddings"
+            + (f", {fmt_bytes(parts.cpu_kept)} of experts converted for the CPU" if parts.cpu_kept else "")
+            + (f", {fmt_bytes(parts.parked)} of parked prompts (--park-prompts)" if parts.parked else "")
+            + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the runtime ({fmt_bytes(plan.host_bytes)} in all), but "
+            f"{ram_flag} is {fmt_bytes(plan.ram_budget)}; free memory"
+            + (", lower --park-prompts" if parts.parked else "")
+            + f" or use a machine with at least {fmt_bytes(plan.host_bytes)}"
             # the host holds every expert's slab until all of them fit on the device: only then does VRAM help
             + (f" (a larger {vram_flag} helps only once every expert fits on the device: "
                f"{fmt_bytes(need_fixed + plan.experts_total * plan.slab_bytes)})" if plan.host_expert_bytes else ""))
-    if not plan.fits:
-        plan.warnings = []
-    return plan
+    return None
