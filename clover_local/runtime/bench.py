@@ -24,6 +24,7 @@ import datetime as _dt
 import math
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -347,13 +348,12 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
               on_step=lambda msg: None, model: CloverModel | None = None) -> dict:
     """`bench`'s measurements (its docstring). `model`: the pack at `folder` loaded before at the same budget and
     a context of at least `bench_context` (`run_variants`), set to these options (`runtime.load.reconfigure`)
-    instead of loaded again; `load_s` is then that reconfiguration's time."""
-    if routing not in ROUTINGS:
-        raise CloverError(f"--routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
-    if passes < 2:
-        raise CloverError("--passes must be at least 2 (the first pass of a block loads its experts)")
-    if prefix < 0:
-        raise CloverError(f"--prefix must be 0 or more, got {prefix}")
+    instead of loaded again; `load_s` is then that reconfiguration's time.
+
+    The run, in order: the prefix's prefill; block 1's passes (its first loads the block's experts, the later
+    ones are the steady state) and its commit; block 2's passes (what every later block of a decode costs), a
+    graph-profiled and a profiled pass, its commit; the merged passes. Then the figures derived from them."""
+    _check_bench_args(routing, passes, prefix)
     t0 = time.perf_counter()
     on_step("loading")
     from clover_local.config import load_config
@@ -366,133 +366,251 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                              prefill_chunk=prefill_chunk)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    if model is None:
-        model = load_packed_model(folder, device, dtype, options)
-    elif model.runtime.prefill_chunk != prefill_chunk:  # it sized the workspace: a load's setting
-        raise CloverError(f"bench variants share one load: prefill chunk {prefill_chunk} needs a load of its own")
-    else:
-        reconfigure(model, options)
-    rt = model.runtime
-    cfg = model.config
+    model = _loaded(folder, device, dtype, options, model)
     load_s = time.perf_counter() - t0
-    gen = torch.Generator().manual_seed(0)
-    vocab = cfg.vocab_size
-    mask = cfg.diffusion.mask_token_id if cfg.diffusion.mask_token_id is not None else vocab - 1
-
-    def rand_ids(n: int) -> torch.Tensor:
-        ids = torch.randint(0, vocab, (1, n), generator=gen)
-        ids[ids == mask] = 0
-        return ids.to(device)
-
+    run = _Run(model, device, passes, routing, on_step)
+    rt = model.runtime
     held = PromptCache()
     bw, bw_source = device_bandwidth(device)
     with torch.inference_mode():
-        prefill_ms, warmup_ms, warmup_tokens, prefill = 0.0, None, 0, None
+        cache, prefill_ms, prefill = run.prefill(prefix, held, bw)
+        run.rerouted = UniformRouting(model, bs) if routing.startswith("uniform") else None
+        try:
+            rt.reset_stats()
+            block = run.masked_block()
+            recs = run.denoise(block, cache, "block 1")
+            steady_call_ms = sum(run.call_ms[1:]) / len(run.call_ms[1:])
+            stats = rt.stats()
+            on_step("commit pass")
+            model(block, cache)
+            commit_rec = rt.records[-1]
+            # the next block at the next start: what every later block of a decode costs (its first pass loads
+            # the block's experts; no graph capture when the first block's graph still fits)
+            if run.rerouted is not None:
+                run.rerouted.redraw(seed=1)
+            block = run.masked_block()
+            recs2 = run.denoise(block, cache, "block 2")
+            graph_own, graph_note = _graph_profiled_pass(model, rt, block, cache, device, prefix + bs, on_step)
+            profiled, (components, projected_compute, projected_graph_compute) = run.profiled_pass(
+                block, cache, prefix + bs, bw, graph_own)
+            model(block, cache)
+            commit2_rec = rt.records[-1]
+            merged_recs = run.merged_passes(cache)
+            placed = rt.placed_bytes(model, cache, held)
+        finally:
+            if run.rerouted is not None:
+                run.rerouted.close()
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+    first, steady = recs[0], recs[1:]
+    steady_ms = sum(r.ms for r in steady) / len(steady)
+    distinct = sum(r.uses for r in steady) / len(steady)
+    device_bytes = _device_read_per_pass(model, device, dtype, prefix, distinct)
+    steady_pcie = sum(r.bytes for r in steady) / len(steady)
+    graphed = [r for r in steady if r.graphed and not r.captured and not r.retried]  # replays that stood
+    graphed_ms = sum(r.ms for r in graphed) / len(graphed) if graphed else None
+    tpp, tpp_source, tpp_factor = _tokens_per_pass(folder, model, synthetic, measure_tokens)
+    pcie_ms = 1e3 * steady_pcie / PCIE_BPS
+    pass_bytes, pass_seconds = sum(r.bytes for r in recs), sum(r.ms for r in recs) / 1e3
+    return {
+        **_about(label, synthetic, device, dtype, rt.plan, prefix, bs, passes),
+        "load_s": round(load_s, 3),
+        "prefill_ms": round(prefill_ms, 3),
+        "prefill": prefill,
+        "ms_per_pass": round(steady_ms, 3),
+        "ms_per_pass_first": round(first.ms, 3),
+        "ms_per_pass_each": [round(r.ms, 3) for r in recs],
+        # a steady preview as the decoder waits for it: the pass, its LM head over the 32 rows and the host's
+        # booking of the pass (which overlaps the LM head: `Runtime.finish_pass`), up to a device sync
+        "ms_per_call": round(steady_call_ms, 3),
+        "commit_ms": round(commit_rec.ms, 3),
+        "routing": routing,
+        "tokens_per_pass": tpp,
+        "tokens_per_pass_source": tpp_source,
+        # the same decode by the factor rule (`--reveal-factor 1`), measured beside the model's threshold
+        "tokens_per_pass_factor_rule": tpp_factor,
+        "tokens_per_s": round(tpp * 1e3 / steady_ms, 3),
+        **_block_counters(rt, first, steady, distinct),
+        "pcie_bytes": pass_bytes,
+        "pcie_gbps": round(pass_bytes / pass_seconds / 1e9, 3) if pass_seconds else 0.0,
+        "device_bytes_per_pass": device_bytes,
+        "device_bandwidth_gbps": round(bw / 1e9, 1),
+        "bandwidth_source": bw_source,
+        "roofline_ms": round(1e3 * device_bytes / bw, 4),
+        "roofline_ratio": round(steady_ms / (1e3 * device_bytes / bw), 2),
+        "profiled_pass_ms": round(profiled.ms, 3),
+        "components": components,
+        **_projections(tpp, device, projected_compute + pcie_ms,
+                       # inside a graph no per-kernel time is visible: the whole pass takes the larger of its time
+                       # here and its bytes at the target's bandwidth
+                       None if graphed_ms is None else max(graphed_ms, 1e3 * device_bytes / TARGET_BPS) + pcie_ms,
+                       None if projected_graph_compute is None else projected_graph_compute + pcie_ms),
+        "graph_profile": graph_note,
+        "memory": _memory(rt, placed, peak),
+        **_counters(stats, optimistic),
+        "next_block": _next_block(recs2, commit2_rec.ms, bs, tpp),
+        "merged": _merged_summary(merged_recs, recs2, commit2_rec, rt.stats()["merged_graphs"], bs, tpp),
+        "commits": {  # a block's causal pass; the first one captures the commit graph, the second replays it
+            "each": [{"ms": round(r.ms, 3), "graphed": r.graphed, "captured": r.captured, "repairs": r.repairs,
+                      "synced": r.synced, "misses": r.misses} for r in (commit_rec, commit2_rec)],
+            "graphs": rt.stats()["commit_graphs"],  # apart, as in "merged": "enabled" is the graphs', not the pass's
+        },
+        "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
+                   "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
+                   "capture_pass_ms": [round(r.ms, 3) for r in recs if r.captured]},
+    }
+
+
+def _check_bench_args(routing: str, passes: int, prefix: int) -> None:
+    if routing not in ROUTINGS:
+        raise CloverError(f"--routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+    if passes < 2:
+        raise CloverError("--passes must be at least 2 (the first pass of a block loads its experts)")
+    if prefix < 0:
+        raise CloverError(f"--prefix must be 0 or more, got {prefix}")
+
+
+def _loaded(folder: Path, device: torch.device, dtype: torch.dtype, options: RuntimeOptions,
+            model: CloverModel | None) -> CloverModel:
+    """The pack loaded with `options`, or `model` (loaded before) set to them."""
+    if model is None:
+        return load_packed_model(folder, device, dtype, options)
+    if model.runtime.prefill_chunk != options.prefill_chunk:  # it sized the workspace: a load's setting
+        raise CloverError(f"bench variants share one load: prefill chunk {options.prefill_chunk} needs a load of "
+                          "its own")
+    reconfigure(model, options)
+    return model
+
+
+@dataclass
+class _Run:
+    """What one bench run's steps share: the model, the random ids it feeds (one generator, drawn in the
+    run's order), the block's routing and each denoising pass's call time."""
+    model: CloverModel
+    device: torch.device
+    passes: int
+    routing: str
+    on_step: Callable[[str], None]
+    rerouted: UniformRouting | None = None
+    call_ms: list[float] = field(default_factory=list)  # each preview's whole call, LM head and booking included
+    gen: torch.Generator = field(default_factory=lambda: torch.Generator().manual_seed(0))
+
+    @property
+    def block_size(self) -> int:
+        return self.model.config.diffusion.block_size
+
+    @property
+    def mask(self) -> int:
+        cfg = self.model.config
+        return cfg.diffusion.mask_token_id if cfg.diffusion.mask_token_id is not None else cfg.vocab_size - 1
+
+    def rand_ids(self, n: int) -> Tensor:
+        ids = torch.randint(0, self.model.config.vocab_size, (1, n), generator=self.gen)
+        ids[ids == self.mask] = 0
+        return ids.to(self.device)
+
+    def masked_block(self) -> Tensor:
+        return torch.full((1, self.block_size), self.mask, dtype=torch.long, device=self.device)
+
+    def prefill(self, prefix: int, held: PromptCache, bw: float) -> tuple[object, float, dict | None]:
+        """A cache holding `prefix` random tokens, the prefill's ms and its figures (None without a prefix); the
+        states after it saved in `held`, as chat keeps them between turns (the plan counts them)."""
+        model, rt, device = self.model, self.model.runtime, self.device
+        warmup_ms, warmup_tokens = None, 0
         if prefix and device.type == "cuda":
             # the prefill shapes' first launches compile their Triton kernels (seconds, once per machine: Triton
             # keeps them on disk): a warm-up of two chunks on a cache of its own keeps that out of prefill_ms
             warmup_tokens = min(prefix, 2 * rt.prefill_chunk)
-            on_step(f"prefill warm-up ({warmup_tokens} tokens: kernel compiles)")
+            self.on_step(f"prefill warm-up ({warmup_tokens} tokens: kernel compiles)")
             _sync(device)
             t = time.perf_counter()
-            model(rand_ids(warmup_tokens), model.new_cache(), rows=slice(-1, None))
+            model(self.rand_ids(warmup_tokens), model.new_cache(), rows=slice(-1, None))
             _sync(device)
             warmup_ms = 1e3 * (time.perf_counter() - t)
         cache = model.new_cache()
-        if prefix:
-            on_step(f"prefill of {prefix} tokens")
-            ids = rand_ids(prefix)
-            before = rt.stats()
-            prof = ComponentProfiler(model, rt, device, prefix // 2)  # the keys a chunk reads, on average
-            _sync(device)
-            t = time.perf_counter()
-            try:
-                last = model(ids, cache, rows=slice(-1, None))
-                _sync(device)
-            finally:
-                prof.close()
-            prefill_ms = 1e3 * (time.perf_counter() - t)
-            after = rt.stats()
-            prefill = {
-                "chunks": -(-prefix // rt.prefill_chunk),
-                "span": rt.prefill_span,  # rows a pass takes layer by layer (CLOVER_PREFILL_SPAN)
-                "passes": -(-prefix // rt.prefill_span),
-                "tokens_per_s": round(prefix * 1e3 / prefill_ms, 1),
-                "warmup_ms": None if warmup_ms is None else round(warmup_ms, 3),
-                "warmup_tokens": warmup_tokens,
-                # demand copies (waited for) and prefetches (behind the layer before)
-                "cache": {k: after[k] - before[k] for k in ("misses", "copied", "prefetched", "prefetch_wasted",
-                                                            "bytes_h2d")},
-                "components": prof.components(bw)[0],
-            }
-            # hold what chat holds between turns: a snapshot of the states after the prompt (the plan counts it)
-            held.save(model, cache, ids[0].tolist(), last[0, -1])
-        block = torch.full((1, bs), mask, dtype=torch.long, device=device)
-        rerouted = UniformRouting(model, bs) if routing.startswith("uniform") else None
-        rt.reset_stats()
-
-        call_ms: list[float] = []  # each preview's whole call, LM head and booking included, to a device sync
-
-        def denoise(block: Tensor, label: str) -> list:
-            """`passes` previews of the block, revealing ≈3 positions after each, as decoding would (the routing
-            drifts a little between passes); returns their records."""
-            n0 = len(rt.records)
-            revealed = 0
-            call_ms.clear()
-            for p in range(passes):
-                on_step(f"{label}: pass {p + 1}/{passes}")
-                t = time.perf_counter()
-                model(block, cache, preview=True)
-                _sync(device)
-                call_ms.append(1e3 * (time.perf_counter() - t))
-                if revealed < bs - 3:
-                    block[0, revealed : revealed + 3] = rand_ids(3)[0]
-                    if routing == "uniform-reveal":
-                        rerouted.redraw_rows(slice(revealed, revealed + 3), seed=1000 + len(rt.records))
-                    revealed += 3
-            return [r for r in list(rt.records)[n0:] if r.kind == "preview"]
-
-        recs = denoise(block, "block 1")
-        first, steady = recs[0], recs[1:]
-        steady_call_ms = sum(call_ms[1:]) / len(call_ms[1:])
-        stats = rt.stats()
-        on_step("commit pass")
-        model(block, cache)
-        commit_rec = rt.records[-1]
-        commit_ms = commit_rec.ms
-        # the next block at the next start: what every later block of a decode costs (its first pass loads the
-        # block's experts; no graph capture when the first block's graph still fits)
-        if rerouted is not None:
-            rerouted.redraw(seed=1)
-        block = torch.full((1, bs), mask, dtype=torch.long, device=device)
-        recs2 = denoise(block, "block 2")
-        graph_own, graph_note = _graph_profiled_pass(model, rt, block, cache, device, prefix + bs, on_step)
-        on_step("profiled pass")
-        prof = ComponentProfiler(model, rt, device, prefix + bs)
-        rt.optimistic = False  # the profiler's expert bytes come from per-layer counters: the syncing path
+        if not prefix:
+            return cache, 0.0, None
+        self.on_step(f"prefill of {prefix} tokens")
+        ids = self.rand_ids(prefix)
+        before = rt.stats()
+        prof = ComponentProfiler(model, rt, device, prefix // 2)  # the keys a chunk reads, on average
+        _sync(device)
+        t = time.perf_counter()
         try:
-            model(block, cache, preview=True)
+            last = model(ids, cache, rows=slice(-1, None))
             _sync(device)
         finally:
             prof.close()
-            rt.optimistic = optimistic
-        components, projected_compute, projected_graph_compute = prof.components(bw, graph_own)
-        profiled = rt.records[-1]
-        model(block, cache)
-        commit2_rec = rt.records[-1]
-        commit2_ms = commit2_rec.ms
-        merged_recs = _merged_passes(model, rt, cache, bs, mask, rerouted, rand_ids, on_step)
-        placed = rt.placed_bytes(model, cache, held)
-        if rerouted is not None:
-            rerouted.close()
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+        prefill_ms = 1e3 * (time.perf_counter() - t)
+        after = rt.stats()
+        held.save(model, cache, ids[0].tolist(), last[0, -1])
+        return cache, prefill_ms, {
+            "chunks": -(-prefix // rt.prefill_chunk),
+            "span": rt.prefill_span,  # rows a pass takes layer by layer (CLOVER_PREFILL_SPAN)
+            "passes": -(-prefix // rt.prefill_span),
+            "tokens_per_s": round(prefix * 1e3 / prefill_ms, 1),
+            "warmup_ms": None if warmup_ms is None else round(warmup_ms, 3),
+            "warmup_tokens": warmup_tokens,
+            # demand copies (waited for) and prefetches (behind the layer before)
+            "cache": {k: after[k] - before[k] for k in ("misses", "copied", "prefetched", "prefetch_wasted",
+                                                        "bytes_h2d")},
+            "components": prof.components(bw)[0],
+        }
 
-    steady_ms = sum(r.ms for r in steady) / len(steady)
-    steady_uses = sum(r.uses for r in steady)
-    steady_hits = sum(r.hits for r in steady)
-    pass_bytes = sum(r.bytes for r in recs)
-    pass_seconds = sum(r.ms for r in recs) / 1e3
-    distinct = sum(r.uses for r in steady) / len(steady)
+    def denoise(self, block: Tensor, cache, label: str) -> list:
+        """`passes` previews of the block, revealing ≈3 positions after each, as decoding would (the routing
+        drifts a little between passes); returns their records."""
+        model, rt, bs = self.model, self.model.runtime, self.block_size
+        n0 = len(rt.records)
+        revealed = 0
+        self.call_ms.clear()
+        for p in range(self.passes):
+            self.on_step(f"{label}: pass {p + 1}/{self.passes}")
+            t = time.perf_counter()
+            model(block, cache, preview=True)
+            _sync(self.device)
+            self.call_ms.append(1e3 * (time.perf_counter() - t))
+            if revealed < bs - 3:
+                block[0, revealed : revealed + 3] = self.rand_ids(3)[0]
+                if self.routing == "uniform-reveal":
+                    self.rerouted.redraw_rows(slice(revealed, revealed + 3), seed=1000 + len(rt.records))
+                revealed += 3
+        return [r for r in list(rt.records)[n0:] if r.kind == "preview"]
+
+    def profiled_pass(self, block: Tensor, cache, keys: int, bw: float, graph_own) -> tuple[object, tuple]:
+        """One more preview with the component hooks, through the syncing path (the profiler's expert bytes come
+        from per-layer counters): its record, and `ComponentProfiler.components`' figures."""
+        model, rt = self.model, self.model.runtime
+        self.on_step("profiled pass")
+        prof = ComponentProfiler(model, rt, self.device, keys)
+        optimistic, rt.optimistic = rt.optimistic, False
+        try:
+            model(block, cache, preview=True)
+            _sync(self.device)
+        finally:
+            prof.close()
+            rt.optimistic = optimistic
+        return rt.records[-1], prof.components(bw, graph_own)
+
+    def merged_passes(self, cache) -> list:
+        """MERGED_PASSES merged passes (`CloverModel.commit_and_preview`: a finished block's commit and the next
+        block's first preview in one pass, as decoding runs them), each committing random tokens; their records."""
+        out = []
+        masks = torch.full_like(self.rand_ids(self.block_size), self.mask)
+        for i in range(MERGED_PASSES):
+            self.on_step(f"merged commit + first preview {i + 1}/{MERGED_PASSES}")
+            if self.rerouted is not None:
+                self.rerouted.redraw_merged(seed=2000 + i)
+            self.model.commit_and_preview(self.rand_ids(self.block_size), masks, cache)
+            out.append(self.model.runtime.records[-1])
+        return out
+
+
+def _device_read_per_pass(model: CloverModel, device: torch.device, dtype: torch.dtype, prefix: int,
+                          distinct: float) -> int:
+    """Bytes a steady preview reads from device memory: the weights there, the `distinct` experts it uses, the
+    prefix's keys and values, the GDN states."""
+    cfg = model.config
     a = torch.empty((), dtype=dtype).element_size()
     kv_read = sum(2 * cfg.num_key_value_heads * cfg.head_dim * prefix * a for t in cfg.layer_types
                   if t == "full_attention")
@@ -500,33 +618,31 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
                    for t in cfg.layer_types if t != "full_attention")
     weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())
                   if t.device.type == device.type)
-    device_bytes = int(weights + distinct * rt.cache.layout.weight_bytes + kv_read + gdn_read)
-    roofline_ms = 1e3 * device_bytes / bw
-    steady_pcie = sum(r.bytes for r in steady) / len(steady)
-    projected_ms = projected_compute + 1e3 * steady_pcie / PCIE_BPS
-    graphed = [r for r in steady if r.graphed and not r.captured and not r.retried]  # replays that stood
-    graphed_ms = sum(r.ms for r in graphed) / len(graphed) if graphed else None
-    # inside a graph no per-kernel time is visible: the whole pass takes the larger of its time here and its
-    # bytes at the target's bandwidth
-    projected_graphed_ms = (max(graphed_ms, 1e3 * device_bytes / TARGET_BPS) + 1e3 * steady_pcie / PCIE_BPS
-                            if graphed_ms is not None else None)
-    projected_graph_parts_ms = (projected_graph_compute + 1e3 * steady_pcie / PCIE_BPS
-                                if projected_graph_compute is not None else None)
-    tpp, tpp_source, tpp_factor = ASSUMED_TOKENS_PER_PASS, "assumed (synthetic weights)", None
-    if not synthetic and measure_tokens:
-        measured = _measure_tokens_per_pass(folder, model)
-        if measured is not None:
-            tpp, tpp_source = measured, "measured (a 64-token decode)"
-            tpp_factor = _measure_tokens_per_pass(folder, model, factor=BENCH_FACTOR)
-        else:
-            tpp_source = "assumed (the pack has no tokenizer)"
-    plan = rt.plan
+    return int(weights + distinct * model.runtime.cache.layout.weight_bytes + kv_read + gdn_read)
+
+
+def _tokens_per_pass(folder: Path, model: CloverModel, synthetic: bool,
+                     measure_tokens: bool) -> tuple[float, str, float | None]:
+    """Tokens per pass, where the figure comes from, and the factor rule's: measured by a short decode on a real
+    pack with a tokenizer, else assumed."""
+    if synthetic or not measure_tokens:
+        return ASSUMED_TOKENS_PER_PASS, "assumed (synthetic weights)", None
+    measured = _measure_tokens_per_pass(folder, model)
+    if measured is None:
+        return ASSUMED_TOKENS_PER_PASS, "assumed (the pack has no tokenizer)", None
+    return measured, "measured (a 64-token decode)", _measure_tokens_per_pass(folder, model, factor=BENCH_FACTOR)
+
+
+def _about(label: str, synthetic: bool, device: torch.device, dtype: torch.dtype, plan, prefix: int, rows: int,
+           passes: int) -> dict:
+    """What ran where: the pack, the machine, its versions, the budget and the run's shape."""
     return {
         "model": label,
         "synthetic": synthetic,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device.type,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine()),
+        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                        else (platform.processor() or platform.machine())),
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
         "cpu_cores": cpu_count(),
         "torch": torch.__version__,
@@ -538,97 +654,85 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "experts_total": plan.experts_total,
         "resident_fraction": round(plan.resident_fraction, 4),
         "prefix": prefix,
-        "rows": bs,
+        "rows": rows,
         "passes": passes,
-        "load_s": round(load_s, 3),
-        "prefill_ms": round(prefill_ms, 3),
-        "prefill": prefill,
-        "ms_per_pass": round(steady_ms, 3),
-        "ms_per_pass_first": round(first.ms, 3),
-        "ms_per_pass_each": [round(r.ms, 3) for r in recs],
-        # a steady preview as the decoder waits for it: the pass, its LM head over the 32 rows and the host's
-        # booking of the pass (which overlaps the LM head: `Runtime.finish_pass`), up to a device sync
-        "ms_per_call": round(steady_call_ms, 3),
-        "commit_ms": round(commit_ms, 3),
-        "routing": routing,
-        "tokens_per_pass": tpp,
-        "tokens_per_pass_source": tpp_source,
-        # the same decode by the factor rule (`--reveal-factor 1`), measured beside the model's threshold
-        "tokens_per_pass_factor_rule": tpp_factor,
-        "tokens_per_s": round(tpp * 1e3 / steady_ms, 3),
-        "hit_rate": round(steady_hits / steady_uses, 4) if steady_uses else None,
+    }
+
+
+def _block_counters(rt, first, steady: list, distinct: float) -> dict:
+    """Block 1's expert cache per pass: hits, misses, repairs, host reads, substitutions."""
+    def per_steady(name: str) -> float:
+        return round(sum(getattr(r, name) for r in steady) / len(steady), 3)
+
+    uses, hits = sum(r.uses for r in steady), sum(r.hits for r in steady)
+    return {
+        "hit_rate": round(hits / uses, 4) if uses else None,
         "hit_rate_first_pass": round(first.hits / first.uses, 4) if first.uses else None,
         "misses_first_pass": first.misses,
-        "misses_per_steady_pass": round(sum(r.misses for r in steady) / len(steady), 3),
-        "repairs_per_steady_pass": round(sum(r.repairs for r in steady) / len(steady), 3),
+        "misses_per_steady_pass": per_steady("misses"),
+        "repairs_per_steady_pass": per_steady("repairs"),
         # misses read in place from host memory (runtime/host_reads.py), and whether that path is on (why not)
-        "host_reads_per_steady_pass": round(sum(r.host_reads for r in steady) / len(steady), 3),
+        "host_reads_per_steady_pass": per_steady("host_reads"),
         "host_reads": {"on": rt.host_reads, "error": rt.host_reads_error, "first_pass": first.host_reads,
                        # ... of them copied into a slot as they were read (one PCIe transfer, not two)
                        "read_through_on": rt.read_through, "read_through_error": rt.read_through_error,
                        "read_through_first_pass": first.read_through,
-                       "read_through_per_steady_pass": round(sum(r.read_through for r in steady) / len(steady), 3)},
+                       "read_through_per_steady_pass": per_steady("read_through")},
         "synced_steady_passes": sum(1 for r in steady if r.synced),
         # later passes choosing among resident experts only (`Runtime.route_limit`): on, and what it took away
         "resident_routing": rt.resident_routing,
-        "substituted_per_steady_pass": round(sum(r.substituted for r in steady) / len(steady), 3),
+        "substituted_per_steady_pass": per_steady("substituted"),
         "distinct_experts_per_pass": round(distinct, 2),
-        "pcie_bytes": pass_bytes,
-        "pcie_gbps": round(pass_bytes / pass_seconds / 1e9, 3) if pass_seconds else 0.0,
-        "device_bytes_per_pass": device_bytes,
-        "device_bandwidth_gbps": round(bw / 1e9, 1),
-        "bandwidth_source": bw_source,
-        "roofline_ms": round(roofline_ms, 4),
-        "roofline_ratio": round(steady_ms / roofline_ms, 2),
-        "profiled_pass_ms": round(profiled.ms, 3),
-        "components": components,
+    }
+
+
+def _projections(tpp: float, device: torch.device, by_calls_ms: float, graphed_ms: float | None,
+                 graph_parts_ms: float | None) -> dict:
+    """The RTX 5070 Ti projections (the issue's rule), each with its ms per pass and tokens/s at `tpp`."""
+    def projected(ms: float, rule: str) -> dict:
+        return {"ms_per_pass": round(ms, 3), "tokens_per_s": round(tpp * 1e3 / ms, 2), "rule": rule}
+
+    return {
         "projection_5070ti": {
-            "ms_per_pass": round(projected_ms, 3),
-            "tokens_per_s": round(tpp * 1e3 / projected_ms, 2),
-            "rule": "sum over the profiled pass's calls of max(measured, bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s",
+            **projected(by_calls_ms, "sum over the profiled pass's calls of max(measured, bytes / 896 GB/s) + "
+                                     "steady PCIe bytes / 50 GB/s"),
             # the rule means something from GPU times only: `bench` prints no figure when this is not "cuda"
             "timed_on": device.type,
         },
-        "projection_5070ti_graphed": None if projected_graphed_ms is None else {
-            "ms_per_pass": round(projected_graphed_ms, 3),
-            "tokens_per_s": round(tpp * 1e3 / projected_graphed_ms, 2),
-            "rule": "max(steady graphed ms here, pass bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s",
-        },
-        "projection_5070ti_graph_components": None if projected_graph_parts_ms is None else {
-            "ms_per_pass": round(projected_graph_parts_ms, 3),
-            "tokens_per_s": round(tpp * 1e3 / projected_graph_parts_ms, 2),
-            "rule": "sum over the pass's calls of max(GPU time in a graph replay, bytes / 896 GB/s) + steady PCIe "
-                    "bytes / 50 GB/s",
-        },
-        "graph_profile": graph_note,
-        "memory": {
-            "placed": placed,
-            "plan_predicted": plan.device_predicted,
-            "plan_error": round(placed["total"] / plan.device_predicted - 1, 4),
-            "plan_peak": plan.device_peak,
-            "peak_allocated": peak,
-            "host_experts": rt.cache.host.nbytes if rt.cache.host is not None else 0,
-            "host_pinned": bool(rt.cache.host is not None and rt.cache.host.pinned),
-            # what torch's pinned allocator holds for them (chunks rounded up to powers of two: expert_store.py)
-            "host_pinned_bytes": rt.cache.host.pinned_bytes if rt.cache.host is not None else 0,
-            "host_pinned_measured": pinned_allocator_bytes(),  # ... and what the allocator says it holds
-        },
+        "projection_5070ti_graphed": None if graphed_ms is None else projected(
+            graphed_ms, "max(steady graphed ms here, pass bytes / 896 GB/s) + steady PCIe bytes / 50 GB/s"),
+        "projection_5070ti_graph_components": None if graph_parts_ms is None else projected(
+            graph_parts_ms, "sum over the pass's calls of max(GPU time in a graph replay, bytes / 896 GB/s) + "
+                            "steady PCIe bytes / 50 GB/s"),
+    }
+
+
+def _memory(rt, placed: dict, peak: int | None) -> dict:
+    """What the device holds against the plan's prediction, and the host's expert slabs."""
+    plan, host = rt.plan, rt.cache.host
+    return {
+        "placed": placed,
+        "plan_predicted": plan.device_predicted,
+        "plan_error": round(placed["total"] / plan.device_predicted - 1, 4),
+        "plan_peak": plan.device_peak,
+        "peak_allocated": peak,
+        "host_experts": host.nbytes if host is not None else 0,
+        "host_pinned": bool(host is not None and host.pinned),
+        # what torch's pinned allocator holds for them (chunks rounded up to powers of two: expert_store.py)
+        "host_pinned_bytes": host.pinned_bytes if host is not None else 0,
+        "host_pinned_measured": pinned_allocator_bytes(),  # ... and what the allocator says it holds
+    }
+
+
+def _counters(stats: dict, optimistic: bool) -> dict:
+    """The runtime's counters after block 1: the expert cache, the CPU path, the optimistic passes."""
+    return {
         "cache": {k: stats[k] for k in ("hits", "misses", "copied", "repair_unused", "cpu_runs", "host_reads",
                                         "prefetched", "prefetch_used", "prefetch_wasted", "pinned_evictions",
                                         "bytes_h2d")},
         "cpu_experts": stats["cpu_experts"],  # conversions, kept, seconds: the CPU path's cost (--cpu-experts)
         "optimistic": {"enabled": optimistic, "passes": stats["optimistic_passes"],
                        "retried": stats["retried_passes"], "repair_replays": stats["repair_replays"]},
-        "next_block": _next_block(recs2, commit2_ms, bs, tpp),
-        "merged": _merged_summary(merged_recs, recs2, commit2_rec, rt.stats()["merged_graphs"], bs, tpp),
-        "commits": {  # a block's causal pass; the first one captures the commit graph, the second replays it
-            "each": [{"ms": round(r.ms, 3), "graphed": r.graphed, "captured": r.captured, "repairs": r.repairs,
-                      "synced": r.synced, "misses": r.misses} for r in (commit_rec, commit2_rec)],
-            "graphs": rt.stats()["commit_graphs"],  # apart, as in "merged": "enabled" is the graphs', not the pass's
-        },
-        "graphs": {**stats["graphs"], "steady_passes_graphed": len(graphed),
-                   "ms_per_pass_graphed": None if graphed_ms is None else round(graphed_ms, 3),
-                   "capture_pass_ms": [round(r.ms, 3) for r in recs if r.captured]},
     }
 
 
@@ -679,20 +783,6 @@ def _later_passes(block: list, rows: int, tpp: float) -> tuple[float, int]:
     """A block's steady ms (its passes after the first, averaged) and its passes at `tpp` tokens per pass."""
     later = block[1:]
     return sum(r.ms for r in later) / len(later), max(1, math.ceil(rows / tpp))
-
-
-def _merged_passes(model, rt, cache, bs: int, mask: int, rerouted, rand_ids, on_step) -> list:
-    """MERGED_PASSES merged passes (`CloverModel.commit_and_preview`: a finished block's commit and the next
-    block's first preview in one pass, as decoding runs them), each committing random tokens; their records."""
-    out = []
-    masks = torch.full_like(rand_ids(bs), mask)
-    for i in range(MERGED_PASSES):
-        on_step(f"merged commit + first preview {i + 1}/{MERGED_PASSES}")
-        if rerouted is not None:
-            rerouted.redraw_merged(seed=2000 + i)
-        model.commit_and_preview(rand_ids(bs), masks, cache)
-        out.append(rt.records[-1])
-    return out
 
 
 def _merged_summary(recs: list, block2: list, commit2, graphs: dict, rows: int, tpp: float) -> dict:
