@@ -338,21 +338,18 @@ def quantize_checkpoint(
     raises KeyboardInterrupt after that layer's progress is saved, as a Ctrl-C there would. With `remote`, SRC
     holds the checkpoint's small files and its shards are read from the Hub by byte range (`--stream`). With
     `measure`, the pack's KL against SRC is measured as the layers go (`result.quality`: what `compare` gives,
-    without reading SRC again), unless a resumed run was started without it (then `result.quality` is None)."""
+    without reading SRC again), unless a resumed run was started without it (then `result.quality` is None).
+
+    In order: every check that writes nothing (the source, the calibration file, the disk's room), the run's
+    start (fresh, or where its saved progress left off), the layers, then the last shard and the manifest."""
     settings.validate()
     refuse_resume_overwrite(resume, overwrite)
     refuse_pack(src, str(src), "quantize takes the BF16 checkpoint it was made from")
     t0 = time.perf_counter()
     reader = CheckpointReader(src, remote=remote)
     cfg = reader.config
-    run = values_per_run(settings.bits)
-    if cfg.hidden_size % run or cfg.moe_intermediate_size % run:
-        raise CloverError(f"--bits {settings.bits} packs runs of {run} values: hidden_size {cfg.hidden_size} and "
-                          f"moe_intermediate_size {cfg.moe_intermediate_size} must be multiples of {run}; use --bits 4")
-    if not reader.has_preview_params:
-        raise CloverError(f"{src} is not a Clover checkpoint: its GDN layers lack the block-diffusion parameters")
+    _check_source(reader, src, settings.bits)
     tokenizer = ChatTokenizer.from_folder(src)
-    mask_id = resolve_mask_token(cfg, tokenizer)
     # routed experts take --bits (the pack's default bits in quantization_config); the profile sets the rest
     profile = replace(get_profile(settings.profile), experts=settings.bits)
     calib_path = resolve_calib_path(settings.calib, src)
@@ -361,116 +358,41 @@ def quantize_checkpoint(
     except OSError as exc:
         raise CloverError(f"cannot read calibration file {calib_path}: {exc.strerror or exc}") from None
     has_progress = prepare_output(out, resume, overwrite)
-    prog_dir = out / PROGRESS
     if has_progress:
         _clear_temp_files(out)  # before the disk's room is measured: gigabytes at 35B
     dtype = compute_dtype(device)
-    check_room(out, prog_dir, *run_bytes(checkpoint_index(src, settings.bits, settings.profile, settings.group_size,
-                                                          str(src)), small_files(src), settings, dtype, measure))
+    index = checkpoint_index(src, settings.bits, settings.profile, settings.group_size, str(src))
+    check_room(out, out / PROGRESS, *run_bytes(index, small_files(src), settings, dtype, measure))
     _make_output(out)
-    n_layers = cfg.num_hidden_layers
-    n_shards = n_layers + 1
     fingerprint = {"settings": asdict(settings), "calib_sha256": calib_sha,
                    "source": str(src.resolve()), "config_sha256": sha256_file(src / "config.json")}
-    reports: list[LayerReport] = []
     if has_progress:
-        state, hidden = _load_progress(out, fingerprint)
-        start = state["next_layer"]
-        sums = state.get("shards", {})
-        _check_finished_shards(out, start, n_shards, sums)
-        clean = hidden["clean"].to(dtype)
-        noisy = hidden["noisy"].to(dtype) if "noisy" in hidden else None
-        streams = _resumed_streams(cfg, hidden, measure, src, device)
-        calib_info = state["calibration"]
-        reports = [LayerReport(**r) for r in state["reports"]]
-        created = state["created"]
+        run = _resumed(out, fingerprint, cfg, measure, src, device, dtype)
     else:
-        calib = build_calibration(calib_path, tokenizer, settings.samples, settings.seq_len,
-                                  cfg.diffusion.block_size, mask_id, settings.seed)
-        table = reader.tensor("embed_tokens.weight")
-        clean = table[calib.clean].to(dtype)
-        noisy = table[calib.noisy].to(dtype) if settings.calib_mode == "diffusion" else None
-        streams = None
-        if measure is not None:  # the pack's table is the source's in BF16 (_write_globals)
-            held, _, held_path = measure.held_out(cfg, tokenizer, src)
-            streams = HeldOutStreams.start(cfg, held, mask_id, table, table.to(torch.bfloat16), device, measure.batch,
-                                           held_out_text(held_path))
-        del table
-        calib_info = {"file": Path(calib.path).name, "sequences": int(calib.clean.shape[0]),
-                      "seq_len": settings.seq_len, "tokens": calib.tokens, "mode": settings.calib_mode,
-                      "expert_stats": settings.expert_stats, "samples_in_file": calib.n_texts,
-                      # conversations the model's chat template could not render (e.g. tool turns): left out
-                      **({"conversations_left_out": calib.refused} if calib.refused else {})}
-        created = _created()
-        start = 0
-        sums = {}
+        run = _Run(out, fingerprint, cfg.num_hidden_layers, 0, created=_created(),
+                   **_fresh_inputs(reader, tokenizer, settings, calib_path, measure, src, device, dtype))
+    start, n_layers = run.next_layer, run.n_layers
     quantizer = LayerQuantizer(cfg, profile, settings.options(), device, dtype)
     lt = time.perf_counter()
     if start < n_layers:
         on_layer(start, n_layers, "reading")
     for i, state_i in layer_states(reader, start, n_layers):
-        layer = build_layer(cfg, i, state_i, device, dtype)
-        if streams is not None:
-            on_layer(i, n_layers, "held-out text, BF16")
-            streams.advance("reference", layer)
-        tensors, clean, noisy, report = quantizer.quantize(
-            layer, clean, noisy, on_step=lambda msg, i=i: on_layer(i, n_layers, msg)
-        )
-        if streams is not None:  # the layer holds its quantized weights now (dequantized in place)
-            on_layer(i, n_layers, "held-out text, quantized")
-            streams.advance("pack", layer)
-        kind = "full_attention" if cfg.is_attention(i) else "linear_attention"
-        quantized = {n for n in MIXER_LINEARS[kind] if profile.mixer} | (
-            set(SHARED_LINEARS) if profile.shared else set())
-        tensors.update(bf16_tensors(f"model.layers.{i}", state_i, quantized))
-        shard = out / shard_name(i + 1, n_shards)
-        _atomic_save(tensors, shard)
-        sums[shard.name] = sha256_file(shard)  # read back while still cached: a later change to it is caught
-        report.seconds = round(time.perf_counter() - lt, 3)
-        reports.append(report)
-        del layer, tensors, state_i
-        hidden = {"clean": clean.contiguous()}
-        if noisy is not None:
-            hidden["noisy"] = noisy.contiguous()
-        if streams is not None:
-            hidden.update({f"{QUALITY}{k}": v.contiguous() for k, v in streams.hidden.items()})
-        # the next layer's inputs go to a file named after that layer, recorded in state.json: a kill between
-        # the two writes leaves the previous state pointing at the previous (still present) inputs
-        hidden_name = f"hidden-{i + 1:05d}.safetensors"
-        _atomic_save(hidden, prog_dir / hidden_name)
-        _write_json(prog_dir / "state.json", {
-            "fingerprint": fingerprint, "next_layer": i + 1, "hidden": hidden_name, "calibration": calib_info,
-            "created": created, "reports": [asdict(r) for r in reports], "shards": sums,
-        })
-        for old in prog_dir.glob("hidden-*.safetensors"):
-            if old.name != hidden_name:
-                old.unlink()
+        _quantize_layer(run, quantizer, i, state_i, lt, on_layer)
+        del state_i  # the layer's source weights (≈ 1.7 GB at 35B) are not held while its outputs are written
+        run.save()
         on_layer(i + 1, n_layers, "done")
         if stop_after_layer is not None and i == stop_after_layer:
             raise KeyboardInterrupt
         lt = time.perf_counter()  # the next layer's time starts with its read (a wait, where it was fetched ahead)
         if i + 1 < n_layers:
             on_layer(i + 1, n_layers, "reading")
-    result = QuantizeResult(out, reports, resumed_from=start)
-    logit_weights = None  # the source's final norm and head, once read for the pack's last shard
-    try:
-        if start == n_layers and _hashed(out):  # stopped after the pack was hashed: only the card and cleanup left
-            _tidy(out, Manifest.load(out))
-        else:
-            on_layer(n_layers, n_layers, "LM head")
-            logit_weights = _write_globals(reader, out / shard_name(n_shards, n_shards), clean, noisy, profile,
-                                           settings, device)
-            _finish(src, out, reader, settings, profile, calib_info, created, source_label, n_shards, sums)
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise CloverError(f"the disk is full while finishing the pack in {out}; free some space and rerun "
-                              "with --resume (finished layers are kept)") from None
-        raise CloverError(f"cannot finish the pack in {out}: {exc.strerror or exc}; rerun with --resume") from None
-    if streams is not None:
+    result = QuantizeResult(out, run.reports, resumed_from=start)
+    logit_weights = _finish_pack(run, start, reader, src, settings, profile, source_label, device, on_layer)
+    if run.streams is not None:
         on_layer(n_layers, n_layers, "KL")
         # not read again (with --stream, 1 GB more over the line at 35B) where _write_globals read them
-        result.quality = streams.result(logit_weights or reader.logit_weights(),
-                                        PackReader(out).logit_weights()).to_dict()
+        result.quality = run.streams.result(logit_weights or reader.logit_weights(),
+                                            PackReader(out).logit_weights()).to_dict()
     result.seconds = time.perf_counter() - t0
     result.source_bytes = (remote.total_bytes if remote is not None
                            else sum(f.stat().st_size for f in src.glob("*.safetensors")))
@@ -478,6 +400,146 @@ def quantize_checkpoint(
         result.fetched_bytes = remote.fetched_bytes
     result.pack_bytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     return result
+
+
+def _check_source(reader: CheckpointReader, src: Path, bits: int) -> None:
+    """A checkpoint `--bits` can pack, with the block-diffusion parameters a Clover model has."""
+    cfg = reader.config
+    run = values_per_run(bits)
+    if cfg.hidden_size % run or cfg.moe_intermediate_size % run:
+        raise CloverError(f"--bits {bits} packs runs of {run} values: hidden_size {cfg.hidden_size} and "
+                          f"moe_intermediate_size {cfg.moe_intermediate_size} must be multiples of {run}; use --bits 4")
+    if not reader.has_preview_params:
+        raise CloverError(f"{src} is not a Clover checkpoint: its GDN layers lack the block-diffusion parameters")
+
+
+@dataclass
+class _Run:
+    """A run between two layers: the next layer's inputs (the calibration streams and, when measuring, the
+    held-out ones) and what state.json records of it, from which `--resume` goes on."""
+    out: Path
+    fingerprint: dict
+    n_layers: int
+    next_layer: int
+    clean: torch.Tensor
+    noisy: torch.Tensor | None
+    streams: HeldOutStreams | None
+    calibration: dict
+    created: str
+    reports: list[LayerReport] = field(default_factory=list)
+    sums: dict[str, str] = field(default_factory=dict)  # each finished shard's sha256, read back as it was written
+
+    @property
+    def n_shards(self) -> int:
+        return self.n_layers + 1
+
+    def save(self) -> None:
+        """The next layer's inputs go to a file named after that layer, then state.json names it: a kill between
+        the two writes leaves the previous state pointing at the previous (still present) inputs."""
+        hidden = {"clean": self.clean.contiguous()}
+        if self.noisy is not None:
+            hidden["noisy"] = self.noisy.contiguous()
+        if self.streams is not None:
+            hidden.update({f"{QUALITY}{k}": v.contiguous() for k, v in self.streams.hidden.items()})
+        prog_dir = self.out / PROGRESS
+        hidden_name = f"hidden-{self.next_layer:05d}.safetensors"
+        _atomic_save(hidden, prog_dir / hidden_name)
+        _write_json(prog_dir / "state.json", {
+            "fingerprint": self.fingerprint, "next_layer": self.next_layer, "hidden": hidden_name,
+            "calibration": self.calibration, "created": self.created, "reports": [asdict(r) for r in self.reports],
+            "shards": self.sums,
+        })
+        for old in prog_dir.glob("hidden-*.safetensors"):
+            if old.name != hidden_name:
+                old.unlink()
+
+
+def _resumed(out: Path, fingerprint: dict, cfg, measure: QualityCheck | None, src: Path, device: torch.device,
+             dtype: torch.dtype) -> _Run:
+    """The run saved in `out`, its finished shards checked and its inputs cast to the compute dtype."""
+    state, hidden = _load_progress(out, fingerprint)
+    run = _Run(out, fingerprint, cfg.num_hidden_layers, state["next_layer"], hidden["clean"].to(dtype),
+               hidden["noisy"].to(dtype) if "noisy" in hidden else None,
+               _resumed_streams(cfg, hidden, measure, src, device), state["calibration"], state["created"],
+               [LayerReport(**r) for r in state["reports"]], state.get("shards", {}))
+    _check_finished_shards(out, run.next_layer, run.n_shards, run.sums)
+    return run
+
+
+def _fresh_inputs(reader: CheckpointReader, tokenizer: ChatTokenizer, settings: QuantizeSettings, calib_path: Path,
+                  measure: QualityCheck | None, src: Path, device: torch.device, dtype: torch.dtype) -> dict:
+    """Layer 0's inputs (`_Run`'s clean, noisy, streams, calibration): the calibration sequences' embeddings,
+    and the held-out text's when measuring."""
+    cfg = reader.config
+    mask_id = resolve_mask_token(cfg, tokenizer)
+    calib = build_calibration(calib_path, tokenizer, settings.samples, settings.seq_len,
+                              cfg.diffusion.block_size, mask_id, settings.seed)
+    table = reader.tensor("embed_tokens.weight")
+    streams = None
+    if measure is not None:  # the pack's table is the source's in BF16 (_write_globals)
+        held, _, held_path = measure.held_out(cfg, tokenizer, src)
+        streams = HeldOutStreams.start(cfg, held, mask_id, table, table.to(torch.bfloat16), device, measure.batch,
+                                       held_out_text(held_path))
+    return {
+        "clean": table[calib.clean].to(dtype),
+        "noisy": table[calib.noisy].to(dtype) if settings.calib_mode == "diffusion" else None,
+        "streams": streams,
+        "calibration": {"file": Path(calib.path).name, "sequences": int(calib.clean.shape[0]),
+                        "seq_len": settings.seq_len, "tokens": calib.tokens, "mode": settings.calib_mode,
+                        "expert_stats": settings.expert_stats, "samples_in_file": calib.n_texts,
+                        # conversations the model's chat template could not render (e.g. tool turns): left out
+                        **({"conversations_left_out": calib.refused} if calib.refused else {})},
+    }
+
+
+def _quantize_layer(run: _Run, quantizer: LayerQuantizer, i: int, state_i: dict[str, torch.Tensor], started: float,
+                    on_layer: Callable[[int, int, str], None]) -> None:
+    """Layer i quantized (the held-out text through it before and after, when measuring): its shard written and
+    hashed, its report kept; `run` holds the next layer's inputs (`_Run.save` writes them)."""
+    n = run.n_layers
+    layer = build_layer(quantizer.cfg, i, state_i, quantizer.device, quantizer.dtype)
+    if run.streams is not None:
+        on_layer(i, n, "held-out text, BF16")
+        run.streams.advance("reference", layer)
+    tensors, run.clean, run.noisy, report = quantizer.quantize(layer, run.clean, run.noisy,
+                                                               on_step=lambda msg: on_layer(i, n, msg))
+    if run.streams is not None:  # the layer holds its quantized weights now (dequantized in place)
+        on_layer(i, n, "held-out text, quantized")
+        run.streams.advance("pack", layer)
+    profile = quantizer.profile
+    quantized = ({name for name in MIXER_LINEARS[report.kind] if profile.mixer}
+                 | (set(SHARED_LINEARS) if profile.shared else set()))
+    tensors.update(bf16_tensors(f"model.layers.{i}", state_i, quantized))
+    shard = run.out / shard_name(i + 1, run.n_shards)
+    _atomic_save(tensors, shard)
+    run.sums[shard.name] = sha256_file(shard)  # read back while still cached: a later change to it is caught
+    report.seconds = round(time.perf_counter() - started, 3)
+    run.reports.append(report)
+    run.next_layer = i + 1
+
+
+def _finish_pack(run: _Run, start: int, reader: CheckpointReader, src: Path, settings: QuantizeSettings, profile,
+                 source_label: dict | None, device: torch.device,
+                 on_layer: Callable[[int, int, str], None]) -> dict[str, torch.Tensor] | None:
+    """After the layers: the last shard (embeddings, final norm, LM head) and the manifest, or only the card and
+    cleanup where a run stopped after the pack was hashed. Returns the source's final norm and head where they
+    were read for the last shard."""
+    out, n = run.out, run.n_layers
+    try:
+        if start == n and _hashed(out):  # stopped after the pack was hashed: only the card and cleanup left
+            _tidy(out, Manifest.load(out))
+            return None
+        on_layer(n, n, "LM head")
+        logit_weights = _write_globals(reader, out / shard_name(run.n_shards, run.n_shards), run.clean, run.noisy,
+                                       profile, settings, device)
+        _finish(src, out, reader, settings, profile, run.calibration, run.created, source_label, run.n_shards,
+                run.sums)
+        return logit_weights
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise CloverError(f"the disk is full while finishing the pack in {out}; free some space and rerun "
+                              "with --resume (finished layers are kept)") from None
+        raise CloverError(f"cannot finish the pack in {out}: {exc.strerror or exc}; rerun with --resume") from None
 
 
 QUALITY = "quality."  # the held-out streams' tensors in a progress file
