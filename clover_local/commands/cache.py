@@ -580,38 +580,12 @@ def rm(
     freed = sum(e.bytes for e in chosen)
     if not as_json:
         _print_plan(chosen, freed, dry_run)
-    if not dry_run and not yes:
-        if not sys.stdin.isatty():
-            raise CloverError(f"not removing {_plural(len(chosen), 'entry', 'entries')} without confirmation: there "
-                              "is no terminal to ask; add --yes to remove without asking")
-        if not _confirm(len(chosen)):
-            _stderr().print("nothing removed")
-            raise typer.Exit(1)
     removed: list[Entry] = []
     if not dry_run:
-        for e, target in local:
-            try:
-                _remove_local(target)
-            except OSError as exc:
-                done = f"; removed before it: {', '.join(r.name for r in removed)}" if removed else ""
-                left = target.with_name(f"{REMOVING}{target.name}-{os.getpid()}")  # _remove_local's rename
-                kept = (f"; what is left of it is listed as {left.relative_to(listing.root.resolve()).as_posix()}"
-                        if left.exists() else "")
-                raise CloverError(f"could not remove {e.name} ({target}): {exc.strerror or exc}{kept}{done}") from None
-            removed.append(e)
-        if strategy is not None:
-            try:
-                problems = _execute_quietly(strategy)
-            except OSError as exc:
-                problems = [f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)]
-            left = [e for e in hub if os.path.lexists(e.repo.repo_path)]
-            if left:  # huggingface_hub logs a path it cannot delete and goes on: not removed, whatever it says
-                removed += [e for e in hub if e not in left]
-                done = f"; removed: {', '.join(r.name for r in removed)}" if removed else ""
-                why = problems[0] if problems else "its folder is still there"
-                raise CloverError(f"could not remove {', '.join(e.name for e in left)} from the Hub cache: {why}; "
-                                  f"what is left is in {', '.join(str(e.repo.repo_path) for e in left)}{done}")
-            removed += hub
+        if not yes:
+            _ask(len(chosen))
+        _remove_cached(local, listing.root, removed)
+        _remove_hub(hub, strategy, removed)
     if as_json:
         listed = chosen if dry_run else removed
         print(json.dumps({"dry_run": dry_run, "removed": [{k: v for k, v in e.to_dict().items() if k != "what"}
@@ -620,6 +594,50 @@ def rm(
     elif not dry_run:
         _stderr().print(f"[green]✓[/green] removed {_plural(len(removed), 'entry', 'entries')}, "
                         f"freed {fmt_bytes(freed)}")
+
+
+def _ask(count: int) -> None:
+    """Go on only where a person at a terminal says yes (`--yes` skips this)."""
+    if not sys.stdin.isatty():
+        raise CloverError(f"not removing {_plural(count, 'entry', 'entries')} without confirmation: there "
+                          "is no terminal to ask; add --yes to remove without asking")
+    if not _confirm(count):
+        _stderr().print("nothing removed")
+        raise typer.Exit(1)
+
+
+def _remove_cached(local: list[tuple[Entry, Path]], root: Path, removed: list[Entry]) -> None:
+    """Our cache folder's entries, in order, each added to `removed` once gone; the first that cannot be removed
+    ends the command with what was removed before it and what is left of it."""
+    for e, target in local:
+        try:
+            _remove_local(target)
+        except OSError as exc:
+            done = f"; removed before it: {', '.join(r.name for r in removed)}" if removed else ""
+            left = target.with_name(f"{REMOVING}{target.name}-{os.getpid()}")  # _remove_local's rename
+            kept = (f"; what is left of it is listed as {left.relative_to(root.resolve()).as_posix()}"
+                    if left.exists() else "")
+            raise CloverError(f"could not remove {e.name} ({target}): {exc.strerror or exc}{kept}{done}") from None
+        removed.append(e)
+
+
+def _remove_hub(hub: list[Entry], strategy, removed: list[Entry]) -> None:
+    """The Hub cache's entries, through huggingface_hub's own deletion (`strategy`), judged by what is left on
+    disk: it logs a path it cannot delete and goes on, so whatever it says, a folder still there is not removed."""
+    if strategy is None:
+        return
+    try:
+        problems = _execute_quietly(strategy)
+    except OSError as exc:
+        problems = [f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)]
+    left = [e for e in hub if os.path.lexists(e.repo.repo_path)]
+    if left:
+        removed += [e for e in hub if e not in left]
+        done = f"; removed: {', '.join(r.name for r in removed)}" if removed else ""
+        why = problems[0] if problems else "its folder is still there"
+        raise CloverError(f"could not remove {', '.join(e.name for e in left)} from the Hub cache: {why}; "
+                          f"what is left is in {', '.join(str(e.repo.repo_path) for e in left)}{done}")
+    removed += hub
 
 
 def _wrap_like_top_level_commands() -> None:
