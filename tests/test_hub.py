@@ -1179,3 +1179,35 @@ def test_a_download_the_disk_cannot_take_is_refused_before_its_first_byte(hub, t
         else:
             path = transfer.download("someone/big", progress=False)
             assert (path / BIG).read_bytes() == files[BIG]
+
+
+def _http_error(status: int, message: str = "", server: str = ""):
+    """A huggingface_hub HTTP error answered with `status` (built without a live response: what `hub_error` reads
+    of one is its status code and the server's message)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    err = HfHubHTTPError.__new__(HfHubHTTPError)
+    Exception.__init__(err, message or f"{status} error")
+    err.response = types.SimpleNamespace(status_code=status)
+    err.server_message = server
+    return err
+
+
+@pytest.mark.parametrize("status, action, server, expected", [
+    (401, "downloading", "", "The Hub rejected your token (401 Unauthorized) while downloading o/r: "),
+    (403, "downloading", "gated", "The Hub refused access to o/r (403 Forbidden): gated; your token needs read access"),
+    (403, "uploading to", "", "The Hub refused access to o/r (403 Forbidden); your token needs write access"),
+    (503, "downloading", "busy", "The Hub answered 503 while downloading o/r: busy; run the same command again to "
+                                 "resume: finished files are kept"),
+    (429, "uploading to", "", "The Hub answered 429 while uploading to o/r; run the same command again to resume: "
+                              "files already uploaded are skipped."),
+    (500, "reading", "", "The Hub answered 500 while reading o/r; run the same command again."),
+    (400, "uploading to", "bad", "The Hub refused the model card of the pack: bad."),
+    (404, "downloading", "", "The Hub answered 404 while downloading o/r (revision 'v2')."),
+])
+def test_hub_error_http_statuses(status, action, server, expected):
+    """Each HTTP answer the Hub gives becomes one sentence naming the status and what to do: a token problem says
+    how to log in (with the access an upload needs), a busy or failing Hub says what running again keeps."""
+    message = "Invalid metadata" if status == 400 else ""
+    err = transfer.hub_error(_http_error(status, message, server), repo_id="o/r", revision="v2", action=action)
+    assert isinstance(err, CloverError) and str(err).startswith(expected), str(err)

@@ -195,15 +195,7 @@ def hub_error(
     from huggingface_hub import errors as E
 
     retry = retry or download_command(repo_id, revision=revision)
-    uploading = action.startswith("upload")
     rev = f" (revision {revision!r})" if revision else ""
-    resume = (
-        "run the same command again to resume: files already uploaded are skipped"
-        if uploading
-        else "run the same command again" if action == "reading"  # nothing kept to resume: plan's header reads
-        else "run the same command again to resume: finished files are kept, and large files continue from where "
-        "they stopped"
-    )
     # Class names moved between huggingface_hub versions: look them up defensively.
     gated = getattr(E, "GatedRepoError", ())
     disabled = getattr(E, "DisabledRepoError", ())
@@ -243,31 +235,47 @@ def hub_error(
         if isinstance(e, remote_missing):
             return CloverError(f"A file of {repo_id}{rev} is listed but missing on the Hub: {_short(e)}.")
         if isinstance(e, E.HfHubHTTPError):
-            response = getattr(e, "response", None)
-            status = getattr(response, "status_code", None)
-            server = _server_message(e)
-            detail = f": {server}" if server else ""
-            if status == 401:
-                return CloverError(
-                    f"The Hub rejected your token (401 Unauthorized) while {action} {repo_id}: {_LOGIN_HINT} again."
-                )
-            if status == 403:
-                need = "write" if uploading else "read"
-                return CloverError(
-                    f"The Hub refused access to {repo_id} (403 Forbidden){detail}; your token needs {need} access "
-                    f"to it ({_LOGIN_HINT} with a token that has it)."
-                )
-            if status in (408, 429) or (isinstance(status, int) and status >= 500):
-                return CloverError(f"The Hub answered {status} while {action} {repo_id}{detail}; {resume}.")
-            if status == 400 and uploading and "metadata" in str(e).lower():
-                return CloverError(f"The Hub refused the model card of the pack{detail}.")
-            return CloverError(f"The Hub answered {status} while {action} {repo_id}{rev}{detail}.")
+            return _http_error(e, repo_id, rev, action)
         if isinstance(e, ValueError) and "Invalid metadata in README.md" in str(e):
             problems = "; ".join(line.strip("- ").strip() for line in str(e).splitlines()[1:] if line.strip())
             return CloverError(f"The Hub refused the pack's README.md metadata: {_scrub(problems) or 'invalid'}.")
     if is_connection_error(exc):
-        return CloverError(f"The connection to the Hub failed while {action} {repo_id} ({_short(exc)}); {resume}.")
+        return CloverError(f"The connection to the Hub failed while {action} {repo_id} ({_short(exc)}); "
+                           f"{_resume_hint(action)}.")
     return None
+
+
+def _resume_hint(action: str) -> str:
+    """What running the command again does after a failure while `action`."""
+    if action.startswith("upload"):
+        return "run the same command again to resume: files already uploaded are skipped"
+    if action == "reading":  # nothing kept to resume: plan's header reads
+        return "run the same command again"
+    return ("run the same command again to resume: finished files are kept, and large files continue from where "
+            "they stopped")
+
+
+def _http_error(e: BaseException, repo_id: str, rev: str, action: str) -> CloverError:
+    """An HTTP answer of the Hub's as one sentence: the status, the server's message, what to do."""
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    server = _server_message(e)
+    detail = f": {server}" if server else ""
+    uploading = action.startswith("upload")
+    if status == 401:
+        return CloverError(
+            f"The Hub rejected your token (401 Unauthorized) while {action} {repo_id}: {_LOGIN_HINT} again."
+        )
+    if status == 403:
+        need = "write" if uploading else "read"
+        return CloverError(
+            f"The Hub refused access to {repo_id} (403 Forbidden){detail}; your token needs {need} access "
+            f"to it ({_LOGIN_HINT} with a token that has it)."
+        )
+    if status in (408, 429) or (isinstance(status, int) and status >= 500):
+        return CloverError(f"The Hub answered {status} while {action} {repo_id}{detail}; {_resume_hint(action)}.")
+    if status == 400 and uploading and "metadata" in str(e).lower():
+        return CloverError(f"The Hub refused the model card of the pack{detail}.")
+    return CloverError(f"The Hub answered {status} while {action} {repo_id}{rev}{detail}.")
 
 
 def raise_hub_error(exc: BaseException, **kw) -> None:
