@@ -243,15 +243,14 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     from huggingface_hub import ModelCardData
 
     meta = card_metadata(manifest, config)
-    data = ModelCardData(**meta)
-    front = data.to_yaml()
+    front = ModelCardData(**meta).to_yaml()
     rid = repo_id or PLACEHOLDER_REPO_ID
     target = rid if revision in (None, "main") else f"{rid} --revision {revision}"  # what the commands run
     base = meta.get("base_model")
     base_link = f"[{base}](https://huggingface.co/{base})" if base else f"`{_source_name(manifest)}`"
-    bits = _bits(manifest, config)
     qconfig = (config or {}).get("quantization_config") or {}
     method = str(manifest.settings.get("method") or qconfig.get("quant_method") or "gptq")
+    bits = _bits(manifest, config)
     title_bits = f"INT{bits} " if bits else ""
     title = f"# {(base or _source_name(manifest)).split('/')[-1]} — {title_bits}{method.upper()} pack for clover-local"
     lines: list[str] = [CARD_MARKER, "", title, ""]
@@ -264,8 +263,22 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     ]
     if repo_id is None:
         lines += [f"Replace `{PLACEHOLDER_REPO_ID}` below with this repository's id.", ""]
+    lines += _run_lines(manifest, rid, target)
+    lines += _quantization_lines(manifest, qconfig)
+    lines += _calibration_lines(manifest, method)
+    lines += _quality_lines(manifest)
+    lines += _memory_lines(manifest, target)
+    if placement:
+        lines += _placement_lines(placement, target)
+    lines += _provenance_lines(manifest, config)
+    lines += _files_lines(manifest)
+    lines += ["## License", "", _license_text(base, base_link), ""]
+    return f"---\n{front}\n---\n" + "\n".join(lines)
 
-    lines += [
+
+def _run_lines(manifest: Manifest, rid: str, target: str) -> list[str]:
+    """How to run the pack: clover-local's commands, and lm-evaluation-harness against `serve`."""
+    return [
         "## Run it",
         "",
         "```bash",
@@ -287,7 +300,9 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         "",
     ]
 
-    # -- quantization ------------------------------------------------------------------------------
+
+def _quantization_lines(manifest: Manifest, qconfig: dict) -> list[str]:
+    """The settings the manifest records (the known ones by name, then the rest), and what stays unquantized."""
     settings = dict(manifest.settings)
     rows = []
     for key, label in _SETTING_ROWS:
@@ -299,24 +314,26 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         rows.append(("Per-module exceptions", f"{len(dynamic)} (see `quantization_config.dynamic` in `config.json`)"))
     if qconfig.get("checkpoint_format"):
         rows.append(("Checkpoint format", _fmt(qconfig["checkpoint_format"])))
-    lines += ["## Quantization", ""] + _table(rows, ("Setting", "Value")) + [""]
-    lines += [
+    return ["## Quantization", ""] + _table(rows, ("Setting", "Value")) + [""] + [
         "Routed experts and the large linear layers are quantized; the router, gates, norms, convolution, "
         "`A_log`, `dt_bias`, embeddings and the block-diffusion extras stay in BF16/FP32.",
         "",
     ]
 
-    # -- calibration -------------------------------------------------------------------------------
-    lines += ["## Calibration", ""]
+
+def _calibration_lines(manifest: Manifest, method: str) -> list[str]:
+    lines = ["## Calibration", ""]
     if manifest.calibration:
         lines += _table([(f"`{k}`", _fmt(v)) for k, v in sorted(manifest.calibration.items())], ("Field", "Value"))
     elif method.lower() == "rtn":
         lines += ["None: round-to-nearest quantization uses no calibration data."]
     else:
         lines += ["Not recorded in the manifest."]
-    lines += [""]
+    return lines + [""]
 
-    # -- quality -----------------------------------------------------------------------------------
+
+def _quality_lines(manifest: Manifest) -> list[str]:
+    """The quality figures the manifest records ("not measured" for the known ones it lacks)."""
     quality = dict(manifest.quality)
     rows = []
     for key, label in _QUALITY_ROWS:
@@ -327,10 +344,10 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
             rows.append((label, "not measured"))
     for key, value in sorted(quality.items()):
         rows.append((f"`{key}`", _fmt(value)))
-    lines += ["## Measured quality", "", _quality_intro(manifest.quality), ""]
-    lines += _table(rows, ("Metric", "Value")) + [""]
+    return ["## Measured quality", "", _quality_intro(manifest.quality), ""] + _table(rows, ("Metric", "Value")) + [""]
 
-    # -- memory ------------------------------------------------------------------------------------
+
+def _memory_lines(manifest: Manifest, target: str) -> list[str]:
     memory = dict(manifest.memory)
     rows = []
     for key, label in _MEMORY_ROWS:
@@ -339,30 +356,23 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
     for key, value in sorted(memory.items()):
         rows.append((f"`{key}`", human_bytes(value) if key.endswith("bytes") else _fmt(value)))
     rows.append(("Pack on disk (all files)", human_bytes(manifest.total_bytes)))
-    lines += ["## Memory", ""] + _table(rows, ("What", "Size")) + [""]
-    lines += [
+    return ["## Memory", ""] + _table(rows, ("What", "Size")) + [""] + [
         "clover-local keeps the non-expert weights on the GPU and streams routed experts from system RAM "
         f"through an expert cache. `clover-local plan {target} --vram 16GB --ram 32GB` shows the placement and "
         "cache capacity for a given machine before anything is loaded (from the Hub, without downloading the pack).",
         "",
     ]
-    if placement:
-        lines += _placement_lines(placement, target)
 
-    # -- model and provenance ----------------------------------------------------------------------
+
+_ARCH_ROWS = (("model_type", "Model type"), ("num_hidden_layers", "Layers"), ("hidden_size", "Hidden size"),
+              ("num_experts", "Routed experts"), ("num_experts_per_tok", "Experts per token"),
+              ("vocab_size", "Vocabulary"))
+
+
+def _provenance_lines(manifest: Manifest, config: dict | None) -> list[str]:
+    """The model's shape (from config.json) and where the pack came from."""
     tc = _text_config(config)
-    arch = [
-        (label, _fmt(tc[key]))
-        for key, label in (
-            ("model_type", "Model type"),
-            ("num_hidden_layers", "Layers"),
-            ("hidden_size", "Hidden size"),
-            ("num_experts", "Routed experts"),
-            ("num_experts_per_tok", "Experts per token"),
-            ("vocab_size", "Vocabulary"),
-        )
-        if key in tc
-    ]
+    arch = [(label, _fmt(tc[key])) for key, label in _ARCH_ROWS if key in tc]
     source = manifest.source if isinstance(manifest.source, dict) else {}
     prov = []
     if source.get("repo_id"):
@@ -373,22 +383,15 @@ def card_text(manifest: Manifest, config: dict | None = None, repo_id: str | Non
         prov.append(("Source revision", f"`{source['revision']}`"))
     prov.append(("Created", _fmt(manifest.created)))
     prov.append(("Pack format", f"{manifest.format} v{manifest.format_version}"))
-    lines += ["## Model and provenance", ""] + _table(arch + prov, ("Field", "Value")) + [""]
+    return ["## Model and provenance", ""] + _table(arch + prov, ("Field", "Value")) + [""]
 
-    # -- files -------------------------------------------------------------------------------------
-    lines += ["## Files", "", "Full sha256 sums are in `clover_manifest.json`; `clover-local download` checks them."]
-    lines += [""]
-    lines += ["| File | Size | sha256 (first 16) |", "|---|---|---|"]
+
+def _files_lines(manifest: Manifest) -> list[str]:
+    lines = ["## Files", "", "Full sha256 sums are in `clover_manifest.json`; `clover-local download` checks them.",
+             "", "| File | Size | sha256 (first 16) |", "|---|---|---|"]
     for name, entry in sorted(manifest.files.items()):
         lines.append(f"| `{name}` | {human_bytes(entry.get('bytes'))} | `{str(entry.get('sha256', ''))[:16]}` |")
-    lines += [
-        "",
-        "## License",
-        "",
-        _license_text(base, base_link),
-        "",
-    ]
-    return f"---\n{front}\n---\n" + "\n".join(lines)
+    return lines + [""]
 
 
 def build_card(manifest: Manifest, config: dict | None = None, repo_id: str | None = None,
