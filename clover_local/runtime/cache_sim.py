@@ -208,6 +208,8 @@ def _optimistic_pass(ec: ExpertCache, counts: np.ndarray, commit: bool, repair: 
 
 
 def simulate(cfg: SimConfig) -> SimResult:
+    """The prompt's prefill passes, then `blocks` blocks of `passes` previews and a commit each, through one
+    expert cache as the runtime drives it; each phase's copies, prefetches and misses booked apart."""
     if cfg.slots < cfg.experts or cfg.slots > cfg.layers * cfg.experts:
         raise ValueError(f"slots must be between {cfg.experts} and {cfg.layers * cfg.experts}")
     ec, router, res = _cache(cfg), _Router(cfg), SimResult(cfg)
@@ -219,19 +221,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     for name in ("prefill_first_pass", "prefill_later_passes", "block_first_pass", "block_later_passes",
                  "commit", "merged"):
         res.phases[name] = Phase()
-    span = max(cfg.span, cfg.chunk)
-    for start in range(0, cfg.prefix, span):
-        rows = min(span, cfg.prefix - start)
-        chunks = [router.counts(router.rows(min(cfg.chunk, rows - s))) for s in range(0, rows, cfg.chunk)]
-        before = ec.totals()
-        ec.end_block()
-        ec.begin_pass(dense_rows(rows, cfg.top_k, cfg.experts), layer_major=len(chunks) > 1)
-        _syncing_pass(ec, chunks, history)
-        ec.end_pass()
-        ec.end_block()
-        phase = res.phases["prefill_first_pass" if start == 0 else "prefill_later_passes"]
-        phase.distinct += int((sum(chunks) > 0).sum())
-        _book(phase, before, ec.totals())
+    _prefill(cfg, ec, router, res, history)
     next_scores = None  # the next block's rows, routed by the merged pass that committed the last block
     compiled = False  # a merged pass ran (the runtime's first is an eager attempt: it compiles, no graph)
     for b in range(cfg.blocks):
@@ -259,40 +249,69 @@ def simulate(cfg: SimConfig) -> SimResult:
             counts = router.counts(routes)
             before = ec.totals()
             ec.begin_pass(False)
-            # as `Runtime._may_run_optimistically`: a block's first pass syncs with no graph to replay (the very
-            # first, or every one when eager, unless host reads make an eager attempt stand); an eager commit syncs;
-            # a merged pass is an eager attempt first (compiles; a miss reruns syncing), then replays (a miss is
-            # repaired), syncing without graphs or host reads
-            if merged:
-                if not (cfg.graphs or cfg.host_reads):
-                    _syncing_pass(ec, counts, history)
-                else:
-                    _optimistic_pass(ec, counts, False, repair=cfg.graphs and compiled, host_reads=cfg.host_reads)
-                compiled = True
-            elif p == 0 and ((b == 0 and cfg.graphs) or not (cfg.graphs or cfg.host_reads)):
-                _syncing_pass(ec, counts, history)
-            elif commit and not cfg.graphs:
-                _syncing_pass(ec, counts, {})
-            else:
-                _optimistic_pass(ec, counts, commit, repair=cfg.graphs, host_reads=cfg.host_reads)
+            _block_pass(cfg, ec, counts, history, first=p == 0, first_block=b == 0, commit=commit, merged=merged,
+                        compiled=compiled)
+            compiled |= merged
             ec.end_pass()
             if merged:
                 ec.end_block()  # its experts unpinned after it: the next block's passes pin their own
             phase = res.phases["merged" if merged else "commit" if commit else "block_first_pass" if p == 0
                                else "block_later_passes"]
             phase.distinct += int((counts > 0).sum())
-            if allowed is not None:  # as `Runtime._install_wanted`: the rows' own choices it took away
-                kept = allowed | (allowed.sum(1, keepdims=True) < cfg.top_k)
-                lost = router.counts(router.top(scores)) * ~kept
-                phase.substituted += int(lost.sum())
-                rows, experts = np.nonzero((lost > 0) & (ec.slot_of[ec.layer_ids] < 0))
-                phase.background += ec.install_missed(rows, experts, background=True)
+            if allowed is not None:
+                _substituted(cfg, ec, router, phase, scores, allowed)
             n = _book(phase, before, ec.totals())
             if p == 0 or merged:
                 res.first_pass_each.append(n)
         if next_scores is None:  # (a merged commit ended the block already)
             ec.end_block()
     return res
+
+
+def _prefill(cfg: SimConfig, ec, router, res: SimResult, history: dict[int, np.ndarray]) -> None:
+    """The prompt in passes of `span` rows, each layer over a pass's rows `chunk` at a time (syncing)."""
+    span = max(cfg.span, cfg.chunk)
+    for start in range(0, cfg.prefix, span):
+        rows = min(span, cfg.prefix - start)
+        chunks = [router.counts(router.rows(min(cfg.chunk, rows - s))) for s in range(0, rows, cfg.chunk)]
+        before = ec.totals()
+        ec.end_block()
+        ec.begin_pass(dense_rows(rows, cfg.top_k, cfg.experts), layer_major=len(chunks) > 1)
+        _syncing_pass(ec, chunks, history)
+        ec.end_pass()
+        ec.end_block()
+        phase = res.phases["prefill_first_pass" if start == 0 else "prefill_later_passes"]
+        phase.distinct += int((sum(chunks) > 0).sum())
+        _book(phase, before, ec.totals())
+
+
+def _block_pass(cfg: SimConfig, ec, counts: np.ndarray, history: dict[int, np.ndarray], *, first: bool,
+                first_block: bool, commit: bool, merged: bool, compiled: bool) -> None:
+    """One pass of a block, by the path the runtime takes for it (`Runtime._may_run_optimistically`): a block's
+    first pass syncs with no graph to replay (the very first, or every one when eager, unless host reads make an
+    eager attempt stand); an eager commit syncs; a merged pass is an eager attempt first (compiles; a miss reruns
+    syncing), then replays (a miss is repaired), syncing without graphs or host reads."""
+    if merged:
+        if not (cfg.graphs or cfg.host_reads):
+            _syncing_pass(ec, counts, history)
+        else:
+            _optimistic_pass(ec, counts, False, repair=cfg.graphs and compiled, host_reads=cfg.host_reads)
+    elif first and ((first_block and cfg.graphs) or not (cfg.graphs or cfg.host_reads)):
+        _syncing_pass(ec, counts, history)
+    elif commit and not cfg.graphs:
+        _syncing_pass(ec, counts, {})
+    else:
+        _optimistic_pass(ec, counts, commit, repair=cfg.graphs, host_reads=cfg.host_reads)
+
+
+def _substituted(cfg: SimConfig, ec, router, phase: Phase, scores: np.ndarray, allowed: np.ndarray) -> None:
+    """Resident routing's cost (as `Runtime._install_wanted`): the rows' own choices it took away, and those of
+    them not on the device copied in behind the pass."""
+    kept = allowed | (allowed.sum(1, keepdims=True) < cfg.top_k)
+    lost = router.counts(router.top(scores)) * ~kept
+    phase.substituted += int(lost.sum())
+    rows, experts = np.nonzero((lost > 0) & (ec.slot_of[ec.layer_ids] < 0))
+    phase.background += ec.install_missed(rows, experts, background=True)
 
 
 def main(argv: list[str] | None = None) -> int:
