@@ -205,7 +205,6 @@ _WEIGHT_NOTES = {
     "shared experts": "one per layer, with its gate",
 }
 _WEIGHT_ORDER = ("attention", "GDN", "shared experts", "routers", "norms", "lm_head", "embeddings")
-_HOST_EMBED_NOTE = "one row per token, copied on lookup"
 
 
 def _weights(plan: Plan, pack: PackIndex, a: int, host_embed: bool) -> _Parts:
@@ -301,7 +300,7 @@ def _host(plan: Plan, parts: _Parts, pack: PackIndex, cpu_cache: int, parked: in
                                "pinned, one contiguous slab per expert (in power-of-two chunks)" if pinned else
                                "one contiguous slab per expert, pageable (no CUDA here to pin it)"))
     if parts.host:
-        plan.lines.append(PlanLine("embeddings", "host", parts.host, _HOST_EMBED_NOTE))
+        plan.lines.append(PlanLine("embeddings", "host", parts.host, "one row per token, copied on lookup"))
     parts.cpu_kept = min(cpu_cache, plan.host_expert_bytes)  # never more than every expert converted
     if parts.cpu_kept:
         plan.lines.append(PlanLine("CPU-run experts", "host", parts.cpu_kept,
