@@ -350,6 +350,7 @@ def quantize_checkpoint(
     cfg = reader.config
     _check_source(reader, src, settings.bits)
     tokenizer = ChatTokenizer.from_folder(src)
+    mask_id = resolve_mask_token(cfg, tokenizer)  # before the output folder is touched, as every check here
     # routed experts take --bits (the pack's default bits in quantization_config); the profile sets the rest
     profile = replace(get_profile(settings.profile), experts=settings.bits)
     calib_path = resolve_calib_path(settings.calib, src)
@@ -370,7 +371,7 @@ def quantize_checkpoint(
         run = _resumed(out, fingerprint, cfg, measure, src, device, dtype)
     else:
         run = _Run(out, fingerprint, cfg.num_hidden_layers, 0, created=_created(),
-                   **_fresh_inputs(reader, tokenizer, settings, calib_path, measure, src, device, dtype))
+                   **_fresh_inputs(reader, tokenizer, mask_id, settings, calib_path, measure, src, device, dtype))
     start, n_layers = run.next_layer, run.n_layers
     quantizer = LayerQuantizer(cfg, profile, settings.options(), device, dtype)
     lt = time.perf_counter()
@@ -466,12 +467,12 @@ def _resumed(out: Path, fingerprint: dict, cfg, measure: QualityCheck | None, sr
     return run
 
 
-def _fresh_inputs(reader: CheckpointReader, tokenizer: ChatTokenizer, settings: QuantizeSettings, calib_path: Path,
-                  measure: QualityCheck | None, src: Path, device: torch.device, dtype: torch.dtype) -> dict:
+def _fresh_inputs(reader: CheckpointReader, tokenizer: ChatTokenizer, mask_id: int, settings: QuantizeSettings,
+                  calib_path: Path, measure: QualityCheck | None, src: Path, device: torch.device,
+                  dtype: torch.dtype) -> dict:
     """Layer 0's inputs (`_Run`'s clean, noisy, streams, calibration): the calibration sequences' embeddings,
     and the held-out text's when measuring."""
     cfg = reader.config
-    mask_id = resolve_mask_token(cfg, tokenizer)
     calib = build_calibration(calib_path, tokenizer, settings.samples, settings.seq_len,
                               cfg.diffusion.block_size, mask_id, settings.seed)
     table = reader.tensor("embed_tokens.weight")

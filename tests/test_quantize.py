@@ -666,6 +666,17 @@ def test_not_a_clover_checkpoint(env, tokenizer_dir, capsys):
     assert not out.exists()
 
 
+def test_bad_mask_token_touches_nothing(env, capsys):
+    """A mask token outside the vocabulary is refused before --out is created, as every check on the source is."""
+    bad = env.root / "bad-mask"
+    shutil.copytree(env.src, bad)
+    vocab = load_config(env.src).vocab_size
+    (bad / "generation_config.json").write_text(json.dumps({"mask_token_id": vocab}))
+    out = env.root / "out-bad-mask"
+    expect_error(capsys, env.cli_args(out, src=bad), f"mask_token_id {vocab}", "outside the vocabulary")
+    assert not out.exists()
+
+
 def test_corrupt_shard(env, capsys):
     bad = env.root / "truncated"
     shutil.copytree(env.src, bad)
