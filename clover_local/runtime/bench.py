@@ -406,6 +406,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
     steady_ms = sum(r.ms for r in steady) / len(steady)
     distinct = sum(r.uses for r in steady) / len(steady)
     device_bytes = _device_read_per_pass(model, device, dtype, prefix, distinct)
+    roofline_ms = 1e3 * device_bytes / bw
     steady_pcie = sum(r.bytes for r in steady) / len(steady)
     graphed = [r for r in steady if r.graphed and not r.captured and not r.retried]  # replays that stood
     graphed_ms = sum(r.ms for r in graphed) / len(graphed) if graphed else None
@@ -436,8 +437,8 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         "device_bytes_per_pass": device_bytes,
         "device_bandwidth_gbps": round(bw / 1e9, 1),
         "bandwidth_source": bw_source,
-        "roofline_ms": round(1e3 * device_bytes / bw, 4),
-        "roofline_ratio": round(steady_ms / (1e3 * device_bytes / bw), 2),
+        "roofline_ms": round(roofline_ms, 4),
+        "roofline_ratio": round(steady_ms / roofline_ms, 2),
         "profiled_pass_ms": round(profiled.ms, 3),
         "components": components,
         **_projections(tpp, device, projected_compute + pcie_ms,
