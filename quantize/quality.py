@@ -91,6 +91,12 @@ class QualityCheck:
     seed: int = 1
     batch: int = 4
 
+    @classmethod
+    def during_quantize(cls, seq_len: int, calib: str | None = None) -> QualityCheck:
+        """What `quantize` measures as the layers go: 4 held-out sequences of the calibration's length, at most
+        512 tokens (a few minutes of a run of hours at 35B)."""
+        return cls(samples=4, seq_len=min(seq_len, 512), calib=calib)
+
     def held_out(self, cfg, tokenizer, src: Path):
         """(the held-out token ids, the mask id, the file's path): the same for the same inputs, so a resumed run
         measures on what it started with."""

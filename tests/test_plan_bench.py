@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from clover_local.config import load_config
 from clover_local.errors import CloverError
 from clover_local.runtime.bench import bench_context
 from clover_local.runtime.placement import expected_distinct, make_plan
@@ -116,6 +117,20 @@ def test_plan_of_a_checkpoint_is_the_plan_of_the_pack_quantize_makes_of_it(bits,
     assert planned["pack_bytes"] == sum(p.stat().st_size for p in made.glob("*.safetensors")) - sum(
         8 + int.from_bytes(p.read_bytes()[:8], "little") for p in made.glob("*.safetensors"))  # the tensors' bytes
     assert planned["command"] == f"clover-local quantize {src} --out PACK" + (f" --bits {bits}" if bits != 4 else "")
+    # what quantize writes while it runs, by the figures of its own disk check: the pack with its headers (at least
+    # the shards it made, at most an entry of 200 bytes a tensor more), and twice the file --resume starts from at
+    # its default calibration on a GPU (128 × 2048 tokens, clean and noisy, bf16; the KL's 4 × 512 held-out tokens,
+    # four float32 streams)
+    hidden = load_config(src).hidden_size
+    inputs = 128 * 2048 * 2 * hidden * 2 + 4 * 512 * 4 * hidden * 4
+    assert planned["resume_input_bytes"] == inputs
+    shards = list(made.glob("*.safetensors"))
+    on_disk = sum(p.stat().st_size for p in shards)
+    tensors = sum(len(json.loads(p.read_bytes()[8:8 + int.from_bytes(p.read_bytes()[:8], "little")])) - 1
+                  for p in shards)
+    assert on_disk <= planned["disk_bytes"] - 2 * inputs <= on_disk + 200 * tensors
+    assert run_cli(["plan", str(src), "--vram", "1GB", "--ram", "8GB"]) == 0
+    assert "on --out's disk" in " ".join(capsys.readouterr().out.split())
     # --bits / --profile choose a checkpoint's pack: refused for a pack, out of range, or unknown
     assert run_cli(["plan", str(made), "--vram", "1GB", "--bits", "3"]) == 2
     assert "--bits applies to a BF16 checkpoint" in one_line_error(capsys)

@@ -99,6 +99,11 @@ def test_what_is_not_a_pack_or_not_there_is_one_line_and_offline_uses_the_cache(
     assert code == 0, err
     assert plan["hub"]["checkpoint"] and plan["planned_as_pack"]["bits"] == 4 and plan["fits"]
     assert not shard_gets(hub)
+    from conftest import run_cli
+
+    assert run_cli(["plan", "org/bf16", *PLAN_ARGS[:-1]]) == 0  # in words: the disk quantize needs, the download
+    said = " ".join(capsys.readouterr().out.split())
+    assert "on --out's disk, after the" in said and "download (none with `--stream`)" in said, said
     code, _, err = plan_json(["nobody/nothing", "--vram", "1GB"], capsys)
     assert code == 2 and "was not found on the Hub" in err
     # a shard the index names but the repo lacks

@@ -666,6 +666,16 @@ def test_not_a_clover_checkpoint(env, tokenizer_dir, capsys):
     assert not out.exists()
 
 
+def test_summary_names_what_the_quality_was_measured_on(env, capsys):
+    """The summary's quality line says how many held-out tokens the KL was measured on: quantize's own check, 4
+    sequences of the calibration's length (at most 512)."""
+    out = env.root / "summary-with-quality"
+    args = [a for a in env.cli_args(out) if a != "--no-eval"]
+    assert run_cli(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "KL causal" in said and "a quick check on 4 × 64 held-out tokens" in said, said
+
+
 def test_bad_mask_token_touches_nothing(env, capsys):
     """A mask token outside the vocabulary is refused before --out is created, as every check on the source is."""
     bad = env.root / "bad-mask"

@@ -151,7 +151,7 @@ def plan(
                            + ([f"--profile {quantized['profile']}"] if quantized["profile"] != "balanced" else [])
                            + ([f"--group-size {quantized['group_size']}"] if quantized["group_size"] != 128 else []))
         extra["planned_as_pack"] = {**quantized, "pack_bytes": sum(t.nbytes for t in pack.tensors.values()),
-                                    "command": command}
+                                    "command": command, **_quantize_disk(pack, quantized)}
     if as_json:
         print(json.dumps({"model": model, **extra, **p.to_dict()}, indent=2))
     else:
@@ -160,10 +160,14 @@ def plan(
         console = Console(highlight=False)
         if quantized:
             q = extra["planned_as_pack"]
+            download = (f", after the {fmt_bytes(remote.download_bytes)} download (none with `--stream`)"
+                        if remote else "")
             console.print(
                 f"{model} is a BF16 checkpoint: below is the plan of the pack `{q['command']}` makes of it "
                 f"({q['bits']}-bit routed experts, profile {q['profile']}; {fmt_bytes(q['pack_bytes'])}), worked out "
-                "from its config.json alone.")
+                f"from its config.json alone. Making it takes ≈ {fmt_bytes(q['disk_bytes'])} on --out's disk"
+                f"{download}: the pack and, while quantize runs, the inputs --resume starts from "
+                f"({fmt_bytes(2 * q['resume_input_bytes'])} at the default calibration on a GPU).")
         _print_plan(model, p, pack, fmt_bytes, PCIE_BPS, TARGET_BPS)
         if remote:
             read = ("its config.json" if remote.checkpoint else
@@ -174,6 +178,21 @@ def plan(
                 f"{remote.download_files} files, {fmt_bytes(remote.download_bytes)}: clover-local download {model}")
     if p.refusal:
         raise CloverError(p.refusal)
+
+
+def _quantize_disk(index, settings: dict) -> dict:
+    """What `quantize` writes in --out at its defaults on a GPU: the pack with its headers, and the file of
+    calibration inputs --resume starts from, two of them for a moment (`quantize.footprint`: the figures its own
+    check before the first layer uses)."""
+    import torch
+
+    from quantize.footprint import run_bytes
+    from quantize.pipeline import QuantizeSettings
+    from quantize.quality import QualityCheck
+
+    run = QuantizeSettings(**settings)
+    pack, inputs = run_bytes(index, 0, run, torch.bfloat16, QualityCheck.during_quantize(run.seq_len))
+    return {"disk_bytes": pack + 2 * inputs, "resume_input_bytes": inputs}
 
 
 def _print_plan(model, p, pack, fmt_bytes, pcie_bps, target_bps) -> None:

@@ -112,8 +112,7 @@ def quantize(
     settings.validate()
     dev = pick_device(device)
     console = Console(stderr=True, quiet=as_json)
-    kl_samples, kl_len = 4, min(seq_len, 512)
-    check = QualityCheck(samples=kl_samples, seq_len=kl_len, calib=calib) if evaluate else None
+    check = QualityCheck.during_quantize(seq_len, calib) if evaluate else None
     src_path, remote, label = _open_source(src, stream, revision, out if resume else None, console,
                                            lambda rev: _room_after_download(src, rev, out, settings, dev, check))
     with _progress(console) as bar:
@@ -173,7 +172,7 @@ def quantize(
         out_console.print(f"KL causal {quality['kl_causal_mean']:.5f} (p99 {quality['kl_causal_p99']:.5f}), "
                           f"preview {quality['kl_preview_mean']:.5f}; top-1 agreement causal "
                           f"{quality['top1_causal']:.3f}, preview {quality['top1_preview']:.3f} (a quick check on "
-                          f"{kl_samples} × {kl_len} held-out tokens; lower KL is better: `clover-local eval` "
+                          f"{check.samples} × {check.seq_len} held-out tokens; lower KL is better: `clover-local eval` "
                           "measures on more)")
     out_console.print(f"next: clover-local generate {out} --prompt \"…\"   or   clover-local upload {out} --repo-id …")
 
