@@ -89,11 +89,14 @@ def quantize(
     """Quantize a BF16 Clover checkpoint into a GPTQ-format pack, one decoder layer at a time.
 
     Memory stays bounded by one layer plus the calibration activations. Interrupted? Run the same command
-    with --resume: finished layers are kept and the result is identical.
+    with --resume: finished layers are kept and the result is identical. Before a run of hours, `clover-local plan
+    SRC --vram 16GB` says whether the pack will run on your card and what making it takes on disk.
 
     Examples:
 
       clover-local quantize tiny --out tiny-int4 --samples 32 --seq-len 256
+
+      clover-local plan Diffuspace/Clover-35B-A3B-Preview --vram 16GB   # first: the pack's plan, the disk it takes
 
       clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4 --device cuda
 
