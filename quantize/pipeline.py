@@ -370,8 +370,8 @@ def quantize_checkpoint(
     if has_progress:
         run = _resumed(out, fingerprint, cfg, measure, src, device, dtype)
     else:
-        run = _Run(out, fingerprint, cfg.num_hidden_layers, 0, created=_created(),
-                   **_fresh_inputs(reader, tokenizer, mask_id, settings, calib_path, measure, src, device, dtype))
+        run = _RunState(out, fingerprint, cfg.num_hidden_layers, 0, created=_created(),
+                        **_fresh_inputs(reader, tokenizer, mask_id, settings, calib_path, measure, src, device, dtype))
     start, n_layers = run.next_layer, run.n_layers
     quantizer = LayerQuantizer(cfg, profile, settings.options(), device, dtype)
     lt = time.perf_counter()
@@ -415,7 +415,7 @@ def _check_source(reader: CheckpointReader, src: Path, bits: int) -> None:
 
 
 @dataclass
-class _Run:
+class _RunState:
     """A run between two layers: the next layer's inputs (the calibration streams and, when measuring, the
     held-out ones) and what state.json records of it, from which `--resume` goes on."""
     out: Path
@@ -456,13 +456,13 @@ class _Run:
 
 
 def _resumed(out: Path, fingerprint: dict, cfg, measure: QualityCheck | None, src: Path, device: torch.device,
-             dtype: torch.dtype) -> _Run:
+             dtype: torch.dtype) -> _RunState:
     """The run saved in `out`, its finished shards checked and its inputs cast to the compute dtype."""
     state, hidden = _load_progress(out, fingerprint)
-    run = _Run(out, fingerprint, cfg.num_hidden_layers, state["next_layer"], hidden["clean"].to(dtype),
-               hidden["noisy"].to(dtype) if "noisy" in hidden else None,
-               _resumed_streams(cfg, hidden, measure, src, device), state["calibration"], state["created"],
-               [LayerReport(**r) for r in state["reports"]], state.get("shards", {}))
+    run = _RunState(out, fingerprint, cfg.num_hidden_layers, state["next_layer"], hidden["clean"].to(dtype),
+                    hidden["noisy"].to(dtype) if "noisy" in hidden else None,
+                    _resumed_streams(cfg, hidden, measure, src, device), state["calibration"], state["created"],
+                    [LayerReport(**r) for r in state["reports"]], state.get("shards", {}))
     _check_finished_shards(out, run.next_layer, run.n_shards, run.sums)
     return run
 
@@ -470,7 +470,7 @@ def _resumed(out: Path, fingerprint: dict, cfg, measure: QualityCheck | None, sr
 def _fresh_inputs(reader: CheckpointReader, tokenizer: ChatTokenizer, mask_id: int, settings: QuantizeSettings,
                   calib_path: Path, measure: QualityCheck | None, src: Path, device: torch.device,
                   dtype: torch.dtype) -> dict:
-    """Layer 0's inputs (`_Run`'s clean, noisy, streams, calibration): the calibration sequences' embeddings,
+    """Layer 0's inputs (`_RunState`'s clean, noisy, streams, calibration): the calibration sequences' embeddings,
     and the held-out text's when measuring."""
     cfg = reader.config
     calib = build_calibration(calib_path, tokenizer, settings.samples, settings.seq_len,
@@ -493,10 +493,10 @@ def _fresh_inputs(reader: CheckpointReader, tokenizer: ChatTokenizer, mask_id: i
     }
 
 
-def _quantize_layer(run: _Run, quantizer: LayerQuantizer, i: int, state_i: dict[str, torch.Tensor], started: float,
+def _quantize_layer(run: _RunState, quantizer: LayerQuantizer, i: int, state_i: dict[str, torch.Tensor], started: float,
                     on_layer: Callable[[int, int, str], None]) -> None:
     """Layer i quantized (the held-out text through it before and after, when measuring): its shard written and
-    hashed, its report kept; `run` holds the next layer's inputs (`_Run.save` writes them)."""
+    hashed, its report kept; `run` holds the next layer's inputs (`_RunState.save` writes them)."""
     n = run.n_layers
     layer = build_layer(quantizer.cfg, i, state_i, quantizer.device, quantizer.dtype)
     if run.streams is not None:
@@ -519,7 +519,7 @@ def _quantize_layer(run: _Run, quantizer: LayerQuantizer, i: int, state_i: dict[
     run.next_layer = i + 1
 
 
-def _finish_pack(run: _Run, start: int, reader: CheckpointReader, src: Path, settings: QuantizeSettings, profile,
+def _finish_pack(run: _RunState, start: int, reader: CheckpointReader, src: Path, settings: QuantizeSettings, profile,
                  source_label: dict | None, device: torch.device,
                  on_layer: Callable[[int, int, str], None]) -> dict[str, torch.Tensor] | None:
     """After the layers: the last shard (embeddings, final norm, LM head) and the manifest, or only the card and

@@ -368,7 +368,7 @@ def run_bench(folder: Path, *, label: str, synthetic: bool, vram_budget: int | N
         torch.cuda.reset_peak_memory_stats(device)
     model = _loaded(folder, device, dtype, options, model)
     load_s = time.perf_counter() - t0
-    run = _Run(model, device, passes, routing, on_step)
+    run = _BenchRun(model, device, passes, routing, on_step)
     rt = model.runtime
     held = PromptCache()
     bw, bw_source = device_bandwidth(device)
@@ -484,7 +484,7 @@ def _loaded(folder: Path, device: torch.device, dtype: torch.dtype, options: Run
 
 
 @dataclass
-class _Run:
+class _BenchRun:
     """What one bench run's steps share: the model, the random ids it feeds (one generator, drawn in the
     run's order), the block's routing and each denoising pass's call time."""
     model: CloverModel
