@@ -171,19 +171,15 @@ class Engine:
             self.counts[what] += 1
 
     def _generate(self, job: Job) -> None:
+        """One request: its prompt's logprobs read first where it asks for them and is also answered, the answer's
+        passes, then what it reports (`_info`) and the logprobs of what was written (`_scores`)."""
         turn = PlainText(self.tokenizer) if job.raw else TurnText(self.tokenizer, job.prompt_text)
         stats = TurnStats(prompt_tokens=len(job.prompt_ids))
         stop = StopText(job.stop)
         finish_reason = None
-        # logprobs of a prompt that will also be answered: read it once, scoring as it goes, and decode from there
         upto = whole_blocks(len(job.prompt_ids), self.decoder.block_size)
-        head, reused = None, 0
         try:
-            if job.raw and job.score_top is not None and job.settings.max_new_tokens > 0 and upto > 0:
-                known, self.scored = self.scored, None  # (kept only while the prompt cache holds its snapshot)
-                head, reused = score_prefix(self.loaded.model, job.prompt_ids, upto, job.score_top,
-                                            self.prompt_cache, job.cancel.is_set, known)
-                self.scored = Scored(job.prompt_ids[:upto], Scores(head.logprobs[:], head.top[:]))
+            head, reused = self._score_head(job, upto)
         except Stopped:
             return self._cancelled(job, stats)
         if job.settings.max_new_tokens > 0:  # 0: a completions request that only scores its prompt (echo)
@@ -197,8 +193,33 @@ class Engine:
             job.out.put(("delta", dr, dc))
         if stop.hit:  # also when the stop string came only with the last of the text
             finish_reason = "stop"
-        reused = self.prompt_cache.stats.last_reused if head is None else reused
-        info = {"finish_reason": "stop" if finish_reason == "stop" else "length",
+        info = self._info(job, turn, stats, stop, finish_reason,
+                          self.prompt_cache.stats.last_reused if head is None else reused)
+        try:
+            info.update(self._scores(job, turn, stop, head, upto))
+        except Stopped:
+            return self._cancelled(job, stats)
+        with self.lock:
+            self.counts["completed"] += 1
+            self.latency.observe("request", time.monotonic() - job.arrived)
+        job.out.put(("done", info))
+
+    def _score_head(self, job: Job, upto: int) -> tuple[Any, int]:
+        """The logprobs of a raw prompt that will also be answered, up to its last whole block: read once, scoring
+        as it goes, and decoded on from there. (None, 0) where the request does not ask for them."""
+        if not (job.raw and job.score_top is not None and job.settings.max_new_tokens > 0 and upto > 0):
+            return None, 0
+        known, self.scored = self.scored, None  # (kept only while the prompt cache holds its snapshot)
+        head, reused = score_prefix(self.loaded.model, job.prompt_ids, upto, job.score_top, self.prompt_cache,
+                                    job.cancel.is_set, known)
+        self.scored = Scored(job.prompt_ids[:upto], Scores(head.logprobs[:], head.top[:]))
+        return head, reused
+
+    @staticmethod
+    def _info(job: Job, turn: PlainText, stats: TurnStats, stop: StopText, finish_reason: str | None,
+              reused: int) -> dict:
+        """What a finished answer reports: why it ended, the tokens it read, reused and wrote, its text, its speed."""
+        return {"finish_reason": "stop" if finish_reason == "stop" else "length",
                 "prompt_tokens": len(job.prompt_ids), "cached_tokens": reused,
                 "completion_tokens": stats.tokens,
                 # the streamed pieces, joined: a plain answer is cut where a streamed one is
@@ -209,24 +230,20 @@ class Engine:
                 "prefill_seconds": round(stats.prefill_seconds, 4),
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3)}}
-        if job.score_top is not None and not job.raw:
-            try:
-                info.update(self._score_content(job, turn, len(stop.text)))
-            except Stopped:
-                return self._cancelled(job, stats)
-        elif job.score_top is not None:
-            answer = turn.ids_covering(len(stop.text)) if stop.hit else turn.ids
-            ids = info["scored_ids"] = job.prompt_ids + answer
-            try:
-                info["scores"] = (score_ids(self.loaded.model, ids, job.score_top, job.cancel.is_set) if head is None
-                                  else score_rest(self.loaded.model, ids, upto, job.score_top, self.prompt_cache, head,
-                                                  job.cancel.is_set))
-            except Stopped:
-                return self._cancelled(job, stats)
-        with self.lock:
-            self.counts["completed"] += 1
-            self.latency.observe("request", time.monotonic() - job.arrived)
-        job.out.put(("done", info))
+
+    def _scores(self, job: Job, turn: PlainText, stop: StopText, head, upto: int) -> dict:
+        """The logprobs a request asked for: a chat's of its content (`_score_content`), a raw prompt's of the
+        prompt and the answer (the rest of it after `head`, where the prompt was scored as it was read)."""
+        if job.score_top is None:
+            return {}
+        if not job.raw:
+            return self._score_content(job, turn, len(stop.text))
+        answer = turn.ids_covering(len(stop.text)) if stop.hit else turn.ids
+        ids = job.prompt_ids + answer
+        scores = (score_ids(self.loaded.model, ids, job.score_top, job.cancel.is_set) if head is None
+                  else score_rest(self.loaded.model, ids, upto, job.score_top, self.prompt_cache, head,
+                                  job.cancel.is_set))
+        return {"scored_ids": ids, "scores": scores}
 
     def _score_content(self, job: Job, turn: PlainText, chars: int) -> dict:
         """A chat's logprobs: the answer's ids up to its content's end ("answer_ids"), where the content starts in
