@@ -146,12 +146,7 @@ def plan(
     if remote:
         extra["hub"] = remote.to_dict()
     if quantized:
-        command = " ".join(["clover-local quantize", model, "--out PACK"]
-                           + ([f"--bits {quantized['bits']}"] if quantized["bits"] != 4 else [])
-                           + ([f"--profile {quantized['profile']}"] if quantized["profile"] != "balanced" else [])
-                           + ([f"--group-size {quantized['group_size']}"] if quantized["group_size"] != 128 else []))
-        extra["planned_as_pack"] = {**quantized, "pack_bytes": sum(t.nbytes for t in pack.tensors.values()),
-                                    "command": command, **_quantize_disk(pack, quantized)}
+        extra["planned_as_pack"] = _planned_as_pack(model, pack, quantized)
     if as_json:
         print(json.dumps({"model": model, **extra, **p.to_dict()}, indent=2))
     else:
@@ -159,15 +154,7 @@ def plan(
 
         console = Console(highlight=False)
         if quantized:
-            q = extra["planned_as_pack"]
-            download = (f", after the {fmt_bytes(remote.download_bytes)} download (none with `--stream`)"
-                        if remote else "")
-            console.print(
-                f"{model} is a BF16 checkpoint: below is the plan of the pack `{q['command']}` makes of it "
-                f"({q['bits']}-bit routed experts, profile {q['profile']}; {fmt_bytes(q['pack_bytes'])}), worked out "
-                f"from its config.json alone. Making it takes ≈ {fmt_bytes(q['disk_bytes'])} on --out's disk"
-                f"{download}: the pack and, while quantize runs, the inputs --resume starts from "
-                f"({fmt_bytes(2 * q['resume_input_bytes'])} at the default calibration on a GPU).")
+            console.print(_checkpoint_line(model, extra["planned_as_pack"], remote, fmt_bytes))
         _print_plan(model, p, pack, fmt_bytes, PCIE_BPS, TARGET_BPS)
         if remote:
             read = ("its config.json" if remote.checkpoint else
@@ -178,6 +165,27 @@ def plan(
                 f"{remote.download_files} files, {fmt_bytes(remote.download_bytes)}: clover-local download {model}")
     if p.refusal:
         raise CloverError(p.refusal)
+
+
+def _planned_as_pack(model: str, index, settings: dict) -> dict:
+    """A BF16 checkpoint's pack as `plan --json` reports it: quantize's settings that shape it, its tensors'
+    bytes, the command that makes it and what that takes on disk."""
+    command = " ".join(["clover-local quantize", model, "--out PACK"]
+                       + ([f"--bits {settings['bits']}"] if settings["bits"] != 4 else [])
+                       + ([f"--profile {settings['profile']}"] if settings["profile"] != "balanced" else [])
+                       + ([f"--group-size {settings['group_size']}"] if settings["group_size"] != 128 else []))
+    return {**settings, "pack_bytes": sum(t.nbytes for t in index.tensors.values()), "command": command,
+            **_quantize_disk(index, settings)}
+
+
+def _checkpoint_line(model: str, q: dict, remote, fmt_bytes) -> str:
+    """What the table below a BF16 checkpoint's name plans, and what making that pack takes."""
+    download = f", after the {fmt_bytes(remote.download_bytes)} download (none with `--stream`)" if remote else ""
+    return (f"{model} is a BF16 checkpoint: below is the plan of the pack `{q['command']}` makes of it "
+            f"({q['bits']}-bit routed experts, profile {q['profile']}; {fmt_bytes(q['pack_bytes'])}), worked out "
+            f"from its config.json alone. Making it takes ≈ {fmt_bytes(q['disk_bytes'])} on --out's disk"
+            f"{download}: the pack and, while quantize runs, the inputs --resume starts from "
+            f"({fmt_bytes(2 * q['resume_input_bytes'])} at the default calibration on a GPU).")
 
 
 def _quantize_disk(index, settings: dict) -> dict:
