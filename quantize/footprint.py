@@ -64,13 +64,19 @@ def run_bytes(index: PackIndex, small: int, settings: QuantizeSettings, dtype: t
             progress_bytes(index.config, settings.samples, settings.seq_len, streams, dtype, held_out))
 
 
+def peak_written(pack: int, progress: int) -> int:
+    """What a run has written in --out at its fullest: the pack and two input files (the new one is written before
+    the old one goes)."""
+    return pack + 2 * progress
+
+
 def still_needed(out: Path, progress_dir: Path, pack: int, progress: int) -> int:
     """Bytes the run will still add to --out: the pack and two input files, less what --out already holds of them
     (finished shards, the saved inputs of a run being resumed, a write a kill cut short: its layer writes it again
     in the same place)."""
     held = [*out.glob("model-*-of-*.safetensors"), *out.glob("*.tmp"), *progress_dir.glob("hidden-*.safetensors"),
             *progress_dir.glob("*.tmp")]
-    return max(pack + 2 * progress - sum(f.stat().st_size for f in held), 0)
+    return max(peak_written(pack, progress) - sum(f.stat().st_size for f in held), 0)
 
 
 def check_room(out: Path, progress_dir: Path, pack: int, progress: int) -> int:
