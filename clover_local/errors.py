@@ -44,3 +44,9 @@ def torch_out_of_memory() -> type[BaseException]:
     import torch
 
     return getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def out_of_memory_errors() -> tuple[type[BaseException], ...]:
+    """What running out of memory raises: torch's allocators (device or host) and Python's own. Not a bug: the
+    same work with less on the card, or smaller, may fit, so commands turn these into one line of what to change."""
+    return (torch_out_of_memory(), MemoryError)

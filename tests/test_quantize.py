@@ -584,6 +584,61 @@ def test_ctrl_c_says_what_was_kept_and_exits_130(env, capsys, monkeypatch):
     assert len(err) == 1 and "2 finished layers saved" in err[0] and "--resume" in err[0], err
 
 
+def test_out_of_memory_says_where_what_was_kept_and_what_to_change(env, capsys, monkeypatch):
+    """torch out of memory in a layer (a 16 GB card at 35B, another program on it) is one line, not a traceback:
+    the step, the layers kept and --resume, the calibration size that makes a layer's work smaller; --resume then
+    ends in the same pack as an uninterrupted run. Before the first layer is finished, there is nothing to resume
+    and the line does not offer it."""
+    from quantize.layer_quant import LayerQuantizer
+
+    real = LayerQuantizer._quantize_moe
+
+    def runs_out_in_layer_one(self, layer, normed, out, prefix, *args):
+        if prefix.endswith("layers.1"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, layer, normed, out, prefix, *args)
+
+    out = env.root / "out-of-memory"
+    monkeypatch.setattr(LayerQuantizer, "_quantize_moe", runs_out_in_layer_one)
+    line = expect_error(capsys, env.cli_args(out), "ran out of memory (layer 1: experts", "1 finished layer kept",
+                        "--resume", "fewer --samples", "now 4 × 64")
+    assert "the machine" in line and "GPU" not in line, line  # --device cpu: no card to free
+    monkeypatch.undo()
+    assert run_cli(env.cli_args(out, "--resume")) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert digest(out) == digest(env.pack)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    early = env.root / "out-of-memory-early"
+    monkeypatch.setattr(pipeline, "build_calibration", no_memory)
+    line = expect_error(capsys, env.cli_args(early), "ran out of memory (the calibration inputs)", "no layer was "
+                        "finished yet", "run it again")
+    assert "--resume" not in line and "--samples" not in line, line
+
+
+def test_out_of_memory_on_a_gpu_names_what_the_run_held_of_the_card(monkeypatch):
+    """On a GPU the line says how much of the card the run itself held at its peak, so a card taken by another
+    program reads as such, and sends the person to free it first."""
+    from clover_local.commands import quantize as command
+
+    class Props:
+        total_memory = 16 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 9 * 2**30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props)
+    line = command.out_of_memory_message(Path("nowhere"), torch.device("cuda"), "layer 3: experts 40/256",
+                                         QuantizeSettings(samples=128, seq_len=2048))
+    assert line == ("the GPU ran out of memory (layer 3: experts 40/256; 9 GiB held at the peak of the card's 16 "
+                    "GiB); no layer was finished yet: close other programs using the GPU and run it again, or with "
+                    "fewer --samples or a shorter --seq-len (now 128 × 2048: a layer's work grows with them)")
+    head = command.out_of_memory_message(Path("nowhere"), torch.device("cuda"), "LM head",
+                                         QuantizeSettings(samples=128, seq_len=2048))
+    assert head.endswith("(LM head; 9 GiB held at the peak of the card's 16 GiB); no layer was finished yet: close "
+                         "other programs using the GPU and run it again"), head
+
+
 def test_killed_process_resumes_byte_identical(env, capsys):
     """A real `python -m clover_local quantize` SIGKILLed after its first layer, then `--resume`."""
     src = write_src(env.root / "src-6", env.tokenizer_dir, num_hidden_layers=6)
@@ -859,6 +914,28 @@ def test_eval_json(env, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(out)["kl_causal_mean"] > q["kl_causal_mean"]
+
+
+def test_eval_out_of_memory_is_one_line_with_what_to_change(env, capsys, monkeypatch):
+    """Out of memory while measuring (the reference's layer on a card another program holds): one line with the
+    layers it got through and the setting that holds less at once, not a traceback."""
+    from quantize.quality import HeldOutStreams
+
+    real, seen = HeldOutStreams.advance, []
+
+    def runs_out_in_the_pack(self, which, layer):
+        seen.append(which)
+        if which == "pack":
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(self, which, layer)
+
+    monkeypatch.setattr(HeldOutStreams, "advance", runs_out_in_the_pack)
+    line = expect_error(capsys, ["eval", env.pack, "--reference", env.src, "--json", "--samples", "2", "--seq-len",
+                                 "64", "--calib", env.calib, "--device", "cpu"],
+                        "ran out of memory (measuring KL: pack layer 0)",
+                        "a shorter --seq-len (now 64")
+    assert "--device cpu" not in line and "GPU" not in line, line  # it ran on the CPU
+    assert seen.count("reference") == N_LAYERS
 
 
 def test_eval_refuses_an_unrelated_reference(env, tokenizer_dir, capsys):

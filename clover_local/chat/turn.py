@@ -21,7 +21,7 @@ from itertools import accumulate
 
 import torch
 
-from clover_local.errors import CloverError, torch_out_of_memory
+from clover_local.errors import CloverError, out_of_memory_errors
 from clover_local.generate.events import BlockCommitted, Event, Finished, PassDone, PrefillProgress
 from clover_local.tokenizer import THINK_END, THINK_START
 
@@ -155,9 +155,8 @@ def history_tokens(tokenizer, messages: list[dict], **template_kwargs) -> int | 
     return len(tokenizer.encode(text))
 
 
-# Out of memory mid-answer: torch's (device or host allocator; torch.cuda.OutOfMemoryError before torch 2.5)
-# and Python's own. Not a bug: the next, shorter request may well fit, so front ends recover from it.
-OUT_OF_MEMORY: tuple[type[BaseException], ...] = (torch_out_of_memory(), MemoryError)
+# Out of memory mid-answer: the next, shorter request may well fit, so front ends recover from it.
+OUT_OF_MEMORY: tuple[type[BaseException], ...] = out_of_memory_errors()
 # What a turn may raise that a front end reports and survives (anything else is a bug and propagates).
 TURN_FAILURES: tuple[type[BaseException], ...] = (CloverError, *OUT_OF_MEMORY)
 

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clover_local.cli import app
-from clover_local.errors import CloverError, Interrupted
+from clover_local.errors import CloverError, Interrupted, out_of_memory_errors
 from clover_local.pack.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -118,11 +118,12 @@ def quantize(
     check = QualityCheck.during_quantize(seq_len, calib) if evaluate else None
     src_path, remote, label = _open_source(src, stream, revision, out if resume else None, console,
                                            lambda rev: _room_after_download(src, rev, out, settings, dev, check))
+    where = ["the calibration inputs"]  # the step a run out of memory names
     with _progress(console) as bar:
         task = bar.add_task("quantizing", total=None, step="")
 
         def on_layer(i: int, n: int, step: str) -> None:
-            text = f"layer {min(i, n - 1)}: {step}" if i < n else step
+            text = where[0] = f"layer {min(i, n - 1)}: {step}" if i < n else step
             if remote is not None:  # the network's share: a run that waits on "reading" is waiting for the line
                 text += f" · fetched {fmt_bytes(remote.fetched_bytes)} (checkpoint {fmt_bytes(remote.total_bytes)})"
             bar.update(task, total=n, completed=i, step=text)
@@ -132,9 +133,13 @@ def quantize(
                                          source_label=label, on_layer=on_layer, remote=remote, measure=check)
         except KeyboardInterrupt:
             raise Interrupted(interrupted_message(out)) from None
+        except out_of_memory_errors():
+            raise CloverError(out_of_memory_message(out, dev, where[0], settings)) from None
     quality = result.quality
     if check is not None and quality is None and remote is None:  # resumed from a run started with --no-eval
-        quality = _measure(out, src_path, console, check, device=dev)
+        quality = _measure(out, src_path, console, check, dev,
+                           f"the pack in {out} is finished: measure it on another machine, or with --device cpu, "
+                           f"by clover-local eval {out} --reference {src} --save")
     if quality is not None:
         _record_quality(out, quality)
     calibration = Manifest.load(out).calibration
@@ -313,6 +318,35 @@ def interrupted_message(out: Path) -> str:
             "--resume to go on from there")
 
 
+def ran_out_of_memory(device, where: str) -> str:
+    """`the GPU ran out of memory (layer 3: experts 40/256; 9.1 GiB held at the peak of the card's 15.6 GiB)`:
+    the step, and on a GPU how much of the card the command itself held (far less than the card: other programs
+    hold the rest)."""
+    if device.type != "cuda":
+        return f"the machine ran out of memory ({where})"
+    import torch
+
+    from clover_local.runtime.sizes import fmt_bytes
+
+    peak, total = torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
+    return f"the GPU ran out of memory ({where}; {fmt_bytes(peak)} held at the peak of the card's {fmt_bytes(total)})"
+
+
+def out_of_memory_message(out: Path, device, where: str, settings: QuantizeSettings) -> str:
+    """A run out of memory: where, what was kept, and what to change — room on the card, or in a layer fewer
+    calibration tokens (a layer's work on the device grows with them; the LM head's is bounded by its slices)."""
+    from quantize.pipeline import finished_layers
+
+    make_room = "close other programs using the GPU and " if device.type == "cuda" else ""
+    done = finished_layers(out)
+    again = (f"{done} finished layer{'s' * (done != 1)} kept in {out}: {make_room}run the same command with --resume"
+             if done else f"no layer was finished yet: {make_room}run it again")
+    smaller = (f", or {'start over with --overwrite and' if done else 'with'} fewer --samples or a shorter "
+               f"--seq-len (now {settings.samples} × {settings.seq_len}: a layer's work grows with them)"
+               if where.startswith("layer") else "")
+    return f"{ran_out_of_memory(device, where)}; {again}{smaller}"
+
+
 def _settings_line(recorded: dict) -> str:
     """What made the pack (`QuantizeSettings.recorded()`), in the words of the flags that change it."""
     parts = [f"{recorded['bits']}-bit experts", "per-channel" if recorded["group_size"] == -1
@@ -324,8 +358,9 @@ def _settings_line(recorded: dict) -> str:
     return " · ".join(parts)
 
 
-def _measure(pack: Path, ref: Path, console: Console, check: QualityCheck, **kwargs) -> dict:
-    """`compare` with a bar of the layers both models stream through (kwargs: compare's)."""
+def _measure(pack: Path, ref: Path, console: Console, check: QualityCheck, device, if_oom: str, **kwargs) -> dict:
+    """`compare` with a bar of the layers both models stream through (kwargs: compare's); out of memory, one
+    line that ends in `if_oom`, what to change."""
     from clover_local.config import load_config
     from quantize.quality import compare
 
@@ -333,13 +368,17 @@ def _measure(pack: Path, ref: Path, console: Console, check: QualityCheck, **kwa
     total = 2 * load_config(ref).num_hidden_layers
     with _progress(console) as bar:
         task = bar.add_task("measuring KL", total=total, step="")
-        n = {"layers": 0}
+        n = {"layers": 0, "step": "the held-out text"}
 
         def on_layer(which: str, i: int) -> None:
             n["layers"] += 1
-            bar.update(task, completed=n["layers"], step=f"{which} layer {i}")
+            n["step"] = f"{which} layer {i}"
+            bar.update(task, completed=n["layers"], step=n["step"])
 
-        return compare(pack, ref, check=check, on_layer=on_layer, **kwargs).to_dict()
+        try:
+            return compare(pack, ref, check=check, on_layer=on_layer, device=device, **kwargs).to_dict()
+        except out_of_memory_errors():
+            raise CloverError(f"{ran_out_of_memory(device, 'measuring KL: ' + n['step'])}; {if_oom}") from None
 
 
 def _record_quality(pack: Path, quality: dict) -> None:
@@ -398,8 +437,11 @@ def eval_command(
     refuse_pack(ref_path, f"--reference {reference}", "eval compares a pack with the BF16 checkpoint it was made from")
     if calib:
         check_calib_file(calib)
-    quality = _measure(pack_path, ref_path, console, QualityCheck(samples=samples, seq_len=seq_len, calib=calib),
-                       device=pick_device(device), remote=remote)
+    dev = pick_device(device)
+    on_card = "close other programs using the GPU, " if dev.type == "cuda" else ""
+    quality = _measure(pack_path, ref_path, console, QualityCheck(samples=samples, seq_len=seq_len, calib=calib), dev,
+                       f"{on_card}use a shorter --seq-len (now {seq_len}: {QualityCheck.batch} sequences are on the "
+                       f"device at once){', or --device cpu' if on_card else ''}", remote=remote)
     if as_json:
         print(json.dumps(quality))
     else:
