@@ -160,6 +160,46 @@ def test_score_through_the_runtime_matches_no_offload(pack, placed, capsys, monk
     assert f"the text has {n} tokens" in line and "--context" in line
 
 
+def test_generate_and_score_out_of_memory_is_one_line_naming_what_holds_less(pack, tmp_path, monkeypatch, capsys):
+    """Out of memory outside the runtime's passes (which say so themselves): a model loaded whole (`--no-offload`,
+    a BF16 checkpoint) on a long prompt. generate and score end in one line with the prompt's size and what to
+    change — the runtime's flags only where the runtime runs; with --prompts the next prompt is still answered."""
+    import clover_local.generate.scoring as scoring
+
+    real, calls = BlockDiffusionDecoder.generate, []
+
+    def first_runs_out(self, prompt_ids, settings, **options):
+        calls.append(len(prompt_ids))
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        yield from real(self, prompt_ids, settings, **options)
+
+    monkeypatch.setattr(BlockDiffusionDecoder, "generate", first_runs_out)
+    base = ["generate", pack, "--raw", "--max-new-tokens", "4", *GEN]
+    line = one_error_line(capsys, run_cli(base + ["-p", "add 12+30", "--no-offload"]))
+    assert f"ran out of memory answering this prompt ({calls[0]} tokens)" in line and "--max-new-tokens" in line
+    assert "--vram-budget" not in line, line  # loaded whole: the runtime's flags change nothing
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("add 12+30\nreverse a b c\n")
+    calls.clear()
+    code = run_cli(base + ["--prompts", str(prompts), "--vram-budget", budget_for(pack, 12, 128), "--context", "128"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in out + err and "1 of 2 prompts not answered" in err, err
+    first, second = (json.loads(x) for x in out.strip().splitlines())
+    assert "ran out of memory" in first["error"] and "--vram-budget or --context" in first["error"], first
+    assert "error" not in second and second["token_ids"] and len(calls) == 2
+
+    def runs_out(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(scoring, "score_ids", runs_out)
+    score = ["score", pack, "--text", "add 12+30 and then reverse a b c", *GEN]
+    line = one_error_line(capsys, run_cli(score + ["--vram-budget", budget_for(pack, 12, 128), "--context", "128"]))
+    assert "ran out of memory scoring" in line and "--prefill-chunk, --vram-budget or --context" in line, line
+    line = one_error_line(capsys, run_cli(score + ["--no-offload"]))
+    assert "ran out of memory scoring" in line and line.endswith("score a shorter text"), line
+
+
 def test_load_errors_are_one_line(pack, capsys):
     base = ["generate", pack, "-p", "hi", "--raw", "--max-new-tokens", "4", *GEN]
     line = one_error_line(capsys, run_cli(base + ["--vram-budget", "64KB"]))

@@ -27,7 +27,8 @@ from clover_local.chat.display import Part, TurnView, code_blocks, fit_parts, pl
 from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, key_stats, runtime_stats,
                                      scalar_stats)
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
-                                    history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory)
+                                    history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory,
+                                    what_ran_out)
 from clover_local.chat.window import fit
 from clover_local.errors import CloverError
 from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES
@@ -801,9 +802,8 @@ def failed_turn_message(exc: BaseException) -> str:
     """The one line a failed answer gets: what went wrong and what to change; the chat goes on without it."""
     kept = "the conversation is as it was before this message"
     if is_out_of_memory(exc):
-        where = "host RAM" if isinstance(exc, MemoryError) else "memory"
-        return (f"ran out of {where} during this answer; {kept}. Shorten the conversation (/reset) or the answer "
-                "(/set max_tokens N), or restart with a lower --vram-budget or --context")
+        return (f"ran out of {what_ran_out(exc)} during this answer; {kept}. Shorten the conversation (/reset) or "
+                "the answer (/set max_tokens N), or restart with a lower --vram-budget or --context")
     return f"{exc} ({kept})"
 
 

@@ -231,7 +231,7 @@ def generate(
       clover-local generate ./clover-int4 --prompts questions.txt --no-think > answers.jsonl
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-    from clover_local.chat.turn import prompt_opens_thinking
+    from clover_local.chat.turn import OUT_OF_MEMORY, prompt_opens_thinking, what_ran_out
     from clover_local.generate.json_schema import answer_constraint
     from clover_local.generate.thinking import ThinkBudget
 
@@ -292,8 +292,13 @@ def generate(
             think_budget=(None if think_budget is None
                           else ThinkBudget.for_tokenizer(tok, think_budget, prompt_opens_thinking(text))),
         )
-        answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
-                   message if prompts is not None else None)
+        try:
+            answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
+                       message if prompts is not None else None)
+        except OUT_OF_MEMORY as exc:  # --prompts: the next, shorter prompt may fit
+            runtime = ", or a lower --vram-budget or --context" if loaded.model.runtime is not None else ""
+            raise CloverError(f"ran out of {what_ran_out(exc)} answering this prompt ({len(prompt_ids):,} tokens); "
+                              f"a shorter prompt or a lower --max-new-tokens{runtime}") from None
 
     unanswered = 0
     for message in messages:

@@ -47,6 +47,7 @@ def score(
 
       clover-local score ./clover-int4 --file page.txt --vram-budget 14GB --context 8192
     """
+    from clover_local.chat.turn import OUT_OF_MEMORY, what_ran_out
     from clover_local.generate.scoring import score_ids
 
     text = text_from(text, file, "--text")
@@ -61,7 +62,13 @@ def score(
             raise CloverError(f"the text has {len(ids)} tokens, over {over} or score a shorter text")
         raise CloverError(f"the text has {len(ids)} tokens, over the context of {loaded.config.max_context}; "
                           "raise --context or score a shorter text")
-    logprobs = score_ids(loaded.model, ids).logprobs
+    try:
+        logprobs = score_ids(loaded.model, ids).logprobs
+    except OUT_OF_MEMORY as exc:
+        offloaded = loaded.model.runtime is not None
+        runtime = ", or with a lower --prefill-chunk, --vram-budget or --context" if offloaded else ""
+        raise CloverError(f"ran out of {what_ran_out(exc)} scoring {len(ids):,} tokens; score a shorter text{runtime}"
+                          ) from None
     ppl = math.exp(-sum(logprobs) / len(logprobs))
     if as_json:
         print(json.dumps({"token_ids": ids, "logprobs": logprobs, "ppl": ppl}))

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
-from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
+from clover_local.chat.turn import (OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory,
+                                    what_ran_out)
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.generate.block_diffusion import whole_blocks
@@ -293,9 +294,8 @@ def failed_request(exc: BaseException) -> ApiError:
     did not fit now), with what to change. Requests are checked before they are queued, so a CloverError here
     comes from the model side (the runtime's device memory, its preallocated context), not from the client."""
     if isinstance(exc, OUT_OF_MEMORY):
-        where = "host RAM" if isinstance(exc, MemoryError) else "memory"
-        return ApiError(503, f"the server ran out of {where} while generating this answer; retry with fewer "
-                        "messages or a lower max_tokens (or restart the server with a lower --vram-budget or "
+        return ApiError(503, f"the server ran out of {what_ran_out(exc)} while generating this answer; retry with "
+                        "fewer messages or a lower max_tokens (or restart the server with a lower --vram-budget or "
                         "--context)", type="server_error", code="out_of_memory")
     return ApiError(503, f"the server could not finish this answer: {exc}", type="server_error",
                     code="generation_failed")
