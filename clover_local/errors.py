@@ -50,3 +50,8 @@ def out_of_memory_errors() -> tuple[type[BaseException], ...]:
     """What running out of memory raises: torch's allocators (device or host) and Python's own. Not a bug: the
     same work with less on the card, or smaller, may fit, so commands turn these into one line of what to change."""
     return (torch_out_of_memory(), MemoryError)
+
+
+def what_ran_out(exc: BaseException) -> str:
+    """`host RAM` (Python's MemoryError) or `memory` (torch's allocator: on a GPU, the card's)."""
+    return "host RAM" if isinstance(exc, MemoryError) else "memory"

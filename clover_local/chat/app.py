@@ -27,10 +27,9 @@ from clover_local.chat.display import Part, TurnView, code_blocks, fit_parts, pl
 from clover_local.chat.stats import (format_gib, format_hit_rate, gpu_memory, key_stats, runtime_stats,
                                      scalar_stats)
 from clover_local.chat.turn import (TURN_FAILURES, DecodeThread, TurnStats, TurnText, decode_events,
-                                    history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory,
-                                    what_ran_out)
+                                    history_tokens, is_out_of_memory, prompt_opens_thinking, release_memory)
 from clover_local.chat.window import fit
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, what_ran_out
 from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES
 from clover_local.generate.thinking import ThinkBudget
 from clover_local.paths import cache_root

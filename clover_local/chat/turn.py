@@ -165,11 +165,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, OUT_OF_MEMORY)
 
 
-def what_ran_out(exc: BaseException) -> str:
-    """`host RAM` (Python's MemoryError) or `memory` (torch's allocator: on a GPU, the card's)."""
-    return "host RAM" if isinstance(exc, MemoryError) else "memory"
-
-
 def release_memory() -> None:
     """Give cached device blocks back after a failed turn, so the next one starts from a clean allocator.
     Call it once the exception (and the frames holding its tensors) is gone."""

@@ -23,7 +23,7 @@ from clover_local.commands._sampling_options import (check_decoding, check_think
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
                                                      think_budget_option, top_k_option)
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, out_of_memory_errors, what_ran_out
 from clover_local.text_files import read_text_file, text_from
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def generate(
       clover-local generate ./clover-int4 --prompts questions.txt --no-think > answers.jsonl
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
-    from clover_local.chat.turn import OUT_OF_MEMORY, prompt_opens_thinking, what_ran_out
+    from clover_local.chat.turn import prompt_opens_thinking
     from clover_local.generate.json_schema import answer_constraint
     from clover_local.generate.thinking import ThinkBudget
 
@@ -295,7 +295,7 @@ def generate(
         try:
             answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
                        message if prompts is not None else None)
-        except OUT_OF_MEMORY as exc:  # --prompts: the next, shorter prompt may fit
+        except out_of_memory_errors() as exc:  # --prompts: the next, shorter prompt may fit
             runtime = ", or a lower --vram-budget or --context" if loaded.model.runtime is not None else ""
             raise CloverError(f"ran out of {what_ran_out(exc)} answering this prompt ({len(prompt_ids):,} tokens); "
                               f"a shorter prompt or a lower --max-new-tokens{runtime}") from None

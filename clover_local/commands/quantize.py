@@ -138,8 +138,8 @@ def quantize(
     quality = result.quality
     if check is not None and quality is None and remote is None:  # resumed from a run started with --no-eval
         quality = _measure(out, src_path, console, check, dev,
-                           f"the pack in {out} is finished: measure it on another machine, or with --device cpu, "
-                           f"by clover-local eval {out} --reference {src} --save")
+                           f"the pack in {out} is finished: measure it by clover-local eval {out} --reference {src} "
+                           "--save (with --device cpu where the GPU is short)")
     if quality is not None:
         _record_quality(out, quality)
     calibration = Manifest.load(out).calibration

@@ -19,7 +19,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option, load_options,
                                                   load_shown, offload_option, prefill_chunk_option, revision_option,
                                                   stderr_console, vram_budget_option)
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, out_of_memory_errors, what_ran_out
 from clover_local.text_files import text_from
 
 @app.command()
@@ -47,7 +47,6 @@ def score(
 
       clover-local score ./clover-int4 --file page.txt --vram-budget 14GB --context 8192
     """
-    from clover_local.chat.turn import OUT_OF_MEMORY, what_ran_out
     from clover_local.generate.scoring import score_ids
 
     text = text_from(text, file, "--text")
@@ -64,7 +63,7 @@ def score(
                           "raise --context or score a shorter text")
     try:
         logprobs = score_ids(loaded.model, ids).logprobs
-    except OUT_OF_MEMORY as exc:
+    except out_of_memory_errors() as exc:
         offloaded = loaded.model.runtime is not None
         runtime = ", or with a lower --prefill-chunk, --vram-budget or --context" if offloaded else ""
         raise CloverError(f"ran out of {what_ran_out(exc)} scoring {len(ids):,} tokens; score a shorter text{runtime}"

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
-from clover_local.chat.turn import (OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory,
-                                    what_ran_out)
-from clover_local.errors import CloverError
+from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
+from clover_local.errors import CloverError, what_ran_out
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.generate.block_diffusion import whole_blocks
 from clover_local.generate.scoring import (Scored, Scores, Stopped, score_from_snapshot, score_ids, score_prefix,
