@@ -8,7 +8,8 @@ traceback. Internal bugs stay ordinary exceptions so they are not mistaken for u
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -55,3 +56,16 @@ def out_of_memory_errors() -> tuple[type[BaseException], ...]:
 def what_ran_out(exc: BaseException) -> str:
     """`host RAM` (Python's MemoryError) or `memory` (torch's allocator: on a GPU, the card's)."""
     return "host RAM" if isinstance(exc, MemoryError) else "memory"
+
+
+@contextmanager
+def host_allocations_as_memory_error() -> Iterator[None]:
+    """torch's CPU allocator reports host RAM running out as a plain RuntimeError ("DefaultCPUAllocator: can't
+    allocate memory" on Linux, "not enough memory" on Windows, where RAM runs out this way rather than by the
+    OOM killer): raised here as MemoryError, which the out-of-memory handling (`out_of_memory_errors`) catches."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "DefaultCPUAllocator" not in str(exc):
+            raise
+        raise MemoryError(str(exc).strip().splitlines()[0]) from exc

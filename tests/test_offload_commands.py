@@ -277,3 +277,32 @@ def test_chat_survives_out_of_memory_mid_answer(make_checkpoint, tmp_path, monke
     messages = json.loads(saved.read_text())["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[0]["content"] == "second message"  # the failed turn left no trace
+
+
+def test_a_failed_host_allocation_is_out_of_memory_too(pack, monkeypatch, capsys):
+    """torch's CPU allocator says host RAM ran out with a plain RuntimeError (on Windows, where RAM runs out this
+    way rather than by the OOM killer, and here for an allocation past the address space: a real one, below).
+    chat, generate and score take it as running out of host RAM: the chat goes on, the others end in one line."""
+    real, calls = BlockDiffusionDecoder.generate, []
+
+    def first_allocates_too_much(self, prompt_ids, settings, **options):
+        calls.append(len(prompt_ids))
+        if len(calls) == 1:
+            torch.empty(1 << 62, dtype=torch.uint8)  # 4 EiB: refused by any allocator
+        yield from real(self, prompt_ids, settings, **options)
+
+    monkeypatch.setattr(BlockDiffusionDecoder, "generate", first_allocates_too_much)
+    code, out, err = chat(monkeypatch, capsys, pack, "first message\nsecond message\n", "--no-offload")
+    assert code == 0 and "Traceback" not in err, err
+    errors = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and "ran out of host RAM during this answer" in errors[0], err
+    assert len(calls) == 2  # the chat went on to the second message
+    calls.clear()
+    line = one_error_line(capsys, run_cli(["generate", pack, "-p", "hi", "--raw", "--max-new-tokens", "4",
+                                           "--no-offload", *GEN]))
+    assert "ran out of host RAM answering this prompt" in line, line
+    import clover_local.generate.scoring as scoring
+
+    monkeypatch.setattr(scoring, "score_ids", lambda *args, **kwargs: torch.empty(1 << 62, dtype=torch.uint8))
+    line = one_error_line(capsys, run_cli(["score", pack, "--text", "add 12+30 please", "--no-offload", *GEN]))
+    assert "ran out of host RAM scoring" in line, line

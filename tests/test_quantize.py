@@ -588,7 +588,7 @@ def test_out_of_memory_says_where_what_was_kept_and_what_to_change(env, capsys, 
     """torch out of memory in a layer (a 16 GB card at 35B, another program on it) is one line, not a traceback:
     the step, the layers kept and --resume, the calibration size that makes a layer's work smaller; --resume then
     ends in the same pack as an uninterrupted run. Before the first layer is finished, there is nothing to resume
-    and the line does not offer it."""
+    and the line does not offer it (host RAM refused this time)."""
     from quantize.layer_quant import LayerQuantizer
 
     real = LayerQuantizer._quantize_moe
@@ -608,8 +608,8 @@ def test_out_of_memory_says_where_what_was_kept_and_what_to_change(env, capsys, 
     capsys.readouterr()
     assert digest(out) == digest(env.pack)
 
-    def no_memory(*args, **kwargs):
-        raise MemoryError
+    def no_memory(*args, **kwargs):  # a real allocation the host refuses: torch says so in a RuntimeError
+        torch.empty(1 << 62, dtype=torch.uint8)
 
     early = env.root / "out-of-memory-early"
     monkeypatch.setattr(pipeline, "build_calibration", no_memory)

@@ -21,7 +21,7 @@ from itertools import accumulate
 
 import torch
 
-from clover_local.errors import CloverError, out_of_memory_errors
+from clover_local.errors import CloverError, host_allocations_as_memory_error, out_of_memory_errors
 from clover_local.generate.events import BlockCommitted, Event, Finished, PassDone, PrefillProgress
 from clover_local.tokenizer import THINK_END, THINK_START
 
@@ -45,14 +45,15 @@ def decode_events(decoder, prompt_ids: list[int], settings, should_stop: Callabl
     delay = pass_delay()
     gen = decoder.generate(prompt_ids, settings, reuse=reuse, snapshot_at=snapshot_at)
     try:
-        for event in gen:
-            yield event
-            if isinstance(event, Finished):
-                return
-            if delay and isinstance(event, PassDone):
-                time.sleep(delay)
-            if should_stop is not None and should_stop():
-                return
+        with host_allocations_as_memory_error():
+            for event in gen:
+                yield event
+                if isinstance(event, Finished):
+                    return
+                if delay and isinstance(event, PassDone):
+                    time.sleep(delay)
+                if should_stop is not None and should_stop():
+                    return
     finally:
         gen.close()
 

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clover_local.cli import app
-from clover_local.errors import CloverError, Interrupted, out_of_memory_errors
+from clover_local.errors import CloverError, Interrupted, host_allocations_as_memory_error, out_of_memory_errors
 from clover_local.pack.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -129,8 +129,9 @@ def quantize(
             bar.update(task, total=n, completed=i, step=text)
 
         try:
-            result = quantize_checkpoint(src_path, out, settings, dev, resume=resume, overwrite=overwrite,
-                                         source_label=label, on_layer=on_layer, remote=remote, measure=check)
+            with host_allocations_as_memory_error():
+                result = quantize_checkpoint(src_path, out, settings, dev, resume=resume, overwrite=overwrite,
+                                             source_label=label, on_layer=on_layer, remote=remote, measure=check)
         except KeyboardInterrupt:
             raise Interrupted(interrupted_message(out)) from None
         except out_of_memory_errors():
@@ -376,7 +377,8 @@ def _measure(pack: Path, ref: Path, console: Console, check: QualityCheck, devic
             bar.update(task, completed=n["layers"], step=n["step"])
 
         try:
-            return compare(pack, ref, check=check, on_layer=on_layer, device=device, **kwargs).to_dict()
+            with host_allocations_as_memory_error():
+                return compare(pack, ref, check=check, on_layer=on_layer, device=device, **kwargs).to_dict()
         except out_of_memory_errors():
             raise CloverError(f"{ran_out_of_memory(device, 'measuring KL: ' + n['step'])}; {if_oom}") from None
 

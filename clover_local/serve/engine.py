@@ -30,7 +30,7 @@ from typing import Any
 
 from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
 from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
-from clover_local.errors import CloverError, what_ran_out
+from clover_local.errors import CloverError, host_allocations_as_memory_error, what_ran_out
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.generate.block_diffusion import whole_blocks
 from clover_local.generate.scoring import (Scored, Scores, Stopped, score_from_snapshot, score_ids, score_prefix,
@@ -151,7 +151,8 @@ class Engine:
             job.started.set()
             error = None
             try:
-                self._generate(job)
+                with host_allocations_as_memory_error():  # the prompt's logprobs too, not only decode_events
+                    self._generate(job)
             except (CloverError, *OUT_OF_MEMORY) as exc:
                 error = failed_request(exc)
             except Exception as exc:  # a bug: answer 500, keep serving
