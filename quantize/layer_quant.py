@@ -24,10 +24,10 @@ from torch import nn
 from clover_local.config import CloverConfig
 from clover_local.model.clover import DecoderLayer
 from clover_local.model.rope import Rotary
-from quantize.gptq import (CLIP_STEPS, HessianAccumulator, HessianError, QuantResult, gptq_quantize,
+from quantize.gptq import (CAST_ROWS, CLIP_STEPS, HessianAccumulator, HessianError, QuantResult, gptq_quantize,
                            gptq_quantize_batch, rtn_quantize)
 from quantize.gptq_format import check_group_size, pack_weight
-from quantize.profiles import MIXER_LINEARS, SHARED_LINEARS, Profile
+from quantize.profiles import MIXER_LINEARS, Profile
 
 
 @dataclass
@@ -241,31 +241,30 @@ class LayerQuantizer:
         """The shared and routed experts of `layer`, from `normed` (`_moe_inputs`), quantized in place."""
         mlp = layer.mlp
         gptq = self.opts.method == "gptq"
-        # shared expert: Hessians from every row
+        # every row's Hessian: the shared expert's gate and up read these rows, and so does every routed expert
+        # under --expert-stats all
+        h_all = _hessian(normed) if gptq and (self.profile.shared or self.opts.expert_stats == "all") else None
         if self.profile.shared:
-            mods = {n.split(".", 1)[1]: layer.get_submodule(n) for n in SHARED_LINEARS}
-            collector = _Collector(mods) if gptq else None
-            mlp.shared_expert(normed)
-            if collector:
-                collector.close()
-            # gate/up first, then down on the quantized gate/up's activations
-            for name in ("shared_expert.gate_proj", "shared_expert.up_proj"):
-                res = quantize_weight(mods[name].weight, collector.acc[name].H if collector else None,
-                                      self.profile.shared, self.opts)
-                out.update(packed(f"{prefix}.mlp.{name}", res, self.profile.shared))
-                mods[name].weight.copy_(res.dequantize().to(mods[name].weight.dtype))
-            se = mlp.shared_expert
-            act = F.silu(se.gate_proj(normed)) * se.up_proj(normed)
-            h = _hessian(act) if gptq else None
-            res = quantize_weight(se.down_proj.weight, h, self.profile.shared, self.opts)
-            out.update(packed(f"{prefix}.mlp.shared_expert.down_proj", res, self.profile.shared))
+            se, bits = mlp.shared_expert, self.profile.shared
+            for name in ("gate_proj", "up_proj"):
+                module = getattr(se, name)
+                res = quantize_weight(module.weight, h_all, bits, self.opts)
+                out.update(packed(f"{prefix}.mlp.shared_expert.{name}", res, bits))
+                module.weight.copy_(res.dequantize().to(module.weight.dtype))
+            # down on the quantized gate/up's activations, a slice of rows at a time: at the default calibration
+            # on a GPU the whole activations (and the shared expert's output, when it was run whole for its
+            # Hessians) were ≈ 3.5 GiB of device memory beside the 2 GiB of `normed`
+            h = _hessian_of(lambda x: F.silu(se.gate_proj(x)) * se.up_proj(x), normed,
+                            se.down_proj.in_features) if gptq else None
+            res = quantize_weight(se.down_proj.weight, h, bits, self.opts)
+            out.update(packed(f"{prefix}.mlp.shared_expert.down_proj", res, bits))
             se.down_proj.weight.copy_(res.dequantize().to(se.down_proj.weight.dtype))
 
-        idx, _, _ = mlp.route(normed)
+        # routed a slice at a time, too: the router's fp32 probabilities of every row would be 512 MiB at 35B
+        idx = torch.cat([mlp.route(normed[s:s + CAST_ROWS])[0] for s in range(0, normed.shape[0], CAST_ROWS)])
         experts = mlp.experts
         inter = experts.inter
         bits = self.profile.experts
-        h_all = _hessian(normed) if gptq and self.opts.expert_stats == "all" else None
         n_exp = experts.gate_up_proj.shape[0]
         owners = idx.reshape(-1)
         row_of = torch.arange(idx.numel(), device=idx.device) // idx.shape[1]
@@ -332,6 +331,15 @@ class LayerQuantizer:
 def _hessian(x: torch.Tensor) -> torch.Tensor:
     acc = HessianAccumulator(x.shape[-1], device=x.device)
     acc.add_batch(x)
+    return acc.H
+
+
+def _hessian_of(fn, x: torch.Tensor, width: int) -> torch.Tensor:
+    """The Hessian of fn's outputs (`width` wide) for the rows of x, fn taking CAST_ROWS rows at a time: its
+    outputs are never whole on the device."""
+    acc = HessianAccumulator(width, device=x.device)
+    for s in range(0, x.shape[0], CAST_ROWS):
+        acc.add_batch(fn(x[s:s + CAST_ROWS]))
     return acc.H
 
 

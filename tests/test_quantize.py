@@ -1338,6 +1338,42 @@ def test_expert_hessians_come_from_the_rows_routed_to_each_expert(env, monkeypat
     torch.testing.assert_close(shared_h["down_proj"], _hessian(act), rtol=1e-4, atol=1e-6)
 
 
+def test_the_moe_step_routes_and_builds_the_shared_down_hessian_a_slice_of_rows_at_a_time(env, monkeypatch):
+    """The routing and the shared expert's down Hessian take CAST_ROWS rows at a time (at the default calibration
+    on a GPU, the whole activations and router probabilities were GiBs of device memory): the router sees slices,
+    and the pack is the one whole-row passes make — the routed experts and the shared gate/up to the bit, the
+    shared down within float32 rounding of its Hessian (its codes may round the other way at a few entries)."""
+    from clover_local.model.clover import build_layer
+    from quantize import layer_quant
+    from quantize.layer_quant import LayerQuantizer, LayerReport, QuantOptions
+    from quantize.profiles import get_profile
+
+    reader = CheckpointReader(env.src)
+    cfg = reader.config
+    normed = torch.randn(200, cfg.hidden_size, generator=torch.Generator().manual_seed(11))
+    packs, seen = [], []
+    for rows in (layer_quant.CAST_ROWS, 64):
+        monkeypatch.setattr(layer_quant, "CAST_ROWS", rows)
+        layer = build_layer(cfg, 0, reader.layer_state(0), CPU, torch.float32)
+        real_route = layer.mlp.route
+        layer.mlp.route = lambda x, limit=None, real_route=real_route: seen.append(x.shape[0]) or real_route(x)
+        out, report = {}, LayerReport(0, "linear_attention")
+        with torch.no_grad():
+            LayerQuantizer(cfg, get_profile("balanced"), QuantOptions(min_expert_rows=2), CPU,
+                           torch.float32)._quantize_moe(layer, normed, out, "model.layers.0", report, lambda m: None)
+        packs.append((out, report.expert_paths))
+    assert seen == [200, 64, 64, 64, 8]
+    (whole, paths), (sliced, sliced_paths) = packs
+    assert paths == sliced_paths and "gptq-routed" in paths and set(whole) == set(sliced)
+    down = [k for k in whole if "shared_expert.down_proj" in k]
+    assert down and all(torch.equal(whole[k], sliced[k]) for k in whole if k not in down)
+    for k in down:  # (equal here; a float32 summation order elsewhere may move a code at a rounding boundary)
+        if whole[k].is_floating_point():
+            torch.testing.assert_close(whole[k], sliced[k], rtol=1e-3, atol=0)
+        else:
+            assert (whole[k] != sliced[k]).float().mean() < 0.02, k
+
+
 def test_resume_refuses_changed_calibration_content_or_source_config(env):
     """The saved run's fingerprint covers what the flags do not show: the calibration file's bytes and the source's
     config.json. A resume after either changed would mix two calibrations (or two models) in one pack."""
