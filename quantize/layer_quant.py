@@ -317,9 +317,9 @@ class LayerQuantizer:
             gate_ups = quantize_weights(experts.gate_up_proj[es], h_gu, bits, self.opts)
             del h_gu
             h_d = []
-            for x, res in zip(xs, gate_ups):
-                hgu = F.linear(x, res.dequantize().to(x.dtype))  # down sees the quantized gate/up's activations
-                h_d.append(_hessian(F.silu(hgu[:, :inter]) * hgu[:, inter:]))
+            for x, res in zip(xs, gate_ups):  # down sees the quantized gate/up's activations, a slice of rows at
+                w = res.dequantize().to(x.dtype)  # a time (--expert-stats all: every row, GiBs at once on a GPU)
+                h_d.append(_hessian_of(lambda r: _swiglu(F.linear(r, w), inter), x, inter))
             downs = quantize_weights(experts.down_proj[es], torch.stack(h_d), bits, self.opts)
             del h_d
             results.update({e: (gu, d) for e, gu, d in zip(es, gate_ups, downs)})
@@ -332,6 +332,11 @@ def _hessian(x: torch.Tensor) -> torch.Tensor:
     acc = HessianAccumulator(x.shape[-1], device=x.device)
     acc.add_batch(x)
     return acc.H
+
+
+def _swiglu(gate_up: torch.Tensor, inter: int) -> torch.Tensor:
+    """An expert's activations from its fused gate/up outputs [rows, 2 · inter]."""
+    return F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
 
 
 def _hessian_of(fn, x: torch.Tensor, width: int) -> torch.Tensor:
