@@ -893,9 +893,23 @@ def test_set_says_which_reveal_rule_decides(make_checkpoint, capsys):
     app.command("/set threshold 0.8")
     assert "reveal_factor 1 decides the reveals; /set reveal_factor off" in capsys.readouterr().err
     app.command("/set reveal_factor off")
-    assert "off: threshold 0.8 decides" in capsys.readouterr().err and app.settings.reveal_factor == 0.0
+    assert ("reveal_factor = off (threshold 0.8 decides)" in capsys.readouterr().err
+            and app.settings.reveal_factor == 0.0)
     app.command("/set threshold 0.7")
     assert capsys.readouterr().err.strip().endswith("threshold = 0.7")
+
+
+def test_set_think_budget_says_what_it_does_and_what_off_means(make_checkpoint, capsys):
+    """/set think_budget N says what the budget does; off says the thinking is the model's own again (it used to
+    explain the budget it had just turned off)."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/set think_budget 64")
+    err = capsys.readouterr().err
+    assert "think_budget = 64 (the thinking's most tokens" in err and app.settings.think_budget == 64
+    app.command("/set think_budget off")
+    err = capsys.readouterr().err
+    assert "think_budget = off (the model thinks until it ends the thinking itself)" in err, err
+    assert "most tokens" not in err and app.settings.think_budget is None
 
 
 def test_tab_completes_commands_their_words_set_names_and_paths(tmp_path):

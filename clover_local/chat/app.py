@@ -493,17 +493,19 @@ class ChatApp:
                 except CloverError:
                     self.settings.think_budget = None
                     raise
-            self.note(f"think_budget = {value or 'off'} (the thinking's most tokens; where it runs out, the thinking "
-                      "is ended for the model and the answer follows)")
+            self.note(f"think_budget = {value} (the thinking's most tokens; where it runs out, the thinking is ended "
+                      "for the model and the answer follows)" if value is not None
+                      else "think_budget = off (the model thinks until it ends the thinking itself)")
             return
         if key in ("threshold", "reveal_factor"):  # two rules, one in use: say which
             factor, threshold = self.settings.reveal_factor, self.settings.threshold
             if key == "reveal_factor":
-                why = "the factor rule decides the reveals" if factor else f"off: threshold {threshold:g} decides"
+                why = "the factor rule decides the reveals" if factor else f"threshold {threshold:g} decides"
             else:
                 why = (f"reveal_factor {factor:g} decides the reveals; /set reveal_factor off to reveal by the "
                        "threshold") if factor else ""
-            self.note(f"{key} = {value:g}" + (f" ({why})" if why else ""))
+            shown = "off" if key == "reveal_factor" and not value else f"{value:g}"
+            self.note(f"{key} = {shown}" + (f" ({why})" if why else ""))
             return
         ctx = self.loaded.config.max_context
         if key == "max_tokens" and value > ctx:
