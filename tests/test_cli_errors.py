@@ -116,7 +116,13 @@ def test_score_needs_exactly_one_of_text_and_file(make_checkpoint, tmp_path, cap
     f.write_text("Hello world", encoding="utf-8")
     expect_error(capsys, ["score", folder, *GEN], "--text", "--file")
     expect_error(capsys, ["score", folder, "--text", "Hello", "--file", f, *GEN], "--text", "--file")
-    expect_error(capsys, ["score", folder, "--file", tmp_path / "missing.txt", *GEN], "missing.txt")
+    line = expect_error(capsys, ["score", folder, "--file", tmp_path / "missing.txt", *GEN], "missing.txt")
+    assert line.endswith("missing.txt: No such file or directory"), line  # the reason once, not Python's repr
+    expect_error(capsys, ["score", folder, "--file", tmp_path, *GEN], "Is a directory")
+    latin = tmp_path / "latin-1.txt"
+    latin.write_bytes("café au lait".encode("latin-1"))
+    expect_error(capsys, ["score", folder, "--file", latin, *GEN], "not UTF-8 text (byte 0xe9 at offset 3)",
+                 "save it as UTF-8")
 
 
 def test_generate_reads_its_prompt_from_a_file_or_stdin(make_checkpoint, tmp_path, capsys, monkeypatch):
