@@ -251,9 +251,9 @@ class LayerQuantizer:
                 res = quantize_weight(module.weight, h_all, bits, self.opts)
                 out.update(packed(f"{prefix}.mlp.shared_expert.{name}", res, bits))
                 module.weight.copy_(res.dequantize().to(module.weight.dtype))
-            # down on the quantized gate/up's activations, a slice of rows at a time: at the default calibration
-            # on a GPU the whole activations (and the shared expert's output, when it was run whole for its
-            # Hessians) were ≈ 3.5 GiB of device memory beside the 2 GiB of `normed`
+            # down on the quantized gate/up's activations, a slice of rows at a time: the shared expert run whole
+            # for its Hessians held ≈ 2.5 GiB beside the 2 GiB of `normed` at the default calibration on a GPU
+            # (BENCHMARKS.md "the MoE step a slice of rows at a time")
             h = _hessian_of(lambda x: F.silu(se.gate_proj(x)) * se.up_proj(x), normed,
                             se.down_proj.in_features) if gptq else None
             res = quantize_weight(se.down_proj.weight, h, bits, self.opts)
