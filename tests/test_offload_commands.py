@@ -282,7 +282,8 @@ def test_chat_survives_out_of_memory_mid_answer(make_checkpoint, tmp_path, monke
 def test_a_failed_host_allocation_is_out_of_memory_too(pack, monkeypatch, capsys):
     """torch's CPU allocator says host RAM ran out with a plain RuntimeError (on Windows, where RAM runs out this
     way rather than by the OOM killer, and here for an allocation past the address space: a real one, below).
-    chat, generate and score take it as running out of host RAM: the chat goes on, the others end in one line."""
+    chat, generate and score take it as running out of host RAM: the chat goes on, the others end in one line; so
+    does loading a pack whose host memory the plan counted on and did not get."""
     real, calls = BlockDiffusionDecoder.generate, []
 
     def first_allocates_too_much(self, prompt_ids, settings, **options):
@@ -306,3 +307,11 @@ def test_a_failed_host_allocation_is_out_of_memory_too(pack, monkeypatch, capsys
     monkeypatch.setattr(scoring, "score_ids", lambda *args, **kwargs: torch.empty(1 << 62, dtype=torch.uint8))
     line = one_error_line(capsys, run_cli(["score", pack, "--text", "add 12+30 please", "--no-offload", *GEN]))
     assert "ran out of host RAM scoring" in line, line
+    import clover_local.runtime.load as runtime_load
+
+    def refused(*args, **kwargs):  # RAM the plan counted on, gone by the time the pack loads
+        torch.empty(1 << 62, dtype=torch.uint8)
+
+    monkeypatch.setattr(runtime_load, "_build", refused)
+    line = one_error_line(capsys, run_cli(["generate", pack, "-p", "hi", "--max-new-tokens", "4", *GEN]))
+    assert "host RAM ran out while loading the pack (the plan counts" in line and "free memory" in line, line

@@ -23,7 +23,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from clover_local.checkpoint.names import global_shapes, layer_shapes, optional
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, host_allocations_as_memory_error
 from clover_local.model.clover import CloverModel, set_param, fill_layer
 from clover_local.model.attention import Attention
 from clover_local.model.gdn import GatedDeltaNet
@@ -178,12 +178,16 @@ def load_packed_model(folder: str | Path, device: torch.device, dtype: torch.dty
     pack = read_pack_index(folder)
     plan = plan_for(pack, device, dtype, options).check()
     try:
-        return _build(pack, plan, device, dtype, options, on_layer)
+        with host_allocations_as_memory_error():
+            return _build(pack, plan, device, dtype, options, on_layer)
     except _OOM:
         if device.type == "cuda":
             torch.cuda.empty_cache()
         raise CloverError(f"the GPU ran out of memory while loading the pack (--vram-budget "
                           f"{fmt_bytes(plan.vram_budget)}): other programs may be using it; lower --vram-budget") from None
+    except MemoryError:  # the plan's room check passed, and then the RAM was not there (taken since, or capped)
+        raise CloverError(f"host RAM ran out while loading the pack (the plan counts {fmt_bytes(plan.host_bytes)} of "
+                          "it): other programs may be using it; free memory and retry") from None
 
 
 def _build(pack: PackIndex, plan: Plan, device: torch.device, dtype: torch.dtype, options: RuntimeOptions,
