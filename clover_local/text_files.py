@@ -18,11 +18,16 @@ def read_text_file(path: Path) -> str:
             raise CloverError(f"cannot read standard input as UTF-8: {exc}") from None
     try:
         return Path(path).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:  # the OS's reason alone ("No such file or directory"), not Python's repr of the path
-        raise CloverError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise CloverError(f"cannot read {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                          f"{exc.start}); save it as UTF-8") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CloverError(f"cannot read {path}: {unreadable(exc)}") from None
+
+
+def unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a text file could not be read, in a phrase: the OS's reason alone ("No such file or directory", not
+    Python's repr with the path again), or where the text stops being UTF-8."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
+    return exc.strerror or str(exc)
 
 
 def text_from(text: str | None, file: Path | None, text_flag: str) -> str:

@@ -17,6 +17,7 @@ import torch
 
 from clover_local.errors import CloverError
 from clover_local.model.noising import mask_blocks
+from clover_local.text_files import unreadable
 
 HOLDOUT_EVERY = 10  # sample i with i % 10 == 9 is held out for evaluation, never calibrated on
 
@@ -54,7 +55,7 @@ def read_samples(path: Path, tokenizer, refused: list[str] | None = None) -> lis
     try:
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise CloverError(f"cannot read calibration file {path}: {exc}") from None
+        raise CloverError(f"cannot read calibration file {path}: {unreadable(exc)}") from None
     texts: list[str] = []
     reasons: list[str] = []
     if path.suffix in (".jsonl", ".json"):

@@ -24,7 +24,7 @@ from clover_local.commands._sampling_options import (check_decoding, check_think
                                                      repetition_penalty_option, reveal_factor_option,
                                                      think_budget_option, top_k_option)
 from clover_local.errors import CloverError, host_allocations_as_memory_error, out_of_memory_errors, what_ran_out
-from clover_local.text_files import read_text_file, text_from
+from clover_local.text_files import read_text_file, text_from, unreadable
 
 if TYPE_CHECKING:
     from clover_local.generate.json_schema import Schema
@@ -138,7 +138,7 @@ def read_schema(path: Path) -> Schema:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise CloverError(f"--json-schema: cannot read {path}: {exc}") from None
+        raise CloverError(f"--json-schema: cannot read {path}: {unreadable(exc)}") from None
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as exc:
