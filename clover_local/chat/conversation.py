@@ -15,6 +15,7 @@ from typing import Any
 from clover_local.chat.window import system_head
 from clover_local.errors import CloverError
 from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES, Penalties
+from clover_local.text_files import unreadable
 
 SAVE_FORMAT = "clover-local-chat"
 ROLES = ("system", "user", "assistant")
@@ -249,7 +250,7 @@ class Conversation:
         except FileNotFoundError:
             raise CloverError(f"cannot load {path}: no such file") from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise CloverError(f"cannot load {path}: {exc}") from None
+            raise CloverError(f"cannot load {path}: {unreadable(exc)}") from None
         except json.JSONDecodeError as exc:
             raise CloverError(f"cannot load {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
         messages = data.get("messages") if isinstance(data, dict) else data
