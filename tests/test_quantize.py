@@ -618,6 +618,30 @@ def test_out_of_memory_says_where_what_was_kept_and_what_to_change(env, capsys, 
     assert "--resume" not in line and "--samples" not in line, line
 
 
+def test_out_of_memory_measuring_a_resumed_run_keeps_the_finished_pack(env, capsys, monkeypatch):
+    """A run started with --no-eval and resumed with the measure measures the pack after it is made; out of memory
+    there, the line says the pack is finished (it is: complete, verified) and how to measure it later."""
+    from quantize.quality import HeldOutStreams
+
+    out = env.root / "out-of-memory-measuring"
+    with pytest.raises(KeyboardInterrupt):
+        env.quantize(out, stop_after_layer=0)
+
+    def runs_out(self, which, layer):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(HeldOutStreams, "advance", runs_out)
+    assert run_cli([a for a in env.cli_args(out, "--resume") if a != "--no-eval"]) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]  # after the quantizing bar, finished
+    assert "Traceback" not in err and line.startswith("error: the machine ran out of memory (measuring KL: reference "
+                                                      "layer 0)"), err
+    assert line.endswith(f"the pack in {out} is finished: measure it by clover-local eval {out} --reference "
+                         f"{env.src} --save"), line
+    assert verify_pack(out).complete  # (it raises where a file differs from the manifest)
+    assert digest(out) == digest(env.pack)
+
+
 def test_out_of_memory_on_a_gpu_names_what_the_run_held_of_the_card(monkeypatch):
     """On a GPU the line says how much of the card the run itself held at its peak, so a card taken by another
     program reads as such, and sends the person to free it first."""

@@ -138,9 +138,9 @@ def quantize(
             raise CloverError(out_of_memory_message(out, dev, where[0], settings)) from None
     quality = result.quality
     if check is not None and quality is None and remote is None:  # resumed from a run started with --no-eval
-        quality = _measure(out, src_path, console, check, dev,
-                           f"the pack in {out} is finished: measure it by clover-local eval {out} --reference {src} "
-                           "--save (with --device cpu where the GPU is short)")
+        short = " (with --device cpu where the GPU is short)" if dev.type == "cuda" else ""
+        quality = _measure(out, src_path, console, check, dev, f"the pack in {out} is finished: measure it by "
+                           f"clover-local eval {out} --reference {src} --save{short}")
     if quality is not None:
         _record_quality(out, quality)
     calibration = Manifest.load(out).calibration
