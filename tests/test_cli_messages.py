@@ -375,7 +375,7 @@ def test_eval_progress_knows_its_total(pack, monkeypatch):
 
     monkeypatch.setattr(quantize.quality, "compare", fake_compare)
     console = Console(record=True, force_terminal=True, width=120, file=open("/dev/null", "w"))
-    _measure(pack, pack, console, QualityCheck())
+    _measure(pack, pack, console, QualityCheck(), torch.device("cpu"), "what to change")
     text = console.export_text()
     assert f"{2 * N_LAYERS}/{2 * N_LAYERS}" in text and "/?" not in text
 
