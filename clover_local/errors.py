@@ -69,3 +69,14 @@ def host_allocations_as_memory_error() -> Iterator[None]:
         if "DefaultCPUAllocator" not in str(exc):
             raise
         raise MemoryError(str(exc).strip().splitlines()[0]) from exc
+
+
+@contextmanager
+def out_of_memory_as(line: Callable[[BaseException], str]) -> Iterator[None]:
+    """Running out of memory inside (`out_of_memory_errors`, and a host allocation torch's CPU allocator refused)
+    ends in CloverError(line(exc)): the step that ran out and what to change, in the caller's words."""
+    try:
+        with host_allocations_as_memory_error():
+            yield
+    except out_of_memory_errors() as exc:
+        raise CloverError(line(exc)) from None

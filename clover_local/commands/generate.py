@@ -23,7 +23,7 @@ from clover_local.commands._sampling_options import (check_decoding, check_think
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
                                                      think_budget_option, top_k_option)
-from clover_local.errors import CloverError, host_allocations_as_memory_error, out_of_memory_errors, what_ran_out
+from clover_local.errors import CloverError, out_of_memory_as, what_ran_out
 from clover_local.text_files import read_text_file, text_from, unreadable
 
 if TYPE_CHECKING:
@@ -292,14 +292,11 @@ def generate(
             think_budget=(None if think_budget is None
                           else ThinkBudget.for_tokenizer(tok, think_budget, prompt_opens_thinking(text))),
         )
-        try:
-            with host_allocations_as_memory_error():
-                answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
-                           message if prompts is not None else None)
-        except out_of_memory_errors() as exc:  # --prompts: the next, shorter prompt may fit
-            runtime = ", or a lower --vram-budget or --context" if loaded.model.runtime is not None else ""
-            raise CloverError(f"ran out of {what_ran_out(exc)} answering this prompt ({len(prompt_ids):,} tokens); "
-                              f"a shorter prompt or a lower --max-new-tokens{runtime}") from None
+        runtime = ", or a lower --vram-budget or --context" if loaded.model.runtime is not None else ""
+        with out_of_memory_as(lambda exc: f"ran out of {what_ran_out(exc)} answering this prompt "
+                              f"({len(prompt_ids):,} tokens); a shorter prompt or a lower --max-new-tokens{runtime}"):
+            answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
+                       message if prompts is not None else None)  # (--prompts: the next, shorter prompt may fit)
 
     unanswered = 0
     for message in messages:

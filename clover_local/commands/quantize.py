@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clover_local.cli import app
-from clover_local.errors import CloverError, Interrupted, host_allocations_as_memory_error, out_of_memory_errors
+from clover_local.errors import CloverError, Interrupted, out_of_memory_as
 from clover_local.pack.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -129,13 +129,11 @@ def quantize(
             bar.update(task, total=n, completed=i, step=text)
 
         try:
-            with host_allocations_as_memory_error():
+            with out_of_memory_as(lambda exc: out_of_memory_message(out, dev, where[0], settings)):
                 result = quantize_checkpoint(src_path, out, settings, dev, resume=resume, overwrite=overwrite,
                                              source_label=label, on_layer=on_layer, remote=remote, measure=check)
         except KeyboardInterrupt:
             raise Interrupted(interrupted_message(out)) from None
-        except out_of_memory_errors():
-            raise CloverError(out_of_memory_message(out, dev, where[0], settings)) from None
     quality = result.quality
     if check is not None and quality is None and remote is None:  # resumed from a run started with --no-eval
         short = " (with --device cpu where the GPU is short)" if dev.type == "cuda" else ""
@@ -376,11 +374,8 @@ def _measure(pack: Path, ref: Path, console: Console, check: QualityCheck, devic
             n["step"] = f"{which} layer {i}"
             bar.update(task, completed=n["layers"], step=n["step"])
 
-        try:
-            with host_allocations_as_memory_error():
-                return compare(pack, ref, check=check, on_layer=on_layer, device=device, **kwargs).to_dict()
-        except out_of_memory_errors():
-            raise CloverError(f"{ran_out_of_memory(device, 'measuring KL: ' + n['step'])}; {if_oom}") from None
+        with out_of_memory_as(lambda exc: f"{ran_out_of_memory(device, 'measuring KL: ' + n['step'])}; {if_oom}"):
+            return compare(pack, ref, check=check, on_layer=on_layer, device=device, **kwargs).to_dict()
 
 
 def _record_quality(pack: Path, quality: dict) -> None:

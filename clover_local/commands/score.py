@@ -19,7 +19,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option, load_options,
                                                   load_shown, offload_option, prefill_chunk_option, revision_option,
                                                   stderr_console, vram_budget_option)
-from clover_local.errors import CloverError, host_allocations_as_memory_error, out_of_memory_errors, what_ran_out
+from clover_local.errors import CloverError, out_of_memory_as, what_ran_out
 from clover_local.text_files import text_from
 
 @app.command()
@@ -61,14 +61,11 @@ def score(
             raise CloverError(f"the text has {len(ids)} tokens, over {over} or score a shorter text")
         raise CloverError(f"the text has {len(ids)} tokens, over the context of {loaded.config.max_context}; "
                           "raise --context or score a shorter text")
-    try:
-        with host_allocations_as_memory_error():
-            logprobs = score_ids(loaded.model, ids).logprobs
-    except out_of_memory_errors() as exc:
-        offloaded = loaded.model.runtime is not None
-        runtime = ", or with a lower --prefill-chunk, --vram-budget or --context" if offloaded else ""
-        raise CloverError(f"ran out of {what_ran_out(exc)} scoring {len(ids):,} tokens; score a shorter text{runtime}"
-                          ) from None
+    offloaded = loaded.model.runtime is not None
+    runtime = ", or with a lower --prefill-chunk, --vram-budget or --context" if offloaded else ""
+    with out_of_memory_as(lambda exc: f"ran out of {what_ran_out(exc)} scoring {len(ids):,} tokens; score a "
+                          f"shorter text{runtime}"):
+        logprobs = score_ids(loaded.model, ids).logprobs
     ppl = math.exp(-sum(logprobs) / len(logprobs))
     if as_json:
         print(json.dumps({"token_ids": ids, "logprobs": logprobs, "ppl": ppl}))
