@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from clover_local.errors import CloverError
+from clover_local.text_files import unreadable
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -31,8 +32,10 @@ _EOS_CANDIDATES = ("<|im_end|>", "<|endoftext|>")
 def _read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         raise CloverError(f"Could not read {path}: {exc}.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CloverError(f"Could not read {path}: {unreadable(exc)}.") from None
     if not isinstance(data, dict):
         raise CloverError(f"{path} does not hold a JSON object.")
     return data
@@ -141,7 +144,7 @@ class ChatTokenizer:
             try:
                 template = tpl_path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
-                raise CloverError(f"Could not read {tpl_path}: {exc}.") from None
+                raise CloverError(f"Could not read {tpl_path}: {unreadable(exc)}.") from None
         else:
             template = _pick_template(config.get("chat_template"))
         gen_path = folder / GENERATION_CONFIG_FILE

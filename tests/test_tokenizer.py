@@ -179,6 +179,22 @@ def test_missing_tokenizer_json_is_a_clover_error(folder: Path, tmp_path: Path) 
         ChatTokenizer.from_folder(tmp_path)
 
 
+def test_unreadable_tokenizer_files_say_why_in_one_phrase(folder: Path, tmp_path: Path) -> None:
+    """A tokenizer_config.json or chat_template.jinja that is not UTF-8 says where it stops being UTF-8 (as every
+    text file a person hands over does: text_files.unreadable), and a config that is not JSON says where."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(folder / name, tmp_path / name)
+    (tmp_path / "chat_template.jinja").write_bytes(b"{{ x }}\xff")
+    with pytest.raises(CloverError, match=r"chat_template.jinja: not UTF-8 text \(byte 0xff at offset 7\)"):
+        ChatTokenizer.from_folder(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_bytes(b"\xe9{}")
+    with pytest.raises(CloverError, match=r"tokenizer_config.json: not UTF-8 text \(byte 0xe9 at offset 0\)"):
+        ChatTokenizer.from_folder(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{bad", encoding="utf-8")
+    with pytest.raises(CloverError, match="tokenizer_config.json: Expecting property name"):
+        ChatTokenizer.from_folder(tmp_path)
+
+
 def test_template_sources(folder: Path, tmp_path: Path) -> None:
     shutil.copy(folder / "tokenizer.json", tmp_path / "tokenizer.json")
     # no config and no template file: loads, but chatting names both places to look

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from clover_local import __version__
 from clover_local.errors import CloverError
+from clover_local.text_files import unreadable
 from clover_local.pack.manifest import CARD_NAME, MANIFEST_NAME, Manifest, verify_pack
 
 if TYPE_CHECKING:
@@ -633,7 +634,7 @@ def _card_for_upload(folder: Path, manifest: Manifest, repo_id: str, revision: s
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise CloverError(f"{path} cannot be read ({exc.__class__.__name__}).") from None
+            raise CloverError(f"{path} cannot be read ({unreadable(exc)}).") from None
         if not is_generated_card(text) or CARD_NAME in manifest.files:  # hand-written, or hashed: keep it
             problems = [p for p in card_problems(text) if "cannot be parsed" in p]
             if problems:
