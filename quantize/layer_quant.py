@@ -23,6 +23,7 @@ from torch import nn
 
 from clover_local.config import CloverConfig
 from clover_local.model.clover import DecoderLayer
+from clover_local.model.moe import swiglu
 from clover_local.model.rope import Rotary
 from quantize.gptq import (CAST_ROWS, CLIP_STEPS, HessianAccumulator, HessianError, QuantResult, gptq_quantize,
                            gptq_quantize_batch, rtn_quantize)
@@ -319,7 +320,7 @@ class LayerQuantizer:
             h_d = []
             for x, res in zip(xs, gate_ups):  # down sees the quantized gate/up's activations, a slice of rows at
                 w = res.dequantize().to(x.dtype)  # a time (--expert-stats all: every row, GiBs at once on a GPU)
-                h_d.append(_hessian_of(lambda r: _swiglu(F.linear(r, w), inter), x, inter))
+                h_d.append(_hessian_of(lambda r: swiglu(F.linear(r, w)), x, inter))
             downs = quantize_weights(experts.down_proj[es], torch.stack(h_d), bits, self.opts)
             del h_d
             results.update({e: (gu, d) for e, gu, d in zip(es, gate_ups, downs)})
@@ -332,11 +333,6 @@ def _hessian(x: torch.Tensor) -> torch.Tensor:
     acc = HessianAccumulator(x.shape[-1], device=x.device)
     acc.add_batch(x)
     return acc.H
-
-
-def _swiglu(gate_up: torch.Tensor, inter: int) -> torch.Tensor:
-    """An expert's activations from its fused gate/up outputs [rows, 2 · inter]."""
-    return F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
 
 
 def _hessian_of(fn, x: torch.Tensor, width: int) -> torch.Tensor:

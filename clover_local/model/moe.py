@@ -52,7 +52,7 @@ class Experts(nn.Module):
             # Not at inference: it holds every routed row at once, where the loop's peak is one expert's rows
             # (the quantizer runs 256-expert layers over ~16k rows at a time).
             offs = counts.cumsum(0).to(torch.int32)
-            h = _swiglu(_grouped_mm(x[rows], self.gate_up_proj.transpose(1, 2), offs=offs))
+            h = swiglu(_grouped_mm(x[rows], self.gate_up_proj.transpose(1, 2), offs=offs))
             y = _grouped_mm(h, self.down_proj.transpose(1, 2), offs=offs) * w
             return torch.zeros_like(x).index_add_(0, rows, y)
         out = torch.zeros_like(x)
@@ -64,13 +64,13 @@ class Experts(nn.Module):
             if c == 0:
                 continue
             r = rows[start : start + c]
-            h = _swiglu(F.linear(x[r], gate_up[e]))
+            h = swiglu(F.linear(x[r], gate_up[e]))
             out.index_add_(0, r, F.linear(h, down[e]) * w[start : start + c])
             start += c
         return out
 
 
-def _swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) · up of fused [.., 2I] rows (gate first). `chunk`, not slicing: its backward concatenates the
     two gradients where slicing's would zero-fill a full-size buffer twice."""
     gate, up = gate_up.chunk(2, -1)
