@@ -327,7 +327,8 @@ def ran_out_of_memory(device, where: str) -> str:
 
     from clover_local.runtime.sizes import fmt_bytes
 
-    peak, total = torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
+    peak = _peak_memory(device)["peak_device_bytes"]  # the figure a finished run's summary prints
+    total = torch.cuda.get_device_properties(device).total_memory
     return f"the GPU ran out of memory ({where}; {fmt_bytes(peak)} held at the peak of the card's {fmt_bytes(total)})"
 
 
