@@ -194,12 +194,13 @@ def _quantize_disk(index, settings: dict) -> dict:
     check before the first layer uses)."""
     import torch
 
-    from quantize.footprint import peak_written, run_bytes
+    from quantize.footprint import compute_dtype, peak_written, run_bytes
     from quantize.pipeline import QuantizeSettings
     from quantize.quality import QualityCheck
 
     run = QuantizeSettings(**settings)
-    pack, inputs = run_bytes(index, 0, run, torch.bfloat16, QualityCheck.during_quantize(run.seq_len))
+    on_gpu = compute_dtype(torch.device("cuda"))  # (a device object only: nothing is allocated on it)
+    pack, inputs = run_bytes(index, 0, run, on_gpu, QualityCheck.during_quantize(run.seq_len))
     return {"disk_bytes": peak_written(pack, inputs), "resume_input_bytes": inputs}
 
 
