@@ -483,6 +483,7 @@ def test_the_start_shows_how_clients_connect():
                for line in lines)
     assert any("http://127.0.0.1:8000/v1" in line and "responses" in line for line in lines)  # Codex
     assert any("OLLAMA_HOST=http://127.0.0.1:8000" in line for line in lines)
+    assert lines[0] == "  A browser:      http://127.0.0.1:8000 (a chat page)"
     assert "KEY" in " ".join(client_hints("http://127.0.0.1:8000", "clover", keyed=True))
 
 
@@ -543,6 +544,8 @@ def test_a_failed_generation_answers_503_and_serving_goes_on(in_process):
                 raise failures.pop(0)
 
     engine.decoder.generate = flaky
+    logged: list[str] = []
+    engine.log = logged.append  # (serve prints each line on stderr, unless --quiet)
     before = engine.health()["requests"]["failed"]
     status, body = post(url, json.dumps({"messages": MSG, "max_tokens": 8}).encode())
     assert status == 503 and body["error"]["code"] == "out_of_memory"
@@ -557,6 +560,60 @@ def test_a_failed_generation_answers_503_and_serving_goes_on(in_process):
     status, body = post(url, json.dumps({"messages": MSG, "max_tokens": 4}).encode())
     assert status == 200 and body["choices"][0]["message"] is not None
     assert engine.health()["requests"]["failed"] - before == 2
+    # the server's log says what became of each request
+    assert logged[0].startswith("failed (503): the server ran out of memory while generating this answer")
+    assert logged[1].startswith("failed (503): the server could not finish this answer: the sequence reached")
+    usage = body["usage"]
+    assert re.fullmatch(rf"answered: {usage['prompt_tokens']} prompt tokens · {usage['completion_tokens']} tokens"
+                        r"( \(\d+ thinking\))? in [\d.]+ s, [\d.]+ tok/s, [\d.]+ tokens/pass · (stop|length)",
+                        logged[2]), logged
+    assert len(logged) == 3
+
+
+def test_no_think_answers_at_once_where_a_request_says_nothing_of_thinking(make_checkpoint):
+    """serve --no-think: on every route a request that says nothing of thinking is rendered as one that turns it
+    off (the template's own empty thought: the same prompt, token for token), and one that asks for it thinks."""
+    from clover_local.loader import load
+
+    loaded = load(str(make_checkpoint(seed=12)), "cpu", "float32")
+    msgs = [{"role": "user", "content": "add 12+30"}]
+
+    def prompt_tokens(url: str, route: str, extra: dict) -> int:
+        body = {"openai": {"messages": msgs, "max_tokens": 1},
+                "anthropic": {"messages": msgs},
+                "ollama": {"messages": msgs, "stream": False, "options": {"num_predict": 1}},
+                "responses": {"input": "add 12+30", "max_output_tokens": 1}}[route]
+        path = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages/count_tokens", "ollama": "/api/chat",
+                "responses": "/v1/responses"}[route]
+        status, out = post(url, json.dumps({**body, **extra}).encode(), path)
+        assert status == 200, out
+        return {"openai": lambda: out["usage"]["prompt_tokens"], "anthropic": lambda: out["input_tokens"],
+                "ollama": lambda: out["prompt_eval_count"], "responses": lambda: out["usage"]["input_tokens"]}[route]()
+
+    off = {"openai": {"enable_thinking": False}, "anthropic": {"thinking": {"type": "disabled"}},
+           "ollama": {"think": False}, "responses": {"reasoning": {"effort": "none"}}}
+    on = {"openai": {"reasoning_effort": "high"}, "anthropic": {"thinking": {"type": "enabled", "budget_tokens": 64}},
+          "ollama": {"think": True}, "responses": {"reasoning": {"effort": "high"}}}
+    with running_server(loaded, "t", max_tokens=8, context=256, think=True) as (_, url):
+        thinking = {r: prompt_tokens(url, r, {}) for r in off}
+        assert all(prompt_tokens(url, r, off[r]) != thinking[r] for r in off)  # (the two renderings differ)
+    with running_server(loaded, "t", max_tokens=8, context=256, think=False) as (_, url):
+        for route in off:
+            assert prompt_tokens(url, route, {}) == prompt_tokens(url, route, off[route]), route
+            assert prompt_tokens(url, route, on[route]) == thinking[route], route
+
+
+def test_the_log_line_of_an_answer_says_what_it_read_resumed_and_wrote():
+    from clover_local.serve.engine import answer_line
+
+    info = {"prompt_tokens": 20134, "cached_tokens": 18900, "prefill_seconds": 1.23, "completion_tokens": 312,
+            "reasoning_tokens": 120, "finish_reason": "stop",
+            "stats": {"passes": 97, "tokens_per_pass": 3.2165, "seconds": 3.14, "tokens_per_second": 99.36}}
+    assert answer_line(info) == ("answered: 20,134 prompt tokens (18,900 resumed) read in 1.2 s · 312 tokens (120 "
+                                 "thinking) in 3.1 s, 99.4 tok/s, 3.22 tokens/pass · stop")
+    scored = {**info, "cached_tokens": 0, "prefill_seconds": 0.0, "completion_tokens": 0, "reasoning_tokens": 0,
+              "finish_reason": "length"}  # (a completions request that only scores its prompt)
+    assert answer_line(scored) == "answered: 20,134 prompt tokens · 0 tokens · length"
 
 
 def test_engine_stop_answers_every_job_and_waits_for_its_worker(in_process):
@@ -806,10 +863,12 @@ def test_a_client_that_hangs_up_on_a_plain_request_stops_its_generation(in_proce
     engine, url = in_process
     monkeypatch.setenv("CLOVER_LOCAL_PASS_DELAY", "0.05")  # 64 passes: seconds, well past the hang-up
     before = dict(engine.health()["requests"])
+    logged: list[str] = []
+    engine.log = logged.append
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps({"messages": MSG, "max_tokens": 64}).encode()
     sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     deadline = time.monotonic() + 20
     while engine.health()["passes"] == 0:  # generating
@@ -824,6 +883,7 @@ def test_a_client_that_hangs_up_on_a_plain_request_stops_its_generation(in_proce
         time.sleep(0.05)
     assert h["requests"]["completed"] == before["completed"]
     assert h["tokens"] < 64
+    assert logged and re.fullmatch(r"stopped after \d+ tokens \([\d.]+ s\): the client went away", logged[-1]), logged
 
 
 def test_a_body_of_exactly_the_limit_is_read(server):

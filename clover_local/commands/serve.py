@@ -19,12 +19,11 @@ from clover_local.commands._sampling_options import check_range, reveal_factor_o
 from clover_local.errors import CloverError
 from clover_local.generate.ranges import DECODE_RANGES
 from clover_local.runtime.sizes import parse_size
+from clover_local.serve.origins import loopback_address, parse_allowed
 
 if TYPE_CHECKING:
     from clover_local.serve.engine import Engine
     from clover_local.serve.http import CloverHTTPServer
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def model_label(model: str) -> str:
@@ -59,6 +58,12 @@ def serve(
              "answer follows, so an agent gets its answer within max_tokens. Default: whatever leaves the answer a "
              "quarter of its tokens (at most 1,024; answers of 256 tokens or more), so a long thought cannot use "
              "up max_tokens with no answer; 'off': no limit at all."),
+    think: bool = typer.Option(
+        True, "--think/--no-think",
+        help="Whether a request that says nothing of thinking has the model think before it answers (the model's "
+             "default: on). --no-think answers such requests at once, for front ends that cannot turn thinking off "
+             "(the model can think for thousands of tokens); a request that asks (enable_thinking, "
+             "reasoning_effort, Anthropic's thinking, Ollama's think) still gets what it asks for."),
     free_tool_calls: bool = typer.Option(
         False, "--free-tool-calls",
         help="With tool_choice auto, leave the model's tool calls as it writes them: no grammar from its <tool_call> "
@@ -71,7 +76,16 @@ def serve(
              "always does (Ollama's behaviour): its oldest exchanges left out, the system message kept, in steps "
              "so the next turns resume the prompt. Default: a 400, as OpenAI's and Anthropic's APIs answer (Claude "
              "Code compacts its conversation on that 400: leave this off for it)."),
-    quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr."),
+    allow_origin: Optional[list[str]] = typer.Option(
+        None, "--allow-origin", metavar="ORIGIN",
+        help="Let pages from this web origin call the server from a browser (repeatable): "
+             "'https://chat.example.com', a glob such as 'chrome-extension://*' for browser extensions, or '*' for "
+             "any site. Pages served from this machine (localhost, 127.0.0.1) and desktop apps (app://, file://, "
+             "tauri://, VS Code's webviews) always may; other pages get a 403, so a site you visit cannot spend "
+             "your GPU. Clients that are not browser pages (curl, the SDKs, agents) send no origin and are not "
+             "affected."),
+    quiet: bool = typer.Option(False, "--quiet", help="Do not log each request on stderr (its line, and what it read, "
+                                                      "wrote and how fast)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
     chat_template: Optional[Path] = chat_template_option(),
@@ -89,6 +103,9 @@ def serve(
     Anthropic's /v1/messages (Claude Code, the anthropic SDK); Ollama's /api/chat, /api/generate, /api/tags (the
     ollama libraries, Open WebUI).
 
+    A browser at the server's address gets a chat page. Web pages from other sites are refused (--allow-origin
+    lets one in), so a site you visit cannot use the model.
+
     One request generates at a time; others wait in a queue. Thinking comes back as `reasoning_content`;
     turn it off per request with "chat_template_kwargs": {"enable_thinking": false} (or "enable_thinking": false).
     /v1/completions continues raw text (no chat template); with "logprobs" and "echo" it scores the prompt
@@ -102,6 +119,8 @@ def serve(
       clover-local serve tiny --port 8000
 
       clover-local serve ./clover-int4 --vram-budget 14GB --context 16384
+
+      clover-local serve ./clover-int4 --no-think   # answers at once unless a request asks to think
 
       curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
         -d '{"model": "tiny", "messages": [{"role": "user", "content": "add 12+30"}]}'
@@ -131,22 +150,29 @@ def serve(
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
     think_cap, answer_room = serve_think_budget(think_budget)
     check_range("reveal_factor", reveal_factor, DECODE_RANGES["reveal_factor"])
+    try:
+        origins = parse_allowed(allow_origin or [])
+    except ValueError as exc:
+        raise CloverError(f"--allow-origin {exc} is not a web origin: write it as the browser sends it, with its "
+                          "scheme (https://chat.example.com, chrome-extension://*), or '*' for any") from None
     options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
                            revision)
     console = stderr_console()
     if console is None:  # a log: one line (a terminal gets the progress bar)
         print(f"loading {model} …", file=sys.stderr, flush=True)
     loaded = load_shown(model, device, dtype, console, **options)
+    print(loaded.placement(), file=sys.stderr, flush=True)
     ctx = loaded.config.max_context  # --context already applied by the loader
     if think_cap is not None:  # (a tokenizer without <think> tokens: refused here, not in every request)
         ThinkBudget.for_tokenizer(loaded.tokenizer, think_cap, opened=False)
     limits = Limits(max_body_bytes=int(max_request_mb * 1e6), max_tokens=min(max_tokens, ctx), context=ctx,
                     think_budget=think_cap, answer_room=answer_room, free_tool_calls=free_tool_calls,
-                    reveal_factor=reveal_factor, drop_oldest=drop_oldest)
-    engine = Engine(loaded, max_queue=max_queue, park_bytes=park_bytes)
+                    reveal_factor=reveal_factor, drop_oldest=drop_oldest, think=think)
+    engine = Engine(loaded, max_queue=max_queue, park_bytes=park_bytes,
+                    log=None if quiet else (lambda line: print(f"  {line}", file=sys.stderr, flush=True)))
     name = model_name or model_label(model)
     try:
-        server = make_server(engine, host, port, name, limits, api_key=api_key, quiet=quiet)
+        server = make_server(engine, host, port, name, limits, api_key=api_key, quiet=quiet, allow_origins=origins)
     except CloverError:
         engine.stop()  # its worker ends before the model is dropped (see `shut_down`)
         raise
@@ -160,7 +186,7 @@ def serve(
         if not quiet:
             print("\n".join(client_hints(f"http://{shown}:{bound_port}", name, api_key is not None)),
                   file=sys.stderr, flush=True)
-        if host not in LOOPBACK:
+        if not loopback_address(host):
             note = "" if api_key else "; consider --api-key"
             print(f"warning: listening on {host}: reachable from other machines{note}", file=sys.stderr, flush=True)
         server.serve_forever(poll_interval=0.2)
@@ -173,10 +199,11 @@ def serve(
 
 
 def client_hints(base: str, name: str, keyed: bool) -> list[str]:
-    """How the common clients reach this server (printed at start, unless --quiet): the OpenAI SDKs and front
-    ends, Claude Code, Codex CLI, Ollama's clients."""
+    """How the common clients reach this server (printed at start, unless --quiet): a browser (the chat page), the
+    OpenAI SDKs and front ends, Claude Code, Codex CLI, Ollama's clients."""
     token = "KEY" if keyed else "local"
-    return [f"  OpenAI clients: base URL {base}/v1, model {name}, API key {'KEY' if keyed else 'any'}",
+    return [f"  A browser:      {base} (a chat page)",
+            f"  OpenAI clients: base URL {base}/v1, model {name}, API key {'KEY' if keyed else 'any'}",
             f"  Claude Code:    ANTHROPIC_BASE_URL={base} ANTHROPIC_AUTH_TOKEN={token} ANTHROPIC_MODEL={name} claude",
             f"  Codex CLI:      a provider with base_url = \"{base}/v1\" and wire_api = \"responses\" in "
             "~/.codex/config.toml",

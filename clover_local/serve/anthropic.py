@@ -223,6 +223,7 @@ def parse_messages_request(raw: bytes, count_only: bool = False) -> ChatRequest:
     req.stop = stop_field(body, "stop_sequences") or []
     req.json_schema = _output_schema(body)
     req.enable_thinking, req.think_budget = _thinking(body, default=req.json_schema is None and forced is None)
+    req.thinking_asked = body.get("thinking") is not None
     check_forced_thinking(req, "thinking")
     if req.json_schema is not None and req.enable_thinking:
         raise bad_request("a json_schema output format answers without thinking (the whole answer is the JSON): leave "

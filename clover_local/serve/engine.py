@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
 from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
@@ -61,7 +61,8 @@ DEFAULT_PARK_BYTES = 2 << 30
 
 
 class Engine:
-    def __init__(self, loaded: Any, max_queue: int = 32, park_bytes: int = DEFAULT_PARK_BYTES) -> None:
+    def __init__(self, loaded: Any, max_queue: int = 32, park_bytes: int = DEFAULT_PARK_BYTES,
+                 log: Callable[[str], None] | None = None) -> None:
         from clover_local.generate.block_diffusion import BlockDiffusionDecoder
         from clover_local.generate.prompt_cache import PromptCache
 
@@ -75,6 +76,7 @@ class Engine:
         self.lock = threading.Lock()
         self.running: Job | None = None
         self.closed = False  # set by `stop`: no more jobs
+        self.log = log  # a line per request as it ends (`answer_line`), for the person watching the server
         self.counts = {"completed": 0, "cancelled": 0, "failed": 0, "rejected": 0}
         self.passes = 0
         self.tokens = 0
@@ -165,6 +167,7 @@ class Engine:
                 self.prompt_cache.clear()  # never resume from a failed generation's cache
                 release_memory()
                 self._count("failed")
+                self._log(f"failed ({error.status}): {error.message}")
                 job.out.put(("error", error))
 
     def _count(self, what: str) -> None:
@@ -203,6 +206,7 @@ class Engine:
         with self.lock:
             self.counts["completed"] += 1
             self.latency.observe("request", time.monotonic() - job.arrived)
+        self._log(answer_line(info))
         job.out.put(("done", info))
 
     def _score_head(self, job: Job, upto: int) -> tuple[Any, int]:
@@ -283,10 +287,33 @@ class Engine:
                 return ev.stats.stop_reason
         return None
 
+    def _log(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
+
     def _cancelled(self, job: Job, stats: TurnStats) -> None:
         stats.end("cancelled")
         self._count("cancelled")
+        self._log(f"stopped after {stats.tokens:,} tokens ({stats.seconds:.1f} s): "
+                  + ("the server is stopping" if self.closed else "the client went away"))
         job.out.put(("error", shutting_down()) if self.closed else ("cancelled", None))
+
+
+def answer_line(info: dict) -> str:
+    """A finished request in one line: what it read (and resumed), what it wrote, how fast, and why it ended, as a
+    local server's log shows it (an agent's requests come and go unseen otherwise)."""
+    stats = info["stats"]
+    read = f"{info['prompt_tokens']:,} prompt tokens"
+    if info["cached_tokens"]:
+        read += f" ({info['cached_tokens']:,} resumed)"
+    if info["prefill_seconds"]:
+        read += f" read in {info['prefill_seconds']:.1f} s"
+    wrote = f"{info['completion_tokens']:,} tokens"
+    if info["reasoning_tokens"]:
+        wrote += f" ({info['reasoning_tokens']:,} thinking)"
+    speed = (f" in {stats['seconds']:.1f} s, {stats['tokens_per_second']:.1f} tok/s, "
+             f"{stats['tokens_per_pass']:.2f} tokens/pass" if info["completion_tokens"] else "")
+    return f"answered: {read} · {wrote}{speed} · {info['finish_reason']}"
 
 
 def failed_request(exc: BaseException) -> ApiError:

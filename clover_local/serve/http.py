@@ -11,6 +11,7 @@ and /api/generate as the chat or completion request they read as (serve/ollama.p
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import queue
@@ -33,6 +34,7 @@ from clover_local.serve import anthropic, ollama
 from clover_local.serve.tools import ToolCallStream, auto_calls, json_or_calls, split_tool_calls
 from clover_local.serve.engine import Engine, Job
 from clover_local.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, prometheus_text
+from clover_local.serve.origins import OriginPolicy, loopback_address
 from clover_local.serve.responses import ResponseAnswer, parse_responses_request, responses_error
 from clover_local.serve.protocol import (AnswerShape, ApiError, ChatAnswer, ChatRequest, CompletionRequest, Sampling,
                                          answer_usage, chat_logprobs, check_ids, completion_id, late_system_as_user,
@@ -51,7 +53,11 @@ class Limits:
     free_tool_calls: bool = False  # tool_choice auto: no grammar from the model's <tool_call> on (tools.auto_calls)
     reveal_factor: float = 0.0  # the factor rule for requests that send neither threshold nor reveal_factor
     drop_oldest: bool = False  # every chat route leaves a long conversation's oldest exchanges out (chat/window.py)
+    think: bool = True  # a request that says nothing of thinking thinks first (serve --no-think: it answers at once)
     read_timeout: float = 30.0
+
+
+ALLOWED_METHODS = "GET, HEAD, POST, OPTIONS"
 
 
 class ClientGone(Exception):
@@ -64,13 +70,14 @@ class CloverHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address, engine: Engine, model_name: str, limits: Limits, api_key: str | None = None,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, allow_origins: tuple[str, ...] = ()) -> None:
         super().__init__(address, Handler)
         self.engine = engine
         self.model_name = model_name
         self.limits = limits
         self.api_key = api_key
         self.quiet = quiet
+        self.origins = OriginPolicy(allow_origins, loopback=loopback_address(str(address[0])))
         self._handlers: dict[threading.Thread, socket.socket] = {}  # the connections' threads, for `close`
         self._handlers_lock = threading.Lock()
 
@@ -125,8 +132,57 @@ class Handler(BaseHTTPRequestHandler):
     # how an error reads on the route being answered (OpenAI's shape unless a route sets its own)
     error_body: Callable[[ApiError], dict] = staticmethod(ApiError.body)
     ndjson = False  # the stream being written is newline-delimited JSON (Ollama's), not server-sent events
+    cors_origin: str | None = None  # the request's Origin, where it may read the answer (serve/origins.py)
 
     # ------------------------------------------------------------------ plumbing
+    def parse_request(self) -> bool:
+        self.cors_origin = None  # (a keep-alive connection's handler answers request after request)
+        return super().parse_request()
+
+    def end_headers(self) -> None:
+        if self.cors_origin is not None:  # every answer to an allowed page, streams included
+            self.send_header("Access-Control-Allow-Origin", self.cors_origin)
+            self.send_header("Vary", "Origin")
+        super().end_headers()
+
+    def _log_refusal(self, why: str) -> None:
+        """Even with --quiet: a front end refused here fails in the browser with only "CORS error" to show."""
+        sys.stderr.write(f"{self.address_string()} refused {self.command} {self.path}: {why}\n")
+
+    def _admitted(self) -> bool:
+        """The request's Host and Origin pass the server's policy (serve/origins.py); else it is answered 403 and
+        the log says why (a front end that fails in a browser shows only "CORS error")."""
+        policy, host, origin = self.server.origins, self.headers.get("Host"), self.headers.get("Origin")
+        if not policy.allows_host(host):
+            self._log_refusal(f"Host {host!r} does not name this machine (a guard against DNS rebinding)")
+            self._refuse(ApiError(403, f"Host {host!r} does not name this machine: a server on a loopback address "
+                                  "answers requests for localhost, an IP address or this machine's name (a guard "
+                                  "against DNS rebinding); behind a reverse proxy, have it send Host: 127.0.0.1",
+                                  type="permission_error", code="forbidden_host"))
+            return False
+        if origin is None:  # not a browser page: curl, the SDKs, agents
+            return True
+        self.cors_origin = origin.strip()  # (a refused page may read why, too)
+        if policy.allows_origin(origin, host):
+            return True
+        self._log_refusal(f"a page from {origin}: start serve with --allow-origin {origin} to let it in")
+        self._refuse(ApiError(403, f"pages from {origin} may not call this server (pages from this machine and "
+                              f"desktop apps may): start it with `--allow-origin {origin}` to let them in",
+                              type="permission_error", code="forbidden_origin"))
+        return False
+
+    def _refuse(self, err: ApiError) -> None:
+        """A refused request's answer, and the connection closed (a POST's body is left unread); a HEAD's without
+        a body, as HEAD answers are."""
+        if self.command != "HEAD":
+            self._error(err, close=True)
+            return
+        self.send_response(err.status)
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         if not self.server.quiet:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
@@ -144,6 +200,36 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
+
+    def _root(self) -> None:
+        """GET /: the chat page for a browser (it asks for HTML), else the plain text Ollama's clients expect of a
+        reachability probe."""
+        if "text/html" in self.headers.get("Accept", ""):
+            self._send_page()
+            return
+        data = b"clover-local is running"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_page(self) -> None:
+        """serve/ui.html, the chat page a browser gets at /: static, no key needed (its requests carry one), and
+        kept to itself: nothing loaded from elsewhere, no framing by other sites, its scripts inline only."""
+        data = chat_page()
+        if not self.server.limits.think:  # serve --no-think: the page's switch starts off too
+            data = data.replace(b'id="think" checked', b'id="think"', 1)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                         "'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                         "frame-ancestors 'none'")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.end_headers()
+        self.wfile.write(data)
 
     def _error(self, err: ApiError, close: bool = False) -> None:
         self._send_json(err.status, self.error_body(err), err.headers, close=close)
@@ -210,13 +296,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0].rstrip("/")
         self._error_shape(path)
-        if path == "":  # a reachability probe (Ollama's clients expect it to answer in plain text), key or not
-            data = b"clover-local is running"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+        if not self._admitted():
+            return
+        if path == "":  # key or not: a browser's chat page, or a reachability probe
+            self._root()
             return
         if path in ("/health", "/v1/health"):
             if not self._has_key():
@@ -266,6 +349,8 @@ class Handler(BaseHTTPRequestHandler):
                   "/detokenize": self._detokenize, "/api/chat": self._ollama_chat,
                   "/api/generate": self._ollama_generate, "/api/show": self._ollama_show}
         self._error_shape(path)
+        if not self._admitted():  # (before the body is read: the connection closes)
+            return
         if path not in routes:
             self._error(ApiError(404, f"no route POST {path}; this server has {', '.join(routes)}",
                                  code="not_found"), close=True)
@@ -281,7 +366,26 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         """A reachability check (Claude Code sends `HEAD /` before its first request): no body, no key needed."""
         path = self.path.split("?", 1)[0].rstrip("/")
+        if not self._admitted():
+            return
         self.send_response(200 if path in ("", "/health", "/v1/health") else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_OPTIONS(self) -> None:  # noqa: N802
+        """A browser's CORS preflight: what an allowed page may send (no key: a browser sends none with it). Chrome
+        asks a page on the internet to be let in to a local server too (Private Network Access)."""
+        if not self._admitted():
+            return
+        self.send_response(204)
+        self.send_header("Allow", ALLOWED_METHODS)
+        if self.cors_origin is not None:
+            self.send_header("Access-Control-Allow-Methods", ALLOWED_METHODS)
+            self.send_header("Access-Control-Allow-Headers",
+                             self.headers.get("Access-Control-Request-Headers") or "Authorization, Content-Type")
+            if self.headers.get("Access-Control-Request-Private-Network", "").lower() == "true":
+                self.send_header("Access-Control-Allow-Private-Network", "true")
+            self.send_header("Access-Control-Max-Age", "600")
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -328,7 +432,10 @@ class Handler(BaseHTTPRequestHandler):
                               logit_bias=req.logit_bias, constraint=constraint)
 
     def _prompt(self, req: ChatRequest) -> str:
-        """The conversation rendered by the chat template, as the model will read it (400s for what cannot be)."""
+        """The conversation rendered by the chat template, as the model will read it (400s for what cannot be);
+        with thinking off where the request says nothing of it and the server's default is off (--no-think)."""
+        if not req.thinking_asked and not self.server.limits.think:
+            req.enable_thinking = False
         tok = self.server.engine.tokenizer
         if req.tools and "tools" not in (tok.chat_template or ""):
             raise ApiError(400, "this model's chat template does not read 'tools', so the model would never see "
@@ -713,12 +820,21 @@ def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits
     return max_tokens
 
 
+@functools.cache
+def chat_page() -> bytes:
+    """The chat page's bytes, read from the package once."""
+    from importlib import resources
+
+    return resources.files("clover_local.serve").joinpath("ui.html").read_bytes()
+
+
 def make_server(engine: Engine, host: str, port: int, model_name: str, limits: Limits,
-                api_key: str | None = None, quiet: bool = False) -> CloverHTTPServer:
+                api_key: str | None = None, quiet: bool = False, allow_origins: tuple[str, ...] = ()
+                ) -> CloverHTTPServer:
     cls = CloverHTTPServer
     if ":" in host:  # an IPv6 address such as ::1
         cls = type("CloverHTTPServer6", (CloverHTTPServer,), {"address_family": socket.AF_INET6})
     try:
-        return cls((host, port), engine, model_name, limits, api_key, quiet)
+        return cls((host, port), engine, model_name, limits, api_key, quiet, allow_origins)
     except OSError as exc:
         raise CloverError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -131,6 +131,7 @@ def _thinking(body: dict, req: ChatRequest) -> None:
         raise bad_request("'format' answers without thinking (the whole answer is the JSON): leave 'think' out or "
                           "set it to false", "think")
     req.enable_thinking = on
+    req.thinking_asked = think is not None
 
 
 def _refuse(body: dict, *names: str) -> None:

@@ -105,6 +105,8 @@ class ChatRequest(Sampling):
     parallel_calls: bool = True  # parallel_tool_calls: with tool_choice auto, more than one call may come
     think_budget: int | None = None  # the most tokens the thinking may take (generate/thinking.py)
     enable_thinking: bool = True
+    # the request said whether (or how long) to think; one that did not takes the server's default (serve --no-think)
+    thinking_asked: bool = False
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     # a conversation past the context loses its oldest messages rather than being refused (chat/window.py): Ollama's
     # route, every route with serve --drop-oldest
@@ -488,6 +490,12 @@ def template_options(body: dict, thinking: bool = True) -> tuple[bool, dict[str,
     return thinking if think is None else think, kwargs or {}
 
 
+def enable_thinking_sent(body: dict) -> bool:
+    """The body sets enable_thinking (top-level or in chat_template_kwargs, as `template_options` reads it)."""
+    kwargs = body.get("chat_template_kwargs")
+    return body.get("enable_thinking") is not None or (isinstance(kwargs, dict) and "enable_thinking" in kwargs)
+
+
 def _chat_logprobs(body: dict, stream: bool) -> int | None:
     """`logprobs` / `top_logprobs` as OpenAI takes them: None when logprobs are off, else how many alternatives.
     Refused: top_logprobs above 0 without logprobs (OpenAI's 400; it would come back as if honoured), out of
@@ -520,6 +528,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     req.think_budget = int_field(body, "thinking_token_budget", 1) or effort_budget
     whole = mode is not None or req.forced is not None  # the answer is the JSON (or the call): no thinking
     req.enable_thinking, req.template_kwargs = template_options(body, thinking=not whole and effort is not False)
+    req.thinking_asked = effort is not None or req.think_budget is not None or enable_thinking_sent(body)
     if req.tools:
         req.template_kwargs["tools"] = req.tools
     if mode and req.enable_thinking:

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.serve.protocol import (ApiError, ChatRequest, answer_usage, bad_request, bool_field,
-                                         check_forced_thinking, effort_thinking, int_field, json_body, parse_messages,
-                                         read_call_choice, read_sampling, read_tools, template_options)
+                                         check_forced_thinking, effort_thinking, enable_thinking_sent, int_field,
+                                         json_body, parse_messages, read_call_choice, read_sampling, read_tools,
+                                         template_options)
 from clover_local.serve.tools import ToolCall
 
 # chat fields this route reads under their own names (our extensions beside OpenAI's)
@@ -304,6 +305,7 @@ def parse_responses_request(raw: bytes) -> ResponsesRequest:
         options = {"enable_thinking": None if whole else think,
                    "chat_template_kwargs": body.get("chat_template_kwargs")}
         req.enable_thinking, req.template_kwargs = template_options(options, thinking=not whole)
+        req.thinking_asked = think is not None or req.think_budget is not None or enable_thinking_sent(body)
         check_forced_thinking(req, "chat_template_kwargs")
         if mode and req.enable_thinking:
             raise bad_request(f"'text.format' {mode} answers without thinking (the whole answer is the JSON): leave "

@@ -1,0 +1,77 @@
+// Runs serve's chat page (its inline script) in Node against a live server, on a DOM stand-in just large enough
+// for it, and prints what the page shows: each turn's class and text, and the conversation it keeps.
+//   [THINK=1] node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE MESSAGE [MESSAGE ...]
+//   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --render ANSWER_TEXT
+// Node's own fetch, streams, TextDecoder and AbortController are the browser's for this purpose.
+"use strict";
+const fs = require("fs");
+const [base, scriptFile, ...toSend] = process.argv.slice(2);
+
+class Element {
+  constructor(tag, id) {
+    this.tag = tag; this.id = id; this.children = []; this.listeners = {};
+    this._text = ""; this.className = ""; this.hidden = false; this.open = false; this.value = "";
+    this.checked = false; this.style = {};
+  }
+  get textContent() { return this._text + this.children.map((c) => c.textContent).join(""); }
+  set textContent(v) { this._text = String(v); this.children = []; }
+  append(...nodes) { this.children.push(...nodes); }
+  appendChild(node) { this.children.push(node); return node; }
+  addEventListener(kind, fn) { (this.listeners[kind] = this.listeners[kind] || []).push(fn); }
+  dispatch(kind, event = {}) {
+    const e = { preventDefault() {}, ...event };
+    for (const fn of this.listeners[kind] || []) fn(e);
+  }
+  requestSubmit() { this.dispatch("submit"); }
+  focus() {}
+  get scrollHeight() { return 0; }
+}
+
+const byId = {};
+for (const [tag, id] of [["span", "model"], ["input", "think"], ["input", "key"], ["button", "new"], ["main", "log"],
+                         ["form", "form"], ["textarea", "input"], ["button", "send"]]) {
+  byId[id] = new Element(tag, id);
+}
+byId.model.textContent = "clover-local";  // (the page's markup, before its script names the model)
+byId.think.checked = process.env.THINK === "1";  // the page's "think first" box (THINK=1: ticked)
+const storage = new Map();
+globalThis.document = {
+  title: "", getElementById: (id) => byId[id], createElement: (tag) => new Element(tag),
+  createTextNode: (text) => { const node = new Element("#text"); node.textContent = text; return node; },
+};
+globalThis.navigator = { clipboard: { writeText: async () => {} } };  // (a secure page's: the copy buttons show)
+globalThis.sessionStorage = { getItem: (k) => storage.get(k) ?? null, setItem: (k, v) => storage.set(k, v) };
+const nodeFetch = globalThis.fetch;
+globalThis.fetch = (path, options) => nodeFetch(base + path, options);  // the page asks its own origin
+
+const script = fs.readFileSync(scriptFile, "utf8") + "\nglobalThis.__page = { messages, render, busy: () => running !== null };";
+eval(script);  // (the page's script, as the browser runs it: its top-level names are the page's)
+
+function shown() {
+  return byId.log.children.map((turn) => ({
+    className: turn.className,
+    text: turn.children.length ? undefined : turn.textContent,
+    parts: turn.children.map((c) => ({ tag: c.tag, className: c.className, hidden: c.hidden, text: c.textContent })),
+  }));
+}
+
+if (toSend[0] === "--render") {  // render(ANSWER) alone: what the page makes of an answer's text
+  const el = new Element("div");
+  globalThis.__page.render(el, toSend[1]);
+  console.log(JSON.stringify(el.children.map((c) => ({ tag: c.tag, text: c.textContent,
+                                                      children: c.children.map((g) => g.tag) }))));
+  process.exit(0);
+}
+
+(async () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  for (let i = 0; i < 100 && byId.model.textContent === "clover-local" && !byId.log.children.length; i++) await sleep(50);
+  for (const text of toSend) {
+    byId.input.value = text;
+    byId.form.dispatch("submit");
+    await sleep(20);
+    for (let i = 0; i < 1200 && globalThis.__page.busy(); i++) await sleep(50);
+  }
+  console.log(JSON.stringify({ model: byId.model.textContent, title: document.title, keyShown: byId.key.style.display,
+                               turns: shown(), messages: globalThis.__page.messages }));
+})();
