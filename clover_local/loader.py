@@ -141,6 +141,24 @@ class Loaded:
     def stop_token_ids(self) -> list[int]:
         return list(dict.fromkeys(self.tokenizer.eos_token_ids + self.config.eos_token_ids))
 
+    def placement(self) -> str:
+        """Where the load put the model, in one line (serve's log, chat's start): through the runtime, how many
+        routed experts sit on the device and what it holds there; else the whole model's device and dtype. And the
+        context it was sized for."""
+        from clover_local.runtime.sizes import fmt_bytes
+
+        context = f"context {self.config.max_context:,} tokens"
+        rt = self.model.runtime
+        if rt is None:
+            weight = next(self.model.parameters())
+            return f"loaded whole on {weight.device} ({str(weight.dtype).removeprefix('torch.')}), {context}"
+        total, slots = rt.plan.experts_total, min(rt.cache.n_slots, rt.plan.experts_total)
+        experts = (f"all {total:,} routed experts on the device" if slots == total else
+                   f"{slots:,} of {total:,} routed experts on the device ({100 * slots / total:.0f}%), the rest read "
+                   "from host RAM as passes need them")
+        held = fmt_bytes(rt.placed_bytes(self.model)["total"])
+        return f"loaded on {rt.device} through the offloading runtime: {experts}; {held} held there, {context}"
+
 
 def resolve_mask_token(config: CloverConfig, tokenizer: ChatTokenizer) -> int:
     mask = config.diffusion.mask_token_id
@@ -335,19 +353,15 @@ class _RefusedFromHeaders(CloverError):
 
 
 def _in_cache(repo_id: str, commit: str) -> bool:
-    """Whether the Hub cache holds every shard of `repo_id`'s snapshot at `commit` (a pack downloaded before)."""
-    import json
-
+    """Whether the Hub cache holds `repo_id`'s snapshot at `commit` whole (a pack downloaded before)."""
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
 
+    from clover_local.hub.transfer import holds_model
+
     snapshot = (Path(constants.HF_HUB_CACHE).expanduser() / repo_folder_name(repo_id=repo_id, repo_type="model")
                 / "snapshots" / commit)
-    try:
-        shards = set(json.loads((snapshot / "model.safetensors.index.json").read_text())["weight_map"].values())
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return all((snapshot / shard).is_file() for shard in shards)
+    return holds_model(snapshot)
 
 
 def _refuse_pack_plan(arg: str, commit: str, dev: torch.device, dtype: torch.dtype, options: dict) -> None:

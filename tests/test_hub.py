@@ -17,6 +17,7 @@ import re
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -271,8 +272,36 @@ def test_download_works_offline_from_the_cache(hub, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     hub.stop()  # the Hub is unreachable: connection refused
     assert transfer.download("someone/tiny-pack", progress=False) == online
-    with pytest.raises(CloverError, match="Cannot reach the Hub"):
+    with pytest.raises(CloverError, match="cannot reach the Hub"):
         transfer.download("someone/never-downloaded", progress=False)
+
+
+def test_a_folder_download_without_the_hub_is_refused_unless_it_holds_the_model(hub, tmp_path, monkeypatch, caplog):
+    """Where the Hub cannot be reached the Hub client hands back a --dir as it finds it: after a first try that never
+    connected, a folder holding only the download's origin record was reported downloaded ("✓ … is in DIR"). Now
+    it is the usual one line (and the folder the try made is gone); a folder holding the whole model is used."""
+    from huggingface_hub import constants
+
+    pack = tmp_path / "src"
+    make_pack(pack)
+    hub.add_repo("someone/tiny-pack", pack_repo_files(pack))
+    whole = transfer.download("someone/tiny-pack", dir=tmp_path / "whole", progress=False)
+    hub.stop()  # connection refused from here on
+    assert transfer.download("someone/tiny-pack", dir=tmp_path / "whole", progress=False) == whole
+    fresh = tmp_path / "fresh"
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(CloverError, match=r"someone/tiny-pack is not whole in .*fresh: the Hub could not be reached"):
+        transfer.download("someone/tiny-pack", dir=fresh, progress=False)
+    assert not fresh.exists()
+    assert "Returning existing local_dir" not in caplog.text  # (the Hub client's note: the error line says it)
+    part = tmp_path / "part"  # a folder an earlier try left with its config only
+    part.mkdir()
+    (part / transfer.ORIGIN_RECORD).write_text(json.dumps({"repo_id": "someone/tiny-pack"}))
+    shutil.copy(pack / "config.json", part / "config.json")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(CloverError, match=r"not \(fully\) in the local Hub cache and offline mode is on"):
+        transfer.download("someone/tiny-pack", dir=part, progress=False)
+    assert (part / "config.json").is_file()  # what was there stays, for the retry
 
 
 def test_unknown_repo_revision_and_gated_repo_messages(hub):
@@ -280,9 +309,9 @@ def test_unknown_repo_revision_and_gated_repo_messages(hub):
     hub.add_repo("org/gated", {"config.json": b"{}"}, gated=True)
     with pytest.raises(CloverError) as err:
         transfer.download("nobody/does-not-exist", progress=False)
-    assert str(err.value).startswith("Repository nobody/does-not-exist was not found on the Hub")
+    assert str(err.value).startswith("repository nobody/does-not-exist was not found on the Hub")
     assert "hf auth login" in str(err.value)
-    with pytest.raises(CloverError, match="Revision 'nope' does not exist in someone/exists"):
+    with pytest.raises(CloverError, match="revision 'nope' does not exist in someone/exists"):
         transfer.download("someone/exists", revision="nope", progress=False)
     with pytest.raises(CloverError, match="org/gated is gated"):
         transfer.download("org/gated", progress=False)
@@ -645,7 +674,7 @@ def test_offline_or_unreachable_the_resumable_path_stays_out(hub, tmp_path, resu
     before = partial.read_bytes()
     hub.stop()  # the Hub cannot be reached: the cached snapshot is used, or the usual message
     assert transfer.download("someone/big", progress=False) == online
-    with pytest.raises(CloverError, match="Cannot reach the Hub"):
+    with pytest.raises(CloverError, match="cannot reach the Hub"):
         transfer.download("someone/big2", progress=False)
     assert partial.read_bytes() == before  # kept for when the Hub is back
 
@@ -1011,7 +1040,7 @@ def test_cli_subprocess_one_line_error_no_traceback(hub, tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines == [lines[0]] and lines[0].startswith("error: Repository nobody/nothing was not found"), proc.stderr
+    assert lines == [lines[0]] and lines[0].startswith("error: repository nobody/nothing was not found"), proc.stderr
     assert "Traceback" not in proc.stderr
     assert hub.log("GET", "/api/models/nobody/nothing")  # it really asked the stand-in
 
@@ -1194,16 +1223,16 @@ def _http_error(status: int, message: str = "", server: str = ""):
 
 
 @pytest.mark.parametrize("status, action, server, expected", [
-    (401, "downloading", "", "The Hub rejected your token (401 Unauthorized) while downloading o/r: "),
-    (403, "downloading", "gated", "The Hub refused access to o/r (403 Forbidden): gated; your token needs read access"),
-    (403, "uploading to", "", "The Hub refused access to o/r (403 Forbidden); your token needs write access"),
-    (503, "downloading", "busy", "The Hub answered 503 while downloading o/r: busy; run the same command again to "
+    (401, "downloading", "", "the Hub rejected your token (401 Unauthorized) while downloading o/r: "),
+    (403, "downloading", "gated", "the Hub refused access to o/r (403 Forbidden): gated; your token needs read access"),
+    (403, "uploading to", "", "the Hub refused access to o/r (403 Forbidden); your token needs write access"),
+    (503, "downloading", "busy", "the Hub answered 503 while downloading o/r: busy; run the same command again to "
                                  "resume: finished files are kept"),
-    (429, "uploading to", "", "The Hub answered 429 while uploading to o/r; run the same command again to resume: "
-                              "files already uploaded are skipped."),
-    (500, "reading", "", "The Hub answered 500 while reading o/r; run the same command again."),
-    (400, "uploading to", "bad", "The Hub refused the model card of the pack: bad."),
-    (404, "downloading", "", "The Hub answered 404 while downloading o/r (revision 'v2')."),
+    (429, "uploading to", "", "the Hub answered 429 while uploading to o/r; run the same command again to resume: "
+                              "files already uploaded are skipped"),
+    (500, "reading", "", "the Hub answered 500 while reading o/r; run the same command again"),
+    (400, "uploading to", "bad", "the Hub refused the model card of the pack: bad"),
+    (404, "downloading", "", "the Hub answered 404 while downloading o/r (revision 'v2')"),
 ])
 def test_hub_error_http_statuses(status, action, server, expected):
     """Each HTTP answer the Hub gives becomes one sentence naming the status and what to do: a token problem says

@@ -113,9 +113,9 @@ def download(
                 repo_id, dir=dir, revision=revision, progress=True, verify=verify, force=force, on_verify_bytes=on_bytes
             )
     except KeyboardInterrupt:
-        raise Interrupted(f"Download interrupted; run `{transfer.download_command(repo_id, dir, revision)}` again "
+        raise Interrupted(f"download interrupted; run `{transfer.download_command(repo_id, dir, revision)}` again "
                           "to resume (finished files are kept, partly downloaded large files continue where they "
-                          "stopped).") from None
+                          "stopped)") from None
     if json_out:
         print(json.dumps({"repo_id": repo_id, "revision": revision, "path": str(path)}))
     else:
@@ -171,7 +171,7 @@ def upload(
             )
     except KeyboardInterrupt:
         raise Interrupted(
-            "Upload interrupted; run the same command again to resume (files already uploaded are skipped)."
+            "upload interrupted; run the same command again to resume (files already uploaded are skipped)"
         ) from None
     for note in result.notes:
         console.print(f"note: {note}", markup=False)

@@ -213,10 +213,10 @@ def _check_room(repo_id: str, todo: list[tuple[LargeFile, Place]], retry: str, r
     gb = 1e9
     then = f", then {after / gb:.1f} GB for {reserve.what}" if after else ""
     raise CloverError(
-        f"Downloading {repo_id} needs {need / gb:.1f} GB more on the disk of {folder}{then}, which has "
+        f"downloading {repo_id} needs {need / gb:.1f} GB more on the disk of {folder}{then}, which has "
         f"{free / gb:.1f} GB free: free some space (`clover-local cache` lists what clover-local keeps) or download "
         f"to another disk (HF_HOME, or `--dir`), then run `{retry}`; a BF16 checkpoint can be quantized without "
-        f"keeping it: `clover-local quantize {repo_id} --out DIR --stream`."
+        f"keeping it: `clover-local quantize {repo_id} --out DIR --stream`"
     )
 
 
@@ -239,8 +239,8 @@ def fetch_one(
             _put_in_place(file, place, local_dir)
     except Timeout:
         raise CloverError(
-            f"Another download is fetching {file.name} into the same place; let it finish (or stop it), then run "
-            f"`{retry}` again."
+            f"another download is fetching {file.name} into the same place; let it finish (or stop it), then run "
+            f"`{retry}` again"
         ) from None
 
 
@@ -336,8 +336,8 @@ def _download(file: LargeFile, partial: Path, *, retry: str, stop: threading.Eve
             failures = 0 if have > before else failures + 1
             if failures > RETRIES:  # answers without new bytes, again and again
                 raise CloverError(
-                    f"The Hub stopped sending {file.name} at {have} of {file.size} bytes; run `{retry}` again to "
-                    "resume it."
+                    f"the Hub stopped sending {file.name} at {have} of {file.size} bytes; run `{retry}` again to "
+                    "resume it"
                 )
     if digest is not None:
         digest.sync(partial, file.size)
@@ -345,7 +345,7 @@ def _download(file: LargeFile, partial: Path, *, retry: str, stop: threading.Eve
             partial.unlink(missing_ok=True)
             raise CloverError(
                 f"{file.name} arrived corrupted (its sha256 does not match the Hub's); the partial download was "
-                f"deleted: run `{retry}` again to fetch it anew."
+                f"deleted: run `{retry}` again to fetch it anew"
             )
 
 
@@ -371,7 +371,7 @@ def _get_rest(file: LargeFile, partial: Path, have: int, digest: _Digest | None,
         if status >= 300:
             response.read()  # the error body, for huggingface_hub's message
             hf_raise_for_status(response)
-            raise CloverError(f"The Hub answered {status} for {file.name}; run `{retry}` again.")
+            raise CloverError(f"the Hub answered {status} for {file.name}; run `{retry}` again")
         if status == 206:
             m = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
             if not m or int(m.group(1)) != have:
@@ -411,7 +411,7 @@ def _stream_to(
                     raise _Stopped()
                 if have + len(chunk) > file.size:
                     raise CloverError(
-                        f"The Hub sent more bytes of {file.name} than it lists ({file.size}); run `{retry}` again."
+                        f"the Hub sent more bytes of {file.name} than it lists ({file.size}); run `{retry}` again"
                     )
                 _write_chunk(f, chunk, digest, bar)
                 have += len(chunk)
@@ -428,7 +428,7 @@ def _stream_to(
         if is_connection_error(exc):
             raise
         raise CloverError(
-            f"Cannot write {partial} ({exc.strerror or exc.__class__.__name__}); free some space or fix the "
-            f"folder, then run `{retry}` again to resume it."
+            f"cannot write {partial} ({exc.strerror or exc.__class__.__name__}); free some space or fix the "
+            f"folder, then run `{retry}` again to resume it"
         ) from None
     return have

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -80,7 +81,7 @@ def is_repo_id(text: str) -> bool:
 
 def _check_repo_id(repo_id: str) -> None:
     if not isinstance(repo_id, str) or not is_repo_id(repo_id):
-        raise CloverError(f"{repo_id!r} is not a Hub repo id: expected owner/name, e.g. {_example_id()}.")
+        raise CloverError(f"{repo_id!r} is not a Hub repo id: expected owner/name, e.g. {_example_id()}")
 
 
 def _example_id() -> str:
@@ -196,7 +197,7 @@ def hub_error(
     from huggingface_hub import errors as E
 
     retry = retry or download_command(repo_id, revision=revision)
-    rev = f" (revision {revision!r})" if revision else ""
+    rev = _revision_text(revision)
     # Class names moved between huggingface_hub versions: look them up defensively.
     gated = getattr(E, "GatedRepoError", ())
     disabled = getattr(E, "DisabledRepoError", ())
@@ -212,37 +213,29 @@ def hub_error(
         if isinstance(e, gated):
             return CloverError(
                 f"{repo_id} is gated: open {endpoint()}/{repo_id} with the account of your token and "
-                f"accept its terms, then retry ({_LOGIN_HINT} if you are not logged in)."
+                f"accept its terms, then retry ({_LOGIN_HINT} if you are not logged in)"
             )
         if isinstance(e, disabled):
-            return CloverError(f"{repo_id} has been disabled on the Hub.")
+            return CloverError(f"{repo_id} has been disabled on the Hub")
         if isinstance(e, not_found):
             return CloverError(
-                f"Repository {repo_id} was not found on the Hub: check the id, or if it is private, "
-                f"{_LOGIN_HINT} with an account that can see it."
+                f"repository {repo_id} was not found on the Hub: check the id, or if it is private, "
+                f"{_LOGIN_HINT} with an account that can see it"
             )
         if isinstance(e, bad_revision):
-            return CloverError(f"Revision {revision or 'main'!r} does not exist in {repo_id}.")
+            return CloverError(f"revision {revision or 'main'!r} does not exist in {repo_id}")
         if local_missing and isinstance(e, local_missing):
-            if offline_mode():
-                return CloverError(
-                    f"{repo_id}{rev} is not (fully) in the local Hub cache and offline mode is on (HF_HUB_OFFLINE=1): "
-                    f"unset it and run `{retry}` once with a connection."
-                )
-            return CloverError(
-                f"Cannot reach the Hub at {endpoint()} and {repo_id}{rev} is not (fully) in the local cache: "
-                f"check your connection, then run `{retry}` again."
-            )
+            return not_cached(repo_id, rev, retry)
         if isinstance(e, remote_missing):
-            return CloverError(f"A file of {repo_id}{rev} is listed but missing on the Hub: {_short(e)}.")
+            return CloverError(f"a file of {repo_id}{rev} is listed but missing on the Hub: {_short(e)}")
         if isinstance(e, E.HfHubHTTPError):
             return _http_error(e, repo_id, rev, action)
         if isinstance(e, ValueError) and "Invalid metadata in README.md" in str(e):
             problems = "; ".join(line.strip("- ").strip() for line in str(e).splitlines()[1:] if line.strip())
-            return CloverError(f"The Hub refused the pack's README.md metadata: {_scrub(problems) or 'invalid'}.")
+            return CloverError(f"the Hub refused the pack's README.md metadata: {_scrub(problems) or 'invalid'}")
     if is_connection_error(exc):
-        return CloverError(f"The connection to the Hub failed while {action} {repo_id} ({_short(exc)}); "
-                           f"{_resume_hint(action)}.")
+        return CloverError(f"the connection to the Hub failed while {action} {repo_id} ({_short(exc)}); "
+                           f"{_resume_hint(action)}")
     return None
 
 
@@ -264,19 +257,19 @@ def _http_error(e: BaseException, repo_id: str, rev: str, action: str) -> Clover
     uploading = action.startswith("upload")
     if status == 401:
         return CloverError(
-            f"The Hub rejected your token (401 Unauthorized) while {action} {repo_id}: {_LOGIN_HINT} again."
+            f"the Hub rejected your token (401 Unauthorized) while {action} {repo_id}: {_LOGIN_HINT} again"
         )
     if status == 403:
         need = "write" if uploading else "read"
         return CloverError(
-            f"The Hub refused access to {repo_id} (403 Forbidden){detail}; your token needs {need} access "
-            f"to it ({_LOGIN_HINT} with a token that has it)."
+            f"the Hub refused access to {repo_id} (403 Forbidden){detail}; your token needs {need} access "
+            f"to it ({_LOGIN_HINT} with a token that has it)"
         )
     if status in (408, 429) or (isinstance(status, int) and status >= 500):
-        return CloverError(f"The Hub answered {status} while {action} {repo_id}{detail}; {_resume_hint(action)}.")
+        return CloverError(f"the Hub answered {status} while {action} {repo_id}{detail}; {_resume_hint(action)}")
     if status == 400 and uploading and "metadata" in str(e).lower():
-        return CloverError(f"The Hub refused the model card of the pack{detail}.")
-    return CloverError(f"The Hub answered {status} while {action} {repo_id}{rev}{detail}.")
+        return CloverError(f"the Hub refused the model card of the pack{detail}")
+    return CloverError(f"the Hub answered {status} while {action} {repo_id}{rev}{detail}")
 
 
 def raise_hub_error(exc: BaseException, **kw) -> None:
@@ -341,7 +334,7 @@ def _claim_dir(folder: Path, repo_id: str) -> None:
             what = f"a download of {owner}" if owner else "other files"
             raise CloverError(
                 f"{folder} already holds {what} ({_names(present)}); give --dir an empty or new folder for "
-                f"{repo_id}, or delete those files first."
+                f"{repo_id}, or delete those files first"
             )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ORIGIN_RECORD).write_text(json.dumps({"repo_id": repo_id}) + "\n", encoding="utf-8")
@@ -391,7 +384,7 @@ def _verify_download(folder: Path, since: float, retry: str, on_bytes: ProgressF
     try:
         verify_pack(folder, only=fresh, on_bytes=on_bytes)
     except CloverError as exc:
-        raise CloverError(f"{exc} Fetch it again with `{retry} --force`.") from None
+        raise CloverError(f"{exc}; fetch it again with `{retry} --force`") from None
 
 
 def download(
@@ -452,14 +445,23 @@ def download(
                     reserve=reserve,
                 )
             path = snapshot_download(**kwargs, local_files_only=offline)
+            local_only = offline
         except Exception as exc:
             if offline or not is_connection_error(exc):
                 raise_hub_error(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
             # The connection dropped during the transfer: if the cache holds everything, carry on offline.
             try:
                 path = snapshot_download(**{**kwargs, "force_download": False}, local_files_only=True)
+                local_only = True
             except Exception:
                 raise_hub_error(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
+        if not holds_model(Path(path)):  # what the Hub client found here and handed back when it could not ask
+            rev = _revision_text(revision)
+            if local_only:
+                raise not_cached(repo_id, rev, retry)
+            raise CloverError(f"{repo_id}{rev} is not whole in {path}: the Hub could not be reached, or the repo has "
+                              f"no config.json and .safetensors weights; check your connection and the id, then run "
+                              f"`{retry}` again")
     except BaseException:
         if made_dir:
             _remove_if_no_files(Path(dir))
@@ -470,6 +472,51 @@ def download(
             _verify_download(folder, started, retry, on_verify_bytes, checked)
         unverified.unlink(missing_ok=True)
     return folder
+
+
+def _revision_text(revision: str | None) -> str:
+    """` (revision 'v2')` after a repo id in a message; nothing for the default branch."""
+    return f" (revision {revision!r})" if revision else ""
+
+
+def not_cached(repo_id: str, rev: str, retry: str) -> CloverError:
+    """The Hub cannot be asked (offline mode, or no connection) and the files are not here."""
+    if offline_mode():
+        return CloverError(
+            f"{repo_id}{rev} is not (fully) in the local Hub cache and offline mode is on (HF_HUB_OFFLINE=1): "
+            f"unset it and run `{retry}` once with a connection"
+        )
+    return CloverError(
+        f"cannot reach the Hub at {endpoint()} and {repo_id}{rev} is not (fully) in the local cache: "
+        f"check your connection, then run `{retry}` again"
+    )
+
+
+class _HandedBackNote(logging.Filter):
+    """Drops the Hub client's warning that it hands back a --dir it could not ask the Hub about: `download` checks
+    the folder itself (`holds_model`) and says what is wrong in its one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Returning existing local_dir")
+
+
+logging.getLogger("huggingface_hub._snapshot_download").addFilter(_HandedBackNote())
+
+
+def holds_model(folder: Path) -> bool:
+    """`folder` has what a model needs: config.json and its weights (every shard its index names, else a
+    .safetensors file). Asked where the Hub could not be: offline, the Hub client hands back a --dir as it finds it
+    (one holding only our origin record, after a first try that never connected) and a cached snapshot likewise."""
+    if not (folder / "config.json").is_file():
+        return False
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return any(folder.glob("*.safetensors"))
+    try:
+        shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return bool(shards) and all((folder / str(shard)).is_file() for shard in shards)
 
 
 def _remove_if_no_files(folder: Path) -> None:
@@ -517,26 +564,26 @@ def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any", r
     local = Path(text).expanduser()
     if local.exists():
         if not local.is_dir():
-            raise CloverError(f"{text} is a file; expected a model folder or a Hub repo id (owner/name).")
+            raise CloverError(f"{text} is a file; expected a model folder or a Hub repo id (owner/name)")
         if revision:
-            raise CloverError(f"--revision applies to Hub repo ids, but {text} is a local folder.")
+            raise CloverError(f"--revision applies to Hub repo ids, but {text} is a local folder")
         folder = local
     elif is_repo_id(text) and not text.startswith(("./", "../", "~")):
         try:
             folder = download(text, revision=revision, reserve=reserve)
         except CloverError as exc:
-            if str(exc).startswith("Repository "):
-                raise CloverError(f"{str(exc).rstrip('.')}; there is no local folder {text} either.") from None
+            if str(exc).startswith("repository "):
+                raise CloverError(f"{exc}; there is no local folder {text} either") from None
             raise
     else:
-        raise CloverError(f"{text} is neither an existing folder nor a Hub repo id (owner/name).")
+        raise CloverError(f"{text} is neither an existing folder nor a Hub repo id (owner/name)")
     if kind == "pack" and not (folder / MANIFEST_NAME).is_file():
         raise CloverError(
             f"{text} is not a clover-local pack (no {MANIFEST_NAME}); "
-            f"make one with `clover-local quantize {text} --out DIR`."
+            f"make one with `clover-local quantize {text} --out DIR`"
         )
     if kind == "checkpoint" and not ((folder / "config.json").is_file() and any(folder.glob("*.safetensors"))):
-        raise CloverError(f"{text} is not a checkpoint folder (it needs config.json and *.safetensors files).")
+        raise CloverError(f"{text} is not a checkpoint folder (it needs config.json and *.safetensors files)")
     return folder
 
 
@@ -602,8 +649,8 @@ def check_token_text(token: str | None = None) -> None:
     if bad is not None:
         where = f" (from {source})" if source and token == found else ""
         raise CloverError(
-            f"Your Hub token{where} has a character a token cannot have at position {bad + 1} (e.g. a space "
-            f"copied from a web page); set it again: {_LOGIN_HINT}."
+            f"your Hub token{where} has a character a token cannot have at position {bad + 1} (e.g. a space "
+            f"copied from a web page); set it again: {_LOGIN_HINT}"
         )
 
 
@@ -613,9 +660,9 @@ def _token() -> str:
     try:
         token = get_token()
     except Exception as exc:  # e.g. an OIDC exchange that failed
-        raise CloverError(f"Could not obtain a Hub token ({_short(exc)}); {_LOGIN_HINT}.") from None
+        raise CloverError(f"could not obtain a Hub token ({_short(exc)}); {_LOGIN_HINT}") from None
     if not token:
-        raise CloverError(f"You are not logged in to the Hugging Face Hub: {_LOGIN_HINT}, then run upload again.")
+        raise CloverError(f"you are not logged in to the Hugging Face Hub: {_LOGIN_HINT}, then run upload again")
     check_token_text(token)
     return token
 
@@ -634,11 +681,11 @@ def _card_for_upload(folder: Path, manifest: Manifest, repo_id: str, revision: s
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise CloverError(f"{path} cannot be read ({unreadable(exc)}).") from None
+            raise CloverError(f"{path} cannot be read ({unreadable(exc)})") from None
         if not is_generated_card(text) or CARD_NAME in manifest.files:  # hand-written, or hashed: keep it
             problems = [p for p in card_problems(text) if "cannot be parsed" in p]
             if problems:
-                raise CloverError(f"{path} has a broken metadata block: {problems[0]}; fix it or delete the file.")
+                raise CloverError(f"{path} has a broken metadata block: {problems[0]}; fix it or delete the file")
             return text, False
     card = card_for_pack(folder, repo_id=repo_id, manifest=manifest, revision=revision)
     return str(card), True
@@ -653,7 +700,7 @@ def _refuse_checkpoint(folder: Path, shown: str) -> None:
         return
     raise CloverError(
         f"{shown} is a model checkpoint, not a clover-local pack (it has no {MANIFEST_NAME}); upload shares "
-        f"packs: make one with `clover-local quantize {shlex.quote(shown)} --out DIR`, then upload DIR."
+        f"packs: make one with `clover-local quantize {shlex.quote(shown)} --out DIR`, then upload DIR"
     )
 
 
@@ -678,7 +725,7 @@ def _refuse_foreign_weights(repo_id: str, remote: list[str], stale: list[str]) -
     if stale and MANIFEST_NAME not in remote:
         raise CloverError(
             f"{repo_id} already holds weights that are not a clover-local pack ({_names(stale)}); upload the pack "
-            f"to a repo of its own (another --repo-id), or remove those files from {repo_id} first."
+            f"to a repo of its own (another --repo-id), or remove those files from {repo_id} first"
         )
 
 
@@ -722,7 +769,7 @@ def upload(
         revision = None
     folder = Path(pack).expanduser()
     if not folder.is_dir():
-        raise CloverError(f"{pack} is not a folder; upload takes a pack folder made by `clover-local quantize`.")
+        raise CloverError(f"{pack} is not a folder; upload takes a pack folder made by `clover-local quantize`")
 
     _refuse_checkpoint(folder, str(pack))
     manifest = verify_pack(folder, on_bytes=on_verify_bytes)
