@@ -15,11 +15,16 @@ def read_text_file(path: Path) -> str:
         try:
             return sys.stdin.read()
         except UnicodeDecodeError as exc:
-            raise CloverError(f"cannot read standard input as UTF-8: {exc}") from None
+            raise CloverError(f"cannot read standard input: {unreadable(exc)}") from None
     try:
         return Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CloverError(f"cannot read {path}: {unreadable(exc)}") from None
+
+
+def source_name(path: Path | None) -> str:
+    """Where a text came from, for a message: a file's path, or `standard input` (`-`, or no file: piped in)."""
+    return "standard input" if path is None or str(path) == "-" else str(path)
 
 
 def unreadable(exc: OSError | UnicodeDecodeError) -> str:
@@ -31,7 +36,13 @@ def unreadable(exc: OSError | UnicodeDecodeError) -> str:
 
 
 def text_from(text: str | None, file: Path | None, text_flag: str) -> str:
-    """Exactly one of `text` (given as `text_flag`) and `--file`."""
-    if (text is None) == (file is None):
-        raise CloverError(f"give exactly one of {text_flag} or --file")
-    return text if text is not None else read_text_file(file)
+    """One of `text` (given as `text_flag`) and `--file`; with neither, text piped in on standard input
+    (`cat page.txt | clover-local score MODEL`), as `--file -` reads it. Only where no flag gives the text: a
+    script's stdin left open would otherwise hold a command that has its text already."""
+    if text is not None and file is not None:
+        raise CloverError(f"give one of {text_flag} or --file, not both")
+    if text is not None:
+        return text
+    if file is None and (sys.stdin is None or sys.stdin.isatty()):
+        raise CloverError(f"give {text_flag} TEXT or --file F, or pipe the text in on standard input")
+    return read_text_file(file if file is not None else Path("-"))

@@ -72,6 +72,25 @@ def test_a_files_trailing_newlines_are_not_part_of_the_message(tmp_path, capsys,
             == generate_json(capsys, "-p", "reverse a b c\nd e", "--raw", "--max-new-tokens", "4")["token_ids"])
 
 
+def test_prompts_show_their_progress_on_a_terminal_while_the_answers_go_to_a_file(monkeypatch):
+    """--prompts draws prompts answered of the file's on a terminal's stderr, and nothing where stderr is a log,
+    where the answers come to the terminal too, or for one prompt."""
+    from rich.console import Console
+
+    from clover_local.commands.generate import prompts_progress
+
+    def drawn(total: int, terminal: bool = True, stdout_tty: bool = False) -> str:
+        out = io.StringIO()
+        monkeypatch.setattr("sys.stdout", type("Out", (io.StringIO,), {"isatty": lambda self: stdout_tty})())
+        with prompts_progress(total, Console(file=out, force_terminal=terminal, width=100)) as answered:
+            for _ in range(total):
+                answered()
+        return out.getvalue()
+
+    assert re.search(r"prompts .*3/3", drawn(3))
+    assert drawn(3, terminal=False) == "" and drawn(3, stdout_tty=True) == "" and drawn(1) == ""
+
+
 @needs_tiny
 def test_prompts_answers_each_line_with_one_load(tmp_path, capsys, monkeypatch):
     """`--prompts F` answers every non-blank line of F (or standard input) as `-p` would answer it alone, one JSON
@@ -187,6 +206,8 @@ def test_an_empty_message_is_refused(tmp_path, capsys, monkeypatch, content):
     expect_error(capsys, ["generate", "tiny", "-f", str(f), *GEN], "empty", str(f))
     monkeypatch.setattr("sys.stdin", io.StringIO(content))
     expect_error(capsys, ["generate", "tiny", "-f", "-", *GEN], "empty", "standard input")
+    monkeypatch.setattr("sys.stdin", io.StringIO(content))  # piped in without -f
+    expect_error(capsys, ["generate", "tiny", *GEN], "empty", "standard input")
     expect_error(capsys, ["demo", "--prompt", content, "--cache-dir", str(tmp_path)], "empty", "--prompt")
     assert not any(tmp_path.glob("tiny-int4*"))  # refused before quantizing anything
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
@@ -24,7 +26,7 @@ from clover_local.commands._sampling_options import (check_decoding, check_think
                                                      repetition_penalty_option, reveal_factor_option,
                                                      think_budget_option, top_k_option)
 from clover_local.errors import CloverError, out_of_memory_as, what_ran_out
-from clover_local.text_files import read_text_file, text_from, unreadable
+from clover_local.text_files import read_text_file, source_name, text_from, unreadable
 
 if TYPE_CHECKING:
     from clover_local.generate.json_schema import Schema
@@ -33,15 +35,25 @@ DIM, RESET = "\033[2m", "\033[0m"
 
 
 def message_from(prompt: Optional[str], file: Optional[Path]) -> str:
-    """The user message from --prompt or --file. A file's trailing line breaks (and spaces) are the editor's or
-    `echo`'s, not part of the question: dropped, so `-f q.txt` asks exactly what `-p` with its words asks (the
-    inside is kept as is). An empty message is refused: the model would answer something anyway."""
+    """The user message from --prompt, --file or standard input; with both, the file's text and then --prompt
+    after a blank line: a document, then the question about it (`-f report.md -p "Summarize it"`). A file's
+    trailing line breaks (and spaces) are the editor's or `echo`'s, not part of the question: dropped, so `-f q.txt`
+    asks exactly what `-p` with its words asks (the inside is kept as is). An empty message or document is refused:
+    the model would answer something anyway."""
+    named = source_name(file)  # where a text not given as --prompt came from
+    if prompt is not None and file is not None:
+        document = read_text_file(file).rstrip()
+        if not document.strip():
+            raise CloverError(f"{named} is empty: nothing for --prompt to ask about")
+        if not prompt.strip():
+            raise CloverError("the question is empty (--prompt): ask something about the file, or leave --prompt out")
+        return f"{document}\n\n{prompt}"
     text = text_from(prompt, file, "--prompt")
-    if file is not None:
+    if prompt is None:
         text = text.rstrip()
     if not text.strip():
-        where = "--prompt" if file is None else "standard input" if str(file) == "-" else str(file)
-        raise CloverError(f"the message is empty ({where}): give something to answer")
+        raise CloverError(f"the message is empty ({'--prompt' if prompt is not None else named}): give something to "
+                          "answer")
     return text
 
 
@@ -120,7 +132,7 @@ def messages_from(prompts: Path) -> list[str]:
     """--prompts' messages: each non-blank line of the file ('-': standard input), its trailing spaces dropped."""
     messages = [line.rstrip() for line in read_text_file(prompts).splitlines() if line.strip()]
     if not messages:
-        raise CloverError(f"no prompts in {'standard input' if str(prompts) == '-' else prompts}: give one a line")
+        raise CloverError(f"no prompts in {source_name(prompts)}: give one a line")
     return messages
 
 
@@ -152,10 +164,12 @@ def read_schema(path: Path) -> Schema:
 @app.command()
 def generate(
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
-    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="The user message."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="The user message (without it or --file: "
+                                         "the message piped in on standard input)."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the user message from a UTF-8 file "
-                                        "instead ('-': standard input), e.g. a document to ask about; its "
-                                        "trailing line breaks are dropped."),
+                                        "('-': standard input); its trailing line breaks are dropped. With "
+                                        "--prompt too, the file comes first and the prompt after it: a document "
+                                        "and the question about it."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Answer each line of this UTF-8 file ('-': "
                                            "standard input) as its own message, with one load of the model, and "
                                            "print one --json object a line as each answer is done, its \"prompt\" "
@@ -222,7 +236,9 @@ def generate(
 
       clover-local generate ./clover-int4 -p "Prove that √2 is irrational" --think-budget 2048
 
-      clover-local generate ./clover-int4 -f question-about-report.txt --context 16384
+      clover-local generate ./clover-int4 -f report.md -p "Summarize the risks it names" --context 16384
+
+      echo "Why is the sky blue?" | clover-local generate ./clover-int4
 
       clover-local generate ./clover-int4 -p "Name and age of: Ada, 36. Keys: name, age" --format json
 
@@ -299,16 +315,40 @@ def generate(
                        message if prompts is not None else None)  # (--prompts: the next, shorter prompt may fit)
 
     unanswered = 0
-    for message in messages:
-        try:
-            answer(message)
-        except CloverError as exc:  # --prompts: this line's answer is its error, and the next lines go on
-            if prompts is None:
-                raise
-            print(json.dumps({"prompt": message, "error": str(exc)}, ensure_ascii=False), flush=True)
-            unanswered += 1
+    with prompts_progress(len(messages) if prompts is not None else 0) as answered:
+        for message in messages:
+            try:
+                answer(message)
+            except CloverError as exc:  # --prompts: this line's answer is its error, and the next lines go on
+                if prompts is None:
+                    raise
+                print(json.dumps({"prompt": message, "error": str(exc)}, ensure_ascii=False), flush=True)
+                unanswered += 1
+            answered()
     if unanswered:
         raise CloverError(f"{unanswered} of {len(messages)} prompts not answered: their lines carry \"error\"")
+
+
+@contextmanager
+def prompts_progress(total: int, console: Any = None) -> Iterator[Callable[[], None]]:
+    """--prompts' progress on a terminal's stderr (prompts answered of the file's, the time so far and left),
+    so a long file's run shows where it is while its answers go to a file; the callable counts one answered. No
+    bar for one prompt, where stderr is not a terminal (a log, a script), or where the answers come to the terminal
+    too (each line shows the progress there; a bar would be drawn through them)."""
+    from rich.console import Console
+
+    console = console if console is not None else Console(stderr=True)
+    if total < 2 or not console.is_terminal or sys.stdout.isatty():
+        yield lambda: None
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    with Progress(TextColumn("prompts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
+                  TimeRemainingColumn(), console=console, transient=True, redirect_stdout=False,
+                  redirect_stderr=False) as bar:  # (stdout is the answers' file: left alone)
+        task = bar.add_task("prompts", total=total)
+        yield lambda: bar.advance(task)
 
 
 def answer_one(decoder: Any, prompt_ids: list[int], settings: Any, answer: Answer, as_json: bool,

@@ -25,7 +25,8 @@ from clover_local.text_files import text_from
 @app.command()
 def score(
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
-    text: Optional[str] = typer.Option(None, "--text", help="Text to score."),
+    text: Optional[str] = typer.Option(None, "--text", help="Text to score (without it or --file: the text piped "
+                                       "in on standard input)."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="UTF-8 file to score instead of --text ('-': "
                                         "standard input)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
@@ -46,6 +47,8 @@ def score(
       clover-local score tiny --text "add 12+30" --json
 
       clover-local score ./clover-int4 --file page.txt --vram-budget 14GB --context 8192
+
+      cat page.txt | clover-local score ./clover-int4 --json
     """
     from clover_local.generate.scoring import score_ids
 
