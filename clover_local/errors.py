@@ -7,7 +7,10 @@ traceback. Internal bugs stay ordinary exceptions so they are not mistaken for u
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,15 +31,58 @@ class Interrupted(CloverError):
 
 def run_reporting(entry: Callable[[], Any]) -> Any:
     """Run a program's entry point (`clover-local`, a `python -m` tool) the way a user should see it end: a
-    CloverError as one `error:` line with its exit code, Ctrl-C as one `interrupted` line and 130."""
+    CloverError as one `error:` line with its exit code, Ctrl-C as one `interrupted` line and 130, and running
+    out of memory where the command had no line of its own for it as one `error:` line too (`out_of_memory_line`)."""
     try:
         return entry()
     except CloverError as exc:
+        _traceback_if_asked()
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except Exception as exc:
+        line = out_of_memory_line(exc)
+        if line is None:  # a bug: its traceback is what a report needs
+            raise
+        _traceback_if_asked()
+        print(f"error: {line}", file=sys.stderr)
+        raise SystemExit(CloverError.exit_code) from None
+
+
+def _traceback_if_asked() -> None:
+    """CLOVER_TRACEBACK=1: the one-line error's traceback too, above it (where it came from: for a bug report,
+    or a GPU session's log, docs/gpu_session.sh)."""
+    if os.environ.get("CLOVER_TRACEBACK", "") not in ("", "0"):
+        traceback.print_exc(file=sys.stderr)
+
+
+def out_of_memory_line(exc: BaseException) -> str | None:
+    """The last resort's line for running out of memory (None for any other exception): what ran out, the size
+    asked for, and what to change. The commands that can run out in a long step (chat, serve, generate, score,
+    quantize, eval, pack loading) say it first, with the step and their own flags; this covers the rest."""
+    torch = sys.modules.get("torch")  # (not loaded: no torch allocator raised it)
+    if isinstance(exc, MemoryError) or _host_allocator_refused(exc):
+        what, fix = "host RAM", "close other programs or ask for less"
+    elif torch is not None and isinstance(exc, torch_out_of_memory()):
+        gpu = "CUDA" in str(exc)
+        what = "GPU memory" if gpu else "memory"
+        fix = "close other programs that use the GPU or ask for less" if gpu else "ask for less"
+    else:
+        return None
+    asked = re.search(r"tried to allocate ([\d.]+ ?[KMGT]i?B|\d+ bytes)", str(exc), re.IGNORECASE)
+    size = f" (asked for {_size_text(asked.group(1))} more)" if asked else ""
+    return f"ran out of {what}{size}; {fix} (the command's --help names the sizes it takes)"
+
+
+def _size_text(text: str) -> str:
+    """torch's `20.00 MiB` as it is; the CPU allocator's `123456789 bytes` in binary units."""
+    if not text.endswith("bytes"):
+        return text
+    from clover_local.runtime.sizes import fmt_bytes
+
+    return fmt_bytes(int(text.split()[0]))
 
 
 def torch_out_of_memory() -> type[BaseException]:
@@ -66,9 +112,14 @@ def host_allocations_as_memory_error() -> Iterator[None]:
     try:
         yield
     except RuntimeError as exc:
-        if "DefaultCPUAllocator" not in str(exc):
+        if not _host_allocator_refused(exc):
             raise
         raise MemoryError(str(exc).strip().splitlines()[0]) from exc
+
+
+def _host_allocator_refused(exc: BaseException) -> bool:
+    """torch's CPU allocator could not have the host RAM it asked for (its RuntimeError's text names it)."""
+    return isinstance(exc, RuntimeError) and "DefaultCPUAllocator" in str(exc)
 
 
 @contextmanager

@@ -80,6 +80,7 @@ if [ -z "${CLOVER_LOCAL_CACHE:-}" ] && [ "$(df -k --output=avail /dev/shm 2>/dev
   export CLOVER_LOCAL_CACHE=/dev/shm/clover-local
 fi
 export CLOVER_TUNING=off  # the heuristic tiles everywhere but the `tuned` stage
+export CLOVER_TRACEBACK=1  # a command's one-line error (a CloverError, running out of memory) with where it came from
 log="$OUT/session.log"
 {
   date -u

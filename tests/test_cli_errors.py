@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -13,6 +14,14 @@ import pytest
 import torch
 
 from tests.conftest import run_cli
+
+
+class Terminal(io.StringIO):
+    """Standard input as a terminal: with no text flag, nothing is piped in to read."""
+
+    def isatty(self) -> bool:
+        return True
+
 
 GEN = ["--device", "cpu", "--dtype", "float32"]
 
@@ -110,10 +119,20 @@ def test_prompt_over_context_limit(make_checkpoint, capsys):
 # ---------------------------------------------------------------------------------------------- flags
 
 
-def test_score_needs_exactly_one_of_text_and_file(make_checkpoint, tmp_path, capsys):
+def test_score_takes_one_of_text_file_and_standard_input(make_checkpoint, tmp_path, capsys, monkeypatch):
+    """--text, --file, or (neither) the text piped in: the same scores from each; neither on a terminal, or both
+    flags, is one error line."""
     folder = make_checkpoint()
     f = tmp_path / "t.txt"
     f.write_text("Hello world", encoding="utf-8")
+    scores = []
+    for args in (["--text", "Hello world"], ["--file", f], []):
+        monkeypatch.setattr("sys.stdin", io.StringIO("Hello world"))
+        assert run_cli(["score", folder, *args, "--json", *GEN]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[0]["token_ids"] and scores[0] == scores[1] == scores[2]
+
+    monkeypatch.setattr("sys.stdin", Terminal("never read"))
     expect_error(capsys, ["score", folder, *GEN], "--text", "--file")
     expect_error(capsys, ["score", folder, "--text", "Hello", "--file", f, *GEN], "--text", "--file")
     line = expect_error(capsys, ["score", folder, "--file", tmp_path / "missing.txt", *GEN], "missing.txt")
@@ -123,13 +142,14 @@ def test_score_needs_exactly_one_of_text_and_file(make_checkpoint, tmp_path, cap
     latin.write_bytes("café au lait".encode("latin-1"))
     expect_error(capsys, ["score", folder, "--file", latin, *GEN], "not UTF-8 text (byte 0xe9 at offset 3)",
                  "save it as UTF-8")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(latin.read_bytes()), encoding="utf-8"))
+    expect_error(capsys, ["score", folder, *GEN], "cannot read standard input: not UTF-8 text (byte 0xe9 at offset 3)")
 
 
 def test_generate_reads_its_prompt_from_a_file_or_stdin(make_checkpoint, tmp_path, capsys, monkeypatch):
-    """`generate -f FILE` (and `-f -`: standard input) answers as `-p` with the file's text; exactly one of
-    them, and a file that cannot be read is one error line."""
-    import io
-
+    """`generate -f FILE` (and `-f -`: standard input, or neither flag with the text piped in) answers as `-p`
+    with the file's text; with `-p` too, as `-p` with the file's text and then the question; neither, on a terminal,
+    says how to give it, and a file that cannot be read is one error line."""
     folder = make_checkpoint(seed=4)
     f = tmp_path / "q.txt"
     f.write_text("reverse a b c\nand then d é", encoding="utf-8")
@@ -141,8 +161,22 @@ def test_generate_reads_its_prompt_from_a_file_or_stdin(make_checkpoint, tmp_pat
     monkeypatch.setattr("sys.stdin", io.StringIO(f.read_text(encoding="utf-8")))
     assert run_cli(args + ["-f", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["token_ids"] == want
-    expect_error(capsys, ["generate", folder, *GEN], "--prompt", "--file")
-    expect_error(capsys, ["generate", folder, "-p", "hi", "-f", f, *GEN], "--prompt", "--file")
+    monkeypatch.setattr("sys.stdin", io.StringIO(f.read_text(encoding="utf-8") + "\n"))  # `cat q.txt | …`
+    assert run_cli(args) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == want
+
+    monkeypatch.setattr("sys.stdin", Terminal("never read"))
+    expect_error(capsys, ["generate", folder, *GEN], "give --prompt TEXT or --file F, or pipe")
+    # both: the file (a document), then the question about it
+    assert run_cli(args + ["-p", f"{f.read_text(encoding='utf-8')}\n\nwhat is it?"]) == 0
+    both = json.loads(capsys.readouterr().out)["token_ids"]
+    assert run_cli(args + ["-f", str(f), "-p", "what is it?"]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == both
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n", encoding="utf-8")
+    expect_error(capsys, ["generate", folder, "-f", empty, "-p", "what is it?", *GEN],
+                 f"{empty} is empty: nothing for --prompt to ask about")
+    expect_error(capsys, ["generate", folder, "-f", f, "-p", " ", *GEN], "the question is empty (--prompt)")
     expect_error(capsys, ["generate", folder, "-f", tmp_path / "missing.txt", *GEN], "missing.txt")
     (tmp_path / "bad.txt").write_bytes(b"\xff\xfe not utf-8 \x80")
     expect_error(capsys, ["generate", folder, "-f", tmp_path / "bad.txt", *GEN], "bad.txt")
