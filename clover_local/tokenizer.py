@@ -33,11 +33,11 @@ def _read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise CloverError(f"Could not read {path}: {exc}.") from None
+        raise CloverError(f"could not read {path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise CloverError(f"Could not read {path}: {unreadable(exc)}.") from None
+        raise CloverError(f"could not read {path}: {unreadable(exc)}") from None
     if not isinstance(data, dict):
-        raise CloverError(f"{path} does not hold a JSON object.")
+        raise CloverError(f"{path} does not hold a JSON object")
     return data
 
 
@@ -129,14 +129,14 @@ class ChatTokenizer:
 
         folder = Path(path)
         if not folder.is_dir():
-            raise CloverError(f"Tokenizer folder {folder} does not exist or is not a folder.")
+            raise CloverError(f"tokenizer folder {folder} does not exist or is not a folder")
         tok_path = folder / TOKENIZER_FILE
         if not tok_path.is_file():
-            raise CloverError(f"{tok_path} is missing: the model folder needs its {TOKENIZER_FILE}.")
+            raise CloverError(f"{tok_path} is missing: the model folder needs its {TOKENIZER_FILE}")
         try:
             tokenizer = Tokenizer.from_file(str(tok_path))
         except Exception as exc:  # the Rust side raises plain Exception
-            raise CloverError(f"Could not load {tok_path}: {exc}.") from None
+            raise CloverError(f"could not load {tok_path}: {exc}") from None
         cfg_path = folder / CONFIG_FILE
         config = _read_json(cfg_path) if cfg_path.is_file() else {}
         tpl_path = folder / TEMPLATE_FILE
@@ -144,7 +144,7 @@ class ChatTokenizer:
             try:
                 template = tpl_path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
-                raise CloverError(f"Could not read {tpl_path}: {unreadable(exc)}.") from None
+                raise CloverError(f"could not read {tpl_path}: {unreadable(exc)}") from None
         else:
             template = _pick_template(config.get("chat_template"))
         gen_path = folder / GENERATION_CONFIG_FILE
@@ -223,14 +223,14 @@ class ChatTokenizer:
         if self.chat_template is None:
             raise CloverError(
                 f"{self.source or 'The tokenizer'} has no chat template: neither {TEMPLATE_FILE} nor a "
-                f"chat_template entry in {CONFIG_FILE}."
+                f"chat_template entry in {CONFIG_FILE}"
             )
         from jinja2 import TemplateError
 
         try:
             return _compile_template(self.chat_template)
         except TemplateError as exc:
-            raise CloverError(f"The chat template in {self.source or 'the tokenizer'} is invalid: {exc}.") from None
+            raise CloverError(f"the chat template in {self.source or 'the tokenizer'} is invalid: {exc}") from None
 
     def use_template(self, template: str) -> None:
         """Render with `template` instead of the model's own (`--chat-template FILE`; read_template checked it)."""
@@ -265,7 +265,7 @@ class ChatTokenizer:
         try:
             return template.render(**context)
         except TemplateError as exc:
-            raise CloverError(f"The chat template could not render these messages: {exc}.") from None
+            raise CloverError(f"the chat template could not render these messages: {exc}") from None
 
     # ------------------------------------------------------------------------------------------ ids
 

@@ -67,6 +67,11 @@ class Pane:
         self.write(text)
         self._tmux("send-keys", "-t", "0", "Enter")
 
+    def paste(self, text: str) -> None:
+        """Text pasted as a terminal pastes it: in bracketed-paste markers, where the program asked for them."""
+        self._tmux("set-buffer", "--", text)
+        self._tmux("paste-buffer", "-p", "-t", "0")
+
     def screen(self, history: bool = True) -> str:
         args = ["capture-pane", "-p", "-J", "-t", "0"] + (["-S", "-3000"] if history else [])
         return self._tmux(*args)
@@ -192,13 +197,19 @@ def test_chat_ctrl_d_and_multiline(make_checkpoint, tmp_path):
         pane.type("inside a block")
         pane.type('"""')
         pane.wait(lambda s: len(SUMMARY.findall(s)) >= 3, "a third answer", 60)
+        pane.wait_text("you ›", count=4)
+        pane.paste("pasted one\npasted two\n")  # one message, sent by the Enter after it (was one per line)
+        time.sleep(0.5)
+        pane.send("Enter")
+        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 4, "an answer to the paste", 60)
         pane.type(f"/save {saved}")
-        pane.wait_text("saved 6 messages")
+        pane.wait_text("saved 8 messages")
         users = [m["content"] for m in json.loads(saved.read_text())["messages"] if m["role"] == "user"]
-        assert users == ["first line \nsecond line", "first line \nsecond line", "inside a block"]
+        assert users == ["first line \nsecond line", "first line \nsecond line", "inside a block",
+                         "pasted one\npasted two"]
         # Ctrl-D at the next prompt, as a person presses it: once the prompt is drawn (sent while the chat was
         # still between the /save and the prompt, the key was lost in the terminal's mode switch: a CI flake)
-        pane.wait_text("you ›", count=5)
+        pane.wait_text("you ›", count=6)
         time.sleep(0.5)
         pane.send("C-d")
         screen = pane.wait_text("CHAT-EXITED 0", 30)

@@ -206,6 +206,46 @@ def test_interrupted_download_says_how_to_resume_into_the_same_dir(tmp_path, cap
     capsys.readouterr()
 
 
+def test_running_out_of_memory_where_a_command_has_no_line_for_it_is_one_line(capsys, monkeypatch):
+    """`bench` outside its passes (here: making its synthetic pack, and the run) says nothing of memory itself: the
+    entry point's last resort gives the one line (what ran out, the size asked for, what to change), exit 2. A
+    RuntimeError that is not an allocator's stays a traceback: a bug, not the user's to fix."""
+    import clover_local.commands._model_options as model_options
+    import clover_local.runtime.bench as runtime_bench
+
+    def host_refused(*_a, **_k):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 3221225472 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(model_options, "pack_or_synthetic", host_refused)
+    assert run_cli(["bench", "--synthetic", "small"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("error: ran out of host RAM (asked for 3 GiB more); close other programs"), line
+
+    monkeypatch.setattr(model_options, "pack_or_synthetic", lambda *a, **k: ("pack", "synthetic small"))
+    monkeypatch.setattr(runtime_bench, "run_bench", lambda *a, **k: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                               "15.47 GiB of which 1.02 GiB is free.")))
+    assert run_cli(["bench", "--synthetic", "small"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("error: ran out of GPU memory (asked for 2.00 GiB more); close other programs that use "
+                           "the GPU"), line
+
+    monkeypatch.setattr(runtime_bench, "run_bench", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_cli(["bench", "--synthetic", "small"])
+
+
+def test_clover_traceback_shows_where_a_one_line_error_came_from(capsys, monkeypatch):
+    """CLOVER_TRACEBACK=1 (a bug report, a GPU session's log): the traceback above the same one `error:` line."""
+    assert run_cli(["plan", "tiny", "--vram", "0"]) == 2
+    line = one_error_line(capsys)
+    monkeypatch.setenv("CLOVER_TRACEBACK", "1")
+    assert run_cli(["plan", "tiny", "--vram", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "Traceback (most recent call last):" and "parse_size" in "\n".join(err) and err[-1] == line
+
+
 # ------------------------------------------------------------------------------ 6. --resume with --overwrite
 
 

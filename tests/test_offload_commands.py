@@ -64,6 +64,32 @@ def test_load_auto_picks_the_runtime_for_packs_only(pack, make_checkpoint):
     assert plain.model.runtime is None and plain.config.max_context == 100
 
 
+def test_the_load_line_says_where_the_experts_are(pack):
+    """serve's log starts with where the load put the model: through the runtime, how many routed experts the
+    device holds (all, or a share with the rest read from host RAM) and the bytes placed there; else the device and
+    dtype of the whole model. The figures are the runtime's own."""
+    import re
+
+    from clover_local.runtime.sizes import fmt_bytes
+
+    whole = load(str(pack), "cpu", "float32", runtime=AUTO, context=64)
+    held = fmt_bytes(whole.model.runtime.placed_bytes(whole.model)["total"])
+    assert whole.placement() == (f"loaded on cpu through the offloading runtime: all {N_EXPERTS * N_LAYERS} routed "
+                                 f"experts on the device; {held} held there, context 64 tokens")
+    rt = whole.model.runtime
+    fixed = rt.plan.device_fixed + rt.plan.workspace
+    part = load(str(pack), "cpu", "float32", runtime=AUTO, context=64,
+                vram_budget=fixed + (N_EXPERTS * N_LAYERS // 2) * rt.plan.slab_bytes)
+    slots = part.model.runtime.cache.n_slots
+    assert 0 < slots < N_EXPERTS * N_LAYERS
+    m = re.fullmatch(r"loaded on cpu through the offloading runtime: (\d+) of (\d+) routed experts on the device "
+                     r"\((\d+)%\), the rest read from host RAM as passes need them; .+ held there, context 64 tokens",
+                     part.placement())
+    assert m and int(m[1]) == slots and int(m[2]) == N_EXPERTS * N_LAYERS, part.placement()
+    plain = load(str(pack), "cpu", "float32", context=64)  # dequantized into a full model (--no-offload)
+    assert plain.placement() == "loaded whole on cpu (float32), context 64 tokens"
+
+
 def test_a_load_shows_its_layers_as_they_come_in(pack, monkeypatch):
     """`load_shown` (chat, generate, score, serve on a terminal) draws a bar of the decoder layers loaded, fed by
     the loader after each layer — through the runtime, the dequantizing path and a BF16 checkpoint alike — and

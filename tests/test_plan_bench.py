@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -62,6 +63,10 @@ def test_plan_refusals(pack, tmp_path, capsys):
     assert run_cli(["plan", pack, "--vram", "256KB", "--ram", "8GB"]) == 2
     line = one_line_error(capsys)
     assert "--vram" in line and "too small" in line and "raise --vram to at least" in line
+    # the least amount a refusal names is enough (rounded up, not to the nearest: 3 digits of 1.0004 GiB is 1 GiB)
+    least = re.search(r"raise --vram to at least (\S+) (\S+)", line)
+    assert run_cli(["plan", pack, "--vram", "".join(least.groups()), "--ram", "8GB"]) == 0, line
+    capsys.readouterr()
     # experts partly on the host, and a --ram too small for them
     from clover_local.runtime.pack_index import read_pack_index
 
@@ -71,6 +76,9 @@ def test_plan_refusals(pack, tmp_path, capsys):
     assert run_cli(["plan", pack, "--vram", f"{vram}B", "--ram", "300MB", "--context", "4096"]) == 2
     line = one_line_error(capsys)
     assert "not enough host RAM" in line and "--ram" in line
+    least = re.search(r"use a machine with at least (\S+) (\S+)", line)
+    assert run_cli(["plan", pack, "--vram", f"{vram}B", "--ram", "".join(least.groups()), "--context", "4096"]) == 0
+    capsys.readouterr()
     # a pack missing one expert tensor
     bad = tmp_path / "bad"
     shutil.copytree(pack, bad)

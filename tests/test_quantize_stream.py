@@ -132,7 +132,7 @@ def test_a_read_of_one_expert_takes_its_own_bytes(hub, src, monkeypatch):
     ("tiny", "--stream reads a checkpoint from the Hub by its repo id (owner/name); tiny is not one"),
     ("offline", "--stream reads the checkpoint from the Hub, and HF_HUB_OFFLINE is set"),
     ("no ranges", "did not answer a ranged request"),
-    ("missing", "Repository org/nothing-here was not found on the Hub"),
+    ("missing", "repository org/nothing-here was not found on the Hub"),
 ])
 def test_stream_refusals_are_one_line(case, expected, hub, src, calib, tmp_path, capsys, monkeypatch):
     on_hub(hub, src)
@@ -231,7 +231,7 @@ def test_a_download_with_no_room_for_the_pack_after_it_is_refused_first(hub, src
     out = tmp_path / "pack"
     assert run_cli(quantize_args(REPO, out, calib)) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: Downloading org/clover-bf16") and "for the pack quantize makes in" in err, err
+    assert err.startswith("error: downloading org/clover-bf16") and "for the pack quantize makes in" in err, err
     assert shard_gets(hub) == [] and not out.exists()
     assert run_cli(quantize_args(REPO, tmp_path / "streamed", calib, "--stream")) == 0, capsys.readouterr().err
     room["free"] += 1

@@ -39,7 +39,8 @@ from clover_local.generate.events import BlockCommitted, Finished, PassDone, Pre
 
 HELP_INTRO = (
     "[bold]Type a message[/] and press Enter. Multi-line: end a line with [bold]\\\\[/] to continue on the next, "
-    "or start with [bold]\"\"\"[/] and end with [bold]\"\"\"[/]. Up/Down recall earlier input; [bold]Tab[/] "
+    "or start with [bold]\"\"\"[/] and end with [bold]\"\"\"[/]; pasted lines stay one message (Enter sends "
+    "it). Up/Down recall earlier input; [bold]Tab[/] "
     "completes a command, a /set name or a file name. [bold]Ctrl-C[/] "
     "stops an answer (the conversation is kept); [bold]Ctrl-D[/] or [bold]/exit[/] quits."
 )
@@ -210,6 +211,8 @@ class ChatApp:
                 f"{self.settings.reveal_rule()} · thinking {think} · [bold]/help[/] for commands")
         if self.interactive:
             self.console.print(line)
+            if self.loaded.model.runtime is not None:  # a pack: how much of it the card holds
+                self.console.print(f"[dim]{escape(self.loaded.placement())}[/]")
         else:
             self.err.print(line)
 
@@ -217,7 +220,7 @@ class ChatApp:
     def run(self) -> int:
         self.banner()
         if self.interactive:
-            self._setup_history()
+            self._setup_readline()
             completion.install(COMMAND_NAMES)
             while True:
                 try:
@@ -287,7 +290,7 @@ class ChatApp:
     def _read_lines(self) -> tuple[str, int]:
         """One message from the prompt: a line, `\\`-continued lines, or a `\"\"\"`-quoted block; and how many
         lines it took."""
-        line = input(PROMPT)
+        line = input(PROMPT).replace("\r\n", "\n").rstrip("\n")  # (a paste's lines: `_setup_readline`)
         if line.strip().startswith('"""'):
             lines = [line.strip()[3:]]
             closed = lines[0].endswith('"""') and len(line.strip()) >= 6
@@ -304,12 +307,17 @@ class ChatApp:
             lines.append(input(CONTINUE))
         return "\n".join(lines), len(lines)
 
-    def _setup_history(self) -> None:
+    def _setup_readline(self) -> None:
+        """The prompt's line editing: pasted lines kept together, and the input history kept across chats."""
         try:
             import atexit
             import readline
         except ImportError:  # Windows without pyreadline: plain input()
             return
+        if "libedit" not in (readline.__doc__ or ""):
+            # pasted lines arrive as one input, sent by Enter, not as one message each (GNU readline has bracketed
+            # paste since 8.1, but Python turns it off); libedit, macOS's, has no such mode
+            readline.parse_and_bind("set enable-bracketed-paste on")
         path = cache_root() / "chat_history"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -411,7 +411,7 @@ def read_config(folder: str | Path) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise CloverError(f"{path} cannot be read as JSON ({exc}).") from None
+        raise CloverError(f"{path} cannot be read as JSON ({exc})") from None
     return data if isinstance(data, dict) else None
 
 
@@ -494,7 +494,7 @@ def check_card(card_or_text: Any, where: str = "the model card") -> None:
     problems = card_problems(card_or_text)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise CloverError(f"{where} has invalid Hub metadata: {problems[0]}{more}.")
+        raise CloverError(f"{where} has invalid Hub metadata: {problems[0]}{more}")
 
 
 __all__ = [

@@ -95,7 +95,7 @@ def _check_rel_name(name: str, folder: Path) -> Path:
     """Resolve a manifest file name inside `folder`, refusing names that would escape it."""
     rel = PurePosixPath(name)
     if not name or rel.is_absolute() or ".." in rel.parts or "\\" in name or name.startswith("/"):
-        raise CloverError(f"The manifest in {folder} lists an unsafe file name {name!r}; the pack cannot be trusted.")
+        raise CloverError(f"the manifest in {folder} lists an unsafe file name {name!r}; the pack cannot be trusted")
     return folder.joinpath(*rel.parts)
 
 
@@ -154,16 +154,16 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: Any, where: str = "the manifest") -> "Manifest":
         if not isinstance(data, dict):
-            raise CloverError(f"{where} is not a JSON object.")
+            raise CloverError(f"{where} is not a JSON object")
         if data.get("format") != FORMAT:
-            raise CloverError(f"{where} is not a clover-local pack manifest (format is {data.get('format')!r}).")
+            raise CloverError(f"{where} is not a clover-local pack manifest (format is {data.get('format')!r})")
         version = data.get("format_version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise CloverError(f"{where} has no valid format_version.")
+            raise CloverError(f"{where} has no valid format_version")
         if version > FORMAT_VERSION:
             raise CloverError(
                 f"{where} uses pack format version {version}, newer than this clover-local understands "
-                f"({FORMAT_VERSION}); upgrade clover-local."
+                f"({FORMAT_VERSION}); upgrade clover-local"
             )
         sections = {}
         for key in ("source", "settings", "calibration", "quality", "memory", "files"):
@@ -171,7 +171,7 @@ class Manifest:
             if value is None:
                 value = {}
             if not isinstance(value, dict):
-                raise CloverError(f"{where} has a {key!r} section that is not an object.")
+                raise CloverError(f"{where} has a {key!r} section that is not an object")
             sections[key] = value
         for name, entry in sections["files"].items():
             if (
@@ -180,7 +180,7 @@ class Manifest:
                 or not isinstance(entry.get("bytes"), int)
                 or isinstance(entry.get("bytes"), bool)
             ):
-                raise CloverError(f"{where} has a malformed entry for {name!r} (needs sha256 and bytes).")
+                raise CloverError(f"{where} has a malformed entry for {name!r} (needs sha256 and bytes)")
         known = {"format", "format_version", "complete", "created", *sections}
         return cls(
             source=sections["source"],
@@ -202,16 +202,16 @@ class Manifest:
         folder = Path(folder)
         path = folder / MANIFEST_NAME
         if not folder.is_dir():
-            raise CloverError(f"{folder} is not a folder.")
+            raise CloverError(f"{folder} is not a folder")
         if not path.is_file():
             raise CloverError(
-                f"{folder} has no {MANIFEST_NAME}: it is not a clover-local pack, or its quantization never started."
+                f"{folder} has no {MANIFEST_NAME}: it is not a clover-local pack, or its quantization never started"
             )
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CloverError(f"{path} cannot be read as JSON ({exc.__class__.__name__}: {exc}).") from None
+            raise CloverError(f"{path} cannot be read as JSON ({exc.__class__.__name__}: {exc})") from None
         return cls.from_dict(data, where=str(path))
 
     def write(self, folder: str | os.PathLike) -> Path:
@@ -299,11 +299,11 @@ def verify_pack(
     manifest = Manifest.load(folder)
     if not manifest.complete:
         raise CloverError(
-            f"The pack in {folder} is not complete (its manifest was never finalized): the quantization was "
-            "interrupted or is still running; finish it (quantize --resume) before using or uploading it."
+            f"the pack in {folder} is not complete (its manifest was never finalized): the quantization was "
+            "interrupted or is still running; finish it (quantize --resume) before using or uploading it"
         )
     if not manifest.files:
-        raise CloverError(f"The manifest in {folder} lists no files; the pack cannot be checked.")
+        raise CloverError(f"the manifest in {folder} lists no files; the pack cannot be checked")
 
     missing: list[str] = []
     wrong_size: list[tuple[str, int, int]] = []
@@ -316,19 +316,19 @@ def verify_pack(
         if size != entry["bytes"]:
             wrong_size.append((name, entry["bytes"], size))
     if missing:
-        raise CloverError(f"The pack in {folder} is missing {missing[0]}{_more(len(missing) - 1)}.")
+        raise CloverError(f"the pack in {folder} is missing {missing[0]}{_more(len(missing) - 1)}")
     if wrong_size:
         name, want, got = wrong_size[0]
         raise CloverError(
             f"{name} in {folder} has {got} bytes but the manifest says {want}: the file is truncated or "
-            f"was changed{_more(len(wrong_size) - 1)}."
+            f"was changed{_more(len(wrong_size) - 1)}"
         )
 
     extra = [name for name in pack_files(folder) if name not in manifest.files and name.endswith(WEIGHT_SUFFIXES)]
     if extra:
         raise CloverError(
             f"{extra[0]} in {folder} is a weight file the manifest does not list{_more(len(extra) - 1)}; "
-            "remove it or re-finalize the pack."
+            "remove it or re-finalize the pack"
         )
 
     wanted = set(manifest.files) if only is None else set(only) & set(manifest.files)
@@ -337,6 +337,6 @@ def verify_pack(
         digest = sha256_file(_check_rel_name(name, folder), on_bytes)
         if digest != entry["sha256"].lower():
             raise CloverError(
-                f"{name} in {folder} does not match its sha256 in the manifest: the file is corrupt or was changed."
+                f"{name} in {folder} does not match its sha256 in the manifest: the file is corrupt or was changed"
             )
     return manifest

@@ -341,7 +341,7 @@ def _traffic(plan: Plan, parts: _Parts, pack: PackIndex, chunk: int, span: int, 
         short = (plan.block_set - plan.slots) * plan.slab_bytes
         plan.warnings.append(
             f"the {plan.slots} slots cannot hold a block's ≈{plan.block_set:.0f} experts: every pass will "
-            f"reload ≈{plan.block_set - plan.slots:.0f} of them; give {vram_flag} {fmt_bytes(short)} more"
+            f"reload ≈{plan.block_set - plan.slots:.0f} of them; give {vram_flag} {fmt_bytes(short, up=True)} more"
             + _or_lower_context(short, parts.kv))
 
 
@@ -356,16 +356,16 @@ def _refusal(plan: Plan, parts: _Parts, slots: int | None, pinned: bool, vram_fl
             f"{vram_flag} {fmt_bytes(vram)} is too small: the non-expert weights ({fmt_bytes(parts.weights)}), KV "
             f"cache at --context {plan.context} ({fmt_bytes(kv)}), GDN states and their prompt snapshot "
             f"({fmt_bytes(parts.states)}) and workspace ({fmt_bytes(plan.workspace)}) alone need "
-            f"{fmt_bytes(need_fixed)}; raise {vram_flag} to at least {fmt_bytes(with_min_slots)}"
+            f"{fmt_bytes(need_fixed, up=True)}; raise {vram_flag} to at least {fmt_bytes(with_min_slots, up=True)}"
             + _or_lower_context(with_min_slots - vram, kv))
     if slots is not None and need_fixed + plan.slots * plan.slab_bytes > vram:
-        return (f"{slots} expert slots need {fmt_bytes(need_fixed + slots * plan.slab_bytes)} with the rest, "
+        return (f"{slots} expert slots need {fmt_bytes(need_fixed + slots * plan.slab_bytes, up=True)} with the rest, "
                 f"over {vram_flag} {fmt_bytes(vram)}; ask for fewer slots or raise {vram_flag}")
     if slots is None and plan.slots < plan.min_slots:
         return (
             f"{vram_flag} {fmt_bytes(vram)} leaves room for {plan.slots} expert slots after "
             f"{fmt_bytes(need_fixed)} of weights, caches and workspace; a pass needs at least {plan.min_slots} "
-            f"(one layer's experts): raise {vram_flag} to at least {fmt_bytes(with_min_slots)}"
+            f"(one layer's experts): raise {vram_flag} to at least {fmt_bytes(with_min_slots, up=True)}"
             + _or_lower_context(with_min_slots - vram, kv))
     if plan.ram_budget is not None and plan.host_bytes > plan.ram_budget:
         return (
@@ -373,11 +373,14 @@ def _refusal(plan: Plan, parts: _Parts, slots: int | None, pinned: bool, vram_fl
             f"{' pinned' if pinned else ''}, plus {fmt_bytes(parts.host)} of embeddings"
             + (f", {fmt_bytes(parts.cpu_kept)} of experts converted for the CPU" if parts.cpu_kept else "")
             + (f", {fmt_bytes(parts.parked)} of parked prompts (--park-prompts)" if parts.parked else "")
-            + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the runtime ({fmt_bytes(plan.host_bytes)} in all), but "
-            f"{ram_flag} is {fmt_bytes(plan.ram_budget)}; free memory"
+            + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the runtime ({fmt_bytes(plan.host_bytes, up=True)} in all), "
+            f"but {ram_flag} is {fmt_bytes(plan.ram_budget)}; free memory"
             + (", lower --park-prompts" if parts.parked else "")
-            + f" or use a machine with at least {fmt_bytes(plan.host_bytes)}"
+            + f" or use a machine with at least {fmt_bytes(plan.host_bytes, up=True)}"
             # the host holds every expert's slab until all of them fit on the device: only then does VRAM help
             + (f" (a larger {vram_flag} helps only once every expert fits on the device: "
-               f"{fmt_bytes(need_fixed + plan.experts_total * plan.slab_bytes)})" if plan.host_expert_bytes else ""))
+               f"{fmt_bytes(need_fixed + plan.experts_total * plan.slab_bytes, up=True)})"
+               if plan.host_expert_bytes else "")
+            + ("; or a pack with 3-bit experts (`quantize --bits 3`): at this budget every one of them fits on the "
+               "device, with no host copy" if (plan.slots_3bit or 0) >= plan.experts_total else ""))
     return None

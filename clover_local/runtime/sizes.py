@@ -6,6 +6,7 @@ are 2^20, `KB`/`KiB` 2^10; a bare number is GiB.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import TYPE_CHECKING
@@ -42,12 +43,16 @@ def parse_size(text: str | int | float, flag: str = "size", allow_zero: bool = F
     return int(value)
 
 
-def fmt_bytes(n: float) -> str:
-    """Human size in binary units, 3 significant digits (`1.62 MiB`, `12.4 GiB`)."""
+def fmt_bytes(n: float, up: bool = False) -> str:
+    """Human size in binary units, 3 significant digits (`1.62 MiB`, `12.4 GiB`). `up`: rounded up, for a least
+    amount a message asks for (`at least 18 GiB` for 17.94, where 17.9 would ask for too little)."""
     n = float(n)
     for unit, size in (("TiB", 1 << 40), ("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
         if abs(n) >= size:
             v = n / size
+            if up:
+                scale = 100 if v < 10 else 10 if v < 100 else 1
+                v = math.ceil(v * scale - 1e-9) / scale  # (the tolerance: an exact 2 GiB stays 2)
             return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
     return f"{int(n)} B"
 

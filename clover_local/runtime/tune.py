@@ -55,7 +55,7 @@ def check_device(device: torch.device) -> None:
 
     if not triton_on(device):
         raise CloverError("tune times the Triton kernels' tiles, which run on a CUDA GPU; on this device the "
-                          "PyTorch reference runs (no tiles to tune). Run it on the machine that will chat.")
+                          "PyTorch reference runs (no tiles to tune); run it on the machine that will chat")
 
 
 def run_tune(folder: Path, *, label: str, device: torch.device, dtype: torch.dtype, vram_budget: int | None,
