@@ -55,11 +55,20 @@ function shown() {
   }));
 }
 
+// What a rendered answer holds, written as HTML: elements with the properties the page sets, text escaped (so a
+// "<b>" the model wrote reads as text, not as an element).
+const escape = (text) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+function html(node) {
+  if (node.tag === "#text") return escape(node._text);
+  const attrs = ["start", "href", "target", "rel"].filter((k) => node[k] !== undefined)
+    .map((k) => ` ${k}="${node[k]}"`).join("") + (node.style.textAlign ? ` align="${node.style.textAlign}"` : "");
+  return `<${node.tag}${attrs}>${escape(node._text)}${node.children.map(html).join("")}</${node.tag}>`;
+}
+
 if (toSend[0] === "--render") {  // render(ANSWER) alone: what the page makes of an answer's text
   const el = new Element("div");
   globalThis.__page.render(el, toSend[1]);
-  console.log(JSON.stringify(el.children.map((c) => ({ tag: c.tag, text: c.textContent,
-                                                      children: c.children.map((g) => g.tag) }))));
+  console.log(JSON.stringify(el.children.map(html).join("")));
   process.exit(0);
 }
 

@@ -5,6 +5,8 @@ message, and asks for the key of a server that has one."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -61,6 +63,10 @@ def test_a_browser_gets_the_page_and_a_client_the_probe(loaded):
         assert b"<title>clover-local</title>" in body and b"/v1/chat/completions" in body
         csp = headers["content-security-policy"]
         assert "default-src 'none'" in csp and "connect-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        for tag in (b"script", b"style"):  # the page's own script and style run, by their hashes, and nothing else
+            (inline,) = re.findall(rb"<%s>(.*?)</%s>" % (tag, tag), body, re.S)
+            assert f"{tag.decode()}-src 'sha256-{base64.b64encode(hashlib.sha256(inline).digest()).decode()}';" in csp
+        assert "unsafe-inline" not in csp
         assert headers["x-content-type-options"] == "nosniff"
         assert not re.search(rb"(src|href)=\"(https?:)?//", body)  # nothing loaded from elsewhere
         assert b"innerHTML" not in body  # the model's text is set as text, never parsed as HTML
@@ -110,19 +116,38 @@ def test_the_page_shows_the_thinking_apart_from_the_answer(loaded, tmp_path):
     assert shown["messages"][1] == {"role": "assistant", "content": want["content"] or ""}  # not its thinking
 
 
+def render(url: str, tmp_path: Path, answer: str) -> str:
+    """What the page makes of an answer's text, written as HTML by the harness (text escaped)."""
+    return run_page(url, tmp_path, "--render", answer)
+
+
 @needs_node
-def test_the_page_shows_fenced_code_as_code_blocks_with_a_copy_button(loaded, tmp_path):
-    """An answer's ``` blocks become code blocks (the fence lines gone, the code as written), the prose around them
-    stays text, and a fence still open while the answer streams is code to its end; all of it as text nodes."""
-    answer = "Here:\n```python\nprint('<b>hi</b>')\n```\nThen run it.\n```sh\npython x.py"
+def test_the_page_renders_an_answers_markdown_from_text_nodes_only(loaded, tmp_path):
+    """An answer's Markdown becomes the page's elements: fenced code (the fence lines gone, the code as written, a
+    fence still open while the answer streams code to its end) with a copy button, headings, nested lists, quotes,
+    rules, tables, inline marks and links; what the model writes inside them stays text, markup included, and a
+    link to a scheme other than http(s) or mailto stays the text it was written as."""
     with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
-        shown = run_page(url, tmp_path, "--render", answer)
-    assert shown == [
-        {"tag": "#text", "text": "Here:", "children": []},
-        {"tag": "pre", "text": "print('<b>hi</b>')copy", "children": ["code", "button"]},
-        {"tag": "#text", "text": "Then run it.", "children": []},
-        {"tag": "pre", "text": "python x.pycopy", "children": ["code", "button"]},
-    ]
+        code = render(url, tmp_path, "Here:\n```python\nprint('<b>hi</b>')\n```\nThen run it.\n```sh\npython x.py")
+        prose = render(url, tmp_path, "# Plan\nUse **bold**, *it*, `a*b*c`, ~~old~~ and snake_case.\n\n"
+                                      "- one with [docs](https://example.org/a?b=1)\n  - nested\n- two\n"
+                                      "continued\n\n3. three\n4. four\n\n> quoted <script>x</script>\n\n---\n"
+                                      "| name | n |\n|:--|--:|\n| a \\| b | 2 |\nafter")
+        hostile = render(url, tmp_path, "[click](javascript:alert(1)) <img src=x onerror=y> see https://ok.org/x.")
+    copy = "<button>copy</button>"
+    assert code == (f"<p>Here:</p><pre><code>print('&lt;b&gt;hi&lt;/b&gt;')</code>{copy}</pre>"
+                    f"<p>Then run it.</p><pre><code>python x.py</code>{copy}</pre>")
+    link = '<a href="https://example.org/a?b=1" target="_blank" rel="noopener noreferrer">docs</a>'
+    assert prose == (
+        "<h1>Plan</h1><p>Use <strong>bold</strong>, <em>it</em>, <code>a*b*c</code>, <del>old</del> and "
+        f"snake_case.</p><ul><li><p>one with {link}</p><ul><li><p>nested</p></li></ul></li>"
+        "<li><p>two\ncontinued</p></li></ul>"
+        '<ol start="3"><li><p>three</p></li><li><p>four</p></li></ol>'
+        "<blockquote><p>quoted &lt;script&gt;x&lt;/script&gt;</p></blockquote><hr></hr>"
+        '<table><tr><th align="left">name</th><th align="right">n</th></tr>'
+        '<tr><td align="left">a | b</td><td align="right">2</td></tr></table><p>after</p>')
+    assert hostile == ("<p>[click](javascript:alert(1)) &lt;img src=x onerror=y&gt; see "
+                       '<a href="https://ok.org/x" target="_blank" rel="noopener noreferrer">https://ok.org/x</a>.</p>')
 
 
 @needs_node

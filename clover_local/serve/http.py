@@ -216,16 +216,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send_page(self) -> None:
         """serve/ui.html, the chat page a browser gets at /: static, no key needed (its requests carry one), and
-        kept to itself: nothing loaded from elsewhere, no framing by other sites, its scripts inline only."""
-        data = chat_page()
+        kept to itself: nothing loaded from elsewhere, no framing by other sites, only its own script and style."""
+        data, policy = chat_page()
         if not self.server.limits.think:  # serve --no-think: the page's switch starts off too
             data = data.replace(b'id="think" checked', b'id="think"', 1)
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src "
-                         "'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-                         "frame-ancestors 'none'")
+        self.send_header("Content-Security-Policy", policy)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
         self.end_headers()
@@ -821,11 +819,23 @@ def completion_budget(prompt_tokens: int, max_tokens: int | None, limits: Limits
 
 
 @functools.cache
-def chat_page() -> bytes:
-    """The chat page's bytes, read from the package once."""
+def chat_page() -> tuple[bytes, str]:
+    """The chat page's bytes, read from the package once, and its Content-Security-Policy: the page's own script
+    and style allowed by their sha256 (an inline script that is not the page's does not run), requests to this
+    server only, no framing."""
+    import base64
+    import hashlib
+    import re
     from importlib import resources
 
-    return resources.files("clover_local.serve").joinpath("ui.html").read_bytes()
+    data = resources.files("clover_local.serve").joinpath("ui.html").read_bytes()
+
+    def digest(tag: bytes) -> str:
+        (inline,) = re.findall(rb"<%s>(.*?)</%s>" % (tag, tag), data, re.S)
+        return "'sha256-%s'" % base64.b64encode(hashlib.sha256(inline).digest()).decode()
+
+    return data, (f"default-src 'none'; script-src {digest(b'script')}; style-src {digest(b'style')}; "
+                  "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 def make_server(engine: Engine, host: str, port: int, model_name: str, limits: Limits,
