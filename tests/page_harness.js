@@ -2,6 +2,7 @@
 // for it, and prints what the page shows: each turn's class and text, and the conversation it keeps.
 //   [THINK=1] node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE MESSAGE [MESSAGE ...]
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --render ANSWER_TEXT
+//   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --block BLOCK_VIEW_JSON
 // Node's own fetch, streams, TextDecoder and AbortController are the browser's for this purpose.
 "use strict";
 const fs = require("fs");
@@ -41,10 +42,14 @@ globalThis.document = {
 };
 globalThis.navigator = { clipboard: { writeText: async () => {} } };  // (a secure page's: the copy buttons show)
 globalThis.sessionStorage = { getItem: (k) => storage.get(k) ?? null, setItem: (k, v) => storage.set(k, v) };
-const nodeFetch = globalThis.fetch;
-globalThis.fetch = (path, options) => nodeFetch(base + path, options);  // the page asks its own origin
+const nodeFetch = globalThis.fetch, asked = [];  // (asked: the bodies the page posted)
+globalThis.fetch = (path, options) => {  // the page asks its own origin
+  if (options && options.body) asked.push(JSON.parse(options.body));
+  return nodeFetch(base + path, options);
+};
 
-const script = fs.readFileSync(scriptFile, "utf8") + "\nglobalThis.__page = { messages, render, busy: () => running !== null };";
+const script = fs.readFileSync(scriptFile, "utf8") +
+  "\nglobalThis.__page = { messages, render, drawBlock, busy: () => running !== null };";
 eval(script);  // (the page's script, as the browser runs it: its top-level names are the page's)
 
 function shown() {
@@ -60,14 +65,16 @@ function shown() {
 const escape = (text) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 function html(node) {
   if (node.tag === "#text") return escape(node._text);
-  const attrs = ["start", "href", "target", "rel"].filter((k) => node[k] !== undefined)
-    .map((k) => ` ${k}="${node[k]}"`).join("") + (node.style.textAlign ? ` align="${node.style.textAlign}"` : "");
+  const attrs = ["className", "start", "href", "target", "rel"].filter((k) => node[k])
+    .map((k) => ` ${k === "className" ? "class" : k}="${node[k]}"`).join("") +
+    Object.entries(node.style).map(([k, v]) => ` style-${k}="${v}"`).join("");
   return `<${node.tag}${attrs}>${escape(node._text)}${node.children.map(html).join("")}</${node.tag}>`;
 }
 
-if (toSend[0] === "--render") {  // render(ANSWER) alone: what the page makes of an answer's text
-  const el = new Element("div");
-  globalThis.__page.render(el, toSend[1]);
+if (toSend[0] === "--render" || toSend[0] === "--block") {  // what the page makes of an answer's text (render) or
+  const el = new Element("div");                             // of a stream's block view, as JSON (drawBlock)
+  if (toSend[0] === "--render") globalThis.__page.render(el, toSend[1]);
+  else globalThis.__page.drawBlock(el, JSON.parse(toSend[1]));
   console.log(JSON.stringify(el.children.map(html).join("")));
   process.exit(0);
 }
@@ -82,5 +89,5 @@ if (toSend[0] === "--render") {  // render(ANSWER) alone: what the page makes of
     for (let i = 0; i < 1200 && globalThis.__page.busy(); i++) await sleep(50);
   }
   console.log(JSON.stringify({ model: byId.model.textContent, title: document.title, keyShown: byId.key.style.display,
-                               turns: shown(), messages: globalThis.__page.messages }));
+                               turns: shown(), messages: globalThis.__page.messages, asked }));
 })();

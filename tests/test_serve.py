@@ -845,6 +845,34 @@ def test_streams_end_with_finish_reason_then_usage_only_when_asked_then_done(in_
             assert with_usage == [] and chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
+def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_pass(in_process):
+    """stream_options.include_blocks (ours, for serve's chat page): after each pass a chunk with no choices holding
+    the block as it stands, one cell per generated position, null while masked, else the token's label and the
+    confidence it was revealed with; one such chunk per pass the usage counts, the answer's text unchanged, and
+    none for a stream that does not ask."""
+    _, url = in_process
+    body = {"messages": MSG, "max_tokens": 40, "stream": True, "stream_options": {"include_usage": True}}
+    plain = [json.loads(e) for e in _sse(url, body)[:-1]]
+    body["stream_options"]["include_blocks"] = True
+    chunks = [json.loads(e) for e in _sse(url, body)[:-1]]
+    blocks = [c["clover_block"] for c in chunks if "clover_block" in c]
+    assert not any("clover_block" in c for c in plain)
+    assert all(c["choices"] == [] and c["object"] == "chat.completion.chunk" for c in chunks if "clover_block" in c)
+    text = lambda cs: "".join(c["choices"][0]["delta"].get("content") or "" for c in cs if c["choices"])  # noqa: E731
+    assert text(chunks) == text(plain)  # greedy: the same answer
+    assert len(blocks) == chunks[-1]["usage"]["clover"]["passes"] >= 2
+    for before, now in zip(blocks, blocks[1:]):
+        if now["block"] == before["block"]:  # within a block: the next pass, nothing revealed taken back
+            assert now["pass"] == before["pass"] + 1 and len(now["cells"]) == len(before["cells"])
+            assert all(n is not None for b, n in zip(before["cells"], now["cells"]) if b is not None)
+        else:
+            assert now["block"] > before["block"] and now["pass"] == 1
+    for view in blocks:
+        shown = [c for c in view["cells"] if c is not None]
+        assert shown and all(isinstance(c["text"], str) and c["text"] and 0 <= c["confidence"] <= 1 for c in shown)
+        assert any(c["new"] for c in shown)  # each pass reveals at least one position
+
+
 def test_a_model_can_be_looked_up_by_name(in_process):
     _, url = in_process
     with urllib.request.urlopen(url + "/v1/models/opens-think", timeout=10) as r:

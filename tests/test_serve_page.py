@@ -93,8 +93,10 @@ def test_the_page_streams_the_answer_the_api_gives_and_keeps_the_conversation(lo
     answer = answers[0]["parts"]
     assert answer[0]["tag"] == "details" and answer[0]["hidden"]  # no thinking asked for: none shown
     assert answer[1]["text"] == want
-    assert answer[2]["className"] == "stats"
-    assert re.fullmatch(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ tokens/pass.*", answer[2]["text"])
+    assert answer[2] == {"tag": "div", "className": "block", "hidden": True, "text": ""}  # (shown while it ran)
+    assert answer[3]["className"] == "stats"
+    assert re.fullmatch(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ tokens/pass.*", answer[3]["text"])
+    assert shown["asked"][0]["stream_options"] == {"include_usage": True, "include_blocks": True}
     assert shown["messages"][:3] == [*first, {"role": "assistant", "content": want},
                                      {"role": "user", "content": "and 5+5?"}]  # the second message's history
     assert shown["messages"][3]["role"] == "assistant" and len(shown["messages"]) == 4
@@ -144,10 +146,29 @@ def test_the_page_renders_an_answers_markdown_from_text_nodes_only(loaded, tmp_p
         "<li><p>two\ncontinued</p></li></ul>"
         '<ol start="3"><li><p>three</p></li><li><p>four</p></li></ol>'
         "<blockquote><p>quoted &lt;script&gt;x&lt;/script&gt;</p></blockquote><hr></hr>"
-        '<table><tr><th align="left">name</th><th align="right">n</th></tr>'
-        '<tr><td align="left">a | b</td><td align="right">2</td></tr></table><p>after</p>')
+        '<table><tr><th style-textAlign="left">name</th><th style-textAlign="right">n</th></tr>'
+        '<tr><td style-textAlign="left">a | b</td><td style-textAlign="right">2</td></tr></table><p>after</p>')
     assert hostile == ("<p>[click](javascript:alert(1)) &lt;img src=x onerror=y&gt; see "
                        '<a href="https://ok.org/x" target="_blank" rel="noopener noreferrer">https://ok.org/x</a>.</p>')
+
+
+@needs_node
+def test_the_page_draws_the_block_being_denoised_as_chat_does(loaded, tmp_path):
+    """A stream's block view becomes a row of cells under a header: masked ones dim, revealed ones in the colour of
+    their confidence on chat's scale (red 0, amber 0.5, green 1), this pass's in bold; labels stay text."""
+    view = {"block": 2, "pass": 3, "cells": [None, {"text": "<b>", "confidence": 0.0, "new": False},
+                                             {"text": "↵", "confidence": 0.5, "new": True},
+                                             {"text": "ok", "confidence": 1.0, "new": False}]}
+    with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
+        drawn = run_page(url, tmp_path, "--block", json.dumps(view))
+    from clover_local.chat.display import confidence_color
+
+    rgb = ["rgb(%d, %d, %d)" % tuple(bytes.fromhex(confidence_color(c)[1:])) for c in (0.0, 0.5, 1.0)]
+    assert drawn == ('<div class="head">block 2 · pass 3 · 3/4 revealed</div><div>'
+                     '<span class="cell masked">░░</span>'
+                     f'<span class="cell" style-background="{rgb[0]}">&lt;b&gt;</span>'
+                     f'<span class="cell new" style-background="{rgb[1]}">↵</span>'
+                     f'<span class="cell" style-background="{rgb[2]}">ok</span></div>')
 
 
 @needs_node

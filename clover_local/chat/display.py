@@ -24,6 +24,7 @@ from rich.markdown import Markdown
 from rich.style import Style
 from rich.text import Text
 
+from clover_local.generate.block_view import BlockView
 from clover_local.generate.events import PassDone, PrefillProgress
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -70,69 +71,14 @@ def confidence_color(conf: float) -> str:
     return "#%02x%02x%02x" % _STOPS[-1][1]
 
 
-_SPECIAL = re.compile(r"<\|([^|]+)\|>")
-_NAMED = {"<think>": "think", "</think>": "/think", "<|im_end|>": "EOS", "<|endoftext|>": "EOS"}
-
-
-def token_label(text: str) -> str:
-    """A token's text made visible in one short cell."""
-    if text == "":
-        return "∅"
-    if text in _NAMED:
-        return _NAMED[text]
-    special = _SPECIAL.fullmatch(text)
-    if special:
-        return special.group(1)
-    if text.strip() == "":
-        return text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣")
-    return text.strip().replace("\n", "↵").replace("\t", "⇥")
-
-
 def fit(label: str, width: int) -> str:
     if cell_len(label) <= width:
         return set_cell_size(label, width)
     return set_cell_size(label, width - 1) + "…"
 
 
-class BlockCells:
-    """The block being denoised: one cell per generated position."""
-
-    def __init__(self, decode_token: Callable[[int], str], block_size: int) -> None:
-        self.decode_token = decode_token
-        self.block_size = block_size
-        self.reset(0)
-
-    def reset(self, block: int) -> None:
-        self.block = block
-        self.passes = 0
-        self.fixed = 0
-        self.tokens: list[int | None] = [None] * self.block_size
-        self.conf: dict[int, float] = {}
-        self.fresh: set[int] = set()
-        self.labels: dict[int, str] = {}
-
-    def update(self, ev: PassDone) -> None:
-        if ev.block != self.block:
-            self.reset(ev.block)
-        self.passes = ev.pass_index + 1
-        self.fixed = ev.fixed
-        self.tokens = list(ev.tokens)
-        self.fresh = {r.position for r in ev.revealed}
-        for r in ev.revealed:
-            self.conf[r.position] = r.confidence
-
-    @property
-    def revealed(self) -> int:
-        return sum(t is not None for t in self.tokens[self.fixed:])
-
-    @property
-    def size(self) -> int:
-        return len(self.tokens) - self.fixed
-
-    def _label(self, pos: int, token: int) -> str:
-        if pos not in self.labels:
-            self.labels[pos] = token_label(self.decode_token(token))
-        return self.labels[pos]
+class BlockCells(BlockView):
+    """The block being denoised, drawn as one cell per generated position coloured by its confidence."""
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = max(8, options.max_width)
@@ -160,7 +106,7 @@ class BlockCells:
             else:
                 style = Style(color="white", bgcolor=confidence_color(self.conf.get(pos, 1.0)),
                               bold=pos in self.fresh, underline=pos in self.fresh)
-                row.append(fit(self._label(pos, tok), cell - 1), style=style)
+                row.append(fit(self.label(pos, tok), cell - 1), style=style)
             row.append(" ")
             n += 1
             if n % per_row == 0:

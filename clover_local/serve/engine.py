@@ -31,6 +31,7 @@ from typing import Any, Callable
 from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
 from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
 from clover_local.errors import CloverError, host_allocations_as_memory_error, what_ran_out
+from clover_local.generate.block_view import BlockView
 from clover_local.generate.events import BlockCommitted, Finished, PassDone
 from clover_local.generate.block_diffusion import whole_blocks
 from clover_local.generate.scoring import (Scored, Scores, Stopped, score_from_snapshot, score_ids, score_prefix,
@@ -48,6 +49,7 @@ class Job:
     history_tokens: int | None = None  # the messages rendered without the generation prompt (prompt cache)
     raw: bool = False  # /v1/completions: the text as generated, no reasoning split
     score_top: int | None = None  # logprobs: score the answer (a completion's prompt too), listing this many likeliest
+    blocks: bool = False  # put out the block being denoised after each pass ("block", BlockView.to_dict())
     out: queue.Queue = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
@@ -265,12 +267,16 @@ class Engine:
         """The answer's passes, its text put out as blocks commit; the finish reason (None: cancelled)."""
         events = decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set,
                                reuse=self.prompt_cache, snapshot_at=job.history_tokens)
+        view = BlockView(lambda i: self.tokenizer.decode([i]), self.decoder.block_size) if job.blocks else None
         first = True
         for ev in events:
             stats.on_event(ev)
             if isinstance(ev, PassDone):
                 with self.lock:
                     self.passes += 1
+                if view is not None:
+                    view.update(ev)
+                    job.out.put(("block", view.to_dict()))
             elif isinstance(ev, BlockCommitted):
                 with self.lock:
                     self.tokens += len(ev.token_ids)

@@ -485,7 +485,8 @@ class Handler(BaseHTTPRequestHandler):
             except CloverError as exc:  # (no <think> tokens: only a budget asked for is refused)
                 if asked:
                     raise ApiError(400, str(exc), param="thinking_token_budget") from None
-        return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs)
+        return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs,
+                   blocks=req.stream and req.include_blocks)
 
     def _fit(self, req: ChatRequest) -> tuple[str, list[int]]:
         """Ollama's route (every chat route with --drop-oldest): the prompt and its tokens, of a conversation that
@@ -580,10 +581,12 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _relay(self, job: Job, on_delta: Callable[[str, str], list], on_done: Callable[[dict], list],
-               on_error: Callable[[ApiError], list] | None = None, last: str | None = "[DONE]") -> None:
-        """A job's output as server-sent events, whichever endpoint shapes them: each delta's, then the end's (or
-        the error's: by default the route's error body), then `last` (OpenAI's [DONE]; None for streams that end
-        with an event of their own). An event is a payload, or (event name, payload)."""
+               on_error: Callable[[ApiError], list] | None = None, last: str | None = "[DONE]",
+               on_block: Callable[[dict], list] | None = None) -> None:
+        """A job's output as server-sent events, whichever endpoint shapes them: each delta's (and, where the
+        shape has them, the block being denoised after each pass), then the end's (or the error's: by default the
+        route's error body), then `last` (OpenAI's [DONE]; None for streams that end with an event of their own).
+        An event is a payload, or (event name, payload)."""
 
         send = self._send_events
         while True:
@@ -591,6 +594,9 @@ class Handler(BaseHTTPRequestHandler):
             kind = item[0]
             if kind == "delta":
                 send(on_delta(item[1], item[2]))
+            elif kind == "block":
+                if on_block is not None:
+                    send(on_block(item[1]))
             elif kind == "done":
                 send(on_done(item[1]))
                 break
@@ -620,7 +626,8 @@ class Handler(BaseHTTPRequestHandler):
             self._start_events(shape.ndjson)
             self._send_events(shape.start())
             self._relay(job, lambda dr, dc: shape.delta(dr, held.feed(dc)),
-                        lambda info: shape.end(info, *held.finish()), shape.error, shape.last)
+                        lambda info: shape.end(info, *held.finish()), shape.error, shape.last,
+                        shape.block if isinstance(shape, ChatAnswer) else None)
 
     # ------------------------------------------------------------------ Anthropic's messages
     def _messages(self, raw: bytes) -> None:

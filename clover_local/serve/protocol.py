@@ -68,6 +68,7 @@ class Sampling:
     model: str | None = None
     stream: bool = False
     include_usage: bool = False
+    include_blocks: bool = False  # stream_options.include_blocks (ours): the block being denoised, each pass
     max_tokens: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
@@ -434,6 +435,7 @@ def read_sampling(body: dict, req: Sampling, min_tokens: int = 1) -> None:
         if not isinstance(opts, dict):
             raise bad_request("'stream_options' must be an object", "stream_options")
         req.include_usage = bool(opts.get("include_usage", False))
+        req.include_blocks = bool(opts.get("include_blocks", False))
     mt = int_field(body, "max_completion_tokens", min_tokens)
     mt = mt if mt is not None else int_field(body, "max_tokens", min_tokens)
     if mt is not None:
@@ -744,6 +746,11 @@ class ChatAnswer:
     def delta(self, reasoning: str, content: str) -> list[dict]:
         return ([self._chunk({"reasoning_content": reasoning})] if reasoning else []) + (
             [self._chunk({"content": content})] if content else [])
+
+    def block(self, view: dict) -> list[dict]:
+        """A stream's block being denoised (`stream_options.include_blocks`): a chunk with no choices, as the usage
+        chunk, holding `clover_block` (generate/block_view.py's to_dict)."""
+        return [{**self._chunk(None), "clover_block": view}]
 
     def end(self, info: dict, rest: str, calls: list[ToolCall]) -> list[dict]:
         events = [self._chunk({"content": rest})] if rest else []
