@@ -49,7 +49,7 @@ globalThis.fetch = (path, options) => {  // the page asks its own origin
 };
 
 const script = fs.readFileSync(scriptFile, "utf8") +
-  "\nglobalThis.__page = { messages, render, drawBlock, busy: () => running !== null };";
+  "\nglobalThis.__page = { messages, render, drawBlock, drawPrefill, busy: () => running !== null };";
 eval(script);  // (the page's script, as the browser runs it: its top-level names are the page's)
 
 function shown() {
@@ -65,7 +65,7 @@ function shown() {
 const escape = (text) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 function html(node) {
   if (node.tag === "#text") return escape(node._text);
-  const attrs = ["className", "start", "href", "target", "rel"].filter((k) => node[k])
+  const attrs = ["className", "start", "href", "target", "rel", "value", "max"].filter((k) => node[k])
     .map((k) => ` ${k === "className" ? "class" : k}="${node[k]}"`).join("") +
     Object.entries(node.style).map(([k, v]) => ` style-${k}="${v}"`).join("");
   return `<${node.tag}${attrs}>${escape(node._text)}${node.children.map(html).join("")}</${node.tag}>`;
@@ -74,7 +74,8 @@ function html(node) {
 if (toSend[0] === "--render" || toSend[0] === "--block") {  // what the page makes of an answer's text (render) or
   const el = new Element("div");                             // of a stream's block view, as JSON (drawBlock)
   if (toSend[0] === "--render") globalThis.__page.render(el, toSend[1]);
-  else globalThis.__page.drawBlock(el, JSON.parse(toSend[1]));
+  else if (JSON.parse(toSend[1]).cells) globalThis.__page.drawBlock(el, JSON.parse(toSend[1]));
+  else globalThis.__page.drawPrefill(el, JSON.parse(toSend[1]));
   console.log(JSON.stringify(el.children.map(html).join("")));
   process.exit(0);
 }

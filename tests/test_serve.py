@@ -845,12 +845,12 @@ def test_streams_end_with_finish_reason_then_usage_only_when_asked_then_done(in_
             assert with_usage == [] and chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
-def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_pass(in_process):
+def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_pass(in_process, monkeypatch):
     """stream_options.include_blocks (ours, for serve's chat page): after each pass a chunk with no choices holding
     the block as it stands, one cell per generated position, null while masked, else the token's label and the
     confidence it was revealed with; one such chunk per pass the usage counts, the answer's text unchanged, and
-    none for a stream that does not ask."""
-    _, url = in_process
+    none for a stream that does not ask. A prompt read in several passes is reported as it is read, first."""
+    engine, url = in_process
     body = {"messages": MSG, "max_tokens": 40, "stream": True, "stream_options": {"include_usage": True}}
     plain = [json.loads(e) for e in _sse(url, body)[:-1]]
     body["stream_options"]["include_blocks"] = True
@@ -871,6 +871,17 @@ def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_
         shown = [c for c in view["cells"] if c is not None]
         assert shown and all(isinstance(c["text"], str) and c["text"] and 0 <= c["confidence"] <= 1 for c in shown)
         assert any(c["new"] for c in shown)  # each pass reveals at least one position
+
+    # a new prompt of ≈ 60 tokens, read 16 rows a pass (the runtime's prefill span, on a model loaded whole)
+    monkeypatch.setattr(type(engine.loaded.model), "prefill_rows", property(lambda self: 16))
+    body["messages"] = [{"role": "user", "content": "count the words: " + " ".join(["one two three"] * 12)}]
+    chunks = [json.loads(e) for e in _sse(url, body)[:-1]]
+    views = [c for c in chunks if "clover_prefill" in c or "clover_block" in c]
+    read = [c["clover_prefill"] for c in views[:views.index(next(c for c in views if "clover_block" in c))]]
+    assert all("clover_prefill" not in c for c in views[len(read):])  # the prompt's reading, then the passes
+    prompt, block = chunks[-1]["usage"]["prompt_tokens"], engine.decoder.block_size  # (the prompt up to its last
+    assert read[0]["done"] == 0 and prompt - block < read[-1]["done"] == read[-1]["total"] <= prompt  # whole block)
+    assert [r["done"] for r in read] == sorted(r["done"] for r in read) and len(read) >= 4
 
 
 def test_a_model_can_be_looked_up_by_name(in_process):

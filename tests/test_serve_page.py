@@ -155,12 +155,14 @@ def test_the_page_renders_an_answers_markdown_from_text_nodes_only(loaded, tmp_p
 @needs_node
 def test_the_page_draws_the_block_being_denoised_as_chat_does(loaded, tmp_path):
     """A stream's block view becomes a row of cells under a header: masked ones dim, revealed ones in the colour of
-    their confidence on chat's scale (red 0, amber 0.5, green 1), this pass's in bold; labels stay text."""
+    their confidence on chat's scale (red 0, amber 0.5, green 1), this pass's in bold; labels stay text. A long
+    prompt's reading, before it, is a line and a bar."""
     view = {"block": 2, "pass": 3, "cells": [None, {"text": "<b>", "confidence": 0.0, "new": False},
                                              {"text": "↵", "confidence": 0.5, "new": True},
                                              {"text": "ok", "confidence": 1.0, "new": False}]}
     with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
         drawn = run_page(url, tmp_path, "--block", json.dumps(view))
+        read = run_page(url, tmp_path, "--block", json.dumps({"done": 1536, "total": 4096}))
     from clover_local.chat.display import confidence_color
 
     rgb = ["rgb(%d, %d, %d)" % tuple(bytes.fromhex(confidence_color(c)[1:])) for c in (0.0, 0.5, 1.0)]
@@ -169,6 +171,8 @@ def test_the_page_draws_the_block_being_denoised_as_chat_does(loaded, tmp_path):
                      f'<span class="cell" style-background="{rgb[0]}">&lt;b&gt;</span>'
                      f'<span class="cell new" style-background="{rgb[1]}">↵</span>'
                      f'<span class="cell" style-background="{rgb[2]}">ok</span></div>')
+    assert read == ('<div class="head">reading the prompt · 1,536/4,096 tokens</div>'
+                    '<progress value="1536" max="4096"></progress>')
 
 
 @needs_node

@@ -32,7 +32,7 @@ from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
 from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
 from clover_local.errors import CloverError, host_allocations_as_memory_error, what_ran_out
 from clover_local.generate.block_view import BlockView
-from clover_local.generate.events import BlockCommitted, Finished, PassDone
+from clover_local.generate.events import BlockCommitted, Finished, PassDone, PrefillProgress
 from clover_local.generate.block_diffusion import whole_blocks
 from clover_local.generate.scoring import (Scored, Scores, Stopped, score_from_snapshot, score_ids, score_prefix,
                                            score_rest)
@@ -49,7 +49,7 @@ class Job:
     history_tokens: int | None = None  # the messages rendered without the generation prompt (prompt cache)
     raw: bool = False  # /v1/completions: the text as generated, no reasoning split
     score_top: int | None = None  # logprobs: score the answer (a completion's prompt too), listing this many likeliest
-    blocks: bool = False  # put out the block being denoised after each pass ("block", BlockView.to_dict())
+    blocks: bool = False  # put out a long prompt's reading and the block being denoised after each pass ("view")
     out: queue.Queue = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
@@ -271,12 +271,14 @@ class Engine:
         first = True
         for ev in events:
             stats.on_event(ev)
-            if isinstance(ev, PassDone):
+            if isinstance(ev, PrefillProgress) and view is not None:
+                job.out.put(("view", {"clover_prefill": {"done": ev.done, "total": ev.total}}))
+            elif isinstance(ev, PassDone):
                 with self.lock:
                     self.passes += 1
                 if view is not None:
                     view.update(ev)
-                    job.out.put(("block", view.to_dict()))
+                    job.out.put(("view", {"clover_block": view.to_dict()}))
             elif isinstance(ev, BlockCommitted):
                 with self.lock:
                     self.tokens += len(ev.token_ids)

@@ -582,9 +582,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _relay(self, job: Job, on_delta: Callable[[str, str], list], on_done: Callable[[dict], list],
                on_error: Callable[[ApiError], list] | None = None, last: str | None = "[DONE]",
-               on_block: Callable[[dict], list] | None = None) -> None:
+               on_view: Callable[[dict], list] | None = None) -> None:
         """A job's output as server-sent events, whichever endpoint shapes them: each delta's (and, where the
-        shape has them, the block being denoised after each pass), then the end's (or the error's: by default the
+        shape has them, the work in view: a long prompt's reading, the block being denoised), then the end's (or the error's: by default the
         route's error body), then `last` (OpenAI's [DONE]; None for streams that end with an event of their own).
         An event is a payload, or (event name, payload)."""
 
@@ -594,9 +594,9 @@ class Handler(BaseHTTPRequestHandler):
             kind = item[0]
             if kind == "delta":
                 send(on_delta(item[1], item[2]))
-            elif kind == "block":
-                if on_block is not None:
-                    send(on_block(item[1]))
+            elif kind == "view":
+                if on_view is not None:
+                    send(on_view(item[1]))
             elif kind == "done":
                 send(on_done(item[1]))
                 break
@@ -627,7 +627,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send_events(shape.start())
             self._relay(job, lambda dr, dc: shape.delta(dr, held.feed(dc)),
                         lambda info: shape.end(info, *held.finish()), shape.error, shape.last,
-                        shape.block if isinstance(shape, ChatAnswer) else None)
+                        shape.view if isinstance(shape, ChatAnswer) else None)
 
     # ------------------------------------------------------------------ Anthropic's messages
     def _messages(self, raw: bytes) -> None:

@@ -68,7 +68,7 @@ class Sampling:
     model: str | None = None
     stream: bool = False
     include_usage: bool = False
-    include_blocks: bool = False  # stream_options.include_blocks (ours): the block being denoised, each pass
+    include_blocks: bool = False  # stream_options.include_blocks (ours): a long prompt's reading, each block's passes
     max_tokens: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
@@ -747,10 +747,10 @@ class ChatAnswer:
         return ([self._chunk({"reasoning_content": reasoning})] if reasoning else []) + (
             [self._chunk({"content": content})] if content else [])
 
-    def block(self, view: dict) -> list[dict]:
-        """A stream's block being denoised (`stream_options.include_blocks`): a chunk with no choices, as the usage
-        chunk, holding `clover_block` (generate/block_view.py's to_dict)."""
-        return [{**self._chunk(None), "clover_block": view}]
+    def view(self, fields: dict) -> list[dict]:
+        """The work in view (`stream_options.include_blocks`): a chunk with no choices, as the usage chunk, holding
+        `clover_prefill` (a long prompt's tokens read) or `clover_block` (generate/block_view.py's to_dict)."""
+        return [{**self._chunk(None), **fields}]
 
     def end(self, info: dict, rest: str, calls: list[ToolCall]) -> list[dict]:
         events = [self._chunk({"content": rest})] if rest else []
