@@ -1,6 +1,7 @@
 // Runs serve's chat page (its inline script) in Node against a live server, on a DOM stand-in just large enough
 // for it, and prints what the page shows: each turn's class and text, and the conversation it keeps.
 //   [THINK=1] node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE MESSAGE [MESSAGE ...]
+//     (a MESSAGE of --retry clicks the last answer's retry button; --reload loads the page anew in the same tab)
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --render ANSWER_TEXT
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --block BLOCK_VIEW_JSON
 // Node's own fetch, streams, TextDecoder and AbortController are the browser's for this purpose.
@@ -16,8 +17,9 @@ class Element {
   }
   get textContent() { return this._text + this.children.map((c) => c.textContent).join(""); }
   set textContent(v) { this._text = String(v); this.children = []; }
-  append(...nodes) { this.children.push(...nodes); }
-  appendChild(node) { this.children.push(node); return node; }
+  append(...nodes) { nodes.forEach((n) => this.appendChild(n)); }
+  appendChild(node) { this.children.push(node); node.parent = this; return node; }
+  remove() { if (this.parent) this.parent.children = this.parent.children.filter((c) => c !== this); }
   addEventListener(kind, fn) { (this.listeners[kind] = this.listeners[kind] || []).push(fn); }
   dispatch(kind, event = {}) {
     const e = { preventDefault() {}, ...event };
@@ -29,13 +31,7 @@ class Element {
 }
 
 const byId = {};
-for (const [tag, id] of [["span", "model"], ["input", "think"], ["input", "key"], ["button", "new"], ["main", "log"],
-                         ["form", "form"], ["textarea", "input"], ["button", "send"]]) {
-  byId[id] = new Element(tag, id);
-}
-byId.model.textContent = "clover-local";  // (the page's markup, before its script names the model)
-byId.think.checked = process.env.THINK === "1";  // the page's "think first" box (THINK=1: ticked)
-const storage = new Map();
+const storage = new Map();  // (this tab's sessionStorage: kept across a reload)
 globalThis.document = {
   title: "", getElementById: (id) => byId[id], createElement: (tag) => new Element(tag),
   createTextNode: (text) => { const node = new Element("#text"); node.textContent = text; return node; },
@@ -50,7 +46,26 @@ globalThis.fetch = (path, options) => {  // the page asks its own origin
 
 const script = fs.readFileSync(scriptFile, "utf8") +
   "\nglobalThis.__page = { messages, render, drawBlock, drawPrefill, busy: () => running !== null };";
-eval(script);  // (the page's script, as the browser runs it: its top-level names are the page's)
+
+function load() {  // the page's markup, then its script, as the browser runs it: its top-level names are the page's
+  for (const [tag, id] of [["span", "model"], ["input", "think"], ["input", "key"], ["button", "new"], ["main", "log"],
+                           ["form", "form"], ["textarea", "input"], ["button", "send"]]) {
+    byId[id] = new Element(tag, id);
+  }
+  byId.model.textContent = "clover-local";  // (before its script names the model)
+  byId.think.checked = process.env.THINK === "1";  // the page's "think first" box (THINK=1: ticked)
+  eval(script);
+}
+load();
+
+function find(node, test) {  // the first element under `node` that passes `test`, depth first
+  for (const child of node.children) {
+    if (test(child)) return child;
+    const found = find(child, test);
+    if (found) return found;
+  }
+  return null;
+}
 
 function shown() {
   return byId.log.children.map((turn) => ({
@@ -80,15 +95,25 @@ if (toSend[0] === "--render" || toSend[0] === "--block") {  // what the page mak
   process.exit(0);
 }
 
+const unloaded = [];
 (async () => {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   for (let i = 0; i < 100 && byId.model.textContent === "clover-local" && !byId.log.children.length; i++) await sleep(50);
   for (const text of toSend) {
-    byId.input.value = text;
-    byId.form.dispatch("submit");
+    if (text === "--reload") {  // the page loaded anew in the same tab (what it showed before: `unloaded`)
+      unloaded.push(shown());
+      load();
+      await sleep(100);
+      continue;
+    }
+    if (text === "--retry") find(byId.log, (el) => el.tag === "button" && el.textContent === "retry").dispatch("click");
+    else {
+      byId.input.value = text;
+      byId.form.dispatch("submit");
+    }
     await sleep(20);
     for (let i = 0; i < 1200 && globalThis.__page.busy(); i++) await sleep(50);
   }
   console.log(JSON.stringify({ model: byId.model.textContent, title: document.title, keyShown: byId.key.style.display,
-                               turns: shown(), messages: globalThis.__page.messages, asked }));
+                               turns: shown(), messages: globalThis.__page.messages(), asked, unloaded }));
 })();

@@ -103,6 +103,26 @@ def test_the_page_streams_the_answer_the_api_gives_and_keeps_the_conversation(lo
 
 
 @needs_node
+def test_the_page_keeps_the_conversation_across_a_reload_and_retries_the_last_answer(loaded, tmp_path):
+    """A reload in the same tab draws the conversation again from sessionStorage (each answer's text, thinking and
+    line under it) and goes on with it; retry asks again for the last answer to the same conversation, in place of
+    the one it replaces; only the last answer offers retry."""
+    with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
+        shown = run_page(url, tmp_path, "add 12+30", "--reload", "and 5+5?", "--retry")
+    (first,) = shown["unloaded"]  # what the page showed before the reload
+    assert shown["turns"][:2] == [first[0], {**first[1], "parts": first[1]["parts"][:4]}]  # drawn again, less retry
+    assert first[1]["parts"][1]["text"] and first[1]["parts"][3]["className"] == "stats"
+    assert [t["className"] for t in shown["turns"]] == ["turn user", "turn assistant"] * 2
+    assert len(shown["asked"]) == 3 and shown["asked"][1]["messages"] == shown["asked"][2]["messages"]
+    assert shown["asked"][1]["messages"] == [{"role": "user", "content": "add 12+30"},
+                                             {"role": "assistant", "content": first[1]["parts"][1]["text"]},
+                                             {"role": "user", "content": "and 5+5?"}]
+    assert shown["messages"] == [*shown["asked"][2]["messages"], shown["messages"][-1]]  # the retried answer, once
+    actions = [p for t in shown["turns"] for p in t["parts"] if p["className"] == "actions"]
+    assert actions == [shown["turns"][-1]["parts"][-1]] and actions[0]["text"] == "retrycopy"
+
+
+@needs_node
 def test_the_page_shows_the_thinking_apart_from_the_answer(loaded, tmp_path):
     with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
         shown = run_page(url, tmp_path, "add 12+30", think=True)
