@@ -584,9 +584,9 @@ class Handler(BaseHTTPRequestHandler):
                on_error: Callable[[ApiError], list] | None = None, last: str | None = "[DONE]",
                on_view: Callable[[dict], list] | None = None) -> None:
         """A job's output as server-sent events, whichever endpoint shapes them: each delta's (and, where the
-        shape has them, the work in view: a long prompt's reading, the block being denoised), then the end's (or the error's: by default the
-        route's error body), then `last` (OpenAI's [DONE]; None for streams that end with an event of their own).
-        An event is a payload, or (event name, payload)."""
+        shape has them, the work in view: a long prompt's reading, the block being denoised), then the end's (or
+        the error's: by default the route's error body), then `last` (OpenAI's [DONE]; None for streams that end
+        with an event of their own). An event is a payload, or (event name, payload)."""
 
         send = self._send_events
         while True:
