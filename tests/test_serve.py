@@ -858,7 +858,10 @@ def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_
     blocks = [c["clover_block"] for c in chunks if "clover_block" in c]
     assert not any("clover_block" in c for c in plain)
     assert all(c["choices"] == [] and c["object"] == "chat.completion.chunk" for c in chunks if "clover_block" in c)
-    text = lambda cs: "".join(c["choices"][0]["delta"].get("content") or "" for c in cs if c["choices"])  # noqa: E731
+
+    def text(cs: list[dict]) -> str:
+        return "".join(c["choices"][0]["delta"].get("content") or "" for c in cs if c["choices"])
+
     assert text(chunks) == text(plain)  # greedy: the same answer
     assert len(blocks) == chunks[-1]["usage"]["clover"]["passes"] >= 2
     for before, now in zip(blocks, blocks[1:]):
