@@ -11,7 +11,7 @@ import sys
 import time
 from contextlib import closing
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -165,19 +165,30 @@ class HeldKeys:
 
 
 class ChatApp:
+    """A chat with a model loaded here. What it does not need the model for (the loop, the commands, the
+    conversation, the display's pieces) a chat with a running server shares (`chat/remote.py`), through the hooks
+    marked below."""
+
     def __init__(self, loaded: Any, label: str, settings: ChatSettings, *, interactive: bool,
                  system: str | None = None, console: Console | None = None, out: TextIO | None = None,
                  keep_at: Path | None = None) -> None:
         from clover_local.generate.block_diffusion import BlockDiffusionDecoder
         from clover_local.generate.prompt_cache import PromptCache
 
+        self._start(label, settings, interactive, system, console, out, keep_at)
         self.loaded = loaded
-        self.label = label
         self.tok = loaded.tokenizer
-        self.settings = settings
-        self.interactive = interactive
         self.decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
         self.prompt_cache = PromptCache()  # the last turn's prefill, resumed by the next (token ids compared)
+        self.context = loaded.config.max_context
+        self.block_size = self.decoder.block_size
+
+    def _start(self, label: str, settings: ChatSettings, interactive: bool, system: str | None,
+               console: Console | None, out: TextIO | None, keep_at: Path | None) -> None:
+        """What every chat holds, whatever answers it."""
+        self.label = label
+        self.settings = settings
+        self.interactive = interactive
         self.conv = Conversation(system)
         self.console = console or Console(highlight=False)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -496,8 +507,8 @@ class ChatApp:
         key = parts[0].replace("-", "_").lower()
         if key == "think_budget":
             if value is not None:
-                try:  # this model's tokenizer must have the tokens the budget counts by
-                    ThinkBudget.for_tokenizer(self.tok, value, opened=False)
+                try:
+                    self._check_think_budget(value)
                 except CloverError:
                     self.settings.think_budget = None
                     raise
@@ -515,7 +526,7 @@ class ChatApp:
             shown = "off" if key == "reveal_factor" and not value else f"{value:g}"
             self.note(f"{key} = {shown}" + (f" ({why})" if why else ""))
             return
-        ctx = self.loaded.config.max_context
+        ctx = self.context
         if key == "max_tokens" and value > ctx:
             self.settings.max_tokens = ctx
             self.note(f"max_tokens = {ctx} (the model's context)")
@@ -542,22 +553,10 @@ class ChatApp:
                                      f"{ls.tokens_per_pass:.2f} tokens/pass, {ls.tokens_per_second:.1f} tokens/s, "
                                      f"{ls.stop_reason}"),
                      *self._prompt_rows(ls),
-                     ("context used", f"{ls.prompt_tokens + ls.tokens:,} of {self.loaded.config.max_context:,}"
+                     ("context used", f"{ls.prompt_tokens + ls.tokens:,} of {self.context:,}"
                       + (f" (the first {plural(self.conv.left_out, 'message')} left out)" if self.conv.left_out
                          else ""))]
-        pc = self.prompt_cache.stats
-        rows.append(("prompt cache", f"{pc.hits} of {plural(pc.lookups, 'answer')} resumed, "
-                                     f"{plural(pc.reused_tokens, 'token')} reused"))
-        rt = runtime_stats(self.loaded.model)
-        rows += key_stats(rt)
-        if arg == "all":
-            rows.append(("runtime counters", "" if rt else "— (no offloading runtime)"))
-            for k, v in scalar_stats(rt).items():
-                rows.append((f"  {k}", "—" if v is None else str(v)))
-        elif rt:
-            rows.append(("", "(/stats all: every runtime counter)"))
-        mem = gpu_memory(self.loaded.model)
-        rows.append(("GPU memory", f"{format_gib(mem[0])} / {format_gib(mem[1])} GiB" if mem else "— (not on CUDA)"))
+        rows += self._engine_rows(arg == "all")
         if self.interactive:
             table = Table(show_header=False, box=None, pad_edge=False)
             table.add_column(style="grey62")
@@ -569,11 +568,26 @@ class ChatApp:
             for k, v in rows:
                 print(f"{k}: {v}" if k else v, file=sys.stderr)
 
+    def _engine_rows(self, every: bool) -> list[tuple[str, str]]:
+        """(hook) /stats' rows of what answers: the prompt cache, the runtime's counters (`every`: all of
+        them), the GPU's memory."""
+        pc = self.prompt_cache.stats
+        rows = [("prompt cache", f"{pc.hits} of {plural(pc.lookups, 'answer')} resumed, "
+                                 f"{plural(pc.reused_tokens, 'token')} reused"),
+                *runtime_rows(runtime_stats(self.loaded.model), every)]
+        mem = gpu_memory(self.loaded.model)
+        rows.append(("GPU memory", f"{format_gib(mem[0])} / {format_gib(mem[1])} GiB" if mem else "— (not on CUDA)"))
+        return rows
+
+    def _check_think_budget(self, budget: int) -> None:
+        """(hook) /set think_budget: this model's tokenizer must have the tokens the budget counts by."""
+        ThinkBudget.for_tokenizer(self.tok, budget, opened=False)
+
     def _prompt_rows(self, ls: TurnStats) -> list[tuple[str, str]]:
         """The last prompt's tokens, in parts that add up: resumed from the turn before + read (prefilled) now
         + the tail that opens the answer's first block (a prompt is prefilled in whole blocks; what is left of
         it goes through the answer's passes with the first generated tokens)."""
-        bs = self.decoder.block_size
+        bs = self.block_size
         total, reused = ls.prompt_tokens, ls.reused_tokens
         read = whole_blocks(total, bs) - reused
         tail = total - reused - read
@@ -634,7 +648,7 @@ class ChatApp:
         failure = None
         try:
             if self.interactive:
-                stopped = self._answer_live(ids, settings, turn, stats, history)
+                stopped = self._answer_live(lambda: self._draw_answer(ids, settings, turn, stats, history))
             else:
                 stopped = self._answer_plain(ids, settings, turn, stats, history)
         except TURN_FAILURES as exc:
@@ -649,15 +663,19 @@ class ChatApp:
             self.conv.messages.pop()
             self.error(failure)
             return None
-        self.conv.add_assistant(turn.content, turn.reasoning, interrupted=stopped)
-        self.last_reasoning = turn.reasoning
+        self._record(turn.content, turn.reasoning, stats, stopped)
+        return stats
+
+    def _record(self, content: str, reasoning: str, stats: TurnStats, stopped: bool) -> None:
+        """An answer (or what a Ctrl-C left of it) into the conversation and the session's figures."""
+        self.conv.add_assistant(content, reasoning, interrupted=stopped)
+        self.last_reasoning = reasoning
         self.last = stats
         self.totals["turns"] += 1
         self.totals["tokens"] += stats.tokens
         self.totals["passes"] += stats.passes
         self.totals["seconds"] += stats.decode_seconds  # (tokens/s: a long prompt's reading shown apart)
         self.totals["stopped"] += int(stopped)
-        return stats
 
     def _status(self, stats: TurnStats, view: TurnView | None = None, width: int = 200) -> Text:
         """The live status line, fitted to `width` (one line: a wrapped one left `stops` alone at 80 columns):
@@ -666,7 +684,7 @@ class ChatApp:
         parts: dict[str, Part] = {"dot": Part(("● ",), "green", sep="")} if view is not None else {}
         reading = view.prefill if view is not None else None
         if reading is not None and not stats.passes:
-            bs = self.decoder.block_size
+            bs = self.block_size
             resumed = whole_blocks(stats.prompt_tokens, bs) - reading.total
             pct = 100 * reading.done // reading.total if reading.total else 100
             parts["rate"] = Part((f"reading the prompt: {pct}%", f"reading {pct}%"), "bold", sep="")
@@ -682,7 +700,7 @@ class ChatApp:
                                     plural(live_tokens, "token"), ""), "grey70")
         rate = format_hit_rate(self._runtime_stats())
         parts["cache"] = Part((f"expert cache {rate}", f"cache {rate}", ""), "grey70")
-        mem = gpu_memory(self.loaded.model)
+        mem = self._gpu_memory()
         if mem is not None:
             parts["gpu"] = Part((f"GPU {format_gib(mem[0])}/{format_gib(mem[1])} GiB", f"GPU {format_gib(mem[0])}",
                                  ""), "grey70")
@@ -698,16 +716,25 @@ class ChatApp:
         if now - self._rt[0] > 0.5:
             # read while the decoding thread books passes: host counters only, no CUDA call (a graph may be
             # capturing there); a read that fails gives {} for half a second (`runtime_stats`)
-            self._rt = (now, runtime_stats(self.loaded.model))
+            self._rt = (now, self._runtime_now())
         return self._rt[1]
+
+    def _runtime_now(self) -> dict:
+        """(hook) The runtime's counters as they stand."""
+        return runtime_stats(self.loaded.model)
+
+    def _gpu_memory(self) -> tuple[int, int] | None:
+        """(hook) (bytes allocated, total) of the GPU that answers, where known."""
+        return gpu_memory(self.loaded.model)
 
     def _events(self, ids: list[int], settings, history: int | None, should_stop=None):
         return decode_events(self.decoder, ids, settings, should_stop, reuse=self.prompt_cache, snapshot_at=history)
 
-    def _answer_live(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
-        """The answer drawn live; what is typed meanwhile is held back unechoed (`HeldKeys`) and named after it."""
+    def _answer_live(self, draw: Callable[[], bool]) -> bool:
+        """The answer drawn live (`draw`: whether it was stopped); what is typed meanwhile is held back unechoed
+        (`HeldKeys`) and named after it."""
         with HeldKeys() as held:
-            stopped = self._draw_answer(ids, settings, turn, stats, history)
+            stopped = draw()
         if held.lines:
             shown = ", ".join(f'"{line if len(line) <= 40 else line[:39] + "…"}"' for line in held.lines[:3])
             more = f" and {len(held.lines) - 3} more" if len(held.lines) > 3 else ""
@@ -716,7 +743,7 @@ class ChatApp:
         return stopped
 
     def _draw_answer(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
-        view = TurnView(lambda i: self.tok.decode([i]), self.decoder.block_size, self.settings.show_thinking,
+        view = TurnView(lambda i: self.tok.decode([i]), self.block_size, self.settings.show_thinking,
                         status=lambda width: self._status(stats, view, width), width=self.console.width)
         stopped = False
         self.console.print(Text("clover", style="bold magenta"))
@@ -766,7 +793,7 @@ class ChatApp:
         t.append(f"{plural(stats.tokens, 'token')} · {plural(stats.passes, 'pass', 'passes')} · "
                  f"{stats.tokens_per_pass:.2f} tok/pass · "
                  f"{stats.tokens_per_second:.1f} tok/s · {stats.seconds:.1f} s · "
-                 f"expert cache {format_hit_rate(runtime_stats(self.loaded.model))}")
+                 f"expert cache {format_hit_rate(self._runtime_now())}")
         if stats.prefilled:
             t.append(f" · read {stats.prefilled:,} prompt tokens in {stats.prefill_seconds:.1f} s")
         if stats.stop_reason == "length":
@@ -798,6 +825,17 @@ class ChatApp:
         self.out.write(dc + "\n")
         self.out.flush()
         return stopped
+
+
+def runtime_rows(rt: dict, every: bool) -> list[tuple[str, str]]:
+    """/stats' rows of the offloading runtime's counters: the few a user acts on, or (`every`) all of them."""
+    rows = key_stats(rt)
+    if every:
+        rows.append(("runtime counters", "" if rt else "— (no offloading runtime)"))
+        rows += [(f"  {k}", "—" if v is None else str(v)) for k, v in scalar_stats(rt).items()]
+    elif rt:
+        rows.append(("", "(/stats all: every runtime counter)"))
+    return rows
 
 
 def _first_line(text: str, width: int = 60) -> str:

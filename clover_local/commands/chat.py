@@ -23,7 +23,9 @@ from clover_local.errors import CloverError
 @app.command()
 def chat(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
+    model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, 'tiny' (the shipped model), or "
+                                "the address of a running `clover-local serve` (http://127.0.0.1:8000), whose "
+                                "loaded model answers."),
     think: bool = typer.Option(True, "--think/--no-think", help="Let the model think before answering."),
     show_thinking: bool = typer.Option(True, "--show-thinking/--hide-thinking",
                                        help="Show the thinking dimmed, or one summary line per answer."),
@@ -56,6 +58,8 @@ def chat(
     resident_routing: bool = resident_routing_option(),
     prefill_chunk: Optional[int] = prefill_chunk_option(),
     revision: Optional[str] = revision_option(),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="CLOVER_LOCAL_API_KEY",
+                                          help="The key of a server (MODEL an address) started with --api-key."),
 ) -> None:
     """Chat in the terminal: answers stream as blocks commit, and the block being denoised is drawn live.
 
@@ -71,6 +75,8 @@ def chat(
       clover-local chat ./clover-int4 --vram-budget 14GB --context 8192
 
       clover-local chat ./clover-int4 --continue   # where the last conversation left off
+
+      clover-local chat http://127.0.0.1:8000   # the model `clover-local serve` has loaded
     """
     from rich.console import Console
 
@@ -91,27 +97,71 @@ def chat(
     if last and not kept.is_file():
         raise CloverError(f"no conversation to continue yet: chat keeps the last one as you talk on a terminal "
                           f"(in {kept}); start one with `clover-local chat {model}`")
-    options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
-                           revision)
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not plain
-    loaded = load_shown(model, device, dtype, Console(highlight=False) if interactive else None, **options)
-    if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)
-        from clover_local.generate.thinking import ThinkBudget
-
-        ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
+    given = {p.name: _as_typed(p, ctx.params[p.name]) for p in ctx.command.params
+             if ctx.get_parameter_source(p.name).name == "COMMANDLINE"}  # name -> the flag as typed
     settings = ChatSettings(
-        threshold=loaded.config.diffusion.threshold if threshold is None else threshold,
-        reveal_factor=reveal_factor, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        max_tokens=min(max_tokens, loaded.config.max_context),
-        think=think, show_thinking=show_thinking, seed=seed, presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty, think_budget=think_budget,
+        threshold=threshold or 0.0, reveal_factor=reveal_factor, temperature=temperature, top_p=top_p, top_k=top_k,
+        min_p=min_p, max_tokens=max_tokens, think=think, show_thinking=show_thinking, seed=seed,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        repetition_penalty=repetition_penalty, think_budget=think_budget,
     )
-    label = model if revision is None else f"{model}@{revision}"  # the header, and what /save records it was had with
-    session = ChatApp(loaded, label, settings, interactive=interactive, system=system,
-                      keep_at=kept if interactive else None)
+    keep_at = kept if interactive else None
+    if model.startswith(("http://", "https://")):  # a running server's address
+        session = _remote(model, api_key, settings, given, interactive=interactive, system=system, keep_at=keep_at)
+    else:
+        if "api_key" in given:
+            raise CloverError("--api-key is a server's key: give it with MODEL a server's address "
+                              "(http://HOST:PORT)")
+        options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
+                               revision)
+        loaded = load_shown(model, device, dtype, Console(highlight=False) if interactive else None, **options)
+        if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)
+            from clover_local.generate.thinking import ThinkBudget
+
+            ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
+        if threshold is None:
+            settings.threshold = loaded.config.diffusion.threshold
+        settings.max_tokens = min(max_tokens, loaded.config.max_context)
+        label = model if revision is None else f"{model}@{revision}"  # the header, and what /save records
+        session = ChatApp(loaded, label, settings, interactive=interactive, system=system, keep_at=keep_at)
     session.pace = pace
     if resume is not None or last:  # its saved settings too, but not over what this command line set
         from_line = {f.name for f in fields(ChatSettings)  # each setting is a flag of the same name
                      if ctx.get_parameter_source(f.name).name == "COMMANDLINE"}
         session.load_conversation(kept if last else resume, keep=from_line, last=last)
     raise typer.Exit(session.run())
+
+
+# the flags that say how to load a model: a server has loaded its own
+_LOADING = ("device", "dtype", "chat_template", "offload", "vram_budget", "context", "resident_routing",
+            "prefill_chunk", "revision")
+
+
+def _as_typed(param, value) -> str:
+    """A flag as the command line gave it: --no-offload for --offload/--no-offload set off."""
+    if value is False and getattr(param, "secondary_opts", None):
+        return param.secondary_opts[0]
+    return param.opts[0] if param.opts else param.name
+
+
+def _remote(url: str, api_key: Optional[str], settings, given: dict[str, str], *, interactive: bool,
+            system: Optional[str], keep_at: Optional[Path]):
+    """The chat with a running server's model: its decoding defaults where this command line sets none."""
+    from clover_local.chat.remote import RemoteChatApp, Server
+
+    loading = [given[name] for name in _LOADING if name in given]
+    if loading:
+        raise CloverError(f"{', '.join(loading)} {'says' if len(loading) == 1 else 'say'} how to load a model, but "
+                          f"{url} has loaded its own: set {'it' if len(loading) == 1 else 'them'} on its "
+                          "`clover-local serve`")
+    server = Server.connect(url, api_key)
+    about = server.about
+    if "threshold" not in given:
+        settings.threshold = about.get("threshold", settings.threshold)
+    if "reveal_factor" not in given and "threshold" not in given:
+        settings.reveal_factor = about.get("reveal_factor", settings.reveal_factor)
+    if "think" not in given:
+        settings.think = about.get("think", settings.think)
+    settings.max_tokens = min(settings.max_tokens, about.get("max_tokens", server.context), server.context)
+    return RemoteChatApp(server, server.model, settings, interactive=interactive, system=system, keep_at=keep_at)

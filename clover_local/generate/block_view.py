@@ -68,6 +68,18 @@ class BlockView:
             self.labels[pos] = token_label(self.decode_token(token))
         return self.labels[pos]
 
+    def show(self, view: dict) -> None:
+        """The block as a server sent it (`to_dict`'s form, chat/remote.py): its labels in place of token ids."""
+        if view["block"] != self.block:
+            self.reset(view["block"])
+        cells = view["cells"]
+        self.passes, self.fixed = view["pass"], 0
+        self.tokens = [None if c is None else pos for pos, c in enumerate(cells)]
+        shown = [(pos, c) for pos, c in enumerate(cells) if c is not None]
+        self.labels = {pos: c["text"] for pos, c in shown}
+        self.conf = {pos: c["confidence"] for pos, c in shown}
+        self.fresh = {pos for pos, c in shown if c["new"]}
+
     def to_dict(self) -> dict:
         """The block for a client to draw: its generated positions, each null while masked, else its label, the
         confidence it was revealed with and whether this pass revealed it."""

@@ -319,7 +319,7 @@ class Handler(BaseHTTPRequestHandler):
         # OpenAI's model object and Anthropic's in one (each client reads its own fields)
         model = {"id": name, "object": "model", "created": int(started), "owned_by": "clover-local",
                  "max_model_len": self.server.limits.context, "type": "model", "display_name": name,
-                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
+                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "clover": self._about()}
         if path == "/v1/models":
             self._send_json(200, {"object": "list", "data": [model], "has_more": False, "first_id": name,
                                   "last_id": name})
@@ -757,6 +757,14 @@ class Handler(BaseHTTPRequestHandler):
         self._relay(job, delta, done)
 
     # ------------------------------------------------------------------ the tokenizer (vLLM's routes)
+    def _about(self) -> dict:
+        """Ours, in the model object: what `chat URL` shows and starts from (the decoding's defaults here, where
+        the model sits)."""
+        loaded, limits = self.server.engine.loaded, self.server.limits
+        return {"block_size": loaded.config.diffusion.block_size, "threshold": loaded.config.diffusion.threshold,
+                "reveal_factor": limits.reveal_factor, "think": limits.think, "max_tokens": limits.max_tokens,
+                "placement": loaded.placement()}
+
     def _tokenizer_info(self) -> dict:
         """What a client needs to tokenize as the server does (lm-evaluation-harness reads it to use /tokenize
         instead of loading a tokenizer of its own)."""

@@ -1,0 +1,321 @@
+"""`clover-local chat URL`: the terminal chat with the model a running `serve` holds, so a 35B pack is loaded once
+and the chat, the browser page and agents share it. The loop, the commands, the conversation and the display are
+the local chat's (`ChatApp`); the answers come from the server's chat completions stream, whose block being
+denoised (`stream_options.include_blocks`, generate/block_view.py) is drawn as the local chat draws it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from rich.console import RenderableType
+from rich.live import Live
+from rich.markup import escape
+from rich.text import Text
+
+from clover_local.chat.app import ChatApp, runtime_rows
+from clover_local.chat.conversation import ChatSettings
+from clover_local.chat.display import TurnView, plural
+from clover_local.chat.turn import TurnStats
+from clover_local.errors import CloverError
+from clover_local.generate.events import PrefillProgress
+
+class Refused(CloverError):
+    """The server answered with an error status (its reason in the message)."""
+
+
+CONNECT_TIMEOUT = 10.0  # seconds to reach the server; an answer may then wait in its queue for as long as it takes
+
+
+@dataclass
+class Server:
+    """A running `clover-local serve`: where it is, its key, and the model it serves as its /v1/models says."""
+
+    url: str  # scheme://host:port, without /v1
+    key: str | None = None
+    model: str = ""
+    context: int = 0
+    about: dict[str, Any] = field(default_factory=dict)  # its model object's "clover" part (serve/http.py `_about`)
+
+    @classmethod
+    def connect(cls, url: str, key: str | None = None) -> Server:
+        server = cls(url.rstrip("/").removesuffix("/v1"), key)
+        try:
+            listed = server.get("/v1/models")
+        except Refused:
+            listed = None
+        entries = listed.get("data") if isinstance(listed, dict) else None
+        entry = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else {}
+        if not isinstance(entry.get("clover"), dict):
+            raise CloverError(f"{server.url} answers, but not as clover-local serve (no block-diffusion model in its "
+                              "/v1/models); start one with `clover-local serve MODEL`")
+        server.model, server.context, server.about = entry["id"], int(entry["max_model_len"]), entry["clover"]
+        return server
+
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CloverError(f"{self.url} is not a server address; give one as http://HOST:PORT")
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = cls(parts.hostname, parts.port, timeout=CONNECT_TIMEOUT)
+        try:
+            conn.connect()
+        except OSError as exc:
+            raise CloverError(f"cannot reach {self.url} ({exc.strerror or exc}); start the server with "
+                              "`clover-local serve MODEL`, or check the address") from None
+        conn.sock.settimeout(timeout)
+        return conn
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        return headers
+
+    def _open(self, method: str, path: str, body: dict | None, timeout: float | None) -> http.client.HTTPResponse:
+        """The server's response, its status checked: a refusal is one line with the server's reason."""
+        conn = self._connection(timeout)
+        try:
+            conn.request(method, path, None if body is None else json.dumps(body).encode("utf-8"), self._headers())
+            response = conn.getresponse()
+        except OSError as exc:
+            conn.close()
+            raise CloverError(f"{self.url} went away ({exc.strerror or exc})") from None
+        except BaseException:  # (a Ctrl-C while the server has not answered yet: hang up)
+            conn.close()
+            raise
+        if response.status == 200:
+            return response
+        try:
+            message = json.loads(response.read())["error"]["message"]
+        except (OSError, ValueError, KeyError, TypeError):
+            message = f"{response.status} {response.reason}"  # (not ours, or not JSON)
+        finally:
+            conn.close()
+        if response.status == 401:
+            raise CloverError(f"{self.url} needs its API key: give it with --api-key KEY (or CLOVER_LOCAL_API_KEY)")
+        raise Refused(f"the server refused: {message}")
+
+    def get(self, path: str) -> Any:
+        response = self._open("GET", path, None, CONNECT_TIMEOUT)
+        try:
+            return json.loads(response.read())
+        except (OSError, ValueError) as exc:
+            raise CloverError(f"{self.url}{path} did not answer in JSON ({exc})") from None
+        finally:
+            response.close()
+
+    def stream(self, body: dict) -> Iterator[dict]:
+        """A streamed chat completion's chunks, parsed, to its [DONE]; closing the iterator early hangs up, which
+        stops the answer on the server."""
+        response = self._open("POST", "/v1/chat/completions", body, None)
+        try:
+            for raw in response:
+                line = raw.decode("utf-8").strip()
+                if not line.startswith("data: "):
+                    continue
+                if line == "data: [DONE]":
+                    return
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise CloverError(f"the server's answer failed: {chunk['error'].get('message', chunk['error'])}")
+                yield chunk
+        except OSError as exc:
+            raise CloverError(f"{self.url} went away mid-answer ({exc.strerror or exc})") from None
+        finally:
+            response.close()
+        raise CloverError(f"{self.url} ended the answer without finishing it")
+
+
+@dataclass
+class RemoteTurn:
+    """One answer as its chunks arrive: the text so far, the figures, and what the display is to show."""
+
+    think: bool
+    content: str = ""
+    reasoning: str = ""
+    block: int = -1  # the block the last pass was in
+    committed: int = 0  # tokens of the blocks before it (a thought's length while it lasts)
+    size: int = 0  # the last pass's block, in positions
+
+    def take(self, chunk: dict, stats: TurnStats, view: TurnView | None) -> list[RenderableType]:
+        """Fold one chunk into the turn, `stats` and `view`; what to print for good."""
+        if "clover_prefill" in chunk:
+            read = PrefillProgress(**chunk["clover_prefill"])
+            stats.on_event(read)
+            if view is not None:
+                view.on_prefill(read)
+        if "clover_block" in chunk:
+            shown = chunk["clover_block"]
+            if shown["block"] != self.block and self.block >= 0:
+                self.committed += self.size
+            self.block, self.size = shown["block"], len(shown["cells"])
+            stats.passes += 1
+            stats.tokens = self.committed
+            if view is not None:
+                view.prefill = None
+                view.cells.show(shown)
+        if chunk.get("usage"):
+            self._settle(chunk["usage"], stats)
+        out: list[RenderableType] = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            dr, dc = delta.get("reasoning_content") or "", delta.get("content") or ""
+            self.reasoning += dr
+            self.content += dc
+            if view is not None and (dr or dc):
+                view.on_commit(self.block)
+                out += view.on_text(dr, dc, self.think and not self.content, self.committed)
+            if choice.get("finish_reason"):
+                stats.stop_reason = choice["finish_reason"]
+        return out
+
+    @staticmethod
+    def _settle(use: dict, stats: TurnStats) -> None:
+        """The answer's own figures, from its usage: what was read, resumed and written, in how many passes."""
+        stats.prompt_tokens = use.get("prompt_tokens", stats.prompt_tokens)
+        stats.reused_tokens = (use.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        stats.tokens = use.get("completion_tokens", stats.tokens)
+        stats.passes = (use.get("clover") or {}).get("passes", stats.passes)
+        stats.ended = time.perf_counter()
+
+
+class RemoteChatApp(ChatApp):
+    """The chat, answered by a running server (`Server`)."""
+
+    def __init__(self, server: Server, label: str, settings: ChatSettings, *, interactive: bool,
+                 system: str | None = None, console=None, out=None, keep_at=None) -> None:
+        self._start(label, settings, interactive, system, console, out, keep_at)
+        self.server = server
+        self.context = server.context
+        self.block_size = int(server.about.get("block_size", 32))
+
+    def banner(self) -> None:
+        think = "on" if self.settings.think else "off"
+        line = (f"[bold]clover-local chat[/] · {escape(self.server.model)} on {escape(self.server.url)} · blocks of "
+                f"{self.block_size} · {self.settings.reveal_rule()} · thinking {think} · [bold]/help[/] for commands")
+        if self.interactive:
+            self.console.print(line)
+            if self.server.about.get("placement"):
+                self.console.print(f"[dim]the server's model: {escape(self.server.about['placement'])}[/]")
+        else:
+            self.err.print(line)
+
+    # ------------------------------------------------------------------ hooks: the server's figures
+    def _health(self) -> dict:
+        try:
+            health = self.server.get("/health")
+        except CloverError:
+            return {}
+        return health if isinstance(health, dict) else {}
+
+    def _runtime_now(self) -> dict:
+        runtime = self._health().get("runtime")
+        self._rt = (time.perf_counter(), runtime if isinstance(runtime, dict) else {})
+        return self._rt[1]
+
+    def _runtime_stats(self) -> dict:
+        return self._rt[1]  # (the status line redraws many times a second: the figures of the last answer's end)
+
+    def _gpu_memory(self) -> tuple[int, int] | None:
+        return None  # (the server does not say)
+
+    def _engine_rows(self, every: bool) -> list[tuple[str, str]]:
+        health = self._health()
+        if not health:
+            return [("server", f"{self.server.url}: no figures (/health did not answer)")]
+        queue, pc = health.get("queue") or {}, health.get("prompt_cache") or {}
+        rows = [("server", f"{self.server.url}, {plural(health.get('tokens', 0), 'token')} written for all its "
+                           f"clients, {queue.get('waiting', 0)} waiting"),
+                ("prompt cache", f"the server's: {pc.get('hits', 0)} of {plural(pc.get('lookups', 0), 'answer')} "
+                                 f"resumed, {plural(pc.get('reused_tokens', 0), 'token')} reused")]
+        runtime = health.get("runtime")
+        return rows + runtime_rows(runtime if isinstance(runtime, dict) else {}, every)
+
+    def _check_think_budget(self, budget: int) -> None:
+        pass  # (the server checks it against its tokenizer when the next answer asks)
+
+    # ------------------------------------------------------------------ one answer
+    def request(self) -> dict:
+        """The chat completion the next answer asks the server for: the conversation and this chat's settings."""
+        s = self.settings
+        body: dict[str, Any] = {
+            "model": self.server.model, "messages": self.conv.template_messages(), "stream": True,
+            "stream_options": {"include_usage": True, "include_blocks": self.interactive},
+            "max_tokens": min(s.max_tokens, self.context), "temperature": s.temperature, "top_p": s.top_p,
+            "top_k": s.top_k, "min_p": s.min_p, "enable_thinking": s.think, "presence_penalty": s.presence_penalty,
+            "frequency_penalty": s.frequency_penalty, "repetition_penalty": s.repetition_penalty,
+        }
+        body.update({"reveal_factor": s.reveal_factor} if s.reveal_factor else {"threshold": s.threshold})
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if s.think and s.think_budget is not None:
+            body["thinking_token_budget"] = s.think_budget
+        return body
+
+    def ask(self, text: str) -> TurnStats | None:
+        self.conv.add_user(text)
+        stats = TurnStats()
+        turn = RemoteTurn(self.settings.think)
+        try:
+            chunks = self.server.stream(self.request())
+            if self.interactive:
+                stopped = self._answer_live(lambda: self._draw_remote(chunks, turn, stats))
+            else:
+                stopped = self._print_remote(chunks, turn, stats)
+        except CloverError as exc:
+            self.conv.messages.pop()
+            self.error(str(exc))
+            return None
+        self._record(turn.content, turn.reasoning, stats, stopped)
+        return stats
+
+    def _draw_remote(self, chunks: Iterator[dict], turn: RemoteTurn, stats: TurnStats) -> bool:
+        view = TurnView(lambda i: "", self.block_size, self.settings.show_thinking,
+                        status=lambda width: self._status(stats, view, width), width=self.console.width)
+        self.console.print(Text("clover", style="bold magenta"))
+        stopped, last_draw = False, 0.0
+        with Live(view, console=self.console, auto_refresh=False, transient=True) as live:
+            try:
+                for chunk in chunks:
+                    for r in turn.take(chunk, stats, view):
+                        live.console.print(r)
+                    now = time.perf_counter()
+                    if now - last_draw > 1 / 30:
+                        live.refresh()
+                        last_draw = now
+            except KeyboardInterrupt:
+                stopped = True
+            finally:
+                chunks.close()  # (hung up: the server stops the answer)
+        stats.end("cancelled" if stopped else stats.stop_reason)
+        for r in view.on_text("", "", False, turn.committed) + view.finish():
+            self.console.print(r)
+        if stopped:
+            self.console.print(Text(f"⏹ stopped (Ctrl-C); kept {plural(stats.tokens, 'token')} of this answer",
+                                    style="yellow"))
+        self.console.print(self._summary(stats))
+        return stopped
+
+    def _print_remote(self, chunks: Iterator[dict], turn: RemoteTurn, stats: TurnStats) -> bool:
+        stopped = False
+        try:
+            for chunk in chunks:
+                before = len(turn.content)
+                turn.take(chunk, stats, None)
+                if len(turn.content) > before:
+                    self.out.write(turn.content[before:])
+                    self.out.flush()
+        except KeyboardInterrupt:
+            stopped = True
+        finally:
+            chunks.close()
+        stats.end("cancelled" if stopped else stats.stop_reason)
+        self.out.write("\n")
+        self.out.flush()
+        return stopped

@@ -1,0 +1,157 @@
+"""`clover-local chat URL`: the chat answered by a running server. The same conversation gets the same answers as
+the chat with the model loaded here; the block being denoised comes over the wire and is drawn as the local
+chat draws it; Ctrl-C hangs up and the server stops the answer; a server that is not there, wants a key, is
+something else, or refuses a message is one line, and the chat goes on."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from clover_local.chat.app import ChatApp
+from clover_local.chat.conversation import ChatSettings
+from clover_local.chat.display import TurnView
+from clover_local.chat.remote import RemoteChatApp, RemoteTurn, Server
+from clover_local.chat.turn import TurnStats
+from clover_local.errors import CloverError
+from tests.inprocess_server import running_server
+
+REPO = Path(__file__).resolve().parents[1]
+ASKED = ["add 12+30", "reverse a b c d", "and 5+5?"]
+
+
+def _plain(app) -> list[str]:
+    out = io.StringIO()
+    app.out = out
+    for text in ASKED:
+        app.handle(text)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("think", [False, True])
+def test_a_conversation_gets_the_answers_the_local_chat_gives(tiny, think):
+    """Greedy, message after message (the history sent back each time, thinking included where on): the server's
+    answers are the local chat's, word for word, and /stats counts the same tokens and passes."""
+    local = ChatApp(tiny, "tiny", ChatSettings(think=think, max_tokens=64), interactive=False)
+    want = _plain(local)
+    with running_server(tiny, "tiny", max_tokens=64, context=4096) as (_, url):
+        remote = RemoteChatApp(Server.connect(url), "tiny", ChatSettings(think=think, max_tokens=64),
+                               interactive=False)
+        got = _plain(remote)
+    assert got == want and len(got) == len(ASKED) and all(got)
+    assert [m["content"] for m in remote.conv.messages] == [m["content"] for m in local.conv.messages]
+    assert remote.totals["tokens"] == local.totals["tokens"] and remote.totals["passes"] == local.totals["passes"]
+    assert remote.last.prompt_tokens == local.last.prompt_tokens
+
+
+def test_the_block_being_denoised_comes_over_the_wire_as_the_local_chat_draws_it(tiny):
+    """Each pass's block arrives with its labels and confidences and fills the same cells the local chat fills;
+    the answer is printed as it commits and the summary line ends it, on a terminal."""
+    with running_server(tiny, "tiny", max_tokens=64, context=4096) as (_, url):
+        server = Server.connect(url)
+        assert server.about["block_size"] == tiny.config.diffusion.block_size and server.context == 4096
+        slow = ChatSettings(think=False, max_tokens=32, threshold=0.9999)  # (fewer reveals a pass: several passes)
+        app = RemoteChatApp(server, "tiny", slow, interactive=True)
+        view = TurnView(lambda i: "", app.block_size, True, status=lambda width: "")
+        stats, turn, seen = TurnStats(), RemoteTurn(think=False), []
+        app.conv.add_user("reverse a b c d")
+        for chunk in server.stream(app.request()):
+            turn.take(chunk, stats, view)
+            if "clover_block" in chunk:
+                seen.append((view.cells.block, view.cells.revealed, dict(view.cells.labels)))
+        screen = io.StringIO()
+        shown = RemoteChatApp(server, "tiny", ChatSettings(think=False, max_tokens=32), interactive=True,
+                              console=Console(file=screen, width=100, force_terminal=True, color_system=None))
+        shown.handle("reverse a b c d")
+    assert turn.content == "d c b a" and stats.stop_reason == "stop" and stats.passes == len(seen) >= 2
+    assert all(b == 0 for b, _, _ in seen) and [n for _, n, _ in seen] == sorted(n for _, n, _ in seen)
+    assert set(seen[-1][2].values()) >= {"d", "c", "b", "a"}  # the tokens' labels, as the cells show them
+    text = screen.getvalue()
+    assert "clover\n" in text and "d c b a" in text and "tok/pass" in text and "tok/s" in text
+
+
+def test_ctrl_c_hangs_up_and_the_server_stops_the_answer(tiny, monkeypatch):
+    """A Ctrl-C mid-answer closes the connection: the server counts the request cancelled, the chat keeps what
+    came (marked interrupted) and goes on to the next message."""
+    real = RemoteTurn.take
+    state = {"chunks": 0}
+
+    def ctrl_c(self, chunk, stats, view):
+        state["chunks"] += 1
+        if state["chunks"] == 3:
+            raise KeyboardInterrupt
+        return real(self, chunk, stats, view)
+
+    monkeypatch.setenv("CLOVER_LOCAL_PASS_DELAY", "0.05")
+    with running_server(tiny, "tiny", max_tokens=200, context=4096) as (engine, url):
+        screen = io.StringIO()
+        app = RemoteChatApp(Server.connect(url), "tiny", ChatSettings(think=True, max_tokens=200), interactive=True,
+                            console=Console(file=screen, width=100, force_terminal=True, color_system=None))
+        monkeypatch.setattr(RemoteTurn, "take", ctrl_c)
+        stats = app.ask("count the words: " + "one two three " * 8)
+        monkeypatch.setattr(RemoteTurn, "take", real)
+        for _ in range(100):
+            if engine.health()["requests"].get("cancelled"):
+                break
+            threading.Event().wait(0.05)
+        assert engine.health()["requests"].get("cancelled") == 1
+        assert stats.stop_reason == "cancelled" and "stopped (Ctrl-C)" in screen.getvalue()
+        assert app.conv.messages[-1].get("interrupted") and app.totals["stopped"] == 1
+        assert app.ask("reverse a b c d") is not None and app.conv.messages[-1]["content"] == "d c b a"
+
+
+class _NotOurs(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_what_cannot_answer_is_one_line(tiny):
+    """No server there, one that wants a key, a server that is not ours: one line that says what to do. A message
+    the server refuses (over its context) is one error line; the chat drops it and goes on."""
+    with pytest.raises(CloverError, match=r"cannot reach http://127\.0\.0\.1:9 .*clover-local serve MODEL"):
+        Server.connect("http://127.0.0.1:9")
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotOurs)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(CloverError, match="answers, but not as clover-local serve"):
+            Server.connect(f"http://127.0.0.1:{other.server_address[1]}")
+    finally:
+        other.shutdown()
+    with running_server(tiny, "tiny", max_tokens=16, context=64, api_key="s3cret") as (_, url):
+        with pytest.raises(CloverError, match="needs its API key: give it with --api-key"):
+            Server.connect(url)
+        app = RemoteChatApp(Server.connect(url + "/v1", "s3cret"), "tiny", ChatSettings(think=False, max_tokens=16),
+                            interactive=False, out=io.StringIO())
+        app.err = Console(file=io.StringIO())
+        assert app.ask("word " * 80) is None and app.conv.messages == []
+        assert app.ask("reverse a b c d") is not None and app.conv.messages[-1]["content"] == "d c b a"
+
+
+def _chat(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clover_local", "chat", *args], capture_output=True, text=True,
+                          input="", timeout=120, cwd=REPO)
+
+
+def test_the_command_says_what_does_not_apply_to_a_server():
+    """Flags that say how to load a model are refused with a server's address (it has loaded its own), and a
+    server's --api-key without one; no server at the address is one line; all before anything loads."""
+    out = _chat("http://127.0.0.1:9", "--vram-budget", "8GB", "--no-offload")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: --no-offload, --vram-budget say how to load a model, but http://127.0.0.1:9 has loaded its own: set "
+        "them on its `clover-local serve`"]
+    out = _chat("tiny", "--api-key", "k")
+    assert out.returncode == 2 and "--api-key is a server's key" in out.stderr and "Traceback" not in out.stderr
+    out = _chat("http://127.0.0.1:9")
+    assert out.returncode == 2 and out.stderr.startswith("error: cannot reach http://127.0.0.1:9 (")
+    assert len(out.stderr.strip().splitlines()) == 1
