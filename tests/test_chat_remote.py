@@ -27,25 +27,31 @@ REPO = Path(__file__).resolve().parents[1]
 ASKED = ["add 12+30", "reverse a b c d", "and 5+5?"]
 
 
-def _plain(app) -> list[str]:
+def _plain(app, asked: list[str]) -> list[str]:
     out = io.StringIO()
     app.out = out
-    for text in ASKED:
+    app.err = Console(file=io.StringIO())  # (its notes)
+    for text in asked:
         app.handle(text)
     return out.getvalue().splitlines()
 
 
-@pytest.mark.parametrize("think", [False, True])
-def test_a_conversation_gets_the_answers_the_local_chat_gives(tiny, think):
+@pytest.mark.parametrize("think, context", [(False, 4096), (True, 4096), (True, 256)])
+def test_a_conversation_gets_the_answers_the_local_chat_gives(tiny, think, context):
     """Greedy, message after message (the history sent back each time, thinking included where on): the server's
-    answers are the local chat's, word for word, and /stats counts the same tokens and passes."""
+    answers are the local chat's, word for word, and /stats counts the same tokens and passes; so where the
+    conversation outgrows a small context (256: its oldest exchanges left out, the answer cut to the room left,
+    by the server as by the local chat)."""
+    asked = ASKED + (["count the words: " + "one two three " * 30, "add 1+1"] if context < 4096 else [])
     local = ChatApp(tiny, "tiny", ChatSettings(think=think, max_tokens=64), interactive=False)
-    want = _plain(local)
-    with running_server(tiny, "tiny", max_tokens=64, context=4096) as (_, url):
+    local.context = context
+    want = _plain(local, asked)
+    with running_server(tiny, "tiny", max_tokens=64, context=context) as (_, url):
         remote = RemoteChatApp(Server.connect(url), "tiny", ChatSettings(think=think, max_tokens=64),
                                interactive=False)
-        got = _plain(remote)
-    assert got == want and len(got) == len(ASKED) and all(got)
+        got = _plain(remote, asked)
+    assert (local.conv.left_out > 0) == (context < 4096)  # (the small context: outgrown)
+    assert got == want and len(got) == len(asked) and all(got)
     assert [m["content"] for m in remote.conv.messages] == [m["content"] for m in local.conv.messages]
     assert remote.totals["tokens"] == local.totals["tokens"] and remote.totals["passes"] == local.totals["passes"]
     assert remote.last.prompt_tokens == local.last.prompt_tokens

@@ -602,7 +602,7 @@ class ChatApp:
 
         self.conv.add_user(text)
         budget = self.settings.think_budget if self.settings.think else None
-        ctx = self.loaded.config.max_context
+        ctx = self.context
         max_new = self.settings.max_tokens
         left_out = self.conv.left_out
 

@@ -247,7 +247,7 @@ class RemoteChatApp(ChatApp):
         body: dict[str, Any] = {
             "model": self.server.model, "messages": self.conv.template_messages(), "stream": True,
             "stream_options": {"include_usage": True, "include_blocks": self.interactive},
-            "max_tokens": min(s.max_tokens, self.context), "temperature": s.temperature, "top_p": s.top_p,
+            "fit_context": True, "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
             "top_k": s.top_k, "min_p": s.min_p, "enable_thinking": s.think, "presence_penalty": s.presence_penalty,
             "frequency_penalty": s.frequency_penalty, "repetition_penalty": s.repetition_penalty,
         }

@@ -520,6 +520,9 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     read_sampling(body, req)
     read_call_choice(body, req)
     req.logprobs = _chat_logprobs(body, req.stream)
+    # ours (`chat URL` sends it): a conversation that outgrows the context loses its oldest exchanges and max_tokens
+    # is cut to the room left, as `chat` does with a model of its own (and the Ollama route does)
+    req.drop_oldest = req.max_tokens_ceiling = bool_field(body, "fit_context", False)
     modalities = body.get("modalities") or []
     if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):
         raise _unsupported("audio" if body.get("audio") is not None else "modalities",
