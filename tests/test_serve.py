@@ -483,8 +483,10 @@ def test_the_start_shows_how_clients_connect():
                for line in lines)
     assert any("http://127.0.0.1:8000/v1" in line and "responses" in line for line in lines)  # Codex
     assert any("OLLAMA_HOST=http://127.0.0.1:8000" in line for line in lines)
-    assert lines[0] == "  A browser:      http://127.0.0.1:8000 (a chat page)"
-    assert "KEY" in " ".join(client_hints("http://127.0.0.1:8000", "clover", keyed=True))
+    assert lines[:2] == ["  A browser:      http://127.0.0.1:8000 (a chat page)",
+                         "  A terminal:     clover-local chat http://127.0.0.1:8000"]
+    assert "chat http://127.0.0.1:8000 --api-key KEY" in " ".join(client_hints("http://127.0.0.1:8000", "clover",
+                                                                               keyed=True))
 
 
 def test_a_latency_histogram_counts_each_observation_at_or_under_its_bounds():

@@ -199,10 +199,11 @@ def serve(
 
 
 def client_hints(base: str, name: str, keyed: bool) -> list[str]:
-    """How the common clients reach this server (printed at start, unless --quiet): a browser (the chat page), the
-    OpenAI SDKs and front ends, Claude Code, Codex CLI, Ollama's clients."""
+    """How the common clients reach this server (printed at start, unless --quiet): a browser (the chat page), our
+    terminal chat, the OpenAI SDKs and front ends, Claude Code, Codex CLI, Ollama's clients."""
     token = "KEY" if keyed else "local"
     return [f"  A browser:      {base} (a chat page)",
+            f"  A terminal:     clover-local chat {base}{' --api-key KEY' if keyed else ''}",
             f"  OpenAI clients: base URL {base}/v1, model {name}, API key {'KEY' if keyed else 'any'}",
             f"  Claude Code:    ANTHROPIC_BASE_URL={base} ANTHROPIC_AUTH_TOKEN={token} ANTHROPIC_MODEL={name} claude",
             f"  Codex CLI:      a provider with base_url = \"{base}/v1\" and wire_api = \"responses\" in "
