@@ -51,6 +51,7 @@ def test_a_conversation_gets_the_answers_the_local_chat_gives(tiny, think, conte
                                interactive=False)
         got = _plain(remote, asked)
     assert (local.conv.left_out > 0) == (context < 4096)  # (the small context: outgrown)
+    assert remote.conv.left_out == local.conv.left_out  # the server says where it read from
     assert got == want and len(got) == len(asked) and all(got)
     assert [m["content"] for m in remote.conv.messages] == [m["content"] for m in local.conv.messages]
     assert remote.totals["tokens"] == local.totals["tokens"] and remote.totals["passes"] == local.totals["passes"]

@@ -604,7 +604,6 @@ class ChatApp:
         budget = self.settings.think_budget if self.settings.think else None
         ctx = self.context
         max_new = self.settings.max_tokens
-        left_out = self.conv.left_out
 
         def render(messages: list[dict]) -> tuple[str, list[int]]:
             prompt = self.tok.apply_chat_template(for_template(messages), add_generation_prompt=True,
@@ -627,11 +626,7 @@ class ChatApp:
             self.error(f"the prompt ({len(ids):,} tokens with this message) fills the model's context of {ctx:,} "
                        "tokens; shorten the message (/file: a smaller part of the document), or /reset")
             return None
-        self.conv.read_from(start)
-        if self.conv.left_out > left_out:
-            self.note(f"(the conversation outgrew the context of {ctx:,} tokens: the model reads it from message "
-                      f"{start + 1} on, its first {plural(self.conv.left_out, 'message')} left out; /save keeps "
-                      "them all)")
+        self._read_from(start)
         if len(ids) + max_new > ctx:
             max_new = ctx - len(ids)
             self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")
@@ -665,6 +660,15 @@ class ChatApp:
             return None
         self._record(turn.content, turn.reasoning, stats, stopped)
         return stats
+
+    def _read_from(self, start: int) -> None:
+        """The model reads the conversation from message `start` on (0: all of it); said when that leaves more out."""
+        before = self.conv.left_out
+        self.conv.read_from(start)
+        if self.conv.left_out > before:
+            self.note(f"(the conversation outgrew the context of {self.context:,} tokens: the model reads it from "
+                      f"message {start + 1} on, its first {plural(self.conv.left_out, 'message')} left out; /save "
+                      "keeps them all)")
 
     def _record(self, content: str, reasoning: str, stats: TurnStats, stopped: bool) -> None:
         """An answer (or what a Ctrl-C left of it) into the conversation and the session's figures."""

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from clover_local.chat.app import ChatApp, runtime_rows
-from clover_local.chat.conversation import ChatSettings
+from clover_local.chat.conversation import ChatSettings, for_template
 from clover_local.chat.display import TurnView, plural
 from clover_local.chat.turn import TurnStats
 from clover_local.errors import CloverError
@@ -142,6 +142,7 @@ class RemoteTurn:
     block: int = -1  # the block the last pass was in
     committed: int = 0  # tokens of the blocks before it (a thought's length while it lasts)
     size: int = 0  # the last pass's block, in positions
+    read_from: int = 0  # the message the server's prompt started at (0: all; the conversation outgrew its context)
 
     def take(self, chunk: dict, stats: TurnStats, view: TurnView | None) -> list[RenderableType]:
         """Fold one chunk into the turn, `stats` and `view`; what to print for good."""
@@ -175,14 +176,16 @@ class RemoteTurn:
                 stats.stop_reason = choice["finish_reason"]
         return out
 
-    @staticmethod
-    def _settle(use: dict, stats: TurnStats) -> None:
-        """The answer's own figures, from its usage: what was read, resumed and written, in how many passes."""
+    def _settle(self, use: dict, stats: TurnStats) -> None:
+        """The answer's own figures, from its usage: what was read, resumed and written, in how many passes, and
+        where the conversation was read from."""
+        ours = use.get("clover") or {}
         stats.prompt_tokens = use.get("prompt_tokens", stats.prompt_tokens)
         stats.reused_tokens = (use.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
         stats.tokens = use.get("completion_tokens", stats.tokens)
-        stats.passes = (use.get("clover") or {}).get("passes", stats.passes)
+        stats.passes = ours.get("passes", stats.passes)
         stats.ended = time.perf_counter()
+        self.read_from = ours.get("read_from", 0)
 
 
 class RemoteChatApp(ChatApp):
@@ -245,7 +248,8 @@ class RemoteChatApp(ChatApp):
         """The chat completion the next answer asks the server for: the conversation and this chat's settings."""
         s = self.settings
         body: dict[str, Any] = {
-            "model": self.server.model, "messages": self.conv.template_messages(), "stream": True,
+            # all of it: the server leaves out what the context cannot hold, as the local chat does (`fit_context`)
+            "model": self.server.model, "messages": for_template(self.conv.messages), "stream": True,
             "stream_options": {"include_usage": True, "include_blocks": self.interactive},
             "fit_context": True, "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
             "top_k": s.top_k, "min_p": s.min_p, "enable_thinking": s.think, "presence_penalty": s.presence_penalty,
@@ -272,6 +276,8 @@ class RemoteChatApp(ChatApp):
             self.conv.messages.pop()
             self.error(str(exc))
             return None
+        if not stopped:
+            self._read_from(turn.read_from)
         self._record(turn.content, turn.reasoning, stats, stopped)
         return stats
 

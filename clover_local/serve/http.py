@@ -464,8 +464,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
+        kept_from = 0
         if req.drop_oldest or self.server.limits.drop_oldest:
-            text, ids = self._fit(req)
+            kept_from, text, ids = self._fit(req)
         else:
             text = self._prompt(req)
             ids = tok.encode(text)
@@ -486,14 +487,15 @@ class Handler(BaseHTTPRequestHandler):
                 if asked:
                     raise ApiError(400, str(exc), param="thinking_token_budget") from None
         return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs,
-                   blocks=req.stream and req.include_blocks)
+                   blocks=req.stream and req.include_blocks, kept_from=kept_from)
 
-    def _fit(self, req: ChatRequest) -> tuple[str, list[int]]:
-        """Ollama's route (every chat route with --drop-oldest): the prompt and its tokens, of a conversation that
-        loses its oldest exchanges where it would leave its answer less than it asks for (chat/window.py: in steps,
-        so the cut stays put while the conversation grows and the next turns resume the prefill): an OpenAI
-        max_tokens whole (it is a promise there: `completion_budget` refuses less), else at most a quarter of the
-        context. Where even the last question alone does not fit, `_settings` refuses it as before."""
+    def _fit(self, req: ChatRequest) -> tuple[int, str, list[int]]:
+        """Ollama's route (every chat route with --drop-oldest, or a request's fit_context): where the kept messages
+        start (0: all kept), the prompt and its tokens, of a conversation that loses its oldest exchanges where it
+        would leave its answer less than it asks for (chat/window.py: in steps, so the cut stays put while the
+        conversation grows and the next turns resume the prefill): an OpenAI max_tokens whole (it is a promise
+        there: `completion_budget` refuses less), else at most a quarter of the context. Where even the last
+        question alone does not fit, `_settings` refuses it as before."""
         tok, limits = self.server.engine.tokenizer, self.server.limits
         if req.max_tokens and not req.max_tokens_ceiling:
             room = req.max_tokens
@@ -505,8 +507,7 @@ class Handler(BaseHTTPRequestHandler):
             prompt = self._prompt(req)
             return prompt, tok.encode(prompt)
 
-        _, text, ids = fit(req.messages, render, lambda t: len(tok.encode(t)), limits.context, room)
-        return text, ids
+        return fit(req.messages, render, lambda t: len(tok.encode(t)), limits.context, room)
 
     def _hold_calls(self, req: ChatRequest, settings: Any, opens_thinking: bool) -> None:
         """Unforced tools (serve/tools.py): beside a JSON answer format, the answer is that JSON or a call; else a
