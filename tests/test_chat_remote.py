@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import http.server
 import io
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -162,3 +165,48 @@ def test_the_command_says_what_does_not_apply_to_a_server():
     out = _chat("http://127.0.0.1:9")
     assert out.returncode == 2 and out.stderr.startswith("error: cannot reach http://127.0.0.1:9 (")
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (CI: apt-get install -y tmux)")
+def test_chat_with_a_server_in_a_real_terminal(make_checkpoint, tmp_path):
+    """As a person would: `serve` in one process, `chat URL` in a tmux pane. The banner names the server and its
+    model's placement; an answer is drawn block by block (cells, the status line) and ends with its summary;
+    Ctrl-C mid-answer stops it on the server too (its log says the client went away); /exit ends the chat."""
+    from tests.test_chat_tui import SUMMARY, Pane, _env
+
+    env = _env(tmp_path, CLOVER_LOCAL_PASS_DELAY="0.03")
+    serve = subprocess.Popen([sys.executable, "-m", "clover_local", "serve", str(make_checkpoint(seed=5)), "--port",
+                              "0", "--device", "cpu", "--dtype", "float32", "--max-tokens", "4000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    pane = None
+    try:
+        url = None
+        for line in serve.stdout:
+            m = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
+            if m:
+                url = m.group(1)
+                break
+        assert url, "the server did not start"
+        pane = Pane(f"{shlex.quote(sys.executable)} -m clover_local chat {url} --max-tokens 20; echo CHAT-EXITED $?; "
+                    "sleep 600", env)
+        screen = pane.wait_text("/help for commands", timeout=60)
+        assert f"on {url} · blocks of 8" in screen and "the server's model: loaded whole on cpu" in screen
+        pane.type("hello there")
+        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 1, "the first answer's summary", 60)
+        pane.type("/set max_tokens 4000")
+        pane.wait_text("max_tokens = 4000")
+        pane.type("tell me a very long story")
+        mid = pane.wait(lambda s: re.search(r"block [1-9]\d* · pass \d+ · \d+/8 revealed", s) is not None,
+                        "a block being denoised", 30, history=False)
+        assert "░" in mid and any("tok/s" in line and "Ctrl-C stops" in line for line in mid.splitlines())
+        pane.send("C-c")
+        pane.wait_text("stopped (Ctrl-C)", 30)
+        pane.wait(lambda s: len(SUMMARY.findall(s)) >= 2 and s.rstrip().endswith("you ›"), "the prompt again", 30)
+        pane.type("/exit")
+        assert "Traceback" not in pane.wait_text("CHAT-EXITED 0", 30)
+    finally:
+        if pane is not None:
+            pane.close()
+        serve.terminate()
+        log = serve.communicate(timeout=30)[0]
+    assert "the client went away" in log and "Traceback" not in log
