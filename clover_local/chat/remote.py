@@ -25,6 +25,7 @@ from clover_local.chat.turn import TurnStats
 from clover_local.errors import CloverError
 from clover_local.generate.events import PrefillProgress
 
+
 class Refused(CloverError):
     """The server answered with an error status (its reason in the message)."""
 
