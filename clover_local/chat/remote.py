@@ -292,6 +292,10 @@ class RemoteChatApp(ChatApp):
                 for chunk in chunks:
                     for r in turn.take(chunk, stats, view):
                         live.console.print(r)
+                    if self.pace and "clover_block" in chunk:  # (--pace: each pass shown a while, as the local chat)
+                        live.refresh()
+                        time.sleep(self.pace)
+                        stats.paused += self.pace
                     now = time.perf_counter()
                     if now - last_draw > 1 / 30:
                         live.refresh()
