@@ -10,10 +10,11 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
@@ -193,7 +194,8 @@ class RemoteChatApp(ChatApp):
     """The chat, answered by a running server (`Server`)."""
 
     def __init__(self, server: Server, label: str, settings: ChatSettings, *, interactive: bool,
-                 system: str | None = None, console=None, out=None, keep_at=None) -> None:
+                 system: str | None = None, console: Console | None = None, out: TextIO | None = None,
+                 keep_at: Path | None = None) -> None:
         self._start(label, settings, interactive, system, console, out, keep_at)
         self.server = server
         self.context = server.context
