@@ -31,7 +31,8 @@ class Element {
 }
 
 const byId = {};
-const storage = new Map();  // (this tab's sessionStorage: kept across a reload)
+const storage = new Map();  // (this tab's sessionStorage: kept across a reload; CHAT=JSON: what it holds at first)
+if (process.env.CHAT) storage.set("clover-chat", process.env.CHAT);
 globalThis.document = {
   title: "", getElementById: (id) => byId[id], createElement: (tag) => new Element(tag),
   createTextNode: (text) => { const node = new Element("#text"); node.textContent = text; return node; },
@@ -115,5 +116,6 @@ const unloaded = [];
     for (let i = 0; i < 1200 && globalThis.__page.busy(); i++) await sleep(50);
   }
   console.log(JSON.stringify({ model: byId.model.textContent, title: document.title, keyShown: byId.key.style.display,
-                               turns: shown(), messages: globalThis.__page.messages(), asked, unloaded }));
+                               turns: shown(), messages: globalThis.__page.messages(), asked, unloaded,
+                               input: byId.input.value }));
 })();

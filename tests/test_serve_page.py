@@ -45,11 +45,11 @@ def get(url: str, accept: str) -> tuple[int, dict, bytes]:
         return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
 
 
-def run_page(url: str, tmp_path: Path, *messages: str, think: bool = False) -> dict:
+def run_page(url: str, tmp_path: Path, *messages: str, think: bool = False, kept: list | None = None) -> dict:
     _, _, page = get(url + "/", "text/html")
     script = re.search(rb"<script>(.*)</script>", page, re.S).group(1)
     (tmp_path / "page.js").write_bytes(script)
-    env = {**os.environ, "THINK": "1" if think else "0"}
+    env = {**os.environ, "THINK": "1" if think else "0", **({"CHAT": json.dumps(kept)} if kept is not None else {})}
     out = subprocess.run(["node", str(HARNESS), url, str(tmp_path / "page.js"), *messages], capture_output=True,
                          text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
@@ -120,6 +120,12 @@ def test_the_page_keeps_the_conversation_across_a_reload_and_retries_the_last_an
     assert shown["messages"] == [*shown["asked"][2]["messages"], shown["messages"][-1]]  # the retried answer, once
     actions = [p for t in shown["turns"] for p in t["parts"] if p["className"] == "actions"]
     assert actions == [shown["turns"][-1]["parts"][-1]] and actions[0]["text"] == "retrycopy"
+
+    # reloaded while a message waited for its answer: the message goes back into the box, not into the conversation
+    with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
+        kept = [*shown["messages"][:2], {"role": "user", "content": "unanswered"}]
+        reloaded = run_page(url, tmp_path, kept=kept)
+    assert reloaded["input"] == "unanswered" and reloaded["messages"] == kept[:2] and len(reloaded["turns"]) == 2
 
 
 @needs_node
