@@ -192,7 +192,8 @@ def demo(
         (f"clover-local chat {pack}", "chat with the INT4 pack (/help inside)"),
         (f"clover-local chat {label}", "the same model in BF16"),
         (f'clover-local generate {label} --prompt "reverse a b c d" --json', "one answer, for scripts"),
-        (f"clover-local serve {pack}", "an OpenAI-compatible server on 127.0.0.1:8000"),
+        (f"clover-local serve {pack}", "an OpenAI-compatible server and a chat page on 127.0.0.1:8000 (then "
+                                       "`clover-local chat http://127.0.0.1:8000` chats with it)"),
         (f"clover-local eval {pack} --reference {label}", "what INT4 cost: KL and top-1 agreement"),
         ("clover-local quantize Diffuspace/Clover-35B-A3B-Preview --out clover-int4", "the real 35B model"),
     ]
