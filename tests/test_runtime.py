@@ -242,7 +242,11 @@ def test_cpu_path_and_oversubscribed_layer_match(pack, ref):
     for a, b in zip(want, got):
         # (bf16 activations: torch 2.14.1's kernel lands 5 of 3,840 logits at 3.9e-2 of the largest, 2.13.0's under 3e-2)
         torch.testing.assert_close(b, a, rtol=0, atol=5e-2 * a.abs().max().item())
-        assert (b.argmax(-1) == a.argmax(-1)).float().mean() >= 0.9
+        # the same choice wherever the reference's winner leads by more than twice the row's error: a near-tie (a
+        # random model has them: 3e-4 apart at a 4e-3 error with 2026-12-06's packages) may go either way
+        top2 = a.topk(2, dim=-1).values
+        decided = top2[..., 0] - top2[..., 1] > 2 * (b - a).abs().max(-1).values
+        assert decided.any() and (b.argmax(-1) == a.argmax(-1))[decided].all()
     s = cpu.model.runtime_stats()
     assert s["cpu_runs"] > 0 and s["copied"] == 0
     c = s["cpu_experts"]
