@@ -61,9 +61,12 @@ def test_a_conversation_gets_the_answers_the_local_chat_gives(tiny, think, conte
     assert remote.last.prompt_tokens == local.last.prompt_tokens
 
 
-def test_the_block_being_denoised_comes_over_the_wire_as_the_local_chat_draws_it(tiny):
+def test_the_block_being_denoised_comes_over_the_wire_as_the_local_chat_draws_it(tiny, monkeypatch):
     """Each pass's block arrives with its labels and confidences and fills the same cells the local chat fills;
     the answer is printed as it commits and the summary line ends it, on a terminal."""
+    from clover_local.serve.engine import VIEW_INTERVAL
+
+    monkeypatch.setenv("CLOVER_LOCAL_PASS_DELAY", str(VIEW_INTERVAL + 0.01))  # (every pass sent)
     with running_server(tiny, "tiny", max_tokens=64, context=4096) as (_, url):
         server = Server.connect(url)
         assert server.about["block_size"] == tiny.config.diffusion.block_size and server.context == 4096

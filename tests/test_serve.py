@@ -848,11 +848,16 @@ def test_streams_end_with_finish_reason_then_usage_only_when_asked_then_done(in_
 
 
 def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_pass(in_process, monkeypatch):
-    """stream_options.include_blocks (ours, for serve's chat page): after each pass a chunk with no choices holding
+    """stream_options.include_blocks (ours, for serve's chat page): after a pass a chunk with no choices holding
     the block as it stands, one cell per generated position, null while masked, else the token's label and the
-    confidence it was revealed with; one such chunk per pass the usage counts, the answer's text unchanged, and
-    none for a stream that does not ask. A prompt read in several passes is reported as it is read, first."""
+    confidence it was revealed with, and the answer's passes and tokens so far; one such chunk per pass the usage
+    counts where passes take longer than a screen's frame (VIEW_INTERVAL: faster ones are sent at that rate), the
+    answer's text unchanged, and none for a stream that does not ask. A prompt read in several passes is reported
+    as it is read, first."""
+    from clover_local.serve.engine import VIEW_INTERVAL
+
     engine, url = in_process
+    monkeypatch.setenv("CLOVER_LOCAL_PASS_DELAY", str(VIEW_INTERVAL + 0.01))
     body = {"messages": MSG, "max_tokens": 40, "stream": True, "stream_options": {"include_usage": True}}
     plain = [json.loads(e) for e in _sse(url, body)[:-1]]
     body["stream_options"]["include_blocks"] = True
@@ -866,7 +871,10 @@ def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_
 
     assert text(chunks) == text(plain)  # greedy: the same answer
     assert len(blocks) == chunks[-1]["usage"]["clover"]["passes"] >= 2
+    assert [b["passes"] for b in blocks] == list(range(1, len(blocks) + 1))
+    assert blocks[-1]["tokens"] <= chunks[-1]["usage"]["completion_tokens"]
     for before, now in zip(blocks, blocks[1:]):
+        assert now["tokens"] >= before["tokens"]
         if now["block"] == before["block"]:  # within a block: the next pass, nothing revealed taken back
             assert now["pass"] == before["pass"] + 1 and len(now["cells"]) == len(before["cells"])
             assert all(n is not None for b, n in zip(before["cells"], now["cells"]) if b is not None)

@@ -141,9 +141,8 @@ class RemoteTurn:
     think: bool
     content: str = ""
     reasoning: str = ""
-    block: int = -1  # the block the last pass was in
-    committed: int = 0  # tokens of the blocks before it (a thought's length while it lasts)
-    size: int = 0  # the last pass's block, in positions
+    committed: int = 0  # tokens of the blocks before the one in view (a thought's length while it lasts)
+    block: int = 0  # the block in view
     read_from: int = 0  # the message the server's prompt started at (0: all; the conversation outgrew its context)
 
     def take(self, chunk: dict, stats: TurnStats, view: TurnView | None) -> list[RenderableType]:
@@ -155,11 +154,8 @@ class RemoteTurn:
                 view.on_prefill(read)
         if "clover_block" in chunk:
             shown = chunk["clover_block"]
-            if shown["block"] != self.block and self.block >= 0:
-                self.committed += self.size
-            self.block, self.size = shown["block"], len(shown["cells"])
-            stats.passes += 1
-            stats.tokens = self.committed
+            self.block, self.committed = shown["block"], shown["tokens"]
+            stats.passes, stats.tokens = shown["passes"], shown["tokens"]
             if view is not None:
                 view.prefill = None
                 view.cells.show(shown)

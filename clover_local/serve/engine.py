@@ -57,6 +57,10 @@ class Job:
     arrived: float = field(default_factory=time.monotonic)  # made once the request is read: its latencies' start
 
 
+# The block being denoised is sent at most this often (a pass's view replaces the one before): no front end draws
+# faster than its screen (chat redraws at 30 a second), and a GPU pass takes about 12 ms.
+VIEW_INTERVAL = 1 / 30
+
 # Host memory for conversations parked while another's request runs (generate/prompt_cache.py): at 35B, a
 # 20K-token prompt parks in about 0.5 GiB (Claude Code 2.1.197's first request, its system prompt and tools, is
 # 78 KB of JSON: on the order of 20K tokens).
@@ -271,7 +275,7 @@ class Engine:
         events = decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set,
                                reuse=self.prompt_cache, snapshot_at=job.history_tokens)
         view = BlockView(lambda i: self.tokenizer.decode([i]), self.decoder.block_size) if job.blocks else None
-        first = True
+        first, shown = True, 0.0
         for ev in events:
             stats.on_event(ev)
             if isinstance(ev, PrefillProgress) and view is not None:
@@ -281,7 +285,10 @@ class Engine:
                     self.passes += 1
                 if view is not None:
                     view.update(ev)
-                    job.out.put(("view", {"clover_block": view.to_dict()}))
+                    if time.monotonic() - shown >= VIEW_INTERVAL:  # (with the answer's passes and tokens so far)
+                        shown = time.monotonic()
+                        job.out.put(("view", {"clover_block": {**view.to_dict(), "passes": stats.passes,
+                                                               "tokens": stats.tokens}}))
             elif isinstance(ev, BlockCommitted):
                 with self.lock:
                     self.tokens += len(ev.token_ids)
