@@ -8,7 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -68,7 +68,7 @@ class Server:
         try:
             conn.connect()
         except OSError as exc:
-            raise CloverError(f"cannot reach {self.url} ({exc.strerror or exc}); start the server with "
+            raise CloverError(f"cannot reach {self.url} ({_why(exc)}); start the server with "
                               "`clover-local serve MODEL`, or check the address") from None
         conn.sock.settimeout(timeout)
         return conn
@@ -85,9 +85,9 @@ class Server:
         try:
             conn.request(method, path, None if body is None else json.dumps(body).encode("utf-8"), self._headers())
             response = conn.getresponse()
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise CloverError(f"{self.url} went away ({exc.strerror or exc})") from None
+            raise CloverError(f"{self.url} went away ({_why(exc)})") from None
         except BaseException:  # (a Ctrl-C while the server has not answered yet: hang up)
             conn.close()
             raise
@@ -95,7 +95,7 @@ class Server:
             return response
         try:
             message = json.loads(response.read())["error"]["message"]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
             message = f"{response.status} {response.reason}"  # (not ours, or not JSON)
         finally:
             conn.close()
@@ -107,12 +107,12 @@ class Server:
         response = self._open("GET", path, None, CONNECT_TIMEOUT)
         try:
             return json.loads(response.read())
-        except (OSError, ValueError) as exc:
-            raise CloverError(f"{self.url}{path} did not answer in JSON ({exc})") from None
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise CloverError(f"{self.url}{path} did not answer in JSON ({_why(exc)})") from None
         finally:
             response.close()
 
-    def stream(self, body: dict) -> Iterator[dict]:
+    def stream(self, body: dict) -> Generator[dict, None, None]:
         """A streamed chat completion's chunks, parsed, to its [DONE]; closing the iterator early hangs up, which
         stops the answer on the server."""
         response = self._open("POST", "/v1/chat/completions", body, None)
@@ -123,15 +123,22 @@ class Server:
                     continue
                 if line == "data: [DONE]":
                     return
-                chunk = json.loads(line[6:])
+                try:
+                    chunk = json.loads(line[6:])
+                except ValueError:
+                    raise CloverError(f"{self.url} sent a chunk that is not JSON: {line[:80]!r}") from None
                 if "error" in chunk:
                     raise CloverError(f"the server's answer failed: {chunk['error'].get('message', chunk['error'])}")
                 yield chunk
-        except OSError as exc:
-            raise CloverError(f"{self.url} went away mid-answer ({exc.strerror or exc})") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise CloverError(f"{self.url} went away mid-answer ({_why(exc)})") from None
         finally:
             response.close()
         raise CloverError(f"{self.url} ended the answer without finishing it")
+
+
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
 @dataclass
@@ -280,7 +287,7 @@ class RemoteChatApp(ChatApp):
         self._record(turn.content, turn.reasoning, stats, stopped)
         return stats
 
-    def _draw_remote(self, chunks: Iterator[dict], turn: RemoteTurn, stats: TurnStats) -> bool:
+    def _draw_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
         view = TurnView(lambda i: "", self.block_size, self.settings.show_thinking,
                         status=lambda width: self._status(stats, view, width), width=self.console.width)
         self.console.print(Text("clover", style="bold magenta"))
@@ -311,7 +318,7 @@ class RemoteChatApp(ChatApp):
         self.console.print(self._summary(stats))
         return stopped
 
-    def _print_remote(self, chunks: Iterator[dict], turn: RemoteTurn, stats: TurnStats) -> bool:
+    def _print_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
         stopped = False
         try:
             for chunk in chunks:
