@@ -154,6 +154,19 @@ class RemoteTurn:
 
     def take(self, chunk: dict, stats: TurnStats, view: TurnView | None) -> list[RenderableType]:
         """Fold one chunk into the turn, `stats` and `view`; what to print for good."""
+        self._show(chunk, stats, view)
+        if chunk.get("usage"):
+            self._settle(chunk["usage"], stats)
+        out: list[RenderableType] = []
+        for choice in chunk.get("choices") or []:
+            out += self._text(choice.get("delta") or {}, view)
+            if choice.get("finish_reason"):
+                stats.stop_reason = choice["finish_reason"]
+        return out
+
+    def _show(self, chunk: dict, stats: TurnStats, view: TurnView | None) -> None:
+        """The work in view (`include_blocks`): a long prompt's reading, or the block being denoised with the
+        answer's passes and tokens so far."""
         if "clover_prefill" in chunk:
             read = PrefillProgress(**chunk["clover_prefill"])
             stats.on_event(read)
@@ -166,20 +179,16 @@ class RemoteTurn:
             if view is not None:
                 view.prefill = None
                 view.cells.show(shown)
-        if chunk.get("usage"):
-            self._settle(chunk["usage"], stats)
-        out: list[RenderableType] = []
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            dr, dc = delta.get("reasoning_content") or "", delta.get("content") or ""
-            self.reasoning += dr
-            self.content += dc
-            if view is not None and (dr or dc):
-                view.on_commit(self.block)
-                out += view.on_text(dr, dc, self.think and not self.content, self.committed)
-            if choice.get("finish_reason"):
-                stats.stop_reason = choice["finish_reason"]
-        return out
+
+    def _text(self, delta: dict, view: TurnView | None) -> list[RenderableType]:
+        """A committed block's text (thinking, answer), into the turn and the display."""
+        dr, dc = delta.get("reasoning_content") or "", delta.get("content") or ""
+        self.reasoning += dr
+        self.content += dc
+        if view is None or not (dr or dc):
+            return []
+        view.on_commit(self.block)
+        return view.on_text(dr, dc, self.think and not self.content, self.committed)
 
     def _settle(self, use: dict, stats: TurnStats) -> None:
         """The answer's own figures, from its usage: what was read, resumed and written, in how many passes, and

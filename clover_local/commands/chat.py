@@ -116,13 +116,7 @@ def chat(
         options = load_options(offload, vram_budget, context, resident_routing, prefill_chunk, chat_template,
                                revision)
         loaded = load_shown(model, device, dtype, Console(highlight=False) if interactive else None, **options)
-        if think_budget is not None:  # (a tokenizer without <think> tokens: refused now, not at the first answer)
-            from clover_local.generate.thinking import ThinkBudget
-
-            ThinkBudget.for_tokenizer(loaded.tokenizer, think_budget, opened=False)
-        if threshold is None:
-            settings.threshold = loaded.config.diffusion.threshold
-        settings.max_tokens = min(max_tokens, loaded.config.max_context)
+        _model_defaults(loaded, settings, given)
         label = model if revision is None else f"{model}@{revision}"  # the header, and what /save records
         session = ChatApp(loaded, label, settings, interactive=interactive, system=system, keep_at=keep_at)
     session.pace = pace
@@ -136,6 +130,18 @@ def chat(
 # the flags that say how to load a model: a server has loaded its own
 _LOADING = ("device", "dtype", "chat_template", "offload", "vram_budget", "context", "resident_routing",
             "prefill_chunk", "revision")
+
+
+def _model_defaults(loaded, settings, given: dict[str, str]) -> None:
+    """The settings this command line leaves to the model loaded here: its threshold, its context's cap; a think
+    budget checked against its tokenizer now, not at the first answer."""
+    if settings.think_budget is not None:  # (a tokenizer without <think> tokens: refused)
+        from clover_local.generate.thinking import ThinkBudget
+
+        ThinkBudget.for_tokenizer(loaded.tokenizer, settings.think_budget, opened=False)
+    if "threshold" not in given:
+        settings.threshold = loaded.config.diffusion.threshold
+    settings.max_tokens = min(settings.max_tokens, loaded.config.max_context)
 
 
 def _as_typed(param, value) -> str:
