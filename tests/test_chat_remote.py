@@ -213,3 +213,16 @@ def test_chat_with_a_server_in_a_real_terminal(make_checkpoint, tmp_path):
         serve.terminate()
         log = serve.communicate(timeout=30)[0]
     assert "the client went away" in log and "Traceback" not in log
+
+
+def test_a_key_sent_in_the_clear_to_another_machine_is_said(monkeypatch, capsys):
+    """A key over plain http to another machine gets a note (never the key itself); to this machine, or over
+    https, none."""
+    entry = {"id": "m", "max_model_len": 4096, "clover": {"block_size": 32}}
+    monkeypatch.setattr(Server, "get", lambda self, path: {"data": [entry]})
+    Server.connect("http://192.168.1.20:8000", "s3cret")
+    note = capsys.readouterr().err
+    assert "the API key goes to 192.168.1.20 unencrypted" in note and "s3cret" not in note
+    for url, key in (("http://127.0.0.1:8000", "s3cret"), ("http://localhost:8000", "s3cret"),
+                     ("https://192.168.1.20", "s3cret"), ("http://192.168.1.20:8000", None)):
+        assert Server.connect(url, key).model == "m" and capsys.readouterr().err == ""

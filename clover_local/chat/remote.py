@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from clover_local.chat.display import TurnView, plural
 from clover_local.chat.turn import TurnStats
 from clover_local.errors import CloverError
 from clover_local.generate.events import PrefillProgress
+from clover_local.serve.origins import loopback_address
 
 
 class Refused(CloverError):
@@ -47,6 +49,9 @@ class Server:
     @classmethod
     def connect(cls, url: str, key: str | None = None) -> Server:
         server = cls(url.rstrip("/").removesuffix("/v1"), key)
+        parts = urlsplit(server.url)
+        if key and parts.scheme == "http" and not loopback_address(parts.hostname or ""):
+            print(f"note: the API key goes to {parts.hostname} unencrypted (http, another machine)", file=sys.stderr)
         try:
             listed = server.get("/v1/models")
         except Refused:
