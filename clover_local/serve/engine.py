@@ -50,7 +50,7 @@ class Job:
     raw: bool = False  # /v1/completions: the text as generated, no reasoning split
     score_top: int | None = None  # logprobs: score the answer (a completion's prompt too), listing this many likeliest
     blocks: bool = False  # put out a long prompt's reading and the block being denoised after each pass ("view")
-    kept_from: int = 0  # the conversation outgrew the context: the prompt reads its messages from this one on
+    read_from: int = 0  # the conversation outgrew the context: the prompt reads its messages from this one on
     out: queue.Queue = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
@@ -243,7 +243,7 @@ class Engine:
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3),
                           # the conversation outgrew the context: the index of the first message read (`chat URL`)
-                          **({"read_from": job.kept_from} if job.kept_from else {})}}
+                          **({"read_from": job.read_from} if job.read_from else {})}}
 
     def _scores(self, job: Job, turn: PlainText, stop: StopText, head, upto: int) -> dict:
         """The logprobs a request asked for: a chat's of its content (`_score_content`), a raw prompt's of the

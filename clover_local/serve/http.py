@@ -464,9 +464,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _job(self, req: ChatRequest) -> Job:
         tok = self.server.engine.tokenizer
-        kept_from = 0
+        read_from = 0
         if req.drop_oldest or self.server.limits.drop_oldest:
-            kept_from, text, ids = self._fit(req)
+            read_from, text, ids = self._fit(req)
         else:
             text = self._prompt(req)
             ids = tok.encode(text)
@@ -487,7 +487,7 @@ class Handler(BaseHTTPRequestHandler):
                 if asked:
                     raise ApiError(400, str(exc), param="thinking_token_budget") from None
         return Job(ids, text, settings, stop=req.stop, history_tokens=history, score_top=req.logprobs,
-                   blocks=req.stream and req.include_blocks, kept_from=kept_from)
+                   blocks=req.stream and req.include_blocks, read_from=read_from)
 
     def _fit(self, req: ChatRequest) -> tuple[int, str, list[int]]:
         """Ollama's route (every chat route with --drop-oldest, or a request's fit_context): where the kept messages
