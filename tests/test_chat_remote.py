@@ -226,3 +226,25 @@ def test_a_key_sent_in_the_clear_to_another_machine_is_said(monkeypatch, capsys)
     for url, key in (("http://127.0.0.1:8000", "s3cret"), ("http://localhost:8000", "s3cret"),
                      ("https://192.168.1.20", "s3cret"), ("http://192.168.1.20:8000", None)):
         assert Server.connect(url, key).model == "m" and capsys.readouterr().err == ""
+
+
+def test_stats_show_the_servers_figures(monkeypatch, capsys):
+    """/stats with a server: its queue, its prompt cache, its runtime's counters and its GPU's memory, as /health
+    gives them; a server without a runtime shows none (as a model loaded whole does here)."""
+    health = {"tokens": 1234, "queue": {"waiting": 2}, "prompt_cache": {"hits": 3, "lookups": 5, "reused_tokens": 640},
+              "runtime": {"expert_cache_hit_rate": 0.875, "expert_uses": 800, "misses": 100},
+              "gpu_memory": {"allocated_bytes": 13 << 30, "total_bytes": 16 << 30}}
+    entry = {"id": "m", "max_model_len": 4096, "clover": {"block_size": 32}}
+    monkeypatch.setattr(Server, "get", lambda self, path: {"data": [entry]} if path == "/v1/models" else health)
+    app = RemoteChatApp(Server.connect("http://127.0.0.1:8000"), "m", ChatSettings(), interactive=False)
+    app.handle("/stats")
+    rows = capsys.readouterr().err.splitlines()
+    assert "server: http://127.0.0.1:8000, 1,234 tokens written for all its clients, 2 waiting" in rows
+    assert "prompt cache: the server's: 3 of 5 answers resumed, 640 tokens reused" in rows
+    assert "expert cache hit rate: 88%" in rows and "expert cache misses: 100 of 800 expert uses" in rows
+    assert rows[-1] == "GPU memory: 13.0 / 16.0 GiB"
+    health["runtime"], health["gpu_memory"] = {"expert_cache_hit_rate": None}, None
+    app.handle("/stats")
+    rows = capsys.readouterr().err.splitlines()
+    assert "expert cache hit rate: —" in rows and not any("/stats all" in r for r in rows)
+    assert rows[-1] == "GPU memory: — (not on CUDA)"

@@ -572,12 +572,9 @@ class ChatApp:
         """(hook) /stats' rows of what answers: the prompt cache, the runtime's counters (`every`: all of
         them), the GPU's memory."""
         pc = self.prompt_cache.stats
-        rows = [("prompt cache", f"{pc.hits} of {plural(pc.lookups, 'answer')} resumed, "
+        return [("prompt cache", f"{pc.hits} of {plural(pc.lookups, 'answer')} resumed, "
                                  f"{plural(pc.reused_tokens, 'token')} reused"),
-                *runtime_rows(runtime_stats(self.loaded.model), every)]
-        mem = gpu_memory(self.loaded.model)
-        rows.append(("GPU memory", f"{format_gib(mem[0])} / {format_gib(mem[1])} GiB" if mem else "— (not on CUDA)"))
-        return rows
+                *runtime_rows(runtime_stats(self.loaded.model), every), gpu_row(gpu_memory(self.loaded.model))]
 
     def _check_think_budget(self, budget: int) -> None:
         """(hook) /set think_budget: this model's tokenizer must have the tokens the budget counts by."""
@@ -829,6 +826,11 @@ class ChatApp:
         self.out.write(dc + "\n")
         self.out.flush()
         return stopped
+
+
+def gpu_row(mem: tuple[int, int] | None) -> tuple[str, str]:
+    """/stats' row of the GPU's memory: torch's bytes allocated of the card's, where the model is on CUDA."""
+    return "GPU memory", f"{format_gib(mem[0])} / {format_gib(mem[1])} GiB" if mem else "— (not on CUDA)"
 
 
 def runtime_rows(rt: dict, every: bool) -> list[tuple[str, str]]:

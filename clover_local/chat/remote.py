@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
-from clover_local.chat.app import ChatApp, runtime_rows
+from clover_local.chat.app import ChatApp, gpu_row, runtime_rows
 from clover_local.chat.conversation import ChatSettings, for_template
 from clover_local.chat.display import TurnView, plural
 from clover_local.chat.turn import TurnStats
@@ -215,6 +215,7 @@ class RemoteChatApp(ChatApp):
                  keep_at: Path | None = None) -> None:
         self._start(label, settings, interactive, system, console, out, keep_at)
         self.server = server
+        self.health: dict[str, Any] = {}  # the server's /health, as last read
         self.context = server.context
         self.block_size = int(server.about.get("block_size", 32))
 
@@ -231,22 +232,25 @@ class RemoteChatApp(ChatApp):
 
     # ------------------------------------------------------------------ hooks: the server's figures
     def _health(self) -> dict:
+        """The server's /health ({} where it does not answer), kept for the status line."""
         try:
             health = self.server.get("/health")
         except CloverError:
-            return {}
-        return health if isinstance(health, dict) else {}
+            health = {}
+        self.health = health if isinstance(health, dict) else {}
+        return self.health
 
     def _runtime_now(self) -> dict:
-        runtime = self._health().get("runtime")
-        self._rt = (time.perf_counter(), runtime if isinstance(runtime, dict) else {})
-        return self._rt[1]
+        self._health()
+        return self._runtime_stats()
 
     def _runtime_stats(self) -> dict:
-        return self._rt[1]  # (the status line redraws many times a second: the figures of the last answer's end)
+        runtime = self.health.get("runtime")  # (the status line redraws many times a second: the last read's)
+        return {k: v for k, v in runtime.items() if v is not None} if isinstance(runtime, dict) else {}
 
     def _gpu_memory(self) -> tuple[int, int] | None:
-        return None  # (the server does not say)
+        mem = self.health.get("gpu_memory")  # (the server's GPU: the last read's, where it has one)
+        return (mem["allocated_bytes"], mem["total_bytes"]) if isinstance(mem, dict) else None
 
     def _engine_rows(self, every: bool) -> list[tuple[str, str]]:
         health = self._health()
@@ -257,8 +261,7 @@ class RemoteChatApp(ChatApp):
                            f"clients, {queue.get('waiting', 0)} waiting"),
                 ("prompt cache", f"the server's: {pc.get('hits', 0)} of {plural(pc.get('lookups', 0), 'answer')} "
                                  f"resumed, {plural(pc.get('reused_tokens', 0), 'token')} reused")]
-        runtime = health.get("runtime")
-        return rows + runtime_rows(runtime if isinstance(runtime, dict) else {}, every)
+        return rows + runtime_rows(self._runtime_stats(), every) + [gpu_row(self._gpu_memory())]
 
     def _check_think_budget(self, budget: int) -> None:
         pass  # (the server checks it against its tokenizer when the next answer asks)

@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from clover_local.chat.stats import hit_rate, runtime_stats, scalar_stats
+from clover_local.chat.stats import gpu_memory, hit_rate, runtime_stats, scalar_stats
 from clover_local.chat.turn import OUT_OF_MEMORY, PlainText, TurnStats, TurnText, decode_events, release_memory
 from clover_local.errors import CloverError, host_allocations_as_memory_error, what_ran_out
 from clover_local.generate.block_view import BlockView
@@ -106,6 +106,7 @@ class Engine:
 
     def health(self) -> dict:
         runtime = self._runtime()
+        mem = gpu_memory(self.loaded.model)  # (torch's allocator figures: no CUDA call, as chat's status line reads)
         with self.lock:
             return {
                 "status": "ok",
@@ -118,6 +119,7 @@ class Engine:
                 "prompt_cache": {**self.prompt_cache.stats.to_dict(), "parked_bytes": self.prompt_cache.parked_bytes},
                 "latency": self.latency.to_dict(),
                 "runtime": runtime,
+                **({"gpu_memory": {"allocated_bytes": mem[0], "total_bytes": mem[1]}} if mem else {}),
             }
 
     def _runtime(self) -> dict:
