@@ -1,7 +1,8 @@
 // Runs serve's chat page (its inline script) in Node against a live server, on a DOM stand-in just large enough
 // for it, and prints what the page shows: each turn's class and text, and the conversation it keeps.
 //   [THINK=1] node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE MESSAGE [MESSAGE ...]
-//     (a MESSAGE of --retry clicks the last answer's retry button; --reload loads the page anew in the same tab)
+//     (a MESSAGE of --retry clicks the last answer's retry button; --reload loads the page anew in the same tab;
+//     --toggle-think clicks the "think first" box)
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --render ANSWER_TEXT
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --block BLOCK_VIEW_JSON
 // Node's own fetch, streams, TextDecoder and AbortController are the browser's for this purpose.
@@ -107,6 +108,11 @@ const unloaded = [];
       await sleep(100);
       continue;
     }
+    if (text === "--toggle-think") {  // the "think first" box clicked
+      byId.think.checked = !byId.think.checked;
+      byId.think.dispatch("change");
+      continue;
+    }
     if (text === "--retry") find(byId.log, (el) => el.tag === "button" && el.textContent === "retry").dispatch("click");
     else {
       byId.input.value = text;
@@ -117,5 +123,5 @@ const unloaded = [];
   }
   console.log(JSON.stringify({ model: byId.model.textContent, title: document.title, keyShown: byId.key.style.display,
                                turns: shown(), messages: globalThis.__page.messages(), asked, unloaded,
-                               input: byId.input.value }));
+                               input: byId.input.value, think: byId.think.checked }));
 })();

@@ -127,6 +127,11 @@ def test_the_page_keeps_the_conversation_across_a_reload_and_retries_the_last_an
         reloaded = run_page(url, tmp_path, kept=kept)
     assert reloaded["input"] == "unanswered" and reloaded["messages"] == kept[:2] and len(reloaded["turns"]) == 2
 
+    # the "think first" box as the user left it, over the server's default (THINK: the markup's), across a reload
+    with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
+        assert run_page(url, tmp_path, "--toggle-think", "--reload", think=True)["think"] is False
+        assert run_page(url, tmp_path, "--reload", think=True)["think"] is True  # (not clicked: the default)
+
 
 @needs_node
 def test_the_page_shows_the_thinking_apart_from_the_answer(loaded, tmp_path):
