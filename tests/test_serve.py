@@ -475,6 +475,16 @@ def test_metrics_are_the_health_figures_in_prometheus_text(client, server):
     assert values['clover_request_seconds_count{model="clover-test"}'] == h["requests"]["completed"]
 
 
+def test_the_gpus_memory_is_a_gauge_where_the_model_is_on_cuda():
+    """/health's gpu_memory (only where the model is on CUDA) as two gauges; none without it."""
+    from clover_local.serve.metrics import prometheus_text
+
+    text = prometheus_text({"gpu_memory": {"allocated_bytes": 13 << 30, "total_bytes": 16 << 30}}, "m")
+    assert 'clover_gpu_memory_allocated_bytes{model="m"} 13958643712' in text.splitlines()
+    assert 'clover_gpu_memory_total_bytes{model="m"} 17179869184' in text.splitlines()
+    assert "# TYPE clover_gpu_memory_total_bytes gauge" in text and "gpu_memory" not in prometheus_text({}, "m")
+
+
 def test_the_start_shows_how_clients_connect():
     from clover_local.commands.serve import client_hints
 

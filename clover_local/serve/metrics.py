@@ -126,4 +126,7 @@ def prometheus_text(health: dict[str, Any], model: str) -> str:
         number = _number(value)
         if number is not None:
             metric(f"clover_runtime_{_name(key)}", "gauge", f"Offloading runtime: {key}.", [(label, number)])
+    for key, value in (health.get("gpu_memory") or {}).items():  # (where the model is on CUDA)
+        metric(f"clover_gpu_memory_{_name(key)}", "gauge", f"The GPU's memory: {key.replace('_', ' ')} (torch's "
+               "allocator, of the card's).", [(label, float(value))])
     return "\n".join(out) + "\n"
