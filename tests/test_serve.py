@@ -451,7 +451,7 @@ def test_metrics_are_the_health_figures_in_prometheus_text(client, server):
             assert name not in types and typ in ("counter", "gauge", "histogram")
             types[name] = typ
         elif not line.startswith("# HELP "):
-            m = re.fullmatch(r'([a-z_]+)(\{[^}]*\}) (-?[0-9.e+]+)', line)
+            m = re.fullmatch(r'([a-z_]+)(\{[^}]*\}) (-?[0-9.]+(?:e[+-]?[0-9]+)?)', line)  # (9.6e-05 too)
             assert m, line
             family = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
             assert (m.group(1) in types or types.get(family) == "histogram") and 'model="clover-test"' in m.group(2)
