@@ -781,7 +781,11 @@ class ChatApp:
         if stopped:
             stats.end("cancelled")
         dr, dc = turn.finish()
-        for r in view.on_text(dr, dc, False, turn.reasoning_tokens) + view.finish():
+        return self._close_answer(view.on_text(dr, dc, False, turn.reasoning_tokens) + view.finish(), stopped, stats)
+
+    def _close_answer(self, rest: list, stopped: bool, stats: TurnStats) -> bool:
+        """An answer's end on screen: what was still unsettled (`rest`), the line a Ctrl-C leaves, the summary."""
+        for r in rest:
             self.console.print(r)
         if stopped:
             self.console.print(Text(f"⏹ stopped (Ctrl-C); kept {plural(stats.tokens, 'token')} of this answer",

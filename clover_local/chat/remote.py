@@ -327,13 +327,7 @@ class RemoteChatApp(ChatApp):
             finally:
                 chunks.close()  # (hung up: the server stops the answer)
         stats.end("cancelled" if stopped else stats.stop_reason)
-        for r in view.on_text("", "", False, turn.committed) + view.finish():
-            self.console.print(r)
-        if stopped:
-            self.console.print(Text(f"⏹ stopped (Ctrl-C); kept {plural(stats.tokens, 'token')} of this answer",
-                                    style="yellow"))
-        self.console.print(self._summary(stats))
-        return stopped
+        return self._close_answer(view.on_text("", "", False, turn.committed) + view.finish(), stopped, stats)
 
     def _print_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
         stopped = False
