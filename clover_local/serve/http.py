@@ -339,6 +339,14 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._error(ApiError(404, f"no route GET {path}", code="not_found"))
 
+    def _about(self) -> dict:
+        """Ours, in the model object: what `chat URL` shows and starts from (the decoding's defaults here, where
+        the model sits)."""
+        loaded, limits = self.server.engine.loaded, self.server.limits
+        return {"block_size": loaded.config.diffusion.block_size, "threshold": loaded.config.diffusion.threshold,
+                "reveal_factor": limits.reveal_factor, "think": limits.think, "max_tokens": limits.max_tokens,
+                "placement": loaded.placement()}
+
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0].rstrip("/")
         routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
@@ -758,14 +766,6 @@ class Handler(BaseHTTPRequestHandler):
         self._relay(job, delta, done)
 
     # ------------------------------------------------------------------ the tokenizer (vLLM's routes)
-    def _about(self) -> dict:
-        """Ours, in the model object: what `chat URL` shows and starts from (the decoding's defaults here, where
-        the model sits)."""
-        loaded, limits = self.server.engine.loaded, self.server.limits
-        return {"block_size": loaded.config.diffusion.block_size, "threshold": loaded.config.diffusion.threshold,
-                "reveal_factor": limits.reveal_factor, "think": limits.think, "max_tokens": limits.max_tokens,
-                "placement": loaded.placement()}
-
     def _tokenizer_info(self) -> dict:
         """What a client needs to tokenize as the server does (lm-evaluation-harness reads it to use /tokenize
         instead of loading a tokenizer of its own)."""
