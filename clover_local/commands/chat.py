@@ -121,8 +121,7 @@ def chat(
         session = ChatApp(loaded, label, settings, interactive=interactive, system=system, keep_at=keep_at)
     session.pace = pace
     if resume is not None or last:  # its saved settings too, but not over what this command line set
-        from_line = {f.name for f in fields(ChatSettings)  # each setting is a flag of the same name
-                     if ctx.get_parameter_source(f.name).name == "COMMANDLINE"}
+        from_line = {f.name for f in fields(ChatSettings) if f.name in given}  # (each setting is a flag by its name)
         session.load_conversation(kept if last else resume, keep=from_line, last=last)
     raise typer.Exit(session.run())
 
