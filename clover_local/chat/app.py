@@ -572,8 +572,7 @@ class ChatApp:
         """(hook) /stats' rows of what answers: the prompt cache, the runtime's counters (`every`: all of
         them), the GPU's memory."""
         pc = self.prompt_cache.stats
-        return [("prompt cache", f"{pc.hits} of {plural(pc.lookups, 'answer')} resumed, "
-                                 f"{plural(pc.reused_tokens, 'token')} reused"),
+        return [prompt_cache_row(pc.hits, pc.lookups, pc.reused_tokens),
                 *runtime_rows(runtime_stats(self.loaded.model), every), gpu_row(gpu_memory(self.loaded.model))]
 
     def _check_think_budget(self, budget: int) -> None:
@@ -830,6 +829,11 @@ class ChatApp:
         self.out.write(dc + "\n")
         self.out.flush()
         return stopped
+
+
+def prompt_cache_row(hits: int, lookups: int, reused: int, whose: str = "") -> tuple[str, str]:
+    """/stats' row of the prompt cache: answers that resumed a prompt of the ones asked, the tokens reused."""
+    return "prompt cache", f"{whose}{hits} of {plural(lookups, 'answer')} resumed, {plural(reused, 'token')} reused"
 
 
 def gpu_row(mem: tuple[int, int] | None) -> tuple[str, str]:

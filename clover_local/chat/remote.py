@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
-from clover_local.chat.app import ChatApp, gpu_row, runtime_rows
+from clover_local.chat.app import ChatApp, gpu_row, prompt_cache_row, runtime_rows
 from clover_local.chat.conversation import ChatSettings, for_template
 from clover_local.chat.display import TurnView, plural
 from clover_local.chat.turn import TurnStats
@@ -259,8 +259,7 @@ class RemoteChatApp(ChatApp):
         queue, pc = health.get("queue") or {}, health.get("prompt_cache") or {}
         rows = [("server", f"{self.server.url}, {plural(health.get('tokens', 0), 'token')} written for all its "
                            f"clients, {queue.get('waiting', 0)} waiting"),
-                ("prompt cache", f"the server's: {pc.get('hits', 0)} of {plural(pc.get('lookups', 0), 'answer')} "
-                                 f"resumed, {plural(pc.get('reused_tokens', 0), 'token')} reused")]
+                prompt_cache_row(pc.get("hits", 0), pc.get("lookups", 0), pc.get("reused_tokens", 0), "the server's: ")]
         return rows + runtime_rows(self._runtime_stats(), every) + [gpu_row(self._gpu_memory())]
 
     def _check_think_budget(self, budget: int) -> None:
