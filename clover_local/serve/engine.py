@@ -287,8 +287,9 @@ class Engine:
                     self.passes += 1
                 if view is not None:
                     view.update(ev)
-                    if time.monotonic() - shown >= VIEW_INTERVAL:  # (with the answer's passes and tokens so far)
-                        shown = time.monotonic()
+                    now = time.monotonic()
+                    if now - shown >= VIEW_INTERVAL:  # (with the answer's passes and tokens so far)
+                        shown = now
                         job.out.put(("view", {"clover_block": {**view.to_dict(), "passes": stats.passes,
                                                                "tokens": stats.tokens}}))
             elif isinstance(ev, BlockCommitted):
