@@ -30,13 +30,14 @@ REPO = Path(__file__).resolve().parents[1]
 ASKED = ["add 12+30", "reverse a b c d", "and 5+5?"]
 
 
-def _plain(app, asked: list[str]) -> list[str]:
-    out = io.StringIO()
+def _plain(app, asked: list[str]) -> tuple[list[str], list[str]]:
+    """(the answers, the notes) of a chat in plain mode."""
+    out, err = io.StringIO(), io.StringIO()
     app.out = out
-    app.err = Console(file=io.StringIO())  # (its notes)
+    app.err = Console(file=err, width=400)
     for text in asked:
         app.handle(text)
-    return out.getvalue().splitlines()
+    return out.getvalue().splitlines(), err.getvalue().splitlines()
 
 
 @pytest.mark.parametrize("think, context", [(False, 4096), (True, 4096), (True, 256)])
@@ -44,15 +45,17 @@ def test_a_conversation_gets_the_answers_the_local_chat_gives(tiny, think, conte
     """Greedy, message after message (the history sent back each time, thinking included where on): the server's
     answers are the local chat's, word for word, and /stats counts the same tokens and passes; so where the
     conversation outgrows a small context (256: its oldest exchanges left out, the answer cut to the room left,
-    by the server as by the local chat)."""
+    by the server as by the local chat, and each said in the same note)."""
     asked = ASKED + (["count the words: " + "one two three " * 30, "add 1+1"] if context < 4096 else [])
     local = ChatApp(tiny, "tiny", ChatSettings(think=think, max_tokens=64), interactive=False)
     local.context = context
-    want = _plain(local, asked)
+    want, notes = _plain(local, asked)
     with running_server(tiny, "tiny", max_tokens=64, context=context) as (_, url):
         remote = RemoteChatApp(Server.connect(url), "tiny", ChatSettings(think=think, max_tokens=64),
                                interactive=False)
-        got = _plain(remote, asked)
+        got, told = _plain(remote, asked)
+    assert told == notes  # the same notes: where the model reads from, an answer cut to the context's room
+    assert any(n.startswith("(the answer is limited to ") for n in notes) == (context < 4096)
     assert (local.conv.left_out > 0) == (context < 4096)  # (the small context: outgrown)
     assert remote.conv.left_out == local.conv.left_out  # the server says where it read from
     assert got == want and len(got) == len(asked) and all(got)
@@ -73,7 +76,9 @@ def test_the_block_being_denoised_comes_over_the_wire_as_the_local_chat_draws_it
         slow = ChatSettings(think=False, max_tokens=32, threshold=0.9999)  # (fewer reveals a pass: several passes)
         app = RemoteChatApp(server, "tiny", slow, interactive=True)
         view = TurnView(lambda i: "", app.block_size, True, status=lambda width: "")
-        stats, turn, seen = TurnStats(), RemoteTurn(think=False), []
+        told: list[tuple] = []  # (what the prompt leaves the answer, the block views seen by then)
+        stats, seen = TurnStats(), []
+        turn = RemoteTurn(think=False, on_prompt=lambda *prompt: told.append((prompt, len(seen))))
         app.conv.add_user("reverse a b c d")
         for chunk in server.stream(app.request()):
             turn.take(chunk, stats, view)
@@ -84,10 +89,27 @@ def test_the_block_being_denoised_comes_over_the_wire_as_the_local_chat_draws_it
                               console=Console(file=screen, width=100, force_terminal=True, color_system=None))
         shown.handle("reverse a b c d")
     assert turn.content == "d c b a" and stats.stop_reason == "stop" and stats.passes == len(seen) >= 2
+    assert told == [((stats.prompt_tokens, 32, 0), 0)]  # told once, before the first pass's block
     assert all(b == 0 for b, _, _ in seen) and [n for _, n, _ in seen] == sorted(n for _, n, _ in seen)
     assert set(seen[-1][2].values()) >= {"d", "c", "b", "a"}  # the tokens' labels, as the cells show them
     text = screen.getvalue()
     assert "clover\n" in text and "d c b a" in text and "tok/pass" in text and "tok/s" in text
+
+
+def test_on_a_terminal_the_notes_come_before_the_answer(tiny):
+    """A conversation that outgrows the server's context: the chat says, before the answer is drawn (the stream's
+    clover_prompt), that the model reads it from a later message and that the answer is cut to the room left."""
+    asked = ASKED + ["count the words: " + "one two three " * 30]
+    with running_server(tiny, "tiny", max_tokens=64, context=256) as (_, url):
+        screen = io.StringIO()
+        app = RemoteChatApp(Server.connect(url), "tiny", ChatSettings(think=False, max_tokens=64), interactive=True,
+                            console=Console(file=screen, width=300, force_terminal=True, color_system=None))
+        for text in asked:
+            app.handle(text)
+    text = screen.getvalue()
+    outgrew, limited = text.find("(the conversation outgrew the context of 256"), text.find("(the answer is limi")
+    assert app.conv.left_out > 0 and 0 <= text.rfind("clover\n") < outgrew < limited  # the last answer's notes,
+    assert limited < text.find(" · pass 1 · ", outgrew) and "error" not in text  # before its first pass is drawn
 
 
 def test_ctrl_c_hangs_up_and_the_server_stops_the_answer(tiny, monkeypatch):

@@ -862,8 +862,8 @@ def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_
     the block as it stands, one cell per generated position, null while masked, else the token's label and the
     confidence it was revealed with, and the answer's passes and tokens so far; one such chunk per pass the usage
     counts where passes take longer than a screen's frame (VIEW_INTERVAL: faster ones are sent at that rate), the
-    answer's text unchanged, and none for a stream that does not ask. A prompt read in several passes is reported
-    as it is read, first."""
+    answer's text unchanged, and none for a stream that does not ask. Before them the prompt's tokens and the
+    answer's allowance (clover_prompt); a prompt read in several passes is reported as it is read, first."""
     from clover_local.serve.engine import VIEW_INTERVAL
 
     engine, url = in_process
@@ -873,7 +873,12 @@ def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_
     body["stream_options"]["include_blocks"] = True
     chunks = [json.loads(e) for e in _sse(url, body)[:-1]]
     blocks = [c["clover_block"] for c in chunks if "clover_block" in c]
-    assert not any("clover_block" in c for c in plain)
+    assert not any("clover_block" in c or "clover_prompt" in c for c in plain)
+    # first, what the prompt is and leaves the answer (the usage's figures, before any pass)
+    first = next(k for k, c in enumerate(chunks) if not c["choices"])
+    use = chunks[-1]["usage"]
+    assert chunks[first]["clover_prompt"] == {"tokens": use["prompt_tokens"], "max_tokens": 40, "read_from": 0}
+    assert use["clover"]["max_tokens"] == 40 and "read_from" not in use["clover"]
     assert all(c["choices"] == [] and c["object"] == "chat.completion.chunk" for c in chunks if "clover_block" in c)
 
     def text(cs: list[dict]) -> str:

@@ -103,6 +103,24 @@ def test_the_page_streams_the_answer_the_api_gives_and_keeps_the_conversation(lo
 
 
 @needs_node
+def test_a_conversation_that_outgrows_the_context_goes_on_with_a_note(loaded, tmp_path):
+    """The page asks the server to fit the conversation to its context (fit_context): one that outgrows it loses
+    its oldest exchanges from what the model reads, not from the page, and the answer says so under it; no
+    message is refused."""
+    long = "count the words: " + "one two three " * 8  # (≈ 120 tokens: two do not fit 256 with an answer)
+    with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
+        shown = run_page(url, tmp_path, long, long, long)
+    assert all(body["fit_context"] is True for body in shown["asked"])
+    assert [t["className"] for t in shown["turns"]] == ["turn user", "turn assistant"] * 3
+    assert not any(p["className"] == "error" for t in shown["turns"] for p in t["parts"])
+    assert len(shown["messages"]) == 6 and len(shown["asked"][-1]["messages"]) == 5  # the page keeps them all
+    notes = [p["text"] for p in shown["turns"][-1]["parts"] if p["className"] == "note"]
+    assert notes and re.fullmatch(r"the conversation outgrew the context: the model read it from message ([35]) on "
+                                  r"\(the ones before stay on this page\)", notes[0])
+    assert not any(p["className"] == "note" for p in shown["turns"][1]["parts"])  # (the first answer read it all)
+
+
+@needs_node
 def test_the_page_keeps_the_conversation_across_a_reload_and_retries_the_last_answer(loaded, tmp_path):
     """A reload in the same tab draws the conversation again from sessionStorage (each answer's text, thinking and
     line under it) and goes on with it; retry asks again for the last answer to the same conversation, in place of

@@ -623,9 +623,8 @@ class ChatApp:
                        "tokens; shorten the message (/file: a smaller part of the document), or /reset")
             return None
         self._read_from(start)
-        if len(ids) + max_new > ctx:
-            max_new = ctx - len(ids)
-            self.note(f"(the answer is limited to {max_new} tokens: the context is {ctx})")
+        max_new = min(max_new, ctx - len(ids))
+        self._answer_limit(max_new, len(ids))
         settings = DecodeSettings(max_new_tokens=max_new, threshold=self.settings.threshold,
                                   factor=self.settings.reveal_factor,
                                   temperature=self.settings.temperature, top_p=self.settings.top_p,
@@ -665,6 +664,14 @@ class ChatApp:
             self.note(f"(the conversation outgrew the context of {self.context:,} tokens: the model reads it from "
                       f"message {start + 1} on, its first {plural(self.conv.left_out, 'message')} left out; /save "
                       "keeps them all)")
+
+    def _answer_limit(self, allowed: int, prompt_tokens: int) -> None:
+        """Said where an answer may take fewer tokens than max_tokens: what the context leaves after the prompt, or
+        (a server's) its --max-tokens."""
+        if allowed < self.settings.max_tokens:
+            why = (f"the context is {self.context}" if prompt_tokens + self.settings.max_tokens > self.context
+                   else "the server's --max-tokens")
+            self.note(f"(the answer is limited to {allowed} tokens: {why})")
 
     def _record(self, content: str, reasoning: str, stats: TurnStats, stopped: bool) -> None:
         """An answer (or what a Ctrl-C left of it) into the conversation and the session's figures."""

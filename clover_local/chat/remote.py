@@ -9,7 +9,7 @@ import http.client
 import json
 import sys
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -155,7 +155,9 @@ class RemoteTurn:
     reasoning: str = ""
     committed: int = 0  # tokens of the blocks before the one in view (a thought's length while it lasts)
     block: int = 0  # the block in view
-    read_from: int = 0  # the message the server's prompt started at (0: all; the conversation outgrew its context)
+    # told (prompt tokens, tokens the answer may take, the first message read) once: from the stream's clover_prompt
+    # before the first pass, or else from the usage at the end (a stream without include_blocks)
+    on_prompt: Callable[[int, int, int], None] | None = None
 
     def take(self, chunk: dict, stats: TurnStats, view: TurnView | None) -> list[RenderableType]:
         """Fold one chunk into the turn, `stats` and `view`; what to print for good."""
@@ -170,8 +172,12 @@ class RemoteTurn:
         return out
 
     def _show(self, chunk: dict, stats: TurnStats, view: TurnView | None) -> None:
-        """The work in view (`include_blocks`): a long prompt's reading, or the block being denoised with the
-        answer's passes and tokens so far."""
+        """The work in view (`include_blocks`): what the prompt is and leaves the answer, a long prompt's reading,
+        or the block being denoised with the answer's passes and tokens so far."""
+        if "clover_prompt" in chunk:
+            read = chunk["clover_prompt"]
+            stats.prompt_tokens = read["tokens"]
+            self._told(read["tokens"], read["max_tokens"], read["read_from"])
         if "clover_prefill" in chunk:
             read = PrefillProgress(**chunk["clover_prefill"])
             stats.on_event(read)
@@ -204,7 +210,13 @@ class RemoteTurn:
         stats.tokens = use.get("completion_tokens", stats.tokens)
         stats.passes = ours.get("passes", stats.passes)
         stats.ended = time.perf_counter()
-        self.read_from = ours.get("read_from", 0)
+        if "max_tokens" in ours:
+            self._told(stats.prompt_tokens, ours["max_tokens"], ours.get("read_from", 0))
+
+    def _told(self, prompt_tokens: int, allowed: int, read_from: int) -> None:
+        if self.on_prompt is not None:
+            self.on_prompt(prompt_tokens, allowed, read_from)
+            self.on_prompt = None
 
 
 class RemoteChatApp(ChatApp):
@@ -287,7 +299,7 @@ class RemoteChatApp(ChatApp):
     def ask(self, text: str) -> TurnStats | None:
         self.conv.add_user(text)
         stats = TurnStats()
-        turn = RemoteTurn(self.settings.think)
+        turn = RemoteTurn(self.settings.think, on_prompt=self._prompt_notes)
         try:
             chunks = self.server.stream(self.request())
             if self.interactive:
@@ -298,10 +310,14 @@ class RemoteChatApp(ChatApp):
             self.conv.messages.pop()
             self.error(str(exc))
             return None
-        if not stopped:
-            self._read_from(turn.read_from)
         self._record(turn.content, turn.reasoning, stats, stopped)
         return stats
+
+    def _prompt_notes(self, prompt_tokens: int, allowed: int, read_from: int) -> None:
+        """What the local chat says before an answer: the conversation read from a later message, an answer cut
+        short of max_tokens."""
+        self._read_from(read_from)
+        self._answer_limit(allowed, prompt_tokens)
 
     def _draw_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
         view = TurnView(lambda i: "", self.block_size, self.settings.show_thinking,

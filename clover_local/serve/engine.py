@@ -244,7 +244,10 @@ class Engine:
                 "prefill_seconds": round(stats.prefill_seconds, 4),
                 "stats": {"passes": stats.passes, "tokens_per_pass": round(stats.tokens_per_pass, 4),
                           "seconds": round(stats.seconds, 4), "tokens_per_second": round(stats.tokens_per_second, 3),
-                          # the conversation outgrew the context: the index of the first message read (`chat URL`)
+                          # the tokens the answer was allowed (max_tokens, or less where the context or
+                          # --max-tokens cut it), and the first message read where the conversation outgrew the
+                          # context (`chat URL` says both, as the local chat does)
+                          "max_tokens": job.settings.max_new_tokens,
                           **({"read_from": job.read_from} if job.read_from else {})}}
 
     def _scores(self, job: Job, turn: PlainText, stop: StopText, head, upto: int) -> dict:
@@ -277,6 +280,10 @@ class Engine:
         events = decode_events(self.decoder, job.prompt_ids, job.settings, should_stop=job.cancel.is_set,
                                reuse=self.prompt_cache, snapshot_at=job.history_tokens)
         view = BlockView(lambda i: self.tokenizer.decode([i]), self.decoder.block_size) if job.blocks else None
+        if view is not None:  # what the answer reads and may write, before its first pass (the notes a chat shows)
+            job.out.put(("view", {"clover_prompt": {"tokens": len(job.prompt_ids),
+                                                    "max_tokens": job.settings.max_new_tokens,
+                                                    "read_from": job.read_from}}))
         first, shown = True, 0.0
         for ev in events:
             stats.on_event(ev)
