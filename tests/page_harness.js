@@ -5,6 +5,8 @@
 //     --toggle-think clicks the "think first" box)
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --render ANSWER_TEXT
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --block BLOCK_VIEW_JSON
+//   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --stream ANSWER_TEXT STEP
+//     (the answer streamed STEP characters a delta: where the page's drawing differs from a whole render)
 // Node's own fetch, streams, TextDecoder and AbortController are the browser's for this purpose.
 "use strict";
 const fs = require("fs");
@@ -47,7 +49,7 @@ globalThis.fetch = (path, options) => {  // the page asks its own origin
 };
 
 const script = fs.readFileSync(scriptFile, "utf8") +
-  "\nglobalThis.__page = { messages, render, drawBlock, drawPrefill, busy: () => running !== null };";
+  "\nglobalThis.__page = { messages, render, renderMore, drawBlock, drawPrefill, busy: () => running !== null };";
 
 function load() {  // the page's markup, then its script, as the browser runs it: its top-level names are the page's
   for (const [tag, id] of [["span", "model"], ["input", "think"], ["input", "key"], ["button", "new"], ["main", "log"],
@@ -94,6 +96,19 @@ if (toSend[0] === "--render" || toSend[0] === "--block") {  // what the page mak
   else if (JSON.parse(toSend[1]).cells) globalThis.__page.drawBlock(el, JSON.parse(toSend[1]));
   else globalThis.__page.drawPrefill(el, JSON.parse(toSend[1]));
   console.log(JSON.stringify(el.children.map(html).join("")));
+  process.exit(0);
+}
+
+if (toSend[0] === "--stream") {  // each delta's drawing against a whole render of the text so far
+  const text = toSend[1], step = +toSend[2], el = new Element("div"), drawn = { line: 0, count: 0 }, differ = [];
+  for (let n = Math.min(step, text.length); ; n = Math.min(n + step, text.length)) {
+    globalThis.__page.renderMore(el, text.slice(0, n), drawn);
+    const whole = new Element("div");
+    globalThis.__page.render(whole, text.slice(0, n));
+    if (el.children.map(html).join("") !== whole.children.map(html).join("")) differ.push(n);
+    if (n === text.length) break;
+  }
+  console.log(JSON.stringify({ differ, html: el.children.map(html).join(""), kept: drawn.count }));
   process.exit(0);
 }
 

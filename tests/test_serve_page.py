@@ -167,6 +167,26 @@ def test_the_page_shows_the_thinking_apart_from_the_answer(loaded, tmp_path):
     assert shown["messages"][1] == {"role": "assistant", "content": want["content"] or ""}  # not its thinking
 
 
+STREAMED = ("# Plan\n\nFirst a paragraph\nover two lines, then a list:\n\n1. one\n2. two\n\n   still two, after a blank\n"
+            "3. three\n   - nested *a*\n   - nested b\n\n- another kind\n\n\n> quoted\n> on\nlazy\n\nName | n\n|:--|--:|\n"
+            "| x | 2 |\n\n```py\nx = 1\n\n\ny = [i for i in x]\n```\n\n---\nThe end, with `code` and **bold**.\n"
+            "1) one\n\n\n\n2) two\n## Done ##\n~~~\nopen fence")
+
+
+@needs_node
+@pytest.mark.parametrize("step", [1, 5])
+def test_a_streamed_answer_is_drawn_as_a_whole_render_draws_it(loaded, tmp_path, step):
+    """As an answer streams (every character, or 5 at a time) the page draws again only its last two blocks and
+    keeps the rest as drawn: after every delta what it shows is what a render of the whole text so far shows —
+    lists that go on after a blank line, a paragraph that turns into a table, fences with blank lines included."""
+    with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
+        streamed = run_page(url, tmp_path, "--stream", STREAMED, str(step))
+        whole = render(url, tmp_path, STREAMED)
+    assert streamed["differ"] == [] and streamed["html"] == whole
+    assert streamed["kept"] >= 8  # (the blocks kept as drawn at the end: all but the last two)
+    assert whole.count("<ol>") == 2 and "<ul><li><p>another kind" in whole and "<table>" in whole and "<pre><code>x = 1\n\n\ny" in whole
+
+
 def render(url: str, tmp_path: Path, answer: str) -> str:
     """What the page makes of an answer's text, written as HTML by the harness (text escaped)."""
     return run_page(url, tmp_path, "--render", answer)
