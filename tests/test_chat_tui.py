@@ -231,7 +231,7 @@ def test_chat_at_80_columns_holds_back_what_is_typed_during_an_answer(make_check
     try:
         pane.wait_text("you ›", timeout=90)
         pane.type("/help")
-        screen = pane.wait_text("/exit ")
+        screen = pane.wait_text("  /exit ")  # the table's last row (the text above it names /exit too)
         table = screen[screen.index("  /help "):screen.index("  /exit ")].splitlines()
         assert len(table) > 11 and all(line.startswith("  ") for line in table), table  # wrapped in its column
 
