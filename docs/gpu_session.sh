@@ -114,7 +114,7 @@ STAGES=${STAGES:-kernels,routings,anatomy,finite,decode,model,full3,longprompt,t
 # stages: the census of the compiler that runs here, which may not be the one CI or the CPU machine has
 if command -v nvidia-smi >/dev/null 2>&1; then  # (a dry run on a CPU machine skips it)
   (nice -n 19 timeout 600 env -u TRITON_INTERPRET python3 -m clover_local.runtime.kernels.compile_check --arch 90,120 \
-    --sass --json >"$OUT/compile_check.part" 2>>"$OUT/compile_check.err" \
+    --jobs 1 --sass --json >"$OUT/compile_check.part" 2>>"$OUT/compile_check.err" \
     && mv "$OUT/compile_check.part" "$OUT/compile_check.json" &)
 fi
 B="python3 -m clover_local bench --synthetic full --vram-budget 16GB --prefix 4096 --passes 8 --json --device cuda"

@@ -7,7 +7,7 @@ compiles the captured launch (the same constexprs, dtypes, num_warps and num_sta
 architectures with Triton's bundled ptxas, and reads the cubin's resource use (registers per thread, local
 memory = spills, shared memory) with the bundled cuobjdump.
 
-    python -m clover_local.runtime.kernels.compile_check [--arch 90,120] [--json] [--sass]
+    python -m clover_local.runtime.kernels.compile_check [--arch 90,120] [--json] [--sass] [--jobs N]
 
 sm_90 is the H200 of our benchmarks, sm_120 the RTX 5070 Ti the product is for. Run it without
 TRITON_INTERPRET (the kernels must be compiled functions, not interpreted ones).
@@ -384,22 +384,53 @@ def compile_launch(launch: Launch, arch: int, sass: bool = False) -> dict:
     return out
 
 
+def compile_share(archs: list[int], sass: bool, share: int = 0, shares: int = 1) -> list[dict]:
+    """Every `shares`-th captured launch from `share` on, compiled for each arch, in capture order."""
+    results = []
+    for index, launch in enumerate(capture_launches()):
+        if index % shares == share:
+            for arch in archs:
+                results.append({"kernel": launch.kernel, "case": launch.case, "arch": f"sm_{arch}", "launch": index,
+                                **compile_launch(launch, arch, sass)})
+    return results
+
+
+def compile_in_parallel(archs: list[int], sass: bool, jobs: int) -> list[dict]:
+    """The launches shared among `jobs` processes (each captures them itself: a launch holds its JIT function and
+    tensors), merged back into capture order. Why: one process compiles ~90 launches × 3 archs one at a time —
+    minutes on a clean machine (no triton cache), in a CI test — and each compile uses one core."""
+    cmd = [sys.executable, "-m", "clover_local.runtime.kernels.compile_check", "--arch", ",".join(map(str, archs)), *(["--sass"] if sass else [])]
+    children = [subprocess.Popen([*cmd, "--share", f"{k}/{jobs}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for k in range(jobs)]
+    results = []
+    for child in children:
+        out, err = child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"compile_check share failed (exit {child.returncode}): {err[-2000:]}")
+        results += json.loads(out)
+    return sorted(results, key=lambda r: (r["launch"], archs.index(int(r["arch"][3:]))))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="90,120", help="compute capabilities, e.g. 90 (H100/H200), 120 (RTX 50)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     parser.add_argument("--sass", action="store_true",
                         help="also count the W4A16 kernels' K-loop instructions per weight (nvdisasm)")
+    parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                        help="processes compiling at once (default: the cores, at most 4)")
+    parser.add_argument("--share", help=argparse.SUPPRESS)  # K/N: one process's share, printed as a JSON list
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("error: unset TRITON_INTERPRET: the kernels must be compiled, not interpreted", file=sys.stderr)
         return 2
     archs = [int(a) for a in args.arch.split(",") if a]
-    results = []
-    for launch in capture_launches():
-        for arch in archs:
-            results.append({"kernel": launch.kernel, "case": launch.case, "arch": f"sm_{arch}",
-                            **compile_launch(launch, arch, args.sass)})
+    if args.share:
+        share, shares = map(int, args.share.split("/"))
+        print(json.dumps(compile_share(archs, args.sass, share, shares)))
+        return 0
+    results = (compile_in_parallel(archs, args.sass, args.jobs) if args.jobs > 1
+               else compile_share(archs, args.sass))
     ok = all(r["ok"] for r in results)
     import triton  # the compiler's version decides the census (triton 3.6 vs 3.8: BENCHMARKS.md)
 
