@@ -239,6 +239,41 @@ def test_no_gpu_is_explained(monkeypatch) -> None:
     assert "CUDA_VISIBLE_DEVICES" in r.detail and "unset CUDA_VISIBLE_DEVICES" in r.fix
 
 
+def test_the_cuda_a_driver_supports_is_asked_of_the_driver(monkeypatch) -> None:
+    """cuDriverGetVersion through the driver's own library (12040 → 12.4); no library, or one without the call,
+    is None. Where torch is built for a newer CUDA than the driver supports, no GPU is found and doctor says to
+    update the driver or install an older build, naming both versions."""
+    asked = []
+
+    class Driver:
+        def cuDriverGetVersion(self, out):  # noqa: N802 - the driver API's name
+            out._obj.value = 12040
+            return 0
+
+    def cdll(name):
+        asked.append(name)
+        if name != "libcuda.so.1" and sys.platform != "win32":
+            raise OSError(f"{name}: cannot open shared object file")
+        return Driver()
+
+    monkeypatch.setattr(diagnostics.gpu.ctypes, "CDLL", cdll)
+    assert diagnostics.gpu._cuda_driver_api() == "12.4" and asked[0] in ("libcuda.so.1", "nvcuda.dll")
+    monkeypatch.setattr(diagnostics.gpu.ctypes, "CDLL", lambda name: types.SimpleNamespace())  # no such call
+    assert diagnostics.gpu._cuda_driver_api() is None
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(diagnostics.gpu, "_nvidia_driver", lambda: "550.54.14")
+    monkeypatch.setattr(diagnostics.gpu, "_cuda_driver_api", lambda: "12.4")
+    r = diagnostics.gpu.check_cuda(print)
+    assert r.status == "warn" and "built for CUDA 12.8" in r.detail and "supports CUDA 12.4 at most" in r.detail
+    assert "update the NVIDIA driver" in r.fix and "CUDA 12.4 or older" in r.fix
+    assert r.facts["driver_cuda"] == "12.4"
+    monkeypatch.setattr(diagnostics.gpu, "_cuda_driver_api", lambda: "12.9")  # new enough: another cause
+    r = diagnostics.gpu.check_cuda(print)
+    assert "CUDA is not available" in r.detail and "at most" not in r.detail
+
+
 def test_torch_arch_support_is_read_from_its_arch_list() -> None:
     """An RTX 50 card (sm_120) under a torch built up to sm_90 is the classic "no kernel image" failure."""
     old = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]

@@ -3,10 +3,13 @@ its architecture, and the --vram-budget it gets."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import re
 import shutil
 import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -38,15 +41,29 @@ def _nvidia_driver() -> str | None:
         return "installed (nvidia-smi found)"
 
 
-def _cuda_driver_api() -> str | None:
-    """The CUDA version the driver supports, as torch's CUDA build reports it (e.g. 12.8), else None."""
-    try:
-        import torch
+def _driver_libraries() -> list[str]:
+    if sys.platform == "win32":
+        return ["nvcuda.dll"]
+    return ["libcuda.so.1", "libcuda.so", *filter(None, [ctypes.util.find_library("cuda")])]
 
-        v = int(torch._C._cuda_getDriverVersion())  # noqa: SLF001 - the one place torch exposes it
-        return f"{v // 1000}.{v % 1000 // 10}" if v > 0 else None
-    except Exception:  # noqa: BLE001 - a CPU build has no such function
-        return None
+
+def _cuda_driver_api() -> str | None:
+    """The newest CUDA the installed driver supports (e.g. 12.8), else None: asked of the driver's own library
+    (cuDriverGetVersion needs no GPU context and no torch; torch has no call for it). Why: a torch wheel built for
+    a newer CUDA than the driver supports finds no GPU, and this is the number to compare."""
+    for name in _driver_libraries():
+        try:
+            lib = ctypes.CDLL(name)
+            version = ctypes.c_int(0)
+            if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
+                return f"{version.value // 1000}.{version.value % 1000 // 10}"
+        except (OSError, AttributeError):  # not there, or not a driver
+            continue
+    return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 
 
 _NO_GPU = ("chat, generate and serve run on the CPU (slowly: fine for the tiny demo model, not for 35B); "
@@ -58,8 +75,10 @@ def _no_cuda(torch_warning: str | None) -> Result:
     import torch
 
     driver = _nvidia_driver()
+    api = _cuda_driver_api() if driver else None
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    facts = {"available": False, "driver": driver, "torch_cuda": torch.version.cuda, "warning": torch_warning}
+    facts = {"available": False, "driver": driver, "driver_cuda": api, "torch_cuda": torch.version.cuda,
+             "warning": torch_warning}
     if cvd is not None and cvd.strip() in ("", "-1"):
         return Result(WARN, f"no CUDA GPU visible: CUDA_VISIBLE_DEVICES={cvd!r} hides them; {_NO_GPU}",
                       "unset CUDA_VISIBLE_DEVICES (or name a GPU: CUDA_VISIBLE_DEVICES=0)", facts)
@@ -69,6 +88,11 @@ def _no_cuda(torch_warning: str | None) -> Result:
                             f"CPU-only build: no CUDA GPU for clover-local; {_NO_GPU}",
                       f"install a CUDA build of torch: pip install torch --index-url {CUDA_WHEELS} (RTX 50 cards "
                       "need CUDA 12.8 or newer)", facts)
+    if driver and build_cuda and api and _version(api) < _version(build_cuda):
+        return Result(WARN, f"torch is built for CUDA {build_cuda}, but the NVIDIA driver {driver} supports CUDA "
+                            f"{api} at most, so torch finds no GPU; {_NO_GPU}",
+                      f"update the NVIDIA driver to one that supports CUDA {build_cuda}, or install a torch built for "
+                      f"CUDA {api} or older (RTX 50 cards need CUDA 12.8 or newer)", facts)
     if driver and build_cuda:
         why = f" ({torch_warning})" if torch_warning else ""
         return Result(WARN, f"torch is built for CUDA {build_cuda} and the NVIDIA driver {driver} is installed, but "
