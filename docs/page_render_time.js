@@ -61,9 +61,9 @@ function inNode() {
     focus() {}
     get scrollHeight() { return 0; }
   }
-  const ids = {};
-  for (const id of ["model", "think", "key", "new", "log", "form", "input", "send"]) ids[id] = new Element("x");
-  globalThis.document = { getElementById: (i) => ids[i], createElement: (t) => new Element(t),
+  const ids = {};  // (any element the script asks for)
+  globalThis.document = { getElementById: (i) => ids[i] || (ids[i] = new Element("x")),
+                          createElement: (t) => new Element(t),
                           createTextNode: (t) => { const e = new Element("#text"); e.textContent = t; return e; } };
   globalThis.navigator = {};
   globalThis.sessionStorage = { getItem: () => null, setItem: () => {} };

@@ -2,7 +2,7 @@
 // for it, and prints what the page shows: each turn's class and text, and the conversation it keeps.
 //   [THINK=1] node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE MESSAGE [MESSAGE ...]
 //     (a MESSAGE of --retry clicks the last answer's retry button; --reload loads the page anew in the same tab;
-//     --toggle-think clicks the "think first" box)
+//     --toggle-think clicks the "think first" box; --set ID=VALUE types VALUE into the settings field ID)
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --render ANSWER_TEXT
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --block BLOCK_VIEW_JSON
 //   node tests/page_harness.js BASE_URL PAGE_SCRIPT_FILE --stream ANSWER_TEXT STEP
@@ -53,7 +53,8 @@ const script = fs.readFileSync(scriptFile, "utf8") +
 
 function load() {  // the page's markup, then its script, as the browser runs it: its top-level names are the page's
   for (const [tag, id] of [["span", "model"], ["input", "think"], ["input", "key"], ["button", "new"], ["main", "log"],
-                           ["form", "form"], ["textarea", "input"], ["button", "send"]]) {
+                           ["form", "form"], ["textarea", "input"], ["button", "send"], ["textarea", "system"],
+                           ["input", "temperature"], ["input", "max-tokens"]]) {
     byId[id] = new Element(tag, id);
   }
   byId.model.textContent = "clover-local";  // (before its script names the model)
@@ -128,6 +129,12 @@ const unloaded = [];
       byId.think.dispatch("change");
       continue;
     }
+    if (text.startsWith("--set ")) {  // a settings field typed into
+      const [id, ...value] = text.slice(6).split("=");
+      byId[id].value = value.join("=");
+      byId[id].dispatch("input");
+      continue;
+    }
     if (text === "--retry") find(byId.log, (el) => el.tag === "button" && el.textContent === "retry").dispatch("click");
     else {
       byId.input.value = text;
@@ -138,5 +145,6 @@ const unloaded = [];
   }
   console.log(JSON.stringify({ model: byId.model.textContent, title: document.title, keyShown: byId.key.style.display,
                                turns: shown(), messages: globalThis.__page.messages(), asked, unloaded,
-                               input: byId.input.value, think: byId.think.checked }));
+                               input: byId.input.value, think: byId.think.checked,
+                               settings: ["system", "temperature", "max-tokens"].map((id) => byId[id].value) }));
 })();

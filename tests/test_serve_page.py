@@ -103,21 +103,42 @@ def test_the_page_streams_the_answer_the_api_gives_and_keeps_the_conversation(lo
 
 
 @needs_node
-def test_a_conversation_that_outgrows_the_context_goes_on_with_a_note(loaded, tmp_path):
+@pytest.mark.parametrize("system", ["", "Be brief."])
+def test_a_conversation_that_outgrows_the_context_goes_on_with_a_note(loaded, tmp_path, system):
     """The page asks the server to fit the conversation to its context (fit_context): one that outgrows it loses
-    its oldest exchanges from what the model reads, not from the page, and the answer says so under it; no
-    message is refused."""
+    its oldest exchanges from what the model reads, not from the page, and the answer says so under it, counting
+    the page's messages (a system prompt, sent first and always kept, is not one); no message is refused."""
     long = "count the words: " + "one two three " * 8  # (≈ 120 tokens: two do not fit 256 with an answer)
     with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
-        shown = run_page(url, tmp_path, long, long, long)
+        shown = run_page(url, tmp_path, *([f"--set system={system}"] if system else []), long, long, long)
     assert all(body["fit_context"] is True for body in shown["asked"])
     assert [t["className"] for t in shown["turns"]] == ["turn user", "turn assistant"] * 3
     assert not any(p["className"] == "error" for t in shown["turns"] for p in t["parts"])
-    assert len(shown["messages"]) == 6 and len(shown["asked"][-1]["messages"]) == 5  # the page keeps them all
+    assert len(shown["messages"]) == 6 and len(shown["asked"][-1]["messages"]) == 5 + bool(system)  # all of them
     notes = [p["text"] for p in shown["turns"][-1]["parts"] if p["className"] == "note"]
     assert notes and re.fullmatch(r"the conversation outgrew the context: the model read it from message ([35]) on "
                                   r"\(the ones before stay on this page\)", notes[0])
     assert not any(p["className"] == "note" for p in shown["turns"][1]["parts"])  # (the first answer read it all)
+
+
+@needs_node
+def test_the_settings_go_with_every_request_and_stay_across_a_reload(loaded, tmp_path):
+    """What the settings panel holds (a system prompt, a temperature, a cap on an answer's tokens) is sent with each
+    request — the system prompt before the conversation, never kept in it — and kept across a reload; fields left
+    empty send nothing, so the server's defaults hold."""
+    with running_server(loaded, "page-model", max_tokens=16, context=256) as (_, url):
+        shown = run_page(url, tmp_path, "add 12+30", "--set system=Answer in one word.", "--set temperature=0.7",
+                         "--set max-tokens=5", "and 5+5?", "--reload", "reverse a b c d")
+    first, second, third = shown["asked"]
+    assert first["messages"] == [{"role": "user", "content": "add 12+30"}]
+    assert "temperature" not in first and "max_tokens" not in first
+    assert second["messages"] == [{"role": "system", "content": "Answer in one word."}, *shown["messages"][:3]]
+    assert second["temperature"] == 0.7 and second["max_tokens"] == 5
+    assert third["messages"][0]["role"] == "system" and (third["temperature"], third["max_tokens"]) == (0.7, 5)
+    assert shown["settings"] == ["Answer in one word.", "0.7", "5"]  # (the fields, drawn again after the reload)
+    assert [m["role"] for m in shown["messages"]] == ["user", "assistant"] * 3
+    stats = [p["text"] for t in shown["turns"] for p in t["parts"] if p["className"] == "stats"]
+    assert len(stats) == 3 and all(int(line.split()[0]) <= 5 for line in stats[1:])  # the server held the cap
 
 
 @needs_node
