@@ -399,7 +399,8 @@ def compile_in_parallel(archs: list[int], sass: bool, jobs: int) -> list[dict]:
     """The launches shared among `jobs` processes (each captures them itself: a launch holds its JIT function and
     tensors), merged back into capture order. Why: one process compiles ~90 launches × 3 archs one at a time —
     minutes on a clean machine (no triton cache), in a CI test — and each compile uses one core."""
-    cmd = [sys.executable, "-m", "clover_local.runtime.kernels.compile_check", "--arch", ",".join(map(str, archs)), *(["--sass"] if sass else [])]
+    cmd = [sys.executable, "-m", "clover_local.runtime.kernels.compile_check", "--arch", ",".join(map(str, archs)),
+           *(["--sass"] if sass else [])]
     children = [subprocess.Popen([*cmd, "--share", f"{k}/{jobs}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True) for k in range(jobs)]
     results = []
