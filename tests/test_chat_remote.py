@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import json
 import re
 import shlex
 import shutil
@@ -62,6 +63,8 @@ def test_a_conversation_gets_the_answers_the_local_chat_gives(tiny, think, conte
     assert [m["content"] for m in remote.conv.messages] == [m["content"] for m in local.conv.messages]
     assert remote.totals["tokens"] == local.totals["tokens"] and remote.totals["passes"] == local.totals["passes"]
     assert remote.last.prompt_tokens == local.last.prompt_tokens
+    assert remote.last.reused_tokens == local.last.reused_tokens  # (resumed from the turn before: /stats says it)
+    assert (remote.last.reused_tokens > 0) == (context == 4096)  # (at 256 the last prompt is read from its start)
 
 
 def test_the_block_being_denoised_comes_over_the_wire_as_the_local_chat_draws_it(tiny, monkeypatch):
@@ -270,3 +273,233 @@ def test_stats_show_the_servers_figures(monkeypatch, capsys):
     rows = capsys.readouterr().err.splitlines()
     assert "expert cache hit rate: —" in rows and not any("/stats all" in r for r in rows)
     assert rows[-1] == "GPU memory: — (not on CUDA)"
+
+    def gone(self, path):
+        raise CloverError("http://127.0.0.1:8000 went away (Connection refused)")
+
+    monkeypatch.setattr(Server, "get", gone)  # the server went away since: /stats still answers, without its figures
+    app.handle("/stats")
+    rows = capsys.readouterr().err.splitlines()
+    assert rows[-1] == "server: http://127.0.0.1:8000: no figures (/health did not answer)"
+
+
+def test_a_block_read_from_the_wire_is_drawn_as_the_local_chat_draws_it():
+    """The server folds a block's passes (generate/block_view.py) and sends it as `to_dict`: its generated
+    positions only (the prompt's tail left out), each token's label, the confidence it was revealed with and
+    whether the last pass revealed it (a token the decoder placed itself, not revealed: full confidence); the
+    chat's cells, shown that, draw what the local chat's cells draw from the passes themselves. A new block starts
+    afresh: its own number, passes and labels."""
+    from rich.console import Console
+
+    from clover_local.chat.display import BlockCells
+    from clover_local.generate.block_view import BlockView
+    from clover_local.generate.events import PassDone, Reveal
+
+    words = {1: "the", 2: " prompt", 10: "Hello", 11: " world", 12: "\n", 13: "<|im_end|>", 14: "<think>", 15: " ",
+             16: "", 17: "<|tool_call|>"}
+    served, local, remote = BlockView(words.get, 6), BlockCells(words.get, 6), BlockCells(lambda i: "", 6)
+
+    def draw(cells: BlockCells) -> str:
+        console = Console(width=80, record=True, color_system="truecolor", force_terminal=True)
+        console.print(cells)
+        return console.export_html(inline_styles=True)
+
+    def sent(ev: PassDone) -> dict:
+        served.update(ev)
+        local.update(ev)
+        view = json.loads(json.dumps(served.to_dict()))
+        remote.show(view)
+        assert draw(remote) == draw(local)
+        assert (remote.block, remote.passes, remote.revealed, remote.size) == (
+            local.block, local.passes, local.revealed, local.size)
+        return view
+
+    sent(PassDone(3, 0, [Reveal(2, 10, 0.97), Reveal(5, 13, 0.3)], [1, 2, 10, None, None, 13], 2))
+    view = sent(PassDone(3, 1, [Reveal(3, 11, 0.6)], [1, 2, 10, 11, None, 13], 2))
+    assert view == {"block": 3, "pass": 2, "cells": [
+        {"text": "Hello", "new": False, "confidence": 0.97}, {"text": "world", "new": True, "confidence": 0.6},
+        None, {"text": "EOS", "new": False, "confidence": 0.3}]}
+    assert (local.revealed, local.size) == (3, 4)  # of the generated positions, not the prompt's
+    # the next block: position 4 placed by the decoder itself (a thinking budget's closing text: not revealed)
+    view = sent(PassDone(4, 0, [Reveal(p, t, 0.5) for p, t in enumerate((14, 15, 16, 17))],
+                         [14, 15, 16, 17, 12, None], 0))
+    assert view["block"] == 4 and view["pass"] == 1 and (local.revealed, local.size) == (5, 6)
+    assert [c and c["text"] for c in view["cells"]] == ["think", "␣", "∅", "tool_call", "↵", None]
+    assert [c and (c["new"], c["confidence"]) for c in view["cells"]] == [(True, 0.5)] * 4 + [(False, 1.0), None]
+    # a position masked again (a grammar took back what it did not hold): the confidence it is revealed with next
+    sent(PassDone(4, 1, [Reveal(5, 10, 0.9)], [14, 15, 16, None, 12, 10], 0))
+    view = sent(PassDone(4, 2, [Reveal(3, 17, 0.25)], [14, 15, 16, 17, 12, 10], 0))
+    assert view["cells"][3] == {"text": "tool_call", "new": True, "confidence": 0.25}
+
+
+class _Canned(http.server.BaseHTTPRequestHandler):
+    """A server that lists a model as `serve` does and answers a chat completion with `lines` (after `wait`
+    seconds: an answer that waits in the server's queue); the bodies it was sent kept in `asked`."""
+
+    lines: list[str] = []
+    wait = 0.0
+    asked: list[dict] = []
+
+    def do_GET(self):  # noqa: N802
+        body = json.dumps({"data": [{"id": "m", "max_model_len": 4096, "clover": {"block_size": 8}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):  # noqa: N802
+        self.asked.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        threading.Event().wait(self.wait)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for line in self.lines:
+                self.wfile.write(f"{line}\n\n".encode())
+        except OSError:  # (the chat hung up)
+            pass
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+def _said(text: str, finish: str | None = None) -> str:
+    return "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]})
+
+
+@pytest.fixture
+def canned():
+    """(the handler class, to set its lines, the server's URL)"""
+    handler = type("Handler", (_Canned,), {"lines": [], "wait": 0.0, "asked": []})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield handler, f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_an_answer_the_server_breaks_off_is_one_error_line(canned, capsys):
+    """A stream that reports an error, stops before its [DONE] or sends what is not JSON: one error line, the
+    message dropped from the conversation, the chat goes on; lines that are not data (an SSE comment) are
+    passed over."""
+    handler, url = canned
+    app = RemoteChatApp(Server.connect(url), "m", ChatSettings(think=False), interactive=False, out=io.StringIO())
+    app.err = Console(file=io.StringIO())
+    for lines, said in (([_said("Hel"), 'data: {"error": {"message": "the GPU ran out of memory"}}'],
+                         "error: the server's answer failed: the GPU ran out of memory"),
+                        ([_said("Hel")], f"error: {url} ended the answer without finishing it"),
+                        ([_said("Hel"), "data: {oops"], f"error: {url} sent a chunk that is not JSON")):
+        handler.lines = lines
+        assert app.ask("hello") is None and app.conv.messages == []
+        assert capsys.readouterr().err.startswith(said)
+    handler.lines = [": keep-alive", _said("Hel"), _said("lo", "stop"), "data: [DONE]"]
+    stats = app.ask("hello")
+    assert stats.stop_reason == "stop" and app.conv.messages[-1]["content"] == "Hello"
+    assert app.out.getvalue().endswith("Hello\n")
+
+
+def test_an_answer_may_wait_in_the_servers_queue_longer_than_reaching_it_may_take(canned, monkeypatch):
+    """CONNECT_TIMEOUT bounds reaching the server, not the answer: one queued behind other clients' for longer
+    still comes."""
+    from clover_local.chat import remote
+
+    handler, url = canned
+    monkeypatch.setattr(remote, "CONNECT_TIMEOUT", 0.05)
+    handler.lines, handler.wait = [_said("Hello", "stop"), "data: [DONE]"], 0.3
+    app = RemoteChatApp(Server.connect(url), "m", ChatSettings(think=False), interactive=False, out=io.StringIO())
+    assert app.ask("hello") is not None and app.conv.messages[-1]["content"] == "Hello"
+
+
+def test_ctrl_c_in_plain_mode_keeps_what_came_and_counts_the_answer_stopped(canned, monkeypatch):
+    """Piped, a Ctrl-C mid-answer: what was written stays (its line ended), the answer is kept marked interrupted,
+    and its figures say cancelled (not still running)."""
+    handler, url = canned
+    handler.lines = [_said("Hel"), _said("lo"), _said(" there", "stop"), "data: [DONE]"]
+    real = RemoteTurn.take
+
+    def ctrl_c(self, chunk, stats, view):
+        if self.content:
+            raise KeyboardInterrupt
+        return real(self, chunk, stats, view)
+
+    monkeypatch.setattr(RemoteTurn, "take", ctrl_c)
+    app = RemoteChatApp(Server.connect(url), "m", ChatSettings(think=False), interactive=False, out=io.StringIO())
+    stats = app.ask("hello")
+    assert stats.stop_reason == "cancelled" and app.out.getvalue() == "Hel\n"
+    assert app.conv.messages[-1]["content"] == "Hel" and app.conv.messages[-1].get("interrupted")
+    assert app.totals["stopped"] == 1
+
+
+def test_the_chats_settings_go_to_the_server(canned):
+    """What /set changes reaches the server with the next message: sampling, the reveal rule (the factor where
+    one is set, else the threshold), the seed and the thinking budget."""
+    handler, url = canned
+    handler.lines = [_said("Hi", "stop"), "data: [DONE]"]
+    settings = ChatSettings(think=True, max_tokens=77, temperature=0.7, top_p=0.8, top_k=20, min_p=0.05, seed=7,
+                            reveal_factor=0.5, think_budget=100, repetition_penalty=1.1)
+    app = RemoteChatApp(Server.connect(url), "m", settings, interactive=False, out=io.StringIO())
+    app.ask("hello")
+    asked = handler.asked[-1]
+    assert {k: asked[k] for k in ("model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+                                  "reveal_factor", "thinking_token_budget", "repetition_penalty",
+                                  "enable_thinking")} == {
+        "model": "m", "max_tokens": 77, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "seed": 7,
+        "reveal_factor": 0.5, "thinking_token_budget": 100, "repetition_penalty": 1.1, "enable_thinking": True}
+    assert "threshold" not in asked and asked["stream_options"] == {"include_usage": True, "include_blocks": False}
+    app.settings = ChatSettings(think=False, threshold=0.8)
+    app.ask("again")
+    asked = handler.asked[-1]
+    assert asked["threshold"] == 0.8 and "reveal_factor" not in asked and "seed" not in asked
+    assert [m["content"] for m in asked["messages"]] == ["hello", "Hi", "again"]
+
+
+def test_the_thinking_and_a_long_prompts_reading_come_over_the_wire_as_the_local_chat_shows_them():
+    """A prompt's reading is drawn until the first pass's block replaces it; the thinking is printed as it
+    commits (or, hidden, said to go on and summed up in one line, its tokens counted, when the answer
+    starts); once the answer has started, nothing is drawn as thinking."""
+    from rich.text import Text
+
+    cell = {"text": "I", "new": True, "confidence": 0.9}
+    chunks = [{"choices": [], "clover_prefill": {"done": 16, "total": 32}},
+              {"choices": [], "clover_block": {"block": 0, "pass": 1, "cells": [cell] + [None] * 7, "passes": 1,
+                                               "tokens": 0}},
+              {"choices": [{"index": 0, "delta": {"reasoning_content": "I should add.\n"}, "finish_reason": None}]},
+              {"choices": [], "clover_block": {"block": 1, "pass": 1, "cells": [cell] + [None] * 7, "passes": 2,
+                                               "tokens": 8}},
+              {"choices": [{"index": 0, "delta": {"content": "42\n\n"}, "finish_reason": None}]},
+              {"choices": [{"index": 0, "delta": {"content": "Done."}, "finish_reason": "stop"}]}]
+    for show in (True, False):
+        view = TurnView(lambda i: "", 8, show, status=lambda width: Text("STATUS"), width=80)
+        turn, stats, printed, drawn = RemoteTurn(think=True), TurnStats(), [], []
+        for chunk in chunks:
+            printed.append([getattr(r, "plain", None) or getattr(r, "markup", None) for r in
+                            turn.take(chunk, stats, view)])
+            console = Console(width=80, record=True)
+            console.print(view)
+            drawn.append(console.export_text())
+        assert "reading the prompt" in drawn[0] and "block" not in drawn[0]
+        assert "reading the prompt" not in drawn[1] and "block 0 · pass 1 · 1/8 revealed" in drawn[1]
+        assert printed[2] == (["thinking", "┊ I should add."] if show else [])
+        assert ("thinking… " in drawn[3]) == (not show)
+        assert printed[4] == ([] if show else ["▸ thought for 8 tokens (/think show to expand)"]) + ["42"]
+        assert printed[5] == [] and "Done." in drawn[5] and not any("thinking" in d for d in drawn[4:])
+        assert turn.reasoning == "I should add.\n" and turn.content == "42\n\nDone." and stats.stop_reason == "stop"
+
+
+def test_pace_lingers_on_each_pass_the_server_sends(canned):
+    """--pace (a demo) holds each block the server sends on screen a while, and that time is left out of the
+    answer's speed, as in the local chat."""
+    handler, url = canned
+    cell = {"text": "Hi", "new": True, "confidence": 0.9}
+    handler.lines = ["data: " + json.dumps({"choices": [], "clover_block": {
+        "block": 0, "pass": p, "cells": [cell] + [None] * 7, "passes": p, "tokens": 0}}) for p in (1, 2)]
+    handler.lines += [_said("Hi", "stop"), "data: [DONE]"]
+    app = RemoteChatApp(Server.connect(url), "m", ChatSettings(think=False), interactive=True,
+                        console=Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None))
+    app.pace = 0.01
+    stats = app.ask("hello")
+    assert stats.passes == 2 and stats.paused == pytest.approx(0.02) and app.conv.messages[-1]["content"] == "Hi"

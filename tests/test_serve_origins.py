@@ -24,7 +24,7 @@ def test_the_default_policy_lets_in_this_machines_pages_and_desktop_apps_only():
     policy = OriginPolicy()
     for origin in ("http://localhost:3000", "https://127.0.0.1", "http://[::1]:5173", "http://0.0.0.0:8080",
                    "http://ui.localhost:3000", "app://obsidian.md", "tauri://localhost", "vscode-webview://abc",
-                   "file://", "HTTP://LOCALHOST:3000"):
+                   "file://", "HTTP://LOCALHOST:3000", "http://localhost.:3000"):
         assert policy.allows_origin(origin), origin
     for origin in ("https://evil.example", "http://localhost.evil.example", "http://127.0.0.1.evil.example",
                    "http://192.168.1.5:3000", "http://mybox.local:3000", "null", "chrome-extension://abcdef", "",
@@ -46,6 +46,7 @@ def test_a_page_this_server_served_may_call_it_at_whatever_address_it_was_opened
 def test_allow_origin_takes_origins_globs_and_a_star():
     policy = OriginPolicy(parse_allowed(["https://Chat.Example.com/", "chrome-extension://*"]))
     assert policy.allows_origin("https://chat.example.com")
+    assert policy.allows_origin("HTTPS://Chat.Example.COM")  # an origin is compared without its case
     assert policy.allows_origin("chrome-extension://jfedfbgedapdagkghmgibemcoggfppbb")
     assert not policy.allows_origin("https://chat.example.com.evil.example")
     assert not policy.allows_origin("http://chat.example.com")  # the scheme is part of the origin
@@ -60,7 +61,8 @@ def test_on_loopback_the_host_must_name_this_machine():
 
     policy = OriginPolicy(loopback=True)
     for host in ("localhost:8000", "127.0.0.1:8000", "[::1]:8000", "10.1.2.3", "host.docker.internal:8000",
-                 "mybox.local", "app.localhost:8000", f"{socket.gethostname()}:8000", None, ""):
+                 "mybox.local", "app.localhost:8000", f"{socket.gethostname()}:8000", None, "",
+                 "93.184.216.34:8000", "[2606:4700::1111]:8000", "localhost.:8000"):  # any IP address; a name's dot
         assert policy.allows_host(host), host
     for host in ("evil.example:8000", "evil.example", "localhost.evil.example:8000"):
         assert not policy.allows_host(host), host
