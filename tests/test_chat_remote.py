@@ -330,6 +330,10 @@ def test_a_block_read_from_the_wire_is_drawn_as_the_local_chat_draws_it():
     sent(PassDone(4, 1, [Reveal(5, 10, 0.9)], [14, 15, 16, None, 12, 10], 0))
     view = sent(PassDone(4, 2, [Reveal(3, 17, 0.25)], [14, 15, 16, 17, 12, 10], 0))
     assert view["cells"][3] == {"text": "tool_call", "new": True, "confidence": 0.25}
+    # ... and revealed as another token than before: its own label, not the one shown for the first
+    sent(PassDone(4, 3, [], [14, 15, 16, None, 12, 10], 0))
+    view = sent(PassDone(4, 4, [Reveal(3, 11, 0.4)], [14, 15, 16, 11, 12, 10], 0))
+    assert view["cells"][3] == {"text": "world", "new": True, "confidence": 0.4}
 
 
 class _Canned(http.server.BaseHTTPRequestHandler):

@@ -29,7 +29,8 @@ def token_label(text: str) -> str:
 
 class BlockView:
     """The block being denoised: one entry per position, the leading `fixed` ones prompt text rather than
-    generated. A token's label is decoded once, when it is first shown."""
+    generated. A token's label is decoded once, when it is first shown, and again where the position's token
+    changes."""
 
     def __init__(self, decode_token: Callable[[int], str], block_size: int) -> None:
         self.decode_token = decode_token
@@ -50,6 +51,9 @@ class BlockView:
             self.reset(ev.block)
         self.passes = ev.pass_index + 1
         self.fixed = ev.fixed
+        for pos, (was, now) in enumerate(zip(self.tokens, ev.tokens)):
+            if was != now:  # (masked again, then another token: a grammar took back what it did not hold)
+                self.labels.pop(pos, None)
         self.tokens = list(ev.tokens)
         self.fresh = {r.position for r in ev.revealed}
         for r in ev.revealed:
