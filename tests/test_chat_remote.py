@@ -338,13 +338,16 @@ def test_a_block_read_from_the_wire_is_drawn_as_the_local_chat_draws_it():
 
 class _Canned(http.server.BaseHTTPRequestHandler):
     """A server that lists a model as `serve` does and answers a chat completion with `lines` (after `wait`
-    seconds: an answer that waits in the server's queue); the bodies it was sent kept in `asked`."""
+    seconds: an answer that waits in the server's queue); the bodies it was sent kept in `asked`, the paths asked
+    for in `paths`."""
 
     lines: list[str] = []
     wait = 0.0
     asked: list[dict] = []
+    paths: list[str] = []
 
     def do_GET(self):  # noqa: N802
+        self.paths.append(self.path)
         body = json.dumps({"data": [{"id": "m", "max_model_len": 4096, "clover": {"block_size": 8}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -353,6 +356,7 @@ class _Canned(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self):  # noqa: N802
+        self.paths.append(self.path)
         self.asked.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         threading.Event().wait(self.wait)
         self.send_response(200)
@@ -376,7 +380,7 @@ def _said(text: str, finish: str | None = None) -> str:
 @pytest.fixture
 def canned():
     """(the handler class, to set its lines, the server's URL)"""
-    handler = type("Handler", (_Canned,), {"lines": [], "wait": 0.0, "asked": []})
+    handler = type("Handler", (_Canned,), {"lines": [], "wait": 0.0, "asked": [], "paths": []})
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
@@ -404,6 +408,18 @@ def test_an_answer_the_server_breaks_off_is_one_error_line(canned, capsys):
     stats = app.ask("hello")
     assert stats.stop_reason == "stop" and app.conv.messages[-1]["content"] == "Hello"
     assert app.out.getvalue().endswith("Hello\n")
+
+
+@pytest.mark.parametrize("given", ["/clover", "/clover/", "/clover/v1"])
+def test_a_server_behind_a_proxy_at_a_path_is_asked_there(canned, given):
+    """An address with a path (a reverse proxy that serves the server under a prefix): every request goes under
+    it, whether the address names its /v1 or not."""
+    handler, url = canned
+    handler.lines = [_said("Hi", "stop"), "data: [DONE]"]
+    app = RemoteChatApp(Server.connect(url + given), "m", ChatSettings(think=False), interactive=False,
+                        out=io.StringIO())
+    assert app.ask("hello") is not None and app.server.url == url + "/clover"
+    assert handler.paths == ["/clover/v1/models", "/clover/v1/chat/completions"]
 
 
 def test_an_answer_may_wait_in_the_servers_queue_longer_than_reaching_it_may_take(canned, monkeypatch):

@@ -40,7 +40,7 @@ CONNECT_TIMEOUT = 10.0  # seconds to reach the server; an answer may then wait i
 class Server:
     """A running `clover-local serve`: where it is, its key, and the model it serves as its /v1/models says."""
 
-    url: str  # scheme://host:port, without /v1
+    url: str  # scheme://host:port[/path], without /v1 (a path: a server behind a reverse proxy at a prefix)
     key: str | None = None
     model: str = ""
     context: int = 0
@@ -88,7 +88,8 @@ class Server:
         """The server's response, its status checked: a refusal is one line with the server's reason."""
         conn = self._connection(timeout)
         try:
-            conn.request(method, path, None if body is None else json.dumps(body).encode("utf-8"), self._headers())
+            conn.request(method, urlsplit(self.url).path + path, None if body is None else json.dumps(body).encode(),
+                         self._headers())
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
