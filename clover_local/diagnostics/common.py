@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,11 @@ def fmt_size(n: float | None) -> str:
     from clover_local.runtime.sizes import fmt_bytes
 
     return "unknown" if n is None else fmt_bytes(n)
+
+
+def version_tuple(version: str | None, parts: int = 3) -> tuple[int, ...]:
+    """A version's first `parts` numbers, for comparing ("12.8" → (12, 8); None → ())."""
+    return tuple(int(p) for p in re.findall(r"\d+", version or "")[:parts])
 
 
 def one_line(exc: BaseException) -> str:

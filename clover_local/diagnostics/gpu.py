@@ -14,7 +14,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from clover_local.diagnostics.common import FAIL, GIB, OK, REPORT, WARN, Result, cuda_available, fmt_size, one_line
+from clover_local.diagnostics.common import (FAIL, GIB, OK, REPORT, WARN, Result, cuda_available, fmt_size,
+                                             one_line, version_tuple)
 
 CUDA_WHEELS = "https://download.pytorch.org/whl/cu128"
 
@@ -62,10 +63,6 @@ def _cuda_driver_api() -> str | None:
     return None
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
-
-
 _NO_GPU = ("chat, generate and serve run on the CPU (slowly: fine for the tiny demo model, not for 35B); "
            "`clover-local plan MODEL --vram 16GB` still plans for a card")
 
@@ -88,7 +85,7 @@ def _no_cuda(torch_warning: str | None) -> Result:
                             f"CPU-only build: no CUDA GPU for clover-local; {_NO_GPU}",
                       f"install a CUDA build of torch: pip install torch --index-url {CUDA_WHEELS} (RTX 50 cards "
                       "need CUDA 12.8 or newer)", facts)
-    if driver and build_cuda and api and _version(api) < _version(build_cuda):
+    if driver and build_cuda and api and version_tuple(api, 2) < version_tuple(build_cuda, 2):  # (major.minor)
         return Result(WARN, f"torch is built for CUDA {build_cuda}, but the NVIDIA driver {driver} supports CUDA "
                             f"{api} at most, so torch finds no GPU; {_NO_GPU}",
                       f"update the NVIDIA driver to one that supports CUDA {build_cuda}, or install a torch built for "

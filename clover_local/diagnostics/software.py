@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clover_local.diagnostics.common import FAIL, OK, WARN, Result, cuda_available, fmt_size, one_line
+from clover_local.diagnostics.common import (FAIL, OK, WARN, Result, cuda_available, fmt_size, one_line,
+                                             version_tuple)
 
 # environment variables worth showing in a report (values, never a token: HF_TOKEN is not among them)
 ENV_NAMES = ("TRITON_INTERPRET", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF", "HF_HOME",
@@ -33,10 +34,6 @@ def _dist_version(*names: str) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
-
-
-def _version_tuple(version: str | None) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version or "")[:3])
 
 
 def _norm(name: str) -> str:
@@ -179,7 +176,7 @@ def check_triton(say: Callable[[str], None]) -> Result:
         have = f"{named} does not load ({why})" if version else "triton is not installed"
         return Result(WARN, f"{have}: on the GPU {fallback} (correct, far slower)", install, facts)
     major, _minor = torch.cuda.get_device_capability()
-    if major >= 10 and _version_tuple(version) < (3, 3):
+    if major >= 10 and version_tuple(version) < (3, 3):
         return Result(WARN, f"{version} predates Blackwell support (triton 3.3): the kernels may fail to compile "
                             "for this GPU", install, facts)
     return Result(OK, f"{version}: the INT4 matmuls, the fused MoE and the fused layer ops run as Triton kernels "
