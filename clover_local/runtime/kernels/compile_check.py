@@ -409,7 +409,7 @@ def compile_in_parallel(archs: list[int], sass: bool, jobs: int) -> list[dict]:
         if child.returncode != 0:
             raise RuntimeError(f"compile_check share failed (exit {child.returncode}): {err[-2000:]}")
         results += json.loads(out)
-    return sorted(results, key=lambda r: (r["launch"], archs.index(int(r["arch"][3:]))))
+    return sorted(results, key=lambda r: r["launch"])  # (stable: a launch's archs stay in the order compiled)
 
 
 def main(argv: list[str] | None = None) -> int:
