@@ -99,6 +99,40 @@ def test_the_block_being_denoised_comes_over_the_wire_as_the_local_chat_draws_it
     assert "clover\n" in text and "d c b a" in text and "tok/pass" in text and "tok/s" in text
 
 
+def test_hidden_thinking_is_counted_as_the_local_chat_counts_it(tiny):
+    """Thinking hidden, on a terminal: the line that sums a thought up when the answer starts, and the count the
+    display holds as each piece of the answer arrives, are the local chat's (tokens up to and including
+    `</think>`), from the stream's `clover_commit`. They were a block behind: the summary said the tokens committed
+    before the block in which the answer started (here "thought for 0 tokens" against 15)."""
+    from clover_local.chat import display
+
+    def counts(app) -> tuple[list[int], list[str]]:
+        seen: list[int] = []  # the count given with each piece of the answer's text, and at its end
+        on_text = display.TurnView.on_text
+
+        def spy(view, dr, dc, thinking_open, tokens):
+            if dc or not thinking_open:
+                seen.append(tokens)
+            return on_text(view, dr, dc, thinking_open, tokens)
+
+        screen = io.StringIO()
+        app.console = Console(file=screen, width=200, force_terminal=True, color_system=None)
+        display.TurnView.on_text = spy
+        try:
+            for text in ASKED[:2]:
+                app.handle(text)
+        finally:
+            display.TurnView.on_text = on_text
+        return seen, re.findall(r"thought for \d+ tokens", screen.getvalue())
+
+    settings = ChatSettings(think=True, max_tokens=64, show_thinking=False)
+    want = counts(ChatApp(tiny, "tiny", settings, interactive=True))
+    with running_server(tiny, "tiny", max_tokens=64, context=4096) as (_, url):
+        got = counts(RemoteChatApp(Server.connect(url), "tiny", settings, interactive=True))
+    assert want[1] and want[0][0] > 1  # (the first answer thought past its first block, and said so)
+    assert got == want
+
+
 def test_on_a_terminal_the_notes_come_before_the_answer(tiny):
     """A conversation that outgrows the server's context: the chat says, before the answer is drawn (the stream's
     clover_prompt), that the model reads it from a later message and that the answer is cut to the room left."""

@@ -863,7 +863,8 @@ def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_
     confidence it was revealed with, and the answer's passes and tokens so far; one such chunk per pass the usage
     counts where passes take longer than a screen's frame (VIEW_INTERVAL: faster ones are sent at that rate), the
     answer's text unchanged, and none for a stream that does not ask. Before them the prompt's tokens and the
-    answer's allowance (clover_prompt); a prompt read in several passes is reported as it is read, first."""
+    answer's allowance (clover_prompt); a prompt read in several passes is reported as it is read, first. Each
+    block's commit (clover_commit) precedes its text."""
     from clover_local.serve.engine import VIEW_INTERVAL
 
     engine, url = in_process
@@ -886,6 +887,14 @@ def test_a_stream_that_asks_for_blocks_gets_the_block_being_denoised_after_each_
 
     assert text(chunks) == text(plain)  # greedy: the same answer
     assert len(blocks) == chunks[-1]["usage"]["clover"]["passes"] >= 2
+    # each block's commit, before its text: the answer's tokens and its thought's, as the usage ends with them
+    commits = [(k, c["clover_commit"]) for k, c in enumerate(chunks) if "clover_commit" in c]
+    assert [c["block"] for _, c in commits] == list(range(len(commits))) and len(commits) >= 1
+    assert commits[-1][1]["tokens"] == use["completion_tokens"]
+    assert commits[-1][1]["thought"] == use["completion_tokens_details"]["reasoning_tokens"]
+    texts = [k for k, c in enumerate(chunks)
+             if c["choices"] and any(c["choices"][0]["delta"].get(f) for f in ("content", "reasoning_content"))]
+    assert texts and all("clover_commit" in chunks[k - 1] or k - 1 in texts for k in texts)  # right after its commit
     assert [b["passes"] for b in blocks] == list(range(1, len(blocks) + 1))
     assert blocks[-1]["tokens"] <= chunks[-1]["usage"]["completion_tokens"]
     for before, now in zip(blocks, blocks[1:]):

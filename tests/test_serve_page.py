@@ -180,10 +180,13 @@ def test_the_page_shows_the_thinking_apart_from_the_answer(loaded, tmp_path):
         req = urllib.request.Request(url + "/v1/chat/completions", data=body,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as r:
-            want = json.loads(r.read())["choices"][0]["message"]
+            got = json.loads(r.read())
+    want = got["choices"][0]["message"]
     thought, answer = shown["turns"][1]["parts"][:2]
     assert want["reasoning_content"]  # (a random model thinks through all of its 16 tokens)
-    assert not thought["hidden"] and thought["text"] == "thinking" + want["reasoning_content"]  # summary, then it
+    tokens = got["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    assert tokens > 0 and not thought["hidden"]  # its summary with the thought's tokens, then the thought
+    assert thought["text"] == f"thought for {tokens} tokens" + want["reasoning_content"]
     assert answer["text"] == (want["content"] or "")
     assert shown["messages"][1] == {"role": "assistant", "content": want["content"] or ""}  # not its thinking
 

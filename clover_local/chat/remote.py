@@ -154,7 +154,8 @@ class RemoteTurn:
     think: bool
     content: str = ""
     reasoning: str = ""
-    committed: int = 0  # tokens of the blocks before the one in view (a thought's length while it lasts)
+    committed: int = 0  # tokens of the blocks committed so far
+    thought: int | None = None  # of those, the thinking's (`clover_commit`; None from a server that does not say)
     block: int = 0  # the block in view
     # told (prompt tokens, tokens the answer may take, the first message read) once: from the stream's clover_prompt
     # before the first pass, or else from the usage at the end (a stream without include_blocks)
@@ -191,6 +192,10 @@ class RemoteTurn:
             if view is not None:
                 view.prefill = None
                 view.cells.show(shown)
+        if "clover_commit" in chunk:  # before the block's text: the counts that text ends at
+            done = chunk["clover_commit"]
+            self.block, self.committed, self.thought = done["block"], done["tokens"], done["thought"]
+            stats.tokens = done["tokens"]
 
     def _text(self, delta: dict, view: TurnView | None) -> list[RenderableType]:
         """A committed block's text (thinking, answer), into the turn and the display."""
@@ -200,7 +205,13 @@ class RemoteTurn:
         if view is None or not (dr or dc):
             return []
         view.on_commit(self.block)
-        return view.on_text(dr, dc, self.think and not self.content, self.committed)
+        return view.on_text(dr, dc, self.think and not self.content, self.thought_tokens)
+
+    @property
+    def thought_tokens(self) -> int:
+        """The thinking's tokens so far, as the local chat counts them (up to and including `</think>`); from a
+        server that does not send `clover_commit`, the committed tokens (a block behind while the thought lasts)."""
+        return self.thought if self.thought is not None else self.committed
 
     def _settle(self, use: dict, stats: TurnStats) -> None:
         """The answer's own figures, from its usage: what was read, resumed and written, in how many passes, and
@@ -343,7 +354,7 @@ class RemoteChatApp(ChatApp):
             finally:
                 chunks.close()  # (hung up: the server stops the answer)
         stats.end("cancelled" if stopped else stats.stop_reason)
-        return self._close_answer(view.on_text("", "", False, turn.committed) + view.finish(), stopped, stats)
+        return self._close_answer(view.on_text("", "", False, turn.thought_tokens) + view.finish(), stopped, stats)
 
     def _print_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
         stopped = False

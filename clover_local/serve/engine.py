@@ -307,6 +307,9 @@ class Engine:
                         first = False
                 dr, dc = turn.add(ev.token_ids)
                 dc = stop.feed(dc)
+                if view is not None:  # the answer's tokens and its thought's, exact before the text they end with
+                    job.out.put(("view", {"clover_commit": {"block": ev.block, "tokens": stats.tokens,
+                                                            "thought": turn.reasoning_tokens}}))
                 if dr or dc:
                     job.out.put(("delta", dr, dc))
                 if stop.hit:

@@ -752,7 +752,8 @@ class ChatAnswer:
 
     def view(self, fields: dict) -> list[dict]:
         """The work in view (`stream_options.include_blocks`): a chunk with no choices, as the usage chunk, holding
-        `clover_prefill` (a long prompt's tokens read) or `clover_block` (generate/block_view.py's to_dict)."""
+        `clover_prompt` (what the prompt is and leaves the answer), `clover_prefill` (a long prompt's tokens read),
+        `clover_block` (generate/block_view.py's to_dict) or `clover_commit` (the counts at a block's commit)."""
         return [{**self._chunk(None), **fields}]
 
     def end(self, info: dict, rest: str, calls: list[ToolCall]) -> list[dict]:
