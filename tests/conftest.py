@@ -26,6 +26,16 @@ from clover_local.checkpoint.synthetic import TinySpec, write_checkpoint
 
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _lean_interpreter():
+    """The interpreter without the overflow checks it discards (`skip_discarded_overflow_checks`)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from interpreter_bounds import skip_discarded_overflow_checks
+
+        skip_discarded_overflow_checks()
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _bounds_checked_kernels():
     """Every interpreted Triton launch bounds-checked (`interpreter_bounds`: a kernel reading past its tensors

@@ -13,12 +13,15 @@ them (masked-off lanes excepted); the first that does not raises, naming the ker
 program 0 first, which a GPU does not promise, so a launch whose programs depend on one another's writes passes
 on the CPU in the one order it sees.
 
+`skip_discarded_overflow_checks()` spares the interpreter work whose result it throws away (see there).
+
 It patches the interpreter's builder (`triton.runtime.interpreter`, triton 3.x): a test aid, never product code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator
 
@@ -80,6 +83,24 @@ def _check(ptrs, mask, what: str) -> None:
         near = ", ".join(f"[{int(lo):#x}, {int(hi):#x})" for lo, hi in zip(los, his))
         raise OutOfBounds(f"{_state.kernel}: {what} of {bad.size} element(s) outside every tensor argument, first at "
                           f"{int(bad[0]):#x} ({int(size)} bytes); arguments span {near}")
+
+
+def skip_discarded_overflow_checks() -> bool:
+    """Turn off the interpreter's integer-overflow checks where it discards their result; True if it did.
+
+    Why: the interpreter's options say `sanitize_overflow=True`, so every integer +, - and * of a program is also
+    done in int64, compared with the type's bounds and handed to `device_assert` — which returns without looking
+    unless the options say `debug` (they do not: a GPU compile drops the same assert). That is a third of the time
+    of an interpreted MoE launch (cProfile of the runtime test's passes), for nothing. With `debug` on (someone
+    debugging a kernel) the checks are kept."""
+    from triton.runtime import interpreter as itp
+
+    builder = getattr(itp, "interpreter_builder", None)
+    opts = getattr(builder, "options", None)
+    if not dataclasses.is_dataclass(opts) or opts.debug or not getattr(opts, "sanitize_overflow", False):
+        return False
+    builder.options = dataclasses.replace(opts, sanitize_overflow=False)
+    return True
 
 
 @contextlib.contextmanager

@@ -1860,3 +1860,43 @@ def test_interpreter_bounds_check_names_an_access_past_the_tensors() -> None:
         seen.append(buf[4:].tolist())
     # first to last and last to first (in either order of the two: the conftest's own check may be reversing too)
     assert sorted(seen) == [[1, 1, 1, 1], [1, 2, 12, 22]]
+
+
+@needs_triton
+@pytest.mark.skipif(not _INTERPRETED, reason="patches Triton's interpreter")
+def test_interpreter_runs_without_the_overflow_checks_it_discards() -> None:
+    """conftest turns off the interpreter's integer-overflow checks (`skip_discarded_overflow_checks`): a third of
+    an interpreted MoE launch's time. Pinned: they are off in this run (a triton that moves the option shows here,
+    not as a slower CI), and turning them off changes no result — int32 arithmetic that overflows wraps as before,
+    with no error either way, because without `debug` the interpreter never looked at the check."""
+    import dataclasses
+
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter as itp
+
+    from interpreter_bounds import skip_discarded_overflow_checks
+
+    opts = itp.interpreter_builder.options
+    assert opts.sanitize_overflow is False and opts.debug is False
+    assert skip_discarded_overflow_checks() is False  # already off: nothing to do
+
+    @triton.jit
+    def wrapping(x_ptr, o_ptr, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + i)
+        tl.store(o_ptr + i, x * 3 + x - 7)
+
+    x = torch.tensor([2**30 + 5, -(2**30) - 3, 7, 2**31 - 1], dtype=torch.int32)
+    want = x.to(torch.int64) * 4 - 7
+    want = ((want + 2**31) % 2**32 - 2**31).to(torch.int32)  # two's-complement wrap
+    outs = []
+    for sanitize in (True, False):
+        itp.interpreter_builder.options = dataclasses.replace(opts, sanitize_overflow=sanitize)
+        try:
+            out = torch.zeros_like(x)
+            wrapping[(1,)](x, out, BLOCK=4)
+            outs.append(out)
+        finally:
+            itp.interpreter_builder.options = opts
+    assert torch.equal(outs[0], want) and torch.equal(outs[1], want)
