@@ -135,7 +135,8 @@ def test_hidden_thinking_is_counted_as_the_local_chat_counts_it(tiny):
 
 def test_on_a_terminal_the_notes_come_before_the_answer(tiny):
     """A conversation that outgrows the server's context: the chat says, before the answer is drawn (the stream's
-    clover_prompt), that the model reads it from a later message and that the answer is cut to the room left."""
+    clover_prompt) and before its "clover" header, as the local chat does, that the model reads it from a later
+    message and that the answer is cut to the room left."""
     asked = ASKED + ["count the words: " + "one two three " * 30]
     with running_server(tiny, "tiny", max_tokens=64, context=256) as (_, url):
         screen = io.StringIO()
@@ -145,8 +146,9 @@ def test_on_a_terminal_the_notes_come_before_the_answer(tiny):
             app.handle(text)
     text = screen.getvalue()
     outgrew, limited = text.find("(the conversation outgrew the context of 256"), text.find("(the answer is limi")
-    assert app.conv.left_out > 0 and 0 <= text.rfind("clover\n") < outgrew < limited  # the last answer's notes,
-    assert limited < text.find(" · pass 1 · ", outgrew) and "error" not in text  # before its first pass is drawn
+    assert app.conv.left_out > 0 and 0 <= outgrew < limited  # the last answer's notes, then its header (as the
+    assert limited < text.find("clover\n", limited) < text.find(" · pass 1 · ", outgrew)  # local chat), then its
+    assert "error" not in text  # first pass
 
 
 def test_ctrl_c_hangs_up_and_the_server_stops_the_answer(tiny, monkeypatch):

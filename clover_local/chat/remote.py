@@ -334,12 +334,16 @@ class RemoteChatApp(ChatApp):
     def _draw_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
         view = TurnView(lambda i: "", self.block_size, self.settings.show_thinking,
                         status=lambda width: self._status(stats, view, width), width=self.console.width)
-        self.console.print(Text("clover", style="bold magenta"))
-        stopped, last_draw = False, 0.0
+        stopped, last_draw, headed = False, 0.0, False
         with Live(view, console=self.console, auto_refresh=False, transient=True) as live:
             try:
                 for chunk in chunks:
-                    for r in turn.take(chunk, stats, view):
+                    printed = turn.take(chunk, stats, view)
+                    if not headed and (printed or "clover_block" in chunk or "clover_prefill" in chunk):
+                        # the answer's header after the notes that come first (clover_prompt), as the local chat
+                        live.console.print(Text("clover", style="bold magenta"))
+                        headed = True
+                    for r in printed:
                         live.console.print(r)
                     if self.pace and "clover_block" in chunk:  # (--pace: each pass shown a while, as the local chat)
                         live.refresh()
@@ -354,6 +358,8 @@ class RemoteChatApp(ChatApp):
             finally:
                 chunks.close()  # (hung up: the server stops the answer)
         stats.end("cancelled" if stopped else stats.stop_reason)
+        if not headed:  # (an answer that showed nothing: still said to be one)
+            self.console.print(Text("clover", style="bold magenta"))
         return self._close_answer(view.on_text("", "", False, turn.thought_tokens) + view.finish(), stopped, stats)
 
     def _print_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
