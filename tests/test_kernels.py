@@ -1863,6 +1863,32 @@ def test_interpreter_bounds_check_names_an_access_past_the_tensors() -> None:
 
 
 @needs_triton
+def test_fused_multiply_add_stays_on_under_every_triton_without_a_warning(monkeypatch) -> None:
+    """clover_local sets TRITON_DEFAULT_FP_FUSION=1 unless the user set it: triton 3.9 warns onto the screen when it
+    is unset and 3.10 turns fusion off, where the kernels were checked and timed with it on. A user's 0 stays."""
+    import subprocess
+    import sys
+    import warnings
+
+    code = "import os, clover_local; print(os.environ.get('TRITON_DEFAULT_FP_FUSION'))"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_DEFAULT_FP_FUSION"}
+
+    def run(extra: dict) -> str:
+        return subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert run({}) == "1" and run({"TRITON_DEFAULT_FP_FUSION": "0"}) == "0"
+    from triton import knobs
+
+    language = knobs.language
+    if hasattr(language, "fp_fusion_enabled"):  # (triton ≥ 3.9: the knob that warns)
+        monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert language.fp_fusion_enabled(None) is True
+
+
+@needs_triton
 @pytest.mark.skipif(not _INTERPRETED, reason="patches Triton's interpreter")
 def test_interpreter_runs_without_the_overflow_checks_it_discards() -> None:
     """conftest turns off the interpreter's integer-overflow checks (`skip_discarded_overflow_checks`): a third of
