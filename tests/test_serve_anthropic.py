@@ -63,6 +63,7 @@ def test_the_answer_is_the_chat_routes_answer_streamed_or_not(tiny_server):
         assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == ref.usage.prompt_tokens
         assert msg.usage.output_tokens == ref.usage.completion_tokens
         assert msg.usage.cache_read_input_tokens > 0  # the chat request just read this prompt: its prefill resumed
+        assert msg.usage.cache_creation_input_tokens == 0 and msg.model == "tiny"  # the served model's name
         assert client.messages.count_tokens(model="tiny", system="Be brief.", thinking=thinking, messages=[
             {"role": "user", "content": prompt}]).input_tokens == ref.usage.prompt_tokens
 
@@ -73,6 +74,8 @@ def test_the_answer_is_the_chat_routes_answer_streamed_or_not(tiny_server):
         kinds = [e.type for e in events if e.type in ("message_start", "content_block_start", "content_block_stop",
                                                       "message_delta", "message_stop")]
         blocks = len(msg.content)
+        start = events[0].message.usage  # the prompt's tokens are known from the start (Claude Code shows them)
+        assert start.input_tokens + (start.cache_read_input_tokens or 0) == ref.usage.prompt_tokens
         assert kinds == ["message_start"] + ["content_block_start", "content_block_stop"] * blocks + [
             "message_delta", "message_stop"]
         joined = "".join(e.delta.text for e in events if e.type == "content_block_delta"
@@ -198,11 +201,74 @@ USER = [{"role": "user", "content": "x"}]
       "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking", "without thinking"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
         {"type": "image", "source": {}}]}]}]}, "messages[0].content[0].content", "text"),
+    ({"messages": USER, "thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking", "positive integer"),
+    ({"messages": USER, "mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}]}, "mcp_servers",
+     "not supported"),
+    ({"messages": USER + [{"role": "assistant",
+                           "content": [{"type": "tool_use", "id": "t", "name": "get_weather", "input": "Oslo"}]}]
+      + USER},
+     "messages[1]", "'input' object"),
 ])
 def test_requests_it_cannot_honour_get_a_400(body, param, words):
     with pytest.raises(ApiError) as err:
         _parse(body)
     assert (err.value.status, err.value.param) == (400, param) and words in err.value.message
+
+
+def test_an_assistant_turns_blocks_join_in_order():
+    """Claude Code sends back an assistant turn as the blocks it got, several text and thinking blocks among
+    them (interleaved with tool_use): all of their text is the turn's, joined as one answer, and all of its thinking
+    its reasoning."""
+    req = _parse({"messages": USER + [{"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "first", "signature": ""}, {"type": "text", "text": "Checking"},
+        {"type": "thinking", "thinking": "second", "signature": ""}, {"type": "text", "text": " twice."}]}] + USER})
+    assert req.messages[1] == {"role": "assistant", "content": "Checking twice.", "reasoning_content": "first\nsecond"}
+
+
+def test_tool_choice_any_or_a_named_tool_forces_a_call_without_thinking():
+    """`any` is OpenAI's "required" (a call of any tool), `{"type": "tool"}` one call of that tool — each written
+    without thinking, which a request that does not mention thinking gets rather than a 400;
+    `disable_parallel_tool_use` is one call at most, whatever the choice; custom tools (`type: custom`) and their
+    `strict` pass to the chat tools."""
+    forced = _parse({"messages": USER, "tools": [WEATHER], "tool_choice": {"type": "any"}})
+    assert forced.forced is not None and forced.forced.tools == TOOLS and forced.forced.parallel
+    assert forced.enable_thinking is False and forced.parallel_calls
+    one = _parse({"messages": USER, "tools": [WEATHER],
+                  "tool_choice": {"type": "any", "disable_parallel_tool_use": True}})
+    assert one.forced.parallel is False and one.parallel_calls is False
+    named = _parse({"messages": USER, "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "get_weather"}})
+    assert named.forced.tools == TOOLS and not named.forced.parallel and named.enable_thinking is False
+    auto = _parse({"messages": USER, "tools": [WEATHER],
+                   "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}})
+    assert auto.forced is None and auto.parallel_calls is False
+    assert _parse({"messages": USER, "tools": [WEATHER]}).parallel_calls
+    strict = _parse({"messages": USER, "tools": [{**WEATHER, "type": "custom", "strict": True}]})
+    assert strict.tools == [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}}]
+
+
+def test_thinking_types_and_budget_are_read():
+    """`adaptive` thinks as `enabled` does, `budget_tokens` is the thinking's budget, and a request that sends
+    `thinking` at all has asked (so serve --no-think leaves it be); one that does not takes the default."""
+    adaptive = _parse({"messages": USER, "thinking": {"type": "adaptive"}})
+    assert adaptive.enable_thinking is True and adaptive.think_budget is None and adaptive.thinking_asked
+    budget = _parse({"messages": USER, "thinking": {"type": "enabled", "budget_tokens": 2048}})
+    assert (budget.enable_thinking, budget.think_budget, budget.thinking_asked) == (True, 2048, True)
+    off = _parse({"messages": USER, "thinking": {"type": "disabled"}})
+    assert off.enable_thinking is False and off.thinking_asked
+    plain = _parse({"messages": USER})
+    assert plain.enable_thinking is True and plain.think_budget is None and not plain.thinking_asked
+
+
+def test_errors_are_typed_by_status_as_anthropic_types_them():
+    """Anthropic's SDKs and Claude Code read `error.type`: a queue full (429) is a rate limit, an out-of-memory
+    (503) and 529 are overloaded, which clients retry."""
+    from clover_local.serve.anthropic import error_body
+
+    statuses = (400, 401, 404, 413, 429, 500, 503, 529)
+    types = {status: error_body(ApiError(status, "x"))["error"]["type"] for status in statuses}
+    assert types == {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                     413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error",
+                     529: "overloaded_error"}
 
 
 def test_a_call_comes_back_as_tool_use_and_its_result_goes_back(tool_server):
@@ -331,6 +397,8 @@ def test_the_blocks_are_the_same_streamed_or_not():
                 stream = MessageAnswer("m", 5)
                 events = stream.start() + stream.delta(reasoning, "") + stream.end(info, content, calls)
                 blocks = [e["content_block"] for name, e in events if name == "content_block_start"]
+                # a tool_use block opens with an empty input object, which its input_json_delta fills
+                assert all(b["input"] == {} for b in blocks if b["type"] == "tool_use")
                 for name, e in events:
                     if name == "content_block_delta":
                         block, delta = blocks[e["index"]], e["delta"]

@@ -160,6 +160,14 @@ def test_the_token_limit_leaves_the_response_incomplete(client):
     ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format", "'schema'"),
     ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": {"pattern": "a"}}}}, "text.format",
      "pattern"),
+    ({"input": "hi", "conversation": "conv_1"}, "conversation", "keeps no responses"),
+    ({"input": "hi", "prompt": {"id": "pmpt_1"}}, "prompt", "stored prompt"),
+    ({"input": "hi", "reasoning": "high"}, "reasoning", "must be an object"),
+    ({"input": [{"role": "user", "content": "hi"},
+                {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": {"city": "Oslo"}}]},
+     "input[1]", "JSON string"),
+    ({"input": [{"role": "user", "content": "hi"}, {"type": "function_call_output", "output": "sunny"}]}, "input[1]",
+     "'call_id'"),
 ])
 def test_what_cannot_be_honoured_is_a_400_in_openais_shape(client, served, body, param, words):
     status, answer = post(served[1], body)
@@ -181,10 +189,13 @@ def test_input_items_become_the_chat_messages():
         {"role": "system", "content": "No chatter."},
         {"role": "user", "content": "weather?"},
         {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "ask"}]},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
-        {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+         "arguments": '{"city": "Oslo"}'},  # (Codex sends the item's id back beside the call's)
+        {"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "get_weather",
+         "arguments": '{"city": "Rome"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "rain"}]}]}
+        {"type": "function_call_output", "call_id": "call_2",
+         "output": [{"type": "input_text", "text": "rain"}, {"type": "input_text", "text": " later"}]}]}
     req = parse_responses_request(json.dumps(body).encode())
     chat_req = req.chat
     assert [m["role"] for m in chat_req.messages] == ["system", "user", "assistant", "tool", "tool"]
@@ -193,14 +204,125 @@ def test_input_items_become_the_chat_messages():
     assert turn["reasoning_content"] == "ask" and turn["content"] == ""
     assert [(c["id"], c["function"]["arguments"]) for c in turn["tool_calls"]] == [
         ("call_1", {"city": "Oslo"}), ("call_2", {"city": "Rome"})]
-    assert chat_req.messages[4] == {"role": "tool", "content": "rain", "tool_call_id": "call_2"}
+    assert chat_req.messages[4] == {"role": "tool", "content": "rain later", "tool_call_id": "call_2"}
     assert chat_req.tools == [WEATHER] and chat_req.template_kwargs["tools"] == [WEATHER]
     assert chat_req.max_tokens == 9 and chat_req.enable_thinking
     assert req.echo["tools"] == [FLAT_WEATHER] and req.echo["store"] is False
+    assert (req.echo["tool_choice"], req.echo["truncation"], req.echo["parallel_tool_calls"]) == (
+        "auto", "disabled", True)  # what was not sent, echoed as its default
     # tools and JSON mode together, as on chat: the answer is the JSON or a call (held in the server's _job), and
     # written without thinking
     both = parse_responses_request(json.dumps({**body, "text": {"format": {"type": "json_object"}}}).encode()).chat
     assert both.json_object and both.tools == [WEATHER] and not both.enable_thinking
+
+
+def test_a_conversation_codex_sends_back_becomes_its_turns():
+    """Codex's history: its developer messages first (all of them the one system message, after the
+    instructions), then per turn a reasoning item, the assistant's message and its call — one assistant turn, the
+    reasoning item's own text (its content, else its summary) as the turn's reasoning — the call's output, and the
+    answer that followed it, whose turn that reasoning is not; refusal parts are text."""
+    req = parse_responses_request(json.dumps({"instructions": "Be brief.", "tools": [FLAT_WEATHER], "input": [
+        {"role": "developer", "content": "Sandbox on."},
+        {"role": "developer", "content": [{"type": "input_text", "text": "Approvals never."}]},
+        {"role": "user", "content": "weather in Oslo?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "summary"}],
+         "content": [{"type": "reasoning_text", "text": "look "}, {"type": "reasoning_text", "text": "it up"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+         "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "and Rome"}]},
+        {"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "get_weather",
+         "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "call_2", "output": "rain"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny. "},
+                                                             {"type": "refusal", "refusal": "No more."}]},
+        {"role": "user", "content": "thanks"}]}).encode()).chat
+    assert req.messages == [
+        {"role": "system", "content": "Be brief.\n\nSandbox on.\n\nApprovals never."},
+        {"role": "user", "content": "weather in Oslo?"},
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "look it up", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "assistant", "content": "", "reasoning_content": "and Rome", "tool_calls": [
+            {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "rain"},
+        {"role": "assistant", "content": "Sunny. No more."},
+        {"role": "user", "content": "thanks"}]
+
+
+def test_tool_choice_and_thinking_fields_are_read():
+    """A forced call ("required", or a function by name) is the whole answer, written without thinking even where
+    the request says nothing of it; `parallel_tool_calls`, `tool_choice` and `strict` are kept (and echoed); a
+    reasoning effort asks for thinking with its budget ("low" 1,024 tokens, "medium" 4,096), and
+    `thinking_token_budget` sets one itself."""
+    def read(**body):
+        return parse_responses_request(json.dumps({"input": "hi", "tools": [FLAT_WEATHER], **body}).encode())
+
+    required = read(tool_choice="required", parallel_tool_calls=False)
+    assert required.chat.forced.tools == [WEATHER] and required.chat.enable_thinking is False
+    assert required.chat.parallel_calls is False and required.chat.forced.parallel is False
+    assert (required.echo["tool_choice"], required.echo["parallel_tool_calls"]) == ("required", False)
+    named = read(tool_choice={"type": "function", "name": "get_weather"})
+    assert named.chat.forced.tools == [WEATHER] and named.chat.enable_thinking is False
+    strict = read(tools=[{**FLAT_WEATHER, "strict": True}])
+    assert strict.chat.tools == [{"type": "function", "function": {**WEATHER["function"], "strict": True}}]
+    for effort, budget in (("low", 1024), ("medium", 4096), ("high", None)):
+        chat_req = read(reasoning={"effort": effort}).chat
+        assert (chat_req.enable_thinking, chat_req.think_budget, chat_req.thinking_asked) == (True, budget, True)
+    assert read(thinking_token_budget=300).chat.think_budget == 300
+    assert not read().chat.thinking_asked and read().chat.think_budget is None
+
+
+def test_the_output_is_the_same_streamed_or_not():
+    """`ResponseAnswer` gives one answer alike whole and streamed, for every mix of thinking, text (whitespace alone
+    makes no item; whitespace before the text is held back, then sent with it) and calls, cut or not: the done
+    items are the response's output, each item's deltas add up to its text (or arguments), an item opens empty
+    (a call's arguments streamed after it opens, as the client's accumulator appends them) and a message the token
+    limit cut is "incomplete"; a dotted name outside any namespace comes back whole."""
+    from clover_local.serve.responses import ResponseAnswer
+    from clover_local.serve.tools import ToolCall
+
+    req = parse_responses_request(json.dumps({"input": "hi"}).encode())
+    calls_ = [ToolCall("get_weather", {"city": "Oslo"}, "call_1"), ToolCall("web.get_page", {"url": "x"}, "call_2")]
+
+    def strip(item):
+        return {k: v for k, v in item.items() if k != "id"}
+
+    for reasoning in ("", "hmm"):
+        for content in ("", " \n", "\n\nSure."):
+            for calls in ([], calls_):
+                for finish in ("stop", "length"):
+                    info = {"reasoning": reasoning, "finish_reason": finish, "prompt_tokens": 5, "cached_tokens": 2,
+                            "completion_tokens": 3, "reasoning_tokens": 1, "stats": {}}
+                    whole = ResponseAnswer(req, "m").whole(info, content, calls)
+                    kinds = ["reasoning"] * bool(reasoning) + ["message"] * ("Sure" in content) + [
+                        "function_call"] * len(calls)
+                    assert [o["type"] for o in whole["output"]] == kinds, (reasoning, content, calls, finish)
+                    assert whole["usage"]["input_tokens_details"]["cached_tokens"] == 2
+                    status = "incomplete" if finish == "length" else "completed"
+                    assert [o["status"] for o in whole["output"] if o["type"] == "message"] == [status] * (
+                        "Sure" in content)
+                    assert [(o["name"], "namespace" in o) for o in whole["output"] if o["type"] == "function_call"] \
+                        == [("get_weather", False), ("web.get_page", False)][:len(calls)]
+
+                    stream = ResponseAnswer(req, "m")
+                    events = stream.start() + stream.delta(reasoning, "") + stream.delta("", content[:2])
+                    events += stream.end(info, content[2:], calls)
+                    done = [e["item"] for name, e in events if name == "response.output_item.done"]
+                    assert [strip(o) for o in done] == [strip(o) for o in whole["output"]]
+                    assert [strip(o) for o in events[-1][1]["response"]["output"]] == [strip(o) for o in done]
+                    added = [e["item"] for name, e in events if name == "response.output_item.added"]
+                    assert all(o.get("content", []) == [] and o.get("arguments", "") == "" for o in added)
+                    assert [o["status"] for o in added if o["type"] == "function_call"] == ["in_progress"] * len(calls)
+                    for i, item in enumerate(done):
+                        deltas = "".join(e["delta"] for name, e in events if e.get("output_index") == i
+                                         and name.endswith(".delta"))
+                        finals = [e.get("text", e.get("arguments")) for name, e in events
+                                  if e.get("output_index") == i and name.endswith(("text.done", "arguments.done"))]
+                        whole_text = item["arguments"] if item["type"] == "function_call" else \
+                            item["content"][0]["text"]
+                        assert deltas == whole_text and finals == [whole_text], (i, item)
 
 
 # ---------------------------------------------------------------------------------------------- scripted calls
@@ -224,6 +346,7 @@ def test_a_call_comes_back_as_a_function_call_item_streamed_or_not(tool_server):
     assert text == "Let me check.\n" and "<tool" not in text
     (args,) = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
     assert json.loads(args) == XML_ARGS
+    assert [e.delta for e in events if e.type == "response.function_call_arguments.delta"] == [args]
     assert [o.type for o in final.output] == ["message", "function_call"]
     assert json.loads(final.output[1].arguments) == XML_ARGS and final.output_text == "Let me check.\n"
 
