@@ -92,7 +92,7 @@ def test_a_completion_is_the_decoders_answer_as_raw_text(served, client):
     want = decoded(loaded, ids, 40)
     assert want, "the random model ended at once: nothing to compare"
     r = client.completions.create(model="raw", prompt=PROMPT, max_tokens=40)
-    assert r.object == "text_completion" and r.id.startswith("cmpl-") and len(r.choices) == 1
+    assert r.object == "text_completion" and r.id.startswith("cmpl-") and len(r.choices) == 1 and r.model == "raw"
     choice = r.choices[0]
     assert choice.text == loaded.tokenizer.decode(want)  # no chat template, no reasoning split
     assert choice.finish_reason == ("length" if len(want) == 40 else "stop") and choice.logprobs is None
@@ -194,7 +194,7 @@ def test_a_stream_adds_up_to_the_plain_answer_and_echoes_first(served, client):
                                            stream_options={"include_usage": True}))
     texts = [p.choices[0].text for p in parts if p.choices]
     assert texts[0] == PROMPT and "".join(texts) == PROMPT + plain
-    assert parts[-2].choices[0].finish_reason == whole.finish_reason
+    assert [p.choices[0].finish_reason for p in parts[:-1]] == [None] * (len(parts) - 2) + [whole.finish_reason]
     assert parts[-1].choices == [] and parts[-1].usage.prompt_tokens == len(loaded.tokenizer.encode(PROMPT))
     short = client.completions.create(model="raw", prompt=PROMPT, max_tokens=4).choices[0]
     assert short.finish_reason == "length", "the answer ends within 4 tokens: pick a longer prompt"
@@ -560,3 +560,10 @@ def test_scoring_hand_over_at_a_block_boundary(served):
         assert got.logprobs == pytest.approx(ref.logprobs, abs=1e-4)
         assert [t for t, _ in sum(got.top, [])] == [t for t, _ in sum(ref.top, [])]
         assert reuse.stats.lookups == lookups + (1 if extra else 0)  # nothing past the prefix: no snapshot taken
+
+
+def test_fields_at_their_neutral_values_are_taken(served):
+    """What clients send by default is not a refusal: an empty `suffix`, `best_of` 1, `n` 1."""
+    code, body = post(served[1], {"model": "raw", "prompt": PROMPT, "max_tokens": 2, "suffix": "", "best_of": 1,
+                                  "n": 1})
+    assert code == 200 and len(body["choices"]) == 1, body

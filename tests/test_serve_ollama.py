@@ -5,16 +5,19 @@ back, the refusals in Ollama's error shape, and the model routes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from clover_local.errors import CloverError
 from clover_local.generate.events import BlockCommitted
 from tests.inprocess_server import running_server
-from tests.test_serve_tools import TOOLS, XML_ARGS
+from tests.test_serve_tools import TOOLS, XML_ARGS, XML_CALL
 
 ollama = pytest.importorskip("ollama", reason="the ollama client is a test dependency")
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency")
@@ -158,11 +161,18 @@ def test_model_routes(tiny_server, tiny):
     (listed,) = client.list().models
     assert listed.model == "tiny:latest" and listed.size > 0 and len(listed.digest) == 64
     assert (listed.details.format, listed.details.family) == ("safetensors", "clover")
+    # the checkpoint's files on disk, and its parameters counted (the tiny model: some millions)
+    assert listed.size == sum(f.stat().st_size for f in Path(tiny.path).iterdir() if f.is_file())
+    assert listed.details.parameter_size == f"{sum(p.numel() for p in tiny.model.parameters()) / 1e6:.1f}M"
     shown = client.show("tiny")
     assert shown.template == tiny.tokenizer.chat_template and shown.capabilities == ["completion", "thinking"]
-    assert shown.modelinfo["clover.context_length"] == 1024
+    assert shown.modelinfo["clover.context_length"] == 1024 and shown.modified_at == listed.modified_at
+    c = tiny.config
+    want = {"embedding_length": c.hidden_size, "block_count": c.num_hidden_layers, "expert_count": c.num_experts,
+            "expert_used_count": c.num_experts_per_tok, "vocab_size": c.vocab_size}
+    assert {k: shown.modelinfo[f"clover.{k}"] for k in want} == want
     (running,) = client.ps().models
-    assert running.model == "tiny:latest" and running.context_length == 1024
+    assert running.model == "tiny:latest" and running.context_length == 1024 and running.size_vram is not None
     with urllib.request.urlopen(url + "/api/version", timeout=30) as r:
         from clover_local import __version__
 
@@ -303,3 +313,174 @@ def test_drop_oldest_answers_a_long_conversation_on_the_openai_and_anthropic_rou
         with pytest.raises(openai.BadRequestError, match="context"):  # the question alone past it: still a 400
             client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "a " * 300}],
                                            max_tokens=24)
+
+
+def _jobs(engine, monkeypatch) -> list:
+    """The jobs the server submits from now on: their settings and stop strings are what a request asked for."""
+    jobs, submit = [], engine.submit
+    monkeypatch.setattr(engine, "submit", lambda job: (jobs.append(job), submit(job))[1])
+    return jobs
+
+
+def test_options_land_on_the_settings_they_name(tool_server, monkeypatch):
+    """Each of Ollama's `options` reaches the decoder as the setting it names (read from `options`, not from the
+    body's top level), on /api/chat and raw /api/generate alike; without options an answer is greedy (this server's
+    default, not Ollama's 0.8); num_predict -2 and one past --max-tokens are the server's limit, not a 400."""
+    engine, url = tool_server
+    jobs = _jobs(engine, monkeypatch)
+    client = ollama.Client(host=url)
+    hi = [{"role": "user", "content": "hi"}]
+    client.chat(model="tools", messages=hi)
+    options = {"temperature": 0.5, "top_p": 0.9, "top_k": 7, "min_p": 0.05, "seed": 11, "repeat_penalty": 1.2,
+               "presence_penalty": 0.3, "frequency_penalty": 0.4, "num_predict": 5, "stop": ["END"]}
+    client.chat(model="tools", messages=hi, options=options)
+    client.generate(model="tools", prompt="hi", raw=True, options=options)
+    plain, *asked = jobs
+    assert (plain.settings.temperature, plain.settings.top_p, plain.settings.top_k, plain.settings.seed) == (
+        0.0, 1.0, 0, None)
+    for job in asked:
+        s = job.settings
+        assert (s.temperature, s.top_p, s.top_k, s.min_p, s.seed, s.max_new_tokens) == (0.5, 0.9, 7, 0.05, 11, 5)
+        assert (s.penalties.repetition, s.penalties.presence, s.penalties.frequency) == (1.2, 0.3, 0.4)
+        assert job.stop == ["END"]
+    assert asked[1].score_top is None  # raw: a completion, but no scoring pass (no logprobs on Ollama's routes)
+    # options a client sends at their off values are taken: mirostat 0, typical_p 1 when sampling, any typical_p
+    # on a greedy answer
+    for taken in ({"num_predict": -2}, {"num_predict": 5000}, {"mirostat": 0},
+                  {"temperature": 0.5, "typical_p": 1.0}, {"typical_p": 0.5}):
+        assert client.chat(model="tools", messages=hi, options=taken).done, taken
+    assert [j.settings.max_new_tokens for j in jobs[3:5]] == [1024, 1024]  # serve --max-tokens
+
+
+@pytest.mark.parametrize("path, body, named", [
+    ("/api/chat", {"options": "fast"}, "options"),
+    ("/api/chat", {"format": "xml"}, "format"),
+    ("/api/chat", {"format": {"type": "nonsense"}}, "format"),
+    ("/api/chat", {"think": "extreme"}, "think"),
+    ("/api/chat", {"logprobs": True}, "logprobs"),
+    ("/api/generate", {"template": "{{ .Prompt }}"}, "template"),
+    ("/api/generate", {"raw": True, "think": True}, "think"),
+], ids=["options", "format-word", "format-schema", "think-level", "chat-logprobs", "template", "raw-think"])
+def test_malformed_or_unhonoured_fields_are_400s_naming_them(tool_server, path, body, named):
+    """What the client libraries would not send but other clients may: a 400 in Ollama's shape naming the field,
+    not a 500 and not silently ignored."""
+    _, url = tool_server
+    ask = {"messages": [{"role": "user", "content": "hi"}]} if path == "/api/chat" else {"prompt": "hi"}
+    status, _, answer = _post(url, path, {"model": "tools", "stream": False, **ask, **body})
+    error = json.loads(answer)
+    assert status == 400 and set(error) == {"error"} and f"'{named}" in error["error"], error
+
+
+def test_the_empty_values_clients_send_are_taken(tool_server):
+    """Older ollama clients send `format: ""` and empty `images` / `context`; an empty `messages` or `prompt` is
+    Ollama's documented way to load a model, answered done with reason "load" under the name asked for."""
+    _, url = tool_server
+    for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "format": ""}),
+                       ("/api/generate", {"prompt": "hi", "format": "", "images": [], "context": []})):
+        status, _, answer = _post(url, path, {"model": "tools", "stream": False, **body})
+        assert status == 200 and json.loads(answer)["done_reason"] == "stop", answer
+    for path, body in (("/api/chat", {"messages": []}), ("/api/generate", {"prompt": ""})):
+        status, _, answer = _post(url, path, {"model": "asked:7b", **body})
+        loaded = json.loads(answer)
+        assert status == 200 and (loaded["done_reason"], loaded["model"]) == ("load", "asked:7b"), answer
+
+
+def test_durations_are_nanoseconds(tiny_server):
+    """Ollama's figures are nanoseconds: the handler's total is close to what the client waited (not a thousandth
+    of it), and the prompt's and the answer's durations fit inside it."""
+    _, url = tiny_server
+    client = ollama.Client(host=url)
+    started = time.perf_counter()
+    r = client.chat(model="tiny", messages=[{"role": "user", "content": "reverse a b c d"}], think=False)
+    waited = (time.perf_counter() - started) * 1e9
+    assert waited >= r.total_duration > waited / 10
+    assert r.prompt_eval_duration + r.eval_duration <= r.total_duration
+
+
+def test_tools_without_a_type_are_functions_and_the_template_reads_them(tool_server):
+    """Ollama's clients may send a tool without `"type": "function"`; /api/show lists the "tools" capability of a
+    template that reads them."""
+    engine, url = tool_server
+    status, _, answer = _post(url, "/api/chat", {"model": "tools", "stream": False, "tools": [
+        {"function": TOOLS[0]["function"]}], "messages": [{"role": "user", "content": "Weather in SF?"}]})
+    assert status == 200 and json.loads(answer)["message"]["tool_calls"], answer
+    assert '"name": "get_weather"' in engine.tokenizer.decode(engine.decoder.prompts[-1])
+    assert "tools" in ollama.Client(host=url).show("tools").capabilities
+
+
+def test_a_tagged_model_name_is_listed_as_it_is(tiny):
+    with running_server(tiny, "tiny:q4", max_tokens=8, context=256) as (_, url):
+        client = ollama.Client(host=url)
+        assert client.list().models[0].model == client.ps().models[0].model == "tiny:q4"
+
+
+def test_a_no_think_server_thinks_only_when_asked_and_levels_are_budgets(tiny, monkeypatch):
+    """serve --no-think: a request that leaves `think` out answers without thinking, one that sends it thinks; a
+    level below "high" is a thinking budget (protocol.EFFORT_BUDGETS), "high" none; an assistant's `thinking` sent
+    back is the reasoning the template renders."""
+    with running_server(tiny, "tiny", max_tokens=8, context=256, think=False, answer_room=False) as (engine, url):
+        jobs = _jobs(engine, monkeypatch)
+        client = ollama.Client(host=url)
+        hello = [{"role": "user", "content": "hello"}]
+        assert not client.chat(model="tiny", messages=hello).message.thinking
+        assert client.chat(model="tiny", messages=hello, think=True).message.thinking
+        client.chat(model="tiny", messages=hello, think="low")
+        client.chat(model="tiny", messages=hello, think="high")
+        assert (jobs[2].settings.think_budget.tokens, jobs[3].settings.think_budget) == (1024, None)
+        client.chat(model="tiny", messages=hello + [{"role": "assistant", "content": "hi", "thinking": "I ponder"}])
+        assert "<think>\nI ponder\n</think>" in jobs[-1].prompt_text
+
+
+def test_the_last_objects_figures_in_ollamas_units():
+    """The done object's figures: durations in nanoseconds, the prompt's read (prefill) apart from the rest of
+    the generation, the counts and finish reason as the engine reported them."""
+    from clover_local.serve.ollama import Answer
+
+    info = {"stats": {"seconds": 2.0}, "prefill_seconds": 0.5, "finish_reason": "length", "prompt_tokens": 30,
+            "completion_tokens": 7}
+    done = Answer(True, "m", time.perf_counter() - 3.0).done(info)
+    assert 3e9 <= done.pop("total_duration") < 60e9
+    assert done == {"done": True, "done_reason": "length", "load_duration": 0, "prompt_eval_count": 30,
+                    "prompt_eval_duration": 500_000_000, "eval_count": 7, "eval_duration": 1_500_000_000}
+
+
+def test_generate_renders_its_system_and_prompt_through_the_template(tool_server, monkeypatch):
+    engine, url = tool_server
+    jobs = _jobs(engine, monkeypatch)
+    ollama.Client(host=url).generate(model="tools", system="Answer in French.", prompt="Weather in SF?")
+    text = jobs[-1].prompt_text
+    assert "Answer in French." in text and text.index("Answer in French.") < text.index("Weather in SF?")
+
+
+@contextlib.contextmanager
+def _answering(engine, answer: str):
+    """The tool server's decoder scripted to write `answer` for a while."""
+    from tests.test_serve_tools import ScriptedDecoder
+
+    scripted = engine.decoder
+    engine.decoder = ScriptedDecoder(engine.tokenizer, answer, scripted.block_size)
+    try:
+        yield
+    finally:
+        engine.decoder = scripted
+
+
+def test_calls_in_one_answer_are_numbered_in_order(tool_server):
+    """Two calls in one answer come back as two tool_calls, each with its own `function.index` and object
+    arguments, in the order the model wrote them."""
+    engine, url = tool_server
+    with _answering(engine, XML_CALL + "\n" + XML_CALL.replace("San Francisco", "Oslo")):
+        status, _, body = _post(url, "/api/chat", {"model": "tools", "stream": False, "tools": TOOLS,
+                                                   "messages": [{"role": "user", "content": "SF and Oslo?"}]})
+    calls = [c["function"] for c in json.loads(body)["message"]["tool_calls"]]
+    assert [(c["index"], c["arguments"]["city"]) for c in calls] == [(0, "San Francisco"), (1, "Oslo")]
+
+
+def test_a_stream_ending_like_the_start_of_a_call_loses_nothing(tool_server):
+    """With tools, text that may open a call is held back while streaming; an answer that ends there still gets it,
+    in the last piece before the done object."""
+    engine, url = tool_server
+    with _answering(engine, "Sunny. <tool_c"):
+        parts = list(ollama.Client(host=url).chat(model="tools", messages=[{"role": "user", "content": "SF?"}],
+                                                  tools=TOOLS, stream=True))
+    assert "".join(p.message.content or "" for p in parts) == "Sunny. <tool_c" and parts[-1].done
