@@ -749,11 +749,15 @@ class ChatApp:
                       style="yellow")
         return stopped
 
+    def _answer_header(self) -> None:
+        """The line an answer is drawn under, the local chat's and the remote one's."""
+        self.console.print(Text("clover", style="bold magenta"))
+
     def _draw_answer(self, ids: list[int], settings, turn: TurnText, stats: TurnStats, history: int | None) -> bool:
         view = TurnView(lambda i: self.tok.decode([i]), self.block_size, self.settings.show_thinking,
                         status=lambda width: self._status(stats, view, width), width=self.console.width)
         stopped = False
-        self.console.print(Text("clover", style="bold magenta"))
+        self._answer_header()
         live = Live(view, console=self.console, auto_refresh=False, transient=True)
         last_draw = 0.0
         # the decoder on its own thread: drawing here overlaps its waits for the GPU instead of delaying them

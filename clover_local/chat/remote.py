@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.markup import escape
-from rich.text import Text
 
 from clover_local.chat.app import ChatApp, gpu_row, prompt_cache_row, runtime_rows
 from clover_local.chat.conversation import ChatSettings, for_template
@@ -341,7 +340,7 @@ class RemoteChatApp(ChatApp):
                     printed = turn.take(chunk, stats, view)
                     if not headed and (printed or "clover_block" in chunk or "clover_prefill" in chunk):
                         # the answer's header after the notes that come first (clover_prompt), as the local chat
-                        live.console.print(Text("clover", style="bold magenta"))
+                        self._answer_header()
                         headed = True
                     for r in printed:
                         live.console.print(r)
@@ -359,7 +358,7 @@ class RemoteChatApp(ChatApp):
                 chunks.close()  # (hung up: the server stops the answer)
         stats.end("cancelled" if stopped else stats.stop_reason)
         if not headed:  # (an answer that showed nothing: still said to be one)
-            self.console.print(Text("clover", style="bold magenta"))
+            self._answer_header()
         return self._close_answer(view.on_text("", "", False, turn.thought_tokens) + view.finish(), stopped, stats)
 
     def _print_remote(self, chunks: Generator[dict, None, None], turn: RemoteTurn, stats: TurnStats) -> bool:
