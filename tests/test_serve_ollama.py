@@ -352,6 +352,20 @@ def test_options_land_on_the_settings_they_name(tool_server, monkeypatch):
     assert [j.settings.max_new_tokens for j in jobs[3:5]] == [1024, 1024]  # serve --max-tokens
 
 
+def test_seed_minus_one_is_a_fresh_draw_as_ollama_takes_it(tool_server, monkeypatch):
+    """Ollama's default seed is -1, "draw anew" (llama.cpp's LLAMA_DEFAULT_SEED): a client that sends its whole
+    option set must get a sampled answer, not the fixed seed −1's same answer every time; any other seed, negative
+    ones too, is a fixed seed."""
+    engine, url = tool_server
+    jobs = _jobs(engine, monkeypatch)
+    client = ollama.Client(host=url)
+    hi = [{"role": "user", "content": "hi"}]
+    for seed in (-1, -2, 0, 7):
+        client.chat(model="tools", messages=hi, options={"temperature": 0.9, "seed": seed})
+    client.generate(model="tools", prompt="hi", raw=True, options={"seed": -1})
+    assert [j.settings.seed for j in jobs] == [None, -2, 0, 7, None]
+
+
 @pytest.mark.parametrize("path, body, named", [
     ("/api/chat", {"options": "fast"}, "options"),
     ("/api/chat", {"format": "xml"}, "format"),

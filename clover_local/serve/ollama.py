@@ -13,7 +13,7 @@ empty prompt) is Ollama's "load the model" call: answered done at once (`done_re
 loaded already. Any model name is taken (one model is served, as on the other routes) and echoed in the answer, as
 Ollama does.
 
-`options`: `temperature`, `top_p`, `seed`, `stop`, `num_predict` (a ceiling, cut to --max-tokens and what the
+`options`: `temperature`, `top_p`, `seed` (-1, Ollama's default, a fresh draw each time as Ollama takes it), `stop`, `num_predict` (a ceiling, cut to --max-tokens and what the
 context leaves; -1 and -2: the server's default), `repeat_penalty` (→ repetition_penalty), `presence_penalty`,
 `frequency_penalty`. Loading and performance hints (`num_ctx`, `num_gpu`, `num_thread`, ...) are accepted and
 ignored: `serve` fixes them at start; so are `keep_alive` (the model stays loaded) and `repeat_last_n` (the
@@ -83,7 +83,8 @@ def _options(body: dict, req: ChatRequest | CompletionRequest) -> None:
     req.top_p = sampling_field(opts, "top_p")
     req.top_k, req.min_p = top_k_field(opts), sampling_field(opts, "min_p")
     req.penalties = penalties_field(opts, {"repetition_penalty": "repeat_penalty"})
-    req.seed = seed_field(opts)
+    seed = seed_field(opts)
+    req.seed = None if seed == -1 else seed  # Ollama's default seed: draw anew (a client may send its defaults)
     predict = opts.get("num_predict")
     req.max_tokens = None if predict in (None, -1, -2) else int_field(opts, "num_predict", 1)
     req.max_tokens_ceiling = True  # a cap, as Ollama takes it: cut to what the server and the context allow
