@@ -1459,9 +1459,10 @@ def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, 
     the same runtime with CLOVER_DISABLE_TRITON=1 (the model's PyTorch path and the reference W4A16 matmuls in the
     GPTQ row order: no Triton at all; it kept the W4A16 kernels until 2026-12-03, which under the interpreter made
     the test take 458 s instead of 259 s on a busy 2-core machine):
-    the logits of a prefill, two previews, the block's commit, the next block's preview, a merged commit + first
-    preview and a preview after it agree. Pins the pieces' interplay (the hooks' contracts, views, residuals,
-    repacked rows) that the per-op tests do not."""
+    the logits of a prefill, a preview, the block's commit, a merged commit + first preview (over the plain
+    commit's state) and a preview after it agree (a preview over all masks and one right after the plain commit
+    were dropped on 2026-12-07: they ran no path these do not). Pins the pieces' interplay (the hooks' contracts,
+    views, residuals, repacked rows) that the per-op tests do not."""
     from clover_local.runtime.load import RuntimeOptions, load_packed_model
     from clover_local.runtime.synthetic_pack import ensure_synthetic
 
@@ -1484,13 +1485,12 @@ def test_runtime_with_every_fused_kernel_matches_the_pytorch_path(force_triton, 
             cache = model.new_cache()
             out.append(model(torch.randint(0, mask, (1, 40), generator=gen).to(DEVICE), cache, rows=slice(-1, None)))
             block = torch.full((1, cfg.diffusion.block_size), mask, dtype=torch.long, device=DEVICE)
-            out.append(model(block, cache, preview=True))
             block[0, :3] = torch.randint(0, mask, (3,), generator=gen).to(DEVICE)
             out.append(model(block, cache, preview=True))
             out.append(model(block, cache))
-            out.append(model(torch.full_like(block, mask), cache, preview=True))
             # a commit merged with the next block's first preview (the fused GDN causal + preview kernels on the
-            # commit's new state, the preview attention over the window with the commit's keys in it)
+            # commit's new state, the preview attention over the window with the commit's keys in it); it reads
+            # the plain commit's state, so that state is checked here too
             out.extend(model.commit_and_preview(block.flip(1), torch.full_like(block, mask), cache))
             out.append(model(block, cache, preview=True))
         return out
