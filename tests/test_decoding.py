@@ -222,6 +222,18 @@ def test_sampling_seeded_reproducible_and_seed_dependent(loaded):
     assert any(o != tuple(greedy.token_ids) for o in outs)
 
 
+def test_any_integer_seeds_a_sampled_answer(loaded):
+    """torch's generator takes 64 bits; a seed past them (`--seed 99999999999999999999`, a client's 20-digit seed)
+    raised "Overflow when unpacking long long" mid-answer. Any integer seeds an answer now, one past 2**64 as its
+    low 64 bits, a negative one as before (its two's complement, what torch took it as)."""
+    prompt = prompt_ids(loaded, 16, 8)
+    kw = dict(max_new_tokens=16, temperature=1.0, threshold=0.5)
+    wide = run(loaded, prompt, seed=10**20, **kw)[1].token_ids
+    assert wide == run(loaded, prompt, seed=10**20 % 2**64, **kw)[1].token_ids
+    assert run(loaded, prompt, seed=-2**70, **kw)[1].token_ids == run(loaded, prompt, seed=0, **kw)[1].token_ids
+    assert run(loaded, prompt, seed=-5, **kw)[1].token_ids == run(loaded, prompt, seed=2**64 - 5, **kw)[1].token_ids
+
+
 def test_sampling_draws_each_token_at_its_probability():
     """`choose` draws on the logits' device by an exponential race (argmax of p / E): an exact categorical draw,
     so over many rows each token comes up at its probability, a token of probability 0 never, and top-p

@@ -118,8 +118,10 @@ def _most_likely(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch
 
 
 def device_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
-    """A seeded generator where `choose` draws (None: torch's default one there)."""
-    return torch.Generator(device).manual_seed(seed) if seed is not None else None
+    """A seeded generator where `choose` draws (None: torch's default one there). Any integer seeds it: torch
+    takes 64 bits (a negative seed as its two's complement, which `% 2**64` keeps) and raised on a wider one —
+    `--seed 99999999999999999999`, a client's 20-digit seed."""
+    return torch.Generator(device).manual_seed(seed % 2**64) if seed is not None else None
 
 
 def check_finite(confidence: list[float]) -> None:
