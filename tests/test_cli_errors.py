@@ -336,3 +336,12 @@ def test_a_revision_names_a_hub_commit_not_a_local_model(make_checkpoint, tmp_pa
                      "--revision applies to Hub repo ids", str(src))
         assert not (tmp_path / "out").exists()
     expect_error(capsys, ["eval", folder, "--reference", "tiny", "--revision", "v2"], "--revision applies to Hub")
+
+
+@pytest.mark.parametrize("command", [["chat", "tiny"], ["demo"]], ids=["chat", "demo"])
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "11"])
+def test_pace_outside_zero_to_ten_seconds_is_refused(capsys, command, value):
+    """--pace is seconds a pass stays on screen: nan and inf were taken (demo took anything from 0 up) and ended
+    in time.sleep's traceback at the first pass on a terminal; chat and demo refuse the same values, before
+    anything loads."""
+    expect_error(capsys, [*command, "--pace", value], "--pace", "between 0 and 10 seconds", value)

@@ -164,6 +164,16 @@ class HeldKeys:
         self.lines = typed_lines(data)
 
 
+MAX_PACE = 10.0  # seconds a pass may be shown (--pace): past it a display is stopped, not slowed
+
+
+def check_pace(pace: float) -> None:
+    """--pace (chat, demo) checked: a number of seconds from 0 to MAX_PACE (nan and inf were taken and ended in
+    time.sleep's traceback at the first pass)."""
+    if not 0 <= pace <= MAX_PACE:
+        raise CloverError(f"--pace must be between 0 and {MAX_PACE:g} seconds, got {pace}")
+
+
 class ChatApp:
     """A chat with a model loaded here. What it does not need the model for (the loop, the commands, the
     conversation, the display's pieces) a chat with a running server shares (`chat/remote.py`), through the hooks

@@ -80,7 +80,7 @@ def chat(
     """
     from rich.console import Console
 
-    from clover_local.chat.app import ChatApp
+    from clover_local.chat.app import ChatApp, check_pace
     from clover_local.chat.conversation import ChatSettings
     from clover_local.paths import LAST_CHAT, cache_root
 
@@ -89,8 +89,7 @@ def chat(
         raise CloverError("--max-tokens must be at least 1")
     check_think_budget(think_budget)
     penalties(presence_penalty, frequency_penalty, repetition_penalty)
-    if not 0 <= pace <= 10:
-        raise CloverError(f"--pace must be between 0 and 10 seconds, got {pace}")
+    check_pace(pace)
     kept = cache_root() / LAST_CHAT
     if last and resume is not None:
         raise CloverError("--continue and --load each pick the conversation to go on with: give one")

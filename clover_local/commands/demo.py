@@ -136,12 +136,11 @@ def demo(
     from rich.console import Console
     from rich.text import Text
 
-    from clover_local.chat.app import PLAIN_PROMPT, ChatApp
+    from clover_local.chat.app import PLAIN_PROMPT, ChatApp, check_pace
     from clover_local.paths import cache_root
     from clover_local.chat.conversation import ChatSettings
 
-    if pace < 0:
-        raise CloverError("--pace must be 0 or more")
+    check_pace(pace)
     if not prompt.strip():
         raise CloverError(f"--prompt is empty: give the chat turn a message (default: {DEMO_PROMPT!r})")
     t0 = time.perf_counter()
