@@ -74,7 +74,8 @@ def read_samples(path: Path, tokenizer, refused: list[str] | None = None) -> lis
             elif isinstance(item, dict) and isinstance(item.get("text"), str):
                 texts.append(item["text"])
             else:
-                raise CloverError(f"{path} line {n} has neither 'messages' nor 'text'")
+                raise CloverError(f"{path} line {n} has neither 'messages' (a list of chat messages) nor 'text' (a "
+                                  "string)")
     else:
         texts = [t.strip() for t in raw.split("\n\n") if t.strip()]
     if not texts and reasons:
