@@ -941,6 +941,21 @@ def test_eval_json(env, capsys):
     assert json.loads(out)["kl_causal_mean"] > q["kl_causal_mean"]
 
 
+def test_eval_says_when_the_held_out_text_gives_fewer_sequences_than_asked(env, capsys):
+    """eval measures on what the held-out split holds: --samples beyond it measured fewer sequences without a
+    word (the table's token counts the only trace); the table is followed by how many it got and how to get
+    more, and a run that got all it asked for says nothing of it."""
+    args = ["eval", env.pack, "--reference", env.src, "--seq-len", "64", "--calib", env.calib, "--device", "cpu"]
+    assert run_cli([*args, "--samples", "2"]) == 0
+    assert "--samples asked" not in capsys.readouterr().err
+    assert run_cli([*args, "--samples", "5000", "--json"]) == 0
+    tokens = json.loads(capsys.readouterr().out)["tokens_causal"]
+    assert 2 * 63 < tokens < 5000 * 63 and tokens % 63 == 0
+    assert run_cli([*args, "--samples", "5000"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"(--samples asked for 5000; the text's held-out split holds {tokens // 63} sequences of 64 tokens" in err
+
+
 def test_eval_out_of_memory_is_one_line_with_what_to_change(env, capsys, monkeypatch):
     """Out of memory while measuring (the reference's layer on a card another program holds): one line with the
     layers it got through and the setting that holds less at once, not a traceback."""

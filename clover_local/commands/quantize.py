@@ -444,6 +444,10 @@ def eval_command(
         print(json.dumps(quality))
     else:
         _print_quality(quality, f"{pack} vs {reference}", time.perf_counter() - t0)
+        got = quality["tokens_causal"] // (seq_len - 1)  # each sequence's last token predicts nothing
+        if got < samples:
+            console.print(f"[dim](--samples asked for {samples}; the text's held-out split holds {got} sequence"
+                          f"{'s' * (got != 1)} of {seq_len} tokens: a larger --calib gives more)[/dim]")
     if save:  # after the figures are out: a pack that cannot be written to does not lose the measurement
         _record_quality(pack_path, quality)
 
