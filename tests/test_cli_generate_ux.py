@@ -129,6 +129,51 @@ def test_prompts_answers_each_line_with_one_load(tmp_path, capsys, monkeypatch):
     expect_error(capsys, ["generate", "tiny", "--prompts", str(tmp_path / "blank.txt"), *GEN], "no prompts in")
 
 
+def test_prompts_jsonl_takes_multiline_prompts_and_conversations(tmp_path, capsys, monkeypatch):
+    """A `.jsonl` --prompts file holds what a line of text cannot: a prompt with line breaks, and a conversation
+    (its last turn the user's) — each answered as the same thing asked alone (-p, --system, or the conversation's
+    own rendering with --raw), its "id" and what it asked echoed first; --system goes to conversations without a
+    system message of their own. A bad line is one error naming it, before the model loads."""
+    tok = tiny_tokenizer()
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+            {"role": "user", "content": "reverse a b c"}]
+    lines = [{"id": 7, "prompt": "reverse a b c\nsort 3 1 2"},
+             {"messages": [{"role": "user", "content": "hi"}]},
+             {"id": "own", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]},
+             {"id": "turns", "messages": chat}]
+    f = tmp_path / "asked.jsonl"
+    f.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n", encoding="utf-8")
+    assert run_cli(["generate", "tiny", "--prompts", str(f), "--no-think", "--system", "Answer.", *GEN]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [list(g)[:2] for g in got] == [["id", "prompt"], ["messages", "text"], ["id", "messages"],
+                                          ["id", "messages"]]
+    assert [g.get("id") for g in got] == [7, None, "own", "turns"] and got[3]["messages"] == chat
+    alone = [generate_json(capsys, "-p", "reverse a b c\nsort 3 1 2", "--no-think", "--system", "Answer."),
+             generate_json(capsys, "-p", "hi", "--no-think", "--system", "Answer."),
+             generate_json(capsys, "-p", "hi", "--no-think", "--system", "Be brief.")]
+    rendered = tok.apply_chat_template([{"role": "system", "content": "Answer."}, *chat], add_generation_prompt=True,
+                                       enable_thinking=False)
+    alone.append(generate_json(capsys, "--raw", "-p", rendered))
+    assert [g["token_ids"] for g in got] == [a["token_ids"] for a in alone]
+    assert got[1]["token_ids"] != got[2]["token_ids"]  # the system messages reached the model
+
+    import clover_local.loader as loader
+
+    monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("loaded before the file was checked"))
+    for bad, needle in [('{"prompt": "hi"}\nnot json', "line 2 is not JSON"),
+                        ('{"text": "hi"}', '"prompt" (text) or "messages"'),
+                        ('{"prompt": "hi", "messages": []}', "one of them"),
+                        ('{"prompt": 5}', '"prompt" must be a non-empty string'),
+                        ('{"messages": [{"role": "user"}]}', '"messages" must be a list of'),
+                        ('{"messages": [{"role": "tool", "content": "x"}]}', '"messages" must be a list of'),
+                        ('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}',
+                         "end with the user's turn")]:
+        f.write_text(bad + "\n", encoding="utf-8")
+        expect_error(capsys, ["generate", "tiny", "--prompts", str(f), *GEN], str(f), needle)
+    f.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n', encoding="utf-8")
+    expect_error(capsys, ["generate", "tiny", "--prompts", str(f), "--raw", *GEN], "line 1", "--raw")
+
+
 # ---------------------------------------------------------------------------------------------- 2. thinking apart
 
 

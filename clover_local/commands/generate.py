@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
@@ -128,17 +129,62 @@ class Stream:
         self.answer_open = False
 
 
-def messages_from(prompts: Path) -> list[str]:
-    """--prompts' messages: each non-blank line of the file ('-': standard input), its trailing spaces dropped."""
-    messages = [line.rstrip() for line in read_text_file(prompts).splitlines() if line.strip()]
-    if not messages:
+@dataclass
+class Asked:
+    """One thing --prompts asks: a message, or (a `.jsonl` line's "messages") a conversation to answer the last
+    turn of; `echo` is what its output line starts with (its "id" when it has one, then "prompt" or "messages")."""
+    echo: dict
+    message: str = ""
+    conversation: Optional[list[dict]] = None
+
+
+ROLES = ("system", "user", "assistant")
+
+
+def asked_from(prompts: Path, raw: bool) -> list[Asked]:
+    """--prompts' questions: each non-blank line of the file ('-': standard input), its trailing spaces dropped;
+    of a `.jsonl` file, each line's JSON object — {"prompt": TEXT} (a message with line breaks in it) or
+    {"messages": [{"role", "content"}, …]} (a conversation ending in the user's turn), with an optional "id"
+    echoed first — every line checked before the model loads."""
+    text = read_text_file(prompts)
+    if prompts.suffix != ".jsonl":
+        asked = [Asked({"prompt": line.rstrip()}, line.rstrip()) for line in text.splitlines() if line.strip()]
+    else:
+        asked = [_jsonl_asked(line, f"{prompts} line {n}", raw)
+                 for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not asked:
         raise CloverError(f"no prompts in {source_name(prompts)}: give one a line")
-    return messages
+    return asked
 
 
-def result(answer: Answer, token_ids: list[int], stats: dict, stopped: bool, prompt: str | None = None) -> str:
-    """--json's object (with --prompts, one a line, the message first)."""
-    return json.dumps(({"prompt": prompt} if prompt is not None else {}) | {
+def _jsonl_asked(line: str, where: str, raw: bool) -> Asked:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError:
+        raise CloverError(f"{where} is not JSON (a .jsonl file holds one object a line: "
+                          '{"prompt": "…"} or {"messages": […]})') from None
+    if not isinstance(item, dict) or ("prompt" in item) == ("messages" in item):
+        raise CloverError(f'{where}: give an object with "prompt" (text) or "messages" (a conversation), one of them')
+    echo = {"id": item["id"]} if "id" in item else {}
+    if "prompt" in item:
+        if not isinstance(item["prompt"], str) or not item["prompt"].strip():
+            raise CloverError(f'{where}: "prompt" must be a non-empty string')
+        return Asked(echo | {"prompt": item["prompt"]}, item["prompt"])
+    turns = item["messages"]
+    if raw:
+        raise CloverError(f'{where} holds "messages": --raw takes text ("prompt") only, with no chat template')
+    if not (isinstance(turns, list) and turns and all(
+            isinstance(t, dict) and t.get("role") in ROLES and isinstance(t.get("content"), str) for t in turns)):
+        raise CloverError(f'{where}: "messages" must be a list of {{"role": {"/".join(ROLES)}, "content": text}}')
+    if turns[-1]["role"] != "user":
+        raise CloverError(f'{where}: the conversation must end with the user\'s turn (the one answered)')
+    conversation = [{"role": t["role"], "content": t["content"]} for t in turns]  # (other keys left out)
+    return Asked(echo | {"messages": turns}, conversation=conversation)
+
+
+def result(answer: Answer, token_ids: list[int], stats: dict, stopped: bool, echo: dict | None = None) -> str:
+    """--json's object (with --prompts, one a line, what was asked first)."""
+    return json.dumps((echo or {}) | {
         "text": answer.text, "reasoning": answer.reasoning, "token_ids": token_ids, "stats": stats,
         "stopped": stopped}, ensure_ascii=False)
 
@@ -174,7 +220,10 @@ def generate(
                                            "standard input) as its own message, with one load of the model, and "
                                            "print one --json object a line as each answer is done, its \"prompt\" "
                                            "first (JSON Lines); a line that cannot be answered (longer than "
-                                           "--context) gets {\"prompt\", \"error\"} and the rest go on."),
+                                           "--context) gets {\"prompt\", \"error\"} and the rest go on. A .jsonl "
+                                           "file holds an object a line: {\"prompt\": TEXT} (line breaks and all) "
+                                           "or {\"messages\": [{\"role\", \"content\"}, …]} (a conversation, its "
+                                           "last turn the user's, answered), either with an \"id\", echoed first."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", "--max-tokens",
                                        help="Stop after this many new tokens (--max-tokens as in chat and serve)."),
     threshold: Optional[float] = typer.Option(
@@ -245,6 +294,8 @@ def generate(
       clover-local generate ./clover-int4 -p "Name and age of: Ada, 36" --json-schema person.schema.json
 
       clover-local generate ./clover-int4 --prompts questions.txt --no-think > answers.jsonl
+
+      clover-local generate ./clover-int4 --prompts conversations.jsonl > answers.jsonl
     """
     from clover_local.generate.block_diffusion import BlockDiffusionDecoder, DecodeSettings
     from clover_local.chat.turn import prompt_opens_thinking
@@ -253,7 +304,7 @@ def generate(
 
     if prompts is not None and (prompt is not None or file is not None):
         raise CloverError("--prompts gives the messages: leave --prompt and --file out")
-    messages = messages_from(prompts) if prompts is not None else [message_from(prompt, file)]
+    asked = asked_from(prompts, raw) if prompts is not None else [Asked({}, message_from(prompt, file))]
     as_json = as_json or prompts is not None
     check_decoding(temperature, top_p, top_k, min_p, threshold, reveal_factor)
     if max_new_tokens < 1:
@@ -279,13 +330,15 @@ def generate(
     decoder = BlockDiffusionDecoder(loaded.model, loaded.mask_token_id)
     over = context_flag_limit(loaded, context)
 
-    def answer(message: str) -> None:
-        """One message: rendered, held to the context, answered."""
+    def answer(item: Asked) -> None:
+        """One message (or conversation): rendered, held to the context, answered."""
         if raw:
-            text = message
+            text = item.message
         else:
-            turn = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
-            text = tok.apply_chat_template(turn, add_generation_prompt=True, enable_thinking=think)
+            turns = item.conversation or [{"role": "user", "content": item.message}]
+            if system and turns[0]["role"] != "system":  # (a conversation's own system message wins)
+                turns = [{"role": "system", "content": system}, *turns]
+            text = tok.apply_chat_template(turns, add_generation_prompt=True, enable_thinking=think)
             if json_mode and prompt_opens_thinking(text):
                 raise CloverError("this model's chat template opens a thinking section even with --no-think, and "
                                   f"{flag} answers with the JSON alone; use --raw with your own prompt")
@@ -312,21 +365,21 @@ def generate(
         with out_of_memory_as(lambda exc: f"ran out of {what_ran_out(exc)} answering this prompt "
                               f"({len(prompt_ids):,} tokens); a shorter prompt or a lower --max-new-tokens{runtime}"):
             answer_one(decoder, prompt_ids, settings, Answer(tok, text, split=not raw), as_json,
-                       message if prompts is not None else None)  # (--prompts: the next, shorter prompt may fit)
+                       item.echo)  # (--prompts: the next, shorter prompt may fit)
 
     unanswered = 0
-    with prompts_progress(len(messages) if prompts is not None else 0) as answered:
-        for message in messages:
+    with prompts_progress(len(asked) if prompts is not None else 0) as answered:
+        for item in asked:
             try:
-                answer(message)
+                answer(item)
             except CloverError as exc:  # --prompts: this line's answer is its error, and the next lines go on
                 if prompts is None:
                     raise
-                print(json.dumps({"prompt": message, "error": str(exc)}, ensure_ascii=False), flush=True)
+                print(json.dumps(item.echo | {"error": str(exc)}, ensure_ascii=False), flush=True)
                 unanswered += 1
             answered()
     if unanswered:
-        raise CloverError(f"{unanswered} of {len(messages)} prompts not answered: their lines carry \"error\"")
+        raise CloverError(f"{unanswered} of {len(asked)} prompts not answered: their lines carry \"error\"")
 
 
 @contextmanager
@@ -352,9 +405,9 @@ def prompts_progress(total: int, console: Any = None) -> Iterator[Callable[[], N
 
 
 def answer_one(decoder: Any, prompt_ids: list[int], settings: Any, answer: Answer, as_json: bool,
-               prompt: str | None) -> None:
+               echo: dict) -> None:
     """One answer, streamed (the thinking on stderr, the answer on stdout, a figures line) or as one --json line
-    (`prompt`: --prompts' message, written first). Ctrl-C keeps what was made, then goes on up."""
+    (`echo`: what --prompts asked, written first). Ctrl-C keeps what was made, then goes on up."""
     from clover_local.generate.events import BlockCommitted, DecodeStats, Finished, PassDone, PrefillProgress
 
     stream = Stream(sys.stdout, sys.stderr)
@@ -375,7 +428,7 @@ def answer_one(decoder: Any, prompt_ids: list[int], settings: Any, answer: Answe
             elif isinstance(event, Finished):
                 dr, dc = answer.add(event.token_ids[len(answer.ids):], final=True)
                 if as_json:
-                    print(result(answer, event.token_ids, event.stats.to_dict(), stopped=False, prompt=prompt),
+                    print(result(answer, event.token_ids, event.stats.to_dict(), stopped=False, echo=echo),
                           flush=True)
                 else:
                     stream.write(dr, dc)
@@ -392,7 +445,7 @@ def answer_one(decoder: Any, prompt_ids: list[int], settings: Any, answer: Answe
         dr, dc = answer.add([], final=True)
         if as_json:
             stats = DecodeStats(tokens=len(answer.ids), passes=passes, seconds=time.perf_counter() - t0)
-            print(result(answer, list(answer.ids), stats.to_dict(), stopped=True, prompt=prompt), flush=True)
+            print(result(answer, list(answer.ids), stats.to_dict(), stopped=True, echo=echo), flush=True)
         else:
             stream.write(dr, dc)
             stream.end_thinking()
