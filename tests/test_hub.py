@@ -319,6 +319,27 @@ def test_unknown_repo_revision_and_gated_repo_messages(hub):
         transfer.download("not a repo", progress=False)
 
 
+@pytest.mark.parametrize("repo, revision, expected", [
+    ("nobody/nothing", None, "repository nobody/nothing was not found on the Hub"),
+    ("org/gated", None, "org/gated is gated: open"),
+    ("someone/exists", "nope", "revision 'nope' does not exist in someone/exists"),
+], ids=["unknown", "gated", "revision"])
+def test_a_download_into_a_dir_says_what_the_hub_answered(hub, tmp_path, repo, revision, expected):
+    """With --dir the Hub's refusal (an unknown repo or revision, a gated repo) is the message, as without it: the
+    folder is marked as the download's before snapshot_download runs, and huggingface_hub hands a non-empty
+    local_dir back as it is when the Hub refuses to list the repo, so the error said the folder was "not whole"
+    and the Hub "could not be reached". A folder the download made is gone again; the user's own is kept."""
+    hub.add_repo("someone/exists", {"config.json": b"{}"})
+    hub.add_repo("org/gated", {"config.json": b"{}"}, gated=True)
+    with pytest.raises(CloverError, match=expected) as err:
+        transfer.download(repo, revision=revision, dir=tmp_path / "new", progress=False)
+    assert "not whole" not in str(err.value) and not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(CloverError, match=expected):
+        transfer.download(repo, revision=revision, dir=tmp_path / "mine", progress=False)
+    assert (tmp_path / "mine").is_dir()
+
+
 def test_resolve_model(hub, tmp_path, monkeypatch):
     pack = tmp_path / "local-pack"
     make_pack(pack)

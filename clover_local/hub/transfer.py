@@ -459,6 +459,7 @@ def download(
             rev = _revision_text(revision)
             if local_only:
                 raise not_cached(repo_id, rev, retry)
+            _raise_hubs_answer(repo_id, revision, retry)
             raise CloverError(f"{repo_id}{rev} is not whole in {path}: the Hub could not be reached, or the repo has "
                               f"no config.json and .safetensors weights; check your connection and the id, then run "
                               f"`{retry}` again")
@@ -472,6 +473,21 @@ def download(
             _verify_download(folder, started, retry, on_verify_bytes, checked)
         unverified.unlink(missing_ok=True)
     return folder
+
+
+def _raise_hubs_answer(repo_id: str, revision: str | None, retry: str) -> None:
+    """The Hub's own answer about a repo whose download came back empty, as the error (an unknown repo, a gated
+    one, a token it rejects): where the Hub refuses to list a repo, snapshot_download hands back a `--dir` as it
+    is — never empty, since `_claim_dir` marks it first — so the refusal was lost. Returns where the Hub cannot
+    be reached or answers with the repo (the caller then says the folder is not whole)."""
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi(library_name="clover-local", library_version=__version__).repo_info(
+            repo_id=repo_id, repo_type="model", revision=revision)
+    except Exception as exc:  # noqa: BLE001 - any answer but a dropped line is the message
+        if not is_connection_error(exc):
+            raise_hub_error(exc, repo_id=repo_id, revision=revision, action="downloading", retry=retry)
 
 
 def _revision_text(revision: str | None) -> str:
