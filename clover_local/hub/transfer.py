@@ -476,8 +476,8 @@ def download(
 
 
 def _raise_hubs_answer(repo_id: str, revision: str | None, retry: str) -> None:
-    """The Hub's own answer about a repo whose download came back empty, as the error (an unknown repo, a gated
-    one, a token it rejects): where the Hub refuses to list a repo, snapshot_download hands back a `--dir` as it
+    """The Hub's own answer about a repo whose download came back empty, as the error (an unknown repo or
+    revision, a gated repo): where the Hub refuses to list a repo, snapshot_download hands back a `--dir` as it
     is — never empty, since `_claim_dir` marks it first — so the refusal was lost. Returns where the Hub cannot
     be reached or answers with the repo (the caller then says the folder is not whole)."""
     from huggingface_hub import HfApi

@@ -13,11 +13,12 @@ empty prompt) is Ollama's "load the model" call: answered done at once (`done_re
 loaded already. Any model name is taken (one model is served, as on the other routes) and echoed in the answer, as
 Ollama does.
 
-`options`: `temperature`, `top_p`, `seed` (-1, Ollama's default, a fresh draw each time as Ollama takes it), `stop`, `num_predict` (a ceiling, cut to --max-tokens and what the
-context leaves; -1 and -2: the server's default), `repeat_penalty` (→ repetition_penalty), `presence_penalty`,
-`frequency_penalty`. Loading and performance hints (`num_ctx`, `num_gpu`, `num_thread`, ...) are accepted and
-ignored: `serve` fixes them at start; so are `keep_alive` (the model stays loaded) and `repeat_last_n` (the
-penalties here count the prompt and the whole answer).
+`options`: `temperature`, `top_p`, `seed` (-1, Ollama's default, a fresh draw each time as Ollama takes it),
+`stop`, `num_predict` (a ceiling, cut to --max-tokens and what the context leaves; -1 and -2: the server's
+default), `repeat_penalty` (→ repetition_penalty), `presence_penalty`, `frequency_penalty`. Loading and
+performance hints (`num_ctx`, `num_gpu`, `num_thread`, ...) are accepted and ignored: `serve` fixes them at start;
+so are `keep_alive` (the model stays loaded) and `repeat_last_n` (the penalties here count the prompt and the whole
+answer).
 `top_k` and `min_p` are taken as the OpenAI routes take them (sampling.choose); `typical_p` is accepted where it
 changes nothing (1, or a greedy answer: temperature 0, this server's default) and refused otherwise, as is
 `mirostat` (another sampler).
