@@ -164,8 +164,10 @@ def test_prompts_jsonl_takes_multiline_prompts_and_conversations(tmp_path, capsy
                         ('{"text": "hi"}', '"prompt" (text) or "messages"'),
                         ('{"prompt": "hi", "messages": []}', "one of them"),
                         ('{"prompt": 5}', '"prompt" must be a non-empty string'),
-                        ('{"messages": [{"role": "user"}]}', '"messages" must be a list of'),
-                        ('{"messages": [{"role": "tool", "content": "x"}]}', '"messages" must be a list of'),
+                        ('{"messages": {"role": "user"}}', "'messages' must be a list"),
+                        ('{"messages": []}', "must end with the user's turn"),
+                        ('{"messages": [{"role": "user"}]}', "message 0 has no text 'content'"),
+                        ('{"messages": [{"role": "tool", "content": "x"}]}', "message 0 has role 'tool'"),
                         ('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}',
                          "end with the user's turn")]:
         f.write_text(bad + "\n", encoding="utf-8")

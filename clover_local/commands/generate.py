@@ -138,9 +138,6 @@ class Asked:
     conversation: Optional[list[dict]] = None
 
 
-ROLES = ("system", "user", "assistant")
-
-
 def asked_from(prompts: Path, raw: bool) -> list[Asked]:
     """--prompts' questions: each non-blank line of the file ('-': standard input), its trailing spaces dropped;
     of a `.jsonl` file, each line's JSON object — {"prompt": TEXT} (a message with line breaks in it) or
@@ -158,6 +155,8 @@ def asked_from(prompts: Path, raw: bool) -> list[Asked]:
 
 
 def _jsonl_asked(line: str, where: str, raw: bool) -> Asked:
+    from clover_local.chat.conversation import check_messages, for_template
+
     try:
         item = json.loads(line)
     except json.JSONDecodeError:
@@ -170,16 +169,12 @@ def _jsonl_asked(line: str, where: str, raw: bool) -> Asked:
         if not isinstance(item["prompt"], str) or not item["prompt"].strip():
             raise CloverError(f'{where}: "prompt" must be a non-empty string')
         return Asked(echo | {"prompt": item["prompt"]}, item["prompt"])
-    turns = item["messages"]
     if raw:
         raise CloverError(f'{where} holds "messages": --raw takes text ("prompt") only, with no chat template')
-    if not (isinstance(turns, list) and turns and all(
-            isinstance(t, dict) and t.get("role") in ROLES and isinstance(t.get("content"), str) for t in turns)):
-        raise CloverError(f'{where}: "messages" must be a list of {{"role": {"/".join(ROLES)}, "content": text}}')
-    if turns[-1]["role"] != "user":
-        raise CloverError(f'{where}: the conversation must end with the user\'s turn (the one answered)')
-    conversation = [{"role": t["role"], "content": t["content"]} for t in turns]  # (other keys left out)
-    return Asked(echo | {"messages": turns}, conversation=conversation)
+    conversation = for_template(check_messages(item["messages"], where))  # (as chat's /load reads them)
+    if not conversation or conversation[-1]["role"] != "user":
+        raise CloverError(f"{where}: the conversation must end with the user's turn (the one answered)")
+    return Asked(echo | {"messages": item["messages"]}, conversation=conversation)
 
 
 def result(answer: Answer, token_ids: list[int], stats: dict, stopped: bool, echo: dict | None = None) -> str:
