@@ -83,7 +83,8 @@ def list_large_files(
 ) -> list[LargeFile] | None:
     """The files of the snapshot `snapshot_download` will fetch that are larger than `THRESHOLD`, or None when the
     Hub cannot be asked (unreachable, unknown repo, gated, a bad moment): `snapshot_download` then meets the same
-    problem and reports it, or falls back to the cache, exactly as without this module."""
+    problem and reports it, or falls back to the cache, exactly as without this module (or, given a `--dir`,
+    hands the folder back as it is, and `transfer.download` asks the Hub once more for its answer)."""
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.hf_api import RepoFile
     from huggingface_hub.utils import filter_repo_objects
@@ -108,7 +109,7 @@ def list_large_files(
             if meta.etag and meta.size and meta.commit_hash:
                 out.append(LargeFile(entry.path, meta.size, meta.etag, meta.commit_hash, url))
         return out
-    except Exception:  # noqa: BLE001 - whatever stops the listing, snapshot_download meets and reports too
+    except Exception:  # noqa: BLE001 - whatever stops the listing, snapshot_download meets too (see above)
         return None
 
 
