@@ -5,6 +5,7 @@ each a single `error:` line and a non-zero exit, before any work is done."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -173,10 +174,21 @@ def test_download_retry_hint_repeats_dir_and_revision(tmp_path, capsys, monkeypa
     assert not dl.exists()  # the failed first try made the folder and leaves nothing behind
     assert run_cli(["download", "someone/x"]) == 2  # nothing to repeat: the plain command
     assert "run `clover-local download someone/x` again" in one_error_line(capsys)
+    assert run_cli(["download", "someone/x", "--revision", " "]) == 2  # a blank revision is main's: not repeated
+    assert "run `clover-local download someone/x` again" in one_error_line(capsys)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline mode: its own sentence, the same command
     assert run_cli(["download", "someone/x", "--dir", dl]) == 2
     line = one_error_line(capsys)
     assert "HF_HUB_OFFLINE=1" in line and f"run `clover-local download someone/x --dir '{dl}'` once" in line
+
+
+def test_a_blank_revision_is_the_default_branch(capsys, monkeypatch):
+    """`--revision ""` (a script's unset variable) is what no --revision is: a local model runs, and chat's header
+    and what /save records name the model alone (they said `tiny@`)."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+    assert run_cli(["chat", "tiny", "--revision", "", "--no-think", "--max-tokens", "2", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "· tiny ·" in err and "tiny@" not in err, err
 
 
 def test_interrupted_download_says_how_to_resume_into_the_same_dir(tmp_path, capsys, monkeypatch):

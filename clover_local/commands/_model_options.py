@@ -30,9 +30,15 @@ def chat_template_option() -> Any:
         "wrongly; checked before the model loads.")
 
 
+def blank_is_main(revision: Optional[str]) -> Optional[str]:
+    """`--revision ""` (a script's unset variable) is the default branch, as a missing flag is: every command
+    sees one value for it (a header said `tiny@`)."""
+    return revision if revision is None or revision.strip() else None
+
+
 def revision_option(panel: Optional[str] = PANEL) -> Any:
     return typer.Option(
-        None, "--revision", metavar="REV", rich_help_panel=panel,
+        None, "--revision", metavar="REV", rich_help_panel=panel, callback=blank_is_main,
         help="Branch, tag or commit of a Hub MODEL (default: main), e.g. a pack uploaded to a branch with "
              "`clover-local upload --revision`.")
 

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clover_local.cli import app
+from clover_local.commands._model_options import blank_is_main
 from clover_local.errors import CloverError, Interrupted, out_of_memory_as
 from clover_local.pack.manifest import Manifest
 
@@ -78,7 +79,7 @@ def quantize(
                                 "--stream, the 69 GB release too) and the download overlaps the work (the next "
                                 "layer is fetched while this one is quantized: ≈ 1.7 GB more memory at 35B); an "
                                 "interrupted run resumes with --resume (the layer in flight is read again)."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit of a Hub SRC (default: "
+    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main, help="Branch, tag or commit of a Hub SRC (default: "
                                            "main; --resume reads the commit the run started from, wherever main "
                                            "has moved since)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure KL against the source on held-out "
@@ -406,7 +407,7 @@ def eval_command(
     save: bool = typer.Option(False, "--save", help="Record the result in the pack's manifest and card."),
     stream: bool = typer.Option(False, "--stream", help="Read a Hub reference's weights layer by layer over the "
                                 "network instead of downloading it (as `quantize --stream`)."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit of a Hub reference "
+    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main, help="Branch, tag or commit of a Hub reference "
                                            "(default: the commit the pack records it was made from, else main)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
