@@ -895,6 +895,18 @@ def test_sampling_settings_set_in_chat_reach_the_decoder_and_show_once_set(make_
         app.command(f"/set {next(iter(given))} -3")
 
 
+def test_set_lists_a_large_top_k_as_the_whole_number_it_is(make_checkpoint, capsys):
+    """top_k is a count: /set lists 99999999999999999999 as typed (it showed `1e+20`), min_p still as a short
+    float."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.command("/set top_k 99999999999999999999")
+    app.command("/set min_p 0.25")
+    capsys.readouterr()
+    app.command("/set")
+    listed = capsys.readouterr().err
+    assert "top_k 99999999999999999999 · min_p 0.25" in listed, listed
+
+
 def test_set_says_which_reveal_rule_decides(make_checkpoint, capsys):
     """The threshold and reveal_factor are two rules, one in use: /set of either says which decides the reveals
     (a threshold set while the factor rule is on changes nothing until /set reveal_factor off)."""

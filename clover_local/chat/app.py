@@ -506,7 +506,7 @@ class ChatApp:
             penalties = [f"{name} {getattr(s, name):g}" for name, r in PENALTY_RANGES.items()
                          if getattr(s, name) != r.off]  # shown once set: most chats never touch them
             budget = [] if s.think_budget is None else [f"think_budget {s.think_budget}"]
-            cuts = [f"{name} {getattr(s, name):g}" for name in ("top_k", "min_p") if getattr(s, name)]  # (once set)
+            cuts = ([f"top_k {s.top_k}"] if s.top_k else []) + ([f"min_p {s.min_p:g}"] if s.min_p else [])  # once set
             self.note(" · ".join([s.reveal_rule(), f"temperature {s.temperature:g}", f"top_p {s.top_p:g}",
                                   *cuts, f"max_tokens {s.max_tokens}", f"thinking {'on' if s.think else 'off'}",
                                   *budget, *penalties]))
