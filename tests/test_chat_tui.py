@@ -544,6 +544,37 @@ def test_the_last_conversation_is_kept_once_it_has_a_message_of_yours(make_check
         assert proc.returncode != 0 and proc.stderr.startswith(line) and proc.stderr.count("\n") == 1, proc.stderr
 
 
+def test_save_writes_over_a_saved_chat_but_not_over_other_files(make_checkpoint, tmp_path, monkeypatch):
+    """/save replaces a conversation saved before, or an empty file; a file holding anything else (notes, a bare
+    message list another tool wrote, bytes that are not text) is refused in one line and left as it was. The
+    file is written whole: a write that fails leaves the one before and no `.part` beside it."""
+    app, _ = _chat(make_checkpoint, interactive=False)
+    app.settings.max_tokens = 3
+    app.handle("first")
+    chat = tmp_path / "chat.json"
+    (tmp_path / "empty.json").write_bytes(b"")
+    for name in ("chat.json", "chat.json", "empty.json"):  # (a second /save over the first)
+        app.command(f"/save {tmp_path / name}")
+        assert json.loads((tmp_path / name).read_text())["messages"][0]["content"] == "first"
+    foreign = {"notes.txt": "my notes\n".encode(), "list.json": b'[{"role": "user", "content": "x"}]',
+               "noise.bin": bytes(range(200, 256))}
+    for name, data in foreign.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(CloverError, match="holds something other than a conversation saved by chat"):
+            app.command(f"/save {tmp_path / name}")
+        assert (tmp_path / name).read_bytes() == data
+    before = chat.read_bytes()
+    app.handle("second")
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(CloverError, match="cannot save to .*: No space left on device"):
+        app.command(f"/save {chat}")
+    assert chat.read_bytes() == before and not list(tmp_path.glob("*.part"))
+
+
 def test_status_line_fits_the_width_and_shows_a_prompt_being_read(make_checkpoint, monkeypatch):
     """The live status line is one line at any width (shortened, then parts dropped; at 80 columns the Ctrl-C
     hint stays whole: it wrapped, leaving `stops` alone); while a long prompt is read it shows how far, not an

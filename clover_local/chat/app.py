@@ -287,16 +287,14 @@ class ChatApp:
             self._keep()
 
     def _keep(self) -> None:
-        """The conversation written to `keep_at` (through a temporary file: a kill mid-write leaves the last one
-        whole), once it holds a message of yours — a chat opened and left, or /reset, keeps the one before. A
-        failure is one warning line: the chat goes on."""
+        """The conversation written to `keep_at` (whole: a kill mid-write leaves the last one), once it holds a
+        message of yours — a chat opened and left, or /reset, keeps the one before. A failure is one warning line:
+        the chat goes on."""
         if self.keep_at is None or not self.conv.turns:
             return
-        part = self.keep_at.with_name(self.keep_at.name + ".part")
         try:
             self.keep_at.parent.mkdir(parents=True, exist_ok=True)
-            self.conv.save(part, self.settings, self.label)
-            os.replace(part, self.keep_at)
+            self.conv.save(self.keep_at, self.settings, self.label, over_any=True)
         except (OSError, CloverError) as exc:
             self.keep_at = None
             self.error(f"cannot keep the conversation for `chat --continue` ({exc}); it goes on, unkept")

@@ -8,6 +8,7 @@ the prefill after the longest part of the new prompt's token ids that the last t
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -231,15 +232,24 @@ class Conversation:
         return sum(m["role"] == "user" for m in self.messages)
 
     # ------------------------------------------------------------------ files
-    def save(self, path: Path, settings: ChatSettings, model: str) -> None:
+    def save(self, path: Path, settings: ChatSettings, model: str, *, over_any: bool = False) -> None:
+        """The conversation as JSON at `path`, written whole (through `PATH.part`: a kill mid-write leaves the
+        file as it was). A file there that holds something other than a conversation chat saved is refused, not
+        overwritten (`/save notes.txt` must not wipe the notes), unless `over_any` (`chat --continue`'s own file)."""
         data = {"format": SAVE_FORMAT, "version": 1, "model": model, "settings": asdict(settings),
                 "messages": self.messages}
+        path = path.expanduser()
+        if path.parent and not path.parent.exists():
+            raise CloverError(f"cannot save to {path}: folder {path.parent} does not exist")
+        if not over_any and path.is_file() and not _ours_or_empty(path):
+            raise CloverError(f"{path} holds something other than a conversation saved by chat: nothing written; "
+                              "/save to another name, or remove that file first")
+        part = path.with_name(path.name + ".part")
         try:
-            path = path.expanduser()
-            if path.parent and not path.parent.exists():
-                raise CloverError(f"cannot save to {path}: folder {path.parent} does not exist")
-            path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+            part.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+            os.replace(part, path)
         except OSError as exc:
+            part.unlink(missing_ok=True)
             raise CloverError(f"cannot save to {path}: {exc.strerror or exc}") from None
 
     def load(self, path: Path) -> int:
@@ -261,3 +271,14 @@ class Conversation:
         model = data.get("model") if isinstance(data, dict) else None
         self.saved_model = model if isinstance(model, str) else None
         return len(self.messages)
+
+
+def _ours_or_empty(path: Path) -> bool:
+    """Whether the file at `path` is a conversation chat saved, or empty: what /save may write over."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == SAVE_FORMAT
