@@ -3,8 +3,10 @@ UTF-8 the same way and fails with the same one line (`-` is standard input where
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from clover_local.errors import CloverError
 
@@ -46,3 +48,13 @@ def text_from(text: str | None, file: Path | None, text_flag: str) -> str:
     if file is None and (sys.stdin is None or sys.stdin.isatty()):
         raise CloverError(f"give {text_flag} TEXT or --file F, or pipe the text in on standard input")
     return read_text_file(file if file is not None else Path("-"))
+
+
+def parse_json(text: str | bytes) -> Any:
+    """`json.loads` of text a person or a client hands over, where nesting deeper than Python's parser goes (a
+    thousand levels: its RecursionError) is a JSONDecodeError like any other malformed JSON, so every reader's
+    one-line refusal covers it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None

@@ -17,7 +17,7 @@ import torch
 
 from clover_local.errors import CloverError
 from clover_local.model.noising import mask_blocks
-from clover_local.text_files import unreadable
+from clover_local.text_files import parse_json, unreadable
 
 HOLDOUT_EVERY = 10  # sample i with i % 10 == 9 is held out for evaluation, never calibrated on
 
@@ -63,7 +63,7 @@ def read_samples(path: Path, tokenizer, refused: list[str] | None = None) -> lis
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
+                item = parse_json(line)
             except json.JSONDecodeError:
                 raise CloverError(f"{path} line {n} is not valid JSON") from None
             if isinstance(item, dict) and isinstance(item.get("messages"), list):

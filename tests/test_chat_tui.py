@@ -556,7 +556,11 @@ def test_save_writes_over_a_saved_chat_but_not_over_other_files(make_checkpoint,
     for name in ("chat.json", "chat.json", "empty.json"):  # (a second /save over the first)
         app.command(f"/save {tmp_path / name}")
         assert json.loads((tmp_path / name).read_text())["messages"][0]["content"] == "first"
-    foreign = {"notes.txt": "my notes\n".encode(), "list.json": b'[{"role": "user", "content": "x"}]',
+    deep = tmp_path / "deep.json"  # nested past Python's parser: one line, as any malformed file
+    deep.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(CloverError, match="cannot load .*: not JSON \\(nested too deeply"):
+        app.command(f"/load {deep}")
+    foreign = {"deep.json": deep.read_bytes(), "notes.txt": "my notes\n".encode(), "list.json": b'[{"role": "user", "content": "x"}]',
                "noise.bin": bytes(range(200, 256))}
     for name, data in foreign.items():
         (tmp_path / name).write_bytes(data)

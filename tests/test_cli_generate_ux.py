@@ -161,6 +161,7 @@ def test_prompts_jsonl_takes_multiline_prompts_and_conversations(tmp_path, capsy
 
     monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("loaded before the file was checked"))
     for bad, needle in [('{"prompt": "hi"}\nnot json', "line 2 is not JSON"),
+                        ('{"prompt": "hi"}\n' + "[" * 100_000 + "]" * 100_000, "line 2 is not JSON"),  # too deep
                         ('{"text": "hi"}', '"prompt" (text) or "messages"'),
                         ('{"prompt": "hi", "messages": []}', "one of them"),
                         ('{"prompt": 5}', '"prompt" must be a non-empty string'),

@@ -801,6 +801,7 @@ def test_bad_calibration_files(env, capsys):
         "blank.txt": (b"\n\n   \n", "holds no samples"),
         "binary.jsonl": (b"\xff\xfe\x00garbage\x81\n", "cannot read calibration file"),
         "broken.jsonl": (b'{"text": "fine"}\n{"text": oops\n', "line 2 is not valid JSON"),
+        "deep.jsonl": (b'{"text": "fine"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 2 is not valid JSON"),
         "fields.jsonl": (b'{"prompt": "no text field"}\n', "neither 'messages'"),
         "number.jsonl": (b'{"text": 5}\n', "nor 'text' (a string)"),
     }

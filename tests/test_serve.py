@@ -128,6 +128,16 @@ def test_enable_thinking_is_passed_to_the_template(client):
 def test_malformed_requests_get_400_with_a_json_error(client, server):
     status, body = post(server, b"{not json")
     assert status == 400 and "not valid JSON" in body["error"]["message"]
+    # nested past Python's parser (it raised RecursionError: the connection closed with no answer), and a
+    # response schema nested past the compiler's recursion
+    status, body = post(server, b"[" * 5_000 + b"]" * 5_000)
+    assert status == 400 and "not valid JSON: nested too deeply" in body["error"]["message"], body
+    schema: dict = {"type": "object", "properties": {"a": {}}}
+    for _ in range(400):
+        schema = {"type": "object", "properties": {"a": schema}}
+    status, body = post(server, json.dumps({"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "deep", "schema": schema}}}).encode())
+    assert status == 400 and "nested too deeply to compile" in body["error"]["message"], body
     status, body = post(server, json.dumps({"messages": "hi"}).encode())
     assert status == 400 and body["error"]["param"] == "messages"
     with pytest.raises(openai.BadRequestError) as err:

@@ -16,7 +16,7 @@ from typing import Any
 from clover_local.chat.window import system_head
 from clover_local.errors import CloverError
 from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES, Penalties
-from clover_local.text_files import unreadable
+from clover_local.text_files import parse_json, unreadable
 
 SAVE_FORMAT = "clover-local-chat"
 ROLES = ("system", "user", "assistant")
@@ -256,7 +256,7 @@ class Conversation:
         """Replace the messages with a saved conversation (ours, {"messages": [...]}, or a bare list)."""
         path = path.expanduser()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = parse_json(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise CloverError(f"cannot load {path}: no such file") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -278,7 +278,7 @@ def _ours_or_empty(path: Path) -> bool:
     try:
         if path.stat().st_size == 0:
             return True
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return False
     return isinstance(data, dict) and data.get("format") == SAVE_FORMAT

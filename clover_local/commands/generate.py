@@ -27,7 +27,7 @@ from clover_local.commands._sampling_options import (check_decoding, check_think
                                                      repetition_penalty_option, reveal_factor_option,
                                                      think_budget_option, top_k_option)
 from clover_local.errors import CloverError, out_of_memory_as, what_ran_out
-from clover_local.text_files import read_text_file, source_name, text_from, unreadable
+from clover_local.text_files import parse_json, read_text_file, source_name, text_from, unreadable
 
 if TYPE_CHECKING:
     from clover_local.generate.json_schema import Schema
@@ -158,7 +158,7 @@ def _jsonl_asked(line: str, where: str, raw: bool) -> Asked:
     from clover_local.chat.conversation import check_messages, for_template
 
     try:
-        item = json.loads(line)
+        item = parse_json(line)
     except json.JSONDecodeError:
         raise CloverError(f"{where} is not JSON (a .jsonl file holds one object a line: "
                           '{"prompt": "…"} or {"messages": […]})') from None
@@ -193,7 +193,7 @@ def read_schema(path: Path) -> Schema:
     except (OSError, UnicodeDecodeError) as exc:
         raise CloverError(f"--json-schema: cannot read {path}: {unreadable(exc)}") from None
     try:
-        schema = json.loads(text)
+        schema = parse_json(text)
     except json.JSONDecodeError as exc:
         raise CloverError(f"--json-schema: {path} is not JSON: {exc}") from None
     try:

@@ -162,9 +162,11 @@ def compile_schema(schema: Any, lenient: bool = False) -> Schema:
     keyword outside the supported subset (`minimum`, `pattern`, `oneOf` ...) is passed over instead, as is one
     beside `$ref`, `anyOf` or `enum`: what it holds to is then looser than the schema (serve's auto tool calls,
     where a best-effort grammar is better than none)."""
-    compiler = _Compiler(schema, lenient)
-    root = compiler.node(schema, "#")
-    _finish(root)
+    try:
+        root = _Compiler(schema, lenient).node(schema, "#")
+        _finish(root)
+    except RecursionError:  # the compiler recurses as the schema nests: a few hundred levels is its limit
+        raise CloverError("the JSON schema is nested too deeply to compile (a few hundred levels at most)") from None
     if not root.leaves:
         raise CloverError("the JSON schema allows no value (an empty enum, false, minItems above maxItems, or a "
                           "required property that cannot be written)")

@@ -46,6 +46,7 @@ from clover_local.generate.json_mode import Grammar
 from clover_local.generate.json_schema import Schema, compile_schema
 from clover_local.generate.ranges import DECODE_RANGES, PENALTY_RANGES, Penalties, Range
 from clover_local.serve.tools import ForcedCall, ToolCall
+from clover_local.text_files import parse_json
 
 
 class ApiError(Exception):
@@ -326,7 +327,7 @@ def _template_tool_calls(message: dict, i: int) -> dict:
         arguments = function.get("arguments", {})
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = parse_json(arguments) if arguments.strip() else {}
             except json.JSONDecodeError:
                 raise bad_request(f"messages[{i}].tool_calls[{k}].function.arguments is not JSON",
                                   f"messages[{i}].tool_calls") from None
@@ -401,7 +402,7 @@ def late_system_as_user(messages: list[dict]) -> list[dict] | None:
 
 def json_body(raw: bytes) -> dict:
     try:
-        body = json.loads(raw)
+        body = parse_json(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
