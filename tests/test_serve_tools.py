@@ -134,6 +134,13 @@ def _parse(extra: dict, messages: list | None = None):
     ({"function_call": {"name": "add"}}, "function_call"),
     ({"tools": [{"type": "function"}]}, "tools[0]"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]}, "tools[0].function.parameters"),
+    # a schema the call grammars cannot read (the handler failed on it: the connection closed with no answer)
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"properties": True}}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {"type": {}}}}}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [TOOLS[0], {"type": "function", "function": {"name": "f", "parameters": {"required": 5}}}]},
+     "tools[1].function.parameters"),
 ])
 def test_tool_requests_it_cannot_honour_get_a_400(extra, param):
     from clover_local.serve.protocol import ApiError
@@ -141,6 +148,14 @@ def test_tool_requests_it_cannot_honour_get_a_400(extra, param):
     with pytest.raises(ApiError) as err:
         _parse(extra)
     assert (err.value.status, err.value.param) == (400, param)
+
+
+def test_a_tool_whose_schema_goes_past_the_supported_subset_is_still_offered():
+    """Only malformed schemas are refused: `pattern` or `format` in a tool left to the model (even a strict one:
+    its whole schema is held only where a call is forced) is passed over, as the call grammar passes over it."""
+    tool = {"type": "function", "function": {"name": "find", "strict": True, "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "pattern": "^a", "format": "email"}}}}}
+    assert _parse({"tools": [tool]}).tools == [tool]
 
 
 def test_tools_reach_the_template_and_past_calls_become_objects():

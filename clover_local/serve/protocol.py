@@ -269,6 +269,11 @@ def read_tools(body: dict) -> list[dict] | None:
         if not isinstance(function.get("parameters", {}), dict):
             raise bad_request(f"tools[{i}].function.parameters must be a JSON schema object",
                               f"tools[{i}].function.parameters")
+        try:  # well formed, as the call grammars read it (`properties` an object, `type` a name ...): a keyword
+            # past the supported subset is passed over here, as in an unforced call's grammar
+            compile_schema(function.get("parameters") or {"type": "object"}, lenient=True)
+        except CloverError as exc:
+            raise bad_request(f"tools[{i}].function.parameters: {exc}", f"tools[{i}].function.parameters") from None
     return tools if tools and choice != "none" else None
 
 
