@@ -9,14 +9,17 @@ names the field.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clover_local.errors import CloverError
+from clover_local.text_files import parse_json
 
 KNOWN_MODEL_TYPES = {"clover_moe", "clover_moe_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 MAX_CONTEXT = 131_072
+PAST_ANY_MODEL = {"num_hidden_layers": 1_000, "num_experts": 4_096}  # (the 35B: 40 layers of 256 experts)
 
 
 def check_min_context(context: int, flag: str = "--context") -> None:
@@ -108,8 +111,7 @@ _BACKBONE_INTS = (
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = parse_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CloverError(f"{path} is missing") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -121,6 +123,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _layer_types(text: dict[str, Any], n_layers: int) -> list[str]:
     if "layer_types" in text and text["layer_types"] is not None:
+        if not isinstance(text["layer_types"], list):
+            raise CloverError(f"config.json: layer_types must be a list, got {text['layer_types']!r}")
         types = list(text["layer_types"])
         if len(types) != n_layers:
             raise CloverError(f"config.json: layer_types has {len(types)} entries for {n_layers} layers")
@@ -128,7 +132,7 @@ def _layer_types(text: dict[str, Any], n_layers: int) -> list[str]:
         if bad:
             raise CloverError(f"config.json: unknown layer type {bad[0]!r} in layer_types")
         return types
-    interval = int(text.get("full_attention_interval", 4))
+    interval = _whole(text, "config.json", "full_attention_interval", 4)
     return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
 
 
@@ -147,7 +151,7 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any] | None = None) 
     """Build a CloverConfig from config.json contents (and generation_config.json when present)."""
     generation = generation or {}
     model_type = raw.get("model_type")
-    if model_type not in KNOWN_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in KNOWN_MODEL_TYPES:
         raise CloverError(
             f"config.json: model_type {model_type!r} is not a Clover model "
             f"(expected one of {', '.join(sorted(KNOWN_MODEL_TYPES))})"
@@ -156,43 +160,84 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any] | None = None) 
     missing = [k for k in _BACKBONE_INTS if k not in text]
     if missing:
         raise CloverError(f"config.json: missing field {missing[0]!r}")
+    ints = {k: _whole(text, "config.json", k) for k in _BACKBONE_INTS}
+    for part, whole in (("num_key_value_heads", "num_attention_heads"), ("linear_num_key_heads",
+                                                                          "linear_num_value_heads")):
+        if ints[whole] % ints[part]:
+            raise CloverError(f"config.json: {whole} ({ints[whole]}) must be a multiple of {part} ({ints[part]})")
+    if ints["num_experts_per_tok"] > ints["num_experts"]:
+        raise CloverError(f"config.json: num_experts_per_tok ({ints['num_experts_per_tok']}) is more than "
+                          f"num_experts ({ints['num_experts']})")
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-    n_layers = int(text["num_hidden_layers"])
-    head_dim = int(text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"])
+    if not isinstance(rope, dict):
+        raise CloverError(f"config.json: rope_parameters must be an object, got {rope!r}")
+    # tables of layers and of experts are built before any weight is read: a typo must not fill the RAM
+    for key, most in PAST_ANY_MODEL.items():
+        if ints[key] > most:
+            raise CloverError(f"config.json: {key} {ints[key]:,} is past any model's (at most {most:,} here)")
+    n_layers = ints["num_hidden_layers"]
+    head_dim = _whole(text, "config.json", "head_dim", ints["hidden_size"] // ints["num_attention_heads"])
 
-    def pick(key: str, default: Any) -> Any:
-        for src in (generation, raw, text):
+    def holder(key: str) -> tuple[dict[str, Any], str]:
+        """The first of generation_config.json, config.json and its text_config that sets `key`, and its name."""
+        for src, name in ((generation, "generation_config.json"), (raw, "config.json"), (text, "config.json")):
             if src.get(key) is not None:
-                return src[key]
-        return default
+                return src, name
+        return {}, "config.json"
 
-    shifted = pick("logits_shifted", None)
+    shifted = holder("logits_shifted")[0].get("logits_shifted")
     if shifted is None:
-        shifted = pick("shift_logits", False)
+        shifted = holder("shift_logits")[0].get("shift_logits", False)
+    mask_src, mask_where = holder("mask_token_id")
     diffusion = DiffusionConfig(
-        block_size=int(pick("block_size", 32)),
-        threshold=float(pick("threshold", 0.95)),
-        mask_token_id=pick("mask_token_id", None),
+        block_size=_whole(*holder("block_size"), "block_size", 32),
+        threshold=_real(*holder("threshold"), "threshold", 0.95, high=1.0),
+        mask_token_id=_whole(mask_src, mask_where, "mask_token_id", least=0) if mask_src else None,
         logits_shifted=bool(shifted),
     )
-    if diffusion.block_size < 1:
-        raise CloverError(f"config: block_size must be positive, got {diffusion.block_size}")
     return CloverConfig(
-        **{k: int(text[k]) for k in _BACKBONE_INTS},
+        **ints,
         layer_types=_layer_types(text, n_layers),
         head_dim=head_dim,
-        shared_expert_intermediate_size=int(
-            text.get("shared_expert_intermediate_size") or text["moe_intermediate_size"]
-        ),
-        rope_theta=float(rope.get("rope_theta", text.get("rope_theta", 10_000_000.0))),
-        partial_rotary_factor=float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))),
-        rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+        shared_expert_intermediate_size=_whole(text, "config.json", "shared_expert_intermediate_size",
+                                               ints["moe_intermediate_size"]),
+        rope_theta=_real(rope, "config.json", "rope_theta", _real(text, "config.json", "rope_theta", 10_000_000.0)),
+        partial_rotary_factor=_real(rope, "config.json", "partial_rotary_factor",
+                                    _real(text, "config.json", "partial_rotary_factor", 0.25),
+                                    high=1.0),
+        rms_norm_eps=_real(text, "config.json", "rms_norm_eps", 1e-6),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
         eos_token_ids=_eos_ids(generation.get("eos_token_id"), text.get("eos_token_id"), raw.get("eos_token_id")),
-        max_position_embeddings=int(text.get("max_position_embeddings", MAX_CONTEXT)),
+        max_position_embeddings=_whole(text, "config.json", "max_position_embeddings", MAX_CONTEXT, least=2),
         model_type=str(model_type),
         diffusion=diffusion,
     )
+
+
+def _whole(src: dict[str, Any], where: str, key: str, default: int | None = None, least: int = 1) -> int:
+    """A field that counts something, as a whole number ≥ `least` (null or absent: `default`); anything else is
+    a broken config.json, named in one line rather than met as a traceback deep in the model's construction."""
+    value = src.get(key)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise CloverError(f"{where}: {key} must be a whole number of at least {least}, got {value!r}")
+    return value
+
+
+def _real(src: dict[str, Any], where: str, key: str, default: float, low: float = 0.0, high: float = math.inf
+          ) -> float:
+    """A field that is a finite number in (low, high] (absent or null: `default`)."""
+    value = src.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value <= high
+                                                                               and math.isfinite(value)):
+        bound = f"in ({low:g}, {high:g}]" if high < math.inf else f"a finite number above {low:g}"
+        raise CloverError(f"{where}: {key} must be {bound}, got {value!r}")
+    return float(value)
 
 
 def load_config(folder: str | Path) -> CloverConfig:

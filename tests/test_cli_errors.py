@@ -94,6 +94,38 @@ def test_unknown_model_type(make_checkpoint, capsys):
     expect_error(capsys, generate_args(folder), "model_type", "llama")
 
 
+@pytest.mark.parametrize("field, value, words", [
+    ("hidden_size", None, "hidden_size must be a whole number of at least 1, got None"),
+    ("num_hidden_layers", "4", "num_hidden_layers must be a whole number"),
+    ("num_experts", 2.5, "num_experts must be a whole number"),
+    ("vocab_size", 0, "vocab_size must be a whole number of at least 1, got 0"),
+    ("num_key_value_heads", 3, "num_attention_heads (4) must be a multiple of num_key_value_heads (3)"),
+    ("num_experts_per_tok", 99, "num_experts_per_tok (99) is more than num_experts"),
+    ("rms_norm_eps", -1, "rms_norm_eps must be a finite number above 0, got -1"),
+    ("threshold", 1.5, "threshold must be in (0, 1], got 1.5"),
+    ("block_size", [], "block_size must be a whole number"),
+    ("mask_token_id", "x", "mask_token_id must be a whole number of at least 0"),
+    ("layer_types", 4, "layer_types must be a list"),
+    ("rope_parameters", ["x"], "rope_parameters must be an object"),
+    # (2**40 layers filled the RAM with their list, 2**40 experts with plan's table: just past the cap here)
+    ("num_hidden_layers", 1_001, "num_hidden_layers 1,001 is past any model's (at most 1,000 here)"),
+    ("num_experts", 4_097, "num_experts 4,097 is past any model's (at most 4,096 here)"),
+    ("model_type", [], "model_type [] is not a Clover model"),
+])
+def test_a_config_field_of_the_wrong_kind_is_named(make_checkpoint, capsys, field, value, words):
+    """config.json's fields are checked as read: a null, text, fraction or out-of-range count is one line naming
+    the field and the file that set it (generation_config.json's diffusion fields come first); it was a traceback
+    from int(), the tensor constructor or a modulo by zero, in plan too."""
+    folder = make_checkpoint()
+    name = "generation_config.json" if field in ("block_size", "mask_token_id") else "config.json"  # (read first)
+    cfg = json.loads((folder / name).read_text())
+    cfg[field] = value
+    (folder / name).write_text(json.dumps(cfg))
+    expect_error(capsys, generate_args(folder), f"error: {name}: {words}")
+    if field in ("hidden_size", "num_experts"):
+        expect_error(capsys, ["plan", str(folder), "--vram", "16GB"], f"error: config.json: {words}")
+
+
 def test_invalid_json_config(make_checkpoint, capsys):
     folder = make_checkpoint()
     text = (folder / "config.json").read_text()
