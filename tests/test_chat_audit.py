@@ -213,6 +213,10 @@ def test_stats_counts_the_session_and_refuses_other_words(piped, capsys, monkeyp
 
 
 def test_save_says_how_many_messages_and_refuses_a_missing_folder(piped, capsys, tmp_path):
+    piped.conv.set_system("be brief")
+    piped.command(f"/save {tmp_path / 'c.json'}")  # one message: no plural (it said "saved 1 messages")
+    assert f"saved 1 message to {tmp_path / 'c.json'}" in capsys.readouterr().err
+    piped.conv.set_system(None)
     piped.conv.add_user("hi")
     piped.conv.add_assistant("hello")
     piped.command(f"/save {tmp_path / 'c.json'}")

@@ -378,7 +378,7 @@ class ChatApp:
             if not rest:
                 raise CloverError("/save needs a file name, e.g. /save chat.json")
             self.conv.save(Path(rest), self.settings, self.label)
-            self.note(f"saved {len(self.conv.messages)} messages to {rest}")
+            self.note(f"saved {plural(len(self.conv.messages), 'message')} to {rest}")
         elif name == "/load":
             if not rest:
                 raise CloverError("/load needs a file name, e.g. /load chat.json")
