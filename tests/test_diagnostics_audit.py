@@ -333,8 +333,13 @@ def test_the_driver_version_is_read_from_proc_or_nvidia_smi(monkeypatch) -> None
     monkeypatch.setattr(gpu.shutil, "which", lambda name: None)
     assert gpu._nvidia_driver() is None
     monkeypatch.setattr(gpu.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="572.16\n572.16\n"))
+    monkeypatch.setattr(gpu.subprocess, "run",
+                        lambda *a, **k: types.SimpleNamespace(returncode=0, stdout="572.16\n572.16\n"))
     assert gpu._nvidia_driver() == "572.16"
+    # a failed run prints its error where the version goes: not taken for one
+    failed = "Failed to initialize NVML: Driver/library version mismatch\n"
+    monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: types.SimpleNamespace(returncode=18, stdout=failed))
+    assert gpu._nvidia_driver() == "installed (nvidia-smi found)"
 
 
 def test_cuda_visible_devices_minus_one_hides_the_gpus(monkeypatch) -> None:

@@ -36,8 +36,10 @@ def _nvidia_driver() -> str | None:
     try:
         res = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=5)
-        first = res.stdout.strip().splitlines()[0].strip() if res.stdout.strip() else ""
-        return first or "installed (nvidia-smi found)"
+        # a version only from a run that worked: a failed one prints its error on stdout ("Failed to initialize
+        # NVML: Driver/library version mismatch"), which is no version
+        m = re.fullmatch(r"\d+\.\d+(?:\.\d+)?", (res.stdout.strip().splitlines() or [""])[0].strip())
+        return m.group(0) if res.returncode == 0 and m else "installed (nvidia-smi found)"
     except (OSError, subprocess.SubprocessError):
         return "installed (nvidia-smi found)"
 
