@@ -161,8 +161,8 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any] | None = None) 
     if missing:
         raise CloverError(f"config.json: missing field {missing[0]!r}")
     ints = {k: _whole(text, "config.json", k) for k in _BACKBONE_INTS}
-    for part, whole in (("num_key_value_heads", "num_attention_heads"), ("linear_num_key_heads",
-                                                                          "linear_num_value_heads")):
+    for part, whole in (("num_key_value_heads", "num_attention_heads"),
+                        ("linear_num_key_heads", "linear_num_value_heads")):
         if ints[whole] % ints[part]:
             raise CloverError(f"config.json: {whole} ({ints[whole]}) must be a multiple of {part} ({ints[part]})")
     if ints["num_experts_per_tok"] > ints["num_experts"]:
@@ -233,8 +233,8 @@ def _real(src: dict[str, Any], where: str, key: str, default: float, low: float 
     value = src.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value <= high
-                                                                               and math.isfinite(value)):
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (finite and low < value <= high):
         bound = f"in ({low:g}, {high:g}]" if high < math.inf else f"a finite number above {low:g}"
         raise CloverError(f"{where}: {key} must be {bound}, got {value!r}")
     return float(value)

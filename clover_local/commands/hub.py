@@ -102,7 +102,8 @@ def download(
     dir: Optional[Path] = typer.Option(
         None, "--dir", help="Put the files in this folder instead of the Hub cache.", file_okay=False
     ),
-    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main, help="Branch, tag or commit (default: main)."),
+    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main,
+                                           help="Branch, tag or commit (default: main)."),
     force: bool = typer.Option(False, "--force", help="Fetch every file again, even if cached."),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Check a pack's files against its manifest."),
     json_out: bool = typer.Option(False, "--json", help='Print {"repo_id", "revision", "path"} as JSON.'),
@@ -153,7 +154,8 @@ def upload(
     pack: Path = typer.Argument(..., metavar="PACK", help="The pack folder."),
     repo_id: str = typer.Option(..., "--repo-id", help="Target Hub repo id, owner/name."),
     private: bool = typer.Option(False, "--private", help="Create the repo private (if it does not exist yet)."),
-    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main, help="Branch to upload to (created if needed)."),
+    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main,
+                                           help="Branch to upload to (created if needed)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List files and sizes and print the card; send nothing."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
 ) -> None:

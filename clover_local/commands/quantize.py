@@ -79,9 +79,9 @@ def quantize(
                                 "--stream, the 69 GB release too) and the download overlaps the work (the next "
                                 "layer is fetched while this one is quantized: ≈ 1.7 GB more memory at 35B); an "
                                 "interrupted run resumes with --resume (the layer in flight is read again)."),
-    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main, help="Branch, tag or commit of a Hub SRC (default: "
-                                           "main; --resume reads the commit the run started from, wherever main "
-                                           "has moved since)."),
+    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main,
+                                           help="Branch, tag or commit of a Hub SRC (default: main; --resume "
+                                           "reads the commit the run started from, wherever main has moved since)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure KL against the source on held-out "
                                   "text as the layers go (each source layer is read once)."),
     seed: int = typer.Option(0, "--seed", help="Seed for calibration sampling and masking."),
@@ -407,8 +407,9 @@ def eval_command(
     save: bool = typer.Option(False, "--save", help="Record the result in the pack's manifest and card."),
     stream: bool = typer.Option(False, "--stream", help="Read a Hub reference's weights layer by layer over the "
                                 "network instead of downloading it (as `quantize --stream`)."),
-    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main, help="Branch, tag or commit of a Hub reference "
-                                           "(default: the commit the pack records it was made from, else main)."),
+    revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main,
+                                           help="Branch, tag or commit of a Hub reference (default: the commit "
+                                           "the pack records it was made from, else main)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Quality of a pack against its BF16 source: KL divergence (mean, p99) and top-1 agreement, for the
