@@ -23,6 +23,7 @@ from clover_local.pack.reader import PackReader
 from clover_local.tokenizer import ChatTokenizer, _byte_level_alphabet
 from quantize.gptq import rtn_quantize
 from quantize.gptq_format import dequantize, pack_weight
+from runtime_pack import pack  # noqa: F401 (fixture)
 
 
 # ---------------------------------------------------------------------------------------------- the name table
@@ -74,6 +75,29 @@ def test_an_index_without_a_weight_map_is_one_line(tmp_path):
     with pytest.raises(CloverError, match="is not a valid safetensors index") as err:
         CheckpointReader(folder)
     assert "model.safetensors.index.json" in _one_line(err)
+
+
+@pytest.mark.parametrize("weight_map, words", [
+    ("model-1.safetensors", "no 'weight_map' object"),
+    ({"lm_head.weight": 3}, "'lm_head.weight' is in 3, not a shard file beside it"),
+    ({"lm_head.weight": "../elsewhere.safetensors"}, "'../elsewhere.safetensors', not a shard file beside it"),
+    ({"lm_head.weight": "/tmp/x.safetensors"}, "not a shard file beside it"),
+])
+def test_an_index_whose_weight_map_is_not_names_of_shards_beside_it_is_one_line(tmp_path, pack, weight_map, words):
+    """One reader for checkpoints and packs (checkpoint/index.py): a weight_map of the wrong type, or naming a
+    shard that is no file name, is a refusal naming the index, for a checkpoint, a pack's reader and the runtime's
+    pack index alike (they were an AttributeError, or a read of a file elsewhere)."""
+    import shutil
+
+    from clover_local.runtime.pack_index import read_pack_index
+
+    ckpt = _ckpt(tmp_path, shards=2)
+    packed = Path(shutil.copytree(pack, tmp_path / "pack"))
+    for folder, read in ((ckpt, CheckpointReader), (packed, PackReader), (packed, read_pack_index)):
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        with pytest.raises(CloverError, match="is not a valid safetensors index") as err:
+            read(folder)
+        assert "model.safetensors.index.json" in _one_line(err) and words in str(err.value), err.value
 
 
 def test_a_folder_without_weights_says_so(tmp_path):

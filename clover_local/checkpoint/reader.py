@@ -7,7 +7,6 @@ truncated file, wrong shape) becomes a one-line `CloverError` naming the file or
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors import SafetensorError, safe_open
 
+from clover_local.checkpoint.index import INDEX_NAME, read_weight_map
 from clover_local.checkpoint.names import Target, global_shapes, layer_shapes, map_name, optional
 from clover_local.config import CloverConfig, load_config
 from clover_local.errors import CloverError
@@ -24,7 +24,6 @@ from clover_local.errors import CloverError
 if TYPE_CHECKING:
     from clover_local.hub.remote_shards import RemoteShards
 
-INDEX_NAME = "model.safetensors.index.json"
 
 
 class CheckpointReader:
@@ -51,11 +50,7 @@ class CheckpointReader:
     def _weight_map(self) -> dict[str, str]:
         index = self.folder / INDEX_NAME
         if index.exists():
-            try:
-                data = json.loads(index.read_text(encoding="utf-8"))
-                weight_map = dict(data["weight_map"])
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise CloverError(f"{index} is not a valid safetensors index ({exc})") from None
+            weight_map = read_weight_map(index)
             for shard in sorted(set(weight_map.values())):
                 if self.remote is not None:
                     if shard not in self.remote.sizes:

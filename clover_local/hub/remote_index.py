@@ -19,7 +19,8 @@ from pathlib import Path
 
 from clover_local import __version__
 from clover_local.errors import CloverError
-from clover_local.runtime.pack_index import INDEX_NAME, PackIndex, header_from_prefix, read_pack_index
+from clover_local.checkpoint.index import INDEX_NAME
+from clover_local.runtime.pack_index import PackIndex, header_from_prefix, read_pack_index
 
 HEADER_PROBE = 512 * 1024  # bytes asked for first: a 35B pack's layer shard has a ≈ 361 KiB header (one request)
 PARALLEL = 8  # headers asked for at once (a round trip each)

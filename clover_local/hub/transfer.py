@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from clover_local import __version__
+from clover_local.checkpoint.index import INDEX_NAME, read_weight_map
 from clover_local.errors import CloverError
 from clover_local.text_files import unreadable
 from clover_local.pack.manifest import CARD_NAME, MANIFEST_NAME, Manifest, verify_pack
@@ -525,14 +526,14 @@ def holds_model(folder: Path) -> bool:
     (one holding only our origin record, after a first try that never connected) and a cached snapshot likewise."""
     if not (folder / "config.json").is_file():
         return False
-    index = folder / "model.safetensors.index.json"
+    index = folder / INDEX_NAME
     if not index.is_file():
         return any(folder.glob("*.safetensors"))
     try:
-        shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        shards = set(read_weight_map(index).values())
+    except (OSError, CloverError):
         return False
-    return bool(shards) and all((folder / str(shard)).is_file() for shard in shards)
+    return bool(shards) and all((folder / shard).is_file() for shard in shards)
 
 
 def _remove_if_no_files(folder: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from clover_local.checkpoint.index import INDEX_NAME, read_weight_map
 from clover_local.checkpoint.names import global_shapes, layer_shapes, optional
 from clover_local.config import load_config
 from clover_local.errors import CloverError
@@ -40,13 +41,10 @@ class PackReader:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.config = load_config(self.folder)
-        index = self.folder / "model.safetensors.index.json"
         try:
-            self.weight_map: dict[str, str] = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            self.weight_map = read_weight_map(self.folder / INDEX_NAME)
         except FileNotFoundError:
-            raise CloverError(f"{self.folder} has no model.safetensors.index.json: not a complete pack") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CloverError(f"{index} is not a valid safetensors index ({exc})") from None
+            raise CloverError(f"{self.folder} has no {INDEX_NAME}: not a complete pack") from None
         for shard in sorted(set(self.weight_map.values())):
             if not (self.folder / shard).is_file():
                 raise CloverError(f"pack shard {shard} is missing from {self.folder}")

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from clover_local.checkpoint.index import INDEX_NAME, read_weight_map
 from clover_local.config import CloverConfig, load_config
 from clover_local.errors import CloverError
 
-INDEX_NAME = "model.safetensors.index.json"
 QUANT_PARTS = ("qweight", "qzeros", "scales", "g_idx")
 EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -226,11 +226,9 @@ def read_pack_index(folder: str | Path, headers: Callable[[str], dict] | None = 
                           "(sequential groups); re-quantize with clover-local quantize")
     index = folder / INDEX_NAME
     try:
-        weight_map: dict[str, str] = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = read_weight_map(index, f"{where}/{INDEX_NAME}")
     except FileNotFoundError:
         raise CloverError(f"{where} has no {INDEX_NAME}: not a complete pack") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise CloverError(f"{where}/{INDEX_NAME} is not a valid safetensors index ({exc})") from None
     tensors: dict[str, TensorInfo] = {}
     for shard, header in _headers_of(sorted(set(weight_map.values())), headers, parallel):
         for name, info in header.items():
