@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from clover_local.hub.remote_shards import RemoteShards
 
 
-
 class CheckpointReader:
     """Maps our parameter names to tensors in the shards; opens each shard once, on first use. With `remote`,
     the shards are read from the Hub by byte range (`quantize --stream`): `folder` holds the small files only."""

@@ -249,7 +249,7 @@ def _unsupported(name: str, why: str) -> ApiError:
 
 def read_tools(body: dict) -> list[dict] | None:
     """The request's tools for the template (None: none, or `tool_choice` "none"), checked; a 400 for a malformed
-    list or a `tool_choice` this server cannot honour."""
+    list, a `parameters` schema that is not well formed, or a `tool_choice` this server cannot honour."""
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise bad_request("'tools' must be a list", "tools")
@@ -286,11 +286,11 @@ def read_call_choice(body: dict, req: ChatRequest) -> None:
 def read_tool_choice(body: dict, tools: list[dict] | None, parallel: bool = True) -> ForcedCall | None:
     """The call `tool_choice` forces (OpenAI chat's forms; the other wire formats translate theirs into them), None
     for "auto" and "none": "required" is some call of `tools` (one or more; one where `parallel` — the request's
-    `parallel_tool_calls` — is false), `{"type": "function", "function": {"name"}}` one call of that tool. Each
-    candidate's parameters are compiled here, so a schema that cannot be held is a 400 before anything runs: a
-    malformed one, or (a tool marked `strict`, as OpenAI's strict mode asks the whole schema be kept) one with a
-    keyword outside the supported subset. Without `strict` such a keyword is passed over and the rest of the schema
-    held (instructor's pydantic models carry `minimum`, `pattern` ...: the client validates the arguments itself)."""
+    `parallel_tool_calls` — is false), `{"type": "function", "function": {"name"}}` one call of that tool. A
+    malformed schema is `read_tools`' 400; a candidate marked `strict` (OpenAI's strict mode asks the whole schema
+    be kept) is compiled whole here, so one with a keyword outside the supported subset is a 400 before anything
+    runs. Without `strict` such a keyword is passed over and the rest of the schema held (instructor's pydantic
+    models carry `minimum`, `pattern` ...: the client validates the arguments itself)."""
     choice = body.get("tool_choice")
     if choice in (None, "auto", "none"):
         return None
@@ -306,14 +306,13 @@ def read_tool_choice(body: dict, tools: list[dict] | None, parallel: bool = True
     if not picked:
         raise bad_request(f"'tool_choice' names the function {name!r}, which is not among the tools", "tool_choice")
     for i, tool in picked:
-        strict = tool["function"].get("strict") is True
+        if tool["function"].get("strict") is not True:
+            continue
         try:
-            compile_schema(tool["function"].get("parameters") or {"type": "object"}, lenient=not strict)
+            compile_schema(tool["function"].get("parameters") or {"type": "object"})
         except CloverError as exc:
-            held = "a strict tool's arguments are held to its whole schema" if strict else \
-                "a forced call's arguments are held to it"
-            raise bad_request(f"tools[{i}].function.parameters: {exc} ({held})",
-                              f"tools[{i}].function.parameters") from None
+            raise bad_request(f"tools[{i}].function.parameters: {exc} (a strict tool's arguments are held to its "
+                              "whole schema)", f"tools[{i}].function.parameters") from None
     return ForcedCall([t for _, t in picked], parallel=name is None and parallel)
 
 
