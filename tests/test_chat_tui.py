@@ -560,7 +560,8 @@ def test_save_writes_over_a_saved_chat_but_not_over_other_files(make_checkpoint,
     deep.write_bytes(b"[" * 100_000 + b"]" * 100_000)
     with pytest.raises(CloverError, match="cannot load .*: not JSON \\(nested too deeply"):
         app.command(f"/load {deep}")
-    foreign = {"deep.json": deep.read_bytes(), "notes.txt": "my notes\n".encode(), "list.json": b'[{"role": "user", "content": "x"}]',
+    foreign = {"deep.json": deep.read_bytes(), "notes.txt": "my notes\n".encode(),
+               "list.json": b'[{"role": "user", "content": "x"}]',
                "noise.bin": bytes(range(200, 256))}
     for name, data in foreign.items():
         (tmp_path / name).write_bytes(data)
