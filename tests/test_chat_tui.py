@@ -568,6 +568,9 @@ def test_save_writes_over_a_saved_chat_but_not_over_other_files(make_checkpoint,
         with pytest.raises(CloverError, match="holds something other than a conversation saved by chat"):
             app.command(f"/save {tmp_path / name}")
         assert (tmp_path / name).read_bytes() == data
+    for folder in (tmp_path, Path("/")):  # (`/` was a ValueError: no name to put `.part` after)
+        with pytest.raises(CloverError, match=f"cannot save to {folder}: Is a directory"):
+            app.command(f"/save {folder}")
     before = chat.read_bytes()
     app.handle("second")
 

@@ -241,6 +241,8 @@ class Conversation:
         path = path.expanduser()
         if path.parent and not path.parent.exists():
             raise CloverError(f"cannot save to {path}: folder {path.parent} does not exist")
+        if path.is_dir():  # (before its `.part` is named: `/` has no name to add to)
+            raise CloverError(f"cannot save to {path}: Is a directory")
         if not over_any and path.is_file() and not _ours_or_empty(path):
             raise CloverError(f"{path} holds something other than a conversation saved by chat: nothing written; "
                               "/save to another name, or remove that file first")
