@@ -132,7 +132,7 @@ def _layer_types(text: dict[str, Any], n_layers: int) -> list[str]:
         if bad:
             raise CloverError(f"config.json: unknown layer type {bad[0]!r} in layer_types")
         return types
-    interval = _whole(text, "config.json", "full_attention_interval", 4)
+    interval = _whole(text, "full_attention_interval", 4)
     return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
 
 
@@ -160,7 +160,7 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any] | None = None) 
     missing = [k for k in _BACKBONE_INTS if k not in text]
     if missing:
         raise CloverError(f"config.json: missing field {missing[0]!r}")
-    ints = {k: _whole(text, "config.json", k) for k in _BACKBONE_INTS}
+    ints = {k: _whole(text, k) for k in _BACKBONE_INTS}
     for part, whole in (("num_key_value_heads", "num_attention_heads"),
                         ("linear_num_key_heads", "linear_num_value_heads")):
         if ints[whole] % ints[part]:
@@ -176,7 +176,7 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any] | None = None) 
         if ints[key] > most:
             raise CloverError(f"config.json: {key} {ints[key]:,} is past any model's (at most {most:,} here)")
     n_layers = ints["num_hidden_layers"]
-    head_dim = _whole(text, "config.json", "head_dim", ints["hidden_size"] // ints["num_attention_heads"])
+    head_dim = _whole(text, "head_dim", ints["hidden_size"] // ints["num_attention_heads"])
 
     def holder(key: str) -> tuple[dict[str, Any], str]:
         """The first of generation_config.json, config.json and its text_config that sets `key`, and its name."""
@@ -188,33 +188,34 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any] | None = None) 
     shifted = holder("logits_shifted")[0].get("logits_shifted")
     if shifted is None:
         shifted = holder("shift_logits")[0].get("shift_logits", False)
+    block_src, block_where = holder("block_size")
+    threshold_src, threshold_where = holder("threshold")
     mask_src, mask_where = holder("mask_token_id")
     diffusion = DiffusionConfig(
-        block_size=_whole(*holder("block_size"), "block_size", 32),
-        threshold=_real(*holder("threshold"), "threshold", 0.95, high=1.0),
-        mask_token_id=_whole(mask_src, mask_where, "mask_token_id", least=0) if mask_src else None,
+        block_size=_whole(block_src, "block_size", 32, where=block_where),
+        threshold=_real(threshold_src, "threshold", 0.95, high=1.0, where=threshold_where),
+        mask_token_id=_whole(mask_src, "mask_token_id", least=0, where=mask_where) if mask_src else None,
         logits_shifted=bool(shifted),
     )
     return CloverConfig(
         **ints,
         layer_types=_layer_types(text, n_layers),
         head_dim=head_dim,
-        shared_expert_intermediate_size=_whole(text, "config.json", "shared_expert_intermediate_size",
-                                               ints["moe_intermediate_size"]),
-        rope_theta=_real(rope, "config.json", "rope_theta", _real(text, "config.json", "rope_theta", 10_000_000.0)),
-        partial_rotary_factor=_real(rope, "config.json", "partial_rotary_factor",
-                                    _real(text, "config.json", "partial_rotary_factor", 0.25),
+        shared_expert_intermediate_size=_whole(text, "shared_expert_intermediate_size", ints["moe_intermediate_size"]),
+        rope_theta=_real(rope, "rope_theta", _real(text, "rope_theta", 10_000_000.0)),
+        partial_rotary_factor=_real(rope, "partial_rotary_factor", _real(text, "partial_rotary_factor", 0.25),
                                     high=1.0),
-        rms_norm_eps=_real(text, "config.json", "rms_norm_eps", 1e-6),
+        rms_norm_eps=_real(text, "rms_norm_eps", 1e-6),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
         eos_token_ids=_eos_ids(generation.get("eos_token_id"), text.get("eos_token_id"), raw.get("eos_token_id")),
-        max_position_embeddings=_whole(text, "config.json", "max_position_embeddings", MAX_CONTEXT, least=2),
+        max_position_embeddings=_whole(text, "max_position_embeddings", MAX_CONTEXT, least=2),
         model_type=str(model_type),
         diffusion=diffusion,
     )
 
 
-def _whole(src: dict[str, Any], where: str, key: str, default: int | None = None, least: int = 1) -> int:
+def _whole(src: dict[str, Any], key: str, default: int | None = None, least: int = 1, where: str = "config.json"
+           ) -> int:
     """A field that counts something, as a whole number ≥ `least` (null or absent: `default`); anything else is
     a broken config.json, named in one line rather than met as a traceback deep in the model's construction."""
     value = src.get(key)
@@ -227,8 +228,8 @@ def _whole(src: dict[str, Any], where: str, key: str, default: int | None = None
     return value
 
 
-def _real(src: dict[str, Any], where: str, key: str, default: float, low: float = 0.0, high: float = math.inf
-          ) -> float:
+def _real(src: dict[str, Any], key: str, default: float, low: float = 0.0, high: float = math.inf,
+          where: str = "config.json") -> float:
     """A field that is a finite number in (low, high] (absent or null: `default`)."""
     value = src.get(key)
     if value is None:
