@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -982,6 +983,60 @@ def test_a_body_of_exactly_the_limit_is_read(server):
     assert status == 400 and body["error"]["param"] == "messages"
     status, body = post(server, padded(50_001))
     assert status == 413 and body["error"]["code"] == "request_too_large"
+
+
+def _raw_post(url: str, head: bytes, raw: bytes, half_close: bool = False) -> tuple[int, dict]:
+    """One request written as bytes (what urllib will not send: a chunked body, a body short of its length)."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + head + b"\r\n" + raw)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status, _, body = answer.partition(b"\r\n\r\n")
+    return int(status.split()[1]), json.loads(body)
+
+
+def test_a_chunked_body_is_read_as_its_chunks_joined(server):
+    """curl -T - and clients that stream their upload send Transfer-Encoding: chunked (it was a 411): the chunks,
+    an extension and a trailer are read through, and the request answers as the same body with a length does."""
+    text = "".join(random.Random(3).choice("abc xyz,.") for _ in range(300))
+    body = json.dumps({"prompt": text}).encode()
+    status, whole = post(server, body, "/tokenize")
+    assert status == 200 and whole["count"] > 10
+    cut = [0, 7, 150, len(body)]
+    chunks = b"".join(b"%x%s\r\n%s\r\n" % (b - a, b";note=1" if i == 1 else b"", body[a:b])
+                      for i, (a, b) in enumerate(zip(cut, cut[1:])))
+    assert _raw_post(server, b"Transfer-Encoding: chunked\r\n", chunks + b"0\r\nX-Trailer: 1\r\n\r\n") == (200, whole)
+
+
+@pytest.mark.parametrize("raw, status, says", [
+    (b"0x10\r\n", 400, "does not start with its size in hex"),  # what int(x, 16) would take
+    (b"-5\r\n", 400, "does not start with its size in hex"),
+    (b"5\r\nabcdefg\r\n0\r\n\r\n", 400, "not the size its line gave"),
+    (b"5\r\nab", 400, "not the size its line gave"),
+    (b"", 400, "ended before its last chunk"),
+    (b"c351\r\n", 413, "is at least 50001 bytes; the limit is 50000"),  # refused unread
+    (b"8000\r\n" + b"x" * 0x8000 + b"\r\n8000\r\n", 413, "is at least 65536 bytes"),
+], ids=["0x", "negative", "longer", "shorter", "empty", "one-too-large", "two-too-large"])
+def test_a_chunked_body_that_breaks_its_framing_or_the_limit_is_refused(server, raw, status, says):
+    code, body = _raw_post(server, b"Transfer-Encoding: chunked\r\n", raw, half_close=True)
+    assert (code, body["error"]["code"] == "request_too_large") == (status, status == 413) and says in \
+        body["error"]["message"], body
+
+
+def test_a_body_shorter_than_its_content_length_is_refused_not_read_as_far_as_it_goes(server):
+    """A client that ends its body early (or lies about its length) gets a 400; the part that came was a valid
+    request, and was answered 200 before."""
+    body = json.dumps({"prompt": "hello"}).encode()
+    status, answer = _raw_post(server, b"Content-Length: %d\r\n" % (len(body) + 9), body, half_close=True)
+    assert status == 400 and answer["error"]["message"] == f"the body ended after {len(body)} of its Content-" \
+        f"Length's {len(body) + 9} bytes"
+    assert _raw_post(server, b"Content-Length: %d\r\n" % len(body), body, half_close=True)[0] == 200
 
 
 def test_a_job_cancelled_while_waiting_is_skipped(in_process):

@@ -15,6 +15,7 @@ import functools
 import hmac
 import json
 import queue
+import re
 import select
 import socket
 import sys
@@ -41,6 +42,15 @@ from clover_local.serve.protocol import (AnswerShape, ApiError, ChatAnswer, Chat
                                          legacy_logprobs, parse_chat_request, parse_completion_request,
                                          parse_detokenize_request, parse_tokenize_request, text_choice, text_chunk,
                                          text_completion)
+
+
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")  # a chunk's size (Python's int(x, 16) also takes "0x1f" and "1_f")
+_CHUNK_LINE = 8 * 1024  # a chunk-size line or trailer past this is not HTTP a client sends
+_TRAILERS = 64
+
+
+def _too_large(size: int, limit: int, at_least: str = "") -> ApiError:
+    return ApiError(413, f"the request body is {at_least}{size} bytes; the limit is {limit}", code="request_too_large")
 
 
 @dataclass
@@ -261,28 +271,55 @@ class Handler(BaseHTTPRequestHandler):
             return True
 
     def _read_body(self) -> bytes | None:
+        """The request's body, whole, or None once the refusal is sent (the connection then closes: what is left of
+        a refused body is not read). A body that ends before its length is a 400, never a request read from part of
+        it."""
         limits = self.server.limits
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self._error(ApiError(411, "send the body with a Content-Length"), close=True)
-            return None
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            self._error(ApiError(411, "a Content-Length header is required"), close=True)
-            return None
-        if length < 0:
-            self._error(ApiError(400, "bad Content-Length"), close=True)
-            return None
-        if length > limits.max_body_bytes:
-            self._error(ApiError(413, f"the request body is {length} bytes; the limit is {limits.max_body_bytes}",
-                                 code="request_too_large"), close=True)
-            return None
         self.connection.settimeout(limits.read_timeout)
         try:
-            return self.rfile.read(length)
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                return self._read_chunked(limits.max_body_bytes)
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                raise ApiError(411, "a Content-Length header (or Transfer-Encoding: chunked) is required") from None
+            if length < 0:
+                raise ApiError(400, "bad Content-Length")
+            if length > limits.max_body_bytes:
+                raise _too_large(length, limits.max_body_bytes)
+            body = self.rfile.read(length)
+            if len(body) < length:
+                raise ApiError(400, f"the body ended after {len(body)} of its Content-Length's {length} bytes")
+            return body
+        except ApiError as refusal:
+            self._error(refusal, close=True)
         except (OSError, socket.timeout):
             self.close_connection = True
-            return None
+        return None
+
+    def _read_chunked(self, limit: int) -> bytes:
+        """A body sent in chunks (curl's `-T -`, a client streaming its upload): each chunk's size in hex, the
+        chunk, and a size of 0 to end, then trailers, which are read past."""
+        body = bytearray()
+        while True:
+            line = self.rfile.readline(_CHUNK_LINE)
+            size_text = line.split(b";", 1)[0].strip()
+            if not line.endswith(b"\n") or not _HEX.fullmatch(size_text):
+                raise ApiError(400, "a chunk of the body does not start with its size in hex" if line else
+                               "the chunked body ended before its last chunk")
+            size = int(size_text, 16)
+            if size == 0:
+                break
+            if len(body) + size > limit:
+                raise _too_large(len(body) + size, limit, "at least ")
+            chunk = self.rfile.read(size)
+            if len(chunk) < size or self.rfile.readline(_CHUNK_LINE) not in (b"\r\n", b"\n"):
+                raise ApiError(400, "a chunk of the body is not the size its line gave")
+            body += chunk
+        for _ in range(_TRAILERS):  # trailers, each a line, up to a blank one (or the connection's end)
+            if self.rfile.readline(_CHUNK_LINE) in (b"\r\n", b"\n", b""):
+                return bytes(body)
+        raise ApiError(400, f"more than {_TRAILERS} trailer lines after a chunked body")
 
     # ------------------------------------------------------------------ routes
     def _error_shape(self, path: str) -> None:
