@@ -96,7 +96,12 @@ def _compile_template(source: str):
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
-    return env.from_string(source)
+    try:
+        return env.from_string(source)
+    except TemplateError:
+        raise
+    except Exception as exc:  # jinja's parser and Python's compiler recurse as the template nests
+        raise TemplateError(f"{type(exc).__name__}: {exc}") from None
 
 
 def _byte_level_alphabet() -> dict[str, int]:
@@ -266,6 +271,9 @@ class ChatTokenizer:
             return template.render(**context)
         except TemplateError as exc:
             raise CloverError(f"the chat template could not render these messages: {exc}") from None
+        except Exception as exc:  # the template's own code failed (1 + "a", 10 // 0, a macro recursing forever)
+            raise CloverError(f"the chat template could not render these messages: {type(exc).__name__}: "
+                              f"{exc}") from None
 
     # ------------------------------------------------------------------------------------------ ids
 

@@ -195,6 +195,37 @@ def test_unreadable_tokenizer_files_say_why_in_one_phrase(folder: Path, tmp_path
         ChatTokenizer.from_folder(tmp_path)
 
 
+@pytest.mark.parametrize("template, says", [
+    ('{{ messages[0].content ~ (1 + "a") }}', "TypeError: unsupported operand"),
+    ("{{ messages | length // 0 }}", "ZeroDivisionError"),
+    ('{{ "{:d}".format(messages[0].content) }}', "ValueError: Unknown format code"),
+    ("{{ range(10 ** 9) | list | length }}", "OverflowError: Range too big"),
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "RecursionError"),
+])
+def test_a_template_whose_own_code_fails_is_one_line_not_a_traceback(folder: Path, tmp_path: Path, template: str,
+                                                                      says: str) -> None:
+    """A model's template is code: jinja raises Python's own errors (not TemplateError) for its mistakes, and they
+    ended generate, chat and serve's handler in a traceback."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    (tmp_path / "chat_template.jinja").write_text(template, encoding="utf-8")
+    with pytest.raises(CloverError, match=f"^the chat template could not render these messages: {says}"):
+        ChatTokenizer.from_folder(tmp_path).apply_chat_template([{"role": "user", "content": "hi"}])
+
+
+def test_a_template_nested_past_the_parser_is_invalid_not_a_traceback(folder: Path, tmp_path: Path) -> None:
+    from clover_local.tokenizer import read_template
+
+    deep = "{{ " + "(" * 400 + "messages" + ")" * 400 + " }}"
+    (tmp_path / "deep.jinja").write_text(deep, encoding="utf-8")
+    with pytest.raises(CloverError, match=r"^the chat template in .*deep\.jinja is invalid: RecursionError"):
+        read_template(tmp_path / "deep.jinja")
+    shutil.copy(folder / "tokenizer.json", tmp_path / "tokenizer.json")
+    (tmp_path / "chat_template.jinja").write_text(deep, encoding="utf-8")
+    with pytest.raises(CloverError, match="is invalid: RecursionError"):
+        ChatTokenizer.from_folder(tmp_path).apply_chat_template([{"role": "user", "content": "hi"}])
+
+
 def test_template_sources(folder: Path, tmp_path: Path) -> None:
     shutil.copy(folder / "tokenizer.json", tmp_path / "tokenizer.json")
     # no config and no template file: loads, but chatting names both places to look
