@@ -72,6 +72,22 @@ def test_a_files_trailing_newlines_are_not_part_of_the_message(tmp_path, capsys,
             == generate_json(capsys, "-p", "reverse a b c\nd e", "--raw", "--max-new-tokens", "4")["token_ids"])
 
 
+@needs_tiny
+def test_words_after_the_model_are_the_prompt_as_ollama_run_takes_them(tmp_path, capsys):
+    """`generate tiny reverse a b c` asks what `-p "reverse a b c"` asks (it was 'unexpected extra argument'); with
+    --file they are the question after the document, and with --prompt too, the message is given twice."""
+    want = generate_json(capsys, "-p", "reverse a b c")["token_ids"]
+    for words in (["reverse a b c"], ["reverse", "a", "b", "c"]):
+        assert run_cli(["generate", "tiny", *words, "--json", *GEN]) == 0
+        assert json.loads(capsys.readouterr().out)["token_ids"] == want, words
+    doc = tmp_path / "doc.txt"
+    doc.write_text("a b c\n", encoding="utf-8")
+    assert (generate_json(capsys, "-f", str(doc), "-p", "reverse it", "--raw", "--max-new-tokens", "4")["token_ids"]
+            == generate_json(capsys, "-f", str(doc), "reverse", "it", "--raw", "--max-new-tokens", "4")["token_ids"])
+    expect_error(capsys, ["generate", "tiny", "reverse", "a", "-p", "b", *GEN],
+                 "give the message once: after MODEL ('reverse a') or as --prompt ('b')")
+
+
 def test_prompts_show_their_progress_on_a_terminal_while_the_answers_go_to_a_file(monkeypatch):
     """--prompts draws prompts answered of the file's on a terminal's stderr, and nothing where stderr is a log,
     where the answers come to the terminal too, or for one prompt."""

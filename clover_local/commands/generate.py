@@ -205,6 +205,10 @@ def read_schema(path: Path) -> Schema:
 @app.command()
 def generate(
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, or 'tiny' (the shipped model)."),
+    said: Optional[list[str]] = typer.Argument(None, metavar="[PROMPT]...", show_default=False,
+                                               help="The user message, as --prompt gives it; words after MODEL are "
+                                               "joined by spaces, as `ollama run` joins them (`generate tiny why is "
+                                               "the sky blue`)."),
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="The user message (without it or --file: "
                                          "the message piped in on standard input)."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the user message from a UTF-8 file "
@@ -274,6 +278,8 @@ def generate(
 
       clover-local generate tiny --prompt "reverse a b c d"
 
+      clover-local generate tiny "reverse a b c d"
+
       clover-local generate ./my-checkpoint -p "Hello" --no-think --json
 
       clover-local generate ./clover-int4 -p "Hello" --vram-budget 14GB --context 4096
@@ -297,6 +303,10 @@ def generate(
     from clover_local.generate.json_schema import answer_constraint
     from clover_local.generate.thinking import ThinkBudget
 
+    if said:
+        if prompt is not None:
+            raise CloverError(f"give the message once: after MODEL ({' '.join(said)!r}) or as --prompt ({prompt!r})")
+        prompt = " ".join(said)
     if prompts is not None and (prompt is not None or file is not None):
         raise CloverError("--prompts gives the messages: leave --prompt and --file out")
     asked = asked_from(prompts, raw) if prompts is not None else [Asked({}, message_from(prompt, file))]
