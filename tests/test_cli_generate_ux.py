@@ -88,6 +88,15 @@ def test_words_after_the_model_are_the_prompt_as_ollama_run_takes_them(tmp_path,
                  "give the message once: after MODEL ('reverse a') or as --prompt ('b')")
 
 
+def test_words_after_chats_model_point_to_generate_for_one_answer(capsys):
+    """`ollama run MODEL TEXT` answers once: chat's words after MODEL were 'unexpected extra argument'; now one
+    line with the generate command that asks them (quoted where the shell needs it), before anything loads."""
+    expect_error(capsys, ["chat", "tiny", "hi there", "--no-think"],
+                 "chat takes its messages once it starts, not after MODEL; for one answer: clover-local generate "
+                 "tiny 'hi there'")
+    expect_error(capsys, ["chat", "tiny", "why", "is", "it"], "clover-local generate tiny why is it")
+
+
 def test_prompts_show_their_progress_on_a_terminal_while_the_answers_go_to_a_file(monkeypatch):
     """--prompts draws prompts answered of the file's on a terminal's stderr, and nothing where stderr is a log,
     where the answers come to the terminal too, or for one prompt."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -20,7 +21,7 @@ from clover_local.commands._sampling_options import (check_decoding, check_think
 from clover_local.errors import CloverError
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})  # (words after MODEL: pointed to generate)
 def chat(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="Pack or checkpoint folder, Hub repo id, 'tiny' (the shipped model), or "
@@ -84,6 +85,9 @@ def chat(
     from clover_local.chat.conversation import ChatSettings
     from clover_local.paths import LAST_CHAT, cache_root
 
+    if ctx.args:  # (`ollama run MODEL TEXT` answers once)
+        raise CloverError(f"chat takes its messages once it starts, not after MODEL; for one answer: clover-local "
+                          f"generate {shlex.join([model, *ctx.args])}")
     check_decoding(temperature, top_p, top_k, min_p, threshold, reveal_factor)
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
