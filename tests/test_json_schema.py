@@ -354,6 +354,45 @@ def test_depth_is_bounded():
     assert not compile_schema({}).start().feed_all(b"[" * (MAX_DEPTH + 1))
 
 
+def _nested(levels: int, inner: dict, kind: str) -> dict:
+    for _ in range(levels):
+        inner = ({"type": "object", "properties": {"a": inner}, "required": ["a"]} if kind == "object" else
+                 {"type": "array", "items": inner, "minItems": 1})
+    return inner
+
+
+@pytest.mark.parametrize("kind", ["object", "array"])
+def test_a_schema_whose_every_value_nests_past_the_depth_bound_is_refused(kind):
+    """The automaton writes at most MAX_DEPTH levels: a schema that needs more compiled, and an answer held to it ran
+    to max_tokens without closing. Exactly MAX_DEPTH compiles and is written whole; one more is refused, split
+    between two levels of schema too; a way out at some level (an alternative, an optional property) keeps it."""
+    def value(levels: int) -> bytes:
+        return (b'{"a":' * levels + b"7" + b"}" * levels if kind == "object" else
+                b"[" * levels + b"7" + b"]" * levels)
+
+    integer = {"type": "integer"}
+    assert complete(compile_schema(_nested(MAX_DEPTH, integer, kind)), value(MAX_DEPTH))
+    for schema in (_nested(MAX_DEPTH + 1, integer, kind), _nested(40, _nested(30, integer, kind), kind)):
+        with pytest.raises(CloverError, match=f"nest more than {MAX_DEPTH} objects or arrays deep"):
+            compile_schema(schema)
+    way_out = _nested(40, {"anyOf": [_nested(40, integer, kind), {"type": "null"}]}, kind)
+    assert complete(compile_schema(way_out), value(40).replace(b"7", b"null"))
+    assert compile_schema({"type": "object", "properties": {"x": _nested(MAX_DEPTH + 5, {}, kind)}})  # optional
+    assert complete(compile_schema({"const": json.loads(value(MAX_DEPTH))}), value(MAX_DEPTH))  # a const's too
+    with pytest.raises(CloverError, match="nest more than"):
+        compile_schema({"const": json.loads(value(MAX_DEPTH + 1))})
+
+
+def test_a_recursive_schema_counts_its_shallowest_value():
+    """A tree whose children are required but may be an empty list nests 2 deep at least: compiles; one whose child
+    is required and itself (no way out) allows no value at all."""
+    tree = {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}},
+            "required": ["children"]}
+    assert complete(compile_schema(tree), b'{"children":[{"children":[]}]}')
+    with pytest.raises(CloverError, match="allows no value"):
+        compile_schema({"type": "object", "properties": {"c": {"$ref": "#"}}, "required": ["c"]})
+
+
 def test_keys_whose_value_cannot_be_written_are_refused_at_once():
     """A property or additionalProperties that allows nothing: its key is refused where it ends, not taken into a
     value that could never be finished."""

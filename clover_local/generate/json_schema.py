@@ -170,6 +170,9 @@ def compile_schema(schema: Any, lenient: bool = False) -> Schema:
     if not root.leaves:
         raise CloverError("the JSON schema allows no value (an empty enum, false, minItems above maxItems, or a "
                           "required property that cannot be written)")
+    if _least_depth(root) > MAX_DEPTH:
+        raise CloverError(f"the JSON schema's values nest more than {MAX_DEPTH} objects or arrays deep (required "
+                          f"properties or items inside each other); an answer is written at most {MAX_DEPTH} deep")
     return Schema(root)
 
 
@@ -416,6 +419,43 @@ def _finish(root: Node) -> None:
             hits = tuple(leaf for leaf in n.leaves if _may_start(leaf, b))
             if hits:
                 n.starts[b] = hits
+
+
+def _least_depth(root: Node) -> int:
+    """How many objects and arrays deep the shallowest value of `root` nests (a scalar: 0), counted up to
+    MAX_DEPTH + 1: a schema whose every value nests past what the automaton writes would run to max_tokens
+    without closing. A least fixpoint over the pruned graph, children first so a tree settles in one sweep."""
+    past = MAX_DEPTH + 1
+    nodes = _graph(root)[::-1]
+    depth = {id(n): past for n in nodes}
+
+    def of(n: Node | None) -> int:
+        return depth.get(id(n), past) if n is not None else past
+
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if isinstance(n, Literal):
+                d = 0
+            elif isinstance(n, Union):
+                d = min((of(m) for m in n.members if m.leaves), default=past)
+            elif isinstance(n, Ref):
+                d = of(n.target)
+            else:
+                assert isinstance(n, Typed)
+                ways = [0] if n.types - {"object", "array"} else []
+                if "object" in n.types:
+                    ways.append(1 + max((of(n.props.get(r, n.extra)) for r in n.required), default=0))
+                if "array" in n.types:
+                    inside = (max((of(x) for x in n.fixed), default=0) if n.fixed is not None else
+                              0 if n.min_items == 0 else of(n.items))
+                    ways.append(1 + inside)
+                d = min(min(ways, default=past), past)
+            if d < depth[id(n)]:
+                depth[id(n)] = d
+                changed = True
+    return depth[id(root)]
 
 
 def _leaves(n: Node, ok, seen: set[int]) -> list[Node]:
