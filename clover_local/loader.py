@@ -38,6 +38,8 @@ def resolve_model_path(arg: str, revision: str | None = None, reserve: Reserve |
     """A folder on disk, a short name of a model shipped with the package, or a Hub repo id (downloaded; at
     `revision`, a branch, tag or commit, when given; `reserve`: what the caller writes after the download, for its
     room check)."""
+    if not arg.strip():  # (Path("") is the working folder: a script's unset variable must not load it)
+        raise CloverError("the model is empty: give a folder, a Hub repo id (owner/name) or 'tiny'")
     path = Path(arg).expanduser()
     if revision and (path.exists() or arg in SHORT_NAMES):
         raise CloverError(f"--revision applies to Hub repo ids, but {arg} is a local model")

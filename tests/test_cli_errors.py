@@ -53,6 +53,49 @@ def test_missing_folder(tmp_path, capsys):
     expect_error(capsys, ["score", missing, "--text", "hi there"], str(missing))
 
 
+@pytest.mark.parametrize("args, says", [
+    (["generate", "", "-p", "hi"], "the model is empty"),
+    (["score", " ", "--text", "hi"], "the model is empty"),
+    (["plan", "", "--vram", "16GB"], "the model is empty"),
+    (["quantize", "", "--out", "pack"], "the model is empty"),
+    (["quantize", "tiny", "--out", ""], "--out is empty: give it a folder name"),
+    (["generate", "tiny", "-f", ""], "--file is empty: give it a file name"),
+    (["generate", "tiny", "--prompts", ""], "--prompts is empty"),
+    (["generate", "tiny", "-p", "hi", "--json-schema", ""], "--json-schema is empty"),
+    (["generate", "tiny", "-p", "hi", "--chat-template", ""], "--chat-template is empty"),
+    (["score", "tiny", "--file", ""], "--file is empty"),
+    (["chat", "tiny", "--load", ""], "--load is empty"),
+    (["download", "a/b", "--dir", ""], "--dir is empty: give it a folder name"),
+    (["upload", "", "--repo-id", "a/b"], "PACK is empty: give it a folder name"),
+])
+def test_an_empty_model_or_path_is_refused_by_name_not_read_as_the_working_folder(tmp_path, monkeypatch, capsys,
+                                                                                   args, says):
+    """A script's unset variable (`--out "$OUT"`): click reads "" as the path ".", so a model folder in the working
+    folder was loaded, `quantize --out ""` wrote its pack there, `-f ""` said "cannot read .: Is a directory"."""
+    import shutil
+
+    from clover_local.loader import SHORT_NAMES
+
+    work = tmp_path / "work"
+    shutil.copytree(SHORT_NAMES["tiny"], work)  # a model, where "" would find one
+    if args[:2] == ["quantize", "tiny"]:
+        shutil.rmtree(work)
+        work.mkdir()  # an empty folder: the pack's home, were "" taken as "."
+    monkeypatch.chdir(work)
+    before = sorted(p.name for p in work.iterdir())
+    expect_error(capsys, args, says)
+    assert sorted(p.name for p in work.iterdir()) == before
+
+
+def test_download_into_a_file_or_under_one_is_one_line(tmp_path, capsys):
+    """--dir naming a file (click's own check, lost when --dir took a path type of ours) or a folder under one."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("keep", encoding="utf-8")
+    expect_error(capsys, ["download", "a/b", "--dir", str(afile)], f"{afile} is a file; give --dir a folder")
+    expect_error(capsys, ["download", "a/b", "--dir", str(afile / "sub")], "cannot make the folder", "Not a directory")
+    assert afile.read_text(encoding="utf-8") == "keep"
+
+
 def test_sharded_checkpoint_missing_shard(make_checkpoint, capsys):
     folder = make_checkpoint(shards=3)
     index = json.loads((folder / "model.safetensors.index.json").read_text())

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import typer
 
+from clover_local.commands._paths import path_of
 from clover_local.errors import CloverError
 from clover_local.loader import DTYPE_NAMES
 from clover_local.runtime.sizes import DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK
@@ -27,7 +28,7 @@ def chat_template_option() -> Any:
     return typer.Option(
         None, "--chat-template", metavar="FILE", help="Render prompts with this Jinja chat template instead of the "
         "model's own (chat_template.jinja), e.g. a fixed copy of a template that renders tool calls or thinking "
-        "wrongly; checked before the model loads.")
+        "wrongly; checked before the model loads.", click_type=path_of("--chat-template"))
 
 
 def blank_is_main(revision: Optional[str]) -> Optional[str]:

@@ -14,6 +14,7 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (chat_template_option, context_option, dtype_option, load_options,
                                                   load_shown, offload_option, prefill_chunk_option,
                                                   resident_routing_option, revision_option, vram_budget_option)
+from clover_local.commands._paths import path_of
 from clover_local.commands._sampling_options import (check_decoding, check_think_budget, frequency_penalty_option,
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
@@ -44,7 +45,8 @@ def chat(
     frequency_penalty: float = frequency_penalty_option(),
     repetition_penalty: float = repetition_penalty_option(),
     system: Optional[str] = typer.Option(None, "--system", help="A system message that starts the conversation."),
-    resume: Optional[Path] = typer.Option(None, "--load", help="Continue a conversation saved with /save."),
+    resume: Optional[Path] = typer.Option(None, "--load", help="Continue a conversation saved with /save.",
+                                          click_type=path_of("--load")),
     last: bool = typer.Option(False, "--continue", "-c", help="Continue the last conversation: chat keeps it as "
                               "you talk (on a terminal, in the cache folder), with the settings it had."),
     plain: bool = typer.Option(False, "--plain", help="Plain streamed text even on a terminal."),

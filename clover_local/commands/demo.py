@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from clover_local.cli import app
+from clover_local.commands._paths import path_of
 from clover_local.errors import CloverError
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ def load_for_demo(pack: Path, console: Console | None = None):
 def demo(
     prompt: str = typer.Option(DEMO_PROMPT, "--prompt", "-p", help="The message of the chat turn."),
     cache_dir: Optional[Path] = typer.Option(
-        None, "--cache-dir", help="Where the INT4 pack is kept (default: ~/.cache/clover-local/demo)."),
+        None, "--cache-dir", help="Where the INT4 pack is kept (default: ~/.cache/clover-local/demo).",
+        click_type=path_of("--cache-dir", "folder")),
     pace: float = typer.Option(0.06, "--pace", help="Seconds to show each pass on a terminal (0: full speed)."),
     plain: bool = typer.Option(False, "--plain", help="Plain text even on a terminal."),
     source: Optional[str] = typer.Option(None, "--source", hidden=True,

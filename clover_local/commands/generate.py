@@ -22,6 +22,7 @@ from clover_local.commands._model_options import (chat_template_option, context_
                                                   dtype_option, load_options, load_shown, offload_option,
                                                   prefill_chunk_option, resident_routing_option, revision_option,
                                                   stderr_console, vram_budget_option)
+from clover_local.commands._paths import path_of
 from clover_local.commands._sampling_options import (check_decoding, check_think_budget, frequency_penalty_option,
                                                      min_p_option, penalties, presence_penalty_option,
                                                      repetition_penalty_option, reveal_factor_option,
@@ -214,7 +215,7 @@ def generate(
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Read the user message from a UTF-8 file "
                                         "('-': standard input); its trailing line breaks are dropped. With "
                                         "--prompt too, the file comes first and the prompt after it: a document "
-                                        "and the question about it."),
+                                        "and the question about it.", click_type=path_of("--file")),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Answer each line of this UTF-8 file ('-': "
                                            "standard input) as its own message, with one load of the model, and "
                                            "print one --json object a line as each answer is done, its \"prompt\" "
@@ -222,7 +223,8 @@ def generate(
                                            "--context) gets {\"prompt\", \"error\"} and the rest go on. A .jsonl "
                                            "file holds an object a line: {\"prompt\": TEXT} (line breaks and all) "
                                            "or {\"messages\": [{\"role\", \"content\"}, …]} (a conversation, its "
-                                           "last turn the user's, answered), either with an \"id\", echoed first."),
+                                           "last turn the user's, answered), either with an \"id\", echoed first.",
+                                           click_type=path_of("--prompts")),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", "--max-tokens",
                                        help="Stop after this many new tokens (--max-tokens as in chat and serve)."),
     threshold: Optional[float] = typer.Option(
@@ -248,7 +250,8 @@ def generate(
                                                "model_json_schema(), OpenAI structured outputs): the answer is one "
                                                "value it allows, held to it token by token like --format json (type, "
                                                "properties, required, additionalProperties, items, min/maxItems, "
-                                               "enum, const, anyOf, $ref, min/maxLength; other keywords refused)."),
+                                               "enum, const, anyOf, $ref, min/maxLength; other keywords refused).",
+                                               click_type=path_of("--json-schema")),
     system: Optional[str] = typer.Option(None, "--system", help="Optional system message."),
     raw: bool = typer.Option(False, "--raw", help="Use the prompt as is, without the chat template (the "
                              "output as is too: no thinking split off)."),

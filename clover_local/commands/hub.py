@@ -14,6 +14,7 @@ from rich.table import Table
 
 from clover_local.cli import app
 from clover_local.commands._model_options import blank_is_main
+from clover_local.commands._paths import path_of
 from clover_local.errors import CloverError, Interrupted
 from clover_local.hub import transfer
 from clover_local.pack.card import human_bytes
@@ -100,8 +101,8 @@ DOWNLOAD_EPILOG = (
 def download(
     repo_id: str = typer.Argument(..., metavar="REPO_ID", help="Hub repo id, owner/name."),
     dir: Optional[Path] = typer.Option(
-        None, "--dir", help="Put the files in this folder instead of the Hub cache.", file_okay=False
-    ),
+        None, "--dir", help="Put the files in this folder instead of the Hub cache.",
+        click_type=path_of("--dir", "folder")),
     revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main,
                                            help="Branch, tag or commit (default: main)."),
     force: bool = typer.Option(False, "--force", help="Fetch every file again, even if cached."),
@@ -151,7 +152,7 @@ UPLOAD_EPILOG = (
 
 @app.command(help=UPLOAD_HELP, epilog=UPLOAD_EPILOG, no_args_is_help=True)
 def upload(
-    pack: Path = typer.Argument(..., metavar="PACK", help="The pack folder."),
+    pack: Path = typer.Argument(..., metavar="PACK", click_type=path_of("PACK", "folder"), help="The pack folder."),
     repo_id: str = typer.Option(..., "--repo-id", help="Target Hub repo id, owner/name."),
     private: bool = typer.Option(False, "--private", help="Create the repo private (if it does not exist yet)."),
     revision: Optional[str] = typer.Option(None, "--revision", callback=blank_is_main,

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from clover_local.cli import app
 from clover_local.commands._model_options import blank_is_main
+from clover_local.commands._paths import path_of
 from clover_local.errors import CloverError, Interrupted, out_of_memory_as
 from clover_local.pack.manifest import Manifest
 
@@ -46,7 +47,8 @@ def _progress(console: Console):
 @app.command()
 def quantize(
     src: str = typer.Argument(..., help="BF16 checkpoint folder, Hub repo id, or 'tiny'."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the pack (created; must be empty or ours)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the pack (created; must be empty or ours).",
+                             click_type=path_of("--out", "folder")),
     bits: int = typer.Option(4, "--bits", help="Bits of the routed experts: 4, 3 (≈ 12.7 GB of experts instead of "
                              "16.7: the 35B model fits one 16 GB card almost whole, at some quality cost: measure it "
                              "with `eval`) or 8."),

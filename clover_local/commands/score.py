@@ -19,8 +19,10 @@ from clover_local.cli import app
 from clover_local.commands._model_options import (context_flag_limit, context_option, dtype_option, load_options,
                                                   load_shown, offload_option, prefill_chunk_option, revision_option,
                                                   stderr_console, vram_budget_option)
+from clover_local.commands._paths import path_of
 from clover_local.errors import CloverError, out_of_memory_as, what_ran_out
 from clover_local.text_files import text_from
+
 
 @app.command()
 def score(
@@ -28,7 +30,7 @@ def score(
     text: Optional[str] = typer.Option(None, "--text", help="Text to score (without it or --file: the text piped "
                                        "in on standard input)."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="UTF-8 file to score instead of --text ('-': "
-                                        "standard input)."),
+                                        "standard input).", click_type=path_of("--file")),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 … (auto: GPU if present)."),
     dtype: str = dtype_option(),
     as_json: bool = typer.Option(False, "--json", help='Print {"token_ids", "logprobs", "ppl"}.'),

@@ -328,6 +328,8 @@ def _claim_dir(folder: Path, repo_id: str) -> None:
     """Make `folder` the home of `repo_id`, refusing one that holds anything else: the download would overwrite
     that model's config and tokenizer and leave its other shards beside the new ones (a mix no loader can tell
     apart), and offline the Hub client would hand back the old folder as if it were `repo_id`."""
+    if folder.exists() and not folder.is_dir():
+        raise CloverError(f"{folder} is a file; give --dir a folder for {repo_id}")
     owner = _dir_owner(folder)
     if owner is None or owner.lower() != repo_id.lower():
         present = _visible_files(folder) if folder.is_dir() else []
@@ -337,7 +339,10 @@ def _claim_dir(folder: Path, repo_id: str) -> None:
                 f"{folder} already holds {what} ({_names(present)}); give --dir an empty or new folder for "
                 f"{repo_id}, or delete those files first"
             )
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file on the way (a/file/b), no permission
+        raise CloverError(f"cannot make the folder {folder}: {exc.strerror}") from None
     (folder / ORIGIN_RECORD).write_text(json.dumps({"repo_id": repo_id}) + "\n", encoding="utf-8")
 
 
@@ -578,6 +583,8 @@ def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any", r
     if kind not in ("any", "pack", "checkpoint"):
         raise ValueError(f"kind must be 'any', 'pack' or 'checkpoint', not {kind!r}")
     text = str(arg)
+    if not text.strip():
+        raise CloverError("the model is empty: give a folder or a Hub repo id (owner/name)")
     local = Path(text).expanduser()
     if local.exists():
         if not local.is_dir():
