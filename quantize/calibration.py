@@ -67,6 +67,10 @@ def read_samples(path: Path, tokenizer, refused: list[str] | None = None) -> lis
             except json.JSONDecodeError:
                 raise CloverError(f"{path} line {n} is not valid JSON") from None
             if isinstance(item, dict) and isinstance(item.get("messages"), list):
+                odd = next((i for i, m in enumerate(item["messages"])
+                            if not isinstance(m, dict) or not isinstance(m.get("role"), str)), None)
+                if odd is not None:  # (what the template reads of every message, whatever else it holds)
+                    raise CloverError(f"{path} line {n}: message {odd} is not an object with a 'role'")
                 try:
                     texts.append(tokenizer.apply_chat_template(item["messages"], add_generation_prompt=False))
                 except CloverError as exc:

@@ -804,6 +804,9 @@ def test_bad_calibration_files(env, capsys):
         "deep.jsonl": (b'{"text": "fine"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 2 is not valid JSON"),
         "fields.jsonl": (b'{"prompt": "no text field"}\n', "neither 'messages'"),
         "number.jsonl": (b'{"text": 5}\n', "nor 'text' (a string)"),
+        "not-a-message.jsonl": (b'{"text": "fine"}\n{"messages": [1]}\n', "line 2: message 0 is not an object with a"),
+        "no-role.jsonl": (b'{"messages": [{"role": "user", "content": "a"}, {"role": 5, "content": "b"}]}\n',
+                          "line 1: message 1 is not an object with a 'role'"),
     }
     for name, (content, needle) in cases.items():
         path = env.root / name
