@@ -207,6 +207,17 @@ def test_plan_synthetic_real_shapes(capsys, monkeypatch):
     assert "CLOVER_PREFILL_SPAN must be a whole number" in one_line_error(capsys)
 
 
+def test_a_cache_root_that_is_a_file_is_one_line_for_the_synthetic_pack(tmp_path, monkeypatch, capsys):
+    """CLOVER_LOCAL_CACHE naming a file: writing the synthetic pack was a NotADirectoryError traceback."""
+    afile = tmp_path / "not-a-folder"
+    afile.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(afile))
+    assert run_cli(["bench", "--synthetic", "small", "--passes", "1", "--device", "cpu"]) == 2
+    line = one_line_error(capsys)
+    assert "cannot make the synthetic pack's folder" in line and "Not a directory" in line
+    assert "set CLOVER_LOCAL_CACHE to a folder you can write" in line
+
+
 def test_bench_synthetic_small_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CLOVER_LOCAL_CACHE", str(tmp_path / "cache"))
     args = ["bench", "--synthetic", "small", "--prefix", "64", "--passes", "3", "--device", "cpu", "--json"]

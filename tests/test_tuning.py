@@ -18,6 +18,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from clover_local.errors import CloverError  # noqa: E402
 from clover_local.runtime.kernels import PackedStack, linear_w4a16, moe_w4a16, tuning  # noqa: E402
 from clover_local.runtime.kernels.reference import linear_w4a16_ref, moe_w4a16_ref  # noqa: E402
 from runtime_pack import pack  # noqa: E402,F401
@@ -57,6 +58,8 @@ def test_table_round_trip_identity_and_bad_files(tmp_path, capsys):
     table, why = tuning.read_table(path, ident)
     assert why is None and table.config(sig) == {"block_n": 32}
     assert table.config(replace(sig, n=1024)) is None
+    with pytest.raises(CloverError, match="cannot write the tuning table .*under-a-file.json: File exists"):
+        tuning.TuningTable(dict(ident), {}).save(path / "under-a-file.json")  # (a traceback in `tune`)
     other, why = tuning.read_table(path, {**ident, "device": "NVIDIA GeForce RTX 5070 Ti"})
     assert other is None and "RTX 5070 Ti" in why and "H200" in why
     newer, why = tuning.read_table(path, {**ident, "triton": "3.7.0"})

@@ -276,9 +276,13 @@ def ensure_synthetic(kind: str, on_shard=lambda i, n: None) -> Path:
     done = folder / ".complete"
     if done.is_file():
         return folder
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    try:
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+    except OSError as exc:  # CLOVER_LOCAL_CACHE naming a file, a folder we may not write
+        raise CloverError(f"cannot make the synthetic pack's folder {folder}: {exc.strerror or exc}; set "
+                          "CLOVER_LOCAL_CACHE to a folder you can write") from None
     raw = synthetic_config(kind)
     spec = spec_of(kind)
     need = sum(TensorInfo(t.name, s, _ST[t.dtype], t.shape).nbytes for s, ts in _shards(kind) for t in ts)

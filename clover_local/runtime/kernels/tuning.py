@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from clover_local.errors import CloverError
+
 from .bench_kernels import _rel_err, _time_us
 
 FORMAT = 1
@@ -114,10 +116,13 @@ class TuningTable:
 
     def save(self, path: Path) -> None:
         """Atomically (a tune interrupted while writing never leaves half a table)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise CloverError(f"cannot write the tuning table {path}: {exc.strerror or exc}") from None
 
 
 def read_table(path: Path, identity: dict[str, str]) -> tuple[TuningTable | None, str | None]:
