@@ -1261,3 +1261,19 @@ def test_hub_error_http_statuses(status, action, server, expected):
     message = "Invalid metadata" if status == 400 else ""
     err = transfer.hub_error(_http_error(status, message, server), repo_id="o/r", revision="v2", action=action)
     assert isinstance(err, CloverError) and str(err).startswith(expected), str(err)
+
+
+def test_a_local_file_error_inside_the_hub_client_names_the_file_not_the_hub():
+    """HF_HOME naming a file: the Hub client's NotADirectoryError (at its token file) was a traceback in download,
+    plan, generate and quantize of a repo id. A connection error is still the Hub's, with its resume hint."""
+    import errno
+
+    err = transfer.hub_error(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/home/x/hf/token"),
+                             repo_id="o/r", action="reading")
+    assert str(err) == "reading o/r stopped at /home/x/hf/token: Not a directory"
+    wrapped = RuntimeError("snapshot failed")
+    wrapped.__cause__ = PermissionError(errno.EACCES, "Permission denied", "/cache/hub/models--o--r")
+    assert str(transfer.hub_error(wrapped, repo_id="o/r")) == ("downloading o/r stopped at /cache/hub/models--o--r: "
+                                                               "Permission denied")
+    assert str(transfer.hub_error(ConnectionError("reset by peer"), repo_id="o/r")).startswith(
+        "the connection to the Hub failed while downloading o/r")

@@ -234,6 +234,9 @@ def hub_error(
         if isinstance(e, ValueError) and "Invalid metadata in README.md" in str(e):
             problems = "; ".join(line.strip("- ").strip() for line in str(e).splitlines()[1:] if line.strip())
             return CloverError(f"the Hub refused the pack's README.md metadata: {_scrub(problems) or 'invalid'}")
+        if isinstance(e, OSError) and not isinstance(e, ConnectionError) and e.filename and e.strerror:
+            # a file of this machine's (HF_HOME naming a file, a cache we may not write): not the Hub's doing
+            return CloverError(f"{action} {repo_id} stopped at {e.filename}: {e.strerror}")
     if is_connection_error(exc):
         return CloverError(f"the connection to the Hub failed while {action} {repo_id} ({_short(exc)}); "
                            f"{_resume_hint(action)}")
