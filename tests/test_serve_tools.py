@@ -150,6 +150,29 @@ def test_tool_requests_it_cannot_honour_get_a_400(extra, param):
     assert (err.value.status, err.value.param) == (400, param)
 
 
+def test_a_tools_schema_is_checked_once_across_requests_and_a_bad_one_every_time(monkeypatch):
+    """Agents send the same tools with every request: each schema is compiled once (≈ 1 ms a tool), then known by
+    its JSON (key order aside); a malformed one is refused each time it comes, not remembered as checked."""
+    from clover_local.serve import protocol
+
+    compiled = []
+    real = protocol.compile_schema
+    monkeypatch.setattr(protocol, "compile_schema", lambda schema, **kw: compiled.append(schema) or real(schema, **kw))
+    protocol._well_formed.cache_clear()
+    first = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+    reordered = {"properties": {"b": {"type": "string"}, "a": {"type": "integer"}}, "type": "object"}
+    tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": p}} for i, p in enumerate([first, {}])]
+    for _ in range(3):
+        _parse({"tools": tools})
+    _parse({"tools": [{"type": "function", "function": {"name": "g", "parameters": reordered}}]})
+    assert compiled == [first, {"type": "object"}]
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {"properties": True}}}]
+    for _ in range(2):
+        with pytest.raises(protocol.ApiError):
+            _parse({"tools": bad})
+    assert len(compiled) == 4
+
+
 def test_a_tool_whose_schema_goes_past_the_supported_subset_is_still_offered():
     """Only malformed schemas are refused: `pattern` or `format` in a tool left to the model (even a strict one:
     its whole schema is held only where a call is forced) is passed over, as the call grammar passes over it."""
