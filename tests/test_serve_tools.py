@@ -276,6 +276,10 @@ def test_a_call_comes_back_as_tool_calls_streamed_or_not(tool_server):
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == XML_ARGS
     prompt = engine.tokenizer.decode(engine.decoder.prompts[-1])
     assert '"name": "get_weather"' in prompt and "# Tools" in prompt  # the model was told of the tool
+    req = urllib.request.Request(url + "/tokenize", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"messages": messages, "tools": TOOLS}).encode())
+    with urllib.request.urlopen(req, timeout=30) as r:  # vLLM's /tokenize counts the tools too
+        assert json.loads(r.read())["tokens"] == engine.decoder.prompts[-1]
 
     parts = list(client.chat.completions.create(model="tools", messages=messages, tools=TOOLS, stream=True))
     streamed = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)

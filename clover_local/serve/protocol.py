@@ -577,7 +577,8 @@ class TokenizeRequest:
 
 def parse_tokenize_request(raw: bytes) -> TokenizeRequest:
     """A conversation sent as `prompt` (a list of {role, content}) is taken as `messages`: lm-evaluation-harness's
-    remote tokenizer sends its chat-templated requests that way (`--apply_chat_template`)."""
+    remote tokenizer sends its chat-templated requests that way (`--apply_chat_template`); `tools` are rendered
+    with them, as a chat request renders them."""
     body = json_body(raw)
     if ("prompt" in body) == ("messages" in body):
         raise bad_request("send either 'prompt' (text) or 'messages' (a conversation) to tokenize", "prompt")
@@ -589,6 +590,9 @@ def parse_tokenize_request(raw: bytes) -> TokenizeRequest:
     req = TokenizeRequest(messages=parse_messages(body["messages"] if prompt is None else prompt))
     req.add_generation_prompt = bool_field(body, "add_generation_prompt", True)
     req.enable_thinking, req.template_kwargs = template_options(body)
+    tools = read_tools(body)
+    if tools:  # (vLLM's takes them too: a client counting what a request with tools will cost)
+        req.template_kwargs["tools"] = tools
     return req
 
 
