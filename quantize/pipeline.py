@@ -33,6 +33,7 @@ from clover_local.pack.reader import PackReader
 from clover_local.pack.manifest import MANIFEST_NAME, AlteredFile, Manifest, sha256_file, share_like_any_file
 from clover_local.runtime.pack_index import read_header
 from clover_local.runtime.synthetic_pack import checkpoint_index
+from clover_local.text_files import parse_json
 from clover_local.tokenizer import ChatTokenizer
 from quantize.calibration import build_calibration, check_calib_file, resolve_calib_path
 from quantize.footprint import check_room, compute_dtype, run_bytes, small_files
@@ -163,7 +164,7 @@ def refuse_resume_overwrite(resume: bool, overwrite: bool) -> None:
 def finished_layers(out: Path) -> int:
     """How many decoder layers an interrupted run in `out` saved (0: none, or no run of ours there)."""
     try:
-        return int(json.loads((out / PROGRESS / "state.json").read_text())["next_layer"])
+        return int(parse_json((out / PROGRESS / "state.json").read_text())["next_layer"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
 
@@ -175,7 +176,7 @@ def run_source_commit(out: Path, repo_id: str) -> str | None:
     from huggingface_hub.file_download import repo_folder_name
 
     try:
-        source = Path(json.loads((out / PROGRESS / "state.json").read_text())["fingerprint"]["source"])
+        source = Path(parse_json((out / PROGRESS / "state.json").read_text())["fingerprint"]["source"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if source.parent.parent.name != repo_folder_name(repo_id=repo_id, repo_type="model"):
@@ -267,20 +268,17 @@ def fingerprint_difference(saved: dict, now: dict) -> str:
     return "; ".join(diffs) or "its recorded inputs"
 
 
-def _load_progress(out: Path, fingerprint: dict) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The saved state and the next layer's inputs, checked: a damaged progress folder is one line saying
-    what to do, not a traceback; other settings name the flags that differ."""
+def _load_progress(out: Path, fingerprint: dict, n_layers: int) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The saved state and the next layer's inputs, checked: a damaged progress folder (a field of the wrong kind
+    too, a hand edit or another tool's) is one line saying what to do, not a traceback; other settings name the
+    flags that differ."""
     prog_dir = out / PROGRESS
     try:
-        state = json.loads((prog_dir / "state.json").read_text(encoding="utf-8"))
-        missing = [k for k in ("fingerprint", "next_layer", "calibration", "created", "reports") if k not in state]
-        if missing:
-            raise KeyError(missing[0])
-        saved, start = state["fingerprint"], int(state["next_layer"])
-        hidden_name = state.get("hidden", "hidden.safetensors")
+        state = _checked_state(parse_json((prog_dir / "state.json").read_text(encoding="utf-8")), n_layers)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CloverError(f"the saved progress in {out} is damaged ({PROGRESS}/state.json: {exc}); "
                           "start over with --overwrite") from None
+    saved, start, hidden_name = state["fingerprint"], state["next_layer"], state["hidden"]
     if saved != fingerprint:
         raise CloverError(f"{out} holds a run with other settings or inputs: "
                           f"{fingerprint_difference(saved, fingerprint)}; resume with the same command, or "
@@ -295,6 +293,34 @@ def _load_progress(out: Path, fingerprint: dict) -> tuple[dict, dict[str, torch.
         raise CloverError(f"the saved progress in {out} is damaged (layer {start}'s inputs, "
                           f"{PROGRESS}/{hidden_name}: {why}); start over with --overwrite")
     return state, hidden
+
+
+_JSON_KIND = {dict: "object", list: "array", str: "string"}
+
+
+def _checked_state(state: object, n_layers: int) -> dict:
+    """state.json's fields as `_RunState` takes them (what `_RunState.save` writes), or the first that is not,
+    as a KeyError / TypeError / ValueError naming it."""
+    if not isinstance(state, dict):
+        raise TypeError("not a JSON object")
+    missing = [k for k in ("fingerprint", "next_layer", "calibration", "created", "reports") if k not in state]
+    if missing:
+        raise KeyError(missing[0])
+    start, hidden = state["next_layer"], state.get("hidden", "hidden.safetensors")
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= n_layers:
+        raise ValueError(f"next_layer is {start!r}, not a layer of this model's {n_layers}")
+    if not isinstance(hidden, str) or Path(hidden).name != hidden or hidden in ("", ".", ".."):
+        raise ValueError(f"hidden is {hidden!r}, not a file name")
+    kinds = {"fingerprint": dict, "calibration": dict, "created": str, "reports": list, "shards": dict}
+    wrong = next((k for k, kind in kinds.items() if k in state and not isinstance(state[k], kind)), None)
+    if wrong is not None:
+        raise TypeError(f"{wrong} is {json.dumps(state[wrong])[:40]}, not a JSON {_JSON_KIND[kinds[wrong]]}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in state.get("shards", {}).items()):
+        raise TypeError("shards is not names and sha256 sums")
+    reports = [LayerReport(**r) if isinstance(r, dict) else None for r in state["reports"]]  # (TypeError: a key)
+    if None in reports:
+        raise TypeError("reports holds an entry that is not a JSON object")
+    return {**state, "hidden": hidden, "reports": reports, "shards": state.get("shards", {})}
 
 
 def _check_finished_shards(out: Path, done: int, n_shards: int, sums: dict[str, str]) -> None:
@@ -458,11 +484,11 @@ class _RunState:
 def _resumed(out: Path, fingerprint: dict, cfg, measure: QualityCheck | None, src: Path, device: torch.device,
              dtype: torch.dtype) -> _RunState:
     """The run saved in `out`, its finished shards checked and its inputs cast to the compute dtype."""
-    state, hidden = _load_progress(out, fingerprint)
+    state, hidden = _load_progress(out, fingerprint, cfg.num_hidden_layers)
     run = _RunState(out, fingerprint, cfg.num_hidden_layers, state["next_layer"], hidden["clean"].to(dtype),
                     hidden["noisy"].to(dtype) if "noisy" in hidden else None,
                     _resumed_streams(cfg, hidden, measure, src, device), state["calibration"], state["created"],
-                    [LayerReport(**r) for r in state["reports"]], state.get("shards", {}))
+                    state["reports"], state["shards"])
     _check_finished_shards(out, run.next_layer, run.n_shards, run.sums)
     return run
 

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -1220,6 +1221,33 @@ def test_resume_refuses_damaged_progress_in_one_line_and_touches_nothing(env, ca
         before = digest(out)
         expect_error(capsys, env.cli_args(out, "--resume"), *needles)
         assert digest(out) == before and not (out / MANIFEST_NAME).exists()
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("next_layer", 1.5, "next_layer is 1.5, not a layer of this model's"),
+    ("next_layer", -1, "next_layer is -1"),  # (it was read as layer -1's tensors: 'no tensor for layers.-1')
+    ("hidden", 5, "hidden is 5, not a file name"),
+    ("hidden", "../../etc/passwd", "hidden is '../../etc/passwd', not a file name"),  # (it was opened)
+    ("shards", [1], "shards is [1], not a JSON object"),
+    ("reports", [1], "reports holds an entry that is not a JSON object"),
+    ("reports", {"a": 1}, "not a JSON array"),
+    ("fingerprint", None, "fingerprint is null, not a JSON object"),
+    ("calibration", "x", 'calibration is "x", not a JSON object'),
+    (None, None, "not a JSON object"),  # the whole file a list
+])
+def test_a_progress_field_of_the_wrong_kind_is_damage_not_a_traceback(env, capsys, field, value, says):
+    """state.json hand-edited or written by another tool: each field `--resume` reads is checked as read (a float
+    layer, a list of shards, a null fingerprint were TypeError / AttributeError tracebacks)."""
+    base = env.root / "kinds-base"
+    if not base.exists():
+        shutil.copytree(_partial(env, "kinds-partial"), base)
+    out = env.root / f"kinds-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(base, out)
+    state = state_of(out)
+    (out / PROGRESS / "state.json").write_text(json.dumps({**state, field: value} if field else [state]))
+    before = digest(out)
+    expect_error(capsys, env.cli_args(out, "--resume"), "damaged", says, "--overwrite")
+    assert digest(out) == before and not (out / MANIFEST_NAME).exists()
 
 
 def flip_last_byte(path: Path) -> None:
