@@ -190,6 +190,36 @@ class _NotOurs(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _AlmostOurs(_NotOurs):
+    """A /v1/models entry with a "clover" part but no id or context (another tool imitating ours, an old server)."""
+
+    def do_GET(self):  # noqa: N802
+        body = json.dumps({"data": [{"object": "model", "clover": {}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://[::1", "http://", "https://:8000"])
+def test_an_address_that_is_not_one_is_one_line(url):
+    """A port out of range and a broken IPv6 host were ValueError tracebacks from urllib."""
+    with pytest.raises(CloverError, match=r"is not a server address; give one as http://HOST:PORT"):
+        Server.connect(url)
+
+
+def test_a_models_list_without_our_fields_is_not_ours():
+    """An entry with a "clover" part but no "id" or "max_model_len" was a KeyError traceback."""
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AlmostOurs)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(CloverError, match="answers, but not as clover-local serve"):
+            Server.connect(f"http://127.0.0.1:{other.server_address[1]}")
+    finally:
+        other.shutdown()
+
+
 def test_what_cannot_answer_is_one_line(tiny):
     """No server there, one that wants a key, a server that is not ours: one line that says what to do. A message
     the server refuses (over its context) is one error line; the chat drops it and goes on."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from rich.console import Console, RenderableType
 from rich.live import Live
@@ -48,7 +48,7 @@ class Server:
     @classmethod
     def connect(cls, url: str, key: str | None = None) -> Server:
         server = cls(url.rstrip("/").removesuffix("/v1"), key)
-        parts = urlsplit(server.url)
+        parts = server._parts()
         if key and parts.scheme == "http" and not loopback_address(parts.hostname or ""):
             print(f"note: the API key goes to {parts.hostname} unencrypted (http, another machine)", file=sys.stderr)
         try:
@@ -57,16 +57,26 @@ class Server:
             listed = None
         entries = listed.get("data") if isinstance(listed, dict) else None
         entry = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else {}
-        if not isinstance(entry.get("clover"), dict):
+        if not (isinstance(entry.get("clover"), dict) and isinstance(entry.get("id"), str)
+                and isinstance(entry.get("max_model_len"), int)):
             raise CloverError(f"{server.url} answers, but not as clover-local serve (no block-diffusion model in its "
                               "/v1/models); start one with `clover-local serve MODEL`")
         server.model, server.context, server.about = entry["id"], int(entry["max_model_len"]), entry["clover"]
         return server
 
-    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+    def _parts(self) -> SplitResult:
+        """The address split, checked: a scheme we speak, a host, a port in range ([::1 and :99999 raised)."""
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # (read: the range check is its)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise CloverError(f"{self.url} is not a server address; give one as http://HOST:PORT")
+        return parts
+
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        parts = self._parts()
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = cls(parts.hostname, parts.port, timeout=CONNECT_TIMEOUT)
         try:
