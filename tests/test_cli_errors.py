@@ -87,6 +87,14 @@ def test_an_empty_model_or_path_is_refused_by_name_not_read_as_the_working_folde
     assert sorted(p.name for p in work.iterdir()) == before
 
 
+@pytest.mark.parametrize("host", ["", "  "])
+def test_an_empty_serve_host_is_refused_not_every_interface(capsys, host):
+    """`serve --host "$HOST"` with HOST unset: the socket reads "" as every interface, so the server opened up to
+    the network (with only a warning naming an empty address); loopback stays the default."""
+    expect_error(capsys, ["serve", "tiny", "--host", host, "--port", "0"],
+                 "--host is empty: give the address to listen on (127.0.0.1, the default")
+
+
 def test_download_into_a_file_or_under_one_is_one_line(tmp_path, capsys):
     """--dir naming a file (click's own check, lost when --dir took a path type of ours) or a folder under one."""
     afile = tmp_path / "notes.txt"

@@ -139,6 +139,9 @@ def serve(
     from clover_local.serve.engine import Engine
     from clover_local.serve.http import Limits, make_server
 
+    if not host.strip():  # (the socket's "" is every interface: a script's unset variable must not open it up)
+        raise CloverError("--host is empty: give the address to listen on (127.0.0.1, the default, for this machine "
+                          "only; 0.0.0.0 for every interface)")
     if not 0 <= port <= 65535:
         raise CloverError(f"--port must be between 0 and 65535, got {port}")
     if max_queue < 1:
