@@ -88,11 +88,14 @@ def test_an_empty_model_or_path_is_refused_by_name_not_read_as_the_working_folde
 
 
 @pytest.mark.parametrize("host", ["", "  "])
-def test_an_empty_serve_host_is_refused_not_every_interface(capsys, host):
+def test_an_empty_serve_host_or_key_is_refused_not_every_interface_or_no_key(capsys, host):
     """`serve --host "$HOST"` with HOST unset: the socket reads "" as every interface, so the server opened up to
-    the network (with only a warning naming an empty address); loopback stays the default."""
+    the network (with only a warning naming an empty address); loopback stays the default. `--api-key "$KEY"` the
+    same way asked for no key at all."""
     expect_error(capsys, ["serve", "tiny", "--host", host, "--port", "0"],
                  "--host is empty: give the address to listen on (127.0.0.1, the default")
+    expect_error(capsys, ["serve", "tiny", "--api-key", host, "--port", "0"],  # (the server asked for no key)
+                 "--api-key (or CLOVER_LOCAL_API_KEY) is empty: give the key clients must send")
 
 
 def test_download_into_a_file_or_under_one_is_one_line(tmp_path, capsys):

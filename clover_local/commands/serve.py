@@ -142,6 +142,9 @@ def serve(
     if not host.strip():  # (the socket's "" is every interface: a script's unset variable must not open it up)
         raise CloverError("--host is empty: give the address to listen on (127.0.0.1, the default, for this machine "
                           "only; 0.0.0.0 for every interface)")
+    if api_key is not None and not api_key.strip():  # (it asked for no key: the server was open to every client)
+        raise CloverError("--api-key (or CLOVER_LOCAL_API_KEY) is empty: give the key clients must send, or leave it "
+                          "out for none")
     if not 0 <= port <= 65535:
         raise CloverError(f"--port must be between 0 and 65535, got {port}")
     if max_queue < 1:
