@@ -98,6 +98,13 @@ def test_an_empty_serve_host_or_key_is_refused_not_every_interface_or_no_key(cap
                  "--api-key (or CLOVER_LOCAL_API_KEY) is empty: give the key clients must send")
 
 
+@pytest.mark.parametrize("size", ["inf", "nan", "1e400", "0"])
+def test_serve_max_request_mb_past_a_number_is_one_line(capsys, size):
+    """inf and nan (and 1e400, read as inf) were an OverflowError / ValueError traceback turning MB into bytes."""
+    expect_error(capsys, ["serve", "tiny", "--max-request-mb", size, "--port", "0"],
+                 "--max-request-mb must be a number of MB above 0, got ")
+
+
 def test_download_into_a_file_or_under_one_is_one_line(tmp_path, capsys):
     """--dir naming a file (click's own check, lost when --dir took a path type of ours) or a folder under one."""
     afile = tmp_path / "notes.txt"

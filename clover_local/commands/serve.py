@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -151,8 +152,8 @@ def serve(
         raise CloverError("--max-queue must be at least 1")
     if max_tokens < 1:
         raise CloverError("--max-tokens must be at least 1")
-    if max_request_mb <= 0:
-        raise CloverError("--max-request-mb must be above 0")
+    if not 0 < max_request_mb < math.inf:  # (nan too)
+        raise CloverError(f"--max-request-mb must be a number of MB above 0, got {max_request_mb:g}")
     park_bytes = parse_size(park_prompts, "--park-prompts", allow_zero=True)
     think_cap, answer_room = serve_think_budget(think_budget)
     check_range("reveal_factor", reveal_factor, DECODE_RANGES["reveal_factor"])
