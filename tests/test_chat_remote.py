@@ -209,15 +209,19 @@ def test_an_address_that_is_not_one_is_one_line(url):
         Server.connect(url)
 
 
-def test_a_models_list_without_our_fields_is_not_ours():
-    """An entry with a "clover" part but no "id" or "max_model_len" was a KeyError traceback."""
-    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AlmostOurs)
+def _refused_as_not_ours(handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
         with pytest.raises(CloverError, match="answers, but not as clover-local serve"):
             Server.connect(f"http://127.0.0.1:{other.server_address[1]}")
     finally:
         other.shutdown()
+
+
+def test_a_models_list_without_our_fields_is_not_ours():
+    """An entry with a "clover" part but no "id" or "max_model_len" was a KeyError traceback."""
+    _refused_as_not_ours(_AlmostOurs)
 
 
 def test_what_cannot_answer_is_one_line(tiny):
@@ -225,13 +229,7 @@ def test_what_cannot_answer_is_one_line(tiny):
     the server refuses (over its context) is one error line; the chat drops it and goes on."""
     with pytest.raises(CloverError, match=r"cannot reach http://127\.0\.0\.1:9 .*clover-local serve MODEL"):
         Server.connect("http://127.0.0.1:9")
-    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotOurs)
-    threading.Thread(target=other.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(CloverError, match="answers, but not as clover-local serve"):
-            Server.connect(f"http://127.0.0.1:{other.server_address[1]}")
-    finally:
-        other.shutdown()
+    _refused_as_not_ours(_NotOurs)
     with running_server(tiny, "tiny", max_tokens=16, context=64, api_key="s3cret") as (_, url):
         with pytest.raises(CloverError, match="needs its API key: give it with --api-key"):
             Server.connect(url)
