@@ -317,9 +317,9 @@ def _checked_state(state: object, n_layers: int) -> dict:
         raise TypeError(f"{wrong} is {json.dumps(state[wrong])[:40]}, not a JSON {_JSON_KIND[kinds[wrong]]}")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in state.get("shards", {}).items()):
         raise TypeError("shards is not names and sha256 sums")
-    reports = [LayerReport(**r) if isinstance(r, dict) else None for r in state["reports"]]  # (TypeError: a key)
-    if None in reports:
+    if not all(isinstance(r, dict) for r in state["reports"]):
         raise TypeError("reports holds an entry that is not a JSON object")
+    reports = [LayerReport(**r) for r in state["reports"]]  # (a key it does not know: a TypeError naming it)
     return {**state, "hidden": hidden, "reports": reports, "shards": state.get("shards", {})}
 
 

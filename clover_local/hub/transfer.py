@@ -586,8 +586,6 @@ def resolve_model(arg: str, *, revision: str | None = None, kind: str = "any", r
     if kind not in ("any", "pack", "checkpoint"):
         raise ValueError(f"kind must be 'any', 'pack' or 'checkpoint', not {kind!r}")
     text = str(arg)
-    if not text.strip():
-        raise CloverError("the model is empty: give a folder or a Hub repo id (owner/name)")
     local = Path(text).expanduser()
     if local.exists():
         if not local.is_dir():
