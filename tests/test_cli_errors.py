@@ -96,6 +96,9 @@ def test_an_empty_serve_host_or_key_is_refused_not_every_interface_or_no_key(cap
                  "--host is empty: give the address to listen on (127.0.0.1, the default")
     expect_error(capsys, ["serve", "tiny", "--api-key", host, "--port", "0"],  # (the server asked for no key)
                  "--api-key (or CLOVER_LOCAL_API_KEY) is empty: give the key clients must send")
+    for key in ("clé", "tab\tkey", " padded"):  # (curl's UTF-8 'clé' got a 401; Python's Latin-1 one a 200)
+        expect_error(capsys, ["serve", "tiny", "--api-key", key, "--port", "0"],
+                     "--api-key must be printable ASCII with no spaces at its ends")
 
 
 @pytest.mark.parametrize("size", ["inf", "nan", "1e400", "0"])

@@ -146,6 +146,10 @@ def serve(
     if api_key is not None and not api_key.strip():  # (it asked for no key: the server was open to every client)
         raise CloverError("--api-key (or CLOVER_LOCAL_API_KEY) is empty: give the key clients must send, or leave it "
                           "out for none")
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable() and api_key == api_key.strip()):
+        # (a header's value is read as Latin-1 with its ends' spaces cut: curl's UTF-8 'clé' did not match)
+        raise CloverError("--api-key must be printable ASCII with no spaces at its ends: clients send it in an HTTP "
+                          "header")
     if not 0 <= port <= 65535:
         raise CloverError(f"--port must be between 0 and 65535, got {port}")
     if max_queue < 1:
