@@ -1,5 +1,5 @@
 """Where clover-local keeps what it makes for itself (demo pack, synthetic packs, chat history and the last
-conversation, kernel tuning)."""
+conversation, kernel tuning), and what a file name read from a file may be."""
 
 from __future__ import annotations
 
@@ -24,3 +24,9 @@ def nearest_existing(path: Path) -> Path:
     while not p.exists() and p != p.parent:
         p = p.parent
     return p
+
+
+def is_plain_file_name(name: object) -> bool:
+    """Whether `name` (read from an index or a state file) names a file beside it: not a path that reaches
+    elsewhere (`../x`, `/tmp/x`, `a/b`), not empty, `.` or `..`."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name

@@ -31,6 +31,7 @@ from clover_local.model.clover import build_layer
 from clover_local.model.norm import ZeroCenteredRMSNorm
 from clover_local.pack.reader import PackReader
 from clover_local.pack.manifest import MANIFEST_NAME, AlteredFile, Manifest, sha256_file, share_like_any_file
+from clover_local.paths import is_plain_file_name
 from clover_local.runtime.pack_index import read_header
 from clover_local.runtime.synthetic_pack import checkpoint_index
 from clover_local.text_files import parse_json
@@ -309,7 +310,7 @@ def _checked_state(state: object, n_layers: int) -> dict:
     start, hidden = state["next_layer"], state.get("hidden", "hidden.safetensors")
     if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= n_layers:
         raise ValueError(f"next_layer is {start!r}, not a layer of this model's {n_layers}")
-    if not isinstance(hidden, str) or Path(hidden).name != hidden or hidden in ("", ".", ".."):
+    if not is_plain_file_name(hidden):
         raise ValueError(f"hidden is {hidden!r}, not a file name")
     kinds = {"fingerprint": dict, "calibration": dict, "created": str, "reports": list, "shards": dict}
     wrong = next((k for k, kind in kinds.items() if k in state and not isinstance(state[k], kind)), None)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from clover_local.errors import CloverError
+from clover_local.paths import is_plain_file_name
 from clover_local.text_files import parse_json
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -25,7 +26,7 @@ def read_weight_map(index: Path, shown: str | None = None) -> dict[str, str]:
     if not isinstance(weight_map, dict):
         raise CloverError(f"{shown} is not a valid safetensors index (no 'weight_map' object)")
     for name, shard in weight_map.items():
-        if not (isinstance(shard, str) and shard and Path(shard).name == shard and shard not in (".", "..")):
+        if not is_plain_file_name(shard):
             raise CloverError(f"{shown} is not a valid safetensors index ({name!r} is in {shard!r}, not a shard "
                               "file beside it)")
     return weight_map
