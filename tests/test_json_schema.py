@@ -586,3 +586,52 @@ def test_generate_json_schema_flags(tiny, capsys, tmp_path, monkeypatch):
     assert run_cli(["generate", "tiny", "-p", "hi", "--json-schema", str(path), "--max-new-tokens", "8",
                     "--device", "cpu", "--json"]) == 0
     assert asked == [False]
+
+
+@pytest.mark.parametrize("kind", ["object", "array"])
+@pytest.mark.parametrize("extra", [False, True])
+def test_an_optional_property_too_deep_for_the_levels_left_is_not_begun(kind, extra):
+    """A value the automaton could begin but not close within MAX_DEPTH levels is refused where it would begin: its
+    key (closed object) or the key's closing quote (open object). It was taken, and the answer nested on until no
+    byte was allowed (run to max_tokens without closing)."""
+    deep = _nested(MAX_DEPTH + 6, {"type": "integer"}, kind)
+    compiled = compile_schema({"type": "object", "properties": {"x": deep, "y": {"type": "integer"}},
+                               "additionalProperties": extra})
+    assert not compiled.start().feed_all(b'{"x"')
+    assert complete(compiled, b'{"y":1}')
+    assert complete(compiled, b'{"y":1,"z":[]}') == extra
+
+
+def test_a_recursive_tree_closes_at_the_depth_bound():
+    """An optional child that is the tree itself: at the last level its key is refused (its value, an object, would
+    be one level too many) and the object closes. It was taken, and `{` then refused: no byte allowed."""
+    tree = {"type": "object", "properties": {"c": {"$ref": "#"}, "n": {"type": "integer"}},
+            "additionalProperties": False}
+    compiled = compile_schema(tree)
+    assert not compiled.start().feed_all(b'{"c":' * MAX_DEPTH)
+    state = compiled.start()
+    assert state.feed_all(b'{"c":' * (MAX_DEPTH - 1) + b"{")
+    assert not state.copy().feed_all(b'"c') and state.copy().feed_all(b'"n":1}') and state.copy().feed_all(b' }')
+    assert complete(compiled, b'{"c":' * (MAX_DEPTH - 1) + b"{}" + b"}" * (MAX_DEPTH - 1))
+    # the same tree whose children are an open object's additionalProperties: no key at the last level
+    open_tree = {"type": "object", "additionalProperties": {"$ref": "#"}}
+    state = compile_schema(open_tree).start()
+    assert state.feed_all(b'{"c":' * (MAX_DEPTH - 1) + b'{')
+    assert not state.copy().feed(ord('"')) and state.feed(ord("}"))
+
+
+def test_an_open_object_whose_additional_values_nest_too_deep_keeps_its_named_keys():
+    """additionalProperties too deep for the levels left: the object's own properties are still written (as a
+    closed object's keys are), no other key is begun, and no comma leads to a key that could not be written."""
+    compiled = compile_schema({"type": "object", "properties": {"y": {"type": "integer"}, "yy": {"type": "null"}},
+                               "additionalProperties": _nested(MAX_DEPTH + 6, {}, "object")})
+    assert complete(compiled, b'{"y":1,"yy":null}')
+    assert not compiled.start().feed_all(b'{"z"')
+    state = compiled.start()
+    assert state.feed_all(b'{"yy":null,"y":2') and not state.copy().feed(ord(","))
+    assert state.feed(ord("}")) and state.done
+    nested_arrays = compile_schema({"anyOf": [{"type": "array", "items": {"$ref": "#"}},
+                                              _nested(3, {"type": "integer"}, "object")]})
+    state = nested_arrays.start()
+    assert state.feed_all(b"[" * (MAX_DEPTH - 2))  # an item 3 objects deep cannot begin 62 deep
+    assert not state.copy().feed(ord("{")) and state.feed_all(b"]" * (MAX_DEPTH - 2)) and state.done

@@ -17,7 +17,8 @@ limit; `integer` is written without fraction or exponent (`3`, not `3.0`); an en
 `json.dumps` spells it (its strings with or without `ensure_ascii`; objects and arrays with any whitespace and key
 order); a key of a closed object as `json.dumps` spells it; no key twice; strings valid UTF-8. Every state it
 reaches can still be completed: unsatisfiable parts of the schema (an empty enum, `false`, minItems above maxItems,
-a required key that cannot be written) are pruned at compile time, and a schema that allows nothing is refused.
+a required key that cannot be written) are pruned at compile time, a schema that allows nothing is refused, and a
+value (an optional property, a recursive child) is begun only where it can close within the depth limit.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ class Document:
 
 class Node:
     """One compiled schema. `leaves` (after `_finish`): the Typed / Literal nodes a value of it starts as (a union or
-    a reference flattened), `starts`: those leaves by the value's first byte."""
+    a reference flattened), `starts`: those leaves by the value's first byte; `least` (after `_depths`): how many
+    objects and arrays deep its shallowest value nests."""
 
     leaves: tuple["Node", ...] = ()
     starts: dict[int, tuple["Node", ...]]
+    least: int = 0
 
 
 @dataclass(eq=False)
@@ -109,10 +112,16 @@ class Typed(Node):
     max_items: int | None = None
     min_len: int = 0
     max_len: int | None = None
-    # made by _finish: the keys that can be written, and (closed objects) their spellings and prefixes
+    # made by _finish: the keys that can be written, and their spellings and prefixes (a closed object's keys are
+    # written from them, and an open one's where its additionalProperties nest too deep for the levels left)
     writable: frozenset[str] = frozenset()
     spelled: dict[bytes, str] = field(default_factory=dict)
     prefixes: dict[bytes, frozenset[str]] = field(default_factory=dict)
+    # made by _depths: the levels an object / array of this node needs, itself included; the largest `least` of
+    # its writable properties
+    need_object: int = 0
+    need_array: int = 0
+    deepest_key: int = 0
 
     def item(self, i: int) -> Node:
         return self.fixed[i] if self.fixed is not None else self.items  # type: ignore[return-value]
@@ -170,7 +179,7 @@ def compile_schema(schema: Any, lenient: bool = False) -> Schema:
     if not root.leaves:
         raise CloverError("the JSON schema allows no value (an empty enum, false, minItems above maxItems, or a "
                           "required property that cannot be written)")
-    if _least_depth(root) > MAX_DEPTH:
+    if _depths(root) > MAX_DEPTH:
         raise CloverError(f"the JSON schema's values nest more than {MAX_DEPTH} objects or arrays deep (required "
                           f"properties or items inside each other); an answer is written at most {MAX_DEPTH} deep")
     return Schema(root)
@@ -401,13 +410,12 @@ def _finish(root: Node) -> None:
             n.writable = frozenset(k for k, v in n.props.items() if ok(v))
             if n.extra is not None and not ok(n.extra):
                 n.extra = None
-            if n.extra is None:
-                for name in n.writable:
-                    for ascii_only in (False, True):
-                        spelling = json.dumps(name, ensure_ascii=ascii_only)[1:-1].encode()
-                        n.spelled[spelling] = name
-                        for i in range(len(spelling) + 1):
-                            n.prefixes[spelling[:i]] = n.prefixes.get(spelling[:i], frozenset()) | {name}
+            for name in n.writable:
+                for ascii_only in (False, True):
+                    spelling = json.dumps(name, ensure_ascii=ascii_only)[1:-1].encode()
+                    n.spelled[spelling] = name
+                    for i in range(len(spelling) + 1):
+                        n.prefixes[spelling[:i]] = n.prefixes.get(spelling[:i], frozenset()) | {name}
     firsts = set(_FIRST) | set(DIGITS) | {ord("-")}
     for n in nodes:
         if isinstance(n, Literal):
@@ -421,16 +429,19 @@ def _finish(root: Node) -> None:
                 n.starts[b] = hits
 
 
-def _least_depth(root: Node) -> int:
-    """How many objects and arrays deep the shallowest value of `root` nests (a scalar: 0), counted up to
-    MAX_DEPTH + 1: a schema whose every value nests past what the automaton writes would run to max_tokens
-    without closing. A least fixpoint over the pruned graph, children first so a tree settles in one sweep."""
+def _depths(root: Node) -> int:
+    """Each node's `least`: how many objects and arrays deep its shallowest value nests (a scalar: 0), counted up to
+    MAX_DEPTH + 1, and each typed node's `need_object` / `need_array` / `deepest_key`; returns the root's `least`.
+    The automaton writes at most MAX_DEPTH deep, so it begins a value only where that value can close within it
+    (`_fits`): a schema whose every value nests deeper is refused, and a deep optional branch is not begun where it
+    could not be finished. A least fixpoint over the pruned graph, children first so a tree settles in one sweep."""
     past = MAX_DEPTH + 1
     nodes = _graph(root)[::-1]
-    depth = {id(n): past for n in nodes}
+    for n in nodes:
+        n.least = past
 
     def of(n: Node | None) -> int:
-        return depth.get(id(n), past) if n is not None else past
+        return n.least if n is not None else past
 
     changed = True
     while changed:
@@ -444,18 +455,33 @@ def _least_depth(root: Node) -> int:
                 d = of(n.target)
             else:
                 assert isinstance(n, Typed)
+                n.need_object = min(past, 1 + max((of(n.props.get(r, n.extra)) for r in n.required), default=0))
+                n.need_array = min(past, 1 + (max((of(x) for x in n.fixed), default=0) if n.fixed is not None else
+                                              0 if n.min_items == 0 else of(n.items)))
                 ways = [0] if n.types - {"object", "array"} else []
-                if "object" in n.types:
-                    ways.append(1 + max((of(n.props.get(r, n.extra)) for r in n.required), default=0))
-                if "array" in n.types:
-                    inside = (max((of(x) for x in n.fixed), default=0) if n.fixed is not None else
-                              0 if n.min_items == 0 else of(n.items))
-                    ways.append(1 + inside)
-                d = min(min(ways, default=past), past)
-            if d < depth[id(n)]:
-                depth[id(n)] = d
+                ways += [n.need_object] * ("object" in n.types) + [n.need_array] * ("array" in n.types)
+                d = min(ways, default=past)
+            if d < n.least:
+                n.least = d
                 changed = True
-    return depth[id(root)]
+    for n in nodes:
+        if isinstance(n, Typed):
+            n.deepest_key = max((n.props[k].least for k in n.writable), default=0)
+    return root.least
+
+
+def _fits(node: Node | None, depth: int) -> bool:
+    """Whether a value of `node` begun inside a container `depth` deep can still be closed."""
+    return node is not None and depth + node.least <= MAX_DEPTH
+
+
+def _keys_left(node: Typed, used: frozenset[str], depth: int, names: frozenset[str]) -> frozenset[str]:
+    """Which of `names` may still be a key of `node`'s object `depth` deep: unused, and their value closable in the
+    levels left (checked name by name only where the deepest of them could not be)."""
+    left = names - used
+    if depth + node.deepest_key <= MAX_DEPTH:
+        return left
+    return frozenset(k for k in left if _fits(node.props[k], depth))
 
 
 def _leaves(n: Node, ok, seen: set[int]) -> list[Node]:
@@ -602,11 +628,11 @@ def _step(alt: tuple, b: int, out: list) -> None:
         _after(alt[1], b, out)
     elif mode == _OBJ_OPEN or mode == _OBJ_KEY:
         stack = alt[1]
-        _, node, used, _ = stack[0]
+        _, node, used, depth = stack[0]
         if b == _QUOTE:
-            if node.extra is not None:
+            if _fits(node.extra, depth):
                 out.append((_STRING, None, 0, 0, False, b"", stack))
-            elif node.writable - used:
+            elif _keys_left(node, used, depth, node.writable):
                 out.append((_KEY, b"", stack))
         elif b == ord("}") and mode == _OBJ_OPEN and not node.required:
             out.append(_close(stack[1]))
@@ -636,8 +662,8 @@ def _start(leaf: Node, b: int, stack: Any, out: list) -> None:
         out.append((_STRING, leaf, 0, 0, False, None, stack))
     elif b == ord("{") or b == ord("["):
         depth = stack[0][3] if stack is not None else 0
-        if depth < MAX_DEPTH:
-            opened = b == ord("{")
+        opened = b == ord("{")
+        if depth + (leaf.need_object if opened else leaf.need_array) <= MAX_DEPTH:
             frame = ("o", leaf, frozenset(), depth + 1) if opened else ("a", leaf, 0, depth + 1)
             out.append((_OBJ_OPEN if opened else _ARR_OPEN, (frame, stack)))
     elif b in DIGITS or b == ord("-"):
@@ -652,7 +678,7 @@ def _after(stack: Any, b: int, out: list) -> None:
     kind, node, seen, depth = stack[0]
     if kind == "o":
         if b == ord(","):
-            if node.extra is not None or node.writable - seen:
+            if _fits(node.extra, depth) or _keys_left(node, seen, depth, node.writable):
                 out.append((_OBJ_KEY, stack))
         elif b == ord("}") and node.required <= seen:
             out.append(_close(stack[1]))
@@ -675,7 +701,7 @@ def _key(alt: tuple, b: int, out: list) -> None:
             return
     longer = spelled + bytes((b,))
     names = node.prefixes.get(longer)
-    if names is not None and names - used:
+    if names is not None and _keys_left(node, used, depth, names):
         out.append((_KEY, longer, stack))
 
 
@@ -741,10 +767,7 @@ def _key_done(raw: bytes, stack: Any, out: list) -> None:
     name = json.loads(b'"' + raw + b'"')
     if name in used:
         return
-    if name in node.props:
-        if name not in node.writable:
-            return
-        value = node.props[name]
-    else:
-        value = node.extra
+    value = node.props[name] if name in node.props else node.extra
+    if (name in node.props and name not in node.writable) or not _fits(value, depth):
+        return
     out.append((_COLON, value, (("o", node, used | {name}, depth), stack[1])))
