@@ -34,12 +34,17 @@ def is_hub_id(arg: str) -> bool:
     return is_repo_id(arg)
 
 
+def check_model_arg(arg: str) -> None:
+    """A blank MODEL refused (Path("") is the working folder: a script's unset variable must not load it)."""
+    if not arg.strip():
+        raise CloverError("the model is empty: give a folder, a Hub repo id (owner/name) or 'tiny'")
+
+
 def resolve_model_path(arg: str, revision: str | None = None, reserve: Reserve | None = None) -> Path:
     """A folder on disk, a short name of a model shipped with the package, or a Hub repo id (downloaded; at
     `revision`, a branch, tag or commit, when given; `reserve`: what the caller writes after the download, for its
     room check)."""
-    if not arg.strip():  # (Path("") is the working folder: a script's unset variable must not load it)
-        raise CloverError("the model is empty: give a folder, a Hub repo id (owner/name) or 'tiny'")
+    check_model_arg(arg)
     path = Path(arg).expanduser()
     if revision and (path.exists() or arg in SHORT_NAMES):
         raise CloverError(f"--revision applies to Hub repo ids, but {arg} is a local model")

@@ -57,6 +57,7 @@ def test_missing_folder(tmp_path, capsys):
     (["generate", "", "-p", "hi"], "the model is empty"),
     (["score", " ", "--text", "hi"], "the model is empty"),
     (["plan", "", "--vram", "16GB"], "the model is empty"),
+    (["serve", "", "--port", "0"], "the model is empty"),  # (a log's "loading  …" line came first)
     (["quantize", "", "--out", "pack"], "the model is empty"),
     (["quantize", "tiny", "--out", ""], "--out is empty: give it a folder name"),
     (["generate", "tiny", "-f", ""], "--file is empty: give it a file name"),
@@ -96,6 +97,8 @@ def test_an_empty_serve_host_or_key_is_refused_not_every_interface_or_no_key(cap
                  "--host is empty: give the address to listen on (127.0.0.1, the default")
     expect_error(capsys, ["serve", "tiny", "--api-key", host, "--port", "0"],  # (the server asked for no key)
                  "--api-key (or CLOVER_LOCAL_API_KEY) is empty: give the key clients must send")
+    expect_error(capsys, ["serve", "tiny", "--model-name", host, "--port", "0"],  # (a blank id in /v1/models)
+                 "--model-name is empty: give the id clients should see")
     for key in ("clé", "tab\tkey", " padded"):  # (curl's UTF-8 'clé' got a 401; Python's Latin-1 one a 200)
         expect_error(capsys, ["serve", "tiny", "--api-key", key, "--port", "0"],
                      "--api-key must be printable ASCII with no spaces at its ends")

@@ -137,6 +137,7 @@ def serve(
       curl http://127.0.0.1:8000/api/chat -d '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
     """
     from clover_local.generate.thinking import ThinkBudget
+    from clover_local.loader import check_model_arg
     from clover_local.serve.engine import Engine
     from clover_local.serve.http import Limits, make_server
 
@@ -150,6 +151,10 @@ def serve(
         # (a header's value is read as Latin-1 with its ends' spaces cut: curl's UTF-8 'clé' did not match)
         raise CloverError("--api-key must be printable ASCII with no spaces at its ends: clients send it in an HTTP "
                           "header")
+    check_model_arg(model)  # (before the log's "loading MODEL …" line)
+    if model_name is not None and not model_name.strip():
+        raise CloverError("--model-name is empty: give the id clients should see, or leave it out (the folder's "
+                          "name)")
     if not 0 <= port <= 65535:
         raise CloverError(f"--port must be between 0 and 65535, got {port}")
     if max_queue < 1:
