@@ -260,3 +260,36 @@ def test_a_forced_stream_holds_everything_for_the_end():
     assert stream.feed('{"name": "f", ') == "" and stream.feed('"arguments": {"n": 1}}') == ""
     content, calls = stream.finish()
     assert content == "" and [(c.name, c.arguments) for c in calls] == [("f", {"n": 1})]
+
+
+def test_a_value_is_read_back_as_the_grammar_writes_it_string_where_a_string_is_allowed():
+    """The reader parsed any value of a type list that held another type besides string as JSON: a zip code
+    `94103` for `["string", "null"]` came back as the integer 94103, `true` for `["string", "integer"]` as a boolean
+    neither type allows; the grammar writes those values as text."""
+    tools = [_tool({"zip": {"type": ["string", "null"]}, "s": {"type": ["string", "integer"]}})]
+    assert _args(_xml(("zip", "94103"), ("s", "true")), tools) == {"zip": "94103", "s": "true"}
+    assert _args(_xml(("zip", "null"), ("s", "null")), tools) == {"zip": None, "s": "null"}
+
+
+@pytest.mark.parametrize("schema, good, value, bad", [
+    ({"anyOf": [{"type": "integer"}, {"type": "null"}]}, "5", 5, "banana"),  # pydantic's Optional[int]
+    ({"anyOf": [{"type": "integer"}, {"type": "null"}]}, "null", None, "nil"),
+    ({"oneOf": [{"$ref": "#/$defs/n"}, {"type": "boolean"}]}, "true", True, "yes"),
+    ({"enum": [1, 2]}, "2", 2, "3"),
+    ({"const": 7}, "7", 7, "8"),
+])
+def test_a_property_typed_only_by_its_branches_or_values_is_held_to_json_and_read_as_it(schema, good, value, bad):
+    """No `type` of its own, and no string among its branches or values: it was free text, in a forced call's
+    grammar too (`banana` for an Optional[int]), and read back as the string '5'."""
+    tools = [_tool({"p": schema}, required=["p"], **{"$defs": {"n": {"type": "integer"}}})]
+    grammar = XmlCalls(tools, parallel=False)
+    assert _accepts(grammar, _xml(("p", good))) and not _accepts(grammar, _xml(("p", bad)))
+    assert _args(_xml(("p", good)), tools) == {"p": value}
+
+
+def test_a_property_whose_branches_allow_a_string_stays_text():
+    tools = [_tool({"p": {"anyOf": [{"type": "integer"}, {"type": "string"}]}, "q": {"anyOf": [{"type": "null"}, {}]},
+                    "r": {"enum": ["a", 1]}}, required=["p"])]
+    grammar = XmlCalls(tools, parallel=False)
+    assert _accepts(grammar, _xml(("p", "5 apples"), ("q", "x"), ("r", "b")))
+    assert _args(_xml(("p", "5"), ("q", "5")), tools) == {"p": "5", "q": "5"}

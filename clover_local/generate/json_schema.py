@@ -283,7 +283,7 @@ class _Compiler:
             values = [v for v in values if _same(v, rules["const"])] if "enum" in rules else [rules["const"]]
         literal, compound = Literal(), []
         for v in values:
-            if _type_of(v) not in types and not (_type_of(v) == "integer" and "number" in types):
+            if type_of(v) not in types and not (type_of(v) == "integer" and "number" in types):
                 continue
             if isinstance(v, dict):
                 compound.append(Typed(types=frozenset({"object"}), props={k: self.node({"const": x}, path)
@@ -327,7 +327,8 @@ def _escape(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-def _type_of(v: Any) -> str:
+def type_of(v: Any) -> str:
+    """A parsed JSON value's type as a schema names it."""
     if v is None:
         return "null"
     if isinstance(v, bool):

@@ -39,7 +39,7 @@ from clover_local.errors import CloverError
 from clover_local.generate.json_mode import Either
 from clover_local.generate.json_schema import Schema, SchemaConstraint, compile_schema
 from clover_local.generate.trigger import Trigger
-from clover_local.serve.xml_calls import JsonFormCalls, TagVocab, XmlCalls, json_call_schema, resolve_ref
+from clover_local.serve.xml_calls import JsonFormCalls, TagVocab, XmlCalls, json_call_schema, value_kinds
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
@@ -64,12 +64,13 @@ class ToolCall:
         return out if index is None else {"index": index, **out}
 
 
-def _typed(value: str, schema: Any) -> Any:
-    """A parameter's text as its schema's type says; a string where it says string, nothing, or it will not parse."""
-    kind = schema.get("type") if isinstance(schema, dict) else None
-    kinds = set(kind) if isinstance(kind, list) else {kind}
-    if not kinds & _SCALAR_TYPES:
-        return value
+def _typed(value: str, schema: Any, root: Any) -> Any:
+    """A parameter's text as its schema's types say (`xml_calls.value_kinds`, the grammar's own reading): the text
+    where a string is allowed (None for `null` where null is too), or nothing is said; else its JSON, or the text
+    where it will not parse."""
+    kinds = value_kinds(schema, root)
+    if kinds is None or "string" in kinds or not kinds & _SCALAR_TYPES:
+        return None if value == "null" and kinds is not None and "null" in kinds else value
     try:
         return json.loads(value)
     except json.JSONDecodeError:
@@ -90,7 +91,7 @@ def _call(block: str, tools: list[dict]) -> ToolCall | None:
             key, value = p.group(1).strip(), p.group(2)
             value = value[1:] if value.startswith("\n") else value
             value = value[:-1] if value.endswith("\n") else value
-            arguments[key] = _typed(value, resolve_ref(properties.get(key), schema))
+            arguments[key] = _typed(value, properties.get(key), schema)
         return ToolCall(name, arguments)
     try:
         data = json.loads(block)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.errors import CloverError
-from clover_local.generate.json_schema import Document, SchemaPrefix, compile_schema, pointer_target, utf8_lead
+from clover_local.generate.json_schema import (Document, SchemaPrefix, compile_schema, pointer_target, type_of,
+                                               utf8_lead)
 
 OPEN = b"<tool_call>\n<function="
 CLOSE = b"</function>\n</tool_call>"
@@ -81,6 +82,32 @@ def resolve_ref(schema: Any, root: Any) -> Any:
     return schema
 
 
+def value_kinds(schema: Any, root: Any, depth: int = 0) -> frozenset[str] | None:
+    """The JSON types a property's schema allows (None: any): its `type`, else its enum's or const's values' types,
+    else its anyOf / oneOf branches' together (pydantic's Optional[int] is an anyOf of integer and null). A value is
+    written as text where a string is among them, else as JSON (`_value_form`), and read back the same way
+    (tools.py)."""
+    schema = resolve_ref(schema, root)
+    if not isinstance(schema, dict) or depth > 32:
+        return None
+    kind = schema.get("type")
+    if kind is not None:
+        return frozenset(kind) if isinstance(kind, list) else frozenset({kind})
+    choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if isinstance(choices, list):
+        return frozenset(type_of(c) for c in choices)
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    if not (isinstance(branches, list) and branches):
+        return None
+    kinds: set[str] = set()
+    for branch in branches:
+        more = value_kinds(branch, root, depth + 1)
+        if more is None:
+            return None
+        kinds |= more
+    return frozenset(kinds)
+
+
 def _value_form(prop: Any, params: dict) -> tuple | None:
     """How a property's value is written and checked (see the module docstring); None where none can be. A
     JSON-typed value whose schema goes past the supported subset is held to what is left of it (compile_schema's
@@ -93,9 +120,8 @@ def _value_form(prop: Any, params: dict) -> tuple | None:
     if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
         writable = [c.encode() for c in choices if not any(f in c.encode() for f in FORBIDDEN)]
         return ("enum", _Trie.of({c + b"\n" + PARAM_CLOSE: True for c in writable})) if writable else None
-    kind = resolved.get("type")
-    kinds = set(kind) if isinstance(kind, list) else {kind}
-    if kind is None or "string" in kinds:
+    kinds = value_kinds(resolved, params)
+    if kinds is None or "string" in kinds:
         return ("text", resolved.get("minLength", 0), resolved.get("maxLength"))
     try:
         return ("json", compile_schema(Document(prop, root=params), lenient=True))
