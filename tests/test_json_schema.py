@@ -635,3 +635,23 @@ def test_an_open_object_whose_additional_values_nest_too_deep_keeps_its_named_ke
     state = nested_arrays.start()
     assert state.feed_all(b"[" * (MAX_DEPTH - 2))  # an item 3 objects deep cannot begin 62 deep
     assert not state.copy().feed(ord("{")) and state.feed_all(b"]" * (MAX_DEPTH - 2)) and state.done
+
+
+@pytest.mark.parametrize("schema, dead, finished", [
+    # an array whose items are arrays of two containers: the inner array could not hold its items
+    ({"type": "array", "items": {"type": "array", "items": {"type": ["array", "object"]}, "minItems": 2}},
+     b"[[", b"[]"),
+    ({"type": "array", "items": {"const": {"q": [1]}}}, b"[{", b"[]"),  # a const's nesting counts
+    # an open object whose other keys are the object again: its named key still goes in, another does not
+    ({"type": "object", "properties": {"k": {}}, "additionalProperties": {"$ref": "#"}}, b'{"x":{"y"',
+     b'{"x":{"k":1}}'),
+])
+def test_no_state_is_a_dead_end_at_a_small_depth_bound(monkeypatch, schema, dead, finished):
+    """Shapes a fuzz found (random schemas, random walks, a search for a way to finish from each state) with the
+    depth bound patched to 2: each prefix in `dead` was accepted and then allowed no way to finish."""
+    import clover_local.generate.json_schema as json_schema
+
+    monkeypatch.setattr(json_schema, "MAX_DEPTH", 2)
+    compiled = compile_schema(schema)
+    assert not compiled.start().feed_all(dead)
+    assert complete(compiled, finished)
