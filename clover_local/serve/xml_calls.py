@@ -122,7 +122,8 @@ def _value_form(prop: Any, params: dict) -> tuple | None:
         return ("enum", _Trie.of({c + b"\n" + PARAM_CLOSE: True for c in writable})) if writable else None
     kinds = value_kinds(resolved, params)
     if kinds is None or "string" in kinds:
-        return ("text", resolved.get("minLength", 0), resolved.get("maxLength"))
+        low, high = resolved.get("minLength", 0), resolved.get("maxLength")
+        return ("text", low, high) if high is None or low <= high else None  # (no text fits min above max)
     try:
         return ("json", compile_schema(Document(prop, root=params), lenient=True))
     except CloverError:
