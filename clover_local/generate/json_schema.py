@@ -113,7 +113,8 @@ class Typed(Node):
     min_len: int = 0
     max_len: int | None = None
     # made by _finish: the keys that can be written, and their spellings and prefixes (a closed object's keys are
-    # written from them, and an open one's where its additionalProperties nest too deep for the levels left)
+    # written from them, and an open one's where its additionalProperties nest too deep for the levels left: made
+    # by _depths for an open object whose additionalProperties cannot be a scalar)
     writable: frozenset[str] = frozenset()
     spelled: dict[bytes, str] = field(default_factory=dict)
     prefixes: dict[bytes, frozenset[str]] = field(default_factory=dict)
@@ -411,12 +412,8 @@ def _finish(root: Node) -> None:
             n.writable = frozenset(k for k, v in n.props.items() if ok(v))
             if n.extra is not None and not ok(n.extra):
                 n.extra = None
-            for name in n.writable:
-                for ascii_only in (False, True):
-                    spelling = json.dumps(name, ensure_ascii=ascii_only)[1:-1].encode()
-                    n.spelled[spelling] = name
-                    for i in range(len(spelling) + 1):
-                        n.prefixes[spelling[:i]] = n.prefixes.get(spelling[:i], frozenset()) | {name}
+            if n.extra is None:
+                _spell_keys(n)
     firsts = set(_FIRST) | set(DIGITS) | {ord("-")}
     for n in nodes:
         if isinstance(n, Literal):
@@ -468,7 +465,19 @@ def _depths(root: Node) -> int:
     for n in nodes:
         if isinstance(n, Typed):
             n.deepest_key = max((n.props[k].least for k in n.writable), default=0)
+            if n.extra is not None and n.extra.least > 0:  # (deep enough, only its named keys can be written)
+                _spell_keys(n)
     return root.least
+
+
+def _spell_keys(n: Typed) -> None:
+    """The spellings of `n`'s writable keys and their prefixes, for writing them from a list (`_key`)."""
+    for name in n.writable:
+        for ascii_only in (False, True):
+            spelling = json.dumps(name, ensure_ascii=ascii_only)[1:-1].encode()
+            n.spelled[spelling] = name
+            for i in range(len(spelling) + 1):
+                n.prefixes[spelling[:i]] = n.prefixes.get(spelling[:i], frozenset()) | {name}
 
 
 def _fits(node: Node | None, depth: int) -> bool:
