@@ -330,6 +330,12 @@ def test_a_prefill_pass_copies_what_its_span_needs(small):
     # a context shorter than the chunk: the chunk is the context
     q = make_plan(small, GIB, None, 256, slots=20)
     assert (q.prefill_chunk, q.prefill_span) == (256, 256)
+    # every expert on the device: nothing copied, the prefill's rows as the runtime takes them (`plan --json` said
+    # 0 and 0 where the workspace line beside them said "a 512-row prefill chunk (layer by layer over 4096 rows)")
+    resident = make_plan(small, GIB, None, 4096)
+    assert resident.slots >= resident.experts_total and resident.pcie_prefill_chunk == 0
+    assert (resident.prefill_chunk, resident.prefill_span) == (512, 4096)
+    assert resident.to_dict()["prefill_chunk"] == 512
 
 
 def test_later_passes_copy_nothing_for_the_block_once_it_fits(small):
@@ -379,6 +385,7 @@ def test_refusals_at_their_boundaries(small):
     assert make_plan(small, GIB, need, 4096).fits
     short = make_plan(small, GIB, need - 1, 4096)
     assert "not enough host RAM" in short.refusal and "a larger --vram helps" not in short.refusal
+    assert short.refusal.startswith("not enough host RAM: 512 KiB of embeddings and ")  # (it said "need 0 B")
     partly = make_plan(small, FIXED + WORKSPACE + 40 * SLAB, GIB, 4096, pinned=False)
     assert "4 MiB pinned" not in partly.refusal and "3.12 MiB, plus" in partly.refusal
     assert "a larger --vram helps only once every expert fits" in partly.refusal

@@ -322,6 +322,7 @@ def _traffic(plan: Plan, parts: _Parts, pack: PackIndex, chunk: int, span: int, 
     plan.distinct_per_layer = expected_distinct(e, k, plan.rows)
     plan.block_set = plan.distinct_per_layer * n_layers
     plan.device_read_per_pass = int(parts.read + parts.gdn + parts.kv + plan.block_set * plan.expert_weight_bytes)
+    plan.prefill_chunk, plan.prefill_span = chunk, span  # (every expert resident too: what the runtime runs)
     if plan.slots >= plan.experts_total:
         plan.pcie_first_pass = plan.pcie_later_pass = 0.0
         return
@@ -334,7 +335,6 @@ def _traffic(plan: Plan, parts: _Parts, pack: PackIndex, chunk: int, span: int, 
     # a prefill pass needs ≈ every expert; the cache's sweep-order eviction copies only those beyond the
     # slots (runtime/cache_sim.py reaches this bound at 35B), once a pass: each layer takes the pass's rows
     # chunk after chunk with its experts resident
-    plan.prefill_chunk, plan.prefill_span = chunk, span
     pass_set = expected_distinct(e, k, span) * n_layers
     plan.pcie_prefill_chunk = max(0.0, pass_set - plan.slots) * plan.slab_bytes
     if plan.slots < plan.block_set:
@@ -369,8 +369,11 @@ def _refusal(plan: Plan, parts: _Parts, slots: int | None, pinned: bool, vram_fl
             + _or_lower_context(with_min_slots - vram, kv))
     if plan.ram_budget is not None and plan.host_bytes > plan.ram_budget:
         return (
-            f"not enough host RAM: the routed experts need {fmt_bytes(plan.host_expert_bytes)}"
-            f"{' pinned' if pinned else ''}, plus {fmt_bytes(parts.host)} of embeddings"
+            "not enough host RAM: "
+            # (every expert on the device: none on the host to name)
+            + (f"the routed experts need {fmt_bytes(plan.host_expert_bytes)}{' pinned' if pinned else ''}, plus "
+               if plan.host_expert_bytes else "")
+            + f"{fmt_bytes(parts.host)} of embeddings"
             + (f", {fmt_bytes(parts.cpu_kept)} of experts converted for the CPU" if parts.cpu_kept else "")
             + (f", {fmt_bytes(parts.parked)} of parked prompts (--park-prompts)" if parts.parked else "")
             + f" and {fmt_bytes(HOST_RUNTIME_BYTES)} for the runtime ({fmt_bytes(plan.host_bytes, up=True)} in all), "
