@@ -94,19 +94,9 @@ def test_text_is_well_formed_utf8():
 
 
 def test_the_tag_tokens_are_added_to_the_first_byte_groups_not_in_place_of_them():
-    class Vocab:
-        def token_to_id(self, text):
-            return {"<tool_call>": 256, "</tool_call>": 257}.get(text)
-
-        def token_bytes(self, i):
-            return bytes((i,)) if i < 256 else None
-
-        def ids_by_first_byte(self):
-            return {b: [b] for b in range(256)}
-
-    groups = TagVocab(Vocab()).ids_by_first_byte()
+    groups = TagVocab(_Tok(None)).ids_by_first_byte()
     assert groups[ord("<")] == [ord("<"), 256, 257] and groups[ord("a")] == [ord("a")]
-    assert TagVocab(Vocab()).token_bytes(257) == b"</tool_call>" and TagVocab(Vocab()).token_bytes(300) is None
+    assert TagVocab(_Tok(None)).token_bytes(257) == b"</tool_call>" and TagVocab(_Tok(None)).token_bytes(300) is None
 
 
 # --- the reader: typing and what is a call -------------------------------------------------------------------------
