@@ -160,6 +160,25 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+class ByteTagVocab:
+    """A byte-level vocabulary (ids 0-255), `<tool_call>` / `</tool_call>` as added tokens 256/257 with no bytes of
+    their own (as in Qwen vocabularies), `</think>` 258, the stop 300; `chat_template` for the tool-call forms."""
+
+    think_end_id = 258
+
+    def __init__(self, chat_template: str | None = None) -> None:
+        self.chat_template = chat_template
+
+    def token_to_id(self, text):
+        return {"<tool_call>": 256, "</tool_call>": 257}.get(text)
+
+    def token_bytes(self, i):
+        return bytes((i,)) if i < 256 else None
+
+    def ids_by_first_byte(self):
+        return {b: [b] for b in range(256)}
+
+
 def run_cli(args: list[str]) -> int:
     """Run `clover-local ARGS` in-process; returns the exit code (the CLI always exits through SystemExit)."""
     from clover_local.cli import main

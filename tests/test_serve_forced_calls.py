@@ -354,17 +354,9 @@ def test_the_xml_form_takes_the_tag_tokens_a_qwen_vocabulary_holds():
     from clover_local.generate.json_schema import SchemaConstraint
     from clover_local.serve.xml_calls import TagVocab, XmlCalls
 
-    class Vocab:  # bytes for ids 0-255, the two tags as added tokens (no bytes of their own), 300 the stop token
-        def token_to_id(self, text):
-            return {"<tool_call>": 256, "</tool_call>": 257}.get(text)
+    from tests.conftest import ByteTagVocab
 
-        def token_bytes(self, i):
-            return bytes((i,)) if i < 256 else None
-
-        def ids_by_first_byte(self):
-            return {b: [b] for b in range(256)}
-
-    plain, tagged = Vocab(), TagVocab(Vocab())
+    plain, tagged = ByteTagVocab(), TagVocab(ByteTagVocab())
     assert tagged.token_bytes(256) == b"<tool_call>" and tagged.token_bytes(65) == b"A"
     assert 256 in tagged.ids_by_first_byte()[ord("<")] and 256 not in plain.ids_by_first_byte()[ord("<")]
     grammar = XmlCalls([PICK], parallel=False)

@@ -11,6 +11,7 @@ import pytest
 from clover_local.errors import CloverError
 from clover_local.serve.tools import ForcedCall, ToolCall, ToolCallStream, split_tool_calls, template_grammar
 from clover_local.serve.xml_calls import JsonFormCalls, TagVocab, XmlCalls
+from tests.conftest import ByteTagVocab
 
 
 def _tool(properties: dict, required=(), name: str = "f", **extra) -> dict:
@@ -94,9 +95,9 @@ def test_text_is_well_formed_utf8():
 
 
 def test_the_tag_tokens_are_added_to_the_first_byte_groups_not_in_place_of_them():
-    groups = TagVocab(_Tok(None)).ids_by_first_byte()
+    groups = TagVocab(ByteTagVocab()).ids_by_first_byte()
     assert groups[ord("<")] == [ord("<"), 256, 257] and groups[ord("a")] == [ord("a")]
-    assert TagVocab(_Tok(None)).token_bytes(257) == b"</tool_call>" and TagVocab(_Tok(None)).token_bytes(300) is None
+    assert TagVocab(ByteTagVocab()).token_bytes(257) == b"</tool_call>" and TagVocab(ByteTagVocab()).token_bytes(300) is None
 
 
 # --- the reader: typing and what is a call -------------------------------------------------------------------------
@@ -146,24 +147,6 @@ def test_the_arguments_json_keeps_characters_as_they_are():
 
 # --- which grammar a request gets ----------------------------------------------------------------------------------
 
-class _Tok:
-    """A byte-level vocabulary (ids 0-255), the tags as added tokens 256/257, `</think>` 258, the stop 300."""
-
-    think_end_id = 258
-
-    def __init__(self, chat_template: str | None) -> None:
-        self.chat_template = chat_template
-
-    def token_to_id(self, text):
-        return {"<tool_call>": 256, "</tool_call>": 257}.get(text)
-
-    def token_bytes(self, i):
-        return bytes((i,)) if i < 256 else None
-
-    def ids_by_first_byte(self):
-        return {b: [b] for b in range(256)}
-
-
 XML_TEMPLATE = "{{ tools }} <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>"
 JSON_TEMPLATE = '{{ tools }} <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>'
 N = _tool({"n": {"type": "integer"}}, required=["n"])
@@ -178,40 +161,40 @@ def test_a_template_that_shows_both_forms_gets_the_xml_one():
 def test_auto_calls_are_armed_by_the_thinkings_end_only_where_the_prompt_opens_it():
     from clover_local.serve.tools import auto_calls
 
-    free = auto_calls([N], False, _Tok(XML_TEMPLATE), [300], opens_thinking=False)
+    free = auto_calls([N], False, ByteTagVocab(XML_TEMPLATE), [300], opens_thinking=False)
     assert free is not None and free.armed_by is None and free.text == b"<tool_call>"
     assert isinstance(free.constraint.vocab, TagVocab) and free.constraint.stop_ids == [300]
     assert _accepts(free.constraint.schema, _xml(("n", "2")))
-    thinking = auto_calls([N], False, _Tok(XML_TEMPLATE), [300], opens_thinking=True)
+    thinking = auto_calls([N], False, ByteTagVocab(XML_TEMPLATE), [300], opens_thinking=True)
     assert thinking is not None and thinking.armed_by == 258
 
-    class NoThinkEnd(_Tok):
+    class NoThinkEnd(ByteTagVocab):
         think_end_id = None
 
     assert auto_calls([N], False, NoThinkEnd(XML_TEMPLATE), [300], opens_thinking=True) is None
     plain = auto_calls([N], False, NoThinkEnd(XML_TEMPLATE), [300], opens_thinking=False)
     assert plain is not None and plain.armed_by is None
-    assert auto_calls([N], False, _Tok(None), [300], opens_thinking=False) is None
+    assert auto_calls([N], False, ByteTagVocab(), [300], opens_thinking=False) is None
 
 
 def test_a_json_format_beside_tools_is_an_object_or_a_call():
     from clover_local.generate.json_schema import compile_schema
     from clover_local.serve.tools import json_or_calls
 
-    either = json_or_calls([N], False, _Tok(XML_TEMPLATE), [300], None).schema
+    either = json_or_calls([N], False, ByteTagVocab(XML_TEMPLATE), [300], None).schema
     assert _accepts(either, '{"a": 1}') and _accepts(either, _xml(("n", "2")))
     for other in ("[1]", "3", '"x"', "null"):  # any object, nothing else
         assert not _accepts(either, other), other
     city = compile_schema({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
                            "additionalProperties": False})
-    either = json_or_calls([N], False, _Tok(XML_TEMPLATE), [300], city).schema
+    either = json_or_calls([N], False, ByteTagVocab(XML_TEMPLATE), [300], city).schema
     assert _accepts(either, '{"city": "Oslo"}') and not _accepts(either, '{"a": 1}')
     assert _accepts(either, _xml(("n", "2")))
-    assert json_or_calls([N], False, _Tok("{{ tools }}"), [300], city) is None
+    assert json_or_calls([N], False, ByteTagVocab("{{ tools }}"), [300], city) is None
 
 
 def test_a_forced_call_reads_with_the_tag_tokens_only_in_a_tagged_form():
-    tok = _Tok(XML_TEMPLATE)
+    tok = ByteTagVocab(XML_TEMPLATE)
     forced = ForcedCall([N])
     assert forced.vocab(tok) is tok
     forced.for_template(XML_TEMPLATE)
