@@ -701,12 +701,13 @@ def _after(stack: Any, b: int, out: list) -> None:
 
 
 def _key(alt: tuple, b: int, out: list) -> None:
-    """A key of a closed object: a prefix of an unused property's spelling, closed once it is one whole."""
+    """A key of a closed object: a prefix of an unused property's spelling whose value fits the levels left, closed
+    once it is one whole."""
     _, spelled, stack = alt
     _, node, used, depth = stack[0]
     if b == _QUOTE:
         name = node.spelled.get(spelled)
-        if name is not None and name not in used:
+        if name is not None and name not in used and _fits(node.props[name], depth):
             out.append((_COLON, node.props[name], (("o", node, used | {name}, depth), stack[1])))
             return
     longer = spelled + bytes((b,))
