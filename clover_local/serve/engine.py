@@ -206,8 +206,10 @@ class Engine:
             job.out.put(("delta", dr, dc))
         if stop.hit:  # also when the stop string came only with the last of the text
             finish_reason = "stop"
-        info = self._info(job, turn, stats, stop, finish_reason,
-                          self.prompt_cache.stats.last_reused if head is None else reused)
+        if head is None:  # what the answer's passes resumed (none ran for an echo of max_tokens 0: a figure left
+            # by the request before would be read)
+            reused = self.prompt_cache.stats.last_reused if job.settings.max_new_tokens > 0 else 0
+        info = self._info(job, turn, stats, stop, finish_reason, reused)
         try:
             info.update(self._scores(job, turn, stop, head, upto))
         except Stopped:
