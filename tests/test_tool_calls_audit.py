@@ -95,9 +95,10 @@ def test_text_is_well_formed_utf8():
 
 
 def test_the_tag_tokens_are_added_to_the_first_byte_groups_not_in_place_of_them():
-    groups = TagVocab(ByteTagVocab()).ids_by_first_byte()
+    tagged = TagVocab(ByteTagVocab())
+    groups = tagged.ids_by_first_byte()
     assert groups[ord("<")] == [ord("<"), 256, 257] and groups[ord("a")] == [ord("a")]
-    assert TagVocab(ByteTagVocab()).token_bytes(257) == b"</tool_call>" and TagVocab(ByteTagVocab()).token_bytes(300) is None
+    assert tagged.token_bytes(257) == b"</tool_call>" and tagged.token_bytes(300) is None
 
 
 # --- the reader: typing and what is a call -------------------------------------------------------------------------
